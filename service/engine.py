@@ -1,0 +1,288 @@
+"""The engine: one fast tokenizer, one dedicated thread, one batcher. No HTTP in here.
+
+Concurrency model: every call into the Rust tokenizer -- setting truncation, encoding, decoding -- runs
+on a single dedicated thread, so its mutable state is never touched from two threads ("Already
+borrowed", tokenizers #537). Inside each ``encode_batch`` the Rust pool spreads the texts over all its
+threads with the GIL released, so the event loop keeps serving while a batch is encoded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence, TypeVar
+
+from . import __version__
+from .batching import BatchObserver, Batcher, BatchingConfig, EncodeWork
+from .encoding import EncodedBatch, EncodeOptions, EncodePlan, TruncationSetting, build_batch, plan_encode
+from .errors import ErrorKind, ServiceError
+from .loading import LoadedTokenizer, call_config
+from .parallelism import ForkGuard, parallelism_enabled
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EngineLimits:
+    max_texts_per_request: int = 4096
+    max_text_chars: int = 200_000
+    max_response_tokens: int = 32 * 1024 * 1024
+
+
+class Engine:
+    """Async facade over the tokenizer: ``await engine.encode(texts, options=...)``.
+
+    Create it with a loaded tokenizer, ``await astart()`` inside a running event loop, ``await astop()``
+    when done. All public coroutines raise :class:`~service.errors.ServiceError` for anything a caller
+    did wrong or the engine cannot do right now.
+    """
+
+    def __init__(
+        self,
+        loaded: LoadedTokenizer,
+        *,
+        threads: int,
+        limits: EngineLimits = EngineLimits(),
+        batching: BatchingConfig = BatchingConfig(),
+        observer: BatchObserver | None = None,
+    ) -> None:
+        self.loaded = loaded
+        self.tokenizer = loaded.tokenizer
+        self.threads = threads
+        self.limits = limits
+        self._backend = loaded.tokenizer.backend_tokenizer
+        self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
+        self._executor: ThreadPoolExecutor | None = None
+        self._batcher = Batcher(batching, self._run_batch, observer)
+        self.draining = False
+        self.started_at: float | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    async def astart(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
+        ForkGuard.arm()
+        self._batcher.start()
+        # Warm up on the engine thread: spins up the rayon pool before the first real request.
+        await self._call(self._encode_raw, ["warm up", "the pool"] * max(2, self.threads), None, True, False)
+        self.started_at = time.time()
+
+    async def astop(self) -> None:
+        self.draining = True
+        await self._batcher.stop()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
+            ForkGuard.disarm()
+
+    @property
+    def ready(self) -> bool:
+        return self._executor is not None and not self.draining
+
+    @property
+    def batcher(self) -> Batcher:
+        return self._batcher
+
+    # -- public API -------------------------------------------------------------------------------------
+    async def encode(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str] | None = None,
+        options: EncodeOptions = EncodeOptions(),
+    ) -> EncodedBatch:
+        """Encode a batch exactly as ``tokenizer(texts, text_pairs, **options)`` would."""
+        self._check_accepting()
+        self._check_texts(texts, "texts")
+        if text_pairs is not None:
+            self._check_texts(text_pairs, "text_pairs")
+            if len(text_pairs) != len(texts):
+                raise ServiceError(
+                    ErrorKind.INVALID_REQUEST,
+                    f"text_pairs has {len(text_pairs)} entries but texts has {len(texts)}; they must match",
+                )
+        plan = plan_encode(self.tokenizer, options)
+        inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs))
+        chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
+        loop = asyncio.get_running_loop()
+        return await self._batcher.submit(EncodeWork(inputs, plan, chars, loop.create_future()))
+
+    async def tokenize(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[str]]:
+        """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them."""
+        self._check_accepting()
+        self._check_texts(texts, "texts")
+        encodings = await self._call(self._encode_raw, list(texts), None, add_special_tokens, False)
+        return [e.tokens for e in encodings]
+
+    async def decode(
+        self,
+        ids: Sequence[Sequence[int]],
+        skip_special_tokens: bool = False,
+        clean_up_tokenization_spaces: bool | None = None,
+    ) -> list[str]:
+        """Texts of each id list, as ``tokenizer.batch_decode(ids, ...)`` gives them."""
+        self._check_accepting()
+        if not ids:
+            raise ServiceError(ErrorKind.INVALID_REQUEST, "ids must hold at least one list of token ids")
+        if len(ids) > self.limits.max_texts_per_request:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{len(ids)} id lists exceed max_texts_per_request={self.limits.max_texts_per_request}",
+            )
+        vocab = len(self.tokenizer)
+        for row in ids:
+            for token_id in row:
+                if not 0 <= token_id < vocab:
+                    raise ServiceError(
+                        ErrorKind.INVALID_REQUEST,
+                        f"token id {token_id} is outside this tokenizer's vocabulary [0, {vocab})",
+                    )
+
+        def work() -> list[str]:
+            try:
+                return self.tokenizer.batch_decode(
+                    list(ids),
+                    skip_special_tokens=skip_special_tokens,
+                    clean_up_tokenization_spaces=clean_up_tokenization_spaces,
+                )
+            except Exception as exc:
+                raise ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}") from exc
+
+        return await self._call(work)
+
+    def info(self) -> dict[str, Any]:
+        """What the engine serves and how: for ``/info`` and for logs."""
+        import tokenizers
+        import transformers
+
+        config = call_config(self.tokenizer)
+        batching = self._batcher.config
+        return {
+            "source": self.loaded.source,
+            "revision": self.loaded.revision,
+            "fingerprint": self.loaded.fingerprint,
+            "tokenizer_class": type(self.tokenizer).__name__,
+            "vocab_size": len(self.tokenizer),
+            "special_tokens": config["special_tokens"],
+            "pad_token_id": config["pad_token_id"],
+            "model_max_length": config["model_max_length"],
+            "padding_side": config["padding_side"],
+            "truncation_side": config["truncation_side"],
+            "model_input_names": config["model_input_names"],
+            "limits": {
+                "max_texts_per_request": self.limits.max_texts_per_request,
+                "max_text_chars": self.limits.max_text_chars,
+                "max_response_tokens": self.limits.max_response_tokens,
+            },
+            "batching": {
+                "enabled": batching.enabled,
+                "max_wait_ms": batching.max_wait_seconds * 1000,
+                "max_batch_texts": batching.max_batch_texts,
+                "max_batch_chars": batching.max_batch_chars,
+                "max_queued_requests": batching.max_queued_requests,
+                "max_queued_texts": batching.max_queued_texts,
+                "queue_timeout_seconds": batching.queue_timeout_seconds,
+                "queued_requests": self._batcher.queued_requests,
+                "queued_texts": self._batcher.queued_texts,
+            },
+            "parallelism": {
+                "tokenizers_parallelism": parallelism_enabled(),
+                "rust_threads": self.threads,
+                "forks_after_load": ForkGuard.forks_after_load,
+            },
+            "versions": {
+                "service": __version__,
+                "tokenizers": tokenizers.__version__,
+                "transformers": transformers.__version__,
+            },
+        }
+
+    # -- engine thread ----------------------------------------------------------------------------------
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _run_batch(self, batch: list[EncodeWork]) -> list[EncodedBatch | BaseException]:
+        return await self._call(self._encode_batch_on_thread, batch)
+
+    def _encode_batch_on_thread(self, batch: list[EncodeWork]) -> list[EncodedBatch | BaseException]:
+        """One Rust call for the whole batch; if it fails, each request alone, so a bad one fails alone."""
+        first: EncodePlan = batch[0].plan
+        inputs = [item for work in batch for item in work.inputs]
+        try:
+            encodings = self._encode_raw(inputs, first.truncation, first.add_special_tokens, first.with_offsets)
+        except ServiceError as exc:
+            if len(batch) == 1:
+                return [exc]
+            return [self._encode_one(work) for work in batch]
+        outcomes: list[EncodedBatch | BaseException] = []
+        start = 0
+        for work in batch:
+            end = start + len(work.inputs)
+            outcomes.append(self._shape(encodings[start:end], work.plan))
+            start = end
+        return outcomes
+
+    def _encode_one(self, work: EncodeWork) -> EncodedBatch | BaseException:
+        plan = work.plan
+        try:
+            encodings = self._encode_raw(list(work.inputs), plan.truncation, plan.add_special_tokens, plan.with_offsets)
+        except ServiceError as exc:
+            return exc
+        return self._shape(encodings, plan)
+
+    def _shape(self, encodings: Sequence[Any], plan: EncodePlan) -> EncodedBatch | BaseException:
+        try:
+            return build_batch(encodings, plan, self.limits.max_response_tokens)
+        except ServiceError as exc:
+            return exc
+
+    def _encode_raw(
+        self, inputs: list[Any], truncation: TruncationSetting | None, add_special_tokens: bool, with_offsets: bool
+    ) -> list[Any]:
+        """Set the Rust truncation state (this thread only) and encode. Padding is never set in Rust."""
+        backend = self._backend
+        try:
+            if truncation != self._truncation:
+                if truncation is None:
+                    backend.no_truncation()
+                else:
+                    backend.enable_truncation(**truncation.as_kwargs())
+                self._truncation = truncation
+            encode = backend.encode_batch if with_offsets else backend.encode_batch_fast
+            return encode(inputs, add_special_tokens=add_special_tokens)
+        except Exception as exc:  # Rust refuses an option or input: the caller's to fix
+            self._truncation = _read_truncation(backend)
+            raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {exc}") from exc
+
+    # -- checks -----------------------------------------------------------------------------------------
+    def _check_accepting(self) -> None:
+        if self.draining:
+            raise ServiceError(ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0)
+
+    def _check_texts(self, texts: Sequence[str], field_name: str) -> None:
+        if not texts:
+            raise ServiceError(ErrorKind.INVALID_REQUEST, f"{field_name} must hold at least one text")
+        limit = self.limits.max_texts_per_request
+        if len(texts) > limit:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{field_name} holds {len(texts)} texts, over max_texts_per_request={limit}; split the batch",
+            )
+        max_chars = self.limits.max_text_chars
+        for i, text in enumerate(texts):
+            if len(text) > max_chars:
+                raise ServiceError(
+                    ErrorKind.TOO_LARGE,
+                    f"{field_name}[{i}] has {len(text)} characters, over max_text_chars={max_chars}; split it",
+                )
+
+
+def _read_truncation(backend: Any) -> TruncationSetting | None:
+    current = backend.truncation
+    if current is None:
+        return None
+    return TruncationSetting(current["max_length"], current["stride"], current["strategy"], current["direction"])

@@ -1,0 +1,37 @@
+"""The one error vocabulary of the service.
+
+The engine raises :class:`ServiceError` with an :class:`ErrorKind`; the web layer maps each kind to an
+HTTP status in exactly one table (``service.app.STATUS_BY_KIND``). Nothing here knows about HTTP.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorKind(str, enum.Enum):
+    """What went wrong, in terms a caller can act on."""
+
+    INVALID_REQUEST = "invalid_request"  # malformed body, wrong type, unknown field: fix the request
+    TOKENIZER = "tokenizer"  # the tokenizer (transformers / Rust) refused this input or option combination
+    TOO_LARGE = "too_large"  # a configured limit was exceeded: send less per request
+    NOT_ACCEPTABLE = "not_acceptable"  # the result cannot be represented in the requested format
+    UNAUTHORIZED = "unauthorized"  # missing or wrong API key
+    NOT_FOUND = "not_found"
+    OVERLOADED = "overloaded"  # queue full: retry after a pause
+    UNAVAILABLE = "unavailable"  # not ready or draining: retry elsewhere
+    TIMEOUT = "timeout"  # waited past the deadline in the queue
+    INTERNAL = "internal"  # a bug: report it
+
+
+class ServiceError(Exception):
+    """An error with a kind and a message that tells the caller what to fix."""
+
+    def __init__(self, kind: ErrorKind, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"ServiceError({self.kind.value!r}, {self.message!r})"

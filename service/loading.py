@@ -1,0 +1,120 @@
+"""Loading a tokenizer from a file, a directory or the hub, and fingerprinting it.
+
+Loading goes through transformers so that special tokens, ``model_max_length``, ``padding_side`` and
+``model_input_names`` come from the tokenizer's own config, exactly as in the user's training code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_TOKENIZER_DIR = Path(__file__).parent / "default_tokenizer"
+DEFAULT_SOURCE = "embedded:default"
+
+
+class TokenizerLoadError(Exception):
+    """The tokenizer source could not be loaded; the message is one readable line naming the source."""
+
+
+@dataclass(frozen=True)
+class LoadedTokenizer:
+    """A fast transformers tokenizer plus what identifies it."""
+
+    tokenizer: Any  # transformers.PreTrainedTokenizerFast (TokenizersBackend)
+    source: str
+    revision: str | None
+    fingerprint: str
+
+
+def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTokenizer:
+    """Load ``source`` (file, directory, hub id; None for the embedded default) as a fast tokenizer."""
+    # Imported here: the client and the CLI's argument parsing must not pay for transformers.
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    display = DEFAULT_SOURCE if source is None else source
+    try:
+        if source is None:
+            tokenizer = AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR), trust_remote_code=False)
+        elif Path(source).is_file():
+            if revision is not None:
+                raise TokenizerLoadError(f"--revision applies to hub ids, not to the file {source!r}")
+            tokenizer = PreTrainedTokenizerFast(tokenizer_file=source)
+        elif Path(source).is_dir():
+            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
+    except TokenizerLoadError:
+        raise
+    except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for the same failures
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise TokenizerLoadError(f"cannot load tokenizer {display!r}: {first_line}") from exc
+
+    tokenizer = _ensure_fast(tokenizer, display)
+    backend = tokenizer.backend_tokenizer
+    # transformers keeps no padding/truncation state between calls; start from the same clean slate.
+    backend.no_padding()
+    backend.no_truncation()
+    backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+    return LoadedTokenizer(tokenizer, display, revision, fingerprint(tokenizer))
+
+
+def _ensure_fast(tokenizer: Any, display: str) -> Any:
+    if getattr(tokenizer, "is_fast", False):
+        return tokenizer
+    try:
+        from transformers import PreTrainedTokenizerFast
+        from transformers.convert_slow_tokenizer import convert_slow_tokenizer
+
+        converted = PreTrainedTokenizerFast(
+            tokenizer_object=convert_slow_tokenizer(tokenizer),
+            model_max_length=tokenizer.model_max_length,
+            padding_side=tokenizer.padding_side,
+            truncation_side=tokenizer.truncation_side,
+            model_input_names=tokenizer.model_input_names,
+            **tokenizer.special_tokens_map,
+        )
+    except Exception as exc:
+        raise TokenizerLoadError(
+            f"cannot serve tokenizer {display!r}: it has no fast (Rust) version and transformers cannot "
+            f"convert {type(tokenizer).__name__} ({exc}); provide a tokenizer.json"
+        ) from exc
+    logger.warning("converted slow tokenizer %s of %r to a fast one", type(tokenizer).__name__, display)
+    return converted
+
+
+def call_config(tokenizer: Any) -> dict[str, Any]:
+    """The tokenizer settings outside tokenizer.json that change what a call returns."""
+    return {
+        "model_max_length": tokenizer.model_max_length,
+        "padding_side": tokenizer.padding_side,
+        "truncation_side": tokenizer.truncation_side,
+        "model_input_names": list(tokenizer.model_input_names),
+        "pad_token": tokenizer.pad_token,
+        "pad_token_id": tokenizer.pad_token_id,
+        "pad_token_type_id": tokenizer.pad_token_type_id,
+        "split_special_tokens": bool(getattr(tokenizer, "split_special_tokens", False)),
+        "clean_up_tokenization_spaces": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False)),
+        "special_tokens": {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())},
+    }
+
+
+def fingerprint(tokenizer: Any) -> str:
+    """A stable hash of everything that determines the output: tokenizer.json (without padding or
+    truncation state) plus :func:`call_config`. Same tokenizer, same fingerprint, on any machine."""
+    backend_json = json.loads(tokenizer.backend_tokenizer.to_str())
+    backend_json.pop("padding", None)
+    backend_json.pop("truncation", None)
+    canonical = json.dumps(
+        {"tokenizer": backend_json, "config": call_config(tokenizer)},
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()

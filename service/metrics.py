@@ -1,0 +1,51 @@
+"""Prometheus metrics: one registry per app, so several apps in one process (tests) never collide."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
+
+
+class Metrics:
+    """Counters and histograms for /metrics; also the engine's :class:`~service.batching.BatchObserver`."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("tokenizer_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.latency = Histogram("tokenizer_request_seconds", "HTTP request latency", ["route"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.texts = Counter("tokenizer_texts_encoded", "Texts (or pairs) encoded", registry=r)
+        self.tokens = Counter("tokenizer_tokens_encoded", "Real (unpadded) tokens encoded", registry=r)
+        self.batch_requests = Histogram("tokenizer_batch_requests", "Requests per engine batch",
+                                        buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.batch_texts = Histogram("tokenizer_batch_texts", "Texts per engine batch",
+                                     buckets=BATCH_SIZE_BUCKETS, registry=r)
+        self.encode_seconds = Histogram("tokenizer_encode_seconds", "Engine time per batch (encode + shaping)",
+                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.queue_requests = Gauge("tokenizer_queue_requests", "Requests waiting for the engine", registry=r)
+        self.queue_texts = Gauge("tokenizer_queue_texts", "Texts waiting for the engine", registry=r)
+        self.rejected = Counter("tokenizer_rejected", "Requests refused by backpressure", ["reason"], registry=r)
+        self.dropped = Counter("tokenizer_dropped", "Requests dropped because their client went away", registry=r)
+        self.forks = Gauge("tokenizer_forks_after_load", "Forks of the serving process after loading", registry=r)
+
+    # -- BatchObserver ----------------------------------------------------------------------------------
+    def batch_done(self, requests: int, texts: int, seconds: float) -> None:
+        self.batch_requests.observe(requests)
+        self.batch_texts.observe(texts)
+        self.encode_seconds.observe(seconds)
+
+    def request_rejected(self, reason: str) -> None:
+        self.rejected.labels(reason).inc()
+
+    def request_dropped(self) -> None:
+        self.dropped.inc()
+
+    def queue_changed(self, requests: int, texts: int) -> None:
+        self.queue_requests.set(requests)
+        self.queue_texts.set(texts)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,102 @@
+"""The one settings object. Every field is a CLI flag (``--max-texts-per-request``) and an environment
+variable (``TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST``); CLI flags win. Validated once, at start-up."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .batching import BatchingConfig
+
+ENV_PREFIX = "TOKENIZER_SERVICE_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    # -- what to serve --------------------------------------------------------------------------------
+    model: str | None = Field(
+        None,
+        description="Tokenizer source: a tokenizer.json file, a HuggingFace tokenizer directory, or a hub "
+        "model id. Unset: the embedded default (a BERT-style Chinese/English WordPiece, works offline).",
+    )
+    revision: str | None = Field(
+        None, description="Hub revision (branch, tag or commit) for a hub model id. Pin a commit in production."
+    )
+    # -- where to listen ------------------------------------------------------------------------------
+    host: str = Field("127.0.0.1", description="Interface to bind. 0.0.0.0 in a container.")
+    port: int = Field(8000, ge=0, le=65535, description="TCP port to bind (0: any free port).")
+    # -- parallelism ----------------------------------------------------------------------------------
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="Rust (rayon) threads for batch encodes. Unset: the CPUs this process may use "
+        "(affinity and cgroup quota). More threads than CPUs only adds contention.",
+    )
+    # -- limits (reported by /info) -------------------------------------------------------------------
+    max_texts_per_request: int = Field(
+        4096, ge=1, description="Most texts (or pairs) in one /encode or /tokenize request, and id lists in "
+        "one /decode. Larger batches amortise HTTP better but hold the engine longer."
+    )
+    max_text_chars: int = Field(
+        200_000, ge=1, description="Most characters in one text. Bounds the time one request can hold the engine."
+    )
+    max_body_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes (413 beyond)."
+    )
+    max_response_tokens: int = Field(
+        32 * 1024 * 1024,
+        ge=1,
+        description="Most token positions (rows x padded length) in one response. Guards memory against "
+        "padding='max_length' with a huge max_length.",
+    )
+    # -- micro-batching and backpressure (reported by /info) -------------------------------------------
+    batching: bool = Field(
+        True, description="Coalesce concurrent requests with compatible options into one Rust encode. Off: "
+        "each request is encoded alone (for comparison; lower throughput under concurrency)."
+    )
+    batch_wait_ms: float = Field(
+        2.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join. "
+        "Longer: bigger batches under light load, but added latency for a lone request."
+    )
+    max_batch_texts: int = Field(256, ge=1, description="Texts per Rust encode call. A larger request runs alone.")
+    max_batch_chars: int = Field(
+        512 * 1024, ge=1, description="Characters per Rust encode call; bounds how long one batch holds the engine."
+    )
+    max_queued_requests: int = Field(
+        1024, ge=1, description="Requests allowed to wait; beyond, refuse at once with 429 and Retry-After."
+    )
+    max_queued_texts: int = Field(65536, ge=1, description="Texts allowed to wait; beyond, 429 with Retry-After.")
+    queue_timeout_seconds: float = Field(
+        30.0, gt=0, description="A request still waiting for the engine after this gets 504 instead of hanging."
+    )
+    # -- security and operations ----------------------------------------------------------------------
+    api_key: SecretStr | None = Field(
+        None, description="When set, every route but /healthz, /readyz and /metrics needs 'Authorization: "
+        "Bearer <key>'."
+    )
+    log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
+    access_log: bool = Field(
+        False, description="Log every request. Costs CPU per request on the hot path; off by default."
+    )
+    graceful_shutdown_seconds: float = Field(
+        30.0, gt=0, description="On SIGTERM, how long in-flight requests may take before the process exits."
+    )
+
+    def batching_config(self) -> BatchingConfig:
+        return BatchingConfig(
+            enabled=self.batching,
+            max_wait_seconds=self.batch_wait_ms / 1000,
+            max_batch_texts=self.max_batch_texts,
+            max_batch_chars=self.max_batch_chars,
+            max_queued_requests=self.max_queued_requests,
+            max_queued_texts=self.max_queued_texts,
+            queue_timeout_seconds=self.queue_timeout_seconds,
+        )
+
+    @model_validator(mode="after")
+    def _check_consistency(self) -> "Settings":
+        if self.revision is not None and self.model is None:
+            raise ValueError("--revision needs --model: the embedded default tokenizer has no revisions")
+        return self
