@@ -113,7 +113,8 @@ class Engine:
         """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them."""
         self._check_accepting()
         self._check_texts(texts, "texts")
-        encodings = await self._call(self._encode_raw, list(texts), None, add_special_tokens, False)
+        # encode_batch_fast leaves tokens empty; the full encode_batch fills them
+        encodings = await self._call(self._encode_raw, list(texts), None, add_special_tokens, True)
         return [e.tokens for e in encodings]
 
     async def decode(
@@ -254,9 +255,15 @@ class Engine:
                 self._truncation = truncation
             encode = backend.encode_batch if with_offsets else backend.encode_batch_fast
             return encode(inputs, add_special_tokens=add_special_tokens)
-        except Exception as exc:  # Rust refuses an option or input: the caller's to fix
+        except BaseException as exc:  # noqa: BLE001
+            # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics
+            # (e.g. a stride too large for the room left after truncation), which pyo3 raises as
+            # PanicException -- a BaseException, so `except Exception` would let them crash the batch.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
             self._truncation = _read_truncation(backend)
-            raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {exc}") from exc
+            message = str(exc).split("\n")[0]
+            raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {message}") from exc
 
     # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:

@@ -1,0 +1,93 @@
+"""Shared fixtures: real tokenizers fetched from packages, in-process references, engines, servers."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+sys.path.insert(0, str(REPO / "tests"))
+
+import package_assets  # noqa: E402
+from servers import ServerProcess  # noqa: E402
+
+from service.loading import DEFAULT_TOKENIZER_DIR  # noqa: E402
+
+# The three tokenizer families every parity test runs on.
+FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dirs() -> dict[str, Path]:
+    """family -> HuggingFace tokenizer directory (the default one ships in the package)."""
+    return {"wordpiece_default": DEFAULT_TOKENIZER_DIR, **package_assets.tokenizer_dirs()}
+
+
+@pytest.fixture(scope="session")
+def reference_tokenizers(tokenizer_dirs: dict[str, Path]) -> dict[str, Any]:
+    """family -> the in-process transformers tokenizer a user would load (AutoTokenizer)."""
+    from transformers import AutoTokenizer
+
+    return {name: AutoTokenizer.from_pretrained(str(path)) for name, path in tokenizer_dirs.items()}
+
+
+@pytest.fixture(scope="session")
+def corpus() -> dict[str, list[str]]:
+    return {
+        "zh": package_assets.chinese_reviews(),
+        "en": package_assets.english_paragraphs(),
+    }
+
+
+class EngineRunner:
+    """An :class:`~service.engine.Engine` on its own event loop thread, callable from sync tests."""
+
+    def __init__(self, source: str | None, **engine_kwargs: Any) -> None:
+        from service.engine import Engine
+        from service.loading import load_tokenizer
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.engine = Engine(load_tokenizer(source), threads=2, **engine_kwargs)
+        self.run(self.engine.astart())
+
+    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.run(self.engine.astop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture(scope="session")
+def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[dict[str, EngineRunner]]:
+    from service.engine import EngineLimits
+
+    limits = EngineLimits(max_texts_per_request=4096, max_text_chars=1_000_000, max_response_tokens=1 << 28)
+    runners = {name: EngineRunner(str(path), limits=limits) for name, path in tokenizer_dirs.items()}
+    yield runners
+    for runner in runners.values():
+        runner.close()
+
+
+@pytest.fixture(scope="session")
+def servers(tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    """family -> a real server process on 127.0.0.1 (the default family runs with no --model)."""
+    logs = tmp_path_factory.mktemp("server-logs")
+    started: dict[str, ServerProcess] = {}
+    try:
+        for name, path in tokenizer_dirs.items():
+            args = [] if name == "wordpiece_default" else ["--model", str(path)]
+            started[name] = ServerProcess(*args, "--max-text-chars", "1000000", log_path=logs / f"{name}.log").start()
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()

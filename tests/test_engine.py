@@ -1,0 +1,167 @@
+"""Tier 1: the engine alone, no HTTP. Parity with in-process transformers on three tokenizer families."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from parity import TRICKY_TEXTS, assert_same, encode_calls, reference_call
+from service.encoding import EncodeOptions
+from service.errors import ErrorKind, ServiceError
+from service.parallelism import ForkGuard, available_cpus
+
+FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
+
+FIXED_CASES = [
+    {},
+    {"padding": True},
+    {"padding": "longest", "truncation": True, "max_length": 16},
+    {"padding": "max_length", "max_length": 24, "padding_side": "left"},
+    {"padding": "max_length", "truncation": True, "max_length": 12, "pad_to_multiple_of": 4,
+     "return_special_tokens_mask": True, "return_length": True},
+    {"truncation": "longest_first", "max_length": 10, "stride": 3, "return_overflowing_tokens": True,
+     "padding": True, "return_offsets_mapping": True},
+    {"padding": True, "pad_to_multiple_of": 8, "return_offsets_mapping": True, "padding_side": "left"},
+    {"add_special_tokens": False, "return_token_type_ids": True, "return_attention_mask": False},
+    {"max_length": 7},  # max_length alone turns truncation on, as in transformers
+    {"truncation": True},  # max_length from model_max_length
+    {"padding": "max_length"},  # pads to model_max_length
+]
+
+
+def engine_call(runner, texts, pairs, options):
+    try:
+        return runner.run(runner.engine.encode(texts, pairs, EncodeOptions(**options))).to_lists()
+    except ServiceError as exc:
+        return exc
+
+
+def check_parity(runner, reference, texts, pairs, options):
+    theirs = reference_call(reference, texts, pairs, options)
+    ours = engine_call(runner, texts, pairs, options)
+    if isinstance(theirs, BaseException):
+        assert isinstance(ours, ServiceError), f"transformers refused ({theirs!r}) but the engine returned {ours}"
+        assert ours.kind in (ErrorKind.TOKENIZER, ErrorKind.INVALID_REQUEST)
+    else:
+        assert not isinstance(ours, Exception), f"engine refused what transformers accepts: {ours!r}"
+        assert_same(ours, theirs, (texts, pairs, options))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("options", FIXED_CASES, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "defaults")
+def test_fixed_cases_match_transformers(engines, reference_tokenizers, corpus, family, options):
+    texts = corpus["zh"][:5] + corpus["en"][:5] + TRICKY_TEXTS
+    check_parity(engines[family], reference_tokenizers[family], texts, None, options)
+    pairs = corpus["en"][10:15] + corpus["zh"][10:15] + TRICKY_TEXTS[::-1]
+    check_parity(engines[family], reference_tokenizers[family], texts, pairs, options)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(call=encode_calls())
+def test_property_parity(engines, reference_tokenizers, family, call):
+    texts, pairs, options = call
+    check_parity(engines[family], reference_tokenizers[family], texts, pairs, options)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_long_text_parity(engines, reference_tokenizers, corpus, family):
+    long_text = " ".join(corpus["en"])[:100_000]
+    check_parity(engines[family], reference_tokenizers[family], [long_text, "short"], None, {"padding": True})
+
+
+def test_concurrent_mixed_options_are_batched_and_identical(engines, reference_tokenizers, corpus):
+    """Many requests with different options at once: batched together where compatible, each result
+    identical to encoding it alone."""
+    runner, reference = engines["wordpiece_default"], reference_tokenizers["wordpiece_default"]
+    option_sets = FIXED_CASES[:8]
+    calls = []
+    for i in range(64):
+        texts = corpus["zh"][i * 3:(i * 3) + 1 + i % 4]
+        calls.append((texts, option_sets[i % len(option_sets)]))
+
+    async def all_at_once():
+        return await asyncio.gather(
+            *(runner.engine.encode(t, None, EncodeOptions(**o)) for t, o in calls), return_exceptions=True
+        )
+
+    before = runner.engine.batcher.config
+    results = runner.run(all_at_once())
+    assert before.enabled
+    for (texts, options), result in zip(calls, results):
+        assert not isinstance(result, Exception), result
+        assert_same(result.to_lists(), reference_call(reference, texts, None, options), options)
+
+
+def test_one_bad_request_does_not_fail_its_batch_mates(engines, reference_tokenizers):
+    runner, reference = engines["wordpiece_default"], reference_tokenizers["wordpiece_default"]
+    good = {"truncation": True, "max_length": 8, "stride": 2, "return_overflowing_tokens": True}
+    bad = {"truncation": True, "max_length": 8, "stride": 7, "return_overflowing_tokens": True}  # stride too big
+    texts = ["一二三四五六七八九十一二三四五六七八九十"]
+
+    async def together():
+        return await asyncio.gather(
+            runner.engine.encode(texts, None, EncodeOptions(**good)),
+            runner.engine.encode(texts, None, EncodeOptions(**bad)),
+            runner.engine.encode(texts, None, EncodeOptions(**good)),
+            return_exceptions=True,
+        )
+
+    first, second, third = runner.run(together())
+    assert isinstance(reference_call(reference, texts, None, bad), BaseException)
+    assert isinstance(second, ServiceError) and second.kind is ErrorKind.TOKENIZER
+    expected = reference_call(reference, texts, None, good)
+    assert_same(first.to_lists(), expected)
+    assert_same(third.to_lists(), expected)
+
+
+def test_tokenize_and_decode_match_transformers(engines, reference_tokenizers, corpus):
+    for family in FAMILIES:
+        runner, reference = engines[family], reference_tokenizers[family]
+        texts = corpus["zh"][:3] + corpus["en"][:3] + TRICKY_TEXTS
+        assert runner.run(runner.engine.tokenize(texts)) == [reference.tokenize(t) for t in texts]
+        ids = reference(texts)["input_ids"]
+        for skip in (False, True):
+            assert runner.run(runner.engine.decode(ids, skip)) == reference.batch_decode(ids, skip_special_tokens=skip)
+
+
+def test_limits_are_enforced_with_their_names(tokenizer_dirs):
+    from conftest import EngineRunner
+    from service.engine import EngineLimits
+
+    runner = EngineRunner(None, limits=EngineLimits(max_texts_per_request=3, max_text_chars=10, max_response_tokens=50))
+    try:
+        cases = [
+            (["a"] * 4, "max_texts_per_request"),
+            (["a" * 11], "max_text_chars"),
+        ]
+        for texts, name in cases:
+            with pytest.raises(ServiceError, match=name) as info:
+                runner.run(runner.engine.encode(texts))
+            assert info.value.kind is ErrorKind.TOO_LARGE
+        with pytest.raises(ServiceError, match="max_response_tokens"):
+            runner.run(runner.engine.encode(["a"], None, EncodeOptions(padding="max_length", max_length=100)))
+        with pytest.raises(ServiceError, match="at least one"):
+            runner.run(runner.engine.encode([]))
+        with pytest.raises(ServiceError, match="must match"):
+            runner.run(runner.engine.encode(["a", "b"], ["c"]))
+    finally:
+        runner.close()
+
+
+def test_fork_guard_counts_forks_after_load(engines):
+    before = ForkGuard.forks_after_load
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert ForkGuard.forks_after_load == before + 1
+    assert engines["wordpiece_default"].engine.info()["parallelism"]["forks_after_load"] == before + 1
+
+
+def test_available_cpus_honours_affinity():
+    assert 1 <= available_cpus() <= len(os.sched_getaffinity(0))
