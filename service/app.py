@@ -42,21 +42,25 @@ STATUS_BY_KIND: dict[ErrorKind, int] = {
     ErrorKind.NOT_ACCEPTABLE: 406,
     ErrorKind.UNAUTHORIZED: 401,
     ErrorKind.NOT_FOUND: 404,
+    ErrorKind.METHOD_NOT_ALLOWED: 405,
     ErrorKind.OVERLOADED: 429,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.TIMEOUT: 504,
     ErrorKind.INTERNAL: 500,
 }
-KIND_BY_STATUS = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.INVALID_REQUEST, 413: ErrorKind.TOO_LARGE}
+KIND_BY_STATUS = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED, 413: ErrorKind.TOO_LARGE}
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention: the client went away before the answer
 
 
-def error_response(kind: ErrorKind, message: str, retry_after: float | None = None) -> Response:
+def error_response(kind: ErrorKind, message: str, retry_after: float | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
     """The one error body shape: ``{"error": message, "error_type": kind}``."""
-    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+    headers = dict(headers or {})
+    if retry_after is not None:
+        headers["Retry-After"] = str(max(1, round(retry_after)))
     if kind is ErrorKind.UNAUTHORIZED:
-        headers = {"WWW-Authenticate": "Bearer"}
+        headers["WWW-Authenticate"] = "Bearer"
     return Response(
         orjson.dumps({"error": message, "error_type": kind.value}),
         status_code=STATUS_BY_KIND[kind],
@@ -230,7 +234,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         kind = KIND_BY_STATUS.get(exc.status_code, ErrorKind.INVALID_REQUEST)
-        return error_response(kind, f"{exc.detail}: {request.method} {request.url.path}")
+        return error_response(kind, f"{exc.detail}: {request.method} {request.url.path}", headers=exc.headers)
 
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception) -> Response:

@@ -18,6 +18,7 @@ class ErrorKind(str, enum.Enum):
     NOT_ACCEPTABLE = "not_acceptable"  # the result cannot be represented in the requested format
     UNAUTHORIZED = "unauthorized"  # missing or wrong API key
     NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
     OVERLOADED = "overloaded"  # queue full: retry after a pause
     UNAVAILABLE = "unavailable"  # not ready or draining: retry elsewhere
     TIMEOUT = "timeout"  # waited past the deadline in the queue

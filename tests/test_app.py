@@ -1,0 +1,235 @@
+"""Tier 2: the app in-process (TestClient, lifespan running). Contract, errors, limits, auth, metrics."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from safetensors.numpy import load as load_safetensors
+
+from parity import TRICKY_TEXTS, assert_same, reference_call
+from service.app import STATUS_BY_KIND, create_app
+from service.errors import ErrorKind
+from service.loading import fingerprint, load_tokenizer
+from service.protocol import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from service.settings import Settings
+
+BINARY = {"Accept": SAFETENSORS_MEDIA_TYPE}
+
+
+def make_client(**settings) -> TestClient:
+    return TestClient(create_app(Settings(**settings)))
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with make_client(max_texts_per_request=8, max_text_chars=150_000, max_body_bytes=2_000_000) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(reference_tokenizers):
+    return reference_tokenizers["wordpiece_default"]
+
+
+def assert_error(response, status: int, kind: ErrorKind, *words: str) -> None:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error", "error_type"}, body
+    assert body["error_type"] == kind.value
+    for word in words:
+        assert word in body["error"], body["error"]
+
+
+def test_encode_json_matches_transformers(client, reference, corpus):
+    texts = corpus["zh"][:4] + corpus["en"][:4]
+    options = {"padding": "longest", "truncation": True, "max_length": 32, "return_special_tokens_mask": True,
+               "return_length": True, "return_offsets_mapping": True}
+    response = client.post("/encode", json={"texts": texts, **options})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert_same(response.json(), reference_call(reference, texts, None, options))
+
+
+def test_encode_binary_is_safetensors_of_the_same_arrays(client, reference, corpus):
+    texts, pairs = [t[:12] for t in corpus["zh"][:5]], corpus["en"][:5]
+    options = {"padding": "max_length", "truncation": "only_second", "max_length": 64, "pad_to_multiple_of": 8,
+               "return_overflowing_tokens": True, "stride": 4, "return_offsets_mapping": True}
+    response = client.post("/encode", json={"texts": texts, "text_pairs": pairs, **options}, headers=BINARY)
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == SAFETENSORS_MEDIA_TYPE
+    arrays = load_safetensors(response.content)
+    expected = reference(texts, pairs, return_tensors="np", **options)
+    assert set(arrays) == set(expected)
+    for key, value in expected.items():
+        assert arrays[key].dtype == np.int64
+        np.testing.assert_array_equal(arrays[key], value, err_msg=key)
+    assert arrays["offset_mapping"].shape[-1] == 2
+
+
+def test_ragged_binary_is_406_saying_to_pad(client):
+    response = client.post("/encode", json={"texts": ["a", "a b c d"]}, headers=BINARY)
+    assert_error(response, 406, ErrorKind.NOT_ACCEPTABLE, "padding")
+    # equal lengths are a tensor without padding, as transformers' return_tensors allows
+    assert client.post("/encode", json={"texts": ["a", "b"]}, headers=BINARY).status_code == 200
+
+
+@pytest.mark.parametrize("text", TRICKY_TEXTS + ["x" * 100_000, "中" * 100_000], ids=lambda t: repr(t[:12]))
+def test_any_text_encodes_exactly_or_is_refused_by_a_limit(client, reference, text):
+    for binary in (False, True):
+        response = client.post("/encode", json={"texts": [text, "pad me"], "padding": True,
+                                                "return_offsets_mapping": True}, headers=BINARY if binary else {})
+        assert response.status_code == 200, response.text
+        expected = reference([text, "pad me"], padding=True, return_offsets_mapping=True,
+                             return_tensors="np" if binary else None)
+        if binary:
+            arrays = load_safetensors(response.content)
+            for key in expected:
+                np.testing.assert_array_equal(arrays[key], expected[key])
+        else:
+            assert_same(response.json(), reference_call(reference, [text, "pad me"], None,
+                                                        {"padding": True, "return_offsets_mapping": True}))
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"texts": ["a"], "bogus": 1}, "bogus"),
+        ({"texts": "not a list"}, "texts"),
+        ({"texts": [1, 2]}, "texts.0"),
+        ({"texts": ["a"], "padding": "sideways"}, "padding"),
+        ({"texts": ["a"], "truncation": "yes"}, "truncation"),
+        ({"texts": ["a"], "max_length": -1}, "max_length"),
+        ({"texts": ["a"], "pad_to_multiple_of": 0}, "pad_to_multiple_of"),
+        ({"texts": ["a"], "padding_side": "middle"}, "padding_side"),
+        ({"texts": ["a"], "return_length": "yes"}, "return_length"),
+        ({}, "texts"),
+    ],
+)
+def test_bad_fields_are_422_naming_the_field(client, body, field):
+    assert_error(client.post("/encode", json=body), 422, ErrorKind.INVALID_REQUEST, field)
+
+
+def test_malformed_json_and_empty_or_mismatched_texts_are_422(client):
+    assert_error(client.post("/encode", content=b'{"texts": ["a"', headers={"content-type": "application/json"}),
+                 422, ErrorKind.INVALID_REQUEST, "JSON")
+    assert_error(client.post("/encode", json={"texts": []}), 422, ErrorKind.INVALID_REQUEST, "at least one")
+    assert_error(client.post("/encode", json={"texts": ["a", "b"], "text_pairs": ["c"]}), 422,
+                 ErrorKind.INVALID_REQUEST, "text_pairs")
+
+
+def test_refusals_of_transformers_are_4xx_with_its_reason(client):
+    # transformers: max_length must be a multiple of pad_to_multiple_of when both truncate and pad
+    response = client.post("/encode", json={"texts": ["a"], "padding": True, "truncation": True, "max_length": 10,
+                                            "pad_to_multiple_of": 8})
+    assert_error(response, 422, ErrorKind.TOKENIZER, "multiple of pad_to_multiple_of")
+    # Rust panics on a stride too large for the room truncation leaves
+    response = client.post("/encode", json={"texts": ["一二三四五六七八九十" * 3], "truncation": True, "max_length": 6,
+                                            "stride": 5, "return_overflowing_tokens": True})
+    assert_error(response, 422, ErrorKind.TOKENIZER, "stride")
+    assert client.get("/readyz").status_code == 200  # and the server carries on
+
+
+def test_padding_without_a_pad_token_is_refused_like_transformers(tokenizer_dirs):
+    bare_json = Path(tokenizer_dirs["bytelevel_bpe"]) / "tokenizer.json"
+    with make_client(model=str(bare_json)) as c:
+        response = c.post("/encode", json={"texts": ["a", "bb"], "padding": True})
+        assert_error(response, 422, ErrorKind.TOKENIZER, "padding token")
+        assert c.post("/encode", json={"texts": ["a", "bb"]}).status_code == 200
+
+
+def test_limits_are_413_naming_the_limit(client):
+    assert_error(client.post("/encode", json={"texts": ["a"] * 9}), 413, ErrorKind.TOO_LARGE, "max_texts_per_request")
+    assert_error(client.post("/encode", json={"texts": ["a" * 150_001]}), 413, ErrorKind.TOO_LARGE, "max_text_chars")
+    assert_error(client.post("/encode", content=b"x" * 2_000_001), 413, ErrorKind.TOO_LARGE, "max_body_bytes")
+    response = client.post("/encode", json={"texts": ["a"], "padding": "max_length", "max_length": 1 << 30})
+    assert_error(response, 413, ErrorKind.TOO_LARGE, "max_response_tokens")
+
+
+def test_tokenize_and_decode(client, reference, corpus):
+    texts = corpus["zh"][:2] + TRICKY_TEXTS[:4]
+    response = client.post("/tokenize", json={"texts": texts})
+    assert response.json() == {"tokens": [reference.tokenize(t) for t in texts]}
+    ids = reference(texts)["input_ids"]
+    response = client.post("/decode", json={"ids": ids, "skip_special_tokens": True})
+    assert response.json() == {"texts": reference.batch_decode(ids, skip_special_tokens=True)}
+    assert response.headers[FINGERPRINT_HEADER].startswith("sha256:")
+    assert_error(client.post("/decode", json={"ids": [[10**9]]}), 422, ErrorKind.INVALID_REQUEST, "vocabulary")
+    assert_error(client.post("/decode", json={"ids": [[-1]]}), 422, ErrorKind.INVALID_REQUEST, "vocabulary")
+
+
+def test_info_reports_tokenizer_limits_parallelism_and_versions(client, reference):
+    info = client.get("/info").json()
+    assert info["source"] == "embedded:default"
+    assert info["vocab_size"] == len(reference)
+    assert info["model_max_length"] == 512 and info["padding_side"] == "right"
+    assert info["model_input_names"] == ["input_ids", "token_type_ids", "attention_mask"]
+    assert info["special_tokens"]["pad_token"] == "[PAD]"
+    assert info["limits"]["max_texts_per_request"] == 8
+    assert info["max_body_bytes"] == 2_000_000
+    assert set(info["parallelism"]) == {"tokenizers_parallelism", "rust_threads", "forks_after_load"}
+    assert set(info["versions"]) == {"service", "tokenizers", "transformers"}
+    assert info["batching"]["enabled"] is True
+
+
+def test_fingerprint_is_stable_and_tracks_what_changes_output(client, tokenizer_dirs):
+    served = client.post("/encode", json={"texts": ["a"]}).headers[FINGERPRINT_HEADER]
+    assert served == client.get("/info").json()["fingerprint"]
+    assert served == fingerprint(load_tokenizer(None).tokenizer)  # a fresh load: same fingerprint
+    other = load_tokenizer(str(tokenizer_dirs["bytelevel_bpe"])).fingerprint
+    assert other != served
+    changed = load_tokenizer(None).tokenizer
+    changed.padding_side = "left"
+    assert fingerprint(changed) != served
+
+
+def test_metrics_count_requests_texts_and_batches(client):
+    client.post("/encode", json={"texts": ["计数", "count"]})
+    text = client.get("/metrics").text
+    assert 'tokenizer_requests_total{route="/encode",status="200"}' in text
+    assert "tokenizer_texts_encoded_total" in text and "tokenizer_tokens_encoded_total" in text
+    assert "tokenizer_batch_texts_bucket" in text and "tokenizer_queue_requests" in text
+    assert "tokenizer_request_seconds_bucket" in text
+
+
+def test_every_error_has_one_shape(client):
+    assert_error(client.get("/nope"), 404, ErrorKind.NOT_FOUND, "/nope")
+    assert_error(client.get("/encode"), 405, ErrorKind.METHOD_NOT_ALLOWED, "GET")
+    assert set(STATUS_BY_KIND) == set(ErrorKind)
+
+
+def test_api_key_guards_every_route_but_probes_and_metrics():
+    with make_client(api_key="s3cret") as c:
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert c.get(path).status_code == 200
+        assert_error(c.post("/encode", json={"texts": ["a"]}), 401, ErrorKind.UNAUTHORIZED, "Bearer")
+        assert_error(c.get("/info", headers={"Authorization": "Bearer wrong"}), 401, ErrorKind.UNAUTHORIZED)
+        assert c.get("/docs").status_code == 401
+        ok = c.post("/encode", json={"texts": ["a"]}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+def test_openapi_documents_the_request_bodies(client):
+    schema = client.get("/openapi.json").json()
+    body = schema["paths"]["/encode"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert "texts" in body["properties"] and "padding" in body["properties"]
+    assert client.get("/docs").status_code == 200
+
+
+def test_not_ready_before_lifespan_and_ready_during():
+    app = create_app(Settings())
+    with TestClient(app) as c:
+        assert c.get("/readyz").json() == {"status": "ready"}
+    # outside the lifespan the engine is stopped: readiness must say so
+    assert not app.state.engine.ready
+
+
+def test_settings_reject_inconsistent_values():
+    with pytest.raises(ValueError, match="revision"):
+        Settings(revision="main")
+    with pytest.raises(ValueError):
+        Settings(max_texts_per_request=0)
