@@ -54,6 +54,7 @@ class EncodeWork:
     chars: int
     future: asyncio.Future
     enqueued_at: float = field(default_factory=time.monotonic)
+    started: bool = False  # taken into a batch: the queue deadline no longer applies
 
 
 # Runs one batch on the engine thread: inputs of several requests, their plans -> per-request outcome
@@ -126,6 +127,8 @@ class Batcher:
         try:
             return await asyncio.wait_for(asyncio.shield(work.future), self.config.queue_timeout_seconds)
         except asyncio.TimeoutError:
+            if work.started:  # the deadline bounds waiting in the queue, not the encode itself
+                return await work.future
             work.future.cancel()
             self._notify_rejected("timeout")
             raise ServiceError(
@@ -218,6 +221,7 @@ class Batcher:
             if fits:
                 if not batch:
                     key = work.plan.batch_key
+                work.started = True
                 batch.append(work)
                 texts += len(work.inputs)
                 chars += work.chars
