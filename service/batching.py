@@ -71,6 +71,7 @@ class Batcher:
         self._observer = observer
         self._queue: deque[EncodeWork] = deque()
         self._queued_texts = 0
+        self._queued_chars = 0
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
 
@@ -91,7 +92,7 @@ class Batcher:
             work = self._queue.popleft()
             if not work.future.done():
                 work.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
-        self._queued_texts = 0
+        self._queued_texts = self._queued_chars = 0
 
     # -- admission --------------------------------------------------------------------------------------
     @property
@@ -122,6 +123,7 @@ class Batcher:
             )
         self._queue.append(work)
         self._queued_texts += texts
+        self._queued_chars += work.chars
         self._notify_queue()
         self._wakeup.set()
         try:
@@ -188,7 +190,7 @@ class Batcher:
     def _caps_reached(self) -> bool:
         return (
             self._queued_texts >= self.config.max_batch_texts
-            or sum(w.chars for w in self._queue) >= self.config.max_batch_chars
+            or self._queued_chars >= self.config.max_batch_chars
         )
 
     def _take_batch(self) -> list[EncodeWork]:
@@ -201,12 +203,10 @@ class Batcher:
         while self._queue:
             work = self._queue.popleft()
             if work.future.done():  # caller gone or timed out: drop before any work is done
-                self._queued_texts -= len(work.inputs)
                 if work.future.cancelled():
                     self._notify_dropped()
                 continue
             if now - work.enqueued_at > self.config.queue_timeout_seconds:
-                self._queued_texts -= len(work.inputs)
                 work.future.set_exception(ServiceError(ErrorKind.TIMEOUT, "the request expired in the queue"))
                 continue
             fits = (
@@ -225,13 +225,14 @@ class Batcher:
                 batch.append(work)
                 texts += len(work.inputs)
                 chars += work.chars
-                self._queued_texts -= len(work.inputs)
             else:
                 kept.append(work)
             if not self.config.enabled and batch:
                 break
         kept.extend(self._queue)
         self._queue = kept
+        self._queued_texts = sum(len(w.inputs) for w in kept)
+        self._queued_chars = sum(w.chars for w in kept)
         self._notify_queue()
         return batch
 
