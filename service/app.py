@@ -243,7 +243,9 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
 
     if settings.api_key is not None:
         app.add_middleware(_BearerAuthMiddleware, api_key=settings.api_key.get_secret_value())
-    app.add_middleware(_MetricsMiddleware, metrics=metrics, routes={r.path for r in app.routes})  # outermost
+    app.state.in_flight = InFlight()
+    app.add_middleware(_MetricsMiddleware, metrics=metrics, routes={r.path for r in app.routes},
+                       in_flight=app.state.in_flight)  # outermost
     return app
 
 
@@ -286,13 +288,21 @@ class _BearerAuthMiddleware:
         await self.app(scope, receive, send)
 
 
-class _MetricsMiddleware:
-    """Pure ASGI: counts requests by route and status and times them (no per-request objects)."""
+class InFlight:
+    """How many HTTP requests are being answered right now (the drain waits for zero)."""
 
-    def __init__(self, app: Any, metrics: Metrics, routes: set[str]) -> None:
+    def __init__(self) -> None:
+        self.count = 0
+
+
+class _MetricsMiddleware:
+    """Pure ASGI: counts requests by route and status, times them, and tracks how many are in flight."""
+
+    def __init__(self, app: Any, metrics: Metrics, routes: set[str], in_flight: InFlight) -> None:
         self.app = app
         self.metrics = metrics
         self.routes = routes
+        self.in_flight = in_flight
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -308,8 +318,10 @@ class _MetricsMiddleware:
                 status = message["status"]
             await send(message)
 
+        self.in_flight.count += 1
         try:
             await self.app(scope, receive, send_and_record)
         finally:
+            self.in_flight.count -= 1
             self.metrics.requests.labels(route, str(status)).inc()
             self.metrics.latency.labels(route).observe(time.perf_counter() - started)

@@ -95,21 +95,10 @@ def serve(parser: argparse.ArgumentParser, given: dict[str, Any]) -> int:
         print(f"tokenizer-service: {exc}", file=sys.stderr)
         return 1
 
-    import uvicorn
-
     from .app import create_app
+    from .serving import run
 
     app = create_app(settings.model_copy(update={"threads": threads}), loaded)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        workers=1,
-        loop="auto",
-        http="auto",
-        log_level=settings.log_level,
-        access_log=settings.access_log,
-        timeout_graceful_shutdown=int(settings.graceful_shutdown_seconds),
-        server_header=False,
-    )
+    run(app, host=settings.host, port=settings.port, log_level=settings.log_level, access_log=settings.access_log,
+        grace_seconds=settings.graceful_shutdown_seconds)
     return 0
