@@ -41,7 +41,6 @@ def test_sigterm_under_load_completes_in_flight_requests_then_exits_cleanly(corp
 
         for thread in threads:
             thread.join(60)
-        assert outcome == ["RemoteProtocolError"]
         assert results == [200] * 6, results
         assert server.proc.wait(25) == 0
         assert time.monotonic() - sent_at < 20
