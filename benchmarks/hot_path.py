@@ -36,7 +36,7 @@ def main() -> None:
     from safetensors.numpy import save
 
     import package_assets
-    from service.encoding import EncodeOptions, build_batch, plan_encode
+    from service.encoding import EncodeOptions, TokenizerFacts, build_batch, plan_encode
     from service.loading import load_tokenizer
 
     texts = package_assets.chinese_reviews()[: args.batch // 2] + package_assets.english_paragraphs()[: args.batch // 2]
@@ -57,11 +57,12 @@ def main() -> None:
         return reference(texts, return_tensors="pt", **call)
 
     backend = ours.backend_tokenizer
-    plan = plan_encode(ours, options)
+    facts = TokenizerFacts.of(ours)
+    plan = plan_encode(facts, options)
     backend.enable_truncation(**plan.truncation.as_kwargs())
 
     def engine_hot_path():
-        plan_encode(ours, options)
+        plan_encode(facts, options)
         return build_batch(backend.encode_batch_fast(texts), plan, 1 << 30)
 
     def engine_json_body():

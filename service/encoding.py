@@ -98,9 +98,39 @@ class EncodePlan:
         return (self.truncation, self.add_special_tokens, self.with_offsets)
 
 
-def plan_encode(tokenizer: Any, options: EncodeOptions) -> EncodePlan:
+@dataclass(frozen=True)
+class TokenizerFacts:
+    """What option resolution reads from a tokenizer, read once at load.
+
+    ``tokenizer.pad_token_id`` is a call into the Rust tokenizer; taking a snapshot keeps every Rust call
+    on the engine thread (the event loop resolves options while that thread may be mutating truncation).
+    It is also the ``self`` that transformers' own resolution function reads.
+    """
+
+    model_max_length: int
+    pad_token: str | None
+    pad_token_id: int | None
+    pad_token_type_id: int
+    padding_side: str
+    truncation_side: str
+    model_input_names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, tokenizer: Any) -> "TokenizerFacts":
+        return cls(
+            model_max_length=tokenizer.model_max_length,
+            pad_token=tokenizer.pad_token,
+            pad_token_id=tokenizer.pad_token_id,
+            pad_token_type_id=tokenizer.pad_token_type_id,
+            padding_side=tokenizer.padding_side,
+            truncation_side=tokenizer.truncation_side,
+            model_input_names=tuple(tokenizer.model_input_names),
+        )
+
+
+def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
     """Resolve ``options`` exactly as transformers' ``__call__`` does, or raise a TOKENIZER error."""
-    from transformers.tokenization_utils_base import TruncationStrategy
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase, TruncationStrategy
     from transformers.utils import PaddingStrategy
 
     if options.padding not in PADDING_VALUES:
@@ -108,7 +138,9 @@ def plan_encode(tokenizer: Any, options: EncodeOptions) -> EncodePlan:
     if options.truncation not in TRUNCATION_VALUES:
         raise ServiceError(ErrorKind.INVALID_REQUEST, f"truncation must be one of {TRUNCATION_VALUES}")
     try:
-        padding, truncation, max_length, _ = tokenizer._get_padding_truncation_strategies(
+        # transformers' own resolution (same defaults, same refusals), reading our snapshot as `self`
+        padding, truncation, max_length, _ = PreTrainedTokenizerBase._get_padding_truncation_strategies(
+            facts,
             padding=options.padding,
             truncation=options.truncation,
             max_length=options.max_length,
@@ -118,7 +150,7 @@ def plan_encode(tokenizer: Any, options: EncodeOptions) -> EncodePlan:
     except ValueError as exc:
         raise ServiceError(ErrorKind.TOKENIZER, str(exc)) from exc
 
-    input_names = tokenizer.model_input_names
+    input_names = facts.model_input_names
     want_type_ids = options.return_token_type_ids
     if want_type_ids is None:
         want_type_ids = "token_type_ids" in input_names
@@ -138,9 +170,9 @@ def plan_encode(tokenizer: Any, options: EncodeOptions) -> EncodePlan:
     if truncation != TruncationStrategy.DO_NOT_TRUNCATE:
         truncation_setting = TruncationSetting(
             max_length=max_length, stride=options.stride, strategy=truncation.value,
-            direction=tokenizer.truncation_side,
+            direction=facts.truncation_side,
         )
-    padding_side = options.padding_side if options.padding_side is not None else tokenizer.padding_side
+    padding_side = options.padding_side if options.padding_side is not None else facts.padding_side
     return EncodePlan(
         truncation=truncation_setting,
         add_special_tokens=options.add_special_tokens,
@@ -148,8 +180,8 @@ def plan_encode(tokenizer: Any, options: EncodeOptions) -> EncodePlan:
         pad_longest=padding == PaddingStrategy.LONGEST,
         pad_to_multiple_of=options.pad_to_multiple_of,
         pad_left=padding_side == "left",
-        pad_id=tokenizer.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD else 0,
-        pad_type_id=tokenizer.pad_token_type_id,
+        pad_id=facts.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD else 0,
+        pad_type_id=facts.pad_token_type_id,
         keys=tuple(k for k in OUTPUT_KEYS if wanted[k]),
         with_overflow=options.return_overflowing_tokens,
     )

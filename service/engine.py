@@ -17,7 +17,15 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from . import __version__
 from .batching import BatchObserver, Batcher, BatchingConfig, EncodeWork
-from .encoding import EncodedBatch, EncodeOptions, EncodePlan, TruncationSetting, build_batch, plan_encode
+from .encoding import (
+    EncodedBatch,
+    EncodeOptions,
+    EncodePlan,
+    TokenizerFacts,
+    TruncationSetting,
+    build_batch,
+    plan_encode,
+)
 from .errors import ErrorKind, ServiceError
 from .loading import LoadedTokenizer, call_config
 from .parallelism import ForkGuard, parallelism_enabled
@@ -55,6 +63,9 @@ class Engine:
         self.threads = threads
         self.limits = limits
         self._backend = loaded.tokenizer.backend_tokenizer
+        self.facts = TokenizerFacts.of(loaded.tokenizer)  # read once: no Rust calls off the engine thread
+        self.vocab_size = len(loaded.tokenizer)
+        self._config = call_config(loaded.tokenizer)
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
         self._batcher = Batcher(batching, self._run_batch, observer)
@@ -103,7 +114,7 @@ class Engine:
                     ErrorKind.INVALID_REQUEST,
                     f"text_pairs has {len(text_pairs)} entries but texts has {len(texts)}; they must match",
                 )
-        plan = plan_encode(self.tokenizer, options)
+        plan = plan_encode(self.facts, options)
         inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs))
         chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
         loop = asyncio.get_running_loop()
@@ -132,7 +143,7 @@ class Engine:
                 ErrorKind.TOO_LARGE,
                 f"{len(ids)} id lists exceed max_texts_per_request={self.limits.max_texts_per_request}",
             )
-        vocab = len(self.tokenizer)
+        vocab = self.vocab_size
         for row in ids:
             for token_id in row:
                 if not 0 <= token_id < vocab:
@@ -158,14 +169,14 @@ class Engine:
         import tokenizers
         import transformers
 
-        config = call_config(self.tokenizer)
+        config = self._config
         batching = self._batcher.config
         return {
             "source": self.loaded.source,
             "revision": self.loaded.revision,
             "fingerprint": self.loaded.fingerprint,
             "tokenizer_class": type(self.tokenizer).__name__,
-            "vocab_size": len(self.tokenizer),
+            "vocab_size": self.vocab_size,
             "special_tokens": config["special_tokens"],
             "pad_token_id": config["pad_token_id"],
             "model_max_length": config["model_max_length"],
