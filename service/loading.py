@@ -81,9 +81,10 @@ def _ensure_fast(tokenizer: Any, display: str) -> Any:
             **tokenizer.special_tokens_map,
         )
     except Exception as exc:
+        reason = str(exc).strip().split(". ")[0].splitlines()[0]
         raise TokenizerLoadError(
             f"cannot serve tokenizer {display!r}: it has no fast (Rust) version and transformers cannot "
-            f"convert {type(tokenizer).__name__} ({exc}); provide a tokenizer.json"
+            f"convert {type(tokenizer).__name__} ({reason}); provide a tokenizer.json"
         ) from exc
     logger.warning("converted slow tokenizer %s of %r to a fast one", type(tokenizer).__name__, display)
     return converted

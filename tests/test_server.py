@@ -165,3 +165,16 @@ def test_python_dash_m_and_console_script_agree():
                             capture_output=True, text=True, timeout=60)
     assert module.returncode == script.returncode == 0
     assert module.stdout == script.stdout and "tokenizer-service" in module.stdout
+
+
+def test_slow_only_tokenizer_without_converter_is_refused_clearly(tmp_path, tokenizer_dirs):
+    """transformers 5 converts every tokenizer it has a converter for on load (the SentencePiece family
+    above arrives fast); one it cannot convert is refused at start with a line saying what to provide."""
+    import shutil
+
+    shutil.copy(tokenizer_dirs["sentencepiece"] / "tokenizer.model", tmp_path / "tokenizer.model")
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "BertGenerationTokenizer"}')
+    result = run_cli("serve", "--model", str(tmp_path))
+    assert result.returncode == 1
+    assert "no fast (Rust) version" in result.stderr and "tokenizer.json" in result.stderr
+    assert "Traceback" not in result.stderr
