@@ -1,0 +1,76 @@
+"""The training-side client of tokenizer-service: a remote tokenizer that works inside DataLoader workers.
+
+    from service.client import TokenizerClient
+
+    client = TokenizerClient("http://127.0.0.1:8000")       # or several URLs, or $TOKENIZER_SERVICE_URL
+    batch = client(["text a", "text b"], padding="longest", truncation=True, max_length=128, return_tensors="pt")
+    loader = DataLoader(texts, batch_size=32, num_workers=4,
+                        collate_fn=client.collator(padding="longest", truncation=True, max_length=128))
+
+Importing or using this package never imports ``tokenizers``, ``transformers``, ``fastapi`` or
+``pydantic``, nor httpx with the default transports (stdlib ``http.client`` for the sync client, asyncio
+streams for the async one); numpy and torch are imported only when arrays or tensors are asked for.
+"""
+
+from .clients import API_KEY_ENV, URL_ENV, AsyncTokenizerClient, TokenizerClient
+from .collate import Collator
+from .exceptions import (
+    ConnectError,
+    FingerprintMismatch,
+    InvalidRequest,
+    NotAcceptable,
+    PayloadTooLarge,
+    ProtocolError,
+    RequestRejected,
+    RetriesExhausted,
+    ServerBusy,
+    TokenizerServiceError,
+    TransportError,
+    TransportTimeout,
+    Unauthorized,
+)
+from .retrying import RetryPolicy
+from .tensors import EncodeResult
+from .transport import (
+    AsyncHTTPTransport,
+    AsyncHTTPXTransport,
+    HTTPTransport,
+    HTTPXTransport,
+    MockTransport,
+    Request,
+    Response,
+    Timeout,
+)
+
+__all__ = [
+    "TokenizerClient",
+    "AsyncTokenizerClient",
+    "Collator",
+    "EncodeResult",
+    "RetryPolicy",
+    "Timeout",
+    "URL_ENV",
+    "API_KEY_ENV",
+    # transports
+    "Request",
+    "Response",
+    "HTTPTransport",
+    "HTTPXTransport",
+    "AsyncHTTPTransport",
+    "AsyncHTTPXTransport",
+    "MockTransport",
+    # errors
+    "TokenizerServiceError",
+    "TransportError",
+    "ConnectError",
+    "TransportTimeout",
+    "ProtocolError",
+    "RequestRejected",
+    "InvalidRequest",
+    "Unauthorized",
+    "PayloadTooLarge",
+    "NotAcceptable",
+    "ServerBusy",
+    "FingerprintMismatch",
+    "RetriesExhausted",
+]

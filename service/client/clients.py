@@ -1,0 +1,348 @@
+"""``TokenizerClient`` and ``AsyncTokenizerClient``: a remote tokenizer that feels like the in-process one.
+
+Both take the same arguments and have the same methods; the async one's are coroutines. Construction
+only stores configuration: no socket, thread or event loop exists until the first call in a process, so a
+client can be built at import time, used in the parent, pickled into spawned DataLoader workers or
+inherited by forked ones, and each process opens its own connections.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Mapping, Sequence
+
+from .. import __version__
+from .collate import Collator
+from .exceptions import ServerBusy, TransportError
+from .protocol import (
+    RETRY_STATUSES,
+    SAFETENSORS_MEDIA_TYPE,
+    Call,
+    decode_call,
+    encode_call,
+    finish,
+    info_call,
+    rejection,
+    tokenize_call,
+)
+from .retrying import Attempts, Endpoints, RetryPolicy
+from .tensors import EncodeResult
+from .transport import AsyncHTTPTransport, HTTPTransport, Request, Timeout
+
+URL_ENV = "TOKENIZER_SERVICE_URL"
+API_KEY_ENV = "TOKENIZER_SERVICE_API_KEY"
+_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+_BINARY_HEADERS = {"Content-Type": "application/json", "Accept": SAFETENSORS_MEDIA_TYPE}
+
+
+def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
+    """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``."""
+    if url is None:
+        url = os.environ.get(URL_ENV, "")
+        if not url.strip():
+            raise ValueError(
+                f"no service URL: pass url= (one URL, several, or a comma-separated string) or set {URL_ENV}")
+    parts = url.split(",") if isinstance(url, str) else list(url)
+    urls = []
+    for part in parts:
+        if not isinstance(part, str):
+            raise TypeError(f"URLs must be str, not {type(part).__name__}")
+        part = part.strip().rstrip("/")
+        if not part:
+            continue
+        if not part.startswith(("http://", "https://")):
+            raise ValueError(f"not an http(s) URL: {part!r}")
+        if part not in urls:
+            urls.append(part)
+    if not urls:
+        raise ValueError(f"no service URL in {url!r}")
+    return tuple(urls)
+
+
+class _ClientBase:
+    def __init__(
+        self,
+        url: str | Sequence[str] | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: Timeout | float | None = Timeout(),
+        retry: RetryPolicy = RetryPolicy(),
+        expected_fingerprint: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: Any = None,
+    ) -> None:
+        self.urls = resolve_urls(url)
+        self.timeout = Timeout.of(timeout)
+        if not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
+        self.retry = retry
+        self.expected_fingerprint = expected_fingerprint
+        api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
+        self._api_key = api_key
+        self._extra_headers = dict(headers or {})
+        base = {"User-Agent": f"tokenizer-service-client/{__version__}", **self._extra_headers}
+        if api_key:
+            base["Authorization"] = f"Bearer {api_key}"
+        self._json_headers = {**_JSON_HEADERS, **base}
+        self._binary_headers = {**_BINARY_HEADERS, **base}
+        self._endpoints = Endpoints(self.urls)
+        self._transport = transport
+
+    def _request(self, call: Call, base_url: str) -> Request:
+        headers = self._binary_headers if call.binary else self._json_headers
+        return Request(call.method, base_url + call.path, headers, call.body, self.timeout)
+
+    def _settings(self) -> dict[str, Any]:
+        return {"url": list(self.urls), "api_key": self._api_key, "timeout": self.timeout, "retry": self.retry,
+                "expected_fingerprint": self.expected_fingerprint, "headers": self._extra_headers}
+
+    def collator(self, *, text_field: str = "text", pair_field: str | None = None, **options: Any) -> Collator:
+        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
+
+        The batch may hold strings, ``(text, pair)`` tuples, or dicts: then ``text_field`` (and
+        ``pair_field``) name the text(s), and every other field is collated as ``default_collate`` would
+        (labels become a tensor). The result is one dict of int64 tensors plus those fields. ``options``
+        are those of ``encode`` (``padding`` defaults to True here: tensors need rectangular batches).
+        """
+        return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, **options)
+
+    def _sync_client(self) -> "TokenizerClient":
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        urls = ", ".join(self.urls)
+        pinned = f", expected_fingerprint={self.expected_fingerprint!r}" if self.expected_fingerprint else ""
+        return f"{type(self).__name__}({urls!r}{pinned})"
+
+
+class TokenizerClient(_ClientBase):
+    """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns
+    what ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service.
+
+    ``url``: a base URL, several (list or comma-separated: calls are spread over them, with failover), or
+    None for ``$TOKENIZER_SERVICE_URL``. ``api_key``: sent as ``Authorization: Bearer`` (default
+    ``$TOKENIZER_SERVICE_API_KEY``). ``timeout``: seconds or :class:`Timeout` (connect 5 s, read 60 s).
+    ``retry``: a :class:`RetryPolicy` for connection errors, 429, 502, 503 and 504.
+    ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
+    :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``).
+    ``transport``: an object with ``handle_request(Request) -> Response`` (default :class:`HTTPTransport`).
+
+    Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
+    connections (a later call reconnects).
+    """
+
+    def __init__(
+        self,
+        url: str | Sequence[str] | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: Timeout | float | None = Timeout(),
+        retry: RetryPolicy = RetryPolicy(),
+        expected_fingerprint: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: Any = None,
+    ) -> None:
+        super().__init__(url, api_key=api_key, timeout=timeout, retry=retry,
+                         expected_fingerprint=expected_fingerprint, headers=headers,
+                         transport=transport if transport is not None else HTTPTransport())
+
+    def _send(self, call: Call) -> Any:
+        attempts = Attempts(self._endpoints, self.retry, call.what)
+        while True:
+            endpoint, wait = attempts.next()
+            if wait > 0:
+                time.sleep(wait)
+            request = self._request(call, endpoint.url)
+            try:
+                response = self._transport.handle_request(request)
+            except TransportError as exc:
+                attempts.failed(endpoint, exc)
+                continue
+            if response.status in RETRY_STATUSES:
+                busy = rejection(response, request.url, call.method)
+                attempts.failed(endpoint, busy, busy.retry_after)
+                continue
+            attempts.succeeded(endpoint)
+            return finish(call, response, request.url, self.expected_fingerprint)
+
+    def encode(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+    ) -> EncodeResult:
+        """Encode a text, a batch of texts, or pairs -- same arguments, same result as calling a
+        transformers fast tokenizer (``tokenizer(text, text_pair, ...)``), not its ``encode`` method.
+
+        ``return_tensors``: None (lists), ``"np"`` (numpy int64) or ``"pt"`` (torch int64); tensors come
+        from the binary answer without a copy and need rectangular rows (pass ``padding``), else
+        :class:`NotAcceptable`. Invalid options raise :class:`InvalidRequest`, as transformers would raise.
+        """
+        options = {
+            "add_special_tokens": add_special_tokens, "padding": padding, "truncation": truncation,
+            "max_length": max_length, "stride": stride, "pad_to_multiple_of": pad_to_multiple_of,
+            "padding_side": padding_side, "return_token_type_ids": return_token_type_ids,
+            "return_attention_mask": return_attention_mask, "return_overflowing_tokens": return_overflowing_tokens,
+            "return_special_tokens_mask": return_special_tokens_mask,
+            "return_offsets_mapping": return_offsets_mapping, "return_length": return_length,
+        }
+        return self._send(encode_call(text, text_pair, options, return_tensors))
+
+    __call__ = encode
+
+    def decode(self, ids: Any, *, skip_special_tokens: bool = False,
+               clean_up_tokenization_spaces: bool | None = None) -> str:
+        """The text of one id sequence (list, 1-D array or tensor), as ``tokenizer.decode``."""
+        return self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
+
+    def batch_decode(self, sequences: Any, *, skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
+        """The texts of several id sequences (lists, or a 2-D array or tensor), as ``tokenizer.batch_decode``."""
+        return self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
+
+    def tokenize(self, text: str | Sequence[str], *, add_special_tokens: bool = False) -> Any:
+        """Tokens of a text (``list[str]``), or of each text of a list (``list[list[str]]``)."""
+        return self._send(tokenize_call(text, add_special_tokens))
+
+    def info(self) -> dict[str, Any]:
+        """What the server serves: tokenizer, ``fingerprint``, limits, batching, versions."""
+        return self._send(info_call())
+
+    def close(self) -> None:
+        """Close this process's idle connections."""
+        self._transport.close()
+
+    def __enter__(self) -> "TokenizerClient":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def _sync_client(self) -> "TokenizerClient":
+        return self
+
+
+class AsyncTokenizerClient(_ClientBase):
+    """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
+    (``await client(texts, ...)``), ``aclose()`` and ``async with``. The default transport is
+    :class:`AsyncHTTPTransport` (lean asyncio streams; one connection pool per process and event loop);
+    ``transport=AsyncHTTPXTransport()`` uses ``httpx.AsyncClient`` instead."""
+
+    def __init__(
+        self,
+        url: str | Sequence[str] | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: Timeout | float | None = Timeout(),
+        retry: RetryPolicy = RetryPolicy(),
+        expected_fingerprint: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: Any = None,
+    ) -> None:
+        super().__init__(url, api_key=api_key, timeout=timeout, retry=retry,
+                         expected_fingerprint=expected_fingerprint, headers=headers,
+                         transport=transport if transport is not None else AsyncHTTPTransport())
+
+    async def _send(self, call: Call) -> Any:
+        import asyncio
+
+        attempts = Attempts(self._endpoints, self.retry, call.what)
+        while True:
+            endpoint, wait = attempts.next()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            request = self._request(call, endpoint.url)
+            try:
+                response = await self._transport.handle_async_request(request)
+            except TransportError as exc:
+                attempts.failed(endpoint, exc)
+                continue
+            if response.status in RETRY_STATUSES:
+                busy: ServerBusy = rejection(response, request.url, call.method)  # type: ignore[assignment]
+                attempts.failed(endpoint, busy, busy.retry_after)
+                continue
+            attempts.succeeded(endpoint)
+            return finish(call, response, request.url, self.expected_fingerprint)
+
+    async def encode(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+    ) -> EncodeResult:
+        """As :meth:`TokenizerClient.encode`."""
+        options = {
+            "add_special_tokens": add_special_tokens, "padding": padding, "truncation": truncation,
+            "max_length": max_length, "stride": stride, "pad_to_multiple_of": pad_to_multiple_of,
+            "padding_side": padding_side, "return_token_type_ids": return_token_type_ids,
+            "return_attention_mask": return_attention_mask, "return_overflowing_tokens": return_overflowing_tokens,
+            "return_special_tokens_mask": return_special_tokens_mask,
+            "return_offsets_mapping": return_offsets_mapping, "return_length": return_length,
+        }
+        return await self._send(encode_call(text, text_pair, options, return_tensors))
+
+    __call__ = encode
+
+    async def decode(self, ids: Any, *, skip_special_tokens: bool = False,
+                     clean_up_tokenization_spaces: bool | None = None) -> str:
+        """As :meth:`TokenizerClient.decode`."""
+        return await self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
+
+    async def batch_decode(self, sequences: Any, *, skip_special_tokens: bool = False,
+                           clean_up_tokenization_spaces: bool | None = None) -> list[str]:
+        """As :meth:`TokenizerClient.batch_decode`."""
+        return await self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces,
+                                            single=False))
+
+    async def tokenize(self, text: str | Sequence[str], *, add_special_tokens: bool = False) -> Any:
+        """As :meth:`TokenizerClient.tokenize`."""
+        return await self._send(tokenize_call(text, add_special_tokens))
+
+    async def info(self) -> dict[str, Any]:
+        """As :meth:`TokenizerClient.info`."""
+        return await self._send(info_call())
+
+    async def aclose(self) -> None:
+        """Close this process's connections on the running event loop."""
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> "AsyncTokenizerClient":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    def _sync_client(self) -> TokenizerClient:
+        # A DataLoader calls collate_fn synchronously: the collator gets a sync twin with the same settings
+        # (and the same transport when it can serve sync calls, e.g. a MockTransport).
+        transport = self._transport if hasattr(self._transport, "handle_request") else None
+        return TokenizerClient(**self._settings(), transport=transport)

@@ -1,0 +1,263 @@
+"""The service's HTTP contract, seen from the client, without I/O: request bodies from tokenizer-style
+arguments, and responses to results or exceptions. Shared by the sync and async clients."""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Sequence
+
+from .exceptions import (
+    FingerprintMismatch,
+    InvalidRequest,
+    NotAcceptable,
+    PayloadTooLarge,
+    ProtocolError,
+    RequestRejected,
+    ServerBusy,
+    Unauthorized,
+)
+from .tensors import EncodeResult, arrays_from_safetensors, lists_as_transformers_gives, to_torch
+from .transport import Response
+
+try:  # faster when present (it is on the server side); the client works without it
+    from orjson import loads as _json_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _json_loads = json.loads
+
+SAFETENSORS_MEDIA_TYPE = "application/vnd.safetensors"
+FINGERPRINT_HEADER = "x-tokenizer-fingerprint"
+
+# Statuses worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout, and a
+# proxy's bad gateway while a replica restarts.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+_REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
+    401: Unauthorized,
+    406: NotAcceptable,
+    413: PayloadTooLarge,
+    422: InvalidRequest,
+    **{status: ServerBusy for status in RETRY_STATUSES},
+}
+
+# The options of /encode with transformers' defaults; only values that differ are sent.
+ENCODE_DEFAULTS: dict[str, Any] = {
+    "add_special_tokens": True,
+    "padding": False,
+    "truncation": None,
+    "max_length": None,
+    "stride": 0,
+    "pad_to_multiple_of": None,
+    "padding_side": None,
+    "return_token_type_ids": None,
+    "return_attention_mask": None,
+    "return_overflowing_tokens": False,
+    "return_special_tokens_mask": False,
+    "return_offsets_mapping": False,
+    "return_length": False,
+}
+RETURN_TENSORS = (None, "pt", "np")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One logical call: what to send, and how to read a successful answer."""
+
+    method: str
+    path: str
+    body: bytes | None
+    parse: Callable[[Response, str], Any]
+    binary: bool = False
+    fingerprint_in_body: bool = False  # /info reports it in its JSON; the others in X-Tokenizer-Fingerprint
+
+    @property
+    def what(self) -> str:
+        return f"{self.method} {self.path}"
+
+
+def _dumps(payload: dict[str, Any]) -> bytes:
+    return json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _json_body(response: Response, url: str, key: str | None = None) -> Any:
+    """The JSON object of the answer, which must hold ``key``; else ProtocolError (the contract is broken)."""
+    try:
+        body = _json_loads(response.body)
+    except ValueError as exc:
+        raise ProtocolError(f"{url}: the answer is not JSON ({exc})", url=url) from exc
+    if not isinstance(body, dict) or (key is not None and key not in body):
+        want = f"an object with {key!r}" if key else "an object"
+        raise ProtocolError(f"{url}: expected {want}, got {bytes(response.body[:100])!r}", url=url)
+    return body
+
+
+# -- building calls --------------------------------------------------------------------------------------
+
+
+def split_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | None, bool]:
+    """(texts, pairs, batched) as transformers' ``__call__`` reads its first two arguments."""
+    if isinstance(text, str):
+        if text_pair is not None and not isinstance(text_pair, str):
+            raise TypeError("a single text takes a single str as text_pair, not " + type(text_pair).__name__)
+        # transformers: `[(text, text_pair)] if text_pair else [text]` -- an empty pair means no pair
+        return [text], ([text_pair] if text_pair else None), False
+    if not isinstance(text, (list, tuple)):
+        raise TypeError(f"text must be a str, or a list or tuple of str (a batch), not {type(text).__name__}")
+    if isinstance(text_pair, str):
+        raise TypeError("when encoding a batch, text_pair must be a list or tuple with one entry per text")
+    if text_pair is not None:
+        if not isinstance(text_pair, (list, tuple)):
+            raise TypeError(f"text_pair must be a list or tuple of str, not {type(text_pair).__name__}")
+        if len(text_pair) != len(text):
+            raise ValueError(f"batch length of text: {len(text)} does not match batch length of text_pair: "
+                             f"{len(text_pair)}")
+        texts, pairs = list(text), list(text_pair)
+    elif text and all(isinstance(item, (list, tuple)) and len(item) == 2 for item in text):
+        texts, pairs = [item[0] for item in text], [item[1] for item in text]  # a batch of (text, pair)
+    else:
+        texts, pairs = list(text), None
+    for name, values in (("text", texts), ("text_pair", pairs or ())):
+        for i, value in enumerate(values):
+            if not isinstance(value, str):
+                raise TypeError(f"{name}[{i}] is a {type(value).__name__}; the service encodes str only "
+                                "(pre-tokenized input is not supported)")
+    return texts, pairs, True
+
+
+def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tensors: str | None) -> Call:
+    if return_tensors not in RETURN_TENSORS:
+        raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
+    texts, pairs, batched = split_inputs(text, text_pair)
+    payload: dict[str, Any] = {"texts": texts}
+    if pairs is not None:
+        payload["text_pairs"] = pairs
+    for name, value in options.items():
+        if value != ENCODE_DEFAULTS[name] or type(value) is not type(ENCODE_DEFAULTS[name]):
+            payload[name] = value
+    overflowing = bool(options.get("return_overflowing_tokens"))
+
+    if return_tensors is None:
+        def parse(response: Response, url: str) -> EncodeResult:
+            return EncodeResult(lists_as_transformers_gives(_json_body(response, url, "input_ids"), batched,
+                                                            overflowing))
+    else:
+        def parse(response: Response, url: str) -> EncodeResult:
+            if not response.headers.get("content-type", "").startswith(SAFETENSORS_MEDIA_TYPE):
+                raise ProtocolError(f"{url}: asked for {SAFETENSORS_MEDIA_TYPE}, got "
+                                    f"{response.headers.get('content-type')!r}", url=url)
+            arrays = arrays_from_safetensors(response.body, url)
+            return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
+
+    return Call("POST", "/encode", _dumps(payload), parse, binary=return_tensors is not None)
+
+
+def _id_list(ids: Any, what: str) -> list[int]:
+    if hasattr(ids, "tolist"):  # numpy array, torch tensor
+        ids = ids.tolist()
+    if isinstance(ids, int):
+        return [ids]
+    try:
+        if isinstance(ids, (str, bytes)):
+            raise TypeError
+        return [operator.index(i) for i in ids]  # ints, numpy and torch integer scalars
+    except TypeError:
+        raise TypeError(f"{what} must be a sequence of int token ids (or a 1-D array or tensor), "
+                        f"not {type(ids).__name__}") from None
+
+
+def decode_call(sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None,
+                single: bool) -> Call:
+    if single:
+        ids = [_id_list(sequences, "ids")]
+    else:
+        if hasattr(sequences, "tolist"):
+            sequences = sequences.tolist()
+        ids = [_id_list(row, f"sequences[{i}]") for i, row in enumerate(sequences)]
+    payload: dict[str, Any] = {"ids": ids, "skip_special_tokens": skip_special_tokens}
+    if clean_up_tokenization_spaces is not None:
+        payload["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+
+    def parse(response: Response, url: str) -> Any:
+        texts = _json_body(response, url, "texts")["texts"]
+        return texts[0] if single else texts
+
+    return Call("POST", "/decode", _dumps(payload), parse)
+
+
+def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call:
+    single = isinstance(text, str)
+    texts = [text] if single else list(text)
+    payload = {"texts": texts, "add_special_tokens": add_special_tokens}
+
+    def parse(response: Response, url: str) -> Any:
+        tokens = _json_body(response, url, "tokens")["tokens"]
+        return tokens[0] if single else tokens
+
+    return Call("POST", "/tokenize", _dumps(payload), parse)
+
+
+def info_call() -> Call:
+    return Call("GET", "/info", None, lambda response, url: _json_body(response, url, "fingerprint"),
+                fingerprint_in_body=True)
+
+
+# -- reading answers -------------------------------------------------------------------------------------
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: delay-seconds or an HTTP-date (RFC 9110); None if absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        import time
+
+        return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+
+
+def rejection(response: Response, url: str, method: str) -> RequestRejected:
+    """The exception for an error status, built from the server's ``{"error", "error_type"}`` body."""
+    error: str | None = None
+    error_type: str | None = None
+    try:
+        parsed = _json_loads(response.body)
+        if isinstance(parsed, dict):
+            error, error_type = parsed.get("error"), parsed.get("error_type")
+    except ValueError:
+        pass
+    if error is None:  # not the service's shape: a proxy's page, say
+        snippet = bytes(response.body[:200]).decode("utf-8", "replace").strip()
+        error = snippet or "(empty body)"
+    cls = _REJECTION_BY_STATUS.get(response.status, RequestRejected)
+    kind = f" {error_type}" if error_type else ""
+    message = f"{method} {url} -> {response.status}{kind}: {error}"
+    return cls(message, status=response.status, error_type=error_type, error=error, url=url,
+               retry_after=retry_after_seconds(response.headers.get("retry-after")))
+
+
+def check_fingerprint(expected: str | None, actual: str | None, url: str) -> None:
+    if expected is not None and actual != expected:
+        seen = f"serves {actual}" if actual else "sent no X-Tokenizer-Fingerprint"
+        raise FingerprintMismatch(
+            f"{url} {seen}, but this client is pinned to expected_fingerprint={expected}: the deployment "
+            "changed tokenizer; refusing to continue with different token ids",
+            expected=expected, actual=actual, url=url,
+        )
+
+
+def finish(call: Call, response: Response, url: str, expected_fingerprint: str | None) -> Any:
+    """Result of a non-retryable answer: the parsed body, or the error it stands for."""
+    if not 200 <= response.status < 300:
+        raise rejection(response, url, call.method)
+    if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body
+        check_fingerprint(expected_fingerprint, response.headers.get(FINGERPRINT_HEADER), url)
+    result = call.parse(response, url)
+    if call.fingerprint_in_body:
+        check_fingerprint(expected_fingerprint, result["fingerprint"], url)
+    return result

@@ -1,0 +1,174 @@
+"""Which server to try next, and when: endpoint rotation, failover, backoff with full jitter, Retry-After.
+
+This module does no I/O. A client asks an :class:`Attempts` (one per call) for the next endpoint and how
+long to wait first, reports each failure back, and gets :class:`RetriesExhausted` when the budget is
+spent. The sync and async clients share it and differ only in how they sleep and send.
+
+Policy, in one place:
+
+- Calls are spread over the URLs round-robin, from a random start in each process (so DataLoader workers
+  do not all begin on the same replica).
+- A failed endpoint is set aside ("cooling down") for a while: for ``Retry-After`` seconds when the
+  server said so (429/503), else for an exponential backoff with full jitter (a random wait between 0 and
+  ``min(backoff_max, backoff_initial * 2 ** consecutive_failures)``), which grows while it keeps failing
+  and resets on its first success. The next try goes at once to an endpoint that is not cooling down
+  (failover); when all are, the client waits until the first is due.
+- A call gives up after ``max_attempts`` tries or once the next try could not start within
+  ``deadline`` seconds of the first, whichever comes first, raising one :class:`RetriesExhausted` that
+  names the URL(s), the number of tries and the last cause.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .exceptions import RetriesExhausted, TokenizerServiceError
+
+__all__ = ["RetryPolicy", "Endpoints", "Attempts"]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How hard a call tries before it gives up.
+
+    ``max_attempts`` counts every try of one call, the first included (1: never retry). ``deadline``
+    bounds, in seconds, how late a retry may start after the first try. ``backoff_initial`` and
+    ``backoff_max`` shape the jittered exponential wait after a connection error; ``max_retry_after``
+    caps how long a server's ``Retry-After`` is honoured.
+
+    The defaults ride out a rolling restart of a replica (tens of seconds) but fail a dead deployment
+    within about a minute, so a training job does not hang.
+    """
+
+    max_attempts: int = 10
+    deadline: float = 60.0
+    backoff_initial: float = 0.1
+    backoff_max: float = 5.0
+    max_retry_after: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError(f"max_attempts must be at least 1, not {self.max_attempts}")
+        if self.deadline < 0 or self.backoff_initial < 0 or self.backoff_max < 0 or self.max_retry_after < 0:
+            raise ValueError("deadline, backoff_initial, backoff_max and max_retry_after must not be negative")
+
+    def backoff(self, consecutive_failures: int) -> float:
+        """Full jitter: uniform in [0, min(backoff_max, backoff_initial * 2**(failures-1))]."""
+        ceiling = min(self.backoff_max, self.backoff_initial * (2 ** min(consecutive_failures - 1, 62)))
+        return random.uniform(0.0, ceiling)
+
+
+@dataclass
+class _EndpointState:
+    url: str
+    failures: int = 0  # consecutive
+    available_at: float = 0.0  # monotonic time before which we prefer not to send here
+
+
+class Endpoints:
+    """The base URLs of one client with their health, per process (rebuilt after a fork or unpickling).
+
+    Shared by the threads of a process without a lock: a race can only make two calls start on the same
+    endpoint or lose one health update, never break a call.
+    """
+
+    def __init__(self, urls: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
+        if not urls:
+            raise ValueError("at least one URL is needed")
+        self.urls = tuple(urls)
+        self.clock = clock
+        self._pid: int | None = None
+        self._states: list[_EndpointState] = []
+        self._next = 0
+
+    def __getstate__(self) -> dict:
+        return {"urls": self.urls, "clock": self.clock, "_pid": None, "_states": [], "_next": 0}
+
+    def _current(self) -> list[_EndpointState]:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._states = [_EndpointState(url) for url in self.urls]
+            self._next = random.randrange(len(self.urls))  # each process starts somewhere else
+        return self._states
+
+    def choose(self, avoid: _EndpointState | None = None) -> tuple[_EndpointState, float]:
+        """The next endpoint in rotation that is not cooling down (preferring one other than ``avoid``),
+        and how long to wait before using it (0 unless every endpoint is cooling down)."""
+        states = self._current()
+        now = self.clock()
+        count = len(states)
+        start = self._next
+        self._next = (start + 1) % count
+        fallback: _EndpointState | None = None
+        for offset in range(count):
+            state = states[(start + offset) % count]
+            if state.available_at <= now:
+                if state is not avoid or count == 1:
+                    return state, 0.0
+                fallback = fallback or state
+        if fallback is not None:
+            return fallback, 0.0
+        soonest = min(states, key=lambda s: s.available_at)
+        return soonest, soonest.available_at - now
+
+    def succeeded(self, state: _EndpointState) -> None:
+        state.failures = 0
+        state.available_at = 0.0
+
+    def failed(self, state: _EndpointState, policy: RetryPolicy, retry_after: float | None) -> None:
+        state.failures += 1
+        if retry_after is not None:
+            pause = min(max(retry_after, 0.0), policy.max_retry_after)
+        else:
+            pause = policy.backoff(state.failures)
+        state.available_at = self.clock() + pause
+
+
+class Attempts:
+    """The tries of one call: ``next()`` -> (endpoint, wait), ``failed(...)``, ``succeeded(...)``."""
+
+    def __init__(self, endpoints: Endpoints, policy: RetryPolicy, what: str) -> None:
+        self.endpoints = endpoints
+        self.policy = policy
+        self.what = what  # "POST /encode", for messages
+        self.started = endpoints.clock()
+        self.count = 0
+        self.tried: list[str] = []
+        self.last_error: BaseException | None = None
+        self._last: _EndpointState | None = None
+
+    def next(self) -> tuple[_EndpointState, float]:
+        """The endpoint for the next try and the seconds to sleep first; raises RetriesExhausted."""
+        if self.count >= self.policy.max_attempts:
+            raise self._exhausted(f"after {self.count} tries")
+        state, wait = self.endpoints.choose(avoid=self._last)
+        if self.count > 0:
+            elapsed = self.endpoints.clock() - self.started
+            if elapsed + wait > self.policy.deadline:
+                raise self._exhausted(
+                    f"after {self.count} tries in {elapsed:.1f}s (deadline {self.policy.deadline:g}s)")
+        self.count += 1
+        if state.url not in self.tried:
+            self.tried.append(state.url)
+        self._last = state
+        return state, wait
+
+    def failed(self, state: _EndpointState, error: TokenizerServiceError, retry_after: float | None = None) -> None:
+        self.last_error = error
+        self.endpoints.failed(state, self.policy, retry_after)
+
+    def succeeded(self, state: _EndpointState) -> None:
+        self.endpoints.succeeded(state)
+
+    def _exhausted(self, how: str) -> RetriesExhausted:
+        urls = self.tried or list(self.endpoints.urls)
+        last = self.last_error
+        cause = f"{type(last).__name__}: {last}" if last is not None else "none"
+        message = f"{self.what} failed {how} on {', '.join(urls)}; last error: {cause}"
+        error = RetriesExhausted(message, urls=urls, attempts=self.count, last_error=last)
+        error.__cause__ = last
+        return error
