@@ -54,7 +54,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except ImportError as exc:  # a client-only install: the server's dependencies are an extra
+        print(f"tokenizer-service: the server needs its extra: pip install 'tokenizer-service[server]' ({exc})",
+              file=sys.stderr)
+        return 2
     args = vars(parser.parse_args(argv))
     command = args.pop("command")
     if command == "serve":
@@ -67,12 +72,10 @@ def serve(parser: argparse.ArgumentParser, given: dict[str, Any]) -> int:
     for flag in REFUSED_FLAGS:
         if flag.lstrip("-") in given:
             parser.error(f"{flag} is not supported: {REFUSED_FLAGS[flag]}")
-    try:
-        from pydantic import ValidationError
+    from pydantic import ValidationError
 
-        from .settings import Settings
-    except ImportError as exc:
-        parser.error(f"serving needs the server extra: pip install 'tokenizer-service[server]' ({exc})")
+    from .settings import Settings
+
     try:
         settings = Settings(**given)
     except ValidationError as exc:
