@@ -38,7 +38,7 @@ T = TypeVar("T")
 class EngineLimits:
     max_texts_per_request: int = 4096
     max_text_chars: int = 200_000
-    max_response_tokens: int = 32 * 1024 * 1024
+    max_response_tokens: int = 8 * 1024 * 1024
 
 
 class Engine:

@@ -3,7 +3,7 @@ variable (``TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST``); CLI flags win. Validated
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .batching import BatchingConfig
@@ -46,10 +46,10 @@ class Settings(BaseSettings):
         64 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes (413 beyond)."
     )
     max_response_tokens: int = Field(
-        32 * 1024 * 1024,
+        8 * 1024 * 1024,
         ge=1,
         description="Most token positions (rows x padded length) in one response. Guards memory against "
-        "padding='max_length' with a huge max_length.",
+        "padding='max_length' with a huge max_length: the largest response at 8M positions peaks near 0.7 GB.",
     )
     # -- micro-batching and backpressure (reported by /info) -------------------------------------------
     batching: bool = Field(
@@ -94,6 +94,15 @@ class Settings(BaseSettings):
             max_queued_texts=self.max_queued_texts,
             queue_timeout_seconds=self.queue_timeout_seconds,
         )
+
+    @field_validator("port", mode="before")
+    @classmethod
+    def _ignore_kubernetes_service_link(cls, value: object) -> object:
+        # Kubernetes injects TOKENIZER_SERVICE_PORT=tcp://10.0.0.1:8000 into pods of a namespace holding a
+        # Service named "tokenizer-service" (service links). That is not a port anyone chose: keep the default.
+        if isinstance(value, str) and value.startswith("tcp://"):
+            return 8000
+        return value
 
     @model_validator(mode="after")
     def _check_consistency(self) -> "Settings":

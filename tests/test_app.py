@@ -233,3 +233,10 @@ def test_settings_reject_inconsistent_values():
         Settings(revision="main")
     with pytest.raises(ValueError):
         Settings(max_texts_per_request=0)
+
+
+def test_kubernetes_service_link_in_the_port_variable_is_ignored(monkeypatch):
+    monkeypatch.setenv("TOKENIZER_SERVICE_PORT", "tcp://10.96.0.12:8000")
+    assert Settings().port == 8000
+    monkeypatch.setenv("TOKENIZER_SERVICE_PORT", "9001")
+    assert Settings().port == 9001

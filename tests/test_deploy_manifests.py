@@ -1,0 +1,359 @@
+"""What no linter checks in deploy/: the rendered overlays agree with themselves, the image and the server.
+
+Offline and fast: every overlay is rendered once with `kubectl kustomize` (skipped, with the reason, where
+kubectl is absent; deploy/check.sh always has it). The running checks -- image, container, pod -- are in
+deploy/check.sh.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from service.settings import ENV_PREFIX, Settings
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
+DOCKERFILE = (REPO / "Dockerfile").read_text()
+KUBECTL = os.environ.get("KUBECTL") or shutil.which("kubectl")
+EXPECTED_KINDS = {"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler", "PodDisruptionBudget",
+                  "NetworkPolicy", "ServiceAccount"}
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed: cannot render the overlays "
+                                   "(deploy/check.sh installs what it needs and runs these tests)")
+
+
+def dockerfile_value(pattern: str) -> str:
+    match = re.search(pattern, DOCKERFILE, re.M)
+    assert match, f"Dockerfile lost {pattern!r}"
+    return match.group(1)
+
+
+APP_UID = int(dockerfile_value(r"^ARG APP_UID=(\d+)$"))
+HF_HOME = dockerfile_value(r"^\s+HF_HOME=(\S+) \\$")  # the runtime ENV, not the build step's
+
+
+class Rendered:
+    """One overlay's objects, with the lookups the checks need."""
+
+    def __init__(self, name: str, docs: list[dict[str, Any]]) -> None:
+        self.name = name
+        self.docs = docs
+
+    def all(self, kind: str) -> list[dict[str, Any]]:
+        return [d for d in self.docs if d["kind"] == kind]
+
+    def one(self, kind: str) -> dict[str, Any]:
+        found = self.all(kind)
+        assert len(found) == 1, f"{self.name}: {len(found)} {kind} objects"
+        return found[0]
+
+    @property
+    def deployment(self) -> dict[str, Any]:
+        return self.one("Deployment")
+
+    @property
+    def pod(self) -> dict[str, Any]:
+        return self.deployment["spec"]["template"]
+
+    @property
+    def container(self) -> dict[str, Any]:
+        containers = self.pod["spec"]["containers"]
+        assert len(containers) == 1, "one container per pod: the server"
+        return containers[0]
+
+    def settings(self) -> dict[str, str]:
+        """The TOKENIZER_SERVICE_* variables the container gets from its ConfigMaps and env values."""
+        configmaps = {c["metadata"]["name"]: c.get("data", {}) for c in self.all("ConfigMap")}
+        values: dict[str, str] = {}
+        for source in self.container.get("envFrom", []):
+            name = source["configMapRef"]["name"]
+            assert name in configmaps, f"{self.name}: envFrom names ConfigMap {name!r}, which is not rendered"
+            values.update(configmaps[name])
+        values.update({e["name"]: e["value"] for e in self.container.get("env", []) if "value" in e})
+        return values
+
+    def grace_seconds(self) -> float:
+        value = self.settings().get(ENV_PREFIX + "GRACEFUL_SHUTDOWN_SECONDS")
+        return float(value) if value is not None else Settings.model_fields["graceful_shutdown_seconds"].default
+
+
+def render(target: Path) -> list[dict[str, Any]]:
+    result = subprocess.run([KUBECTL, "kustomize", str(target)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, f"kubectl kustomize {target.relative_to(REPO)}: {result.stderr}"
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module", params=OVERLAYS)
+def overlay(request: pytest.FixtureRequest) -> Rendered:
+    if KUBECTL is None:
+        pytest.skip(needs_kubectl.kwargs["reason"])
+    return Rendered(request.param, render(DEPLOY / "overlays" / request.param))
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def port_of(container: dict[str, Any], port: int | str) -> dict[str, Any]:
+    """The container port a probe, Service or NetworkPolicy refers to, by name or number."""
+    for declared in container["ports"]:
+        if port in (declared.get("name"), declared["containerPort"]):
+            return declared
+    raise AssertionError(f"port {port!r} is not a port of container {container['name']!r}")
+
+
+def test_there_are_dev_and_prod_overlays():
+    assert {"dev", "prod"} <= set(OVERLAYS)
+
+
+@needs_kubectl
+def test_every_overlay_and_the_base_render_with_every_object():
+    for overlay_dir in [DEPLOY / "base", *(DEPLOY / "overlays" / name for name in OVERLAYS)]:
+        kinds = {doc["kind"] for doc in render(overlay_dir)}
+        assert kinds == EXPECTED_KINDS, f"{overlay_dir.relative_to(REPO)}: {sorted(kinds)}"
+
+
+def test_overlays_live_in_their_own_namespace(overlay: Rendered):
+    namespaces = {doc["metadata"].get("namespace") for doc in overlay.docs}
+    assert len(namespaces) == 1 and None not in namespaces and "default" not in namespaces, namespaces
+
+
+def test_services_select_the_pods_and_target_the_http_port(overlay: Rendered):
+    labels = overlay.pod["metadata"]["labels"]
+    services = {s["metadata"]["name"]: s for s in overlay.all("Service")}
+    assert len(services) == 2
+    for service in services.values():
+        assert matches(service["spec"]["selector"], labels), f"{service['metadata']['name']} selects no pod"
+        for port in service["spec"]["ports"]:
+            assert port_of(overlay.container, port["targetPort"])["protocol"] == port.get("protocol", "TCP")
+    headless = [s for s in services.values() if s["spec"].get("clusterIP") == "None"]
+    assert len(headless) == 1, "one headless Service, for client-side spreading over the pods"
+    assert not headless[0]["spec"].get("publishNotReadyAddresses", False), "a draining pod must leave DNS"
+
+
+def test_the_container_port_is_the_servers_and_the_images(overlay: Rendered):
+    http = port_of(overlay.container, "http")
+    port = int(overlay.settings().get(ENV_PREFIX + "PORT", Settings.model_fields["port"].default))
+    assert http["containerPort"] == port
+    assert f"EXPOSE {port}" in DOCKERFILE
+
+
+def test_probes_hit_the_right_endpoints_on_a_container_port(overlay: Rendered):
+    container = overlay.container
+    expected = {"startupProbe": "/readyz", "readinessProbe": "/readyz", "livenessProbe": "/healthz"}
+    for probe, path in expected.items():
+        assert probe in container, f"{overlay.name}: no {probe}"
+        http_get = container[probe]["httpGet"]
+        assert http_get["path"] == path, f"{probe} must ask {path}"
+        port_of(container, http_get["port"])
+    startup = container["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 60, "give a hub tokenizer time to load"
+
+
+def test_rust_threads_come_from_the_cpu_limit(overlay: Rendered):
+    container = overlay.container
+    threads = [e for e in container.get("env", []) if e["name"] == ENV_PREFIX + "THREADS"]
+    assert len(threads) == 1, "TOKENIZER_SERVICE_THREADS must be set once, in the container's env"
+    ref = threads[0].get("valueFrom", {}).get("resourceFieldRef")
+    assert ref, "TOKENIZER_SERVICE_THREADS must come from the downward API (resourceFieldRef)"
+    assert ref["resource"] == "limits.cpu" and ref.get("containerName") == container["name"]
+    assert str(ref.get("divisor", "1")) == "1"
+    assert ENV_PREFIX + "THREADS" not in overlay.settings(), "a ConfigMap must not override the thread count"
+    limits, requests = container["resources"]["limits"], container["resources"]["requests"]
+    # divisor 1 rounds a fractional limit up (1500m -> 2 threads on 1.5 CPUs): whole CPUs only.
+    assert re.fullmatch(r"[1-9]\d*", str(limits["cpu"])), f"CPU limit {limits['cpu']!r} is not a whole number"
+    assert str(requests["cpu"]) == str(limits["cpu"]), "requests == limits: Guaranteed QoS, HPA measured on it"
+    assert "memory" in limits and str(requests["memory"]) == str(limits["memory"])
+
+
+MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def memory_bytes(quantity: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)([kMG]i?|Ki)?", str(quantity)).groups()
+    return int(number) * MEMORY_UNITS[unit or ""]
+
+
+def largest_response_bytes(max_response_tokens: int) -> int:
+    """Memory the server needs to answer the largest allowed response, with a margin: measured in the image,
+    one response peaks at ~75 bytes per token position over ~100 MB at rest (0.7 GB at 8388608 positions)."""
+    return 256 * 2**20 + 100 * max_response_tokens
+
+
+def test_memory_limit_covers_the_largest_allowed_response(overlay: Rendered):
+    limit = memory_bytes(overlay.container["resources"]["limits"]["memory"])
+    tokens = int(overlay.settings().get(ENV_PREFIX + "MAX_RESPONSE_TOKENS",
+                                        Settings.model_fields["max_response_tokens"].default))
+    assert largest_response_bytes(tokens) <= limit, (
+        f"{overlay.name}: a response of {tokens} positions needs ~{largest_response_bytes(tokens) / 2**30:.1f} GiB; "
+        f"the limit is {limit / 2**30:.1f} GiB: lower TOKENIZER_SERVICE_MAX_RESPONSE_TOKENS or raise the limit")
+
+
+def test_termination_grace_covers_prestop_and_the_drain(overlay: Rendered):
+    spec = overlay.pod["spec"]
+    command = overlay.container["lifecycle"]["preStop"]["exec"]["command"]
+    assert command[0] == "sleep" and len(command) == 2, "preStop pauses with the image's /bin/sleep"
+    pause = float(command[1])
+    assert pause >= 3, "preStop must outlast the endpoint-removal lag"
+    # serving.py exits hard 1 s after the grace period; the kubelet must not SIGKILL before that.
+    assert spec["terminationGracePeriodSeconds"] > pause + overlay.grace_seconds() + 1, (
+        f"{overlay.name}: terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} <= preStop "
+        f"{pause} + graceful shutdown {overlay.grace_seconds()} + 1")
+
+
+def test_rolling_updates_and_disruptions_never_drop_below_the_budget(overlay: Rendered):
+    deployment = overlay.deployment
+    pdb, hpa = overlay.one("PodDisruptionBudget"), overlay.one("HorizontalPodAutoscaler")
+    labels = overlay.pod["metadata"]["labels"]
+    assert matches(deployment["spec"]["selector"]["matchLabels"], labels)
+    assert matches(pdb["spec"]["selector"]["matchLabels"], labels), "the PDB selects no pod"
+    rolling = deployment["spec"]["strategy"]["rollingUpdate"]
+    assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    assert rolling["maxUnavailable"] == 0 and rolling["maxSurge"] >= 1, "replace pods only after the new one is ready"
+    assert "replicas" not in deployment["spec"], "the HPA owns the replica count"
+    target = hpa["spec"]["scaleTargetRef"]
+    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    assert 1 <= hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
+    [metric] = hpa["spec"]["metrics"]
+    assert metric["resource"]["name"] == "cpu"
+    if "minAvailable" in pdb["spec"]:  # else a node drain could never proceed
+        assert pdb["spec"]["minAvailable"] < hpa["spec"]["minReplicas"]
+    else:
+        assert pdb["spec"]["maxUnavailable"] >= 1
+
+
+def test_network_policy_lets_in_only_the_http_port(overlay: Rendered):
+    policy = overlay.one("NetworkPolicy")
+    assert matches(policy["spec"]["podSelector"]["matchLabels"], overlay.pod["metadata"]["labels"])
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    http = port_of(overlay.container, "http")
+    for rule in policy["spec"]["ingress"]:
+        assert rule.get("ports"), "an ingress rule without ports opens every port"
+        for port in rule["ports"]:
+            assert port_of(overlay.container, port["port"]) is http and port["protocol"] == "TCP"
+
+
+def test_pods_run_locked_down_as_the_images_user(overlay: Rendered):
+    spec, security = overlay.pod["spec"], overlay.container["securityContext"]
+    pod_security = spec["securityContext"]
+    assert pod_security["runAsNonRoot"] and pod_security["runAsUser"] == APP_UID
+    assert pod_security["seccompProfile"]["type"] == "RuntimeDefault"
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"] and not security["capabilities"].get("add")
+    assert security.get("runAsUser", APP_UID) == APP_UID
+    assert spec["automountServiceAccountToken"] is False
+    [account] = overlay.all("ServiceAccount")
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+    assert account["automountServiceAccountToken"] is False
+    # A Service named tokenizer-service would inject TOKENIZER_SERVICE_PORT=tcp://...: our --port setting.
+    assert spec["enableServiceLinks"] is False
+
+
+def test_the_writable_paths_are_volumes(overlay: Rendered):
+    mounts = {m["mountPath"]: m for m in overlay.container["volumeMounts"]}
+    volumes = {v["name"]: v for v in overlay.pod["spec"]["volumes"]}
+    for path in ("/tmp", HF_HOME):
+        assert path in mounts, f"{path} must be a volume: the root filesystem is read-only"
+        assert not mounts[path].get("readOnly", False)
+        assert mounts[path]["name"] in volumes
+
+
+def test_configmap_settings_are_real_settings_with_valid_values(overlay: Rendered):
+    settings = {key: value for key, value in overlay.settings().items()}
+    fields = {}
+    for key, value in settings.items():
+        assert key.startswith(ENV_PREFIX), f"{key} is not a TOKENIZER_SERVICE_* setting"
+        name = key[len(ENV_PREFIX):].lower()
+        assert name in Settings.model_fields, f"{key} is not a setting (tokenizer-service serve --help)"
+        fields[name] = value
+    Settings(**fields)  # raises on a value the server would refuse at start
+
+
+def test_every_checkov_skip_has_a_reason():
+    skips = yaml.safe_load((DEPLOY / "checkov-skips.yaml").read_text())
+    assert skips and all(re.fullmatch(r"CKV2?_[A-Z0-9]+_\d+", check) for check in skips)
+    assert all(isinstance(reason, str) and len(reason) > 40 for reason in skips.values())
+
+
+def test_compose_threads_match_its_cpu_limit_and_it_stops_gracefully():
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    [service] = compose["services"].values()
+    environment = service["environment"]
+    cpus = service["deploy"]["resources"]["limits"]["cpus"]
+    assert environment[ENV_PREFIX + "THREADS"] == str(int(float(cpus)))
+    default_tokens = Settings.model_fields["max_response_tokens"].default
+    tokens = int(environment.get(ENV_PREFIX + "MAX_RESPONSE_TOKENS", default_tokens))
+    limit = memory_bytes(service["deploy"]["resources"]["limits"]["memory"].replace("G", "Gi"))
+    assert largest_response_bytes(tokens) <= limit
+    grace = float(environment.get(ENV_PREFIX + "GRACEFUL_SHUTDOWN_SECONDS", 30))
+    assert float(service["stop_grace_period"].rstrip("s")) > grace + 1
+    assert service["read_only"] is True and service["cap_drop"] == ["ALL"]
+    assert service["user"].split(":")[0] == str(APP_UID)
+    assert any(v.endswith(":" + HF_HOME) for v in service["volumes"])
+    assert all(p.startswith("127.0.0.1:") for p in service["ports"]), "local use: publish on loopback only"
+
+
+def test_bake_script_copies_the_snapshot_and_records_what_it_baked(tmp_path, monkeypatch):
+    """The Dockerfile's `baked` stage, minus the hub: a snapshot laid out as huggingface_hub caches it."""
+    import importlib.util
+    import json
+
+    import huggingface_hub
+
+    from service.loading import DEFAULT_TOKENIZER_DIR, load_tokenizer
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot, blobs = tmp_path / "snapshots" / commit, tmp_path / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    for source in DEFAULT_TOKENIZER_DIR.iterdir():
+        (blobs / source.name).write_bytes(source.read_bytes())
+        (snapshot / source.name).symlink_to(blobs / source.name)
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, revision, allow_patterns: asked.append((repo, revision)) or str(snapshot))
+    spec = importlib.util.spec_from_file_location("bake_tokenizer", DEPLOY / "bake_tokenizer.py")
+    bake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bake)
+
+    out = tmp_path / "opt-tokenizer"
+    assert bake.main(["org/model", commit, str(out)]) == 0
+    assert asked == [("org/model", commit)]
+    assert not any(p.is_symlink() for p in out.iterdir()), "the image needs the files, not links into a cache"
+    source = json.loads((out / "source.json").read_text())
+    expected = load_tokenizer(None).fingerprint
+    assert source == {"model": "org/model", "revision": commit, "commit": commit, "fingerprint": expected}
+    assert load_tokenizer(str(out)).fingerprint == expected
+    assert bake.main(["org/model", "", str(out)]) == 2, "a revision is required"
+
+
+def test_the_image_lock_satisfies_pyproject():
+    """The image installs requirements/server.lock with --require-hashes and the project with --no-deps: a
+    dependency added to pyproject.toml but not locked would only fail the image build. Fix: run
+    requirements/update-lock.sh."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    lock = (REPO / "requirements" / "server.lock").read_text()
+    pins = {canonicalize_name(name): version for name, version in re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", lock, re.M)}
+    for line in [*project["dependencies"], *project["optional-dependencies"]["server"]]:
+        requirement = Requirement(line)
+        if requirement.marker and not requirement.marker.evaluate({"sys_platform": "linux"}):
+            continue
+        name = canonicalize_name(requirement.name)
+        assert name in pins, f"{requirement.name} is not in requirements/server.lock: run requirements/update-lock.sh"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"server.lock pins {name}=={pins[name]}, pyproject.toml asks {requirement}: "
+            "run requirements/update-lock.sh")
