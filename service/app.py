@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import inspect
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
+from safetensors.numpy import save as save_safetensors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
@@ -50,6 +52,13 @@ STATUS_BY_KIND: dict[ErrorKind, int] = {
 }
 KIND_BY_STATUS = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED, 413: ErrorKind.TOO_LARGE}
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+# The service exports its own Prometheus metrics; FastAPI's built-in OpenTelemetry hooks (newer releases)
+# cost a provider lookup on every request.
+_NO_OPENTELEMETRY = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 CLIENT_CLOSED_REQUEST = 499  # nginx's convention: the client went away before the answer
 
 
@@ -118,6 +127,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
         version=__version__,
         description="HuggingFace fast tokenization over HTTP, with exact transformers parity.",
         lifespan=lifespan,
+        **_NO_OPENTELEMETRY,
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -158,9 +168,8 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
         engine = engine_of(request)
         binary = SAFETENSORS_MEDIA_TYPE in request.headers.get("accept", "")
         body = await parse(request, EncodeRequest)
-        result: EncodedBatch | None = await _unless_client_leaves(
-            request, engine.encode(body.texts, body.text_pairs, body.options())
-        )
+        future = engine.submit_encode(body.texts, body.text_pairs, body.options())
+        result: EncodedBatch | None = await _unless_client_leaves(request, future)
         if result is None:
             return Response(status_code=CLIENT_CLOSED_REQUEST)
         metrics.texts.inc(len(body.texts))
@@ -174,9 +183,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
                 "the rows have different lengths, which a tensor cannot hold: ask for padding "
                 "(padding='longest' or 'max_length'), or accept application/json",
             )
-        from safetensors.numpy import save
-
-        blob = save(result.data, metadata={"fingerprint": engine.loaded.fingerprint})
+        blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})
         return Response(blob, media_type=SAFETENSORS_MEDIA_TYPE, headers=headers)
 
     @app.post("/tokenize", response_class=Response, openapi_extra=_openapi_body(TokenizeRequest))
@@ -241,6 +248,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
         logger.exception("internal error on %s %s", request.method, request.url.path)
         return error_response(ErrorKind.INTERNAL, f"internal error ({type(exc).__name__}); this is a bug, please report it")
 
+    app.add_middleware(_EncodeFastPath, endpoint=encode)  # innermost: auth and metrics still wrap it
     if settings.api_key is not None:
         app.add_middleware(_BearerAuthMiddleware, api_key=settings.api_key.get_secret_value())
     app.state.in_flight = InFlight()
@@ -249,26 +257,67 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
     return app
 
 
-async def _unless_client_leaves(request: Request, work: Any) -> Any:
-    """Await ``work``; if the client disconnects first, cancel it (the batcher then skips it) -> None."""
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_wait_for_disconnect(request.receive))
+async def _unless_client_leaves(request: Request, future: "asyncio.Future[Any]") -> Any:
+    """Await the engine's ``future``; if the client disconnects first, cancel it (the batcher then drops
+    the request unencoded) and return None. Most requests finish within ``DISCONNECT_WATCH_AFTER``, so
+    the watcher is only started for those still waiting then: it costs a task per request."""
+    watch = _DisconnectWatch(request, future)
+    timer = asyncio.get_running_loop().call_later(DISCONNECT_WATCH_AFTER, watch.start)
     try:
-        await asyncio.wait((task, watcher), return_when=asyncio.FIRST_COMPLETED)
+        return await future
     except asyncio.CancelledError:
-        task.cancel()
-        raise
+        if watch.client_left:
+            return None
+        raise  # the handler itself was cancelled: the future went with it
     finally:
-        watcher.cancel()
-    if task.done():
-        return task.result()
-    task.cancel()
-    return None
+        timer.cancel()
+        watch.stop()
 
 
-async def _wait_for_disconnect(receive: Callable[[], Any]) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
+DISCONNECT_WATCH_AFTER = 0.05  # seconds
+
+
+class _DisconnectWatch:
+    def __init__(self, request: Request, future: "asyncio.Future[Any]") -> None:
+        self.receive = request.receive
+        self.future = future
+        self.task: asyncio.Task | None = None
+        self.client_left = False
+
+    def start(self) -> None:
+        if not self.future.done():
+            self.task = asyncio.ensure_future(self._watch())
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+    async def _watch(self) -> None:
+        while (await self.receive())["type"] != "http.disconnect":
+            pass
+        if not self.future.done():
+            self.client_left = True
+            self.future.cancel()
+
+
+class _EncodeFastPath:
+    """Pure ASGI: ``POST /encode`` goes straight to its route function, skipping FastAPI's routing,
+    dependency solving and exit stacks -- measured at ~45% of the event loop's time per small request.
+    Same function, same error shapes; the FastAPI route stays registered for the OpenAPI schema."""
+
+    def __init__(self, app: Any, endpoint: Callable[[Request], Any]) -> None:
+        self.app = app
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/encode" or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            response = await self.endpoint(Request(scope, receive))
+        except ServiceError as exc:
+            response = error_response(exc.kind, exc.message, exc.retry_after)
+        await response(scope, receive, send)
 
 
 class _BearerAuthMiddleware:

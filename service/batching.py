@@ -22,7 +22,7 @@ from .errors import ErrorKind, ServiceError
 @dataclass(frozen=True)
 class BatchingConfig:
     enabled: bool = True
-    max_wait_seconds: float = 0.002  # how long the first request of a batch waits for company
+    max_wait_seconds: float = 0.0  # how long the first request of a batch waits for company
     max_batch_texts: int = 256  # texts (or pairs) per Rust call; a bigger request runs alone
     max_batch_chars: int = 512 * 1024  # characters per Rust call
     max_queued_requests: int = 1024  # beyond this, refuse with OVERLOADED
@@ -55,6 +55,7 @@ class EncodeWork:
     future: asyncio.Future
     enqueued_at: float = field(default_factory=time.monotonic)
     started: bool = False  # taken into a batch: the queue deadline no longer applies
+    expiry: asyncio.TimerHandle | None = None  # fires the queue deadline
 
 
 # Runs one batch on the engine thread: inputs of several requests, their plans -> per-request outcome
@@ -109,8 +110,12 @@ class Batcher:
             or self._queued_texts + texts > self.config.max_queued_texts
         )
 
-    async def submit(self, work: EncodeWork) -> EncodedBatch:
-        """Queue ``work`` and wait for its result. Cancelling the caller drops it before it is encoded."""
+    def submit(self, work: EncodeWork) -> "asyncio.Future[EncodedBatch]":
+        """Queue ``work`` and return its future (refusing at once when the queue is full).
+
+        Cancelling the future -- the caller has gone -- drops the work if it is not yet encoded. A request
+        still queued after ``queue_timeout_seconds`` fails with TIMEOUT; once in a batch it runs to the end.
+        """
         if self._task is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
         texts = len(work.inputs)
@@ -124,23 +129,19 @@ class Batcher:
         self._queue.append(work)
         self._queued_texts += texts
         self._queued_chars += work.chars
-        self._notify_queue()
+        work.expiry = work.future.get_loop().call_later(self.config.queue_timeout_seconds, self._expire, work)
         self._wakeup.set()
-        try:
-            return await asyncio.wait_for(asyncio.shield(work.future), self.config.queue_timeout_seconds)
-        except asyncio.TimeoutError:
-            if work.started:  # the deadline bounds waiting in the queue, not the encode itself
-                return await work.future
-            work.future.cancel()
-            self._notify_rejected("timeout")
-            raise ServiceError(
-                ErrorKind.TIMEOUT,
-                f"the request waited over {self.config.queue_timeout_seconds:g}s for the tokenizer; the server "
-                "is saturated, retry later or elsewhere",
-            ) from None
-        except asyncio.CancelledError:
-            work.future.cancel()  # the caller has gone: skip it if not yet encoded
-            raise
+        return work.future
+
+    def _expire(self, work: EncodeWork) -> None:
+        if work.started or work.future.done():
+            return
+        self._notify_rejected("timeout")
+        work.future.set_exception(ServiceError(
+            ErrorKind.TIMEOUT,
+            f"the request waited over {self.config.queue_timeout_seconds:g}s for the tokenizer; the server is "
+            "saturated, retry later or elsewhere",
+        ))
 
     # -- the loop ---------------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -166,6 +167,8 @@ class Batcher:
                 outcomes = [exc] * len(batch)
             elapsed = time.perf_counter() - started
             for work, outcome in zip(batch, outcomes):
+                if work.expiry is not None:
+                    work.expiry.cancel()
                 if work.future.done():
                     continue
                 if isinstance(outcome, BaseException):
@@ -195,7 +198,6 @@ class Batcher:
 
     def _take_batch(self) -> list[EncodeWork]:
         """Pop the head request and every queued request that fits with it (same batch key, under caps)."""
-        now = time.monotonic()
         batch: list[EncodeWork] = []
         kept: deque[EncodeWork] = deque()
         texts = chars = 0
@@ -203,11 +205,10 @@ class Batcher:
         while self._queue:
             work = self._queue.popleft()
             if work.future.done():  # caller gone or timed out: drop before any work is done
+                if work.expiry is not None:
+                    work.expiry.cancel()
                 if work.future.cancelled():
                     self._notify_dropped()
-                continue
-            if now - work.enqueued_at > self.config.queue_timeout_seconds:
-                work.future.set_exception(ServiceError(ErrorKind.TIMEOUT, "the request expired in the queue"))
                 continue
             fits = (
                 not batch

@@ -249,8 +249,8 @@ def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens:
             data[key] = column(ids, plan.pad_id)
         elif key == "token_type_ids":
             data[key] = column([e.type_ids for e in rows], plan.pad_type_id)
-        elif key == "attention_mask":
-            data[key] = column([e.attention_mask for e in rows], 0)
+        elif key == "attention_mask":  # 1 on every real token, 0 on padding: the shaper's mask itself
+            data[key] = shaper.attention_mask() if shaper is not None else column([[1] * n for n in lengths.tolist()], 0)
         elif key == "special_tokens_mask":
             data[key] = column([e.special_tokens_mask for e in rows], 1)
         elif key == "offset_mapping":
@@ -278,6 +278,11 @@ class _RectangularShaper:
                 self.mask = columns >= (width - lengths)[:, None]
             else:
                 self.mask = columns < lengths[:, None]
+
+    def attention_mask(self) -> np.ndarray:
+        if self.mask is None:
+            return np.ones((self.rows, self.width), dtype=np.int64)
+        return self.mask.astype(np.int64)
 
     def fill(self, values: list[Any], pad_value: Any) -> np.ndarray:
         pair = isinstance(pad_value, tuple)  # offsets: (start, end) per token

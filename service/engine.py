@@ -66,6 +66,7 @@ class Engine:
         self.facts = TokenizerFacts.of(loaded.tokenizer)  # read once: no Rust calls off the engine thread
         self.vocab_size = len(loaded.tokenizer)
         self._config = call_config(loaded.tokenizer)
+        self._plans: dict[EncodeOptions, EncodePlan] = {}
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
         self._batcher = Batcher(batching, self._run_batch, observer)
@@ -105,6 +106,19 @@ class Engine:
         options: EncodeOptions = EncodeOptions(),
     ) -> EncodedBatch:
         """Encode a batch exactly as ``tokenizer(texts, text_pairs, **options)`` would."""
+        return await self.submit_encode(texts, text_pairs, options)
+
+    def submit_encode(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str] | None = None,
+        options: EncodeOptions = EncodeOptions(),
+    ) -> "asyncio.Future[EncodedBatch]":
+        """Validate and queue an encode; the future resolves to what :meth:`encode` returns.
+
+        Cancelling the future withdraws the request (it is dropped if not yet encoded). Call it from the
+        event loop the engine was started on.
+        """
         self._check_accepting()
         self._check_texts(texts, "texts")
         if text_pairs is not None:
@@ -114,11 +128,21 @@ class Engine:
                     ErrorKind.INVALID_REQUEST,
                     f"text_pairs has {len(text_pairs)} entries but texts has {len(texts)}; they must match",
                 )
-        plan = plan_encode(self.facts, options)
+        plan = self._plan(options)
         inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs))
         chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
         loop = asyncio.get_running_loop()
-        return await self._batcher.submit(EncodeWork(inputs, plan, chars, loop.create_future()))
+        return self._batcher.submit(EncodeWork(inputs, plan, chars, loop.create_future()))
+
+    def _plan(self, options: EncodeOptions) -> EncodePlan:
+        """Resolved options, memoised: clients send the same few option sets over and over."""
+        plan = self._plans.get(options)
+        if plan is None:
+            plan = plan_encode(self.facts, options)  # raises for refused options: those are not cached
+            if len(self._plans) >= 1024:
+                self._plans.clear()
+            self._plans[options] = plan
+        return plan
 
     async def tokenize(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[str]]:
         """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them."""

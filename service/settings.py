@@ -57,8 +57,9 @@ class Settings(BaseSettings):
         "each request is encoded alone (for comparison; lower throughput under concurrency)."
     )
     batch_wait_ms: float = Field(
-        2.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join. "
-        "Longer: bigger batches under light load, but added latency for a lone request."
+        0.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join. 0: "
+        "a request starts at once when the engine is idle, and batches form from what queues while it is "
+        "busy. Above 0: bigger batches under light load, at that much added latency per lone request."
     )
     max_batch_texts: int = Field(256, ge=1, description="Texts per Rust encode call. A larger request runs alone.")
     max_batch_chars: int = Field(
