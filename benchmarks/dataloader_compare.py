@@ -294,10 +294,10 @@ def main(argv: list[str] | None = None) -> int:
     server_args = ["--model", str(args.tokenizer)] if args.tokenizer else []
     args.out.parent.mkdir(parents=True, exist_ok=True)
     env = {"TOKENIZER_SERVICE_LOG_LEVEL": "warning"}
-    servers = {  # the default server, and one that does not hold a lone request back for company
+    servers = {  # the default server, and one that holds a lone request 2 ms back for company
         "sdk": ServerProcess(*server_args, env=env, log_path=args.out.with_suffix(".server.log")),
-        "sdk, --batch-wait-ms 0": ServerProcess(*server_args, "--batch-wait-ms", "0", env=env,
-                                                log_path=args.out.with_suffix(".server-nowait.log")),
+        "sdk, --batch-wait-ms 2": ServerProcess(*server_args, "--batch-wait-ms", "2", env=env,
+                                                log_path=args.out.with_suffix(".server-wait2.log")),
     }
     started = time.time()
     try:

@@ -1,0 +1,176 @@
+"""The benchmark's outputs: one text table and the PNG plots (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+COLUMNS = (
+    ("scenario", "#"),
+    ("tokenizer", "tokenizer"),
+    ("texts", "texts"),
+    ("variant", "variant"),
+    ("rate", "texts/s"),
+    ("tokens_rate", "tokens/s"),
+    ("ratio", "ratio (same run)"),
+    ("latency", "latency p50/p90/p99 ms"),
+    ("cpu", "CPU ms per request"),
+    ("note", "note"),
+)
+
+PLOTS = {
+    "batch": "throughput_vs_batch.png",
+    "concurrency": "throughput_vs_concurrency.png",
+    "latency": "latency_percentiles.png",
+    "long_text": "long_text_scaling.png",
+}
+
+
+def human(value: float | None) -> str:
+    """3 significant figures, k/M suffixes: 12345 -> 12.3k."""
+    if value is None or value != value:
+        return "-"
+    for threshold, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= threshold:
+            return f"{value / threshold:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cells = [[str(row.get(key, "") if row.get(key) is not None else "") for key, _ in COLUMNS] for row in rows]
+    headers = [title for _, title in COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    # drop columns that are empty in every row
+    keep = [i for i in range(len(headers)) if any(c[i] for c in cells)]
+
+    def line(values: list[str]) -> str:
+        return " | ".join(values[i].ljust(widths[i]) for i in keep).rstrip()
+
+    out = [line(headers), "-+-".join("-" * widths[i] for i in keep)]
+    previous = None
+    for row, values in zip(rows, cells):
+        section = row.get("scenario")
+        if previous is not None and section != previous:
+            out.append("-+-".join("-" * widths[i] for i in keep))
+        previous = section
+        out.append(line(values))
+    return "\n".join(out)
+
+
+# -- plots ------------------------------------------------------------------------------------------------
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _subplots(plt: Any, count: int, title: str) -> tuple[Any, list[Any]]:
+    fig, axes = plt.subplots(1, max(1, count), figsize=(6.2 * max(1, count), 4.6), squeeze=False)
+    fig.suptitle(title)
+    return fig, list(axes[0])
+
+
+def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    plt = _pyplot()
+    written: dict[str, str] = {}
+    tokenizers = results["meta"]["tokenizers"]
+    machine = f"{results['meta']['cpus']} CPUs"
+
+    # throughput vs batch size (scenario 1 sweep)
+    sweep = results["scenario1"].get("sweep", [])
+    fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs batch size, ~300-char texts, one client ({machine})")
+    for ax, tok in zip(axes, tokenizers):
+        series: dict[str, list[tuple[int, float]]] = defaultdict(list)
+        for point in sweep:
+            if point["tokenizer"] == tok:
+                series[point["label"]].append((point["batch"], point["texts_per_s"]))
+        for label, points in series.items():
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        _finish(ax, tok, "texts per request (batch size)", "texts/s", logx=True, logy=True)
+    written["batch"] = _save(fig, plt, out_dir / PLOTS["batch"])
+
+    # throughput vs concurrency and latency percentiles (scenario 2)
+    s2 = results["scenario2"]
+    fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs concurrency, 1 text (~300 chars) per request ({machine})")
+    for ax, tok in zip(axes, tokenizers):
+        for mode, label in _modes(s2):
+            points = sorted((r["concurrency"], r["rate"]) for r in s2.get("runs", [])
+                            if r["tokenizer"] == tok and r["mode"] == mode)
+            if points:
+                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"service, {label}")
+        inproc = s2.get("inprocess", {}).get(tok)
+        if inproc:
+            ax.axhline(inproc["texts_per_s"], color="gray", linestyle="--",
+                       label="in-process encode_batch, batches of 256")
+        _finish(ax, tok, "concurrent clients", "requests/s (= texts/s)", logx=True, logy=False)
+    written["concurrency"] = _save(fig, plt, out_dir / PLOTS["concurrency"])
+
+    fig, axes = _subplots(plt, len(tokenizers), "Latency percentiles, 1 text (~300 chars) per request")
+    for ax, tok in zip(axes, tokenizers):
+        for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red")):
+            runs = sorted((r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
+                          key=lambda r: r["concurrency"])
+            if not runs:
+                continue
+            xs = [r["concurrency"] for r in runs]
+            for pct, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
+                ax.plot(xs, [r["latency_ms"][pct] for r in runs], style, marker="o", color=color,
+                        label=f"{label} {pct}")
+        _finish(ax, tok, "concurrent clients", "latency (ms)", logx=True, logy=True)
+    written["latency"] = _save(fig, plt, out_dir / PLOTS["latency"])
+
+    # long-text scaling (scenario 4)
+    s4 = results["scenario4"].get("points", [])
+    fig, axes = _subplots(plt, len(tokenizers), "Long-text scaling: tokens/s vs text length (no truncation)")
+    for ax, tok in zip(axes, tokenizers):
+        series = defaultdict(list)
+        for point in s4:
+            if point["tokenizer"] == tok:
+                series[point["label"]].append((point["chars"], point["tokens_per_s"]))
+        for label, points in series.items():
+            points.sort()
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
+        ax.set_ylim(bottom=0)
+    written["long_text"] = _save(fig, plt, out_dir / PLOTS["long_text"])
+    return written
+
+
+def _modes(s2: dict[str, Any]) -> list[tuple[str, str]]:
+    seen: dict[str, str] = {}
+    for run in s2.get("runs", []):
+        seen.setdefault(run["mode"], run.get("label", run["mode"]))
+    return list(seen.items())
+
+
+def _finish(ax: Any, title: str, xlabel: str, ylabel: str, *, logx: bool, logy: bool) -> None:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if logx:
+        from matplotlib.ticker import FixedLocator, NullLocator
+
+        marked = [line for line in ax.get_lines() if line.get_marker() not in (None, "None", "")]
+        xs = sorted({x for line in marked for x in line.get_xdata()})
+        ax.set_xscale("log", base=2)
+        if xs:
+            ax.xaxis.set_major_locator(FixedLocator(xs))
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.set_xticklabels([f"{x:g}" for x in xs])
+    if logy:
+        ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+
+
+def _save(fig: Any, plt: Any, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
