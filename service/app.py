@@ -24,7 +24,6 @@ from safetensors.numpy import save as save_safetensors
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import __version__
-from .batching import BatchingConfig
 from .encoding import EncodedBatch
 from .engine import Engine, EngineLimits
 from .errors import ErrorKind, ServiceError
@@ -96,13 +95,11 @@ def _openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": model.model_json_schema()}}}}
 
 
-def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
-               batching: BatchingConfig | None = None) -> FastAPI:
+def create_app(settings: Settings, loaded: LoadedTokenizer | None = None) -> FastAPI:
     """Build the ASGI app. The engine is started in the lifespan; ``loaded`` skips loading there
     (the CLI loads first so that a bad source fails with one line before the server starts)."""
     metrics = Metrics()
     threads = settings.threads or available_cpus()
-    batching = batching or settings.batching_config()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -111,7 +108,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *,
             tokenizer,
             threads=threads,
             limits=EngineLimits(settings.max_texts_per_request, settings.max_text_chars, settings.max_response_tokens),
-            batching=batching,
+            batching=settings.batching_config(),
             observer=metrics,
         )
         await engine.astart()
