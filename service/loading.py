@@ -57,12 +57,24 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
         raise TokenizerLoadError(f"cannot load tokenizer {display!r}: {first_line}") from exc
 
     tokenizer = _ensure_fast(tokenizer, display)
+    if source is not None and Path(source).is_dir():
+        display, revision = _baked_origin(Path(source), display, revision)
     backend = tokenizer.backend_tokenizer
     # transformers keeps no padding/truncation state between calls; start from the same clean slate.
     backend.no_padding()
     backend.no_truncation()
     backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
     return LoadedTokenizer(tokenizer, display, revision, fingerprint(tokenizer))
+
+
+def _baked_origin(directory: Path, display: str, revision: str | None) -> tuple[str, str | None]:
+    """A directory baked into an image (deploy/bake_tokenizer.py) names its hub origin in source.json:
+    report that model id and resolved commit, not the image-local path."""
+    try:
+        origin = json.loads((directory / "source.json").read_text())
+        return str(origin["model"]), origin.get("commit") or origin.get("revision")
+    except (OSError, ValueError, KeyError, TypeError):
+        return display, revision
 
 
 def _ensure_fast(tokenizer: Any, display: str) -> Any:

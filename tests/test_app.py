@@ -240,3 +240,18 @@ def test_kubernetes_service_link_in_the_port_variable_is_ignored(monkeypatch):
     assert Settings().port == 8000
     monkeypatch.setenv("TOKENIZER_SERVICE_PORT", "9001")
     assert Settings().port == 9001
+
+
+def test_a_baked_tokenizer_reports_its_hub_origin(tmp_path):
+    """deploy/bake_tokenizer.py writes source.json next to the files it bakes into an image."""
+    import json
+    import shutil
+
+    from service.loading import DEFAULT_TOKENIZER_DIR
+
+    baked = tmp_path / "tokenizer"
+    shutil.copytree(DEFAULT_TOKENIZER_DIR, baked)
+    (baked / "source.json").write_text(json.dumps({"model": "org/name", "revision": "main", "commit": "0" * 40}))
+    with make_client(model=str(baked)) as c:
+        info = c.get("/info").json()
+    assert info["source"] == "org/name" and info["revision"] == "0" * 40
