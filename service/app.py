@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import inspect
+import json
 import logging
 import time
 from contextlib import asynccontextmanager
@@ -17,11 +18,11 @@ from typing import Any, AsyncIterator, Callable
 
 import orjson
 from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 from safetensors.numpy import save as save_safetensors
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from . import __version__
 from .encoding import EncodedBatch
@@ -47,6 +48,7 @@ STATUS_BY_KIND: dict[ErrorKind, int] = {
     ErrorKind.OVERLOADED: 429,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.TIMEOUT: 504,
+    ErrorKind.CLIENT_GONE: 499,  # nginx's "client closed request": logged nowhere, sent to nobody
     ErrorKind.INTERNAL: 500,
 }
 KIND_BY_STATUS = {404: ErrorKind.NOT_FOUND, 405: ErrorKind.METHOD_NOT_ALLOWED, 413: ErrorKind.TOO_LARGE}
@@ -58,7 +60,6 @@ _NO_OPENTELEMETRY = (
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters
     else {}
 )
-CLIENT_CLOSED_REQUEST = 499  # nginx's convention: the client went away before the answer
 
 
 def error_response(kind: ErrorKind, message: str, retry_after: float | None = None,
@@ -141,11 +142,14 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None) -> Fas
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {declared} bytes, over max_body_bytes={limit}")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ServiceError(ErrorKind.TOO_LARGE, f"the body exceeds max_body_bytes={limit}")
-            chunks.append(chunk)
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ServiceError(ErrorKind.TOO_LARGE, f"the body exceeds max_body_bytes={limit}")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise ServiceError(ErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
         return b"".join(chunks)
 
     async def parse(request: Request, model: type[BaseModel]) -> Any:
@@ -153,6 +157,13 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None) -> Fas
         try:
             return model.model_validate_json(body)
         except ValidationError as exc:
+            if any(err["type"] == "json_invalid" for err in exc.errors()):
+                # pydantic-core refuses JSON that Python's json accepts (e.g. a lone surrogate "\ud800"):
+                # such a text reaches the tokenizer, which refuses it exactly as it would in-process.
+                try:
+                    return model.model_validate(json.loads(body))
+                except (ValueError, ValidationError):
+                    pass
             raise ServiceError(ErrorKind.INVALID_REQUEST, _describe_validation_error(exc)) from None
 
     # -- routes -----------------------------------------------------------------------------------------
@@ -166,9 +177,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None) -> Fas
         binary = SAFETENSORS_MEDIA_TYPE in request.headers.get("accept", "")
         body = await parse(request, EncodeRequest)
         future = engine.submit_encode(body.texts, body.text_pairs, body.options())
-        result: EncodedBatch | None = await _unless_client_leaves(request, future)
-        if result is None:
-            return Response(status_code=CLIENT_CLOSED_REQUEST)
+        result: EncodedBatch = await _unless_client_leaves(request, future)
         metrics.texts.inc(len(body.texts))
         metrics.tokens.inc(result.num_tokens)
         headers = {FINGERPRINT_HEADER: engine.loaded.fingerprint}
@@ -231,10 +240,6 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None) -> Fas
     async def _service_error(request: Request, exc: ServiceError) -> Response:
         return error_response(exc.kind, exc.message, exc.retry_after)
 
-    @app.exception_handler(RequestValidationError)
-    async def _validation_error(request: Request, exc: RequestValidationError) -> Response:
-        return error_response(ErrorKind.INVALID_REQUEST, str(exc.errors()[:5]))
-
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
         kind = KIND_BY_STATUS.get(exc.status_code, ErrorKind.INVALID_REQUEST)
@@ -256,15 +261,15 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None) -> Fas
 
 async def _unless_client_leaves(request: Request, future: "asyncio.Future[Any]") -> Any:
     """Await the engine's ``future``; if the client disconnects first, cancel it (the batcher then drops
-    the request unencoded) and return None. Most requests finish within ``DISCONNECT_WATCH_AFTER``, so
-    the watcher is only started for those still waiting then: it costs a task per request."""
+    the request unencoded) and raise CLIENT_GONE. Most requests finish within ``DISCONNECT_WATCH_AFTER``,
+    so the watcher is only started for those still waiting then: it costs a task per request."""
     watch = _DisconnectWatch(request, future)
     timer = asyncio.get_running_loop().call_later(DISCONNECT_WATCH_AFTER, watch.start)
     try:
         return await future
     except asyncio.CancelledError:
         if watch.client_left:
-            return None
+            raise ServiceError(ErrorKind.CLIENT_GONE, "the client disconnected before its answer") from None
         raise  # the handler itself was cancelled: the future went with it
     finally:
         timer.cancel()

@@ -130,8 +130,25 @@ class Batcher:
         self._queued_texts += texts
         self._queued_chars += work.chars
         work.expiry = work.future.get_loop().call_later(self.config.queue_timeout_seconds, self._expire, work)
+        work.future.add_done_callback(lambda _: self._forget(work))
         self._wakeup.set()
         return work.future
+
+    def _forget(self, work: EncodeWork) -> None:
+        """A queued request that ended before its batch (caller gone, deadline passed) leaves the queue at
+        once, so it neither counts against the limits nor holds its texts until the next batch."""
+        if work.started:
+            return
+        try:
+            self._queue.remove(work)
+        except ValueError:  # already taken out by _take_batch
+            return
+        self._queued_texts -= len(work.inputs)
+        self._queued_chars -= work.chars
+        if work.expiry is not None:
+            work.expiry.cancel()
+        if work.future.cancelled():
+            self._notify_dropped()
 
     def _expire(self, work: EncodeWork) -> None:
         if work.started or work.future.done():
@@ -236,6 +253,10 @@ class Batcher:
         self._queued_chars = sum(w.chars for w in kept)
         self._notify_queue()
         return batch
+
+    def reject(self, reason: str) -> None:
+        """Count a refusal made elsewhere under this queue's limits (the engine's tokenize/decode)."""
+        self._notify_rejected(reason)
 
     # -- observer plumbing ------------------------------------------------------------------------------
     def _notify_queue(self) -> None:

@@ -61,11 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     args = vars(parser.parse_args(argv))
-    command = args.pop("command")
-    if command == "serve":
-        return serve(parser, args)
-    parser.error(f"unknown command {command}")
-    return 2
+    args.pop("command")  # "serve", the only command
+    return serve(parser, args)
 
 
 def serve(parser: argparse.ArgumentParser, given: dict[str, Any]) -> int:

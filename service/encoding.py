@@ -89,13 +89,16 @@ class EncodePlan:
         return self.pad_longest or self.pad_target is not None
 
     @property
-    def with_offsets(self) -> bool:
-        return "offset_mapping" in self.keys
+    def full_encode(self) -> bool:
+        """Whether this call needs ``encode_batch`` rather than the faster ``encode_batch_fast``: for offsets,
+        and for overflow -- tokenizers 0.23's ``encode_batch_fast`` gives overflow rows of a pair wrong
+        ``type_ids`` (all 0 for the second sequence; found by the property tests)."""
+        return "offset_mapping" in self.keys or self.with_overflow
 
     @property
     def batch_key(self) -> tuple[Any, ...]:
         """Requests with equal keys can share one Rust encode call (same tokenizer state and call)."""
-        return (self.truncation, self.add_special_tokens, self.with_offsets)
+        return (self.truncation, self.add_special_tokens, self.full_encode)
 
 
 @dataclass(frozen=True)
@@ -229,11 +232,12 @@ def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens:
         out_lengths = lengths
     width = int(out_lengths.max(initial=0))
     rectangular = bool((out_lengths == width).all())
-    if rectangular and len(rows) * width > max_response_tokens:
+    positions = int(out_lengths.sum())  # rows x width when rectangular; padded rows add up when ragged
+    if positions > max_response_tokens:
         raise ServiceError(
             ErrorKind.TOO_LARGE,
-            f"the result would hold {len(rows)} x {width} = {len(rows) * width} token positions, over the "
-            f"limit max_response_tokens={max_response_tokens}; send fewer texts or a smaller max_length",
+            f"the result would hold {positions} token positions ({len(rows)} rows, up to {width} long), over "
+            f"the limit max_response_tokens={max_response_tokens}; send fewer texts or a smaller max_length",
         )
 
     shaper = _RectangularShaper(lengths, width, plan.pad_left) if rectangular else None

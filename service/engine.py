@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
@@ -67,11 +66,11 @@ class Engine:
         self.vocab_size = len(loaded.tokenizer)
         self._config = call_config(loaded.tokenizer)
         self._plans: dict[EncodeOptions, EncodePlan] = {}
+        self._direct_waiting = 0  # tokenize/decode calls handed to the engine thread, not yet answered
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
         self._batcher = Batcher(batching, self._run_batch, observer)
         self.draining = False
-        self.started_at: float | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def astart(self) -> None:
@@ -80,14 +79,14 @@ class Engine:
         self._batcher.start()
         # Warm up on the engine thread: spins up the rayon pool before the first real request.
         await self._call(self._encode_raw, ["warm up", "the pool"] * max(2, self.threads), None, True, False)
-        self.started_at = time.time()
 
     async def astop(self) -> None:
         self.draining = True
         await self._batcher.stop()
         if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+            executor, self._executor = self._executor, None
+            # pending tokenize/decode jobs are cancelled; a running Rust call is waited for off the loop
+            await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
             ForkGuard.disarm()
 
     @property
@@ -129,6 +128,13 @@ class Engine:
                     f"text_pairs has {len(text_pairs)} entries but texts has {len(texts)}; they must match",
                 )
         plan = self._plan(options)
+        limit = self.limits.max_response_tokens
+        if plan.pad_target is not None and len(texts) * plan.pad_target > limit:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{len(texts)} texts padded to max_length={plan.pad_target} would hold over max_response_tokens="
+                f"{limit} token positions; send fewer texts or a smaller max_length",
+            )
         inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs))
         chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
         loop = asyncio.get_running_loop()
@@ -149,7 +155,7 @@ class Engine:
         self._check_accepting()
         self._check_texts(texts, "texts")
         # encode_batch_fast leaves tokens empty; the full encode_batch fills them
-        encodings = await self._call(self._encode_raw, list(texts), None, add_special_tokens, True)
+        encodings = await self._call_admitted(self._encode_raw, list(texts), None, add_special_tokens, True)
         return [e.tokens for e in encodings]
 
     async def decode(
@@ -167,15 +173,6 @@ class Engine:
                 ErrorKind.TOO_LARGE,
                 f"{len(ids)} id lists exceed max_texts_per_request={self.limits.max_texts_per_request}",
             )
-        vocab = self.vocab_size
-        for row in ids:
-            for token_id in row:
-                if not 0 <= token_id < vocab:
-                    raise ServiceError(
-                        ErrorKind.INVALID_REQUEST,
-                        f"token id {token_id} is outside this tokenizer's vocabulary [0, {vocab})",
-                    )
-
         def work() -> list[str]:
             try:
                 return self.tokenizer.batch_decode(
@@ -186,7 +183,7 @@ class Engine:
             except Exception as exc:
                 raise ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}") from exc
 
-        return await self._call(work)
+        return await self._call_admitted(work)
 
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
@@ -241,6 +238,32 @@ class Engine:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
+    async def _call_admitted(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a tokenize/decode on the engine thread under the same admission and queue deadline as
+        encodes: refused at once when the queue is full, TIMEOUT if it has not started by the deadline
+        (once started it runs to the end), withdrawn unstarted if the caller goes away."""
+        if self._executor is None:
+            raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
+        config = self._batcher.config
+        if self._direct_waiting + self._batcher.queued_requests >= config.max_queued_requests:
+            self._batcher.reject("queue_full")
+            raise ServiceError(ErrorKind.OVERLOADED, "the queue is full; retry shortly", retry_after=1.0)
+        job = self._executor.submit(fn, *args)
+        self._direct_waiting += 1
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(job), config.queue_timeout_seconds)
+        except asyncio.TimeoutError:
+            if job.cancelled():  # the wait cancelled it before it started
+                self._batcher.reject("timeout")
+                raise ServiceError(
+                    ErrorKind.TIMEOUT,
+                    f"the request waited over {config.queue_timeout_seconds:g}s for the tokenizer; the server "
+                    "is saturated, retry later or elsewhere",
+                ) from None
+            return await asyncio.wrap_future(job)
+        finally:
+            self._direct_waiting -= 1
+
     async def _run_batch(self, batch: list[EncodeWork]) -> list[EncodedBatch | BaseException]:
         return await self._call(self._encode_batch_on_thread, batch)
 
@@ -249,7 +272,7 @@ class Engine:
         first: EncodePlan = batch[0].plan
         inputs = [item for work in batch for item in work.inputs]
         try:
-            encodings = self._encode_raw(inputs, first.truncation, first.add_special_tokens, first.with_offsets)
+            encodings = self._encode_raw(inputs, first.truncation, first.add_special_tokens, first.full_encode)
         except ServiceError as exc:
             if len(batch) == 1:
                 return [exc]
@@ -265,7 +288,7 @@ class Engine:
     def _encode_one(self, work: EncodeWork) -> EncodedBatch | BaseException:
         plan = work.plan
         try:
-            encodings = self._encode_raw(list(work.inputs), plan.truncation, plan.add_special_tokens, plan.with_offsets)
+            encodings = self._encode_raw(list(work.inputs), plan.truncation, plan.add_special_tokens, plan.full_encode)
         except ServiceError as exc:
             return exc
         return self._shape(encodings, plan)
@@ -277,7 +300,7 @@ class Engine:
             return exc
 
     def _encode_raw(
-        self, inputs: list[Any], truncation: TruncationSetting | None, add_special_tokens: bool, with_offsets: bool
+        self, inputs: list[Any], truncation: TruncationSetting | None, add_special_tokens: bool, full_encode: bool
     ) -> list[Any]:
         """Set the Rust truncation state (this thread only) and encode. Padding is never set in Rust."""
         backend = self._backend
@@ -288,7 +311,7 @@ class Engine:
                 else:
                     backend.enable_truncation(**truncation.as_kwargs())
                 self._truncation = truncation
-            encode = backend.encode_batch if with_offsets else backend.encode_batch_fast
+            encode = backend.encode_batch if full_encode else backend.encode_batch_fast
             return encode(inputs, add_special_tokens=add_special_tokens)
         except BaseException as exc:  # noqa: BLE001
             # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics

@@ -22,6 +22,7 @@ class ErrorKind(str, enum.Enum):
     OVERLOADED = "overloaded"  # queue full: retry after a pause
     UNAVAILABLE = "unavailable"  # not ready or draining: retry elsewhere
     TIMEOUT = "timeout"  # waited past the deadline in the queue
+    CLIENT_GONE = "client_gone"  # the client disconnected before the answer: nobody to tell
     INTERNAL = "internal"  # a bug: report it
 
 

@@ -3,7 +3,7 @@ tokenizer call; unknown fields are rejected so a typo never silently changes the
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +51,8 @@ class TokenizeRequest(_Strict):
 class DecodeRequest(_Strict):
     """``POST /decode``: ``tokenizer.batch_decode(ids, ...)``."""
 
-    ids: list[list[int]]
+    ids: list[list[Annotated[int, Field(ge=0, le=_U32)]]] = Field(
+        description="Token id lists; ids the vocabulary lacks decode as in-process (skipped)."
+    )
     skip_special_tokens: bool = False
     clean_up_tokenization_spaces: bool | None = None

@@ -30,6 +30,7 @@ class DrainingServer(uvicorn.Server):
         self.grace_seconds = grace_seconds
         self.drain_started: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._drain_task: asyncio.Task | None = None
 
     async def serve(self, sockets: Any = None) -> None:
         self._loop = asyncio.get_running_loop()
@@ -39,7 +40,7 @@ class DrainingServer(uvicorn.Server):
         if sig == signal.SIGTERM and self.drain_started is None and self._loop is not None:
             self.drain_started = time.monotonic()
             # Runs inside a signal handler: hand the work to the loop, do nothing else here.
-            self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))
+            self._loop.call_soon_threadsafe(self._start_drain)
             # A Rust encode cannot be interrupted, and interpreter exit joins the engine thread: past the
             # grace period (plus a moment for the lifespan shutdown) exit hard rather than overstay.
             watchdog = threading.Timer(self.grace_seconds + 1.0, self._give_up)
@@ -47,6 +48,9 @@ class DrainingServer(uvicorn.Server):
             watchdog.start()
             return
         super().handle_exit(sig, frame)
+
+    def _start_drain(self) -> None:
+        self._drain_task = self._loop.create_task(self._drain())  # keep a reference: tasks are weak
 
     def _give_up(self) -> None:
         logger.error("graceful shutdown exceeded %.0fs; exiting with work still running", self.grace_seconds)

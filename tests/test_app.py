@@ -158,8 +158,11 @@ def test_tokenize_and_decode(client, reference, corpus):
     response = client.post("/decode", json={"ids": ids, "skip_special_tokens": True})
     assert response.json() == {"texts": reference.batch_decode(ids, skip_special_tokens=True)}
     assert response.headers[FINGERPRINT_HEADER].startswith("sha256:")
-    assert_error(client.post("/decode", json={"ids": [[10**9]]}), 422, ErrorKind.INVALID_REQUEST, "vocabulary")
-    assert_error(client.post("/decode", json={"ids": [[-1]]}), 422, ErrorKind.INVALID_REQUEST, "vocabulary")
+    # ids the vocabulary lacks decode as in-process; only what no tokenizer can take is refused
+    beyond = [[10**6, 5, 2**31]]
+    assert client.post("/decode", json={"ids": beyond}).json() == {"texts": reference.batch_decode(beyond)}
+    assert_error(client.post("/decode", json={"ids": [[-1]]}), 422, ErrorKind.INVALID_REQUEST, "ids.0.0")
+    assert_error(client.post("/decode", json={"ids": [[2**32]]}), 422, ErrorKind.INVALID_REQUEST, "ids.0.0")
 
 
 def test_info_reports_tokenizer_limits_parallelism_and_versions(client, reference):
@@ -255,3 +258,33 @@ def test_a_baked_tokenizer_reports_its_hub_origin(tmp_path):
     with make_client(model=str(baked)) as c:
         info = c.get("/info").json()
     assert info["source"] == "org/name" and info["revision"] == "0" * 40
+
+
+def test_a_lone_surrogate_is_refused_as_the_tokenizer_refuses_it(client, reference):
+    body = b'{"texts": ["ok", "\\ud800"]}'  # valid JSON for Python, not for pydantic-core
+    response = client.post("/encode", content=body, headers={"content-type": "application/json"})
+    assert isinstance(reference_call(reference, ["ok", "\ud800"], None, {}), BaseException)
+    assert_error(response, 422, ErrorKind.TOKENIZER)
+
+
+def test_a_client_that_leaves_mid_body_gets_499_and_no_error_log(client, caplog):
+    """Straight through ASGI: the body stops half-way and the client disconnects."""
+    messages = iter([
+        {"type": "http.request", "body": b'{"texts": ["a', "more_body": True},
+        {"type": "http.disconnect"},
+    ])
+    sent: list = []
+
+    async def receive():
+        return next(messages)
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/encode", "raw_path": b"/encode", "query_string": b"",
+             "headers": [(b"content-type", b"application/json")], "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5), "root_path": ""}
+    with caplog.at_level("ERROR"):
+        client.portal.call(client.app, scope, receive, send)
+    assert sent[0]["status"] == 499
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]

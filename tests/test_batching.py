@@ -132,6 +132,26 @@ def test_full_queue_refuses_at_once_with_retry_after():
     assert rec.rejected == ["queue_full"]
 
 
+def test_withdrawn_requests_leave_the_queue_at_once():
+    async def scenario():
+        batcher, rec = await started(BatchingConfig(max_wait_seconds=0, max_queued_requests=2))
+        running = asyncio.ensure_future(batcher.submit(work("running")))
+        await settle()
+        gone = [batcher.submit(work(f"gone{i}")) for i in range(2)]
+        for future in gone:
+            future.cancel()
+        await settle()
+        accepted = batcher.submit(work("room again"))  # would be 429 if the cancelled ones still counted
+        rec.gate.set()
+        results = await asyncio.gather(running, accepted)
+        await batcher.stop()
+        return results, rec
+
+    results, rec = asyncio.run(scenario())
+    assert results == ["result:running", "result:room again"]
+    assert rec.dropped == 2
+
+
 def test_a_request_waiting_past_the_deadline_times_out():
     async def scenario():
         batcher, rec = await started(BatchingConfig(max_wait_seconds=0, queue_timeout_seconds=0.05))

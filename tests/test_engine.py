@@ -29,6 +29,10 @@ FIXED_CASES = [
     {"max_length": 7},  # max_length alone turns truncation on, as in transformers
     {"truncation": True},  # max_length from model_max_length
     {"padding": "max_length"},  # pads to model_max_length
+    # overflow without offsets: tokenizers' encode_batch_fast gets the overflow rows' type ids of pairs wrong
+    {"truncation": True, "max_length": 12, "return_overflowing_tokens": True, "return_token_type_ids": True},
+    {"add_special_tokens": False, "truncation": "longest_first", "max_length": 6, "stride": 1,
+     "return_overflowing_tokens": True, "return_token_type_ids": True},
 ]
 
 
@@ -151,6 +155,43 @@ def test_limits_are_enforced_with_their_names(tokenizer_dirs):
             runner.run(runner.engine.encode(["a", "b"], ["c"]))
     finally:
         runner.close()
+
+
+def test_response_limit_holds_for_ragged_padded_results_too():
+    """padding="max_length" without truncation: a long text stays long, the others pad -- still bounded."""
+    from conftest import EngineRunner
+    from service.engine import EngineLimits
+
+    runner = EngineRunner(None, limits=EngineLimits(max_text_chars=1000, max_response_tokens=50))
+    try:
+        options = EncodeOptions(padding="max_length", max_length=10, truncation=False)
+        with pytest.raises(ServiceError, match="max_response_tokens") as info:
+            runner.run(runner.engine.encode(["一" * 60, "a", "a"], None, options))
+        assert info.value.kind is ErrorKind.TOO_LARGE
+        assert runner.run(runner.engine.encode(["一" * 20, "a"], None, options)).rectangular is False
+    finally:
+        runner.close()
+
+
+def test_tokenize_and_decode_share_the_queue_limits_and_deadline():
+    from conftest import EngineRunner
+    from service.batching import BatchingConfig
+    from service.engine import EngineLimits
+
+    runner = EngineRunner(None, batching=BatchingConfig(max_queued_requests=2, queue_timeout_seconds=0.3),
+                          limits=EngineLimits(max_text_chars=200_000))
+    heavy = ["一" * 150_000] * 8
+
+    async def flood():
+        return await asyncio.gather(*(runner.engine.tokenize(heavy) for _ in range(4)), return_exceptions=True)
+
+    try:
+        outcomes = runner.run(flood(), timeout=120)
+    finally:
+        runner.close()
+    kinds = [o.kind if isinstance(o, ServiceError) else "ok" for o in outcomes]
+    assert kinds[0] == "ok"
+    assert ErrorKind.OVERLOADED in kinds and ErrorKind.TIMEOUT in kinds, kinds
 
 
 def test_fork_guard_counts_forks_after_load(engines):
