@@ -84,13 +84,7 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     sweep = results["scenario1"].get("sweep", [])
     fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs batch size, ~300-char texts, one client ({machine})")
     for ax, tok in zip(axes, tokenizers):
-        series: dict[str, list[tuple[int, float]]] = defaultdict(list)
-        for point in sweep:
-            if point["tokenizer"] == tok:
-                series[point["label"]].append((point["batch"], point["texts_per_s"]))
-        for label, points in series.items():
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        _plot_by_label(ax, sweep, tok, "batch", "texts_per_s")
         _finish(ax, tok, "texts per request (batch size)", "texts/s", logx=True, logy=True)
     written["batch"] = _save(fig, plt, out_dir / PLOTS["batch"])
 
@@ -128,13 +122,7 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     s4 = results["scenario4"].get("points", [])
     fig, axes = _subplots(plt, len(tokenizers), "Long-text scaling: tokens/s vs text length (no truncation)")
     for ax, tok in zip(axes, tokenizers):
-        series = defaultdict(list)
-        for point in s4:
-            if point["tokenizer"] == tok:
-                series[point["label"]].append((point["chars"], point["tokens_per_s"]))
-        for label, points in series.items():
-            points.sort()
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=label)
+        _plot_by_label(ax, s4, tok, "chars", "tokens_per_s")
         _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
         ax.set_ylim(bottom=0)
     written["long_text"] = _save(fig, plt, out_dir / PLOTS["long_text"])
@@ -146,6 +134,17 @@ def _modes(s2: dict[str, Any]) -> list[tuple[str, str]]:
     for run in s2.get("runs", []):
         seen.setdefault(run["mode"], run.get("label", run["mode"]))
     return list(seen.items())
+
+
+def _plot_by_label(ax: Any, points: list[dict], tokenizer: str, x: str, y: str) -> None:
+    """One line per variant label: this tokenizer's points, sorted by ``x``."""
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for point in points:
+        if point["tokenizer"] == tokenizer:
+            series[point["label"]].append((point[x], point[y]))
+    for label, xy in series.items():
+        xy.sort()
+        ax.plot([p[0] for p in xy], [p[1] for p in xy], marker="o", label=label)
 
 
 def _finish(ax: Any, title: str, xlabel: str, ylabel: str, *, logx: bool, logy: bool) -> None:
