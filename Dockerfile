@@ -32,7 +32,7 @@ COPY service /src/service
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/wheels /src \
     && /opt/venv/bin/pip install --no-deps /tmp/wheels/*.whl \
     && /opt/venv/bin/pip check \
-    && /opt/venv/bin/python -c "import service.cli, service.app" \
+    && /opt/venv/bin/python -c "import service.cli, service.http.app" \
     && /opt/venv/bin/pip uninstall --yes pip setuptools \
     && rm -rf /tmp/wheels
 

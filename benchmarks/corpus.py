@@ -18,7 +18,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 
-import package_assets  # noqa: E402
+from testkit import assets as package_assets  # noqa: E402
 
 LANGUAGES = ("zh", "en")
 BUCKETS = {"short": None, "medium": 300, "long": 1000}

@@ -45,8 +45,8 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts"), str(REPO)]
 
-import package_assets  # noqa: E402
-from servers import ServerProcess  # noqa: E402
+from testkit import assets as package_assets  # noqa: E402
+from testkit.servers import ServerProcess  # noqa: E402
 
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
 
@@ -127,7 +127,7 @@ def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Name
     from transformers import AutoTokenizer
 
     from service.client import TokenizerClient
-    from service.loading import DEFAULT_TOKENIZER_DIR
+    from service.engine.loading import DEFAULT_TOKENIZER_DIR
 
     tokenizer = AutoTokenizer.from_pretrained(str(args.tokenizer or DEFAULT_TOKENIZER_DIR))
     clients = {name: TokenizerClient(server.url) for name, server in servers.items()}

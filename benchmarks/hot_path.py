@@ -35,9 +35,9 @@ def main() -> None:
     import orjson
     from safetensors.numpy import save
 
-    import package_assets
-    from service.encoding import EncodeOptions, TokenizerFacts, build_batch, plan_encode
-    from service.loading import load_tokenizer
+    from testkit import assets as package_assets
+    from service.engine.encoding import EncodeOptions, TokenizerFacts, build_batch, plan_encode
+    from service.engine.loading import load_tokenizer
 
     texts = package_assets.chinese_reviews()[: args.batch // 2] + package_assets.english_paragraphs()[: args.batch // 2]
     reference = load_tokenizer(args.model).tokenizer  # the user's in-process tokenizer

@@ -83,7 +83,7 @@ from loadgen import (  # noqa: E402
     memory_kib,
     percentiles,
 )
-from servers import ServerProcess  # noqa: E402
+from testkit.servers import ServerProcess  # noqa: E402
 
 OPTIONS_BATCH = {"padding": "longest", "truncation": True, "max_length": 128}  # scenarios 1 and 2
 OPTIONS_LONG = {"padding": "longest", "truncation": False}  # scenario 4: whole texts
@@ -160,10 +160,10 @@ def log(message: str) -> None:
 
 def tokenizer_dir(name: str) -> Path:
     if name == "default":
-        from service.loading import DEFAULT_TOKENIZER_DIR
+        from service.engine.loading import DEFAULT_TOKENIZER_DIR
 
         return DEFAULT_TOKENIZER_DIR
-    import package_assets
+    from testkit import assets as package_assets
 
     dirs = package_assets.tokenizer_dirs()
     if name not in dirs:
@@ -172,7 +172,7 @@ def tokenizer_dir(name: str) -> Path:
 
 
 def available_cpus() -> int:
-    from service.parallelism import available_cpus as cpus
+    from service.engine.parallelism import available_cpus as cpus
 
     return cpus()
 

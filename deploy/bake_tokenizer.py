@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path.resolve(), target)  # the cache holds symlinks into blobs/
 
-    from service.loading import load_tokenizer
+    from service.engine.loading import load_tokenizer
 
     loaded = load_tokenizer(str(out))
     source = {"model": model, "revision": revision, "commit": snapshot.name, "fingerprint": loaded.fingerprint}

@@ -75,7 +75,7 @@ def check_largest_response(http: httpx.Client, limits: dict[str, int]) -> str:
 def check_encode(url: str, threads: int | None, largest: bool) -> None:
     from transformers import AutoTokenizer
 
-    from service.loading import fingerprint
+    from service.engine.loading import fingerprint
 
     tokenizer = AutoTokenizer.from_pretrained(str(REPO / "service" / "default_tokenizer"))
     expected_fingerprint = fingerprint(tokenizer)

@@ -24,7 +24,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import package_assets  # noqa: E402
+from testkit import assets as package_assets  # noqa: E402
 
 from service.client import TokenizerClient  # noqa: E402
 

@@ -30,7 +30,7 @@ os.environ["RAYON_RS_NUM_CPUS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from package_assets import REPO, chinese_news, chinese_reviews, english_docstrings, english_paragraphs  # noqa: E402
+from testkit.assets import REPO, chinese_news, chinese_reviews, english_docstrings, english_paragraphs  # noqa: E402
 
 VOCAB_SIZE = 21128
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import threading
 from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-sys.path.insert(0, str(REPO / "tests"))
-
-import package_assets  # noqa: E402
-from servers import ServerProcess  # noqa: E402
-
-from service.loading import DEFAULT_TOKENIZER_DIR  # noqa: E402
+from service.engine.loading import DEFAULT_TOKENIZER_DIR
+from testkit import assets
+from testkit.servers import ServerProcess
 
 # The three tokenizer families every parity test runs on.
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
@@ -26,7 +20,7 @@ FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 @pytest.fixture(scope="session")
 def tokenizer_dirs() -> dict[str, Path]:
     """family -> HuggingFace tokenizer directory (the default one ships in the package)."""
-    return {"wordpiece_default": DEFAULT_TOKENIZER_DIR, **package_assets.tokenizer_dirs()}
+    return {"wordpiece_default": DEFAULT_TOKENIZER_DIR, **assets.tokenizer_dirs()}
 
 
 @pytest.fixture(scope="session")
@@ -40,8 +34,8 @@ def reference_tokenizers(tokenizer_dirs: dict[str, Path]) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def corpus() -> dict[str, list[str]]:
     return {
-        "zh": package_assets.chinese_reviews(),
-        "en": package_assets.english_paragraphs(),
+        "zh": assets.chinese_reviews(),
+        "en": assets.english_paragraphs(),
     }
 
 
@@ -50,7 +44,7 @@ class EngineRunner:
 
     def __init__(self, source: str | None, **engine_kwargs: Any) -> None:
         from service.engine import Engine
-        from service.loading import load_tokenizer
+        from service.engine.loading import load_tokenizer
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)

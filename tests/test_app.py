@@ -12,11 +12,12 @@ from fastapi.testclient import TestClient
 from safetensors.numpy import load as load_safetensors
 
 from parity import TRICKY_TEXTS, assert_same, reference_call
-from service.app import STATUS_BY_KIND, create_app
-from service.errors import ErrorKind
-from service.loading import fingerprint, load_tokenizer
-from service.protocol import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
-from service.settings import Settings
+from service.http.app import create_app
+from service.http.responses import STATUS_BY_KIND
+from service.engine.errors import ErrorKind
+from service.engine.loading import fingerprint, load_tokenizer
+from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from service.http.settings import Settings
 
 BINARY = {"Accept": SAFETENSORS_MEDIA_TYPE}
 
@@ -228,7 +229,7 @@ def test_not_ready_before_lifespan_and_ready_during():
     with TestClient(app) as c:
         assert c.get("/readyz").json() == {"status": "ready"}
     # outside the lifespan the engine is stopped: readiness must say so
-    assert not app.state.engine.ready
+    assert not app.state.runtime.ready
 
 
 def test_settings_reject_inconsistent_values():
@@ -250,7 +251,7 @@ def test_a_baked_tokenizer_reports_its_hub_origin(tmp_path):
     import json
     import shutil
 
-    from service.loading import DEFAULT_TOKENIZER_DIR
+    from service.engine.loading import DEFAULT_TOKENIZER_DIR
 
     baked = tmp_path / "tokenizer"
     shutil.copytree(DEFAULT_TOKENIZER_DIR, baked)

@@ -10,23 +10,21 @@ import time
 import httpx
 import pytest
 
-from servers import ServerProcess
-from service.batching import Batcher, BatchingConfig, EncodeWork
-from service.encoding import EncodePlan
-from service.errors import ErrorKind, ServiceError
+from testkit.servers import ServerProcess
+from service.engine.batching import Batcher, BatchingConfig, Job
+from service.engine.encoding import RustCall
+from service.engine.errors import ErrorKind, ServiceError
 
 
-def plan(truncation=None, add_special_tokens=True) -> EncodePlan:
-    return EncodePlan(truncation=truncation, add_special_tokens=add_special_tokens, pad_target=None,
-                      pad_longest=False, pad_to_multiple_of=None, pad_left=False, pad_id=0, pad_type_id=0,
-                      keys=("input_ids",), with_overflow=False)
+def key(truncation=None, add_special_tokens=True) -> RustCall:
+    return RustCall(truncation, add_special_tokens, False)
 
 
 class Recorder:
     """A run_batch that records each batch and waits for the test to open its gate."""
 
     def __init__(self) -> None:
-        self.batches: list[list[EncodeWork]] = []
+        self.batches: list[list[Job]] = []
         self.gate = asyncio.Event()
         self.dropped = 0
         self.rejected: list[str] = []
@@ -34,7 +32,7 @@ class Recorder:
     async def run_batch(self, batch):
         self.batches.append(batch)
         await self.gate.wait()
-        return [f"result:{w.inputs[0]}" for w in batch]
+        return [f"result:{job.payload}" for job in batch]
 
     # BatchObserver
     def batch_done(self, requests, texts, seconds): pass
@@ -43,8 +41,8 @@ class Recorder:
     def queue_changed(self, requests, texts): pass
 
 
-def work(text: str, p: EncodePlan | None = None) -> EncodeWork:
-    return EncodeWork([text], p or plan(), len(text), asyncio.get_running_loop().create_future())
+def work(text: str, batch_key: RustCall | None = key()) -> Job:
+    return Job(text, 1, len(text), batch_key, asyncio.get_running_loop().create_future())
 
 
 async def started(config: BatchingConfig):
@@ -64,8 +62,8 @@ def test_waiting_requests_are_coalesced_by_key_in_fifo_order():
         batcher, rec = await started(BatchingConfig(max_wait_seconds=0))
         first = asyncio.ensure_future(batcher.submit(work("a")))
         await settle()  # "a" is running alone; the next ones queue up behind it
-        other_key = plan(add_special_tokens=False)
-        rest = [asyncio.ensure_future(batcher.submit(work(t, other_key if t == "x" else None)))
+        other_key = key(add_special_tokens=False)
+        rest = [asyncio.ensure_future(batcher.submit(work(t, other_key if t == "x" else key())))
                 for t in ("b", "x", "c", "d")]
         await settle()
         rec.gate.set()
@@ -75,7 +73,7 @@ def test_waiting_requests_are_coalesced_by_key_in_fifo_order():
 
     rec, results = asyncio.run(scenario())
     assert results == ["result:a", "result:b", "result:x", "result:c", "result:d"]
-    assert [[w.inputs[0] for w in b] for b in rec.batches] == [["a"], ["b", "c", "d"], ["x"]]
+    assert [[job.payload for job in b] for b in rec.batches] == [["a"], ["b", "c", "d"], ["x"]]
 
 
 def test_batches_respect_the_text_cap_and_batching_can_be_switched_off():
@@ -108,7 +106,7 @@ def test_a_request_whose_caller_left_is_dropped_before_it_is_encoded():
         return rec
 
     rec = asyncio.run(scenario())
-    encoded = [w.inputs[0] for b in rec.batches for w in b]
+    encoded = [job.payload for b in rec.batches for job in b]
     assert "gone" not in encoded and "stays" in encoded
     assert rec.dropped == 1
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from servers import REPO
+from testkit.servers import REPO
 
 PLOTS = ("throughput_vs_batch.png", "throughput_vs_concurrency.png", "latency_percentiles.png", "long_text_scaling.png")
 SECTIONS = ("meta", "scenario1", "scenario2", "scenario3", "scenario4", "servers", "targets", "table")

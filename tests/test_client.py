@@ -18,7 +18,7 @@ import torch
 
 import service.client as client_module
 from parity import TRICKY_TEXTS
-from servers import ServerProcess
+from testkit.servers import ServerProcess
 from service.client import (
     AsyncHTTPTransport,
     AsyncHTTPXTransport,
@@ -30,7 +30,7 @@ from service.client import (
     TokenizerClient,
     Unauthorized,
 )
-from service.client.tensors import arrays_from_safetensors
+from service.client.results import arrays_from_safetensors
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
@@ -89,7 +89,8 @@ def test_exported_members():
     assert sorted(client_module.__all__) == sorted([
         "TokenizerClient", "AsyncTokenizerClient", "Collator", "EncodeResult", "RetryPolicy", "Timeout",
         "URL_ENV", "API_KEY_ENV", "Request", "Response", "HTTPTransport", "HTTPXTransport",
-        "AsyncHTTPTransport", "AsyncHTTPXTransport", "MockTransport", "TokenizerServiceError", "TransportError",
+        "AsyncHTTPTransport", "AsyncHTTPXTransport", "MockTransport", "SyncTransport", "AsyncTransport",
+        "TokenizerServiceError", "TransportError",
         "ConnectError",
         "TransportTimeout", "ProtocolError", "RequestRejected", "InvalidRequest", "Unauthorized",
         "PayloadTooLarge", "NotAcceptable", "ServerBusy", "FingerprintMismatch", "RetriesExhausted",
@@ -387,7 +388,7 @@ def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
         loaded = top(report[stage])
         assert not loaded & set(FORBIDDEN), (stage, sorted(loaded & set(FORBIDDEN)))
         ours = {m for m in report[stage] if m == "service" or m.startswith("service.")}
-        assert all(m == "service" or m.startswith("service.client") for m in ours), sorted(ours)
+        assert all(m in ("service", "service.wire") or m.startswith("service.client") for m in ours), sorted(ours)
     # Light at import: numpy and torch come only with use; httpx never, with the default transports.
     assert not top(report["after_import"]) & {"numpy", "torch", "httpx", "safetensors", "asyncio"}
     assert "torch" in top(report["after_use"]) and not top(report["after_use"]) & {"httpx", "safetensors"}

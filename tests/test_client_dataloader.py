@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from servers import ServerProcess
+from testkit.servers import ServerProcess
 from service.client import RetryPolicy, TokenizerClient
 
 LOADER_OPTIONS = {"padding": "longest", "truncation": True, "max_length": 64}

@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from servers import ServerProcess, free_port
+from testkit.servers import ServerProcess, free_port
 from service.client import (
     AsyncHTTPTransport,
     AsyncHTTPXTransport,
@@ -41,7 +41,7 @@ from service.client import (
     TransportTimeout,
     Unauthorized,
 )
-from service.client.protocol import retry_after_seconds
+from service.client.calls import retry_after_seconds
 
 FAST = RetryPolicy(max_attempts=5, deadline=10, backoff_initial=0.01, backoff_max=0.05)
 FINGERPRINT = "sha256:" + "ab" * 32

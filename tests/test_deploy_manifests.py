@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from service.settings import ENV_PREFIX, Settings
+from service.http.settings import ENV_PREFIX, Settings
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -309,7 +309,7 @@ def test_bake_script_copies_the_snapshot_and_records_what_it_baked(tmp_path, mon
 
     import huggingface_hub
 
-    from service.loading import DEFAULT_TOKENIZER_DIR, load_tokenizer
+    from service.engine.loading import DEFAULT_TOKENIZER_DIR, load_tokenizer
 
     commit = "0123456789abcdef0123456789abcdef01234567"
     snapshot, blobs = tmp_path / "snapshots" / commit, tmp_path / "blobs"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from settings_table import settings_table
+from service.http.settings import settings_table
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()

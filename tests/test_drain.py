@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from servers import ServerProcess
+from testkit.servers import ServerProcess
 
 
 @pytest.mark.timeout(120)

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from parity import TRICKY_TEXTS, assert_same, encode_calls, reference_call
-from service.encoding import EncodeOptions
-from service.errors import ErrorKind, ServiceError
-from service.parallelism import ForkGuard, available_cpus
+from service.engine.encoding import EncodeOptions
+from service.engine.errors import ErrorKind, ServiceError
+from service.engine.parallelism import ForkGuard, available_cpus
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
@@ -175,7 +175,7 @@ def test_response_limit_holds_for_ragged_padded_results_too():
 
 def test_tokenize_and_decode_share_the_queue_limits_and_deadline():
     from conftest import EngineRunner
-    from service.batching import BatchingConfig
+    from service.engine.batching import BatchingConfig
     from service.engine import EngineLimits
 
     runner = EngineRunner(None, batching=BatchingConfig(max_queued_requests=2, queue_timeout_seconds=0.3),

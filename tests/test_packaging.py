@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from servers import REPO
+from testkit.servers import REPO
 
 
 @pytest.mark.timeout(600)

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from safetensors.numpy import load as load_safetensors
 
 from parity import assert_same, encode_calls, reference_call
-from servers import REPO, ServerProcess
-from service.protocol import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from testkit.servers import REPO, ServerProcess
+from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 

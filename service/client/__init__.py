@@ -12,7 +12,8 @@ Importing or using this package never imports ``tokenizers``, ``transformers``, 
 streams for the async one); numpy and torch are imported only when arrays or tensors are asked for.
 """
 
-from .clients import API_KEY_ENV, URL_ENV, AsyncTokenizerClient, TokenizerClient
+from ..wire import API_KEY_ENV, URL_ENV
+from .clients import AsyncTokenizerClient, TokenizerClient
 from .collate import Collator
 from .exceptions import (
     ConnectError,
@@ -30,15 +31,15 @@ from .exceptions import (
     Unauthorized,
 )
 from .retrying import RetryPolicy
-from .tensors import EncodeResult
-from .transport import (
+from .results import EncodeResult
+from .transports import (
     AsyncHTTPTransport,
-    AsyncHTTPXTransport,
+    AsyncTransport,
     HTTPTransport,
-    HTTPXTransport,
     MockTransport,
     Request,
     Response,
+    SyncTransport,
     Timeout,
 )
 
@@ -59,6 +60,8 @@ __all__ = [
     "AsyncHTTPTransport",
     "AsyncHTTPXTransport",
     "MockTransport",
+    "SyncTransport",
+    "AsyncTransport",
     # errors
     "TokenizerServiceError",
     "TransportError",
@@ -74,3 +77,12 @@ __all__ = [
     "FingerprintMismatch",
     "RetriesExhausted",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # httpx is an optional extra: its transports (and httpx itself) are imported only when first asked for.
+    if name in ("HTTPXTransport", "AsyncHTTPXTransport"):
+        from . import transports
+
+        return getattr(transports, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,16 +8,15 @@ inherited by forked ones, and each process opens its own connections.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any, Mapping, Sequence
 
 from .. import __version__
-from .collate import Collator
-from .exceptions import ServerBusy, TransportError
-from .protocol import (
+from ..wire import API_KEY_ENV, AUTH_SCHEME, AUTHORIZATION_HEADER, ENCODE_OPTIONS, JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, URL_ENV
+from .calls import (
     RETRY_STATUSES,
-    SAFETENSORS_MEDIA_TYPE,
     Call,
     decode_call,
     encode_call,
@@ -26,14 +25,21 @@ from .protocol import (
     rejection,
     tokenize_call,
 )
+from .collate import Collator
+from .exceptions import TransportError
+from .results import EncodeResult
 from .retrying import Attempts, Endpoints, RetryPolicy
-from .tensors import EncodeResult
-from .transport import AsyncHTTPTransport, HTTPTransport, Request, Timeout
+from .transports import AsyncHTTPTransport, AsyncTransport, HTTPTransport, Request, SyncTransport, Timeout
 
-URL_ENV = "TOKENIZER_SERVICE_URL"
-API_KEY_ENV = "TOKENIZER_SERVICE_API_KEY"
-_JSON_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
-_BINARY_HEADERS = {"Content-Type": "application/json", "Accept": SAFETENSORS_MEDIA_TYPE}
+_JSON_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": JSON_MEDIA_TYPE}
+_BINARY_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": SAFETENSORS_MEDIA_TYPE}
+
+
+def _encode_options(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The ``/encode`` options among an ``encode`` method's arguments (its ``locals()``): the methods spell
+    each option out for IDEs and ``help()``, and ``tests/test_wire.py`` holds their names and defaults to
+    ``service.wire.ENCODE_OPTIONS``."""
+    return {name: arguments[name] for name in ENCODE_OPTIONS}
 
 
 def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -70,7 +76,6 @@ class _ClientBase:
         retry: RetryPolicy = RetryPolicy(),
         expected_fingerprint: str | None = None,
         headers: Mapping[str, str] | None = None,
-        transport: Any = None,
     ) -> None:
         self.urls = resolve_urls(url)
         self.timeout = Timeout.of(timeout)
@@ -83,11 +88,10 @@ class _ClientBase:
         self._extra_headers = dict(headers or {})
         base = {"User-Agent": f"tokenizer-service-client/{__version__}", **self._extra_headers}
         if api_key:
-            base["Authorization"] = f"Bearer {api_key}"
+            base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {api_key}"
         self._json_headers = {**_JSON_HEADERS, **base}
         self._binary_headers = {**_BINARY_HEADERS, **base}
         self._endpoints = Endpoints(self.urls)
-        self._transport = transport
 
     def _request(self, call: Call, base_url: str) -> Request:
         headers = self._binary_headers if call.binary else self._json_headers
@@ -126,7 +130,7 @@ class TokenizerClient(_ClientBase):
     ``retry``: a :class:`RetryPolicy` for connection errors, 429, 502, 503 and 504.
     ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
     :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``).
-    ``transport``: an object with ``handle_request(Request) -> Response`` (default :class:`HTTPTransport`).
+    ``transport``: a :class:`~service.client.transports.SyncTransport` (default :class:`HTTPTransport`).
 
     Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
     connections (a later call reconnects).
@@ -141,11 +145,11 @@ class TokenizerClient(_ClientBase):
         retry: RetryPolicy = RetryPolicy(),
         expected_fingerprint: str | None = None,
         headers: Mapping[str, str] | None = None,
-        transport: Any = None,
+        transport: SyncTransport | None = None,
     ) -> None:
         super().__init__(url, api_key=api_key, timeout=timeout, retry=retry,
-                         expected_fingerprint=expected_fingerprint, headers=headers,
-                         transport=transport if transport is not None else HTTPTransport())
+                         expected_fingerprint=expected_fingerprint, headers=headers)
+        self._transport: SyncTransport = transport if transport is not None else HTTPTransport()
 
     def _send(self, call: Call) -> Any:
         attempts = Attempts(self._endpoints, self.retry, call.what)
@@ -193,14 +197,7 @@ class TokenizerClient(_ClientBase):
         from the binary answer without a copy and need rectangular rows (pass ``padding``), else
         :class:`NotAcceptable`. Invalid options raise :class:`InvalidRequest`, as transformers would raise.
         """
-        options = {
-            "add_special_tokens": add_special_tokens, "padding": padding, "truncation": truncation,
-            "max_length": max_length, "stride": stride, "pad_to_multiple_of": pad_to_multiple_of,
-            "padding_side": padding_side, "return_token_type_ids": return_token_type_ids,
-            "return_attention_mask": return_attention_mask, "return_overflowing_tokens": return_overflowing_tokens,
-            "return_special_tokens_mask": return_special_tokens_mask,
-            "return_offsets_mapping": return_offsets_mapping, "return_length": return_length,
-        }
+        options = _encode_options(locals())
         return self._send(encode_call(text, text_pair, options, return_tensors))
 
     __call__ = encode
@@ -252,15 +249,13 @@ class AsyncTokenizerClient(_ClientBase):
         retry: RetryPolicy = RetryPolicy(),
         expected_fingerprint: str | None = None,
         headers: Mapping[str, str] | None = None,
-        transport: Any = None,
+        transport: AsyncTransport | None = None,
     ) -> None:
         super().__init__(url, api_key=api_key, timeout=timeout, retry=retry,
-                         expected_fingerprint=expected_fingerprint, headers=headers,
-                         transport=transport if transport is not None else AsyncHTTPTransport())
+                         expected_fingerprint=expected_fingerprint, headers=headers)
+        self._transport: AsyncTransport = transport if transport is not None else AsyncHTTPTransport()
 
     async def _send(self, call: Call) -> Any:
-        import asyncio
-
         attempts = Attempts(self._endpoints, self.retry, call.what)
         while True:
             endpoint, wait = attempts.next()
@@ -273,7 +268,7 @@ class AsyncTokenizerClient(_ClientBase):
                 attempts.failed(endpoint, exc)
                 continue
             if response.status in RETRY_STATUSES:
-                busy: ServerBusy = rejection(response, request.url, call.method)  # type: ignore[assignment]
+                busy = rejection(response, request.url, call.method)
                 attempts.failed(endpoint, busy, busy.retry_after)
                 continue
             attempts.succeeded(endpoint)
@@ -300,14 +295,7 @@ class AsyncTokenizerClient(_ClientBase):
         return_length: bool = False,
     ) -> EncodeResult:
         """As :meth:`TokenizerClient.encode`."""
-        options = {
-            "add_special_tokens": add_special_tokens, "padding": padding, "truncation": truncation,
-            "max_length": max_length, "stride": stride, "pad_to_multiple_of": pad_to_multiple_of,
-            "padding_side": padding_side, "return_token_type_ids": return_token_type_ids,
-            "return_attention_mask": return_attention_mask, "return_overflowing_tokens": return_overflowing_tokens,
-            "return_special_tokens_mask": return_special_tokens_mask,
-            "return_offsets_mapping": return_offsets_mapping, "return_length": return_length,
-        }
+        options = _encode_options(locals())
         return await self._send(encode_call(text, text_pair, options, return_tensors))
 
     __call__ = encode
@@ -344,5 +332,5 @@ class AsyncTokenizerClient(_ClientBase):
     def _sync_client(self) -> TokenizerClient:
         # A DataLoader calls collate_fn synchronously: the collator gets a sync twin with the same settings
         # (and the same transport when it can serve sync calls, e.g. a MockTransport).
-        transport = self._transport if hasattr(self._transport, "handle_request") else None
+        transport = self._transport if isinstance(self._transport, SyncTransport) else None
         return TokenizerClient(**self._settings(), transport=transport)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Sequence
 
-from .protocol import ENCODE_DEFAULTS
+from ..wire import ENCODE_OPTIONS
 
 __all__ = ["Collator"]
 
@@ -26,11 +26,11 @@ class Collator:
 
     def __init__(self, client: Any, *, text_field: str = "text", pair_field: str | None = None,
                  **options: Any) -> None:
-        unknown = set(options) - set(ENCODE_DEFAULTS)
+        unknown = set(options) - set(ENCODE_OPTIONS)
         if "return_tensors" in unknown:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
         if unknown:
-            raise TypeError(f"unknown encode option(s) {sorted(unknown)}; known: {sorted(ENCODE_DEFAULTS)}")
+            raise TypeError(f"unknown encode option(s) {sorted(unknown)}; known: {sorted(ENCODE_OPTIONS)}")
         self.client = client
         self.text_field = text_field
         self.pair_field = pair_field

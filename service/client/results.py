@@ -13,19 +13,11 @@ import json
 from collections.abc import Mapping
 from typing import Any, Iterator
 
+from ..wire import OUTPUT_KEYS
 from .exceptions import ProtocolError
 
-# transformers' BatchEncoding key order (the server's, too); unknown keys keep their place after these.
-KEY_ORDER = (
-    "input_ids",
-    "token_type_ids",
-    "attention_mask",
-    "special_tokens_mask",
-    "offset_mapping",
-    "length",
-    "overflow_to_sample_mapping",
-)
-_RANK = {key: i for i, key in enumerate(KEY_ORDER)}
+# transformers' BatchEncoding key order; unknown keys keep their place after these.
+_RANK = {key: i for i, key in enumerate(OUTPUT_KEYS)}
 
 # safetensors dtype -> numpy dtype string (little-endian, as the format is)
 _DTYPES = {

@@ -1,10 +1,11 @@
-"""Micro-batching: concurrent encode requests with compatible options share one Rust encode call.
+"""Admission and micro-batching: every request for the tokenizer waits in one bounded queue.
 
-One queue, one owner. Requests wait in a FIFO; a single loop takes the head request, gathers the queued
-requests that share its batch key (same truncation state, same special-token and offset choice) for a
-short window or until the text/character caps are reached, and runs them as one ``encode_batch`` on the
-engine's single thread. Each request is then padded and shaped on its own, so its result is exactly what
-encoding it alone returns. The queue is bounded: when full, submit refuses at once (OVERLOADED).
+One queue, one owner. Every job -- an encode, a tokenize, a decode -- enters through :meth:`Batcher.submit`,
+which refuses at once when the queue is full (OVERLOADED), fails a job still waiting at the queue deadline
+(TIMEOUT), and drops a job whose caller went away before it ran. A single loop takes the head job, gathers
+the queued jobs that share its batch key (same Rust call: truncation state, special tokens, full or fast
+encode) for a short window or until the text/character caps are reached, and hands them to ``run_batch`` as
+one batch. A job without a key (a decode) always runs alone. The batcher knows nothing of what a job does.
 """
 
 from __future__ import annotations
@@ -13,21 +14,20 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Protocol, Sequence
+from typing import Any, Awaitable, Callable, Hashable, Protocol
 
-from .encoding import EncodedBatch, EncodePlan
 from .errors import ErrorKind, ServiceError
 
 
 @dataclass(frozen=True)
 class BatchingConfig:
     enabled: bool = True
-    max_wait_seconds: float = 0.0  # how long the first request of a batch waits for company
-    max_batch_texts: int = 256  # texts (or pairs) per Rust call; a bigger request runs alone
+    max_wait_seconds: float = 0.0  # how long the first job of a batch waits for company
+    max_batch_texts: int = 256  # texts (or pairs) per Rust call; a bigger job runs alone
     max_batch_chars: int = 512 * 1024  # characters per Rust call
     max_queued_requests: int = 1024  # beyond this, refuse with OVERLOADED
     max_queued_texts: int = 65536
-    queue_timeout_seconds: float = 30.0  # a request still queued after this gets TIMEOUT
+    queue_timeout_seconds: float = 30.0  # a job still queued after this gets TIMEOUT
 
     def __post_init__(self) -> None:
         if self.max_wait_seconds < 0 or self.queue_timeout_seconds <= 0:
@@ -45,36 +45,42 @@ class BatchObserver(Protocol):
     def queue_changed(self, requests: int, texts: int) -> None: ...
 
 
-@dataclass
-class EncodeWork:
-    """One request waiting to be encoded."""
+@dataclass(eq=False)
+class Job:
+    """One request waiting for the tokenizer thread.
 
-    inputs: Sequence[Any]  # str or (str, str) per text
-    plan: EncodePlan
+    ``payload`` is what the runner needs (the batcher never looks at it); ``texts`` and ``chars`` count
+    against the queue and batch caps; jobs with equal ``batch_key`` may run as one batch, a job whose key
+    is None always runs alone.
+    """
+
+    payload: Any
+    texts: int
     chars: int
-    future: asyncio.Future
+    batch_key: Hashable | None
+    future: asyncio.Future[Any]
     enqueued_at: float = field(default_factory=time.monotonic)
     started: bool = False  # taken into a batch: the queue deadline no longer applies
     expiry: asyncio.TimerHandle | None = None  # fires the queue deadline
 
 
-# Runs one batch on the engine thread: inputs of several requests, their plans -> per-request outcome
-# (an EncodedBatch or the ServiceError for that request alone).
-RunBatch = Callable[[list[EncodeWork]], Awaitable[list[EncodedBatch | BaseException]]]
+# Runs one batch on the tokenizer thread: the jobs -> one outcome per job (a result, or the exception for
+# that job alone).
+RunBatch = Callable[[list[Job]], Awaitable[list[Any]]]
 
 
 class Batcher:
-    """Collects :class:`EncodeWork` and feeds batches to ``run_batch``, one at a time."""
+    """Admits :class:`Job` s and feeds batches of them to ``run_batch``, one batch at a time."""
 
     def __init__(self, config: BatchingConfig, run_batch: RunBatch, observer: BatchObserver | None = None) -> None:
         self.config = config
         self._run_batch = run_batch
         self._observer = observer
-        self._queue: deque[EncodeWork] = deque()
+        self._queue: deque[Job] = deque()
         self._queued_texts = 0
         self._queued_chars = 0
         self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -90,9 +96,9 @@ class Batcher:
                 pass
             self._task = None
         while self._queue:
-            work = self._queue.popleft()
-            if not work.future.done():
-                work.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
+            job = self._queue.popleft()
+            if not job.future.done():
+                job.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
         self._queued_texts = self._queued_chars = 0
 
     # -- admission --------------------------------------------------------------------------------------
@@ -105,56 +111,58 @@ class Batcher:
         return self._queued_texts
 
     def is_overloaded(self, texts: int = 0) -> bool:
+        """Whether a job of ``texts`` texts would be refused now (a signal for autoscaling, too)."""
         return (
             len(self._queue) >= self.config.max_queued_requests
             or self._queued_texts + texts > self.config.max_queued_texts
         )
 
-    def submit(self, work: EncodeWork) -> "asyncio.Future[EncodedBatch]":
-        """Queue ``work`` and return its future (refusing at once when the queue is full).
+    def submit(self, job: Job) -> asyncio.Future[Any]:
+        """Queue ``job`` and return its future, or refuse at once (OVERLOADED) when the queue is full.
 
-        Cancelling the future -- the caller has gone -- drops the work if it is not yet encoded. A request
-        still queued after ``queue_timeout_seconds`` fails with TIMEOUT; once in a batch it runs to the end.
+        Cancelling the future -- the caller has gone -- drops the job if it has not started. A job still
+        queued after ``queue_timeout_seconds`` fails with TIMEOUT; once in a batch it runs to the end.
         """
-        if self._task is None:
+        if self._task is None or self._wakeup is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
-        texts = len(work.inputs)
-        if self.is_overloaded(texts) and self._queue:
+        if self._queue and self.is_overloaded(job.texts):  # an empty queue takes any one job
             self._notify_rejected("queue_full")
             raise ServiceError(
                 ErrorKind.OVERLOADED,
                 f"the queue is full ({len(self._queue)} requests, {self._queued_texts} texts waiting); retry shortly",
                 retry_after=1.0,
             )
-        self._queue.append(work)
-        self._queued_texts += texts
-        self._queued_chars += work.chars
-        work.expiry = work.future.get_loop().call_later(self.config.queue_timeout_seconds, self._expire, work)
-        work.future.add_done_callback(lambda _: self._forget(work))
+        self._queue.append(job)
+        self._queued_texts += job.texts
+        self._queued_chars += job.chars
+        job.expiry = job.future.get_loop().call_later(self.config.queue_timeout_seconds, self._expire, job)
+        job.future.add_done_callback(lambda _: self._forget(job))
+        self._notify_queue()
         self._wakeup.set()
-        return work.future
+        return job.future
 
-    def _forget(self, work: EncodeWork) -> None:
-        """A queued request that ended before its batch (caller gone, deadline passed) leaves the queue at
-        once, so it neither counts against the limits nor holds its texts until the next batch."""
-        if work.started:
+    def _forget(self, job: Job) -> None:
+        """A queued job that ended before its batch (caller gone, deadline passed) leaves the queue at once,
+        so it neither counts against the limits nor holds its texts until the next batch."""
+        if job.started:
             return
         try:
-            self._queue.remove(work)
+            self._queue.remove(job)
         except ValueError:  # already taken out by _take_batch
             return
-        self._queued_texts -= len(work.inputs)
-        self._queued_chars -= work.chars
-        if work.expiry is not None:
-            work.expiry.cancel()
-        if work.future.cancelled():
+        self._queued_texts -= job.texts
+        self._queued_chars -= job.chars
+        if job.expiry is not None:
+            job.expiry.cancel()
+        if job.future.cancelled():
             self._notify_dropped()
+        self._notify_queue()
 
-    def _expire(self, work: EncodeWork) -> None:
-        if work.started or work.future.done():
+    def _expire(self, job: Job) -> None:
+        if job.started or job.future.done():
             return
         self._notify_rejected("timeout")
-        work.future.set_exception(ServiceError(
+        job.future.set_exception(ServiceError(
             ErrorKind.TIMEOUT,
             f"the request waited over {self.config.queue_timeout_seconds:g}s for the tokenizer; the server is "
             "saturated, retry later or elsewhere",
@@ -162,6 +170,7 @@ class Batcher:
 
     # -- the loop ---------------------------------------------------------------------------------------
     async def _loop(self) -> None:
+        assert self._wakeup is not None
         while True:
             if not self._queue:
                 self._wakeup.clear()
@@ -173,29 +182,31 @@ class Batcher:
             if not batch:
                 continue
             started = time.perf_counter()
+            outcomes: list[Any]
             try:
                 outcomes = await self._run_batch(batch)
-            except BaseException as exc:  # the whole call failed: every request gets the error
-                if isinstance(exc, asyncio.CancelledError):
-                    for work in batch:
-                        if not work.future.done():
-                            work.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
-                    raise
+            except asyncio.CancelledError:
+                for job in batch:
+                    if not job.future.done():
+                        job.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
+                raise
+            except BaseException as exc:  # the whole call failed: every job gets the error
                 outcomes = [exc] * len(batch)
             elapsed = time.perf_counter() - started
-            for work, outcome in zip(batch, outcomes):
-                if work.expiry is not None:
-                    work.expiry.cancel()
-                if work.future.done():
+            for job, outcome in zip(batch, outcomes):
+                if job.expiry is not None:
+                    job.expiry.cancel()
+                if job.future.done():
                     continue
                 if isinstance(outcome, BaseException):
-                    work.future.set_exception(outcome)
+                    job.future.set_exception(outcome)
                 else:
-                    work.future.set_result(outcome)
+                    job.future.set_result(outcome)
             if self._observer is not None:
-                self._observer.batch_done(len(batch), sum(len(w.inputs) for w in batch), elapsed)
+                self._observer.batch_done(len(batch), sum(job.texts for job in batch), elapsed)
 
     async def _gather_window(self) -> None:
+        assert self._wakeup is not None
         deadline = self._queue[0].enqueued_at + self.config.max_wait_seconds
         while not self._caps_reached():
             remaining = deadline - time.monotonic()
@@ -213,50 +224,44 @@ class Batcher:
             or self._queued_chars >= self.config.max_batch_chars
         )
 
-    def _take_batch(self) -> list[EncodeWork]:
-        """Pop the head request and every queued request that fits with it (same batch key, under caps)."""
-        batch: list[EncodeWork] = []
-        kept: deque[EncodeWork] = deque()
+    def _take_batch(self) -> list[Job]:
+        """Pop the head job and every queued job that fits with it (same batch key, under the caps)."""
+        batch: list[Job] = []
+        kept: deque[Job] = deque()
         texts = chars = 0
-        key = None
+        key: Hashable | None = None
         while self._queue:
-            work = self._queue.popleft()
-            if work.future.done():  # caller gone or timed out: drop before any work is done
-                if work.expiry is not None:
-                    work.expiry.cancel()
-                if work.future.cancelled():
+            job = self._queue.popleft()
+            if job.future.done():  # caller gone or timed out: drop before any work is done
+                if job.expiry is not None:
+                    job.expiry.cancel()
+                if job.future.cancelled():
                     self._notify_dropped()
                 continue
-            fits = (
-                not batch
-                or (
-                    self.config.enabled
-                    and work.plan.batch_key == key
-                    and texts + len(work.inputs) <= self.config.max_batch_texts
-                    and chars + work.chars <= self.config.max_batch_chars
-                )
+            fits = not batch or (
+                self.config.enabled
+                and key is not None
+                and job.batch_key == key
+                and texts + job.texts <= self.config.max_batch_texts
+                and chars + job.chars <= self.config.max_batch_chars
             )
             if fits:
                 if not batch:
-                    key = work.plan.batch_key
-                work.started = True
-                batch.append(work)
-                texts += len(work.inputs)
-                chars += work.chars
+                    key = job.batch_key
+                job.started = True
+                batch.append(job)
+                texts += job.texts
+                chars += job.chars
             else:
-                kept.append(work)
-            if not self.config.enabled and batch:
-                break
+                kept.append(job)
+            if batch and (key is None or not self.config.enabled):
+                break  # a job that runs alone
         kept.extend(self._queue)
         self._queue = kept
-        self._queued_texts = sum(len(w.inputs) for w in kept)
-        self._queued_chars = sum(w.chars for w in kept)
+        self._queued_texts = sum(job.texts for job in kept)
+        self._queued_chars = sum(job.chars for job in kept)
         self._notify_queue()
         return batch
-
-    def reject(self, reason: str) -> None:
-        """Count a refusal made elsewhere under this queue's limits (the engine's tokenize/decode)."""
-        self._notify_rejected(reason)
 
     # -- observer plumbing ------------------------------------------------------------------------------
     def _notify_queue(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOKENIZER_DIR = Path(__file__).parent / "default_tokenizer"
+DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "default_tokenizer"
 DEFAULT_SOURCE = "embedded:default"
 
 

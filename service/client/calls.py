@@ -1,10 +1,11 @@
-"""The service's HTTP contract, seen from the client, without I/O: request bodies from tokenizer-style
-arguments, and responses to results or exceptions. Shared by the sync and async clients."""
+"""The calls a client makes, without I/O: request bodies from tokenizer-style arguments, and answers turned
+into results or exceptions. Shared by the sync and async clients; the contract itself is ``service.wire``."""
 
 from __future__ import annotations
 
 import json
 import operator
+import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Sequence
@@ -19,16 +20,26 @@ from .exceptions import (
     ServerBusy,
     Unauthorized,
 )
-from .tensors import EncodeResult, arrays_from_safetensors, lists_as_transformers_gives, to_torch
-from .transport import Response
+from ..wire import (
+    DECODE_PATH,
+    ENCODE_PATH,
+    ERROR_FIELD,
+    ERROR_TYPE_FIELD,
+    FINGERPRINT_HEADER,
+    INFO_PATH,
+    RETRY_AFTER_HEADER,
+    RETURN_TENSORS,
+    SAFETENSORS_MEDIA_TYPE,
+    TOKENIZE_PATH,
+    non_default_options,
+)
+from .results import EncodeResult, arrays_from_safetensors, lists_as_transformers_gives, to_torch
+from .transports import Response
 
 try:  # faster when present (it is on the server side); the client works without it
     from orjson import loads as _json_loads
 except ImportError:  # pragma: no cover - depends on the environment
     _json_loads = json.loads
-
-SAFETENSORS_MEDIA_TYPE = "application/vnd.safetensors"
-FINGERPRINT_HEADER = "x-tokenizer-fingerprint"
 
 # Statuses worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout, and a
 # proxy's bad gateway while a replica restarts.
@@ -40,25 +51,6 @@ _REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
     422: InvalidRequest,
     **{status: ServerBusy for status in RETRY_STATUSES},
 }
-
-# The options of /encode with transformers' defaults; only values that differ are sent.
-ENCODE_DEFAULTS: dict[str, Any] = {
-    "add_special_tokens": True,
-    "padding": False,
-    "truncation": None,
-    "max_length": None,
-    "stride": 0,
-    "pad_to_multiple_of": None,
-    "padding_side": None,
-    "return_token_type_ids": None,
-    "return_attention_mask": None,
-    "return_overflowing_tokens": False,
-    "return_special_tokens_mask": False,
-    "return_offsets_mapping": False,
-    "return_length": False,
-}
-RETURN_TENSORS = (None, "pt", "np")
-
 
 @dataclass(frozen=True)
 class Call:
@@ -132,9 +124,7 @@ def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tenso
     payload: dict[str, Any] = {"texts": texts}
     if pairs is not None:
         payload["text_pairs"] = pairs
-    for name, value in options.items():
-        if value != ENCODE_DEFAULTS[name] or type(value) is not type(ENCODE_DEFAULTS[name]):
-            payload[name] = value
+    payload.update(non_default_options(options))
     overflowing = bool(options.get("return_overflowing_tokens"))
 
     if return_tensors is None:
@@ -149,7 +139,7 @@ def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tenso
             arrays = arrays_from_safetensors(response.body, url)
             return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
 
-    return Call("POST", "/encode", _dumps(payload), parse, binary=return_tensors is not None)
+    return Call("POST", ENCODE_PATH, _dumps(payload), parse, binary=return_tensors is not None)
 
 
 def _id_list(ids: Any, what: str) -> list[int]:
@@ -182,7 +172,7 @@ def decode_call(sequences: Any, skip_special_tokens: bool, clean_up_tokenization
         texts = _json_body(response, url, "texts")["texts"]
         return texts[0] if single else texts
 
-    return Call("POST", "/decode", _dumps(payload), parse)
+    return Call("POST", DECODE_PATH, _dumps(payload), parse)
 
 
 def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call:
@@ -194,11 +184,11 @@ def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call:
         tokens = _json_body(response, url, "tokens")["tokens"]
         return tokens[0] if single else tokens
 
-    return Call("POST", "/tokenize", _dumps(payload), parse)
+    return Call("POST", TOKENIZE_PATH, _dumps(payload), parse)
 
 
 def info_call() -> Call:
-    return Call("GET", "/info", None, lambda response, url: _json_body(response, url, "fingerprint"),
+    return Call("GET", INFO_PATH, None, lambda response, url: _json_body(response, url, "fingerprint"),
                 fingerprint_in_body=True)
 
 
@@ -214,8 +204,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     except ValueError:
         pass
     try:
-        import time
-
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
@@ -228,7 +216,7 @@ def rejection(response: Response, url: str, method: str) -> RequestRejected:
     try:
         parsed = _json_loads(response.body)
         if isinstance(parsed, dict):
-            error, error_type = parsed.get("error"), parsed.get("error_type")
+            error, error_type = parsed.get(ERROR_FIELD), parsed.get(ERROR_TYPE_FIELD)
     except ValueError:
         pass
     if error is None:  # not the service's shape: a proxy's page, say
@@ -238,7 +226,7 @@ def rejection(response: Response, url: str, method: str) -> RequestRejected:
     kind = f" {error_type}" if error_type else ""
     message = f"{method} {url} -> {response.status}{kind}: {error}"
     return cls(message, status=response.status, error_type=error_type, error=error, url=url,
-               retry_after=retry_after_seconds(response.headers.get("retry-after")))
+               retry_after=retry_after_seconds(response.headers.get(RETRY_AFTER_HEADER.lower())))
 
 
 def check_fingerprint(expected: str | None, actual: str | None, url: str) -> None:
@@ -256,7 +244,7 @@ def finish(call: Call, response: Response, url: str, expected_fingerprint: str |
     if not 200 <= response.status < 300:
         raise rejection(response, url, call.method)
     if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body
-        check_fingerprint(expected_fingerprint, response.headers.get(FINGERPRINT_HEADER), url)
+        check_fingerprint(expected_fingerprint, response.headers.get(FINGERPRINT_HEADER.lower()), url)
     result = call.parse(response, url)
     if call.fingerprint_in_body:
         check_fingerprint(expected_fingerprint, result["fingerprint"], url)

@@ -15,30 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from ..wire import OUTPUT_KEYS, PADDING_VALUES, TRUNCATION_VALUES
 from .errors import ErrorKind, ServiceError
-
-PADDING_VALUES = (False, True, "longest", "max_length", "do_not_pad")
-TRUNCATION_VALUES = (None, False, True, "longest_first", "only_first", "only_second", "do_not_truncate")
-
-# Output keys, in the order transformers' BatchEncoding holds them.
-OUTPUT_KEYS = (
-    "input_ids",
-    "token_type_ids",
-    "attention_mask",
-    "special_tokens_mask",
-    "offset_mapping",
-    "length",
-    "overflow_to_sample_mapping",
-)
 
 
 @dataclass(frozen=True)
 class EncodeOptions:
-    """The options of a transformers tokenizer call, with the same names and defaults."""
+    """The options of a transformers tokenizer call, with the same names and defaults
+    (``service.wire.ENCODE_OPTIONS``, which ``tests/test_wire.py`` holds this class to)."""
 
     add_special_tokens: bool = True
     padding: bool | str = False
@@ -96,9 +84,18 @@ class EncodePlan:
         return "offset_mapping" in self.keys or self.with_overflow
 
     @property
-    def batch_key(self) -> tuple[Any, ...]:
-        """Requests with equal keys can share one Rust encode call (same tokenizer state and call)."""
-        return (self.truncation, self.add_special_tokens, self.full_encode)
+    def rust_call(self) -> "RustCall":
+        """The Rust call this plan needs: requests with equal ones can share one encode (their batch key)."""
+        return RustCall(self.truncation, self.add_special_tokens, self.full_encode)
+
+
+class RustCall(NamedTuple):
+    """How the Rust tokenizer is called: its truncation state, special tokens, and ``encode_batch`` (full:
+    tokens, offsets, overflow) or ``encode_batch_fast``."""
+
+    truncation: TruncationSetting | None
+    add_special_tokens: bool
+    full_encode: bool
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The one error vocabulary of the service.
 
 The engine raises :class:`ServiceError` with an :class:`ErrorKind`; the web layer maps each kind to an
-HTTP status in exactly one table (``service.app.STATUS_BY_KIND``). Nothing here knows about HTTP.
+HTTP status in exactly one table (``service.http.responses.STATUS_BY_KIND``). Nothing here knows about HTTP.
 """
 
 from __future__ import annotations

@@ -14,12 +14,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TypeVar
 
-from . import __version__
-from .batching import BatchObserver, Batcher, BatchingConfig, EncodeWork
+from .. import __version__
+from .batching import BatchObserver, Batcher, BatchingConfig, Job
 from .encoding import (
     EncodedBatch,
     EncodeOptions,
     EncodePlan,
+    RustCall,
     TokenizerFacts,
     TruncationSetting,
     build_batch,
@@ -40,12 +41,36 @@ class EngineLimits:
     max_response_tokens: int = 8 * 1024 * 1024
 
 
+# What a queued job asks of the tokenizer thread (the batcher's Job.payload).
+@dataclass(frozen=True)
+class _Encode:
+    inputs: Sequence[Any]  # str, or (str, str) for a pair
+    plan: EncodePlan
+
+
+@dataclass(frozen=True)
+class _Tokenize:
+    inputs: Sequence[str]
+
+
+@dataclass(frozen=True)
+class _Decode:
+    ids: Sequence[Sequence[int]]
+    skip_special_tokens: bool
+    clean_up_tokenization_spaces: bool | None
+
+
+_Payload = _Encode | _Tokenize | _Decode
+
+
 class Engine:
     """Async facade over the tokenizer: ``await engine.encode(texts, options=...)``.
 
     Create it with a loaded tokenizer, ``await astart()`` inside a running event loop, ``await astop()``
-    when done. All public coroutines raise :class:`~service.errors.ServiceError` for anything a caller
-    did wrong or the engine cannot do right now.
+    when done; ``begin_drain()`` refuses new work while what is admitted finishes. Every encode, tokenize
+    and decode is admitted through the same bounded queue (:class:`~service.engine.batching.Batcher`) and
+    runs on the one tokenizer thread. All public coroutines raise :class:`~service.engine.errors.ServiceError`
+    for anything a caller did wrong or the engine cannot do right now.
     """
 
     def __init__(
@@ -66,11 +91,10 @@ class Engine:
         self.vocab_size = len(loaded.tokenizer)
         self._config = call_config(loaded.tokenizer)
         self._plans: dict[EncodeOptions, EncodePlan] = {}
-        self._direct_waiting = 0  # tokenize/decode calls handed to the engine thread, not yet answered
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
         self._batcher = Batcher(batching, self._run_batch, observer)
-        self.draining = False
+        self._draining = False
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def astart(self) -> None:
@@ -78,20 +102,29 @@ class Engine:
         ForkGuard.arm()
         self._batcher.start()
         # Warm up on the engine thread: spins up the rayon pool before the first real request.
-        await self._call(self._encode_raw, ["warm up", "the pool"] * max(2, self.threads), None, True, False)
+        warm_up = RustCall(None, True, False)
+        await self._call(self._encode_raw, ["warm up", "the pool"] * max(2, self.threads), warm_up)
+
+    def begin_drain(self) -> None:
+        """Stop admitting work (callers get UNAVAILABLE, "retry elsewhere"); admitted work still runs."""
+        self._draining = True
 
     async def astop(self) -> None:
-        self.draining = True
+        self.begin_drain()
         await self._batcher.stop()
         if self._executor is not None:
             executor, self._executor = self._executor, None
-            # pending tokenize/decode jobs are cancelled; a running Rust call is waited for off the loop
+            # a running Rust call is waited for off the loop
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
             ForkGuard.disarm()
 
     @property
+    def draining(self) -> bool:
+        return self._draining
+
+    @property
     def ready(self) -> bool:
-        return self._executor is not None and not self.draining
+        return self._executor is not None and not self._draining
 
     @property
     def batcher(self) -> Batcher:
@@ -105,14 +138,15 @@ class Engine:
         options: EncodeOptions = EncodeOptions(),
     ) -> EncodedBatch:
         """Encode a batch exactly as ``tokenizer(texts, text_pairs, **options)`` would."""
-        return await self.submit_encode(texts, text_pairs, options)
+        result: EncodedBatch = await self.submit_encode(texts, text_pairs, options)
+        return result
 
     def submit_encode(
         self,
         texts: Sequence[str],
         text_pairs: Sequence[str] | None = None,
         options: EncodeOptions = EncodeOptions(),
-    ) -> "asyncio.Future[EncodedBatch]":
+    ) -> asyncio.Future[EncodedBatch]:
         """Validate and queue an encode; the future resolves to what :meth:`encode` returns.
 
         Cancelling the future withdraws the request (it is dropped if not yet encoded). Call it from the
@@ -137,8 +171,7 @@ class Engine:
             )
         inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs))
         chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
-        loop = asyncio.get_running_loop()
-        return self._batcher.submit(EncodeWork(inputs, plan, chars, loop.create_future()))
+        return self._submit(_Encode(inputs, plan), len(inputs), chars, plan.rust_call)
 
     def _plan(self, options: EncodeOptions) -> EncodePlan:
         """Resolved options, memoised: clients send the same few option sets over and over."""
@@ -154,9 +187,10 @@ class Engine:
         """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them."""
         self._check_accepting()
         self._check_texts(texts, "texts")
-        # encode_batch_fast leaves tokens empty; the full encode_batch fills them
-        encodings = await self._call_admitted(self._encode_raw, list(texts), None, add_special_tokens, True)
-        return [e.tokens for e in encodings]
+        # encode_batch_fast leaves tokens empty: the full encode_batch, which an encode may share
+        call = RustCall(None, add_special_tokens, True)
+        tokens: list[list[str]] = await self._submit(_Tokenize(list(texts)), len(texts), sum(map(len, texts)), call)
+        return tokens
 
     async def decode(
         self,
@@ -173,17 +207,9 @@ class Engine:
                 ErrorKind.TOO_LARGE,
                 f"{len(ids)} id lists exceed max_texts_per_request={self.limits.max_texts_per_request}",
             )
-        def work() -> list[str]:
-            try:
-                return self.tokenizer.batch_decode(
-                    list(ids),
-                    skip_special_tokens=skip_special_tokens,
-                    clean_up_tokenization_spaces=clean_up_tokenization_spaces,
-                )
-            except Exception as exc:
-                raise ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}") from exc
-
-        return await self._call_admitted(work)
+        work = _Decode(ids, skip_special_tokens, clean_up_tokenization_spaces)
+        texts: list[str] = await self._submit(work, len(ids), sum(map(len, ids)), None)
+        return texts
 
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
@@ -232,87 +258,75 @@ class Engine:
             },
         }
 
-    # -- engine thread ----------------------------------------------------------------------------------
+    # -- admission: the one path into the tokenizer thread ----------------------------------------------
+    def _submit(self, payload: _Payload, texts: int, chars: int, call: RustCall | None) -> asyncio.Future[Any]:
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        return self._batcher.submit(Job(payload, texts, chars, call, future))
+
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
 
-    async def _call_admitted(self, fn: Callable[..., T], *args: Any) -> T:
-        """Run a tokenize/decode on the engine thread under the same admission and queue deadline as
-        encodes: refused at once when the queue is full, TIMEOUT if it has not started by the deadline
-        (once started it runs to the end), withdrawn unstarted if the caller goes away."""
-        if self._executor is None:
-            raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
-        config = self._batcher.config
-        if self._direct_waiting + self._batcher.queued_requests >= config.max_queued_requests:
-            self._batcher.reject("queue_full")
-            raise ServiceError(ErrorKind.OVERLOADED, "the queue is full; retry shortly", retry_after=1.0)
-        job = self._executor.submit(fn, *args)
-        self._direct_waiting += 1
-        try:
-            return await asyncio.wait_for(asyncio.wrap_future(job), config.queue_timeout_seconds)
-        except asyncio.TimeoutError:
-            if job.cancelled():  # the wait cancelled it before it started
-                self._batcher.reject("timeout")
-                raise ServiceError(
-                    ErrorKind.TIMEOUT,
-                    f"the request waited over {config.queue_timeout_seconds:g}s for the tokenizer; the server "
-                    "is saturated, retry later or elsewhere",
-                ) from None
-            return await asyncio.wrap_future(job)
-        finally:
-            self._direct_waiting -= 1
+    async def _run_batch(self, batch: list[Job]) -> list[Any]:
+        return await self._call(self._run_batch_on_thread, batch)
 
-    async def _run_batch(self, batch: list[EncodeWork]) -> list[EncodedBatch | BaseException]:
-        return await self._call(self._encode_batch_on_thread, batch)
-
-    def _encode_batch_on_thread(self, batch: list[EncodeWork]) -> list[EncodedBatch | BaseException]:
-        """One Rust call for the whole batch; if it fails, each request alone, so a bad one fails alone."""
-        first: EncodePlan = batch[0].plan
-        inputs = [item for work in batch for item in work.inputs]
+    # -- on the tokenizer thread ------------------------------------------------------------------------
+    def _run_batch_on_thread(self, batch: list[Job]) -> list[Any]:
+        """One Rust call for the whole batch; if it fails, each job alone, so a bad one fails alone."""
+        first = batch[0]
+        if isinstance(first.payload, _Decode):  # decodes carry no batch key: always alone
+            return [self._decode(first.payload)]
+        assert isinstance(first.batch_key, RustCall)
+        inputs = [item for job in batch for item in job.payload.inputs]
         try:
-            encodings = self._encode_raw(inputs, first.truncation, first.add_special_tokens, first.full_encode)
+            encodings = self._encode_raw(inputs, first.batch_key)
         except ServiceError as exc:
             if len(batch) == 1:
                 return [exc]
-            return [self._encode_one(work) for work in batch]
-        outcomes: list[EncodedBatch | BaseException] = []
+            return [self._run_batch_on_thread([job])[0] for job in batch]
+        outcomes: list[Any] = []
         start = 0
-        for work in batch:
-            end = start + len(work.inputs)
-            outcomes.append(self._shape(encodings[start:end], work.plan))
+        for job in batch:
+            end = start + job.texts
+            outcomes.append(self._finish(job.payload, encodings[start:end]))
             start = end
         return outcomes
 
-    def _encode_one(self, work: EncodeWork) -> EncodedBatch | BaseException:
-        plan = work.plan
+    def _finish(self, payload: _Payload, encodings: Sequence[Any]) -> Any:
+        """One job's answer from its slice of the batch's encodings (or the error for it alone)."""
+        if isinstance(payload, _Tokenize):
+            return [e.tokens for e in encodings]
+        assert isinstance(payload, _Encode)
         try:
-            encodings = self._encode_raw(list(work.inputs), plan.truncation, plan.add_special_tokens, plan.full_encode)
-        except ServiceError as exc:
-            return exc
-        return self._shape(encodings, plan)
-
-    def _shape(self, encodings: Sequence[Any], plan: EncodePlan) -> EncodedBatch | BaseException:
-        try:
-            return build_batch(encodings, plan, self.limits.max_response_tokens)
+            return build_batch(encodings, payload.plan, self.limits.max_response_tokens)
         except ServiceError as exc:
             return exc
 
-    def _encode_raw(
-        self, inputs: list[Any], truncation: TruncationSetting | None, add_special_tokens: bool, full_encode: bool
-    ) -> list[Any]:
+    def _decode(self, work: _Decode) -> list[str] | ServiceError:
+        try:
+            texts: list[str] = self.tokenizer.batch_decode(
+                list(work.ids),
+                skip_special_tokens=work.skip_special_tokens,
+                clean_up_tokenization_spaces=work.clean_up_tokenization_spaces,
+            )
+            return texts
+        except Exception as exc:
+            return ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}")
+
+    def _encode_raw(self, inputs: list[Any], call: RustCall) -> list[Any]:
         """Set the Rust truncation state (this thread only) and encode. Padding is never set in Rust."""
         backend = self._backend
         try:
-            if truncation != self._truncation:
-                if truncation is None:
+            if call.truncation != self._truncation:
+                if call.truncation is None:
                     backend.no_truncation()
                 else:
-                    backend.enable_truncation(**truncation.as_kwargs())
-                self._truncation = truncation
-            encode = backend.encode_batch if full_encode else backend.encode_batch_fast
-            return encode(inputs, add_special_tokens=add_special_tokens)
+                    backend.enable_truncation(**call.truncation.as_kwargs())
+                self._truncation = call.truncation
+            encode = backend.encode_batch if call.full_encode else backend.encode_batch_fast
+            encodings: list[Any] = encode(inputs, add_special_tokens=call.add_special_tokens)
+            return encodings
         except BaseException as exc:  # noqa: BLE001
             # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics
             # (e.g. a stride too large for the room left after truncation), which pyo3 raises as
@@ -325,7 +339,7 @@ class Engine:
 
     # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:
-        if self.draining:
+        if self._draining:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0)
 
     def _check_texts(self, texts: Sequence[str], field_name: str) -> None:

@@ -9,7 +9,7 @@ BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
 class Metrics:
-    """Counters and histograms for /metrics; also the engine's :class:`~service.batching.BatchObserver`."""
+    """Counters and histograms for /metrics; also the engine's :class:`~service.engine.batching.BatchObserver`."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from .batching import BatchingConfig
-
-ENV_PREFIX = "TOKENIZER_SERVICE_"
+from ..engine.batching import BatchingConfig
+from ..engine.engine import EngineLimits
+from ..wire import ENV_PREFIX
 
 
 class Settings(BaseSettings):
@@ -85,6 +85,9 @@ class Settings(BaseSettings):
         30.0, gt=0, description="On SIGTERM, how long in-flight requests may take before the process exits."
     )
 
+    def engine_limits(self) -> EngineLimits:
+        return EngineLimits(self.max_texts_per_request, self.max_text_chars, self.max_response_tokens)
+
     def batching_config(self) -> BatchingConfig:
         return BatchingConfig(
             enabled=self.batching,
@@ -110,3 +113,16 @@ class Settings(BaseSettings):
         if self.revision is not None and self.model is None:
             raise ValueError("--revision needs --model: the embedded default tokenizer has no revisions")
         return self
+
+
+def settings_table() -> str:
+    """The README's configuration table, made from the fields above (``tests/test_docs.py`` keeps them equal;
+    ``python scripts/settings_table.py`` prints it)."""
+    rows = ["| flag | environment variable | default | what it does, and the trade-off |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "unset" if field.default is None else f"`{field.default}`"
+        description = (field.description or "").replace("|", "\\|")
+        flag = name.replace("_", "-")
+        flag = f"--[no-]{flag}" if field.annotation is bool else f"--{flag}"
+        rows.append(f"| `{flag}` | `{ENV_PREFIX}{name.upper()}` | {default} | {description} |")
+    return "\n".join(rows)

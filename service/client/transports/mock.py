@@ -1,0 +1,42 @@
+"""A transport that calls a function instead of the network, for tests of code that uses the client."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Awaitable, Callable, Union
+
+from .base import Request, Response
+
+__all__ = ["MockTransport", "Handler"]
+
+Handler = Callable[[Request], Union[Response, Awaitable[Response]]]
+
+
+class MockTransport:
+    """Calls ``handler(request)`` for sync and async clients alike. The handler returns a :class:`Response`
+    (or, for the async client, an awaitable of one) or raises a ``TransportError``."""
+
+    def __init__(self, handler: Handler) -> None:
+        self.handler = handler
+
+    def handle_request(self, request: Request) -> Response:
+        response = self.handler(request)
+        if not isinstance(response, Response):
+            if inspect.isawaitable(response):
+                raise TypeError("this MockTransport handler is async: use it with AsyncTokenizerClient")
+            raise TypeError(f"a MockTransport handler must return a Response, not {type(response).__name__}")
+        return response
+
+    async def handle_async_request(self, request: Request) -> Response:
+        response = self.handler(request)
+        if inspect.isawaitable(response):
+            response = await response
+        if not isinstance(response, Response):
+            raise TypeError(f"a MockTransport handler must return a Response, not {type(response).__name__}")
+        return response
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass

@@ -1,0 +1,181 @@
+"""The default sync transport: the standard library's ``http.client`` with keep-alive.
+
+Lean because client CPU matters (the DataLoader worker that waits on us also feeds the GPU): about a third
+of the CPU per request of ``httpx.Client`` (``benchmarks/dataloader_compare.py`` measures both).
+
+Fork safety: connections are created lazily and remembered together with the PID that created them. In a
+forked DataLoader worker the PID differs, so the worker opens its own connections and never writes to a
+socket it shares with its parent. Pickling drops the connections (spawned workers start empty).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import ssl
+import threading
+import time
+from typing import Any
+
+from ..exceptions import ConnectError, ProtocolError, TransportTimeout
+from .base import Request, Response, StaleConnection, split_url, ssl_context
+
+__all__ = ["HTTPTransport"]
+
+
+class _Pools:
+    """Idle connections of one process, per origin, most recently used first."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.idle: dict[tuple[str, str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
+
+    def take(self, key: tuple[str, str, int], expiry: float) -> http.client.HTTPConnection | None:
+        with self.lock:
+            stack = self.idle.get(key)
+            while stack:
+                conn, since = stack.pop()
+                if time.monotonic() - since < expiry:
+                    return conn
+                conn.close()  # idle longer than servers keep it open: do not even try it
+        return None
+
+    def give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection, limit: int) -> None:
+        with self.lock:
+            stack = self.idle.setdefault(key, [])
+            if len(stack) < limit:
+                stack.append((conn, time.monotonic()))
+                return
+        conn.close()
+
+    def close(self) -> None:
+        with self.lock:
+            stacks, self.idle = list(self.idle.values()), {}
+        for stack in stacks:
+            for conn, _ in stack:
+                conn.close()
+
+
+class HTTPTransport:
+    """The default sync transport: stdlib ``http.client`` with keep-alive, per process, thread-safe.
+
+    ``max_idle_connections`` bounds the idle connections kept per origin (one per thread that uses the
+    client at once is enough); ``keepalive_expiry`` drops an idle connection before the server would
+    (uvicorn closes idle ones after 5 s). ``verify`` is for https: True, False or a CA bundle path.
+    """
+
+    def __init__(self, *, max_idle_connections: int = 8, keepalive_expiry: float = 4.0,
+                 verify: bool | str = True) -> None:
+        self.max_idle_connections = max_idle_connections
+        self.keepalive_expiry = keepalive_expiry
+        self.verify = verify
+        self._pools: _Pools | None = None
+        self._ssl_context: ssl.SSLContext | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pools": None, "_ssl_context": None}
+
+    def _current_pools(self) -> _Pools:
+        pools = self._pools
+        if pools is None or pools.pid != os.getpid():
+            # First use in this process. Connections inherited across a fork belong to the parent: never
+            # use them (two processes on one socket interleave bytes); the parent keeps its own copies.
+            pools = self._pools = _Pools()
+            self._ssl_context = None
+        return pools
+
+    def handle_request(self, request: Request) -> Response:
+        scheme, host, port, target = split_url(request.url)
+        key = (scheme, host, port)
+        pools = self._current_pools()
+        conn = pools.take(key, self.keepalive_expiry)
+        if conn is not None:
+            try:
+                return self._exchange(conn, key, target, request, pools)
+            except StaleConnection:
+                pass  # the server closed it while idle; the request never ran: one fresh try
+        conn = self._connect(scheme, host, port, request)
+        try:
+            return self._exchange(conn, key, target, request, pools)
+        except StaleConnection as exc:
+            raise ProtocolError(f"{request.url}: the server closed the connection without answering "
+                                f"({exc.__cause__})", url=request.url) from exc.__cause__
+
+    def _connect(self, scheme: str, host: str, port: int, request: Request) -> http.client.HTTPConnection:
+        timeout = request.timeout.connect
+        if scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                host, port, timeout=timeout, context=self._https_context())
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        try:
+            conn.connect()
+        except TimeoutError as exc:
+            conn.close()
+            raise ConnectError(f"timed out after {timeout}s connecting to {request.url}", url=request.url) from exc
+        except OSError as exc:
+            conn.close()
+            raise ConnectError(f"cannot connect to {request.url}: {exc}", url=request.url) from exc
+        return conn
+
+    def _https_context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            self._ssl_context = ssl_context(self.verify)
+        return self._ssl_context
+
+    def _exchange(self, conn: http.client.HTTPConnection, key: tuple[str, str, int], target: str,
+                  request: Request, pools: _Pools) -> Response:
+        url = request.url
+        try:
+            assert conn.sock is not None
+            conn.sock.settimeout(request.timeout.read)
+            conn.request(request.method, target, request.body, dict(request.headers))
+            answer = conn.getresponse()
+        except TimeoutError as exc:
+            conn.close()
+            raise TransportTimeout(f"no answer from {url} within {request.timeout.read}s", url=url) from exc
+        except ConnectionError as exc:
+            # reset, broken pipe, or closed before the status line (RemoteDisconnected)
+            conn.close()
+            raise StaleConnection() from exc
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise ProtocolError(f"{url}: {type(exc).__name__}: {exc}", url=url) from exc
+        try:
+            body = _read_body(answer)
+        except TimeoutError as exc:
+            conn.close()
+            raise TransportTimeout(f"{url} stopped sending its answer for {request.timeout.read}s", url=url) from exc
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise ProtocolError(f"{url}: the answer was cut off ({type(exc).__name__}: {exc})", url=url) from exc
+        headers = {name.lower(): value for name, value in answer.getheaders()}
+        if answer.will_close:
+            conn.close()
+        else:
+            pools.give(key, conn, self.max_idle_connections)
+        return Response(answer.status, headers, body)
+
+    def close(self) -> None:
+        """Close this process's idle connections (the transport stays usable: it reconnects)."""
+        pools = self._pools
+        if pools is not None and pools.pid == os.getpid():
+            pools.close()
+        self._pools = None
+
+
+def _read_body(answer: http.client.HTTPResponse) -> bytes | bytearray:
+    """The whole body; into a ``bytearray`` when the length is known (writable, so tensors can view it)."""
+    length = answer.length
+    if length is None or answer.chunked:
+        return answer.read()
+    buffer = bytearray(length)
+    view = memoryview(buffer)
+    got = 0
+    while got < length:
+        n = answer.readinto(view[got:])
+        if not n:
+            raise http.client.IncompleteRead(bytes(buffer[:got]), length - got)
+        got += n
+    return buffer

@@ -1,0 +1,73 @@
+"""The app factory: routes, error handlers and middleware around one :class:`~service.http.runtime.Runtime`.
+
+The web layer parses, authorises, counts and serialises; it never tokenizes. Engine errors become HTTP
+answers in one place (:mod:`service.http.responses`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .. import __version__
+from ..engine import ErrorKind, LoadedTokenizer, ServiceError
+from .middleware import BearerAuth, EncodeFastPath, RequestMetrics
+from .responses import KIND_BY_STATUS, error_response
+from .routes import Routes
+from .runtime import Runtime
+from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+# The service exports its own Prometheus metrics; FastAPI's built-in OpenTelemetry hooks (newer releases)
+# cost a provider lookup on every request.
+_NO_OPENTELEMETRY = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
+def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, runtime: Runtime | None = None) -> FastAPI:
+    """Build the ASGI app. The engine is started in the lifespan; ``loaded`` skips loading there (the CLI
+    loads first, so a bad source fails with one line before the server starts). Pass ``runtime`` to keep a
+    handle on what a launcher drains; by default the app makes its own (``app.state.runtime``)."""
+    runtime = runtime or Runtime(settings, loaded)
+    app = FastAPI(
+        title="tokenizer-service",
+        version=__version__,
+        description="HuggingFace fast tokenization over HTTP, with exact transformers parity.",
+        lifespan=runtime.lifespan,
+        **_NO_OPENTELEMETRY,
+    )
+    app.state.runtime = runtime
+    routes = Routes(runtime)
+    paths = routes.install(app)
+
+    # -- errors: one shape for all ----------------------------------------------------------------------
+    @app.exception_handler(ServiceError)
+    async def _service_error(request: Request, exc: ServiceError) -> Response:
+        return error_response(exc.kind, exc.message, exc.retry_after)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        kind = KIND_BY_STATUS.get(exc.status_code, ErrorKind.INVALID_REQUEST)
+        return error_response(kind, f"{exc.detail}: {request.method} {request.url.path}", headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(request: Request, exc: Exception) -> Response:
+        logger.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(ErrorKind.INTERNAL,
+                              f"internal error ({type(exc).__name__}); this is a bug, please report it")
+
+    # -- middleware, innermost first --------------------------------------------------------------------
+    app.add_middleware(EncodeFastPath, endpoint=routes.encode)  # auth and metrics still wrap it
+    if settings.api_key is not None:
+        app.add_middleware(BearerAuth, api_key=settings.api_key.get_secret_value())
+    app.add_middleware(RequestMetrics, runtime=runtime, routes=paths)  # outermost
+    return app

@@ -1,0 +1,90 @@
+"""``tokenizer-service serve``: one process, one tokenizer, Rust parallelism on, never forks.
+
+Every flag is a field of :class:`service.http.settings.Settings` and can equally be set through its
+``TOKENIZER_SERVICE_*`` environment variable; flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import types
+import typing
+from typing import Any, Sequence
+
+from pydantic import ValidationError
+
+from ..engine import TokenizerLoadError, available_cpus, configure_rust_parallelism, load_tokenizer
+from ..wire import ENV_PREFIX
+from .settings import Settings
+
+REFUSED_FLAGS = {
+    "--workers": "the service runs exactly one process (it holds one Rust thread pool and must never fork); "
+    "scale with --threads inside a pod and with replicas across pods",
+    "--reload": "reloading forks a supervisor and restarts the tokenizer; run without it",
+}
+
+
+def _flag_type(annotation: Any) -> Any:
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    base = args[0] if args and (typing.get_origin(annotation) in (typing.Union, types.UnionType)) else annotation
+    if getattr(base, "__name__", "") == "SecretStr":
+        return str
+    return base
+
+
+def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Serve a tokenizer over HTTP (POST /encode, /tokenize, /decode; GET /info, /healthz, "
+        f"/readyz, /metrics, /docs). Each flag also reads the environment variable {ENV_PREFIX}<FLAG>.",
+    )
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        env = ENV_PREFIX + name.upper()
+        default = "" if field.default is None else f" (default: {field.default})"
+        help_text = f"{field.description}{default} [env {env}]".replace("%", "%%")
+        kind = _flag_type(field.annotation)
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
+                                help=help_text)
+        else:
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=name.upper())
+    for flag, reason in REFUSED_FLAGS.items():
+        parser.add_argument(flag, nargs="?", default=argparse.SUPPRESS, help=f"refused: {reason}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve") -> int:
+    parser = build_parser(prog)
+    given = vars(parser.parse_args(argv))
+    for flag in REFUSED_FLAGS:
+        if flag.lstrip("-") in given:
+            parser.error(f"{flag} is not supported: {REFUSED_FLAGS[flag]}")
+    try:
+        settings = Settings(**given)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors(include_url=False)]
+        print(f"{prog}: invalid settings\n" + "\n".join(lines), file=sys.stderr)
+        return 2
+
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Parallelism must be configured before tokenizers touches its rayon pool.
+    threads = settings.threads or available_cpus()
+    configure_rust_parallelism(threads)
+    try:
+        loaded = load_tokenizer(settings.model, settings.revision)
+    except TokenizerLoadError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+
+    from .app import create_app
+    from .launcher import run
+    from .runtime import Runtime
+
+    runtime = Runtime(settings.model_copy(update={"threads": threads}), loaded)
+    app = create_app(runtime.settings, runtime=runtime)
+    run(app, runtime, host=settings.host, port=settings.port, log_level=settings.log_level,
+        access_log=settings.access_log, grace_seconds=settings.graceful_shutdown_seconds)
+    return 0

@@ -1,0 +1,94 @@
+"""Pure ASGI middleware: the encode fast path, bearer auth, and request metrics with the in-flight count.
+
+Pure ASGI (not Starlette's ``BaseHTTPMiddleware``) because every one of these runs on every request, and
+each costs only a few attribute lookups this way.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from typing import Any, Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..engine.errors import ErrorKind, ServiceError
+from ..wire import AUTH_SCHEME, ENCODE_PATH, HEALTH_PATH, METRICS_PATH, READY_PATH
+from .responses import error_response
+from .runtime import Runtime
+
+# Reachable without the API key: the probes (the kubelet has no key) and Prometheus' scrape.
+OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH})
+
+
+class EncodeFastPath:
+    """``POST /encode`` goes straight to its route function, skipping FastAPI's routing, dependency solving
+    and exit stacks, which cost more per small request than the route's own work. Same function, same
+    error shapes; the FastAPI route stays registered for the OpenAPI schema."""
+
+    def __init__(self, app: ASGIApp, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
+        self.app = app
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] != ENCODE_PATH or scope["method"] != "POST":
+            await self.app(scope, receive, send)
+            return
+        try:
+            response = await self.endpoint(Request(scope, receive))
+        except ServiceError as exc:
+            response = error_response(exc.kind, exc.message, exc.retry_after)
+        await response(scope, receive, send)
+
+
+class BearerAuth:
+    """Every path but :data:`OPEN_PATHS` needs ``Authorization: Bearer <api key>`` (compared in constant time)."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self.app = app
+        self.expected = f"{AUTH_SCHEME} {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                response = error_response(ErrorKind.UNAUTHORIZED,
+                                          f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class RequestMetrics:
+    """Counts requests by route and status, times them, and keeps the runtime's in-flight count (what
+    the drain waits on). Outermost, so every answer -- errors and refusals included -- is counted."""
+
+    def __init__(self, app: ASGIApp, runtime: Runtime, routes: set[str]) -> None:
+        self.app = app
+        self.runtime = runtime
+        self.metrics = runtime.metrics
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        route = scope["path"] if scope["path"] in self.routes else "other"
+        status = 500
+        started = time.perf_counter()
+
+        async def send_and_record(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.runtime.in_flight += 1
+        try:
+            await self.app(scope, receive, send_and_record)
+        finally:
+            self.runtime.in_flight -= 1
+            self.metrics.requests.labels(route, str(status)).inc()
+            self.metrics.latency.labels(route).observe(time.perf_counter() - started)

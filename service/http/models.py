@@ -1,0 +1,86 @@
+"""Request bodies of the HTTP contract, and how a body becomes one.
+
+Field names, defaults and meanings follow a transformers tokenizer call (``service.wire.ENCODE_OPTIONS``,
+which ``tests/test_wire.py`` holds these models to); unknown fields are rejected so a typo never silently
+changes the output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal, TypeVar, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..engine.encoding import EncodeOptions
+from ..engine.errors import ErrorKind, ServiceError
+from ..wire import MAX_U32
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class EncodeRequest(_Strict):
+    """``POST /encode``: the arguments of ``tokenizer(texts, text_pairs, **options)``."""
+
+    texts: list[str] = Field(description="The texts to encode (the first sequences of pairs).")
+    text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
+    add_special_tokens: bool = True
+    padding: Union[bool, Literal["longest", "max_length", "do_not_pad"]] = False
+    truncation: Union[bool, Literal["longest_first", "only_first", "only_second", "do_not_truncate"], None] = None
+    max_length: int | None = Field(None, ge=0, le=MAX_U32)
+    stride: int = Field(0, ge=0, le=MAX_U32)
+    pad_to_multiple_of: int | None = Field(None, ge=1, le=MAX_U32)
+    padding_side: Literal["left", "right"] | None = None
+    return_token_type_ids: bool | None = None
+    return_attention_mask: bool | None = None
+    return_overflowing_tokens: bool = False
+    return_special_tokens_mask: bool = False
+    return_offsets_mapping: bool = False
+    return_length: bool = False
+
+    def options(self) -> EncodeOptions:
+        return EncodeOptions(**self.model_dump(exclude={"texts", "text_pairs"}))
+
+
+class TokenizeRequest(_Strict):
+    """``POST /tokenize``: ``tokenizer.tokenize(text, add_special_tokens=...)`` for each text."""
+
+    texts: list[str]
+    add_special_tokens: bool = False
+
+
+class DecodeRequest(_Strict):
+    """``POST /decode``: ``tokenizer.batch_decode(ids, ...)``."""
+
+    ids: list[list[Annotated[int, Field(ge=0, le=MAX_U32)]]] = Field(
+        description="Token id lists; ids the vocabulary lacks decode as in-process (skipped)."
+    )
+    skip_special_tokens: bool = False
+    clean_up_tokenization_spaces: bool | None = None
+
+
+def parse_body(body: bytes, model: type[Model]) -> Model:
+    """Validate ``body`` (JSON bytes) as ``model``, or raise INVALID_REQUEST naming the fields to fix."""
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        if any(err["type"] == "json_invalid" for err in exc.errors()):
+            # pydantic-core refuses JSON that Python's json accepts (e.g. a lone surrogate "\ud800"):
+            # such a text reaches the tokenizer, which refuses it exactly as it would in-process.
+            try:
+                return model.model_validate(json.loads(body))
+            except (ValueError, ValidationError):
+                pass
+        raise ServiceError(ErrorKind.INVALID_REQUEST, describe_validation_error(exc)) from None
+
+
+def describe_validation_error(exc: ValidationError, most: int = 5) -> str:
+    """The first few problems, each as ``field: what is wrong``."""
+    errors = exc.errors(include_url=False)
+    parts = [f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in errors[:most]]
+    more = len(errors) - most
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

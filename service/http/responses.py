@@ -1,0 +1,56 @@
+"""How the service answers: the one status table, the one error body shape, and JSON built as bytes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+from ..engine.errors import ErrorKind
+from ..wire import AUTH_SCHEME, ERROR_FIELD, ERROR_TYPE_FIELD, JSON_MEDIA_TYPE, RETRY_AFTER_HEADER
+
+# The one status table: every error the service sends has one of these kinds.
+STATUS_BY_KIND: dict[ErrorKind, int] = {
+    ErrorKind.INVALID_REQUEST: 422,
+    ErrorKind.TOKENIZER: 422,
+    ErrorKind.TOO_LARGE: 413,
+    ErrorKind.NOT_ACCEPTABLE: 406,
+    ErrorKind.UNAUTHORIZED: 401,
+    ErrorKind.NOT_FOUND: 404,
+    ErrorKind.METHOD_NOT_ALLOWED: 405,
+    ErrorKind.OVERLOADED: 429,
+    ErrorKind.UNAVAILABLE: 503,
+    ErrorKind.TIMEOUT: 504,
+    ErrorKind.CLIENT_GONE: 499,  # nginx's "client closed request": logged nowhere, sent to nobody
+    ErrorKind.INTERNAL: 500,
+}
+# Statuses Starlette raises itself (unknown path, wrong method, ...), read back as kinds.
+KIND_BY_STATUS: dict[int, ErrorKind] = {
+    404: ErrorKind.NOT_FOUND,
+    405: ErrorKind.METHOD_NOT_ALLOWED,
+    413: ErrorKind.TOO_LARGE,
+}
+
+
+def error_response(kind: ErrorKind, message: str, retry_after: float | None = None,
+                   headers: dict[str, str] | None = None) -> Response:
+    """The one error body shape: ``{"error": message, "error_type": kind}``."""
+    headers = dict(headers or {})
+    if retry_after is not None:
+        headers[RETRY_AFTER_HEADER] = str(max(1, round(retry_after)))
+    if kind is ErrorKind.UNAUTHORIZED:
+        headers["WWW-Authenticate"] = AUTH_SCHEME
+    return Response(
+        orjson.dumps({ERROR_FIELD: message, ERROR_TYPE_FIELD: kind.value}),
+        status_code=STATUS_BY_KIND[kind],
+        media_type=JSON_MEDIA_TYPE,
+        headers=headers,
+    )
+
+
+def json_response(payload: Any, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer serialised by orjson (numpy arrays included): FastAPI's default encoding of a dict
+    response was measured at a third of the in-process speed."""
+    return Response(orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type=JSON_MEDIA_TYPE,
+                    headers=headers)

@@ -1,0 +1,77 @@
+"""What the HTTP layer serves from, and what the launcher drains: one object per app.
+
+:class:`Runtime` holds the settings, the metrics, the count of requests being answered, and the engine
+once the lifespan has started it. The launcher is handed the runtime and drains it through its two seams,
+:meth:`Runtime.begin_drain` and :attr:`Runtime.in_flight`; nothing reaches into the app's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from typing import Any, AsyncIterator
+
+from ..engine import Engine, ErrorKind, LoadedTokenizer, ServiceError, available_cpus, load_tokenizer
+from .metrics import Metrics
+from .settings import Settings
+
+logger = logging.getLogger(__name__)
+
+
+class Runtime:
+    """The service's state outside the engine: settings, metrics, in-flight requests, drain."""
+
+    def __init__(self, settings: Settings, loaded: LoadedTokenizer | None = None) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.threads = settings.threads or available_cpus()
+        self._loaded = loaded
+        self._engine: Engine | None = None
+        self._draining = False
+        self.in_flight = 0  # HTTP requests being answered now (the metrics middleware counts them)
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        """Load (unless given) and start the engine; stop it at shutdown. FastAPI's ``lifespan=``."""
+        settings = self.settings
+        loaded = self._loaded or await asyncio.to_thread(load_tokenizer, settings.model, settings.revision)
+        engine = Engine(loaded, threads=self.threads, limits=settings.engine_limits(),
+                        batching=settings.batching_config(), observer=self.metrics)
+        await engine.astart()
+        if self._draining:
+            engine.begin_drain()
+        self._engine = engine
+        logger.info("serving %s (%s) with %d Rust threads", loaded.source, loaded.fingerprint, self.threads)
+        try:
+            yield
+        finally:
+            await engine.astop()
+
+    def begin_drain(self) -> None:
+        """Readiness turns 503 and new work is refused with 503 + Retry-After; admitted work completes."""
+        self._draining = True
+        if self._engine is not None:
+            self._engine.begin_drain()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    # -- what routes use --------------------------------------------------------------------------------
+    @property
+    def engine(self) -> Engine:
+        """The running engine, or UNAVAILABLE while it is still loading."""
+        if self._engine is None:
+            raise ServiceError(ErrorKind.UNAVAILABLE, "the tokenizer is not loaded yet", retry_after=1.0)
+        return self._engine
+
+    @property
+    def ready(self) -> bool:
+        return self._engine is not None and self._engine.ready and not self._draining
+
+    def not_ready_reason(self) -> str:
+        if self._draining:
+            return "draining"
+        return "the tokenizer is not loaded" if self._engine is None else "the engine is stopped"

@@ -1,0 +1,100 @@
+"""The wire contract between the client and the server: the one place where it is written down.
+
+Both sides import this module and nothing else of each other, so what one sends is what the other reads:
+route paths, the ``/encode`` options with their transformers defaults, the output keys in the order a
+``BatchEncoding`` holds them, media types, header names, the error body's fields, and the environment
+variables both read. Standard library only: importing it costs the training process nothing.
+``tests/test_wire.py`` fails when the server's request model, the engine's options or the client's
+signatures drift from what is written here.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Final, Mapping
+
+# -- routes ----------------------------------------------------------------------------------------------
+ENCODE_PATH: Final = "/encode"
+TOKENIZE_PATH: Final = "/tokenize"
+DECODE_PATH: Final = "/decode"
+INFO_PATH: Final = "/info"
+HEALTH_PATH: Final = "/healthz"
+READY_PATH: Final = "/readyz"
+METRICS_PATH: Final = "/metrics"
+
+# -- the options of POST /encode -------------------------------------------------------------------------
+#: Every option of a transformers tokenizer call that ``/encode`` takes, with transformers' default, in the
+#: order of transformers' ``__call__`` signature. A client sends only the options that differ from these.
+ENCODE_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType({
+    "add_special_tokens": True,
+    "padding": False,
+    "truncation": None,
+    "max_length": None,
+    "stride": 0,
+    "pad_to_multiple_of": None,
+    "padding_side": None,
+    "return_token_type_ids": None,
+    "return_attention_mask": None,
+    "return_overflowing_tokens": False,
+    "return_special_tokens_mask": False,
+    "return_offsets_mapping": False,
+    "return_length": False,
+})
+#: The values transformers accepts for the two strategy options, and for ``padding_side``.
+PADDING_VALUES: Final = (False, True, "longest", "max_length", "do_not_pad")
+TRUNCATION_VALUES: Final = (None, False, True, "longest_first", "only_first", "only_second", "do_not_truncate")
+PADDING_SIDES: Final = ("left", "right")
+#: What ``return_tensors`` may ask for on the client; the server answers lists (JSON) or a binary blob.
+RETURN_TENSORS: Final = (None, "pt", "np")
+#: Ids, lengths and character offsets are unsigned 32-bit in the tokenizers library.
+MAX_U32: Final = 2**32 - 1
+
+# -- what /encode answers --------------------------------------------------------------------------------
+#: Output keys, in the order transformers' ``BatchEncoding`` holds them (a result holds a subset).
+OUTPUT_KEYS: Final = (
+    "input_ids",
+    "token_type_ids",
+    "attention_mask",
+    "special_tokens_mask",
+    "offset_mapping",
+    "length",
+    "overflow_to_sample_mapping",
+)
+
+# -- media types and headers -----------------------------------------------------------------------------
+JSON_MEDIA_TYPE: Final = "application/json"
+#: ``Accept`` this for a safetensors blob of int64 arrays (a rectangular result only).
+SAFETENSORS_MEDIA_TYPE: Final = "application/vnd.safetensors"
+#: Sent with every encode, tokenize and decode answer: the served tokenizer's fingerprint.
+FINGERPRINT_HEADER: Final = "X-Tokenizer-Fingerprint"
+RETRY_AFTER_HEADER: Final = "Retry-After"
+AUTHORIZATION_HEADER: Final = "Authorization"
+AUTH_SCHEME: Final = "Bearer"
+
+# -- errors ----------------------------------------------------------------------------------------------
+#: Every error answer is a JSON object with these two fields: what to fix, and the kind of error.
+ERROR_FIELD: Final = "error"
+ERROR_TYPE_FIELD: Final = "error_type"
+
+# -- environment -----------------------------------------------------------------------------------------
+#: Prefix of every server setting's environment variable (``TOKENIZER_SERVICE_MAX_BODY_BYTES``...).
+ENV_PREFIX: Final = "TOKENIZER_SERVICE_"
+#: The client's base URL(s), comma-separated, when none is passed.
+URL_ENV: Final = ENV_PREFIX + "URL"
+#: The API key: the server requires it when set, the client sends it when set.
+API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
+
+
+def non_default_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options whose value differs from transformers' default (by value or by type: ``0`` is not
+    ``False``), in contract order: what a client needs to send."""
+    unknown = set(options) - set(ENCODE_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown encode option(s) {sorted(unknown)}; known: {list(ENCODE_OPTIONS)}")
+    sent = {}
+    for name, default in ENCODE_OPTIONS.items():
+        if name in options:
+            value = options[name]
+            if value != default or type(value) is not type(default):
+                sent[name] = value
+    return sent
