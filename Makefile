@@ -1,19 +1,24 @@
 # Two commands do all the set-up on a fresh machine:
 #   make serve   -- create .venv, install, serve the embedded default tokenizer on 127.0.0.1:8000
 #   make test    -- create .venv, install, run the whole test suite (what CI runs)
+# And for maintainers:
+#   make lint    -- ruff (lint + format check), mypy, import boundaries (CI runs it too)
+#   make fmt     -- apply ruff's fixes and formatting
+#   make bench   -- the side-by-side benchmark (ARGS=--smoke for a quick check)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LINTED := service tests testkit benchmarks scripts examples deploy
 
-.PHONY: serve test bench install clean
+.PHONY: serve test lint fmt bench install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch first, pinned: this exact CPU wheel is on the machine; any looser spec downloads CUDA builds
 	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test,lint]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -24,8 +29,18 @@ serve: $(STAMP)
 test: $(STAMP)
 	RUST_BACKTRACE=0 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+lint: $(STAMP)
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+fmt: $(STAMP)
+	$(BIN)/ruff check --fix $(LINTED)
+	$(BIN)/ruff format $(LINTED)
+
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python -m benchmarks.run $(ARGS)
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis .mypy_cache .ruff_cache

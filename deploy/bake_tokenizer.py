@@ -30,8 +30,11 @@ TOKENIZER_FILES = [
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3 or not all(argv):
-        print("usage: bake_tokenizer.py MODEL_ID REVISION OUT_DIR  (docker build --target baked needs "
-              "--build-arg TOKENIZER_MODEL=<hub id> --build-arg TOKENIZER_REVISION=<commit sha>)", file=sys.stderr)
+        print(
+            "usage: bake_tokenizer.py MODEL_ID REVISION OUT_DIR  (docker build --target baked needs "
+            "--build-arg TOKENIZER_MODEL=<hub id> --build-arg TOKENIZER_REVISION=<commit sha>)",
+            file=sys.stderr,
+        )
         return 2
     model, revision, out = argv[0], argv[1], Path(argv[2])
 

@@ -38,10 +38,23 @@ TEXTS = [
 PAIRS = ["第二段", "second segment", "x", "", "pair"]
 CALLS: list[dict[str, Any]] = [
     {"texts": TEXTS, "padding": True, "truncation": True, "max_length": 16},
-    {"texts": TEXTS, "text_pairs": PAIRS, "truncation": "only_first", "max_length": 12,
-     "return_special_tokens_mask": True, "return_offsets_mapping": True, "return_length": True},
-    {"texts": TEXTS, "padding": "max_length", "max_length": 24, "truncation": True, "padding_side": "left",
-     "return_token_type_ids": False},
+    {
+        "texts": TEXTS,
+        "text_pairs": PAIRS,
+        "truncation": "only_first",
+        "max_length": 12,
+        "return_special_tokens_mask": True,
+        "return_offsets_mapping": True,
+        "return_length": True,
+    },
+    {
+        "texts": TEXTS,
+        "padding": "max_length",
+        "max_length": 24,
+        "truncation": True,
+        "padding_side": "left",
+        "return_token_type_ids": False,
+    },
     {"texts": TEXTS[:2], "add_special_tokens": False},
 ]
 
@@ -68,8 +81,10 @@ def check_largest_response(http: httpx.Client, limits: dict[str, int]) -> str:
     from safetensors.numpy import load
 
     assert load(response.content)["input_ids"].shape == (rows, length)
-    return (f"; largest response ({rows} x {length} positions, {len(response.content) / 1e6:.0f} MB) "
-            f"in {time.monotonic() - started:.1f}s")
+    return (
+        f"; largest response ({rows} x {length} positions, {len(response.content) / 1e6:.0f} MB) "
+        f"in {time.monotonic() - started:.1f}s"
+    )
 
 
 def check_encode(url: str, threads: int | None, largest: bool) -> None:
@@ -97,8 +112,11 @@ def check_encode(url: str, threads: int | None, largest: bool) -> None:
         arrays = load(response.raise_for_status().content)
         assert {k: v.tolist() for k, v in arrays.items()} == _reference(tokenizer, call), "safetensors differ"
         extra = check_largest_response(http, info["limits"]) if largest else ""
-    print(f"encode: {len(CALLS) + 1} calls equal to in-process transformers; fingerprint {expected_fingerprint[:19]}…"
-          + (f"; {threads} Rust threads" if threads is not None else "") + extra)
+    print(
+        f"encode: {len(CALLS) + 1} calls equal to in-process transformers; fingerprint {expected_fingerprint[:19]}…"
+        + (f"; {threads} Rust threads" if threads is not None else "")
+        + extra
+    )
 
 
 def wait_ready(url: str, timeout: float) -> None:
@@ -151,8 +169,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int)
     parser.add_argument("--largest", action="store_true")
     parser.add_argument("--grace", type=float, default=30)
-    stop_command = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    stop_command = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     url = args.url.rstrip("/")
     if args.mode == "wait":
         wait_ready(url, args.timeout)

@@ -24,9 +24,8 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from testkit import assets as package_assets  # noqa: E402
-
-from service.client import TokenizerClient  # noqa: E402
+from service.client import TokenizerClient
+from testkit import assets as package_assets
 
 
 def labelled_reviews() -> list[dict]:
@@ -52,8 +51,11 @@ class BagOfTokens(nn.Module):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", default=os.environ.get("TOKENIZER_SERVICE_URL", "http://127.0.0.1:8000"),
-                        help="service URL(s), comma-separated (default: $TOKENIZER_SERVICE_URL or %(default)s)")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("TOKENIZER_SERVICE_URL", "http://127.0.0.1:8000"),
+        help="service URL(s), comma-separated (default: $TOKENIZER_SERVICE_URL or %(default)s)",
+    )
     parser.add_argument("--steps", type=int, default=300, help="training steps (batches), at most")
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
@@ -70,8 +72,14 @@ def main() -> int:
     rows = labelled_reviews()
     held_out, train = rows[:2000], rows[2000:]
     collate = client.collator(padding="longest", truncation=True, max_length=args.max_length)
-    loader = DataLoader(train, batch_size=args.batch_size, shuffle=True, num_workers=args.workers,
-                        collate_fn=collate, persistent_workers=args.workers > 0)
+    loader = DataLoader(
+        train,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        collate_fn=collate,
+        persistent_workers=args.workers > 0,
+    )
 
     torch.manual_seed(0)
     model = BagOfTokens(info["vocab_size"], info["pad_token_id"])
@@ -99,11 +107,13 @@ def main() -> int:
     correct = 0
     with torch.no_grad():
         for i in range(0, len(held_out), 256):
-            chunk = held_out[i:i + 256]
+            chunk = held_out[i : i + 256]
             batch = collate(chunk)  # the collator is a plain function: usable outside a DataLoader too
             correct += (model(batch["input_ids"]).argmax(-1) == batch["label"]).sum().item()
-    print(f"{step} steps in {elapsed:.1f} s: {(step - 1) / max(elapsed, 1e-9):.1f} batches/s "
-          f"({args.workers} workers, batch {args.batch_size}); held-out accuracy {correct / len(held_out):.3f}")
+    print(
+        f"{step} steps in {elapsed:.1f} s: {(step - 1) / max(elapsed, 1e-9):.1f} batches/s "
+        f"({args.workers} workers, batch {args.batch_size}); held-out accuracy {correct / len(held_out):.3f}"
+    )
     return 0
 
 

@@ -30,7 +30,7 @@ os.environ["RAYON_RS_NUM_CPUS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from testkit.assets import REPO, chinese_news, chinese_reviews, english_docstrings, english_paragraphs  # noqa: E402
+from testkit.assets import REPO, chinese_news, chinese_reviews, english_docstrings, english_paragraphs
 
 VOCAB_SIZE = 21128
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -51,7 +51,10 @@ def build_tokenizer(texts: list[str]):
     )
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     trainer = trainers.WordPieceTrainer(
-        vocab_size=VOCAB_SIZE, min_frequency=1, special_tokens=SPECIAL_TOKENS, continuing_subword_prefix="##",
+        vocab_size=VOCAB_SIZE,
+        min_frequency=1,
+        special_tokens=SPECIAL_TOKENS,
+        continuing_subword_prefix="##",
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
@@ -70,7 +73,11 @@ def save(tokenizer, out: Path) -> None:
 
     wrapped = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
+        unk_token="[UNK]",
+        sep_token="[SEP]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        mask_token="[MASK]",
         model_max_length=MODEL_MAX_LENGTH,
         padding_side="right",
         truncation_side="right",

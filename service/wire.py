@@ -10,8 +10,9 @@ signatures drift from what is written here.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 # -- routes ----------------------------------------------------------------------------------------------
 ENCODE_PATH: Final = "/encode"
@@ -25,21 +26,23 @@ METRICS_PATH: Final = "/metrics"
 # -- the options of POST /encode -------------------------------------------------------------------------
 #: Every option of a transformers tokenizer call that ``/encode`` takes, with transformers' default, in the
 #: order of transformers' ``__call__`` signature. A client sends only the options that differ from these.
-ENCODE_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType({
-    "add_special_tokens": True,
-    "padding": False,
-    "truncation": None,
-    "max_length": None,
-    "stride": 0,
-    "pad_to_multiple_of": None,
-    "padding_side": None,
-    "return_token_type_ids": None,
-    "return_attention_mask": None,
-    "return_overflowing_tokens": False,
-    "return_special_tokens_mask": False,
-    "return_offsets_mapping": False,
-    "return_length": False,
-})
+ENCODE_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "add_special_tokens": True,
+        "padding": False,
+        "truncation": None,
+        "max_length": None,
+        "stride": 0,
+        "pad_to_multiple_of": None,
+        "padding_side": None,
+        "return_token_type_ids": None,
+        "return_attention_mask": None,
+        "return_overflowing_tokens": False,
+        "return_special_tokens_mask": False,
+        "return_offsets_mapping": False,
+        "return_length": False,
+    }
+)
 #: The values transformers accepts for the two strategy options, and for ``padding_side``.
 PADDING_VALUES: Final = (False, True, "longest", "max_length", "do_not_pad")
 TRUNCATION_VALUES: Final = (None, False, True, "longest_first", "only_first", "only_second", "do_not_truncate")

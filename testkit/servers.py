@@ -18,19 +18,21 @@ REPO = Path(__file__).resolve().parent.parent
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class ServerProcess:
     """``python -m service serve`` in a subprocess. ``start()`` waits for /readyz; ``stop()`` ends it by PID."""
 
-    def __init__(self, *args: str, port: int | None = None, env: dict[str, str] | None = None,
-                 log_path: Path | None = None) -> None:
+    def __init__(
+        self, *args: str, port: int | None = None, env: dict[str, str] | None = None, log_path: Path | None = None
+    ) -> None:
         self.args = list(args)
         self.port = port or free_port()
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -41,11 +43,14 @@ class ServerProcess:
         assert self.proc is not None
         return self.proc.pid
 
-    def start(self, timeout: float = 60.0) -> "ServerProcess":
+    def start(self, timeout: float = 60.0) -> ServerProcess:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
-            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT if self.log_path else subprocess.PIPE,
+            cwd=REPO,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT if self.log_path else subprocess.PIPE,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -73,7 +78,7 @@ class ServerProcess:
             os.kill(self.proc.pid, signal.SIGKILL)
             return self.proc.wait(5)
 
-    def __enter__(self) -> "ServerProcess":
+    def __enter__(self) -> ServerProcess:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

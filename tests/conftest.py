@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -42,14 +43,16 @@ def corpus() -> dict[str, list[str]]:
 class EngineRunner:
     """An :class:`~service.engine.Engine` on its own event loop thread, callable from sync tests."""
 
-    def __init__(self, source: str | None, **engine_kwargs: Any) -> None:
-        from service.engine import Engine
+    def __init__(self, source: Any, **engine_kwargs: Any) -> None:
+        """``source``: what load_tokenizer takes (None: the embedded default), or a LoadedTokenizer."""
+        from service.engine import Engine, LoadedTokenizer
         from service.engine.loading import load_tokenizer
 
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.engine = Engine(load_tokenizer(source), threads=2, **engine_kwargs)
+        loaded = source if isinstance(source, LoadedTokenizer) else load_tokenizer(source)
+        self.engine = Engine(loaded, threads=2, **engine_kwargs)
         self.run(self.engine.astart())
 
     def run(self, coro: Any, timeout: float = 60.0) -> Any:
@@ -73,7 +76,9 @@ def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[dict[str, EngineRunner]
 
 
 @pytest.fixture(scope="session")
-def servers(tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+def servers(
+    tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, ServerProcess]]:
     """family -> a real server process on 127.0.0.1 (the default family runs with no --model)."""
     logs = tmp_path_factory.mktemp("server-logs")
     started: dict[str, ServerProcess] = {}

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import io
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from parity import TRICKY_TEXTS, assert_same, reference_call
 from safetensors.numpy import load as load_safetensors
 
-from parity import TRICKY_TEXTS, assert_same, reference_call
-from service.http.app import create_app
-from service.http.responses import STATUS_BY_KIND
 from service.engine.errors import ErrorKind
 from service.engine.loading import fingerprint, load_tokenizer
-from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from service.http.app import create_app
+from service.http.responses import STATUS_BY_KIND
 from service.http.settings import Settings
+from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
 
 BINARY = {"Accept": SAFETENSORS_MEDIA_TYPE}
 
@@ -48,8 +47,14 @@ def assert_error(response, status: int, kind: ErrorKind, *words: str) -> None:
 
 def test_encode_json_matches_transformers(client, reference, corpus):
     texts = corpus["zh"][:4] + corpus["en"][:4]
-    options = {"padding": "longest", "truncation": True, "max_length": 32, "return_special_tokens_mask": True,
-               "return_length": True, "return_offsets_mapping": True}
+    options = {
+        "padding": "longest",
+        "truncation": True,
+        "max_length": 32,
+        "return_special_tokens_mask": True,
+        "return_length": True,
+        "return_offsets_mapping": True,
+    }
     response = client.post("/encode", json={"texts": texts, **options})
     assert response.status_code == 200
     assert response.headers["content-type"] == "application/json"
@@ -58,8 +63,15 @@ def test_encode_json_matches_transformers(client, reference, corpus):
 
 def test_encode_binary_is_safetensors_of_the_same_arrays(client, reference, corpus):
     texts, pairs = [t[:12] for t in corpus["zh"][:5]], corpus["en"][:5]
-    options = {"padding": "max_length", "truncation": "only_second", "max_length": 64, "pad_to_multiple_of": 8,
-               "return_overflowing_tokens": True, "stride": 4, "return_offsets_mapping": True}
+    options = {
+        "padding": "max_length",
+        "truncation": "only_second",
+        "max_length": 64,
+        "pad_to_multiple_of": 8,
+        "return_overflowing_tokens": True,
+        "stride": 4,
+        "return_offsets_mapping": True,
+    }
     response = client.post("/encode", json={"texts": texts, "text_pairs": pairs, **options}, headers=BINARY)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"] == SAFETENSORS_MEDIA_TYPE
@@ -79,21 +91,27 @@ def test_ragged_binary_is_406_saying_to_pad(client):
     assert client.post("/encode", json={"texts": ["a", "b"]}, headers=BINARY).status_code == 200
 
 
-@pytest.mark.parametrize("text", TRICKY_TEXTS + ["x" * 100_000, "中" * 100_000], ids=lambda t: repr(t[:12]))
+@pytest.mark.parametrize("text", [*TRICKY_TEXTS, "x" * 100000, "中" * 100000], ids=lambda t: repr(t[:12]))
 def test_any_text_encodes_exactly_or_is_refused_by_a_limit(client, reference, text):
     for binary in (False, True):
-        response = client.post("/encode", json={"texts": [text, "pad me"], "padding": True,
-                                                "return_offsets_mapping": True}, headers=BINARY if binary else {})
+        response = client.post(
+            "/encode",
+            json={"texts": [text, "pad me"], "padding": True, "return_offsets_mapping": True},
+            headers=BINARY if binary else {},
+        )
         assert response.status_code == 200, response.text
-        expected = reference([text, "pad me"], padding=True, return_offsets_mapping=True,
-                             return_tensors="np" if binary else None)
+        expected = reference(
+            [text, "pad me"], padding=True, return_offsets_mapping=True, return_tensors="np" if binary else None
+        )
         if binary:
             arrays = load_safetensors(response.content)
             for key in expected:
                 np.testing.assert_array_equal(arrays[key], expected[key])
         else:
-            assert_same(response.json(), reference_call(reference, [text, "pad me"], None,
-                                                        {"padding": True, "return_offsets_mapping": True}))
+            assert_same(
+                response.json(),
+                reference_call(reference, [text, "pad me"], None, {"padding": True, "return_offsets_mapping": True}),
+            )
 
 
 @pytest.mark.parametrize(
@@ -116,21 +134,38 @@ def test_bad_fields_are_422_naming_the_field(client, body, field):
 
 
 def test_malformed_json_and_empty_or_mismatched_texts_are_422(client):
-    assert_error(client.post("/encode", content=b'{"texts": ["a"', headers={"content-type": "application/json"}),
-                 422, ErrorKind.INVALID_REQUEST, "JSON")
+    assert_error(
+        client.post("/encode", content=b'{"texts": ["a"', headers={"content-type": "application/json"}),
+        422,
+        ErrorKind.INVALID_REQUEST,
+        "JSON",
+    )
     assert_error(client.post("/encode", json={"texts": []}), 422, ErrorKind.INVALID_REQUEST, "at least one")
-    assert_error(client.post("/encode", json={"texts": ["a", "b"], "text_pairs": ["c"]}), 422,
-                 ErrorKind.INVALID_REQUEST, "text_pairs")
+    assert_error(
+        client.post("/encode", json={"texts": ["a", "b"], "text_pairs": ["c"]}),
+        422,
+        ErrorKind.INVALID_REQUEST,
+        "text_pairs",
+    )
 
 
 def test_refusals_of_transformers_are_4xx_with_its_reason(client):
     # transformers: max_length must be a multiple of pad_to_multiple_of when both truncate and pad
-    response = client.post("/encode", json={"texts": ["a"], "padding": True, "truncation": True, "max_length": 10,
-                                            "pad_to_multiple_of": 8})
+    response = client.post(
+        "/encode", json={"texts": ["a"], "padding": True, "truncation": True, "max_length": 10, "pad_to_multiple_of": 8}
+    )
     assert_error(response, 422, ErrorKind.TOKENIZER, "multiple of pad_to_multiple_of")
     # Rust panics on a stride too large for the room truncation leaves
-    response = client.post("/encode", json={"texts": ["一二三四五六七八九十" * 3], "truncation": True, "max_length": 6,
-                                            "stride": 5, "return_overflowing_tokens": True})
+    response = client.post(
+        "/encode",
+        json={
+            "texts": ["一二三四五六七八九十" * 3],
+            "truncation": True,
+            "max_length": 6,
+            "stride": 5,
+            "return_overflowing_tokens": True,
+        },
+    )
     assert_error(response, 422, ErrorKind.TOKENIZER, "stride")
     assert client.get("/readyz").status_code == 200  # and the server carries on
 
@@ -270,10 +305,12 @@ def test_a_lone_surrogate_is_refused_as_the_tokenizer_refuses_it(client, referen
 
 def test_a_client_that_leaves_mid_body_gets_499_and_no_error_log(client, caplog):
     """Straight through ASGI: the body stops half-way and the client disconnects."""
-    messages = iter([
-        {"type": "http.request", "body": b'{"texts": ["a', "more_body": True},
-        {"type": "http.disconnect"},
-    ])
+    messages = iter(
+        [
+            {"type": "http.request", "body": b'{"texts": ["a', "more_body": True},
+            {"type": "http.disconnect"},
+        ]
+    )
     sent: list = []
 
     async def receive():
@@ -282,9 +319,19 @@ def test_a_client_that_leaves_mid_body_gets_499_and_no_error_log(client, caplog)
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/encode", "raw_path": b"/encode", "query_string": b"",
-             "headers": [(b"content-type", b"application/json")], "http_version": "1.1", "scheme": "http",
-             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5), "root_path": ""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/encode",
+        "raw_path": b"/encode",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 5),
+        "root_path": "",
+    }
     with caplog.at_level("ERROR"):
         client.portal.call(client.app, scope, receive, send)
     assert sent[0]["status"] == 499

@@ -5,12 +5,11 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 
 import httpx
 import pytest
+from gates import HOLD, Gate, in_thread_server, wait_until
 
-from testkit.servers import ServerProcess
 from service.engine.batching import Batcher, BatchingConfig, Job
 from service.engine.encoding import RustCall
 from service.engine.errors import ErrorKind, ServiceError
@@ -35,13 +34,23 @@ class Recorder:
         return [f"result:{job.payload}" for job in batch]
 
     # BatchObserver
-    def batch_done(self, requests, texts, seconds): pass
-    def request_rejected(self, reason): self.rejected.append(reason)
-    def request_dropped(self): self.dropped += 1
-    def queue_changed(self, requests, texts): pass
+    def batch_done(self, requests, texts, seconds):
+        pass
+
+    def request_rejected(self, reason):
+        self.rejected.append(reason)
+
+    def request_dropped(self):
+        self.dropped += 1
+
+    def queue_changed(self, requests, texts):
+        pass
 
 
-def work(text: str, batch_key: RustCall | None = key()) -> Job:
+DEFAULT_KEY = key()
+
+
+def work(text: str, batch_key: RustCall | None = DEFAULT_KEY) -> Job:
     return Job(text, 1, len(text), batch_key, asyncio.get_running_loop().create_future())
 
 
@@ -63,8 +72,10 @@ def test_waiting_requests_are_coalesced_by_key_in_fifo_order():
         first = asyncio.ensure_future(batcher.submit(work("a")))
         await settle()  # "a" is running alone; the next ones queue up behind it
         other_key = key(add_special_tokens=False)
-        rest = [asyncio.ensure_future(batcher.submit(work(t, other_key if t == "x" else key())))
-                for t in ("b", "x", "c", "d")]
+        rest = [
+            asyncio.ensure_future(batcher.submit(work(t, other_key if t == "x" else key())))
+            for t in ("b", "x", "c", "d")
+        ]
         await settle()
         rec.gate.set()
         results = await asyncio.gather(first, *rest)
@@ -169,7 +180,7 @@ def test_a_request_waiting_past_the_deadline_times_out():
 
 def test_stop_fails_waiting_requests_instead_of_hanging():
     async def scenario():
-        batcher, rec = await started(BatchingConfig(max_wait_seconds=0))
+        batcher, _rec = await started(BatchingConfig(max_wait_seconds=0))
         running = asyncio.ensure_future(batcher.submit(work("running")))
         await settle()
         waiting = asyncio.ensure_future(batcher.submit(work("waiting")))
@@ -181,75 +192,88 @@ def test_stop_fails_waiting_requests_instead_of_hanging():
     assert all(isinstance(o, ServiceError) and o.kind is ErrorKind.UNAVAILABLE for o in outcomes)
 
 
-# -- against a real server --------------------------------------------------------------------------------
-
-HEAVY = {"texts": ["The quick brown fox jumps over the lazy dog. " * 90] * 4000, "padding": True}
+# -- against a real server, the engine held by a gate (deterministic: no sleeps) ---------------------------
 
 
-def occupy(url: str, seconds_box: list) -> threading.Thread:
-    """Keep the server's engine busy with one heavy request (~1 s with one Rust thread)."""
+@pytest.fixture(scope="module")
+def default_tokenizer():
+    from service.engine import load_tokenizer
+
+    return load_tokenizer(None)
+
+
+def post_later(url: str, texts: list[str], results: list) -> threading.Thread:
+    """POST /encode from another thread; its response lands in ``results``."""
+
     def run():
-        started_at = time.monotonic()
-        httpx.post(url + "/encode", json=HEAVY, timeout=120)
-        seconds_box.append(time.monotonic() - started_at)
+        results.append(httpx.post(url + "/encode", json={"texts": texts}, timeout=60))
+
     thread = threading.Thread(target=run)
     thread.start()
     return thread
 
 
-def metric(url: str, name: str) -> float:
-    for line in httpx.get(url + "/metrics").text.splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.split()[-1])
-    return 0.0
+def dropped(server) -> float:
+    return server.runtime.metrics.registry.get_sample_value("tokenizer_dropped_total")
 
 
 @pytest.mark.timeout(120)
-def test_real_server_backpressure_deadline_and_disconnect():
-    with ServerProcess("--threads", "1", "--max-queued-requests", "1", "--queue-timeout-seconds", "0.3",
-                       "--max-text-chars", "10000") as server:
-        url = server.url
-        # a lone small request is fine
-        assert httpx.post(url + "/encode", json={"texts": ["hi"]}).status_code == 200
-
-        # 1. queue full -> 429 with Retry-After, at once
-        took: list = []
-        heavy = occupy(url, took)
-        time.sleep(0.15)
-        with httpx.Client(timeout=30) as http:
-            first = threading.Thread(target=lambda: http.post(url + "/encode", json={"texts": ["queued"]}))
-            first.start()
-            time.sleep(0.05)
-            t0 = time.monotonic()
-            refused = http.post(url + "/encode", json={"texts": ["refused"]})
-            refused_after = time.monotonic() - t0
-            first.join()
-        heavy.join()
-        assert took and took[0] > 0.5, f"the heavy request took only {took}s: test premise broken"
+def test_real_server_refuses_at_once_when_the_queue_is_full(default_tokenizer):
+    gate = Gate()
+    with in_thread_server(default_tokenizer, gate, max_queued_requests=1, queue_timeout_seconds=60) as server:
+        assert httpx.post(server.url + "/encode", json={"texts": ["hi"]}).status_code == 200
+        answers: list = []
+        holder = post_later(server.url, [HOLD], answers)
+        assert gate.entered.wait(30)  # the engine is busy with the held request
+        queued = post_later(server.url, ["queued"], answers)
+        wait_until(lambda: server.queued() == 1, what="one request queued")
+        refused = httpx.post(server.url + "/encode", json={"texts": ["refused"]}, timeout=30)
         assert refused.status_code == 429, refused.text
         assert refused.headers["Retry-After"] == "1"
         assert refused.json()["error_type"] == "overloaded"
-        assert refused_after < 0.2
+        gate.open()
+        holder.join(30)
+        queued.join(30)
+        assert [a.status_code for a in answers] == [200, 200]
+        assert "refused" not in gate.encoded
+        text = httpx.get(server.url + "/metrics").text
+        assert 'tokenizer_rejected_total{reason="queue_full"} 1.0' in text
 
-        # 2. a request that waits past --queue-timeout-seconds gets 504, not a hang
-        heavy = occupy(url, took)
-        time.sleep(0.15)
-        late = httpx.post(url + "/encode", json={"texts": ["late"]}, timeout=30)
-        heavy.join()
+
+@pytest.mark.timeout(120)
+def test_real_server_answers_504_past_the_queue_deadline_while_the_engine_is_busy(default_tokenizer):
+    gate = Gate()
+    with in_thread_server(default_tokenizer, gate, queue_timeout_seconds=0.2) as server:
+        answers: list = []
+        holder = post_later(server.url, [HOLD], answers)
+        assert gate.entered.wait(30)
+        late = httpx.post(server.url + "/encode", json={"texts": ["late"]}, timeout=30)  # the gate is still closed
         assert late.status_code == 504, late.text
         assert late.json()["error_type"] == "timeout"
+        gate.open()
+        holder.join(30)
+        assert answers[0].status_code == 200  # once running, a request runs to the end
+        assert "late" not in gate.encoded
 
-        # 3. a client that disconnects while queued is dropped before its encode
-        dropped_before = metric(url, "tokenizer_dropped_total")
-        heavy = occupy(url, took)
-        time.sleep(0.15)
+
+@pytest.mark.timeout(120)
+def test_real_server_drops_a_queued_request_whose_client_left(default_tokenizer):
+    gate = Gate()
+    with in_thread_server(default_tokenizer, gate) as server:
+        answers: list = []
+        holder = post_later(server.url, [HOLD], answers)
+        assert gate.entered.wait(30)
         body = b'{"texts": ["nobody waits for me"]}'
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
-            sock.sendall(b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
-            time.sleep(0.05)
-        heavy.join()
-        time.sleep(0.2)
-        assert metric(url, "tokenizer_dropped_total") == dropped_before + 1
-        assert metric(url, 'tokenizer_rejected_total{reason="queue_full"}') >= 1
-        assert httpx.get(url + "/readyz").status_code == 200
+            sock.sendall(
+                b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+            wait_until(lambda: server.queued() == 1, what="the request queued")
+        wait_until(lambda: server.queued() == 0, what="the request withdrawn")  # the client closed its socket
+        assert dropped(server) == 1
+        gate.open()
+        holder.join(30)
+        assert answers[0].status_code == 200
+        assert "nobody waits for me" not in gate.encoded  # dropped before any work was done
+        assert httpx.get(server.url + "/readyz").status_code == 200

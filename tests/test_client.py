@@ -15,10 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 import torch
+from parity import TRICKY_TEXTS
 
 import service.client as client_module
-from parity import TRICKY_TEXTS
-from testkit.servers import ServerProcess
 from service.client import (
     AsyncHTTPTransport,
     AsyncHTTPXTransport,
@@ -31,18 +30,36 @@ from service.client import (
     Unauthorized,
 )
 from service.client.results import arrays_from_safetensors
+from testkit.servers import ServerProcess
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
 OPTION_CASES = [
     {},
     {"padding": "longest", "truncation": True, "max_length": 32},
-    {"padding": "max_length", "max_length": 24, "truncation": True, "padding_side": "left",
-     "return_special_tokens_mask": True, "return_length": True},
-    {"truncation": "longest_first", "max_length": 12, "stride": 3, "return_overflowing_tokens": True,
-     "padding": True, "return_offsets_mapping": True},
-    {"padding": True, "pad_to_multiple_of": 8, "add_special_tokens": False, "return_token_type_ids": True,
-     "return_attention_mask": False},
+    {
+        "padding": "max_length",
+        "max_length": 24,
+        "truncation": True,
+        "padding_side": "left",
+        "return_special_tokens_mask": True,
+        "return_length": True,
+    },
+    {
+        "truncation": "longest_first",
+        "max_length": 12,
+        "stride": 3,
+        "return_overflowing_tokens": True,
+        "padding": True,
+        "return_offsets_mapping": True,
+    },
+    {
+        "padding": True,
+        "pad_to_multiple_of": 8,
+        "add_special_tokens": False,
+        "return_token_type_ids": True,
+        "return_attention_mask": False,
+    },
 ]
 TENSOR_CASES = [case for case in OPTION_CASES if case.get("padding")]
 
@@ -86,15 +103,40 @@ def assert_same_tensors(ours: EncodeResult, theirs, kind: type) -> None:
 
 def test_exported_members():
     """The public surface, pinned: a change here is an API change."""
-    assert sorted(client_module.__all__) == sorted([
-        "TokenizerClient", "AsyncTokenizerClient", "Collator", "EncodeResult", "RetryPolicy", "Timeout",
-        "URL_ENV", "API_KEY_ENV", "Request", "Response", "HTTPTransport", "HTTPXTransport",
-        "AsyncHTTPTransport", "AsyncHTTPXTransport", "MockTransport", "SyncTransport", "AsyncTransport",
-        "TokenizerServiceError", "TransportError",
-        "ConnectError",
-        "TransportTimeout", "ProtocolError", "RequestRejected", "InvalidRequest", "Unauthorized",
-        "PayloadTooLarge", "NotAcceptable", "ServerBusy", "FingerprintMismatch", "RetriesExhausted",
-    ])
+    assert sorted(client_module.__all__) == sorted(
+        [
+            "TokenizerClient",
+            "AsyncTokenizerClient",
+            "Collator",
+            "EncodeResult",
+            "RetryPolicy",
+            "Timeout",
+            "URL_ENV",
+            "API_KEY_ENV",
+            "Request",
+            "Response",
+            "HTTPTransport",
+            "HTTPXTransport",
+            "AsyncHTTPTransport",
+            "AsyncHTTPXTransport",
+            "MockTransport",
+            "SyncTransport",
+            "AsyncTransport",
+            "TokenizerServiceError",
+            "TransportError",
+            "ConnectError",
+            "TransportTimeout",
+            "ProtocolError",
+            "RequestRejected",
+            "InvalidRequest",
+            "Unauthorized",
+            "PayloadTooLarge",
+            "NotAcceptable",
+            "ServerBusy",
+            "FingerprintMismatch",
+            "RetriesExhausted",
+        ]
+    )
     for name in client_module.__all__:
         assert getattr(client_module, name) is not None
     for name in client_module.__all__:
@@ -116,10 +158,16 @@ def test_batch_lists_match_transformers(clients, reference_tokenizers, texts, fa
 @pytest.mark.parametrize("options", TENSOR_CASES, ids=case_id)
 def test_batch_tensors_match_transformers(clients, reference_tokenizers, texts, family, options):
     reference = reference_tokenizers[family]
-    assert_same_tensors(clients[family](texts, return_tensors="pt", **options),
-                        reference(texts, return_tensors="pt", **options), torch.Tensor)
-    assert_same_tensors(clients[family].encode(texts, texts[::-1], return_tensors="np", **options),
-                        reference(texts, texts[::-1], return_tensors="np", **options), np.ndarray)
+    assert_same_tensors(
+        clients[family](texts, return_tensors="pt", **options),
+        reference(texts, return_tensors="pt", **options),
+        torch.Tensor,
+    )
+    assert_same_tensors(
+        clients[family].encode(texts, texts[::-1], return_tensors="np", **options),
+        reference(texts, texts[::-1], return_tensors="np", **options),
+        np.ndarray,
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -127,8 +175,9 @@ def test_single_text_and_pair_forms_match_transformers(clients, reference_tokeni
     client, reference = clients[family], reference_tokenizers[family]
     text, pair = corpus["zh"][0], corpus["en"][0]
     assert_same_lists(client(text), reference(text))  # no batch dimension
-    assert_same_lists(client(text, pair, return_offsets_mapping=True),
-                      reference(text, pair, return_offsets_mapping=True))
+    assert_same_lists(
+        client(text, pair, return_offsets_mapping=True), reference(text, pair, return_offsets_mapping=True)
+    )
     assert_same_lists(client(text, ""), reference(text, ""))  # transformers: an empty pair is no pair
     overflow = {"max_length": 8, "truncation": True, "return_overflowing_tokens": True, "return_length": True}
     assert_same_lists(client(text, **overflow), reference(text, **overflow))  # keeps the batch dimension
@@ -141,8 +190,14 @@ def test_tensors_are_zero_copy_views_of_the_body(clients, texts):
     """Every array views the received bytearray (no copy), and is writable like transformers' tensors."""
     from safetensors.numpy import save
 
-    blob = bytearray(save({"input_ids": np.arange(12, dtype=np.int64).reshape(3, 4),
-                           "attention_mask": np.ones((3, 4), dtype=np.int64)}))
+    blob = bytearray(
+        save(
+            {
+                "input_ids": np.arange(12, dtype=np.int64).reshape(3, 4),
+                "attention_mask": np.ones((3, 4), dtype=np.int64),
+            }
+        )
+    )
     arrays = arrays_from_safetensors(blob, "test")
     raw = np.frombuffer(blob, dtype=np.uint8)
     for array in arrays.values():
@@ -185,8 +240,9 @@ def test_decode_and_tokenize_match_transformers(clients, reference_tokenizers, t
     assert client.batch_decode(ids, skip_special_tokens=True) == reference.batch_decode(ids, skip_special_tokens=True)
     assert client.decode(ids[0]) == reference.decode(ids[0])
     padded = reference(texts[:4], padding=True, return_tensors="pt")["input_ids"]
-    assert (client.batch_decode(padded, skip_special_tokens=True)
-            == reference.batch_decode(padded, skip_special_tokens=True))
+    assert client.batch_decode(padded, skip_special_tokens=True) == reference.batch_decode(
+        padded, skip_special_tokens=True
+    )
     assert client.decode(padded[1]) == reference.decode(padded[1])
     assert client.decode([np.int64(i) for i in ids[0]]) == reference.decode(ids[0])
     assert client.tokenize(texts[0]) == reference.tokenize(texts[0])
@@ -205,8 +261,13 @@ def test_info_and_fingerprint_pinning(servers, clients):
 
     # The same pin against a server with another tokenizer: every call fails, at once, naming both.
     wrong = TokenizerClient(servers["bytelevel_bpe"].url, expected_fingerprint=info["fingerprint"])
-    for call in (lambda: wrong(["x"]), lambda: wrong.decode([1, 2]), lambda: wrong.tokenize("x"), wrong.info,
-                 lambda: wrong(["x"], padding=True, return_tensors="pt")):
+    for call in (
+        lambda: wrong(["x"]),
+        lambda: wrong.decode([1, 2]),
+        lambda: wrong.tokenize("x"),
+        wrong.info,
+        lambda: wrong(["x"], padding=True, return_tensors="pt"),
+    ):
         with pytest.raises(FingerprintMismatch) as exc_info:
             call()
         assert exc_info.value.expected == info["fingerprint"] and exc_info.value.actual == other
@@ -251,8 +312,12 @@ def test_client_and_collator_pickle_after_use(clients, reference_tokenizers, tex
     assert_same_tensors(clone(texts, padding=True, return_tensors="pt"), expected, torch.Tensor)
     collate = pickle.loads(pickle.dumps(client.collator(max_length=64, truncation=True)))
     batch = collate(texts)
-    assert torch.equal(batch["input_ids"], reference_tokenizers["sentencepiece"](
-        texts, padding=True, truncation=True, max_length=64, return_tensors="pt")["input_ids"])
+    assert torch.equal(
+        batch["input_ids"],
+        reference_tokenizers["sentencepiece"](texts, padding=True, truncation=True, max_length=64, return_tensors="pt")[
+            "input_ids"
+        ],
+    )
     result = pickle.loads(pickle.dumps(client(texts[:2])))
     assert isinstance(result, EncodeResult) and result.input_ids == result["input_ids"]
 
@@ -272,7 +337,7 @@ def test_forked_child_opens_its_own_connections(clients, reference_tokenizers, t
     expected = reference_tokenizers["wordpiece_default"](texts, padding=True)["input_ids"]
     assert client(texts, padding=True)["input_ids"] == expected
     parent_pools = client._transport._pools
-    (parent_conn, _), = next(iter(parent_pools.idle.values()))
+    ((parent_conn, _),) = next(iter(parent_pools.idle.values()))
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     children = [context.Process(target=_encode_in_child, args=(client, texts, queue)) for _ in range(2)]
@@ -295,9 +360,10 @@ def test_async_client_matches_sync_and_transformers(servers, reference_tokenizer
     info_fingerprint = TokenizerClient(servers["bytelevel_bpe"].url).info()["fingerprint"]
 
     async def main():
-        async with AsyncTokenizerClient(servers["bytelevel_bpe"].url, expected_fingerprint=info_fingerprint,
-                                        transport=transport()) as client:
-            chunks = [texts[i:i + 4] for i in range(0, len(texts), 4)]
+        async with AsyncTokenizerClient(
+            servers["bytelevel_bpe"].url, expected_fingerprint=info_fingerprint, transport=transport()
+        ) as client:
+            chunks = [texts[i : i + 4] for i in range(0, len(texts), 4)]
             results = await asyncio.gather(*(client(chunk, padding="longest", return_tensors="pt") for chunk in chunks))
             lists = await client.encode(texts, texts[::-1], return_offsets_mapping=True)
             single = await client(texts[0])
@@ -308,7 +374,7 @@ def test_async_client_matches_sync_and_transformers(servers, reference_tokenizer
             return chunks, results, lists, single, decoded, one, tokens, info
 
     chunks, results, lists, single, decoded, one, tokens, info = asyncio.run(main())
-    for chunk, result in zip(chunks, results):
+    for chunk, result in zip(chunks, results, strict=True):
         assert_same_tensors(result, reference(chunk, padding="longest", return_tensors="pt"), torch.Tensor)
     assert_same_lists(lists, reference(texts, texts[::-1], return_offsets_mapping=True))
     assert_same_lists(single, reference(texts[0]))
@@ -318,8 +384,9 @@ def test_async_client_matches_sync_and_transformers(servers, reference_tokenizer
     assert info["fingerprint"] == info_fingerprint
 
     async def pinned_wrong():
-        client = AsyncTokenizerClient(servers["wordpiece_default"].url, expected_fingerprint=info_fingerprint,
-                                      transport=transport())
+        client = AsyncTokenizerClient(
+            servers["wordpiece_default"].url, expected_fingerprint=info_fingerprint, transport=transport()
+        )
         try:
             await client(["x"])
         finally:
@@ -337,16 +404,19 @@ def test_async_client_survives_a_new_event_loop(servers, reference_tokenizers, t
     for _ in range(2):
         assert asyncio.run(client(texts, padding=True))["input_ids"] == expected
     collate = client.collator(truncation=True, max_length=16)  # sync twin, same settings
-    assert torch.equal(collate(texts)["input_ids"], reference_tokenizers["wordpiece_default"](
-        texts, padding=True, truncation=True, max_length=16, return_tensors="pt")["input_ids"])
+    assert torch.equal(
+        collate(texts)["input_ids"],
+        reference_tokenizers["wordpiece_default"](
+            texts, padding=True, truncation=True, max_length=16, return_tensors="pt"
+        )["input_ids"],
+    )
 
 
 FRESH_INTERPRETER = textwrap.dedent("""
     import json, sys
     url = sys.argv[1]
-    from service.client import TokenizerClient, AsyncTokenizerClient
+    from service.client import TokenizerClient
     after_import = sorted(sys.modules)
-    import asyncio
     client = TokenizerClient(url)
     batch = client(["hello world", "你好"], padding=True, return_tensors="pt")
     arrays = client(["hello world", "你好"], padding=True, return_tensors="np")
@@ -356,6 +426,8 @@ FRESH_INTERPRETER = textwrap.dedent("""
     info = client.info()
     rows = [{"text": "a b c", "label": 1}, {"text": "d", "label": 0}]
     collated = client.collator(max_length=8, truncation=True)(rows)
+    import asyncio
+    from service.client import AsyncTokenizerClient
     async def go():
         async with AsyncTokenizerClient(url) as aclient:
             return (await aclient(["x"]))["input_ids"]
@@ -365,16 +437,30 @@ FRESH_INTERPRETER = textwrap.dedent("""
                       "labels": collated["label"].tolist(), "collated_keys": list(collated)}))
 """)
 
-FORBIDDEN = ("tokenizers", "transformers", "fastapi", "pydantic", "pydantic_core", "starlette", "uvicorn",
-             "sentencepiece", "prometheus_client")
+FORBIDDEN = (
+    "tokenizers",
+    "transformers",
+    "fastapi",
+    "pydantic",
+    "pydantic_core",
+    "starlette",
+    "uvicorn",
+    "sentencepiece",
+    "prometheus_client",
+)
 
 
 @pytest.mark.timeout(60)
 def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
     script = tmp_path / "fresh.py"
     script.write_text(FRESH_INTERPRETER)
-    done = subprocess.run([sys.executable, str(script), servers["wordpiece_default"].url], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=50)
+    done = subprocess.run(
+        [sys.executable, str(script), servers["wordpiece_default"].url],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["texts"][0] == "hello world" and report["tokens"] == ["hello", "world"]
@@ -389,6 +475,7 @@ def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
         assert not loaded & set(FORBIDDEN), (stage, sorted(loaded & set(FORBIDDEN)))
         ours = {m for m in report[stage] if m == "service" or m.startswith("service.")}
         assert all(m in ("service", "service.wire") or m.startswith("service.client") for m in ours), sorted(ours)
-    # Light at import: numpy and torch come only with use; httpx never, with the default transports.
+    # Light at import: numpy and torch come only with use; httpx never, with the default transports; asyncio
+    # only with the async client (torch imports it too, once tensors are asked for).
     assert not top(report["after_import"]) & {"numpy", "torch", "httpx", "safetensors", "asyncio"}
     assert "torch" in top(report["after_use"]) and not top(report["after_use"]) & {"httpx", "safetensors"}

@@ -14,14 +14,14 @@ import sys
 import textwrap
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from testkit.servers import ServerProcess
 from service.client import RetryPolicy, TokenizerClient
+from testkit.servers import ServerProcess
 
 LOADER_OPTIONS = {"padding": "longest", "truncation": True, "max_length": 64}
 
@@ -93,7 +93,8 @@ def assert_batch_matches(batch: dict, tokenizer, texts: list[str], **options) ->
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("start_method,family", [("fork", "wordpiece_default"), ("spawn", "sentencepiece")])
 def test_two_epochs_in_worker_processes_match_in_process_tokenizer(
-        start_method, family, servers, reference_tokenizers, loader_texts, tmp_path):
+    start_method, family, servers, reference_tokenizers, loader_texts, tmp_path
+):
     script = tmp_path / "train.py"
     script.write_text(TRAINING_SCRIPT)
     texts_path = tmp_path / "texts.json"
@@ -102,7 +103,11 @@ def test_two_epochs_in_worker_processes_match_in_process_tokenizer(
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RUST_BACKTRACE": "0"}
     done = subprocess.run(
         [sys.executable, str(script), servers[family].url, start_method, str(texts_path), str(out_path)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
@@ -111,8 +116,9 @@ def test_two_epochs_in_worker_processes_match_in_process_tokenizer(
 
     saved = torch.load(out_path)
     tokenizer = reference_tokenizers[family]
-    for key, value in reference_batch(tokenizer, loader_texts[:4], padding=True, truncation=None,
-                                      max_length=None).items():
+    for key, value in reference_batch(
+        tokenizer, loader_texts[:4], padding=True, truncation=None, max_length=None
+    ).items():
         assert torch.equal(saved["warm"][key], value)
     orders = []
     for epoch in saved["epochs"]:
@@ -135,16 +141,24 @@ def test_dict_tuple_and_string_batches(servers, reference_tokenizers, corpus):
     questions, answers = corpus["en"][:10], corpus["en"][10:20]
 
     # dicts with a pair field and extra fields of several kinds
-    rows = [{"question": q, "answer": a, "label": i % 2, "score": float(i), "id": f"row-{i}"}
-            for i, (q, a) in enumerate(zip(questions, answers))]
+    rows = [
+        {"question": q, "answer": a, "label": i % 2, "score": float(i), "id": f"row-{i}"}
+        for i, (q, a) in enumerate(zip(questions, answers, strict=True))
+    ]
     collate = client.collator(text_field="question", pair_field="answer", truncation="longest_first", max_length=48)
     loader = DataLoader(rows, batch_size=4, collate_fn=collate)
     got = list(loader)
     assert len(got) == 3
     for n, batch in enumerate(got):
-        chunk = rows[n * 4:(n + 1) * 4]
-        expected = tokenizer([r["question"] for r in chunk], [r["answer"] for r in chunk], padding=True,
-                             truncation="longest_first", max_length=48, return_tensors="pt")
+        chunk = rows[n * 4 : (n + 1) * 4]
+        expected = tokenizer(
+            [r["question"] for r in chunk],
+            [r["answer"] for r in chunk],
+            padding=True,
+            truncation="longest_first",
+            max_length=48,
+            return_tensors="pt",
+        )
         assert list(batch) == [*expected.keys(), "label", "score", "id"]
         for key in expected:
             assert torch.equal(batch[key], expected[key]), key
@@ -152,10 +166,11 @@ def test_dict_tuple_and_string_batches(servers, reference_tokenizers, corpus):
         assert batch["score"].dtype == torch.float64 and batch["id"] == [r["id"] for r in chunk]
 
     # (text, pair) tuples and plain strings
-    pairs = list(zip(questions, answers))
+    pairs = list(zip(questions, answers, strict=True))
     tuple_batch = client.collator(padding="max_length", max_length=40, truncation=True)(pairs[:5])
-    expected = tokenizer(questions[:5], answers[:5], padding="max_length", max_length=40, truncation=True,
-                         return_tensors="pt")
+    expected = tokenizer(
+        questions[:5], answers[:5], padding="max_length", max_length=40, truncation=True, return_tensors="pt"
+    )
     assert all(torch.equal(tuple_batch[k], expected[k]) for k in expected) and tuple_batch["input_ids"].shape == (5, 40)
     string_batch = client.collator()(questions)
     expected = tokenizer(questions, padding=True, return_tensors="pt")
@@ -186,8 +201,9 @@ def test_server_restarted_mid_epoch_epoch_completes_exactly(restartable_server, 
     texts = corpus["zh"][:320]
     rows = [{"text": t, "label": i % 3, "idx": i} for i, t in enumerate(texts)]
     client = TokenizerClient(server.url, retry=RetryPolicy(max_attempts=1000, deadline=60, backoff_max=0.25))
-    loader = DataLoader(rows, batch_size=16, num_workers=2, multiprocessing_context="fork",
-                        collate_fn=client.collator(**LOADER_OPTIONS))
+    loader = DataLoader(
+        rows, batch_size=16, num_workers=2, multiprocessing_context="fork", collate_fn=client.collator(**LOADER_OPTIONS)
+    )
 
     def restart() -> None:
         time.sleep(1.0)

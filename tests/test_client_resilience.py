@@ -10,14 +10,14 @@ import pickle
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterator
+from typing import Any, ClassVar
 
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from testkit.servers import ServerProcess, free_port
 from service.client import (
     AsyncHTTPTransport,
     AsyncHTTPXTransport,
@@ -42,6 +42,7 @@ from service.client import (
     Unauthorized,
 )
 from service.client.calls import retry_after_seconds
+from testkit.servers import ServerProcess, free_port
 
 FAST = RetryPolicy(max_attempts=5, deadline=10, backoff_initial=0.01, backoff_max=0.05)
 FINGERPRINT = "sha256:" + "ab" * 32
@@ -123,9 +124,14 @@ def test_429_and_504_are_retried_but_client_errors_are_not():
         TokenizerClient("http://a:1", retry=FAST, transport=MockTransport(recorder))(["x"])
         assert len(recorder.requests) == 2, status
 
-    cases = [(422, "tokenizer", InvalidRequest), (401, "unauthorized", Unauthorized),
-             (413, "too_large", PayloadTooLarge), (406, "not_acceptable", NotAcceptable),
-             (500, "internal", RequestRejected), (404, "not_found", RequestRejected)]
+    cases = [
+        (422, "tokenizer", InvalidRequest),
+        (401, "unauthorized", Unauthorized),
+        (413, "too_large", PayloadTooLarge),
+        (406, "not_acceptable", NotAcceptable),
+        (500, "internal", RequestRejected),
+        (404, "not_found", RequestRejected),
+    ]
     for status, kind, cls in cases:
         recorder = Recorder(lambda request, n, s=status, k=kind: error(s, k, f"no, {s}"))
         client = TokenizerClient("http://a:1, http://b:1", retry=FAST, transport=MockTransport(recorder))
@@ -138,8 +144,9 @@ def test_429_and_504_are_retried_but_client_errors_are_not():
 
 def test_deadline_gives_up_instead_of_sleeping_past_it():
     recorder = Recorder(lambda request, n: error(429, "overloaded", "queue full", retry_after="30"))
-    client = TokenizerClient("http://a:1", retry=RetryPolicy(max_attempts=10, deadline=1.0),
-                             transport=MockTransport(recorder))
+    client = TokenizerClient(
+        "http://a:1", retry=RetryPolicy(max_attempts=10, deadline=1.0), transport=MockTransport(recorder)
+    )
     started = time.monotonic()
     with pytest.raises(RetriesExhausted, match="deadline") as info:
         client(["x"])
@@ -196,16 +203,22 @@ def test_failover_sets_a_dead_endpoint_aside():
 
 def test_request_shape_headers_and_url_sources(monkeypatch):
     recorder = Recorder(lambda request, n: ok())
-    client = TokenizerClient("http://a:1/prefix/", api_key="k", headers={"X-Team": "nlp"},
-                             transport=MockTransport(recorder))
+    client = TokenizerClient(
+        "http://a:1/prefix/", api_key="k", headers={"X-Team": "nlp"}, transport=MockTransport(recorder)
+    )
     client(["x", "y"], ["p", "q"], padding="longest", max_length=8, truncation=True)
     _, request = recorder.requests[-1]
     assert request.url == "http://a:1/prefix/encode" and request.method == "POST"
     assert request.headers["Authorization"] == "Bearer k" and request.headers["X-Team"] == "nlp"
     assert request.headers["Accept"] == "application/json"
     # only what differs from transformers' defaults is sent
-    assert json.loads(request.body) == {"texts": ["x", "y"], "text_pairs": ["p", "q"], "padding": "longest",
-                                        "max_length": 8, "truncation": True}
+    assert json.loads(request.body) == {
+        "texts": ["x", "y"],
+        "text_pairs": ["p", "q"],
+        "padding": "longest",
+        "max_length": 8,
+        "truncation": True,
+    }
     with pytest.raises(ProtocolError, match="safetensors"):
         client(["x"], return_tensors="pt")  # the mock answers JSON: the client must notice
     assert recorder.requests[-1][1].headers["Accept"] == "application/vnd.safetensors"
@@ -232,8 +245,9 @@ def test_pinned_fingerprint_fails_closed():
             client(["x"])
         assert len(recorder.requests) == 1  # not retried: another try would not change the tokenizer
     recorder = Recorder(lambda request, n: ok())
-    assert TokenizerClient("http://a:1", expected_fingerprint=FINGERPRINT,
-                           transport=MockTransport(recorder))(["x"])["input_ids"] == [[1, 2]]
+    assert TokenizerClient("http://a:1", expected_fingerprint=FINGERPRINT, transport=MockTransport(recorder))(["x"])[
+        "input_ids"
+    ] == [[1, 2]]
 
 
 def test_errors_pickle_and_rebuild_from_a_message():
@@ -286,10 +300,10 @@ def test_async_client_retries_and_fails_over():
 
 class _StubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    answers: list[tuple[int, dict[str, str], bytes]] = []
-    seen: list[float] = []
+    answers: ClassVar[list[tuple[int, dict[str, str], bytes]]] = []
+    seen: ClassVar[list[float]] = []
 
-    def do_POST(self) -> None:  # noqa: N802 -- http.server's naming
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.seen.append(time.monotonic())
         status, headers, body = self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
@@ -318,8 +332,11 @@ def stub_server() -> Iterator[tuple[str, type[_StubHandler]]]:
 def test_503_retry_after_over_real_http(stub_server):
     """A draining server says 503 + Retry-After: 1; sync and async clients wait that long, then succeed."""
     url, handler = stub_server
-    busy = (503, {"Retry-After": "1", "Content-Type": "application/json"},
-            json.dumps({"error": "draining", "error_type": "unavailable"}).encode())
+    busy = (
+        503,
+        {"Retry-After": "1", "Content-Type": "application/json"},
+        json.dumps({"error": "draining", "error_type": "unavailable"}).encode(),
+    )
     fine = (200, {"Content-Type": "application/json", "X-Tokenizer-Fingerprint": FINGERPRINT}, OK_BODY)
 
     handler.answers[:] = [busy, fine]
@@ -375,8 +392,9 @@ def test_read_timeout_is_translated_and_bounded(silent_server):
     assert silent_server in str(info.value)
 
     for transport in (AsyncHTTPTransport, AsyncHTTPXTransport):
-        aclient = AsyncTokenizerClient(silent_server, timeout=0.3, transport=transport(),
-                                       retry=RetryPolicy(max_attempts=2, backoff_max=0.05))
+        aclient = AsyncTokenizerClient(
+            silent_server, timeout=0.3, transport=transport(), retry=RetryPolicy(max_attempts=2, backoff_max=0.05)
+        )
         started = time.monotonic()
         with pytest.raises(RetriesExhausted) as info:
             asyncio.run(aclient(["x"]))
@@ -392,8 +410,14 @@ def one_shot_server() -> Iterator[tuple[str, list[int]]]:
     connections: list[int] = []
     stop = threading.Event()
     body = OK_BODY
-    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Tokenizer-Fingerprint: " + FINGERPRINT.encode()
-              + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Tokenizer-Fingerprint: "
+        + FINGERPRINT.encode()
+        + b"\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+        + body
+    )
 
     def serve() -> None:
         listener.settimeout(0.1)
@@ -408,8 +432,13 @@ def one_shot_server() -> Iterator[tuple[str, list[int]]]:
                 while b"\r\n\r\n" not in data:
                     data += conn.recv(65536)
                 head, _, rest = data.partition(b"\r\n\r\n")
-                length = int([line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length")][0])
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
                 while len(rest) < length:
                     rest += conn.recv(65536)
                 conn.sendall(answer)
@@ -450,8 +479,12 @@ def chunked_server() -> Iterator[str]:
     stop = threading.Event()
     parts = [OK_BODY[:10], OK_BODY[10:30], OK_BODY[30:]]
     chunked = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts) + b"0\r\n\r\n"
-    answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Tokenizer-Fingerprint: "
-              + FINGERPRINT.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + chunked)
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Tokenizer-Fingerprint: "
+        + FINGERPRINT.encode()
+        + b"\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + chunked
+    )
 
     def handle(conn: socket.socket) -> None:
         with conn:
@@ -463,8 +496,13 @@ def chunked_server() -> Iterator[str]:
                         return
                     buffered += data
                 head, _, buffered = buffered.partition(b"\r\n\r\n")
-                length = int([line.split(b":")[1] for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length")][0])
+                length = int(
+                    next(
+                        line.split(b":")[1]
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length")
+                    )
+                )
                 while len(buffered) < length:
                     buffered += conn.recv(65536)
                 buffered = buffered[length:]
@@ -556,8 +594,13 @@ def test_server_gone_for_good_fails_clearly_and_in_bounded_time(corpus):
 
     # The same inside DataLoader workers: the training loop gets the same class and message, not a hang,
     # and the loader shuts down in bounded time too (the other worker finishes its own bounded retries).
-    loader = DataLoader(corpus["zh"][:64], batch_size=8, num_workers=2, multiprocessing_context="fork",
-                        collate_fn=client.collator(max_length=32, truncation=True))
+    loader = DataLoader(
+        corpus["zh"][:64],
+        batch_size=8,
+        num_workers=2,
+        multiprocessing_context="fork",
+        collate_fn=client.collator(max_length=32, truncation=True),
+    )
     started = time.monotonic()
     iterator = iter(loader)
     with pytest.raises(RetriesExhausted, match=dead.replace(".", r"\.")):
@@ -578,8 +621,10 @@ def test_httpx_transports_give_the_same_results_and_errors(servers, reference_to
     reference = reference_tokenizers["bytelevel_bpe"]
     client = TokenizerClient(url, transport=HTTPXTransport())
     assert dict(client(texts, padding=True)) == dict(reference(texts, padding=True))
-    assert torch.equal(client(texts, padding=True, return_tensors="pt")["input_ids"],
-                       reference(texts, padding=True, return_tensors="pt")["input_ids"])
+    assert torch.equal(
+        client(texts, padding=True, return_tensors="pt")["input_ids"],
+        reference(texts, padding=True, return_tensors="pt")["input_ids"],
+    )
     client.close()
     clone = pickle.loads(pickle.dumps(client))
     assert clone.tokenize("hi") == reference.tokenize("hi")
@@ -632,12 +677,31 @@ def https_stub(tmp_path, stub_server) -> Iterator[tuple[str, str]]:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is needed to make a test certificate")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key),
-                    "-out", str(cert)], check=True, capture_output=True, timeout=30)
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
     _, handler = stub_server
-    handler.answers[:] = [(200, {"Content-Type": "application/json", "X-Tokenizer-Fingerprint": FINGERPRINT},
-                           OK_BODY)]
+    handler.answers[:] = [(200, {"Content-Type": "application/json", "X-Tokenizer-Fingerprint": FINGERPRINT}, OK_BODY)]
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(str(cert), str(key))
@@ -663,7 +727,7 @@ def test_https_with_a_ca_bundle_and_refusal_without(https_stub):
             return [await client(["x"]) for _ in range(2)]
 
     assert all(r["input_ids"] == [[1, 2]] for r in asyncio.run(calls()))
-    with pytest.raises(RetriesExhausted, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    with pytest.raises(RetriesExhausted, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         TokenizerClient(url, retry=no_retry)(["x"])  # a self-signed certificate is refused by default
-    with pytest.raises(RetriesExhausted, match="CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
+    with pytest.raises(RetriesExhausted, match=r"CERTIFICATE_VERIFY_FAILED|certificate verify failed"):
         asyncio.run(AsyncTokenizerClient(url, retry=no_retry)(["x"]))

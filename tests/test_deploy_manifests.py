@@ -24,10 +24,20 @@ DEPLOY = REPO / "deploy"
 OVERLAYS = sorted(p.name for p in (DEPLOY / "overlays").iterdir() if (p / "kustomization.yaml").exists())
 DOCKERFILE = (REPO / "Dockerfile").read_text()
 KUBECTL = os.environ.get("KUBECTL") or shutil.which("kubectl")
-EXPECTED_KINDS = {"Deployment", "Service", "ConfigMap", "HorizontalPodAutoscaler", "PodDisruptionBudget",
-                  "NetworkPolicy", "ServiceAccount"}
-needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed: cannot render the overlays "
-                                   "(deploy/check.sh installs what it needs and runs these tests)")
+EXPECTED_KINDS = {
+    "Deployment",
+    "Service",
+    "ConfigMap",
+    "HorizontalPodAutoscaler",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+    "ServiceAccount",
+}
+needs_kubectl = pytest.mark.skipif(
+    KUBECTL is None,
+    reason="kubectl not installed: cannot render the overlays "
+    "(deploy/check.sh installs what it needs and runs these tests)",
+)
 
 
 def dockerfile_value(pattern: str) -> str:
@@ -190,11 +200,13 @@ def largest_response_bytes(max_response_tokens: int) -> int:
 
 def test_memory_limit_covers_the_largest_allowed_response(overlay: Rendered):
     limit = memory_bytes(overlay.container["resources"]["limits"]["memory"])
-    tokens = int(overlay.settings().get(ENV_PREFIX + "MAX_RESPONSE_TOKENS",
-                                        Settings.model_fields["max_response_tokens"].default))
+    tokens = int(
+        overlay.settings().get(ENV_PREFIX + "MAX_RESPONSE_TOKENS", Settings.model_fields["max_response_tokens"].default)
+    )
     assert largest_response_bytes(tokens) <= limit, (
         f"{overlay.name}: a response of {tokens} positions needs ~{largest_response_bytes(tokens) / 2**30:.1f} GiB; "
-        f"the limit is {limit / 2**30:.1f} GiB: lower TOKENIZER_SERVICE_MAX_RESPONSE_TOKENS or raise the limit")
+        f"the limit is {limit / 2**30:.1f} GiB: lower TOKENIZER_SERVICE_MAX_RESPONSE_TOKENS or raise the limit"
+    )
 
 
 def test_termination_grace_covers_prestop_and_the_drain(overlay: Rendered):
@@ -206,7 +218,8 @@ def test_termination_grace_covers_prestop_and_the_drain(overlay: Rendered):
     # serving.py exits hard 1 s after the grace period; the kubelet must not SIGKILL before that.
     assert spec["terminationGracePeriodSeconds"] > pause + overlay.grace_seconds() + 1, (
         f"{overlay.name}: terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} <= preStop "
-        f"{pause} + graceful shutdown {overlay.grace_seconds()} + 1")
+        f"{pause} + graceful shutdown {overlay.grace_seconds()} + 1"
+    )
 
 
 def test_rolling_updates_and_disruptions_never_drop_below_the_budget(overlay: Rendered):
@@ -272,7 +285,7 @@ def test_configmap_settings_are_real_settings_with_valid_values(overlay: Rendere
     fields = {}
     for key, value in settings.items():
         assert key.startswith(ENV_PREFIX), f"{key} is not a TOKENIZER_SERVICE_* setting"
-        name = key[len(ENV_PREFIX):].lower()
+        name = key[len(ENV_PREFIX) :].lower()
         assert name in Settings.model_fields, f"{key} is not a setting (tokenizer-service serve --help)"
         fields[name] = value
     Settings(**fields)  # raises on a value the server would refuse at start
@@ -319,8 +332,11 @@ def test_bake_script_copies_the_snapshot_and_records_what_it_baked(tmp_path, mon
         (blobs / source.name).write_bytes(source.read_bytes())
         (snapshot / source.name).symlink_to(blobs / source.name)
     asked = []
-    monkeypatch.setattr(huggingface_hub, "snapshot_download",
-                        lambda repo, revision, allow_patterns: asked.append((repo, revision)) or str(snapshot))
+    monkeypatch.setattr(
+        huggingface_hub,
+        "snapshot_download",
+        lambda repo, revision, allow_patterns: asked.append((repo, revision)) or str(snapshot),
+    )
     spec = importlib.util.spec_from_file_location("bake_tokenizer", DEPLOY / "bake_tokenizer.py")
     bake = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bake)
@@ -341,7 +357,6 @@ def test_the_image_lock_satisfies_pyproject():
     dependency added to pyproject.toml but not locked would only fail the image build. Fix: run
     requirements/update-lock.sh."""
     import tomllib
-
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
@@ -355,5 +370,5 @@ def test_the_image_lock_satisfies_pyproject():
         name = canonicalize_name(requirement.name)
         assert name in pins, f"{requirement.name} is not in requirements/server.lock: run requirements/update-lock.sh"
         assert requirement.specifier.contains(pins[name], prereleases=True), (
-            f"server.lock pins {name}=={pins[name]}, pyproject.toml asks {requirement}: "
-            "run requirements/update-lock.sh")
+            f"server.lock pins {name}=={pins[name]}, pyproject.toml asks {requirement}: run requirements/update-lock.sh"
+        )

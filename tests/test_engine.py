@@ -7,8 +7,8 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-
 from parity import TRICKY_TEXTS, assert_same, encode_calls, reference_call
+
 from service.engine.encoding import EncodeOptions
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.parallelism import ForkGuard, available_cpus
@@ -20,10 +20,22 @@ FIXED_CASES = [
     {"padding": True},
     {"padding": "longest", "truncation": True, "max_length": 16},
     {"padding": "max_length", "max_length": 24, "padding_side": "left"},
-    {"padding": "max_length", "truncation": True, "max_length": 12, "pad_to_multiple_of": 4,
-     "return_special_tokens_mask": True, "return_length": True},
-    {"truncation": "longest_first", "max_length": 10, "stride": 3, "return_overflowing_tokens": True,
-     "padding": True, "return_offsets_mapping": True},
+    {
+        "padding": "max_length",
+        "truncation": True,
+        "max_length": 12,
+        "pad_to_multiple_of": 4,
+        "return_special_tokens_mask": True,
+        "return_length": True,
+    },
+    {
+        "truncation": "longest_first",
+        "max_length": 10,
+        "stride": 3,
+        "return_overflowing_tokens": True,
+        "padding": True,
+        "return_offsets_mapping": True,
+    },
     {"padding": True, "pad_to_multiple_of": 8, "return_offsets_mapping": True, "padding_side": "left"},
     {"add_special_tokens": False, "return_token_type_ids": True, "return_attention_mask": False},
     {"max_length": 7},  # max_length alone turns truncation on, as in transformers
@@ -31,8 +43,14 @@ FIXED_CASES = [
     {"padding": "max_length"},  # pads to model_max_length
     # overflow without offsets: tokenizers' encode_batch_fast gets the overflow rows' type ids of pairs wrong
     {"truncation": True, "max_length": 12, "return_overflowing_tokens": True, "return_token_type_ids": True},
-    {"add_special_tokens": False, "truncation": "longest_first", "max_length": 6, "stride": 1,
-     "return_overflowing_tokens": True, "return_token_type_ids": True},
+    {
+        "add_special_tokens": False,
+        "truncation": "longest_first",
+        "max_length": 6,
+        "stride": 1,
+        "return_overflowing_tokens": True,
+        "return_token_type_ids": True,
+    },
 ]
 
 
@@ -64,8 +82,9 @@ def test_fixed_cases_match_transformers(engines, reference_tokenizers, corpus, f
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])
+@settings(
+    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(call=encode_calls())
 def test_property_parity(engines, reference_tokenizers, family, call):
     texts, pairs, options = call
@@ -85,7 +104,7 @@ def test_concurrent_mixed_options_are_batched_and_identical(engines, reference_t
     option_sets = FIXED_CASES[:8]
     calls = []
     for i in range(64):
-        texts = corpus["zh"][i * 3:(i * 3) + 1 + i % 4]
+        texts = corpus["zh"][i * 3 : (i * 3) + 1 + i % 4]
         calls.append((texts, option_sets[i % len(option_sets)]))
 
     async def all_at_once():
@@ -96,7 +115,7 @@ def test_concurrent_mixed_options_are_batched_and_identical(engines, reference_t
     before = runner.engine.batcher.config
     results = runner.run(all_at_once())
     assert before.enabled
-    for (texts, options), result in zip(calls, results):
+    for (texts, options), result in zip(calls, results, strict=True):
         assert not isinstance(result, Exception), result
         assert_same(result.to_lists(), reference_call(reference, texts, None, options), options)
 
@@ -135,6 +154,7 @@ def test_tokenize_and_decode_match_transformers(engines, reference_tokenizers, c
 
 def test_limits_are_enforced_with_their_names(tokenizer_dirs):
     from conftest import EngineRunner
+
     from service.engine import EngineLimits
 
     runner = EngineRunner(None, limits=EngineLimits(max_texts_per_request=3, max_text_chars=10, max_response_tokens=50))
@@ -160,6 +180,7 @@ def test_limits_are_enforced_with_their_names(tokenizer_dirs):
 def test_response_limit_holds_for_ragged_padded_results_too():
     """padding="max_length" without truncation: a long text stays long, the others pad -- still bounded."""
     from conftest import EngineRunner
+
     from service.engine import EngineLimits
 
     runner = EngineRunner(None, limits=EngineLimits(max_text_chars=1000, max_response_tokens=50))
@@ -173,25 +194,78 @@ def test_response_limit_holds_for_ragged_padded_results_too():
         runner.close()
 
 
-def test_tokenize_and_decode_share_the_queue_limits_and_deadline():
+def test_encode_tokenize_and_decode_share_one_admission_path():
+    """One queue for every kind of work: a tokenize waits behind a held encode, a decode beyond the queue's
+    room is refused at once, and a queued tokenize past the deadline times out -- the gate decides when."""
     from conftest import EngineRunner
+    from gates import HOLD, Gate
+
+    from service.engine import load_tokenizer
     from service.engine.batching import BatchingConfig
-    from service.engine import EngineLimits
 
-    runner = EngineRunner(None, batching=BatchingConfig(max_queued_requests=2, queue_timeout_seconds=0.3),
-                          limits=EngineLimits(max_text_chars=200_000))
-    heavy = ["一" * 150_000] * 8
+    gate = Gate()
+    runner = EngineRunner(
+        gate.gated(load_tokenizer(None)),
+        batching=BatchingConfig(max_queued_requests=1, queue_timeout_seconds=0.3),
+    )
 
-    async def flood():
-        return await asyncio.gather(*(runner.engine.tokenize(heavy) for _ in range(4)), return_exceptions=True)
+    async def scenario():
+        engine = runner.engine
+        held = asyncio.ensure_future(engine.encode([HOLD]))
+        await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 30)
+        queued = asyncio.ensure_future(engine.tokenize(["queued"]))
+        await asyncio.sleep(0)
+        assert engine.batcher.queued_requests == 1
+        with pytest.raises(ServiceError) as refused:
+            await engine.decode([[1, 2]])  # no room: refused at once, not queued
+        with pytest.raises(ServiceError) as late:
+            await queued  # still waiting when the deadline passes: the gate is closed
+        gate.open()
+        await held
+        after = await engine.tokenize(["after"])  # the queue works again
+        return refused.value.kind, late.value.kind, after
 
     try:
-        outcomes = runner.run(flood(), timeout=120)
+        refused, late, after = runner.run(scenario(), timeout=60)
     finally:
+        gate.open()
         runner.close()
-    kinds = [o.kind if isinstance(o, ServiceError) else "ok" for o in outcomes]
-    assert kinds[0] == "ok"
-    assert ErrorKind.OVERLOADED in kinds and ErrorKind.TIMEOUT in kinds, kinds
+    assert refused is ErrorKind.OVERLOADED
+    assert late is ErrorKind.TIMEOUT
+    assert after == [["after"]]
+    assert "queued" not in gate.encoded
+
+
+def test_tokenize_shares_a_rust_call_with_encodes_of_the_same_settings():
+    """A tokenize queued behind a held encode joins the encodes that need the same Rust call."""
+    from conftest import EngineRunner
+    from gates import HOLD, Gate
+
+    from service.engine import EncodeOptions, load_tokenizer
+
+    gate = Gate()
+    runner = EngineRunner(gate.gated(load_tokenizer(None)))
+    full = EncodeOptions(return_offsets_mapping=True)  # the full encode_batch, no truncation: as tokenize
+
+    async def scenario():
+        engine = runner.engine
+        held = asyncio.ensure_future(engine.encode([HOLD]))
+        await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 30)
+        waiting = [engine.encode(["一二"], options=full), engine.tokenize(["三四"], add_special_tokens=True)]
+        tasks = [asyncio.ensure_future(w) for w in waiting]
+        await asyncio.sleep(0)
+        gate.open()
+        await held
+        return await asyncio.gather(*tasks)
+
+    try:
+        encoded, tokens = runner.run(scenario(), timeout=60)
+    finally:
+        gate.open()
+        runner.close()
+    assert tokens == [["[CLS]", "三", "四", "[SEP]"]]
+    assert encoded.data["input_ids"].shape == (1, 4)
+    assert ["一二", "三四"] in gate.calls  # one Rust call served both
 
 
 def test_fork_guard_counts_forks_after_load(engines):

@@ -17,8 +17,12 @@ def test_client_only_install_encodes_and_pulls_in_nothing_heavy(tmp_path, server
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
     subprocess.run([*pip, str(REPO)], check=True, timeout=480, capture_output=True)
-    installed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
-                               capture_output=True, text=True, check=True).stdout.lower()
+    installed = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.lower()
     for heavy in ("tokenizers", "transformers", "fastapi", "pydantic", "torch", "uvicorn"):
         assert f"\n{heavy}==" not in "\n" + installed, f"a client-only install pulled in {heavy}"
 
@@ -28,11 +32,13 @@ def test_client_only_install_encodes_and_pulls_in_nothing_heavy(tmp_path, server
         "batch = client(['你好', 'hello world'], padding=True, return_tensors='np')\n"
         "print(batch['input_ids'].shape)\n"
     )
-    result = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True,
-                            timeout=60, cwd=tmp_path)
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "(2, 4)"
 
-    serve = subprocess.run([str(venv / "bin" / "tokenizer-service"), "serve"], capture_output=True, text=True,
-                           timeout=60)
+    serve = subprocess.run(
+        [str(venv / "bin" / "tokenizer-service"), "serve"], capture_output=True, text=True, timeout=60
+    )
     assert serve.returncode == 2 and "tokenizer-service[server]" in serve.stderr

@@ -12,11 +12,11 @@ import httpx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from parity import assert_same, encode_calls, reference_call
 from safetensors.numpy import load as load_safetensors
 
-from parity import assert_same, encode_calls, reference_call
-from testkit.servers import REPO, ServerProcess
 from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from testkit.servers import REPO, ServerProcess
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
@@ -45,13 +45,15 @@ def check_http_parity(url, reference, texts, pairs, options):
     arrays = load_safetensors(binary.content)
     assert set(arrays) == set(theirs)
     for key, value in theirs.items():
-        np.testing.assert_array_equal(arrays[key], np.asarray(value, dtype=np.int64).reshape(arrays[key].shape),
-                                      err_msg=key)
+        np.testing.assert_array_equal(
+            arrays[key], np.asarray(value, dtype=np.int64).reshape(arrays[key].shape), err_msg=key
+        )
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(call=encode_calls())
 def test_property_parity_over_http_json_and_binary(servers, reference_tokenizers, family, call):
     texts, pairs, options = call
@@ -61,9 +63,17 @@ def test_property_parity_over_http_json_and_binary(servers, reference_tokenizers
 @pytest.mark.parametrize("family", FAMILIES)
 def test_real_corpus_parity_over_http(servers, reference_tokenizers, corpus, family):
     texts = corpus["zh"][:128] + corpus["en"][:128]
-    for options in ({"padding": "longest", "truncation": True, "max_length": 128},
-                    {"padding": "max_length", "truncation": True, "max_length": 64, "padding_side": "left",
-                     "return_special_tokens_mask": True, "return_length": True}):
+    for options in (
+        {"padding": "longest", "truncation": True, "max_length": 128},
+        {
+            "padding": "max_length",
+            "truncation": True,
+            "max_length": 64,
+            "padding_side": "left",
+            "return_special_tokens_mask": True,
+            "return_length": True,
+        },
+    ):
         check_http_parity(servers[family].url, reference_tokenizers[family], texts, None, options)
 
 
@@ -71,18 +81,22 @@ def test_concurrent_mixed_requests_match_in_process(servers, reference_tokenizer
     """Concurrent requests with mixed options are micro-batched; each answer is still exactly its own."""
     url, reference = servers["wordpiece_default"].url, reference_tokenizers["wordpiece_default"]
     option_sets = [
-        {}, {"padding": True}, {"padding": "max_length", "max_length": 40, "truncation": True},
+        {},
+        {"padding": True},
+        {"padding": "max_length", "max_length": 40, "truncation": True},
         {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True, "padding": True},
         {"padding": True, "pad_to_multiple_of": 8, "padding_side": "left", "return_offsets_mapping": True},
     ]
-    jobs = [(corpus["zh"][i:i + 1 + i % 5], option_sets[i % len(option_sets)]) for i in range(120)]
+    jobs = [(corpus["zh"][i : i + 1 + i % 5], option_sets[i % len(option_sets)]) for i in range(120)]
     with httpx.Client(timeout=60, limits=httpx.Limits(max_connections=32)) as http:
+
         def run(job):
             texts, options = job
             return http.post(url + "/encode", json={"texts": texts, **options})
+
         with ThreadPoolExecutor(32) as pool:
             responses = list(pool.map(run, jobs))
-    for (texts, options), response in zip(jobs, responses):
+    for (texts, options), response in zip(jobs, responses, strict=True):
         assert response.status_code == 200, response.text
         assert_same(response.json(), reference_call(reference, texts, None, options), options)
     metrics = httpx.get(url + "/metrics").text
@@ -123,8 +137,14 @@ def test_fingerprint_header_is_the_same_across_restarts(tokenizer_dirs):
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.parametrize("flag", ["--workers", "--reload"])
@@ -150,8 +170,11 @@ def test_invalid_settings_are_named(tmp_path):
 
 
 def test_settings_come_from_env_and_flags_win():
-    env = {"TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST": "7", "TOKENIZER_SERVICE_THREADS": "1",
-           "TOKENIZER_SERVICE_MAX_TEXT_CHARS": "99"}
+    env = {
+        "TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST": "7",
+        "TOKENIZER_SERVICE_THREADS": "1",
+        "TOKENIZER_SERVICE_MAX_TEXT_CHARS": "99",
+    }
     with ServerProcess("--max-text-chars", "123", env=env) as server:
         info = httpx.get(server.url + "/info").json()
     assert info["limits"]["max_texts_per_request"] == 7
@@ -161,8 +184,12 @@ def test_settings_come_from_env_and_flags_win():
 
 def test_python_dash_m_and_console_script_agree():
     module = run_cli("--version")
-    script = subprocess.run([str(Path(sys.executable).parent / "tokenizer-service"), "--version"],
-                            capture_output=True, text=True, timeout=60)
+    script = subprocess.run(
+        [str(Path(sys.executable).parent / "tokenizer-service"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert module.returncode == script.returncode == 0
     assert module.stdout == script.stdout and "tokenizer-service" in module.stdout
 

@@ -4,7 +4,7 @@
 
     client = TokenizerClient("http://127.0.0.1:8000")       # or several URLs, or $TOKENIZER_SERVICE_URL
     batch = client(["text a", "text b"], padding="longest", truncation=True, max_length=128, return_tensors="pt")
-    loader = DataLoader(texts, batch_size=32, num_workers=4,
+    loader = DataLoader(texts, batch_size=32, num_workers=2,
                         collate_fn=client.collator(padding="longest", truncation=True, max_length=128))
 
 Importing or using this package never imports ``tokenizers``, ``transformers``, ``fastapi`` or
@@ -12,8 +12,11 @@ Importing or using this package never imports ``tokenizers``, ``transformers``, 
 streams for the async one); numpy and torch are imported only when arrays or tensors are asked for.
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from ..wire import API_KEY_ENV, URL_ENV
-from .clients import AsyncTokenizerClient, TokenizerClient
+from .clients import TokenizerClient
 from .collate import Collator
 from .exceptions import (
     ConnectError,
@@ -30,18 +33,13 @@ from .exceptions import (
     TransportTimeout,
     Unauthorized,
 )
-from .retrying import RetryPolicy
 from .results import EncodeResult
-from .transports import (
-    AsyncHTTPTransport,
-    AsyncTransport,
-    HTTPTransport,
-    MockTransport,
-    Request,
-    Response,
-    SyncTransport,
-    Timeout,
-)
+from .retrying import RetryPolicy
+from .transports import AsyncTransport, HTTPTransport, MockTransport, Request, Response, SyncTransport, Timeout
+
+if TYPE_CHECKING:
+    from .async_client import AsyncTokenizerClient
+    from .transports import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
 
 __all__ = [
     "TokenizerClient",
@@ -79,10 +77,17 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # httpx is an optional extra: its transports (and httpx itself) are imported only when first asked for.
-    if name in ("HTTPXTransport", "AsyncHTTPXTransport"):
-        from . import transports
+# Imported when first asked for, so the sync client -- what DataLoader workers use -- loads neither asyncio
+# nor httpx.
+_LAZY = {
+    "AsyncTokenizerClient": "service.client.async_client",
+    "AsyncHTTPTransport": "service.client.transports",
+    "HTTPXTransport": "service.client.transports",
+    "AsyncHTTPXTransport": "service.client.transports",
+}
 
-        return getattr(transports, name)
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

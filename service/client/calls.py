@@ -6,20 +6,11 @@ from __future__ import annotations
 import json
 import operator
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Sequence
+from typing import Any, Generic, Literal, TypeVar, overload
 
-from .exceptions import (
-    FingerprintMismatch,
-    InvalidRequest,
-    NotAcceptable,
-    PayloadTooLarge,
-    ProtocolError,
-    RequestRejected,
-    ServerBusy,
-    Unauthorized,
-)
 from ..wire import (
     DECODE_PATH,
     ENCODE_PATH,
@@ -33,13 +24,30 @@ from ..wire import (
     TOKENIZE_PATH,
     non_default_options,
 )
+from .exceptions import (
+    FingerprintMismatch,
+    InvalidRequest,
+    NotAcceptable,
+    PayloadTooLarge,
+    ProtocolError,
+    RequestRejected,
+    ServerBusy,
+    Unauthorized,
+)
 from .results import EncodeResult, arrays_from_safetensors, lists_as_transformers_gives, to_torch
 from .transports import Response
 
-try:  # faster when present (it is on the server side); the client works without it
-    from orjson import loads as _json_loads
-except ImportError:  # pragma: no cover - depends on the environment
-    _json_loads = json.loads
+
+def _json_loader() -> Callable[[bytes | bytearray], Any]:
+    """orjson's ``loads`` where installed (faster; it is on the server side), else the standard library's."""
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - depends on the environment
+        return json.loads
+    return orjson.loads
+
+
+_json_loads = _json_loader()
 
 # Statuses worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout, and a
 # proxy's bad gateway while a replica restarts.
@@ -52,14 +60,18 @@ _REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
     **{status: ServerBusy for status in RETRY_STATUSES},
 }
 
+
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
-class Call:
-    """One logical call: what to send, and how to read a successful answer."""
+class Call(Generic[T]):
+    """One logical call: what to send, and how to read a successful answer (into a ``T``)."""
 
     method: str
     path: str
     body: bytes | None
-    parse: Callable[[Response, str], Any]
+    parse: Callable[[Response, str], T]
     binary: bool = False
     fingerprint_in_body: bool = False  # /info reports it in its JSON; the others in X-Tokenizer-Fingerprint
 
@@ -102,8 +114,9 @@ def split_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | None
         if not isinstance(text_pair, (list, tuple)):
             raise TypeError(f"text_pair must be a list or tuple of str, not {type(text_pair).__name__}")
         if len(text_pair) != len(text):
-            raise ValueError(f"batch length of text: {len(text)} does not match batch length of text_pair: "
-                             f"{len(text_pair)}")
+            raise ValueError(
+                f"batch length of text: {len(text)} does not match batch length of text_pair: {len(text_pair)}"
+            )
         texts, pairs = list(text), list(text_pair)
     elif text and all(isinstance(item, (list, tuple)) and len(item) == 2 for item in text):
         texts, pairs = [item[0] for item in text], [item[1] for item in text]  # a batch of (text, pair)
@@ -112,12 +125,14 @@ def split_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | None
     for name, values in (("text", texts), ("text_pair", pairs or ())):
         for i, value in enumerate(values):
             if not isinstance(value, str):
-                raise TypeError(f"{name}[{i}] is a {type(value).__name__}; the service encodes str only "
-                                "(pre-tokenized input is not supported)")
+                raise TypeError(
+                    f"{name}[{i}] is a {type(value).__name__}; the service encodes str only "
+                    "(pre-tokenized input is not supported)"
+                )
     return texts, pairs, True
 
 
-def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tensors: str | None) -> Call:
+def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tensors: str | None) -> Call[EncodeResult]:
     if return_tensors not in RETURN_TENSORS:
         raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
     texts, pairs, batched = split_inputs(text, text_pair)
@@ -128,14 +143,18 @@ def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tenso
     overflowing = bool(options.get("return_overflowing_tokens"))
 
     if return_tensors is None:
+
         def parse(response: Response, url: str) -> EncodeResult:
-            return EncodeResult(lists_as_transformers_gives(_json_body(response, url, "input_ids"), batched,
-                                                            overflowing))
+            return EncodeResult(
+                lists_as_transformers_gives(_json_body(response, url, "input_ids"), batched, overflowing)
+            )
     else:
+
         def parse(response: Response, url: str) -> EncodeResult:
             if not response.headers.get("content-type", "").startswith(SAFETENSORS_MEDIA_TYPE):
-                raise ProtocolError(f"{url}: asked for {SAFETENSORS_MEDIA_TYPE}, got "
-                                    f"{response.headers.get('content-type')!r}", url=url)
+                raise ProtocolError(
+                    f"{url}: asked for {SAFETENSORS_MEDIA_TYPE}, got {response.headers.get('content-type')!r}", url=url
+                )
             arrays = arrays_from_safetensors(response.body, url)
             return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
 
@@ -152,12 +171,22 @@ def _id_list(ids: Any, what: str) -> list[int]:
             raise TypeError
         return [operator.index(i) for i in ids]  # ints, numpy and torch integer scalars
     except TypeError:
-        raise TypeError(f"{what} must be a sequence of int token ids (or a 1-D array or tensor), "
-                        f"not {type(ids).__name__}") from None
+        raise TypeError(
+            f"{what} must be a sequence of int token ids (or a 1-D array or tensor), not {type(ids).__name__}"
+        ) from None
 
 
-def decode_call(sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None,
-                single: bool) -> Call:
+@overload
+def decode_call(
+    sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None, single: Literal[True]
+) -> Call[str]: ...
+@overload
+def decode_call(
+    sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None, single: Literal[False]
+) -> Call[list[str]]: ...
+def decode_call(
+    sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None, single: bool
+) -> Call[str] | Call[list[str]]:
     if single:
         ids = [_id_list(sequences, "ids")]
     else:
@@ -175,7 +204,7 @@ def decode_call(sequences: Any, skip_special_tokens: bool, clean_up_tokenization
     return Call("POST", DECODE_PATH, _dumps(payload), parse)
 
 
-def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call:
+def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call[Any]:
     single = isinstance(text, str)
     texts = [text] if single else list(text)
     payload = {"texts": texts, "add_special_tokens": add_special_tokens}
@@ -187,9 +216,10 @@ def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call:
     return Call("POST", TOKENIZE_PATH, _dumps(payload), parse)
 
 
-def info_call() -> Call:
-    return Call("GET", INFO_PATH, None, lambda response, url: _json_body(response, url, "fingerprint"),
-                fingerprint_in_body=True)
+def info_call() -> Call[dict[str, Any]]:
+    return Call(
+        "GET", INFO_PATH, None, lambda response, url: _json_body(response, url, "fingerprint"), fingerprint_in_body=True
+    )
 
 
 # -- reading answers -------------------------------------------------------------------------------------
@@ -225,8 +255,14 @@ def rejection(response: Response, url: str, method: str) -> RequestRejected:
     cls = _REJECTION_BY_STATUS.get(response.status, RequestRejected)
     kind = f" {error_type}" if error_type else ""
     message = f"{method} {url} -> {response.status}{kind}: {error}"
-    return cls(message, status=response.status, error_type=error_type, error=error, url=url,
-               retry_after=retry_after_seconds(response.headers.get(RETRY_AFTER_HEADER.lower())))
+    return cls(
+        message,
+        status=response.status,
+        error_type=error_type,
+        error=error,
+        url=url,
+        retry_after=retry_after_seconds(response.headers.get(RETRY_AFTER_HEADER.lower())),
+    )
 
 
 def check_fingerprint(expected: str | None, actual: str | None, url: str) -> None:
@@ -235,11 +271,13 @@ def check_fingerprint(expected: str | None, actual: str | None, url: str) -> Non
         raise FingerprintMismatch(
             f"{url} {seen}, but this client is pinned to expected_fingerprint={expected}: the deployment "
             "changed tokenizer; refusing to continue with different token ids",
-            expected=expected, actual=actual, url=url,
+            expected=expected,
+            actual=actual,
+            url=url,
         )
 
 
-def finish(call: Call, response: Response, url: str, expected_fingerprint: str | None) -> Any:
+def finish(call: Call[T], response: Response, url: str, expected_fingerprint: str | None) -> T:
     """Result of a non-retryable answer: the parsed body, or the error it stands for."""
     if not 200 <= response.status < 300:
         raise rejection(response, url, call.method)
@@ -247,5 +285,5 @@ def finish(call: Call, response: Response, url: str, expected_fingerprint: str |
         check_fingerprint(expected_fingerprint, response.headers.get(FINGERPRINT_HEADER.lower()), url)
     result = call.parse(response, url)
     if call.fingerprint_in_body:
-        check_fingerprint(expected_fingerprint, result["fingerprint"], url)
+        check_fingerprint(expected_fingerprint, result["fingerprint"], url)  # type: ignore[index]
     return result

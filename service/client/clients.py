@@ -8,13 +8,21 @@ inherited by forked ones, and each process opens its own connections.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from .. import __version__
-from ..wire import API_KEY_ENV, AUTH_SCHEME, AUTHORIZATION_HEADER, ENCODE_OPTIONS, JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, URL_ENV
+from ..wire import (
+    API_KEY_ENV,
+    AUTH_SCHEME,
+    AUTHORIZATION_HEADER,
+    ENCODE_OPTIONS,
+    JSON_MEDIA_TYPE,
+    SAFETENSORS_MEDIA_TYPE,
+    URL_ENV,
+)
 from .calls import (
     RETRY_STATUSES,
     Call,
@@ -29,8 +37,10 @@ from .collate import Collator
 from .exceptions import TransportError
 from .results import EncodeResult
 from .retrying import Attempts, Endpoints, RetryPolicy
-from .transports import AsyncHTTPTransport, AsyncTransport, HTTPTransport, Request, SyncTransport, Timeout
+from .transports.base import Request, SyncTransport, Timeout
+from .transports.stdlib import HTTPTransport
 
+T = TypeVar("T")
 _JSON_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": JSON_MEDIA_TYPE}
 _BINARY_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": SAFETENSORS_MEDIA_TYPE}
 
@@ -48,7 +58,8 @@ def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
         url = os.environ.get(URL_ENV, "")
         if not url.strip():
             raise ValueError(
-                f"no service URL: pass url= (one URL, several, or a comma-separated string) or set {URL_ENV}")
+                f"no service URL: pass url= (one URL, several, or a comma-separated string) or set {URL_ENV}"
+            )
     parts = url.split(",") if isinstance(url, str) else list(url)
     urls = []
     for part in parts:
@@ -93,13 +104,19 @@ class _ClientBase:
         self._binary_headers = {**_BINARY_HEADERS, **base}
         self._endpoints = Endpoints(self.urls)
 
-    def _request(self, call: Call, base_url: str) -> Request:
+    def _request(self, call: Call[Any], base_url: str) -> Request:
         headers = self._binary_headers if call.binary else self._json_headers
         return Request(call.method, base_url + call.path, headers, call.body, self.timeout)
 
     def _settings(self) -> dict[str, Any]:
-        return {"url": list(self.urls), "api_key": self._api_key, "timeout": self.timeout, "retry": self.retry,
-                "expected_fingerprint": self.expected_fingerprint, "headers": self._extra_headers}
+        return {
+            "url": list(self.urls),
+            "api_key": self._api_key,
+            "timeout": self.timeout,
+            "retry": self.retry,
+            "expected_fingerprint": self.expected_fingerprint,
+            "headers": self._extra_headers,
+        }
 
     def collator(self, *, text_field: str = "text", pair_field: str | None = None, **options: Any) -> Collator:
         """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
@@ -111,7 +128,7 @@ class _ClientBase:
         """
         return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, **options)
 
-    def _sync_client(self) -> "TokenizerClient":
+    def _sync_client(self) -> TokenizerClient:
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -147,11 +164,17 @@ class TokenizerClient(_ClientBase):
         headers: Mapping[str, str] | None = None,
         transport: SyncTransport | None = None,
     ) -> None:
-        super().__init__(url, api_key=api_key, timeout=timeout, retry=retry,
-                         expected_fingerprint=expected_fingerprint, headers=headers)
+        super().__init__(
+            url,
+            api_key=api_key,
+            timeout=timeout,
+            retry=retry,
+            expected_fingerprint=expected_fingerprint,
+            headers=headers,
+        )
         self._transport: SyncTransport = transport if transport is not None else HTTPTransport()
 
-    def _send(self, call: Call) -> Any:
+    def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._endpoints, self.retry, call.what)
         while True:
             endpoint, wait = attempts.next()
@@ -202,13 +225,15 @@ class TokenizerClient(_ClientBase):
 
     __call__ = encode
 
-    def decode(self, ids: Any, *, skip_special_tokens: bool = False,
-               clean_up_tokenization_spaces: bool | None = None) -> str:
+    def decode(
+        self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
+    ) -> str:
         """The text of one id sequence (list, 1-D array or tensor), as ``tokenizer.decode``."""
         return self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
 
-    def batch_decode(self, sequences: Any, *, skip_special_tokens: bool = False,
-                     clean_up_tokenization_spaces: bool | None = None) -> list[str]:
+    def batch_decode(
+        self, sequences: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
+    ) -> list[str]:
         """The texts of several id sequences (lists, or a 2-D array or tensor), as ``tokenizer.batch_decode``."""
         return self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
 
@@ -224,113 +249,11 @@ class TokenizerClient(_ClientBase):
         """Close this process's idle connections."""
         self._transport.close()
 
-    def __enter__(self) -> "TokenizerClient":
+    def __enter__(self) -> TokenizerClient:
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
-    def _sync_client(self) -> "TokenizerClient":
-        return self
-
-
-class AsyncTokenizerClient(_ClientBase):
-    """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
-    (``await client(texts, ...)``), ``aclose()`` and ``async with``. The default transport is
-    :class:`AsyncHTTPTransport` (lean asyncio streams; one connection pool per process and event loop);
-    ``transport=AsyncHTTPXTransport()`` uses ``httpx.AsyncClient`` instead."""
-
-    def __init__(
-        self,
-        url: str | Sequence[str] | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: Timeout | float | None = Timeout(),
-        retry: RetryPolicy = RetryPolicy(),
-        expected_fingerprint: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: AsyncTransport | None = None,
-    ) -> None:
-        super().__init__(url, api_key=api_key, timeout=timeout, retry=retry,
-                         expected_fingerprint=expected_fingerprint, headers=headers)
-        self._transport: AsyncTransport = transport if transport is not None else AsyncHTTPTransport()
-
-    async def _send(self, call: Call) -> Any:
-        attempts = Attempts(self._endpoints, self.retry, call.what)
-        while True:
-            endpoint, wait = attempts.next()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            request = self._request(call, endpoint.url)
-            try:
-                response = await self._transport.handle_async_request(request)
-            except TransportError as exc:
-                attempts.failed(endpoint, exc)
-                continue
-            if response.status in RETRY_STATUSES:
-                busy = rejection(response, request.url, call.method)
-                attempts.failed(endpoint, busy, busy.retry_after)
-                continue
-            attempts.succeeded(endpoint)
-            return finish(call, response, request.url, self.expected_fingerprint)
-
-    async def encode(
-        self,
-        text: str | Sequence[str] | Sequence[tuple[str, str]],
-        text_pair: str | Sequence[str] | None = None,
-        *,
-        add_special_tokens: bool = True,
-        padding: bool | str = False,
-        truncation: bool | str | None = None,
-        max_length: int | None = None,
-        stride: int = 0,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_tensors: str | None = None,
-        return_token_type_ids: bool | None = None,
-        return_attention_mask: bool | None = None,
-        return_overflowing_tokens: bool = False,
-        return_special_tokens_mask: bool = False,
-        return_offsets_mapping: bool = False,
-        return_length: bool = False,
-    ) -> EncodeResult:
-        """As :meth:`TokenizerClient.encode`."""
-        options = _encode_options(locals())
-        return await self._send(encode_call(text, text_pair, options, return_tensors))
-
-    __call__ = encode
-
-    async def decode(self, ids: Any, *, skip_special_tokens: bool = False,
-                     clean_up_tokenization_spaces: bool | None = None) -> str:
-        """As :meth:`TokenizerClient.decode`."""
-        return await self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
-
-    async def batch_decode(self, sequences: Any, *, skip_special_tokens: bool = False,
-                           clean_up_tokenization_spaces: bool | None = None) -> list[str]:
-        """As :meth:`TokenizerClient.batch_decode`."""
-        return await self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces,
-                                            single=False))
-
-    async def tokenize(self, text: str | Sequence[str], *, add_special_tokens: bool = False) -> Any:
-        """As :meth:`TokenizerClient.tokenize`."""
-        return await self._send(tokenize_call(text, add_special_tokens))
-
-    async def info(self) -> dict[str, Any]:
-        """As :meth:`TokenizerClient.info`."""
-        return await self._send(info_call())
-
-    async def aclose(self) -> None:
-        """Close this process's connections on the running event loop."""
-        await self._transport.aclose()
-
-    async def __aenter__(self) -> "AsyncTokenizerClient":
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
-
     def _sync_client(self) -> TokenizerClient:
-        # A DataLoader calls collate_fn synchronously: the collator gets a sync twin with the same settings
-        # (and the same transport when it can serve sync calls, e.g. a MockTransport).
-        transport = self._transport if isinstance(self._transport, SyncTransport) else None
-        return TokenizerClient(**self._settings(), transport=transport)
+        return self

@@ -7,8 +7,8 @@ worker process. torch is imported only when a batch is collated.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..wire import ENCODE_OPTIONS
 
@@ -24,8 +24,7 @@ class Collator:
     tokenizer returns). ``options`` are the encode options; ``padding`` defaults to True.
     """
 
-    def __init__(self, client: Any, *, text_field: str = "text", pair_field: str | None = None,
-                 **options: Any) -> None:
+    def __init__(self, client: Any, *, text_field: str = "text", pair_field: str | None = None, **options: Any) -> None:
         unknown = set(options) - set(ENCODE_OPTIONS)
         if "return_tensors" in unknown:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
@@ -75,8 +74,10 @@ class Collator:
                 if pairs is not None:
                     pairs.append(item[self.pair_field])
             except KeyError as exc:
-                raise KeyError(f"batch[{i}] has no field {exc.args[0]!r} (fields: {sorted(item)}); "
-                               "set text_field=/pair_field= on the collator") from None
+                raise KeyError(
+                    f"batch[{i}] has no field {exc.args[0]!r} (fields: {sorted(item)}); "
+                    "set text_field=/pair_field= on the collator"
+                ) from None
             extras.append({k: v for k, v in item.items() if k not in taken})
         return texts, pairs, extras
 

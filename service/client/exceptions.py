@@ -24,7 +24,8 @@ a DataLoader worker is re-raised in the training process as the same class.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = [
     "TokenizerServiceError",
@@ -60,7 +61,7 @@ class TokenizerServiceError(Exception):
         return self.message
 
 
-def _rebuild(cls: type, message: str, attributes: dict[str, Any]) -> TokenizerServiceError:
+def _rebuild(cls: type[TokenizerServiceError], message: str, attributes: dict[str, Any]) -> TokenizerServiceError:
     error = cls.__new__(cls)
     TokenizerServiceError.__init__(error, message, **attributes)
     return error
@@ -100,10 +101,17 @@ class RequestRejected(TokenizerServiceError):
     url: str | None
     retry_after: float | None
 
-    def __init__(self, message: str, *, status: int | None = None, error_type: str | None = None,
-                 error: str | None = None, url: str | None = None, retry_after: float | None = None) -> None:
-        super().__init__(message, status=status, error_type=error_type, error=error, url=url,
-                         retry_after=retry_after)
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        error_type: str | None = None,
+        error: str | None = None,
+        url: str | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(message, status=status, error_type=error_type, error=error, url=url, retry_after=retry_after)
 
 
 class InvalidRequest(RequestRejected, ValueError):
@@ -135,8 +143,9 @@ class FingerprintMismatch(TokenizerServiceError):
     actual: str | None
     url: str | None
 
-    def __init__(self, message: str, *, expected: str | None = None, actual: str | None = None,
-                 url: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, expected: str | None = None, actual: str | None = None, url: str | None = None
+    ) -> None:
         super().__init__(message, expected=expected, actual=actual, url=url)
 
 
@@ -148,6 +157,7 @@ class RetriesExhausted(TokenizerServiceError):
     attempts: int
     last_error: BaseException | None
 
-    def __init__(self, message: str, *, urls: Sequence[str] = (), attempts: int = 0,
-                 last_error: BaseException | None = None) -> None:
+    def __init__(
+        self, message: str, *, urls: Sequence[str] = (), attempts: int = 0, last_error: BaseException | None = None
+    ) -> None:
         super().__init__(message, urls=tuple(urls), attempts=attempts, last_error=last_error)

@@ -10,8 +10,8 @@ default transport reads the body into a ``bytearray``.)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from ..wire import OUTPUT_KEYS
 from .exceptions import ProtocolError
@@ -21,12 +21,22 @@ _RANK = {key: i for i, key in enumerate(OUTPUT_KEYS)}
 
 # safetensors dtype -> numpy dtype string (little-endian, as the format is)
 _DTYPES = {
-    "BOOL": "?", "U8": "u1", "I8": "i1", "U16": "<u2", "I16": "<i2", "U32": "<u4", "I32": "<i4",
-    "U64": "<u8", "I64": "<i8", "F16": "<f2", "F32": "<f4", "F64": "<f8",
+    "BOOL": "?",
+    "U8": "u1",
+    "I8": "i1",
+    "U16": "<u2",
+    "I16": "<i2",
+    "U32": "<u4",
+    "I32": "<i4",
+    "U64": "<u8",
+    "I64": "<i8",
+    "F16": "<f2",
+    "F32": "<f4",
+    "F64": "<f8",
 }
 
 
-class EncodeResult(Mapping):
+class EncodeResult(Mapping[str, Any]):
     """The result of an encode call: a read-only mapping with the keys, order and values of the
     transformers ``BatchEncoding`` the in-process tokenizer returns for the same call (lists, numpy
     arrays or torch tensors, by ``return_tensors``). Keys are also attributes (``result.input_ids``)."""
@@ -67,7 +77,7 @@ class EncodeResult(Mapping):
         """The underlying dict (as ``BatchEncoding.data``)."""
         return self._data
 
-    def to(self, device: Any) -> "EncodeResult":
+    def to(self, device: Any) -> EncodeResult:
         """Move torch tensors to ``device`` (as ``BatchEncoding.to``); other values are kept."""
         return EncodeResult({k: v.to(device) if hasattr(v, "to") else v for k, v in self._data.items()})
 

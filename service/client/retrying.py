@@ -23,8 +23,9 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any
 
 from .exceptions import RetriesExhausted, TokenizerServiceError
 
@@ -85,7 +86,7 @@ class Endpoints:
         self._states: list[_EndpointState] = []
         self._next = 0
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         return {"urls": self.urls, "clock": self.clock, "_pid": None, "_states": [], "_next": 0}
 
     def _current(self) -> list[_EndpointState]:
@@ -150,7 +151,8 @@ class Attempts:
             elapsed = self.endpoints.clock() - self.started
             if elapsed + wait > self.policy.deadline:
                 raise self._exhausted(
-                    f"after {self.count} tries in {elapsed:.1f}s (deadline {self.policy.deadline:g}s)")
+                    f"after {self.count} tries in {elapsed:.1f}s (deadline {self.policy.deadline:g}s)"
+                )
         self.count += 1
         if state.url not in self.tried:
             self.tried.append(state.url)

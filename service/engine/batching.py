@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Hashable, Protocol
+from typing import Any, Protocol
 
 from .errors import ErrorKind, ServiceError
 
@@ -162,11 +163,13 @@ class Batcher:
         if job.started or job.future.done():
             return
         self._notify_rejected("timeout")
-        job.future.set_exception(ServiceError(
-            ErrorKind.TIMEOUT,
-            f"the request waited over {self.config.queue_timeout_seconds:g}s for the tokenizer; the server is "
-            "saturated, retry later or elsewhere",
-        ))
+        job.future.set_exception(
+            ServiceError(
+                ErrorKind.TIMEOUT,
+                f"the request waited over {self.config.queue_timeout_seconds:g}s for the tokenizer; the server is "
+                "saturated, retry later or elsewhere",
+            )
+        )
 
     # -- the loop ---------------------------------------------------------------------------------------
     async def _loop(self) -> None:
@@ -190,10 +193,13 @@ class Batcher:
                     if not job.future.done():
                         job.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
                 raise
-            except BaseException as exc:  # the whole call failed: every job gets the error
+            except BaseException as exc:  # noqa: BLE001 -- the whole call failed: every job gets the error
                 outcomes = [exc] * len(batch)
+            if len(outcomes) != len(batch):  # a runner bug must fail every job, never leave one hanging
+                error = ServiceError(ErrorKind.INTERNAL, f"the engine answered {len(outcomes)} of {len(batch)} jobs")
+                outcomes = [error] * len(batch)
             elapsed = time.perf_counter() - started
-            for job, outcome in zip(batch, outcomes):
+            for job, outcome in zip(batch, outcomes, strict=True):
                 if job.expiry is not None:
                     job.expiry.cancel()
                 if job.future.done():
@@ -219,10 +225,7 @@ class Batcher:
                 return
 
     def _caps_reached(self) -> bool:
-        return (
-            self._queued_texts >= self.config.max_batch_texts
-            or self._queued_chars >= self.config.max_batch_chars
-        )
+        return self._queued_texts >= self.config.max_batch_texts or self._queued_chars >= self.config.max_batch_chars
 
     def _take_batch(self) -> list[Job]:
         """Pop the head job and every queued job that fits with it (same batch key, under the caps)."""

@@ -13,9 +13,10 @@ every row (overflow rows too) shorter than the target is padded to it, longer ro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -53,8 +54,12 @@ class TruncationSetting:
     direction: str
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {"max_length": self.max_length, "stride": self.stride, "strategy": self.strategy,
-                "direction": self.direction}
+        return {
+            "max_length": self.max_length,
+            "stride": self.stride,
+            "strategy": self.strategy,
+            "direction": self.direction,
+        }
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class EncodePlan:
         return "offset_mapping" in self.keys or self.with_overflow
 
     @property
-    def rust_call(self) -> "RustCall":
+    def rust_call(self) -> RustCall:
         """The Rust call this plan needs: requests with equal ones can share one encode (their batch key)."""
         return RustCall(self.truncation, self.add_special_tokens, self.full_encode)
 
@@ -116,7 +121,7 @@ class TokenizerFacts:
     model_input_names: tuple[str, ...]
 
     @classmethod
-    def of(cls, tokenizer: Any) -> "TokenizerFacts":
+    def of(cls, tokenizer: Any) -> TokenizerFacts:
         return cls(
             model_max_length=tokenizer.model_max_length,
             pad_token=tokenizer.pad_token,
@@ -169,7 +174,9 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
     truncation_setting = None
     if truncation != TruncationStrategy.DO_NOT_TRUNCATE:
         truncation_setting = TruncationSetting(
-            max_length=max_length, stride=options.stride, strategy=truncation.value,
+            max_length=max_length,
+            stride=options.stride,
+            strategy=truncation.value,
             direction=facts.truncation_side,
         )
     padding_side = options.padding_side if options.padding_side is not None else facts.padding_side
@@ -180,7 +187,8 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
         pad_longest=padding == PaddingStrategy.LONGEST,
         pad_to_multiple_of=options.pad_to_multiple_of,
         pad_left=padding_side == "left",
-        pad_id=facts.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD else 0,
+        # (transformers has refused padding without a pad token before this point)
+        pad_id=facts.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD and facts.pad_token_id is not None else 0,
         pad_type_id=facts.pad_token_type_id,
         keys=tuple(k for k in OUTPUT_KEYS if wanted[k]),
         with_overflow=options.return_overflowing_tokens,
@@ -251,7 +259,9 @@ def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens:
         elif key == "token_type_ids":
             data[key] = column([e.type_ids for e in rows], plan.pad_type_id)
         elif key == "attention_mask":  # 1 on every real token, 0 on padding: the shaper's mask itself
-            data[key] = shaper.attention_mask() if shaper is not None else column([[1] * n for n in lengths.tolist()], 0)
+            data[key] = (
+                shaper.attention_mask() if shaper is not None else column([[1] * n for n in lengths.tolist()], 0)
+            )
         elif key == "special_tokens_mask":
             data[key] = column([e.special_tokens_mask for e in rows], 1)
         elif key == "offset_mapping":
@@ -300,7 +310,7 @@ class _RectangularShaper:
 
 def _pad_ragged(values: list[Any], out_lengths: np.ndarray, pad_value: Any, pad_left: bool) -> list[list[Any]]:
     result = []
-    for row, target in zip(values, out_lengths.tolist()):
+    for row, target in zip(values, out_lengths.tolist(), strict=True):
         row = list(row) if not isinstance(pad_value, tuple) else [tuple(x) for x in row]
         missing = target - len(row)
         if missing > 0:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from .. import __version__
-from .batching import BatchObserver, Batcher, BatchingConfig, Job
+from .batching import Batcher, BatchingConfig, BatchObserver, Job
 from .encoding import (
     EncodedBatch,
     EncodeOptions,
@@ -169,7 +170,7 @@ class Engine:
                 f"{len(texts)} texts padded to max_length={plan.pad_target} would hold over max_response_tokens="
                 f"{limit} token positions; send fewer texts or a smaller max_length",
             )
-        inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs))
+        inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs, strict=True))
         chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
         return self._submit(_Encode(inputs, plan), len(inputs), chars, plan.rust_call)
 
@@ -311,7 +312,7 @@ class Engine:
                 clean_up_tokenization_spaces=work.clean_up_tokenization_spaces,
             )
             return texts
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 -- transformers raises several types for ids it refuses
             return ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}")
 
     def _encode_raw(self, inputs: list[Any], call: RustCall) -> list[Any]:
@@ -327,7 +328,7 @@ class Engine:
             encode = backend.encode_batch if call.full_encode else backend.encode_batch_fast
             encodings: list[Any] = encode(inputs, add_special_tokens=call.add_special_tokens)
             return encodings
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics
             # (e.g. a stride too large for the room left after truncation), which pyo3 raises as
             # PanicException -- a BaseException, so `except Exception` would let them crash the batch.
@@ -340,7 +341,9 @@ class Engine:
     # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:
         if self._draining:
-            raise ServiceError(ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0)
+            raise ServiceError(
+                ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0
+            )
 
     def _check_texts(self, texts: Sequence[str], field_name: str) -> None:
         if not texts:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+from typing import Any
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 # The service exports its own Prometheus metrics; FastAPI's built-in OpenTelemetry hooks (newer releases)
 # cost a provider lookup on every request.
-_NO_OPENTELEMETRY = (
+_NO_OPENTELEMETRY: dict[str, Any] = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters
     else {}
@@ -62,8 +63,9 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
     @app.exception_handler(Exception)
     async def _internal_error(request: Request, exc: Exception) -> Response:
         logger.exception("internal error on %s %s", request.method, request.url.path)
-        return error_response(ErrorKind.INTERNAL,
-                              f"internal error ({type(exc).__name__}); this is a bug, please report it")
+        return error_response(
+            ErrorKind.INTERNAL, f"internal error ({type(exc).__name__}); this is a bug, please report it"
+        )
 
     # -- middleware, innermost first --------------------------------------------------------------------
     app.add_middleware(EncodeFastPath, endpoint=routes.encode)  # auth and metrics still wrap it

@@ -11,7 +11,8 @@ import logging
 import sys
 import types
 import typing
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -47,8 +48,7 @@ def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentPars
         help_text = f"{field.description}{default} [env {env}]".replace("%", "%%")
         kind = _flag_type(field.annotation)
         if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS,
-                                help=help_text)
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=name.upper())
     for flag, reason in REFUSED_FLAGS.items():
@@ -85,6 +85,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
 
     runtime = Runtime(settings.model_copy(update={"threads": threads}), loaded)
     app = create_app(runtime.settings, runtime=runtime)
-    run(app, runtime, host=settings.host, port=settings.port, log_level=settings.log_level,
-        access_log=settings.access_log, grace_seconds=settings.graceful_shutdown_seconds)
+    run(
+        app,
+        runtime,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=settings.access_log,
+        grace_seconds=settings.graceful_shutdown_seconds,
+    )
     return 0

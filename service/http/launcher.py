@@ -75,8 +75,9 @@ class DrainingServer(uvicorn.Server):
         assert self.drain_started is not None
         self.drain.begin_drain()  # /readyz -> 503, new work -> 503 + Retry-After
         deadline = self.drain_started + self.grace_seconds
-        logger.info("SIGTERM: draining %d in-flight request(s), at most %.0fs", self.drain.in_flight,
-                    self.grace_seconds)
+        logger.info(
+            "SIGTERM: draining %d in-flight request(s), at most %.0fs", self.drain.in_flight, self.grace_seconds
+        )
         # The drain itself holds no request; wait for those that were running to finish.
         while self.drain.in_flight > 0 and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
@@ -86,8 +87,9 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def run(app: Any, drain: Drainable, *, host: str, port: int, log_level: str, access_log: bool,
-        grace_seconds: float) -> None:
+def run(
+    app: Any, drain: Drainable, *, host: str, port: int, log_level: str, access_log: bool, grace_seconds: float
+) -> None:
     """Serve ``app`` in this process (one uvicorn worker, never forking) until drained or interrupted."""
     config = uvicorn.Config(
         app,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -14,17 +16,23 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.requests = Counter("tokenizer_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
-        self.latency = Histogram("tokenizer_request_seconds", "HTTP request latency", ["route"],
-                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.requests = Counter(
+            "tokenizer_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "tokenizer_request_seconds", "HTTP request latency", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
         self.texts = Counter("tokenizer_texts_encoded", "Texts (or pairs) encoded", registry=r)
         self.tokens = Counter("tokenizer_tokens_encoded", "Real (unpadded) tokens encoded", registry=r)
-        self.batch_requests = Histogram("tokenizer_batch_requests", "Requests per engine batch",
-                                        buckets=BATCH_SIZE_BUCKETS, registry=r)
-        self.batch_texts = Histogram("tokenizer_batch_texts", "Texts per engine batch",
-                                     buckets=BATCH_SIZE_BUCKETS, registry=r)
-        self.encode_seconds = Histogram("tokenizer_encode_seconds", "Engine time per batch (encode + shaping)",
-                                        buckets=LATENCY_BUCKETS, registry=r)
+        self.batch_requests = Histogram(
+            "tokenizer_batch_requests", "Requests per engine batch", buckets=BATCH_SIZE_BUCKETS, registry=r
+        )
+        self.batch_texts = Histogram(
+            "tokenizer_batch_texts", "Texts per engine batch", buckets=BATCH_SIZE_BUCKETS, registry=r
+        )
+        self.encode_seconds = Histogram(
+            "tokenizer_encode_seconds", "Engine time per batch (encode + shaping)", buckets=LATENCY_BUCKETS, registry=r
+        )
         self.queue_requests = Gauge("tokenizer_queue_requests", "Requests waiting for the engine", registry=r)
         self.queue_texts = Gauge("tokenizer_queue_texts", "Texts waiting for the engine", registry=r)
         self.rejected = Counter("tokenizer_rejected", "Requests refused by backpressure", ["reason"], registry=r)
@@ -46,6 +54,13 @@ class Metrics:
     def queue_changed(self, requests: int, texts: int) -> None:
         self.queue_requests.set(requests)
         self.queue_texts.set(texts)
+
+    def track_in_flight(self, count: Callable[[], float]) -> None:
+        """Export ``count()`` (HTTP requests being answered, the scrape included) at each scrape: no cost
+        per request."""
+        Gauge(
+            "tokenizer_http_in_flight", "HTTP requests being answered now, this scrape included", registry=self.registry
+        ).set_function(count)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

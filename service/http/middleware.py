@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hmac
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -54,8 +55,9 @@ class BearerAuth:
         if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not hmac.compare_digest(given, self.expected):
-                response = error_response(ErrorKind.UNAUTHORIZED,
-                                          f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'")
+                response = error_response(
+                    ErrorKind.UNAUTHORIZED, f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'"
+                )
                 await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -8,7 +8,7 @@ changes the output.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal, TypeVar, Union
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -29,8 +29,8 @@ class EncodeRequest(_Strict):
     texts: list[str] = Field(description="The texts to encode (the first sequences of pairs).")
     text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
     add_special_tokens: bool = True
-    padding: Union[bool, Literal["longest", "max_length", "do_not_pad"]] = False
-    truncation: Union[bool, Literal["longest_first", "only_first", "only_second", "do_not_truncate"], None] = None
+    padding: bool | Literal["longest", "max_length", "do_not_pad"] = False
+    truncation: bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"] | None = None
     max_length: int | None = Field(None, ge=0, le=MAX_U32)
     stride: int = Field(0, ge=0, le=MAX_U32)
     pad_to_multiple_of: int | None = Field(None, ge=1, le=MAX_U32)

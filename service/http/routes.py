@@ -48,15 +48,34 @@ class Routes:
     def install(self, app: FastAPI) -> set[str]:
         """Register every route on ``app``; returns their paths."""
         router = app.router
-        router.add_api_route(ENCODE_PATH, self.encode, methods=["POST"], response_class=Response,
-                             openapi_extra=_openapi_body(EncodeRequest),
-                             responses={200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}}}})
-        router.add_api_route(TOKENIZE_PATH, self.tokenize, methods=["POST"], response_class=Response,
-                             openapi_extra=_openapi_body(TokenizeRequest))
-        router.add_api_route(DECODE_PATH, self.decode, methods=["POST"], response_class=Response,
-                             openapi_extra=_openapi_body(DecodeRequest))
-        for path, endpoint in ((INFO_PATH, self.info), (HEALTH_PATH, self.healthz), (READY_PATH, self.readyz),
-                               (METRICS_PATH, self.prometheus_metrics)):
+        router.add_api_route(
+            ENCODE_PATH,
+            self.encode,
+            methods=["POST"],
+            response_class=Response,
+            openapi_extra=_openapi_body(EncodeRequest),
+            responses={200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}}}},
+        )
+        router.add_api_route(
+            TOKENIZE_PATH,
+            self.tokenize,
+            methods=["POST"],
+            response_class=Response,
+            openapi_extra=_openapi_body(TokenizeRequest),
+        )
+        router.add_api_route(
+            DECODE_PATH,
+            self.decode,
+            methods=["POST"],
+            response_class=Response,
+            openapi_extra=_openapi_body(DecodeRequest),
+        )
+        for path, endpoint in (
+            (INFO_PATH, self.info),
+            (HEALTH_PATH, self.healthz),
+            (READY_PATH, self.readyz),
+            (METRICS_PATH, self.prometheus_metrics),
+        ):
             router.add_api_route(path, endpoint, methods=["GET"], response_class=Response)
         return {ENCODE_PATH, TOKENIZE_PATH, DECODE_PATH, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
 
@@ -65,6 +84,7 @@ class Routes:
         """Encode texts (or pairs) exactly as the in-process transformers tokenizer call would.
 
         JSON by default; with ``Accept: application/vnd.safetensors``, a safetensors blob of int64 arrays."""
+        self.runtime.check_accepting()
         engine = self.runtime.engine
         binary = SAFETENSORS_MEDIA_TYPE in request.headers.get("accept", "")
         body = await self._parse(request, EncodeRequest)
@@ -86,6 +106,7 @@ class Routes:
 
     async def tokenize(self, request: Request) -> Response:
         """Split texts into tokens: ``{"tokens": [[...], ...]}``."""
+        self.runtime.check_accepting()
         engine = self.runtime.engine
         body = await self._parse(request, TokenizeRequest)
         tokens = await engine.tokenize(body.texts, body.add_special_tokens)
@@ -93,6 +114,7 @@ class Routes:
 
     async def decode(self, request: Request) -> Response:
         """Turn id lists back into texts: ``{"texts": [...]}``."""
+        self.runtime.check_accepting()
         engine = self.runtime.engine
         body = await self._parse(request, DecodeRequest)
         texts = await engine.decode(body.ids, body.skip_special_tokens, body.clean_up_tokenization_spaces)
@@ -101,8 +123,13 @@ class Routes:
     # -- operations -------------------------------------------------------------------------------------
     async def info(self) -> Response:
         """What is served and how: tokenizer, fingerprint, limits, batching, parallelism, versions."""
-        return json_response({**self.runtime.engine.info(), "max_body_bytes": self.settings.max_body_bytes,
-                              "auth": self.settings.api_key is not None})
+        return json_response(
+            {
+                **self.runtime.engine.info(),
+                "max_body_bytes": self.settings.max_body_bytes,
+                "auth": self.settings.api_key is not None,
+            }
+        )
 
     async def healthz(self) -> Response:
         """Liveness: the process answers."""

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 from ..engine import Engine, ErrorKind, LoadedTokenizer, ServiceError, available_cpus, load_tokenizer
 from .metrics import Metrics
@@ -30,18 +31,24 @@ class Runtime:
         self._engine: Engine | None = None
         self._draining = False
         self.in_flight = 0  # HTTP requests being answered now (the metrics middleware counts them)
+        self.metrics.track_in_flight(lambda: self.in_flight)
 
     # -- lifecycle --------------------------------------------------------------------------------------
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
         """Load (unless given) and start the engine; stop it at shutdown. FastAPI's ``lifespan=``."""
         settings = self.settings
-        loaded = self._loaded or await asyncio.to_thread(load_tokenizer, settings.model, settings.revision)
-        engine = Engine(loaded, threads=self.threads, limits=settings.engine_limits(),
-                        batching=settings.batching_config(), observer=self.metrics)
+        loaded = self._loaded
+        if loaded is None:
+            loaded = await asyncio.to_thread(load_tokenizer, settings.model, settings.revision)
+        engine = Engine(
+            loaded,
+            threads=self.threads,
+            limits=settings.engine_limits(),
+            batching=settings.batching_config(),
+            observer=self.metrics,
+        )
         await engine.astart()
-        if self._draining:
-            engine.begin_drain()
         self._engine = engine
         logger.info("serving %s (%s) with %d Rust threads", loaded.source, loaded.fingerprint, self.threads)
         try:
@@ -50,10 +57,17 @@ class Runtime:
             await engine.astop()
 
     def begin_drain(self) -> None:
-        """Readiness turns 503 and new work is refused with 503 + Retry-After; admitted work completes."""
+        """Readiness turns 503 and requests arriving from now on are refused with 503 + Retry-After; those
+        already being answered -- their bodies still arriving, queued or encoding -- complete. The engine is
+        stopped (``Engine.astop``) only once the launcher has seen them finish."""
         self._draining = True
-        if self._engine is not None:
-            self._engine.begin_drain()
+
+    def check_accepting(self) -> None:
+        """Refuse a request that arrives while draining: retry elsewhere (the client SDK does)."""
+        if self._draining:
+            raise ServiceError(
+                ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0
+            )
 
     @property
     def draining(self) -> bool:

@@ -36,8 +36,10 @@ class Settings(BaseSettings):
     )
     # -- limits (reported by /info) -------------------------------------------------------------------
     max_texts_per_request: int = Field(
-        4096, ge=1, description="Most texts (or pairs) in one /encode or /tokenize request, and id lists in "
-        "one /decode. Larger batches amortise HTTP better but hold the engine longer."
+        4096,
+        ge=1,
+        description="Most texts (or pairs) in one /encode or /tokenize request, and id lists in "
+        "one /decode. Larger batches amortise HTTP better but hold the engine longer.",
     )
     max_text_chars: int = Field(
         200_000, ge=1, description="Most characters in one text. Bounds the time one request can hold the engine."
@@ -53,13 +55,17 @@ class Settings(BaseSettings):
     )
     # -- micro-batching and backpressure (reported by /info) -------------------------------------------
     batching: bool = Field(
-        True, description="Coalesce concurrent requests with compatible options into one Rust encode. Off: "
-        "each request is encoded alone (for comparison; lower throughput under concurrency)."
+        True,
+        description="Coalesce concurrent requests with compatible options into one Rust encode. Off: "
+        "each request is encoded alone (for comparison; lower throughput under concurrency).",
     )
     batch_wait_ms: float = Field(
-        0.0, ge=0, le=1000, description="How long the first request of a batch waits for others to join. 0: "
+        0.0,
+        ge=0,
+        le=1000,
+        description="How long the first request of a batch waits for others to join. 0: "
         "a request starts at once when the engine is idle, and batches form from what queues while it is "
-        "busy. Above 0: bigger batches under light load, at that much added latency per lone request."
+        "busy. Above 0: bigger batches under light load, at that much added latency per lone request.",
     )
     max_batch_texts: int = Field(256, ge=1, description="Texts per Rust encode call. A larger request runs alone.")
     max_batch_chars: int = Field(
@@ -74,8 +80,8 @@ class Settings(BaseSettings):
     )
     # -- security and operations ----------------------------------------------------------------------
     api_key: SecretStr | None = Field(
-        None, description="When set, every route but /healthz, /readyz and /metrics needs 'Authorization: "
-        "Bearer <key>'."
+        None,
+        description="When set, every route but /healthz, /readyz and /metrics needs 'Authorization: Bearer <key>'.",
     )
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
     access_log: bool = Field(
@@ -109,7 +115,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _check_consistency(self) -> "Settings":
+    def _check_consistency(self) -> Settings:
         if self.revision is not None and self.model is None:
             raise ValueError("--revision needs --model: the embedded default tokenizer has no revisions")
         return self

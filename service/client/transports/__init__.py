@@ -9,12 +9,16 @@ A transport knows nothing of retries, endpoints or the service's JSON; the clien
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from .base import AsyncTransport, Request, Response, SyncTransport, Timeout, Transport
 from .mock import MockTransport
 from .stdlib import HTTPTransport
-from .streams import AsyncHTTPTransport
+
+if TYPE_CHECKING:
+    from .httpx import AsyncHTTPXTransport, HTTPXTransport
+    from .streams import AsyncHTTPTransport
 
 __all__ = [
     "Timeout",
@@ -30,13 +34,13 @@ __all__ = [
     "MockTransport",
 ]
 
-_HTTPX_CLASSES = ("HTTPXTransport", "AsyncHTTPXTransport")
+# Imported when first asked for: the async transport needs asyncio (~30 ms of import, which a DataLoader
+# worker using the sync client should not pay) and the httpx ones need the optional httpx.
+_LAZY = {"AsyncHTTPTransport": "streams", "HTTPXTransport": "httpx", "AsyncHTTPXTransport": "httpx"}
 
 
 def __getattr__(name: str) -> Any:
-    # httpx is an optional extra, and importing it costs the training process: only when asked for.
-    if name in _HTTPX_CLASSES:
-        from . import httpx as httpx_transports
-
-        return getattr(httpx_transports, name)
+    if name in _LAZY:
+        module = importlib.import_module(f"{__name__}.{_LAZY[name]}")
+        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

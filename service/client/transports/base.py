@@ -7,9 +7,10 @@ errors at this boundary.
 from __future__ import annotations
 
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Mapping, Protocol, Union, runtime_checkable
+from typing import Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 __all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport"]
@@ -23,7 +24,7 @@ class Timeout:
     read: float | None = 60.0
 
     @classmethod
-    def of(cls, value: "Timeout | float | None") -> "Timeout":
+    def of(cls, value: Timeout | float | None) -> Timeout:
         if isinstance(value, Timeout):
             return value
         if value is None:
@@ -76,7 +77,7 @@ class AsyncTransport(Protocol):
         """Release this process's connections on the running loop; the transport stays usable."""
 
 
-Transport = Union[SyncTransport, AsyncTransport]
+Transport = SyncTransport | AsyncTransport
 
 
 @lru_cache(maxsize=256)

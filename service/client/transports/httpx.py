@@ -50,8 +50,13 @@ class HTTPXTransport:
     def handle_request(self, request: Request) -> Response:
         client = self._current_client()
         try:
-            answer = client.request(request.method, request.url, content=request.body, headers=request.headers,
-                                    timeout=_httpx_timeout(request.timeout))
+            answer = client.request(
+                request.method,
+                request.url,
+                content=request.body,
+                headers=request.headers,
+                timeout=_httpx_timeout(request.timeout),
+            )
         except httpx.TransportError as exc:
             raise _translate_httpx_error(exc, request.url) from exc
         return Response(answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.content)
@@ -88,8 +93,13 @@ class AsyncHTTPXTransport:
     async def handle_async_request(self, request: Request) -> Response:
         client = self._current_client()
         try:
-            answer = await client.request(request.method, request.url, content=request.body,
-                                          headers=request.headers, timeout=_httpx_timeout(request.timeout))
+            answer = await client.request(
+                request.method,
+                request.url,
+                content=request.body,
+                headers=request.headers,
+                timeout=_httpx_timeout(request.timeout),
+            )
         except httpx.TransportError as exc:
             raise _translate_httpx_error(exc, request.url) from exc
         return Response(answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.content)

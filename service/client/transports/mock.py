@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import inspect
-from typing import Awaitable, Callable, Union
+from collections.abc import Awaitable, Callable
 
 from .base import Request, Response
 
 __all__ = ["MockTransport", "Handler"]
 
-Handler = Callable[[Request], Union[Response, Awaitable[Response]]]
+Handler = Callable[[Request], Response | Awaitable[Response]]
 
 
 class MockTransport:

@@ -65,8 +65,9 @@ class HTTPTransport:
     (uvicorn closes idle ones after 5 s). ``verify`` is for https: True, False or a CA bundle path.
     """
 
-    def __init__(self, *, max_idle_connections: int = 8, keepalive_expiry: float = 4.0,
-                 verify: bool | str = True) -> None:
+    def __init__(
+        self, *, max_idle_connections: int = 8, keepalive_expiry: float = 4.0, verify: bool | str = True
+    ) -> None:
         self.max_idle_connections = max_idle_connections
         self.keepalive_expiry = keepalive_expiry
         self.verify = verify
@@ -99,14 +100,16 @@ class HTTPTransport:
         try:
             return self._exchange(conn, key, target, request, pools)
         except StaleConnection as exc:
-            raise ProtocolError(f"{request.url}: the server closed the connection without answering "
-                                f"({exc.__cause__})", url=request.url) from exc.__cause__
+            raise ProtocolError(
+                f"{request.url}: the server closed the connection without answering ({exc.__cause__})", url=request.url
+            ) from exc.__cause__
 
     def _connect(self, scheme: str, host: str, port: int, request: Request) -> http.client.HTTPConnection:
         timeout = request.timeout.connect
         if scheme == "https":
             conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port, timeout=timeout, context=self._https_context())
+                host, port, timeout=timeout, context=self._https_context()
+            )
         else:
             conn = http.client.HTTPConnection(host, port, timeout=timeout)
         try:
@@ -124,8 +127,9 @@ class HTTPTransport:
             self._ssl_context = ssl_context(self.verify)
         return self._ssl_context
 
-    def _exchange(self, conn: http.client.HTTPConnection, key: tuple[str, str, int], target: str,
-                  request: Request, pools: _Pools) -> Response:
+    def _exchange(
+        self, conn: http.client.HTTPConnection, key: tuple[str, str, int], target: str, request: Request, pools: _Pools
+    ) -> Response:
         url = request.url
         try:
             assert conn.sock is not None

@@ -39,8 +39,9 @@ class _AsyncPools:
             writer.close()
         return None
 
-    def give(self, key: tuple[str, str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-             limit: int) -> None:
+    def give(
+        self, key: tuple[str, str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int
+    ) -> None:
         stack = self.idle.setdefault(key, [])
         if len(stack) < limit:
             stack.append((reader, writer, time.monotonic()))
@@ -60,8 +61,9 @@ class AsyncHTTPTransport:
     32-way concurrency (``benchmarks/dataloader_compare.py``); it speaks only what the service speaks
     (Content-Length or chunked bodies, no redirects, no proxies). Arguments as :class:`HTTPTransport`."""
 
-    def __init__(self, *, max_idle_connections: int = 64, keepalive_expiry: float = 4.0,
-                 verify: bool | str = True) -> None:
+    def __init__(
+        self, *, max_idle_connections: int = 64, keepalive_expiry: float = 4.0, verify: bool | str = True
+    ) -> None:
         self.max_idle_connections = max_idle_connections
         self.keepalive_expiry = keepalive_expiry
         self.verify = verify
@@ -98,20 +100,24 @@ class AsyncHTTPTransport:
         try:
             conn = await asyncio.wait_for(
                 asyncio.open_connection(host, port, ssl=self._https_context() if scheme == "https" else None),
-                request.timeout.connect)
+                request.timeout.connect,
+            )
         except asyncio.TimeoutError as exc:
-            raise ConnectError(f"timed out after {request.timeout.connect}s connecting to {request.url}",
-                               url=request.url) from exc
+            raise ConnectError(
+                f"timed out after {request.timeout.connect}s connecting to {request.url}", url=request.url
+            ) from exc
         except OSError as exc:
             raise ConnectError(f"cannot connect to {request.url}: {exc}", url=request.url) from exc
         try:
             return await self._exchange(conn, key, head, request, pools)
         except StaleConnection as exc:
-            raise ProtocolError(f"{request.url}: the server closed the connection without answering "
-                                f"({exc.__cause__})", url=request.url) from exc.__cause__
+            raise ProtocolError(
+                f"{request.url}: the server closed the connection without answering ({exc.__cause__})", url=request.url
+            ) from exc.__cause__
 
-    async def _exchange(self, conn: _Connection, key: tuple[str, str, int], head: bytes, request: Request,
-                        pools: _AsyncPools) -> Response:
+    async def _exchange(
+        self, conn: _Connection, key: tuple[str, str, int], head: bytes, request: Request, pools: _AsyncPools
+    ) -> Response:
         reader, writer = conn
         url = request.url
         keep = False

@@ -1,0 +1,139 @@
+"""``AsyncTokenizerClient``: the asyncio twin of :class:`~service.client.TokenizerClient`.
+
+A module of its own so that the sync client -- what DataLoader workers use -- never imports asyncio
+(``service.client`` loads this module when ``AsyncTokenizerClient`` is first asked for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from .calls import (
+    RETRY_STATUSES,
+    Call,
+    decode_call,
+    encode_call,
+    finish,
+    info_call,
+    rejection,
+    tokenize_call,
+)
+from .clients import TokenizerClient, _ClientBase, _encode_options
+from .exceptions import TransportError
+from .results import EncodeResult
+from .retrying import Attempts, RetryPolicy
+from .transports.base import AsyncTransport, SyncTransport, Timeout
+from .transports.streams import AsyncHTTPTransport
+
+T = TypeVar("T")
+
+
+class AsyncTokenizerClient(_ClientBase):
+    """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
+    (``await client(texts, ...)``), ``aclose()`` and ``async with``. The default transport is
+    :class:`AsyncHTTPTransport` (lean asyncio streams; one connection pool per process and event loop);
+    ``transport=AsyncHTTPXTransport()`` uses ``httpx.AsyncClient`` instead."""
+
+    def __init__(
+        self,
+        url: str | Sequence[str] | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: Timeout | float | None = Timeout(),
+        retry: RetryPolicy = RetryPolicy(),
+        expected_fingerprint: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: AsyncTransport | None = None,
+    ) -> None:
+        super().__init__(
+            url,
+            api_key=api_key,
+            timeout=timeout,
+            retry=retry,
+            expected_fingerprint=expected_fingerprint,
+            headers=headers,
+        )
+        self._transport: AsyncTransport = transport if transport is not None else AsyncHTTPTransport()
+
+    async def _send(self, call: Call[T]) -> T:
+        attempts = Attempts(self._endpoints, self.retry, call.what)
+        while True:
+            endpoint, wait = attempts.next()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            request = self._request(call, endpoint.url)
+            try:
+                response = await self._transport.handle_async_request(request)
+            except TransportError as exc:
+                attempts.failed(endpoint, exc)
+                continue
+            if response.status in RETRY_STATUSES:
+                busy = rejection(response, request.url, call.method)
+                attempts.failed(endpoint, busy, busy.retry_after)
+                continue
+            attempts.succeeded(endpoint)
+            return finish(call, response, request.url, self.expected_fingerprint)
+
+    async def encode(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_tensors: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+    ) -> EncodeResult:
+        """As :meth:`TokenizerClient.encode`."""
+        options = _encode_options(locals())
+        return await self._send(encode_call(text, text_pair, options, return_tensors))
+
+    __call__ = encode
+
+    async def decode(
+        self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
+    ) -> str:
+        """As :meth:`TokenizerClient.decode`."""
+        return await self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
+
+    async def batch_decode(
+        self, sequences: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
+    ) -> list[str]:
+        """As :meth:`TokenizerClient.batch_decode`."""
+        return await self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
+
+    async def tokenize(self, text: str | Sequence[str], *, add_special_tokens: bool = False) -> Any:
+        """As :meth:`TokenizerClient.tokenize`."""
+        return await self._send(tokenize_call(text, add_special_tokens))
+
+    async def info(self) -> dict[str, Any]:
+        """As :meth:`TokenizerClient.info`."""
+        return await self._send(info_call())
+
+    async def aclose(self) -> None:
+        """Close this process's connections on the running event loop."""
+        await self._transport.aclose()
+
+    async def __aenter__(self) -> AsyncTokenizerClient:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    def _sync_client(self) -> TokenizerClient:
+        # A DataLoader calls collate_fn synchronously: the collator gets a sync twin with the same settings
+        # (and the same transport when it can serve sync calls, e.g. a MockTransport).
+        transport = self._transport if isinstance(self._transport, SyncTransport) else None
+        return TokenizerClient(**self._settings(), transport=transport)
