@@ -15,7 +15,7 @@ and are broken by those ids. The special tokens, their ids, every character of t
 of the vocabulary are the same across runs. The committed directory is therefore the reference: the
 service fingerprints what it serves, and rebuilding gives a *new* fingerprint.
 
-Usage:  python scripts/train_default_tokenizer.py [--out DIR] [--check]
+Usage (from the repository root):  .venv/bin/python -m scripts.train_default_tokenizer [--out DIR] [--check]
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ os.environ["RAYON_NUM_THREADS"] = "1"  # must precede the first use of the rayon
 os.environ["RAYON_RS_NUM_CPUS"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from testkit.assets import REPO, chinese_news, chinese_reviews, english_docstrings, english_paragraphs
 
 VOCAB_SIZE = 21128

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from . import __version__
@@ -30,8 +31,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="HuggingFace fast tokenization as a service, for training input pipelines: the server "
-        "holds one fast tokenizer with its Rust thread pool, training processes call it over HTTP.",
+        description=textwrap.fill(
+            "HuggingFace fast tokenization as a service, for training input pipelines: the server holds one "
+            "fast tokenizer with its Rust thread pool and never forks; training processes (DataLoader workers "
+            "too) call it over HTTP with the client SDK (service.client), which never loads the tokenizer.",
+            width=100,
+        ),
         epilog=f"commands:\n{listing}\n\n'{PROG} COMMAND --help' describes a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")

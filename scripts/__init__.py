@@ -1,0 +1,1 @@
+"""Maintainer scripts: ``python -m scripts.<name>`` from the repository root."""
