@@ -25,7 +25,7 @@ test: $(STAMP)
 	RUST_BACKTRACE=0 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py $(ARGS)
+	$(BIN)/python -m benchmarks.run $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis

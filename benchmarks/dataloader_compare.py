@@ -1,7 +1,7 @@
 """A DataLoader fed through the SDK collator vs tokenizing in-process in the collate_fn, same batches.
 
-    .venv/bin/python benchmarks/dataloader_compare.py --out bench-results/dataloader_compare.json
-    .venv/bin/python benchmarks/dataloader_compare.py --smoke --out /tmp/dl.json     # < 60 s
+    .venv/bin/python -m benchmarks.dataloader_compare --out bench-results/dataloader_compare.json
+    .venv/bin/python -m benchmarks.dataloader_compare --smoke --out /tmp/dl.json     # < 60 s
 
 One run, bounded: it starts its own server (``python -m service serve`` on 127.0.0.1, a free port), measures,
 stops the server by PID (also on error, Ctrl-C or SIGTERM) and prints the figures side by side.
@@ -38,15 +38,12 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from testkit import assets as package_assets
+from testkit.servers import REPO, ServerProcess
+
 # In-process tokenization in the workers, the way it can run without freezing: parallelism off. Set before
-# anything imports tokenizers. (The server sets its own: it turns parallelism on.)
+# anything imports tokenizers (neither testkit module does). (The server sets its own: it turns parallelism on.)
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts"), str(REPO)]
-
-from testkit import assets as package_assets  # noqa: E402
-from testkit.servers import ServerProcess  # noqa: E402
 
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
 
@@ -204,8 +201,14 @@ def _cpu_per_request(call: Callable[[], Any], requests: int, threads: int) -> di
 def transport_comparison(url: str, args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
     import asyncio
 
-    from service.client import (AsyncHTTPTransport, AsyncHTTPXTransport, AsyncTokenizerClient, HTTPTransport,
-                                HTTPXTransport, TokenizerClient)
+    from service.client import (
+        AsyncHTTPTransport,
+        AsyncHTTPXTransport,
+        AsyncTokenizerClient,
+        HTTPTransport,
+        HTTPXTransport,
+        TokenizerClient,
+    )
 
     payloads = {"1 text": texts[:1], "64 texts": texts[:64]}
     results: dict[str, Any] = {}

@@ -1,8 +1,9 @@
 """The in-process baselines, measured in their own process: what a user would do instead of the service.
 
-Run by ``benchmarks/run.py`` as a subprocess that reads one JSON command per line on stdin and answers
-one JSON line on stdout, so the baselines never share a GIL or an event loop with the load generator,
-and rounds of in-process and service measurements can be interleaved.
+Run by the benchmark as a subprocess (``python -m benchmarks.inprocess``, from the repository root) that
+reads one JSON command per line on stdin and answers one JSON line on stdout, so the baselines never share a
+GIL or an event loop with the load generator, and rounds of in-process and service measurements can be
+interleaved.
 
 Rust parallelism is on (``TOKENIZERS_PARALLELISM=true``, set before ``tokenizers`` is imported) and this
 process never forks, so the rayon pool stays usable. Commands:
@@ -25,10 +26,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-os.environ["TOKENIZERS_PARALLELISM"] = "true"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.corpus import batches_of
 
-from corpus import batches_of  # noqa: E402
+os.environ["TOKENIZERS_PARALLELISM"] = "true"  # before anything imports tokenizers (Baselines does, lazily)
 
 METHODS = ("encode_batch", "encode_batch_fast", "call")
 

@@ -1,7 +1,7 @@
 """Side-by-side benchmark: tokenizer-service against in-process tokenization, same texts, same run.
 
-    .venv/bin/python benchmarks/run.py              # full run: ~8 minutes on 2 cores
-    .venv/bin/python benchmarks/run.py --smoke      # every scenario with tiny counts: < 60 s (CI)
+    .venv/bin/python -m benchmarks.run              # full run: ~8 minutes on 2 cores
+    .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: < 60 s (CI)
 
 It starts the servers itself (``python -m service serve`` on 127.0.0.1, a free port; ``--model DIR`` for
 a non-default tokenizer, ``--no-batching`` for the comparison), runs bounded scenarios, prints one table
@@ -66,16 +66,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
-BENCH = REPO / "benchmarks"
-sys.path[:0] = [str(BENCH), str(REPO / "tests"), str(REPO / "scripts"), str(REPO)]
+import orjson
 
-import orjson  # noqa: E402
-
-import corpus  # noqa: E402
-import loadgen  # noqa: E402
-import report  # noqa: E402
-from loadgen import (  # noqa: E402
+from benchmarks import corpus, loadgen, report
+from benchmarks.loadgen import (
     JSON_MEDIA_TYPE,
     SAFETENSORS_MEDIA_TYPE,
     CpuProbe,
@@ -83,7 +77,7 @@ from loadgen import (  # noqa: E402
     memory_kib,
     percentiles,
 )
-from testkit.servers import ServerProcess  # noqa: E402
+from testkit.servers import REPO, ServerProcess
 
 OPTIONS_BATCH = {"padding": "longest", "truncation": True, "max_length": 128}  # scenarios 1 and 2
 OPTIONS_LONG = {"padding": "longest", "truncation": False}  # scenario 4: whole texts
@@ -197,7 +191,7 @@ class InProcess:
         env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": str(self.threads),
                "RAYON_RS_NUM_CPUS": str(self.threads)}
         with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen([sys.executable, str(BENCH / "inprocess.py")], cwd=REPO, env=env, text=True,
+            self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.inprocess"], cwd=REPO, env=env, text=True,
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
         self._ask({"op": "setup", "tokenizer": str(tokenizer_dir(self.tokenizer)), "texts_file": str(self.texts_file)},
                   timeout=300)
@@ -617,17 +611,14 @@ def _rotated(items: tuple, shift: int) -> tuple:
 
 # -- scenario 3: delegated ------------------------------------------------------------------------------
 def run_dataloader_compare(out_dir: Path, profile: Profile) -> dict[str, Any]:
-    script = BENCH / "dataloader_compare.py"
-    if not script.exists():
-        return {"skipped": "benchmarks/dataloader_compare.py does not exist yet"}
     check = subprocess.run([sys.executable, "-c", "import service.client"], cwd=REPO, capture_output=True, text=True,
                            timeout=120)
     if check.returncode != 0:
         last = (check.stderr.strip().splitlines() or ["?"])[-1]
         return {"skipped": f"service.client is not importable ({last})"}
-    usage = subprocess.run([sys.executable, str(script), "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "benchmarks.dataloader_compare"]
+    usage = subprocess.run([*command, "--help"], cwd=REPO, capture_output=True, text=True, timeout=120)
     flags = usage.stdout
-    command = [sys.executable, str(script)]
     target = out_dir / "dataloader_compare.json"
     if "--out-dir" in flags:
         command += ["--out-dir", str(out_dir)]
@@ -939,7 +930,7 @@ def wait_for_quiet(limit: float) -> float:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="benchmarks/run.py", description=__doc__.split("\n\n")[0],
+        prog="python -m benchmarks.run", description=__doc__.split("\n\n")[0],
         epilog=__doc__.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--smoke", action="store_true",
                         help="every scenario with tiny counts, default tokenizer only: < 60 s on 2 cores (for CI)")

@@ -18,7 +18,7 @@ SECTIONS = ("meta", "scenario1", "scenario2", "scenario3", "scenario4", "servers
 @pytest.mark.timeout(300)
 def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, str(REPO / "benchmarks" / "run.py"), "--smoke", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.run", "--smoke", "--out-dir", str(tmp_path)],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
