@@ -1,4 +1,6 @@
-"""The benchmark's outputs: one text table and the PNG plots (matplotlib, Agg backend: no display needed)."""
+"""The benchmark's outputs in ``--out-dir``: ``benchmark.json`` (every figure, the targets and the table rows),
+``benchmark.txt`` (the printed table) and the PNG plots (matplotlib, Agg backend: no display needed).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +8,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-COLUMNS = (
-    ("scenario", "#"),
-    ("tokenizer", "tokenizer"),
-    ("texts", "texts"),
-    ("variant", "variant"),
-    ("rate", "texts/s"),
-    ("tokens_rate", "tokens/s"),
-    ("ratio", "ratio (same run)"),
-    ("latency", "latency p50/p90/p99 ms"),
-    ("cpu", "CPU ms per request"),
-    ("note", "note"),
-)
+import orjson
+
+from benchmarks.profiles import Profile
+from benchmarks.table import build_table, render
 
 PLOTS = {
     "batch": "throughput_vs_batch.png",
@@ -27,35 +21,14 @@ PLOTS = {
 }
 
 
-def human(value: float | None) -> str:
-    """3 significant figures, k/M suffixes: 12345 -> 12.3k."""
-    if value is None or value != value:
-        return "-"
-    for threshold, suffix in ((1e6, "M"), (1e3, "k")):
-        if abs(value) >= threshold:
-            return f"{value / threshold:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    cells = [[str(row.get(key, "") if row.get(key) is not None else "") for key, _ in COLUMNS] for row in rows]
-    headers = [title for _, title in COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
-    # drop columns that are empty in every row
-    keep = [i for i in range(len(headers)) if any(c[i] for c in cells)]
-
-    def line(values: list[str]) -> str:
-        return " | ".join(values[i].ljust(widths[i]) for i in keep).rstrip()
-
-    out = [line(headers), "-+-".join("-" * widths[i] for i in keep)]
-    previous = None
-    for row, values in zip(rows, cells):
-        section = row.get("scenario")
-        if previous is not None and section != previous:
-            out.append("-+-".join("-" * widths[i] for i in keep))
-        previous = section
-        out.append(line(values))
-    return "\n".join(out)
+def write_report(results: dict[str, Any], profile: Profile, out_dir: Path) -> str:
+    """Add the table rows and the plots to ``results``, write the JSON and the text table; the text table."""
+    results["table"] = build_table(results, profile)
+    text = render(results, results["table"])
+    results["plots"] = draw_plots(results, out_dir)
+    (out_dir / "benchmark.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    (out_dir / "benchmark.txt").write_text(text + "\n", "utf-8")
+    return text
 
 
 # -- plots ------------------------------------------------------------------------------------------------
