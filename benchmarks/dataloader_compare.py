@@ -35,9 +35,11 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
+from benchmarks.progress import log
 from testkit import assets as package_assets
 from testkit.servers import REPO, ServerProcess
 
@@ -46,10 +48,6 @@ from testkit.servers import REPO, ServerProcess
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def process_cpu_seconds(pid: int) -> float:
