@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.corpus import batches_of
+from benchmarks.timing import time_batches
 
 os.environ["TOKENIZERS_PARALLELISM"] = "true"  # before anything imports tokenizers (Baselines does, lazily)
 
@@ -79,23 +80,9 @@ class Baselines:
         key = (set_name, batch, json.dumps(options, sort_keys=True))
         tokens = [count_tokens(fn(b)) for b in batches]  # untimed warm-up pass
         self._tokens.setdefault(key, tokens)
-        done = texts = real_tokens = 0
         cpu0 = time.process_time()
-        start = time.perf_counter()
-        latencies = []
-        while True:
-            i = done % len(batches)
-            t0 = time.perf_counter()
-            fn(batches[i])
-            latencies.append(time.perf_counter() - t0)
-            done += 1
-            texts += batch
-            real_tokens += tokens[i]
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds or done >= max_batches:
-                break
-        return {"method": method, "batches": done, "texts": texts, "tokens": real_tokens, "seconds": elapsed,
-                "cpu_seconds": time.process_time() - cpu0, "latencies": latencies}
+        timed = time_batches(fn, batches, tokens, seconds, max_batches)
+        return {"method": method, **timed, "cpu_seconds": time.process_time() - cpu0}
 
 
 def main() -> None:

@@ -6,13 +6,13 @@ numpy, binary with ``safetensors.torch.load``), timed from request to tensors.
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import orjson
 
 from benchmarks.loadgen import SAFETENSORS_MEDIA_TYPE, CpuProbe
 from benchmarks.processes import BenchServer
+from benchmarks.timing import time_batches
 
 
 def _decode_binary(payload: bytes) -> dict[str, Any]:
@@ -51,23 +51,7 @@ class ServiceClient:
             self._tokens[key] = [int(one(b)["attention_mask"].sum()) for b in batches]
         else:
             one(batches[0])
-        tokens = self._tokens[key]
         probe = CpuProbe(server.pid)
         before = probe.snapshot()
-        done = texts = real_tokens = 0
-        latencies = []
-        start = time.perf_counter()
-        while True:
-            i = done % len(batches)
-            t0 = time.perf_counter()
-            one(batches[i])
-            latencies.append(time.perf_counter() - t0)
-            done += 1
-            texts += len(batches[i])
-            real_tokens += tokens[i]
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds or done >= max_batches:
-                break
-        cpu = CpuProbe.delta(before, probe.snapshot())
-        return {"batches": done, "texts": texts, "tokens": real_tokens, "seconds": elapsed, "cpu": cpu,
-                "latencies": latencies}
+        timed = time_batches(one, batches, self._tokens[key], seconds, max_batches)
+        return {**timed, "cpu": CpuProbe.delta(before, probe.snapshot())}
