@@ -75,7 +75,7 @@ from benchmarks.textsets import build_text_sets, write_text_sets
 from testkit.servers import REPO
 
 VERSIONS_OF = ("tokenizers", "transformers", "torch", "fastapi", "uvicorn", "orjson", "safetensors", "numpy")
-NOT_SELECTED = {"skipped": "not selected (--scenarios)"}
+NOT_SELECTED = "not selected (--scenarios)"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -148,9 +148,9 @@ class Bench:
         for tokenizer in self.profile.tokenizers:
             self.run_tokenizer(tokenizer)
         self.results["rss_soak"] = (rss_soak.soak(self.profile, self.sets, self.log_dir, self.work_dir)
-                                    if "rss" in self.scenarios else NOT_SELECTED)
+                                    if "rss" in self.scenarios else {"skipped": NOT_SELECTED})
         self.results["scenario3"] = (dataloader.run(self.out_dir, self.profile)
-                                     if "3" in self.scenarios else NOT_SELECTED)
+                                     if "3" in self.scenarios else {"skipped": NOT_SELECTED})
         return self.results
 
     def run_tokenizer(self, tokenizer: str) -> None:
