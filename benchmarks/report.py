@@ -26,7 +26,8 @@ def write_report(results: dict[str, Any], profile: Profile, out_dir: Path) -> st
     results["table"] = build_table(results, profile)
     text = render(results, results["table"])
     results["plots"] = draw_plots(results, out_dir)
-    (out_dir / "benchmark.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    json_bytes = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    (out_dir / "benchmark.json").write_bytes(json_bytes)
     (out_dir / "benchmark.txt").write_text(text + "\n", "utf-8")
     return text
 
@@ -56,15 +57,16 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     # throughput vs batch size (scenario 1 sweep)
     sweep = results["scenario1"].get("sweep", [])
     fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs batch size, ~300-char texts, one client ({machine})")
-    for ax, tok in zip(axes, tokenizers):
+    for ax, tok in zip(axes, tokenizers, strict=False):
         _plot_by_label(ax, sweep, tok, "batch", "texts_per_s")
         _finish(ax, tok, "texts per request (batch size)", "texts/s", logx=True, logy=True)
     written["batch"] = _save(fig, plt, out_dir / PLOTS["batch"])
 
     # throughput vs concurrency and latency percentiles (scenario 2)
     s2 = results["scenario2"]
-    fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs concurrency, 1 text (~300 chars) per request ({machine})")
-    for ax, tok in zip(axes, tokenizers):
+    title = f"Throughput vs concurrency, 1 text (~300 chars) per request ({machine})"
+    fig, axes = _subplots(plt, len(tokenizers), title)
+    for ax, tok in zip(axes, tokenizers, strict=False):
         for mode, label in _modes(s2):
             points = sorted((r["concurrency"], r["rate"]) for r in s2.get("runs", [])
                             if r["tokenizer"] == tok and r["mode"] == mode)
@@ -78,8 +80,8 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     written["concurrency"] = _save(fig, plt, out_dir / PLOTS["concurrency"])
 
     fig, axes = _subplots(plt, len(tokenizers), "Latency percentiles, 1 text (~300 chars) per request")
-    for ax, tok in zip(axes, tokenizers):
-        for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red")):
+    for ax, tok in zip(axes, tokenizers, strict=False):
+        for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red"), strict=False):
             runs = sorted((r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
                           key=lambda r: r["concurrency"])
             if not runs:
@@ -94,7 +96,7 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     # long-text scaling (scenario 4)
     s4 = results["scenario4"].get("points", [])
     fig, axes = _subplots(plt, len(tokenizers), "Long-text scaling: tokens/s vs text length (no truncation)")
-    for ax, tok in zip(axes, tokenizers):
+    for ax, tok in zip(axes, tokenizers, strict=False):
         _plot_by_label(ax, s4, tok, "chars", "tokens_per_s")
         _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
         ax.set_ylim(bottom=0)

@@ -63,7 +63,7 @@ def format_table(rows: list[Row]) -> str:
 
     out = [line(headers), "-+-".join("-" * widths[i] for i in keep)]
     previous = None
-    for row, values in zip(rows, cells):
+    for row, values in zip(rows, cells, strict=True):
         section = row.get("scenario")
         if previous is not None and section != previous:
             out.append("-+-".join("-" * widths[i] for i in keep))
@@ -183,10 +183,11 @@ def _scenario4(s4: dict[str, Any], profile: Profile) -> list[Row]:
             enc = group["in-process encode_batch"]["tokens_per_s"]
             for label, _, _ in long_texts.METHODS:
                 p = group[label]
+                ratio = "baseline" if label == "in-process encode_batch" else f"{p['tokens_per_s'] / enc:.2f}x enc"
                 rows.append({
                     "scenario": "4", "tokenizer": tok, "texts": f"mixed {chars} chars, {p['texts_per_request']}/req",
                     "variant": label, "rate": human(p["texts_per_s"]), "tokens_rate": human(p["tokens_per_s"]),
-                    "ratio": "baseline" if label == "in-process encode_batch" else f"{p['tokens_per_s'] / enc:.2f}x enc",
+                    "ratio": ratio,
                     "latency": _latency(p["latency_ms"]), "note": _busy(p["other_cpu_cores"]),
                 })
     return rows

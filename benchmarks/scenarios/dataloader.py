@@ -1,6 +1,6 @@
-"""Scenario 3: a DataLoader fed through the SDK collator vs tokenizing in the collate_fn (``benchmarks.dataloader_compare``).
+"""Scenario 3: a DataLoader fed through the SDK collator vs tokenizing in the collate_fn.
 
-It runs as ``python -m benchmarks.dataloader_compare --out <out-dir>/dataloader_compare.json [--smoke]`` from
+It runs ``python -m benchmarks.dataloader_compare --out <out-dir>/dataloader_compare.json [--smoke]`` from
 the repository root, in its own process: it starts its own servers, sets ``TOKENIZERS_PARALLELISM=false``
 and forks DataLoader workers, none of which should happen inside this run's process. Bounded by the
 profile's timeout. The outcome, this scenario's section of the results, is one of:
