@@ -83,8 +83,10 @@ def main() -> None:
             fn()
             timings[name].append(time.perf_counter() - started)
     base = statistics.median(timings["in-process encode_batch"])
-    print(f"batch {args.batch} texts, padding=longest, truncation, max_length=128, {args.rounds} rounds, "
-          f"median per batch; {os.cpu_count()} CPUs")
+    print(
+        f"batch {args.batch} texts, padding=longest, truncation, max_length=128, {args.rounds} rounds, "
+        f"median per batch; {os.cpu_count()} CPUs"
+    )
     print(f"{'variant':42} {'ms/batch':>9} {'texts/s':>10} {'vs encode_batch':>16}")
     for name, values in timings.items():
         median = statistics.median(values)

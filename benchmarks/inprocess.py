@@ -49,17 +49,26 @@ class Baselines:
     def _configure_rust(self, options: dict[str, Any]) -> None:
         tok = self.tokenizer
         if options.get("truncation"):
-            self.rust.enable_truncation(max_length=options.get("max_length") or tok.model_max_length,
-                                        strategy="longest_first", direction=tok.truncation_side)
+            self.rust.enable_truncation(
+                max_length=options.get("max_length") or tok.model_max_length,
+                strategy="longest_first",
+                direction=tok.truncation_side,
+            )
         else:
             self.rust.no_truncation()
         if options.get("padding") == "longest":
-            self.rust.enable_padding(direction=tok.padding_side, pad_id=tok.pad_token_id,
-                                     pad_type_id=tok.pad_token_type_id, pad_token=tok.pad_token)
+            self.rust.enable_padding(
+                direction=tok.padding_side,
+                pad_id=tok.pad_token_id,
+                pad_type_id=tok.pad_token_type_id,
+                pad_token=tok.pad_token,
+            )
         else:
             self.rust.no_padding()
 
-    def _function(self, method: str, options: dict[str, Any]) -> tuple[Callable[[list[str]], Any], Callable[[Any], int]]:
+    def _function(
+        self, method: str, options: dict[str, Any]
+    ) -> tuple[Callable[[list[str]], Any], Callable[[Any], int]]:
         if method == "call":
             tokenizer = self.tokenizer
 
@@ -71,8 +80,9 @@ class Baselines:
         encode = getattr(self.rust, method)
         return encode, lambda out: sum(sum(e.attention_mask) for e in out)
 
-    def measure(self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float,
-                max_batches: int) -> dict[str, Any]:
+    def measure(
+        self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float, max_batches: int
+    ) -> dict[str, Any]:
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; one of {METHODS}")
         batches = batches_of(self.sets[set_name], batch)

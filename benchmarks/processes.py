@@ -52,13 +52,26 @@ class InProcessWorker:
 
     def start(self) -> InProcessWorker:
         """Start the worker (Rust parallelism on, as many threads as the server) and load the tokenizer and texts."""
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": str(self.threads),
-               "RAYON_RS_NUM_CPUS": str(self.threads)}
+        env = {
+            **os.environ,
+            "TOKENIZERS_PARALLELISM": "true",
+            "RAYON_NUM_THREADS": str(self.threads),
+            "RAYON_RS_NUM_CPUS": str(self.threads),
+        }
         with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen([sys.executable, "-m", "benchmarks.inprocess"], cwd=REPO, env=env, text=True,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file)
-        self._ask({"op": "setup", "tokenizer": str(tokenizer_dir(self.tokenizer)), "texts_file": str(self.texts_file)},
-                  timeout=300)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "benchmarks.inprocess"],
+                cwd=REPO,
+                env=env,
+                text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+            )
+        self._ask(
+            {"op": "setup", "tokenizer": str(tokenizer_dir(self.tokenizer)), "texts_file": str(self.texts_file)},
+            timeout=300,
+        )
         return self
 
     def _ask(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -77,13 +90,24 @@ class InProcessWorker:
             raise RuntimeError(f"in-process worker: {answer['error']}")
         return answer
 
-    def measure(self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float,
-                max_batches: int) -> dict[str, Any]:
+    def measure(
+        self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float, max_batches: int
+    ) -> dict[str, Any]:
         """Time one method on one text set in the worker; CPU read from /proc around it, like the server's."""
         probe = CpuProbe(self.pid)
         before = probe.snapshot()
-        answer = self._ask({"op": "measure", "method": method, "set_name": set_name, "batch": batch, "options": options,
-                            "seconds": seconds, "max_batches": max_batches}, timeout=seconds + 300)
+        answer = self._ask(
+            {
+                "op": "measure",
+                "method": method,
+                "set_name": set_name,
+                "batch": batch,
+                "options": options,
+                "seconds": seconds,
+                "max_batches": max_batches,
+            },
+            timeout=seconds + 300,
+        )
         answer["cpu"] = CpuProbe.delta(before, probe.snapshot())
         answer["cpu"]["watched_cpu_seconds"] = answer.pop("cpu_seconds")  # the worker's own process_time
         answer["cpu"]["client_cpu_seconds"] = 0.0
@@ -106,8 +130,16 @@ class InProcessWorker:
 class BenchServer:
     """One ``tokenizer-service serve`` process and one keep-alive connection to it."""
 
-    def __init__(self, tokenizer: str, batching: bool, log_dir: Path, *, env: dict[str, str] | None = None,
-                 variant: str = "", extra_args: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer: str,
+        batching: bool,
+        log_dir: Path,
+        *,
+        env: dict[str, str] | None = None,
+        variant: str = "",
+        extra_args: list[str] | None = None,
+    ) -> None:
         args = [] if tokenizer == "default" else ["--model", str(tokenizer_dir(tokenizer))]
         if not batching:
             args.append("--no-batching")
@@ -148,8 +180,13 @@ class BenchServer:
 
     def describe(self) -> dict[str, Any]:
         """The server's entry in the results: its setup, whether torch was loaded, and its memory readings."""
-        return {"name": self.name, "args": self.args, "setup": self.setup, "torch_loaded": self.torch_loaded,
-                "memory": self.memory}
+        return {
+            "name": self.name,
+            "args": self.args,
+            "setup": self.setup,
+            "torch_loaded": self.torch_loaded,
+            "memory": self.memory,
+        }
 
     def sample_memory(self, when: str) -> None:
         """Record the server's RSS and peak RSS (VmRSS, VmHWM) now, labelled ``when``."""

@@ -47,16 +47,38 @@ class Profile:
 
     def scaled(self, factor: float) -> Profile:
         """The same profile with every measurement duration multiplied by ``factor``."""
-        return replace(self, seconds=self.seconds * factor, sweep_seconds=self.sweep_seconds * factor,
-                       s2_seconds=self.s2_seconds * factor, long_seconds=self.long_seconds * factor)
+        return replace(
+            self,
+            seconds=self.seconds * factor,
+            sweep_seconds=self.sweep_seconds * factor,
+            s2_seconds=self.s2_seconds * factor,
+            long_seconds=self.long_seconds * factor,
+        )
 
 
 FULL = Profile()
 SMOKE = Profile(
-    smoke=True, tokenizers=("default",), rounds=1, seconds=0.05, set_size=256, max_batches=8,
-    sweep_batches=(1, 32, 256), sweep_rounds=1, sweep_seconds=0.05, sweep_set_size=256,
-    concurrency=(1, 8), s2_modes=("on", "off"), s2_rounds=1, s2_warmup=0.1, s2_seconds=0.4, s2_max_requests=2000,
+    smoke=True,
+    tokenizers=("default",),
+    rounds=1,
+    seconds=0.05,
+    set_size=256,
+    max_batches=8,
+    sweep_batches=(1, 32, 256),
+    sweep_rounds=1,
+    sweep_seconds=0.05,
+    sweep_set_size=256,
+    concurrency=(1, 8),
+    s2_modes=("on", "off"),
+    s2_rounds=1,
+    s2_warmup=0.1,
+    s2_seconds=0.4,
+    s2_max_requests=2000,
     s2_set_size=64,
-    long_lengths=(100, 10_000), long_rounds=1, long_seconds=0.05, soak_rounds=2, soak_seconds=0.4,
+    long_lengths=(100, 10_000),
+    long_rounds=1,
+    long_seconds=0.05,
+    soak_rounds=2,
+    soak_seconds=0.4,
     dataloader_timeout=120.0,
 )

@@ -68,28 +68,33 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     fig, axes = _subplots(plt, len(tokenizers), title)
     for ax, tok in zip(axes, tokenizers, strict=False):
         for mode, label in _modes(s2):
-            points = sorted((r["concurrency"], r["rate"]) for r in s2.get("runs", [])
-                            if r["tokenizer"] == tok and r["mode"] == mode)
+            points = sorted(
+                (r["concurrency"], r["rate"]) for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode
+            )
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"service, {label}")
         inproc = s2.get("inprocess", {}).get(tok)
         if inproc:
-            ax.axhline(inproc["texts_per_s"], color="gray", linestyle="--",
-                       label="in-process encode_batch, batches of 256")
+            ax.axhline(
+                inproc["texts_per_s"], color="gray", linestyle="--", label="in-process encode_batch, batches of 256"
+            )
         _finish(ax, tok, "concurrent clients", "requests/s (= texts/s)", logx=True, logy=False)
     written["concurrency"] = _save(fig, plt, out_dir / PLOTS["concurrency"])
 
     fig, axes = _subplots(plt, len(tokenizers), "Latency percentiles, 1 text (~300 chars) per request")
     for ax, tok in zip(axes, tokenizers, strict=False):
         for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red"), strict=False):
-            runs = sorted((r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
-                          key=lambda r: r["concurrency"])
+            runs = sorted(
+                (r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
+                key=lambda r: r["concurrency"],
+            )
             if not runs:
                 continue
             xs = [r["concurrency"] for r in runs]
             for pct, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
-                ax.plot(xs, [r["latency_ms"][pct] for r in runs], style, marker="o", color=color,
-                        label=f"{label} {pct}")
+                ax.plot(
+                    xs, [r["latency_ms"][pct] for r in runs], style, marker="o", color=color, label=f"{label} {pct}"
+                )
         _finish(ax, tok, "concurrent clients", "latency (ms)", logx=True, logy=True)
     written["latency"] = _save(fig, plt, out_dir / PLOTS["latency"])
 

@@ -82,24 +82,52 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The command line; the help text is this module's docstring."""
     doc = __doc__ or ""
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.run", description=doc.split("\n\n")[0],
-        epilog=doc.split("\n\n", 2)[2], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--smoke", action="store_true",
-                        help="every scenario with tiny counts, default tokenizer only: < 60 s on 2 cores (for CI)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "bench-results",
-                        help="where benchmark.json, the PNG plots and the logs go (default: bench-results/)")
-    parser.add_argument("--tokenizers", default=None,
-                        help="comma-separated: default, bytelevel_bpe, sentencepiece (default: default,bytelevel_bpe; "
-                             "smoke: default)")
-    parser.add_argument("--scenarios", default="1,2,3,4,rss",
-                        help="comma-separated subset of 1,2,3,4,rss (rss: the memory soak; default: all)")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="rounds per scenario (each round measures every variant once; medians are reported)")
-    parser.add_argument("--wait-quiet", type=float, default=None, metavar="SECONDS",
-                        help="before starting, wait at most this long for other processes to use under "
-                             f"{BUSY_CORES} cores (default: 120; smoke: 0)")
-    parser.add_argument("--time-scale", type=float, default=1.0,
-                        help="multiply every measurement duration by this (e.g. 0.5 for a quicker, noisier run)")
+        prog="python -m benchmarks.run",
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every scenario with tiny counts, default tokenizer only: < 60 s on 2 cores (for CI)",
+    )
+    parser.add_argument(
+        "--out-dir",
+        type=Path,
+        default=REPO / "bench-results",
+        help="where benchmark.json, the PNG plots and the logs go (default: bench-results/)",
+    )
+    parser.add_argument(
+        "--tokenizers",
+        default=None,
+        help="comma-separated: default, bytelevel_bpe, sentencepiece (default: default,bytelevel_bpe; smoke: default)",
+    )
+    parser.add_argument(
+        "--scenarios",
+        default="1,2,3,4,rss",
+        help="comma-separated subset of 1,2,3,4,rss (rss: the memory soak; default: all)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds per scenario (each round measures every variant once; medians are reported)",
+    )
+    parser.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="before starting, wait at most this long for other processes to use under "
+        f"{BUSY_CORES} cores (default: 120; smoke: 0)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="multiply every measurement duration by this (e.g. 0.5 for a quicker, noisier run)",
+    )
     return parser.parse_args(argv)
 
 
@@ -147,10 +175,14 @@ class Bench:
         """Every selected scenario; the results, by section."""
         for tokenizer in self.profile.tokenizers:
             self.run_tokenizer(tokenizer)
-        self.results["rss_soak"] = (rss_soak.soak(self.profile, self.sets, self.log_dir, self.work_dir)
-                                    if "rss" in self.scenarios else {"skipped": NOT_SELECTED})
-        self.results["scenario3"] = (dataloader.run(self.out_dir, self.profile)
-                                     if "3" in self.scenarios else {"skipped": NOT_SELECTED})
+        self.results["rss_soak"] = (
+            rss_soak.soak(self.profile, self.sets, self.log_dir, self.work_dir)
+            if "rss" in self.scenarios
+            else {"skipped": NOT_SELECTED}
+        )
+        self.results["scenario3"] = (
+            dataloader.run(self.out_dir, self.profile) if "3" in self.scenarios else {"skipped": NOT_SELECTED}
+        )
         return self.results
 
     def run_tokenizer(self, tokenizer: str) -> None:
@@ -170,8 +202,9 @@ class Bench:
                 long_texts.measure(self.results["scenario4"], tokenizer, self.profile, sides)
                 on.sample_memory("after scenario 4")
             if others:
-                concurrency.measure(self.results["scenario2"], tokenizer, self.profile, worker, {"on": on, **others},
-                                    self.sets["s2"])
+                concurrency.measure(
+                    self.results["scenario2"], tokenizer, self.profile, worker, {"on": on, **others}, self.sets["s2"]
+                )
                 for server in (on, *others.values()):
                     server.sample_memory("after scenario 2")
             for server in (on, *others.values()):
@@ -229,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
     meta["seconds"] = round(time.time() - started, 1)
     results["targets"] = evaluate_targets(results, profile)
     print(write_report(results, profile, out_dir))
-    print(f"\nwrote {out_dir / 'benchmark.json'}, benchmark.txt and "
-          f"{', '.join(Path(p).name for p in results['plots'].values())}")
+    print(
+        f"\nwrote {out_dir / 'benchmark.json'}, benchmark.txt and "
+        f"{', '.join(Path(p).name for p in results['plots'].values())}"
+    )
     if "failed" in results["scenario3"]:
         log(f"failed: scenario 3: {results['scenario3']['failed']}")
         return 1

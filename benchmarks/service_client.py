@@ -34,8 +34,16 @@ class ServiceClient:
     def __init__(self) -> None:
         self._tokens: dict[tuple[str, str, int, str], list[int]] = {}
 
-    def measure(self, server: BenchServer, set_key: str, batches: list[list[str]], options: dict[str, Any],
-                accept: str, seconds: float, max_batches: int) -> dict[str, Any]:
+    def measure(
+        self,
+        server: BenchServer,
+        set_key: str,
+        batches: list[list[str]],
+        options: dict[str, Any],
+        accept: str,
+        seconds: float,
+        max_batches: int,
+    ) -> dict[str, Any]:
         """Cycle through ``batches`` for ``seconds`` (at most ``max_batches`` requests): counts, latencies, CPU.
 
         The first measurement of a set also makes one untimed pass that counts its real (unpadded) tokens;

@@ -25,9 +25,11 @@ COLUMNS = (
     ("note", "note"),
 )
 BUCKET_NAMES = {"short": "short <100", "medium": "medium ~300", "long": "long ~1000"}
-LEGEND = ("texts/s and tokens/s: medians over rounds; tokens are real (unpadded) tokens; 'enc' = in-process "
-          "encode_batch, 'call' = in-process transformers __call__; CPU ms per request: srv = server process "
-          "(all threads), cli = this load generator")
+LEGEND = (
+    "texts/s and tokens/s: medians over rounds; tokens are real (unpadded) tokens; 'enc' = in-process "
+    "encode_batch, 'call' = in-process transformers __call__; CPU ms per request: srv = server process "
+    "(all threads), cli = this load generator"
+)
 
 Row = dict[str, Any]
 
@@ -45,8 +47,10 @@ def human(value: float | None) -> str:
 def render(results: dict[str, Any], rows: list[Row]) -> str:
     """The table as printed and written to benchmark.txt: a title line, the legend, the rows."""
     meta = results["meta"]
-    title = (f"tokenizer-service benchmark ({'smoke' if meta['smoke'] else 'full'}; {meta['cpus']} CPUs; "
-             f"load generator: {loadgen.LOAD_GENERATOR}; {meta['seconds']:.0f} s)")
+    title = (
+        f"tokenizer-service benchmark ({'smoke' if meta['smoke'] else 'full'}; {meta['cpus']} CPUs; "
+        f"load generator: {loadgen.LOAD_GENERATOR}; {meta['seconds']:.0f} s)"
+    )
     return "\n".join([title, LEGEND, format_table(rows)])
 
 
@@ -74,9 +78,14 @@ def format_table(rows: list[Row]) -> str:
 
 def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
     """Every row of the table, scenario by scenario, then memory, then the targets."""
-    return [*_scenario1(results["scenario1"], profile), *_scenario2(results["scenario2"], profile),
-            *_scenario3(results["scenario3"]), *_scenario4(results["scenario4"], profile),
-            *_memory(results), *_targets(results["targets"])]
+    return [
+        *_scenario1(results["scenario1"], profile),
+        *_scenario2(results["scenario2"], profile),
+        *_scenario3(results["scenario3"]),
+        *_scenario4(results["scenario4"], profile),
+        *_memory(results),
+        *_targets(results["targets"]),
+    ]
 
 
 def _busy(other: float) -> str:
@@ -92,8 +101,11 @@ def _scenario1(s1: dict[str, Any], profile: Profile) -> list[Row]:
     for tok in profile.tokenizers:
         for lang in corpus.LANGUAGES:
             for bucket in corpus.BUCKETS:
-                group = {c["label"]: c for c in s1["cells"]
-                         if (c["tokenizer"], c["language"], c["bucket"]) == (tok, lang, bucket)}
+                group = {
+                    c["label"]: c
+                    for c in s1["cells"]
+                    if (c["tokenizer"], c["language"], c["bucket"]) == (tok, lang, bucket)
+                }
                 if not group:
                     continue
                 enc = group["in-process encode_batch"]["texts_per_s"]
@@ -108,14 +120,25 @@ def _scenario1(s1: dict[str, Any], profile: Profile) -> list[Row]:
                     else:
                         ratio_text = f"{r / enc:.2f}x enc"
                     service = c["where"] == "service"
-                    rows.append({
-                        "scenario": "1", "tokenizer": tok, "texts": f"{lang} {BUCKET_NAMES[bucket]}", "variant": label,
-                        "rate": human(r), "tokens_rate": human(c["tokens_per_s"]), "ratio": ratio_text,
-                        "latency": _latency(c["latency_ms"]),
-                        "cpu": (f"srv {c['server_or_worker_cpu_ms_per_request']:.3g} "
-                                f"cli {c['client_cpu_ms_per_request']:.3g}" if service else ""),
-                        "note": _busy(c["other_cpu_cores"]),
-                    })
+                    rows.append(
+                        {
+                            "scenario": "1",
+                            "tokenizer": tok,
+                            "texts": f"{lang} {BUCKET_NAMES[bucket]}",
+                            "variant": label,
+                            "rate": human(r),
+                            "tokens_rate": human(c["tokens_per_s"]),
+                            "ratio": ratio_text,
+                            "latency": _latency(c["latency_ms"]),
+                            "cpu": (
+                                f"srv {c['server_or_worker_cpu_ms_per_request']:.3g} "
+                                f"cli {c['client_cpu_ms_per_request']:.3g}"
+                                if service
+                                else ""
+                            ),
+                            "note": _busy(c["other_cpu_cores"]),
+                        }
+                    )
     return rows
 
 
@@ -135,41 +158,69 @@ def _scenario2(s2: dict[str, Any], profile: Profile) -> list[Row]:
                 note = [f"{r['errors']} non-200"] if r["errors"] else []
                 if _busy(r["other_cpu_cores"]):
                     note.append(_busy(r["other_cpu_cores"]))
-                rows.append({
-                    "scenario": "2", "tokenizer": tok, "texts": "mixed ~300, 1/request",
-                    "variant": f"{clients} clients, {label}", "rate": human(r["rate"]),
-                    "ratio": (f"{r['rate'] / off['rate']:.2f}x off, " if mode != "off" and off else "")
-                    + f"{r['rate'] / inproc['texts_per_s']:.2f}x in-proc",
-                    "latency": _latency(r["latency_ms"]),
-                    "cpu": f"srv {r['server_cpu_ms_per_request']:.3g} cli {r['client_cpu_ms_per_request']:.3g}",
-                    "note": "; ".join(note),
-                })
-        rows.append({"scenario": "2", "tokenizer": tok, "texts": "mixed ~300, 256/call",
-                     "variant": "in-process encode_batch, batches of 256", "rate": human(inproc["texts_per_s"]),
-                     "tokens_rate": human(inproc["tokens_per_s"]), "ratio": "baseline",
-                     "cpu": f"{inproc['cpu_ms_per_text']:.3g} per text", "note": _busy(inproc["other_cpu_cores"])})
+                rows.append(
+                    {
+                        "scenario": "2",
+                        "tokenizer": tok,
+                        "texts": "mixed ~300, 1/request",
+                        "variant": f"{clients} clients, {label}",
+                        "rate": human(r["rate"]),
+                        "ratio": (f"{r['rate'] / off['rate']:.2f}x off, " if mode != "off" and off else "")
+                        + f"{r['rate'] / inproc['texts_per_s']:.2f}x in-proc",
+                        "latency": _latency(r["latency_ms"]),
+                        "cpu": f"srv {r['server_cpu_ms_per_request']:.3g} cli {r['client_cpu_ms_per_request']:.3g}",
+                        "note": "; ".join(note),
+                    }
+                )
+        rows.append(
+            {
+                "scenario": "2",
+                "tokenizer": tok,
+                "texts": "mixed ~300, 256/call",
+                "variant": "in-process encode_batch, batches of 256",
+                "rate": human(inproc["texts_per_s"]),
+                "tokens_rate": human(inproc["tokens_per_s"]),
+                "ratio": "baseline",
+                "cpu": f"{inproc['cpu_ms_per_text']:.3g} per text",
+                "note": _busy(inproc["other_cpu_cores"]),
+            }
+        )
     return rows
 
 
 def _scenario3(s3: dict[str, Any]) -> list[Row]:
     for outcome in ("skipped", "failed"):
         if outcome in s3:
-            return [{"scenario": "3", "variant": "DataLoader (dataloader_compare.py)",
-                     "note": f"{outcome}: {s3[outcome]}"}]
+            return [
+                {"scenario": "3", "variant": "DataLoader (dataloader_compare.py)", "note": f"{outcome}: {s3[outcome]}"}
+            ]
     rows: list[Row] = []
     for cell in dataloader.cells(s3):
         local = cell["in-process"]
         label = f"{cell['workers']} workers, batch {cell['batch_size']}"
-        rows.append({"scenario": "3", "texts": label, "variant": "in-process collate_fn (parallelism off)",
-                     "rate": human(local["batches_per_s"]) + " b/s", "ratio": "baseline",
-                     "cpu": f"collate {local['collate_cpu_ms_per_batch']:.3g}/batch"})
+        rows.append(
+            {
+                "scenario": "3",
+                "texts": label,
+                "variant": "in-process collate_fn (parallelism off)",
+                "rate": human(local["batches_per_s"]) + " b/s",
+                "ratio": "baseline",
+                "cpu": f"collate {local['collate_cpu_ms_per_batch']:.3g}/batch",
+            }
+        )
         for name, ratios in cell["ratios_vs_inprocess"].items():
             figures = cell[name]
-            rows.append({"scenario": "3", "texts": label, "variant": f"SDK collator ({name})",
-                         "rate": human(figures["batches_per_s"]) + " b/s",
-                         "ratio": f"{ratios['batches_per_s']:.2f}x in-proc",
-                         "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g}, srv "
-                                f"{figures['server_cpu_ms_per_batch']:.3g}/batch"})
+            rows.append(
+                {
+                    "scenario": "3",
+                    "texts": label,
+                    "variant": f"SDK collator ({name})",
+                    "rate": human(figures["batches_per_s"]) + " b/s",
+                    "ratio": f"{ratios['batches_per_s']:.2f}x in-proc",
+                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g}, srv "
+                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
+                }
+            )
     return rows
 
 
@@ -184,12 +235,19 @@ def _scenario4(s4: dict[str, Any], profile: Profile) -> list[Row]:
             for label, _, _ in long_texts.METHODS:
                 p = group[label]
                 ratio = "baseline" if label == "in-process encode_batch" else f"{p['tokens_per_s'] / enc:.2f}x enc"
-                rows.append({
-                    "scenario": "4", "tokenizer": tok, "texts": f"mixed {chars} chars, {p['texts_per_request']}/req",
-                    "variant": label, "rate": human(p["texts_per_s"]), "tokens_rate": human(p["tokens_per_s"]),
-                    "ratio": ratio,
-                    "latency": _latency(p["latency_ms"]), "note": _busy(p["other_cpu_cores"]),
-                })
+                rows.append(
+                    {
+                        "scenario": "4",
+                        "tokenizer": tok,
+                        "texts": f"mixed {chars} chars, {p['texts_per_request']}/req",
+                        "variant": label,
+                        "rate": human(p["texts_per_s"]),
+                        "tokens_rate": human(p["tokens_per_s"]),
+                        "ratio": ratio,
+                        "latency": _latency(p["latency_ms"]),
+                        "note": _busy(p["other_cpu_cores"]),
+                    }
+                )
     return rows
 
 
@@ -200,11 +258,16 @@ def _memory(results: dict[str, Any]) -> list[Row]:
     rows: list[Row] = []
     for server in servers:
         memory = server["memory"]
-        rows.append({"scenario": "RSS", "tokenizer": server["name"].split(",")[0] if "name" in server else "",
-                     "variant": f"server, {server['setup']}",
-                     "note": f"RSS start {memory[0]['rss_mb']:.0f} MB, end {memory[-1]['rss_mb']:.0f} MB, "
-                             f"peak {max(m['peak_mb'] for m in memory):.0f} MB; torch "
-                             f"{'loaded' if server['torch_loaded'] else 'not loaded'}"})
+        rows.append(
+            {
+                "scenario": "RSS",
+                "tokenizer": server["name"].split(",")[0] if "name" in server else "",
+                "variant": f"server, {server['setup']}",
+                "note": f"RSS start {memory[0]['rss_mb']:.0f} MB, end {memory[-1]['rss_mb']:.0f} MB, "
+                f"peak {max(m['peak_mb'] for m in memory):.0f} MB; torch "
+                f"{'loaded' if server['torch_loaded'] else 'not loaded'}",
+            }
+        )
     return rows
 
 
@@ -214,7 +277,12 @@ def _targets(targets: list[dict[str, Any]]) -> list[Row]:
         verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
         measured = "-" if t["measured"] is None else f"{t['measured']:.3g}"
         extra = f" (worst cell {t['worst']:.2f})" if t.get("worst") is not None else ""
-        rows.append({"scenario": "target", "variant": t["target"],
-                     "ratio": f"{measured} vs {t.get('direction', '>=')} {t['threshold']:g}{extra}",
-                     "note": verdict + (f": {t['reason']}" if t.get("reason") else "")})
+        rows.append(
+            {
+                "scenario": "target",
+                "variant": t["target"],
+                "ratio": f"{measured} vs {t.get('direction', '>=')} {t['threshold']:g}{extra}",
+                "note": verdict + (f": {t['reason']}" if t.get("reason") else ""),
+            }
+        )
     return rows

@@ -9,8 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 
-def time_batches(encode: Callable[[list[str]], object], batches: list[list[str]], tokens: list[int], seconds: float,
-                 max_batches: int) -> dict[str, Any]:
+def time_batches(
+    encode: Callable[[list[str]], object], batches: list[list[str]], tokens: list[int], seconds: float, max_batches: int
+) -> dict[str, Any]:
     """Call ``encode`` on ``batches`` in turn until ``seconds`` have passed or ``max_batches`` calls were made.
 
     ``tokens[i]`` is the real (unpadded) token count of ``batches[i]``. Returns the calls made, the texts and

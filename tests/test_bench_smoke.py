@@ -21,7 +21,10 @@ SECTIONS = ("meta", "scenario1", "scenario2", "scenario3", "scenario4", "servers
 def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.run", "--smoke", "--out-dir", str(tmp_path)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         output, _ = proc.communicate(timeout=240)

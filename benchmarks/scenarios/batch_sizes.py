@@ -42,12 +42,20 @@ def measure(results: dict[str, Any], tokenizer: str, profile: Profile, sides: Si
         for lang, bucket in cells:
             for label, where, what in methods:
                 runs[(lang, bucket, label)].append(
-                    sides.measure(where, what, f"{lang}-{bucket}", BATCH, OPTIONS_BATCH, profile.seconds))
+                    sides.measure(where, what, f"{lang}-{bucket}", BATCH, OPTIONS_BATCH, profile.seconds)
+                )
     for lang, bucket in cells:
         for label, where, _ in METHODS:
             results["cells"].append(
-                {"tokenizer": tokenizer, "language": lang, "bucket": bucket, "label": label, "where": where,
-                 **aggregate(runs[(lang, bucket, label)])})
+                {
+                    "tokenizer": tokenizer,
+                    "language": lang,
+                    "bucket": bucket,
+                    "label": label,
+                    "where": where,
+                    **aggregate(runs[(lang, bucket, label)]),
+                }
+            )
 
     sweep: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
     for round_ in range(profile.sweep_rounds):
@@ -55,6 +63,7 @@ def measure(results: dict[str, Any], tokenizer: str, profile: Profile, sides: Si
         for batch in profile.sweep_batches:
             for label, where, what in rotated(METHODS, round_):
                 sweep[(batch, label)].append(
-                    sides.measure(where, what, "mixed-medium", batch, OPTIONS_BATCH, profile.sweep_seconds))
+                    sides.measure(where, what, "mixed-medium", batch, OPTIONS_BATCH, profile.sweep_seconds)
+                )
     for (batch, label), batch_runs in sweep.items():
         results["sweep"].append({"tokenizer": tokenizer, "batch": batch, "label": label, **aggregate(batch_runs)})

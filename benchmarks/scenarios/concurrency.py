@@ -39,8 +39,11 @@ def empty_results() -> dict[str, Any]:
 
 def extra_servers(tokenizer: str, profile: Profile, log_dir: Path) -> dict[str, BenchServer]:
     """The servers this scenario needs besides the batching-on one, by mode (not started)."""
-    return {mode: BenchServer(tokenizer, batching, log_dir, extra_args=extra, variant=" ".join(extra))
-            for mode, (batching, extra, _) in MODES.items() if mode != "on" and mode in profile.s2_modes}
+    return {
+        mode: BenchServer(tokenizer, batching, log_dir, extra_args=extra, variant=" ".join(extra))
+        for mode, (batching, extra, _) in MODES.items()
+        if mode != "on" and mode in profile.s2_modes
+    }
 
 
 def one_text_bodies(texts: list[str]) -> list[bytes]:
@@ -53,15 +56,30 @@ def raw_requests(server: BenchServer, bodies: list[bytes]) -> list[bytes]:
     return [loadgen.request_bytes("127.0.0.1", server.port, "/encode", b, SAFETENSORS_MEDIA_TYPE) for b in bodies]
 
 
-def run_load(server: BenchServer, requests: list[bytes], *, concurrency: int, warmup: float, duration: float,
-             max_requests: int) -> LoadResult:
+def run_load(
+    server: BenchServer, requests: list[bytes], *, concurrency: int, warmup: float, duration: float, max_requests: int
+) -> LoadResult:
     """``concurrency`` keep-alive clients against ``server``, its CPU read from /proc at the window's edges."""
-    return loadgen.run_load("127.0.0.1", server.port, requests, concurrency=concurrency, warmup=warmup,
-                            duration=duration, max_requests=max_requests, probe=CpuProbe(server.pid))
+    return loadgen.run_load(
+        "127.0.0.1",
+        server.port,
+        requests,
+        concurrency=concurrency,
+        warmup=warmup,
+        duration=duration,
+        max_requests=max_requests,
+        probe=CpuProbe(server.pid),
+    )
 
 
-def measure(results: dict[str, Any], tokenizer: str, profile: Profile, worker: InProcessWorker,
-            servers: dict[str, BenchServer], texts: list[str]) -> None:
+def measure(
+    results: dict[str, Any],
+    tokenizer: str,
+    profile: Profile,
+    worker: InProcessWorker,
+    servers: dict[str, BenchServer],
+    texts: list[str],
+) -> None:
     """Measure one tokenizer at every concurrency on every server, and the in-process rate on the same
     texts; append them to ``results`` (this scenario's section)."""
     bodies = one_text_bodies(texts)
@@ -73,19 +91,35 @@ def measure(results: dict[str, Any], tokenizer: str, profile: Profile, worker: I
     runs: dict[tuple[str, int], list[LoadResult]] = defaultdict(list)
     for round_ in range(profile.s2_rounds):
         log(f"{tokenizer}: scenario 2, round {round_ + 1}/{profile.s2_rounds}")
-        inprocess_runs.append(worker.measure("encode_batch", "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, profile.seconds,
-                                             profile.max_batches))
+        inprocess_runs.append(
+            worker.measure("encode_batch", "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, profile.seconds, profile.max_batches)
+        )
         for concurrency in profile.concurrency:
             for mode in rotated(tuple(servers), round_):
                 runs[(mode, concurrency)].append(
-                    run_load(servers[mode], requests[mode], concurrency=concurrency, warmup=profile.s2_warmup,
-                             duration=profile.s2_seconds, max_requests=profile.s2_max_requests))
+                    run_load(
+                        servers[mode],
+                        requests[mode],
+                        concurrency=concurrency,
+                        warmup=profile.s2_warmup,
+                        duration=profile.s2_seconds,
+                        max_requests=profile.s2_max_requests,
+                    )
+                )
     inproc = aggregate(inprocess_runs)
     inproc["cpu_ms_per_text"] = inproc["server_or_worker_cpu_ms_per_request"] / BATCH_IN_PROCESS
     results["inprocess"][tokenizer] = inproc
     for (mode, concurrency), mode_runs in runs.items():
-        results["runs"].append({"tokenizer": tokenizer, "mode": mode, "label": MODES[mode][2],
-                                "server_args": servers[mode].args, "concurrency": concurrency, **_summary(mode_runs)})
+        results["runs"].append(
+            {
+                "tokenizer": tokenizer,
+                "mode": mode,
+                "label": MODES[mode][2],
+                "server_args": servers[mode].args,
+                "concurrency": concurrency,
+                **_summary(mode_runs),
+            }
+        )
 
 
 def _summary(runs: list[LoadResult]) -> dict[str, Any]:
@@ -100,7 +134,9 @@ def _summary(runs: list[LoadResult]) -> dict[str, Any]:
     return {
         "rate": statistics.median(r.statuses.get(200, 0) / r.seconds for r in runs),
         "rounds_rate": [round(r.statuses.get(200, 0) / r.seconds, 1) for r in runs],
-        "requests": total, "statuses": dict(statuses), "errors": total - ok,
+        "requests": total,
+        "statuses": dict(statuses),
+        "errors": total - ok,
         "latency_ms": percentiles([x for r in runs for x in r.latencies]),
         "server_cpu_ms_per_request": 1000 * sum(r.cpu["watched_cpu_seconds"] for r in runs) / max(1, total),
         "client_cpu_ms_per_request": 1000 * sum(r.cpu["client_cpu_seconds"] for r in runs) / max(1, total),

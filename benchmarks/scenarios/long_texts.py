@@ -30,8 +30,18 @@ def measure(results: dict[str, Any], tokenizer: str, profile: Profile, sides: Si
         log(f"{tokenizer}: scenario 4, round {round_ + 1}/{profile.long_rounds}")
         for chars in profile.long_lengths:
             for label, where, what in rotated(METHODS, round_):
-                runs[(chars, label)].append(sides.measure(where, what, f"chars-{chars}", long_text_batch(chars),
-                                                          OPTIONS_LONG, profile.long_seconds))
+                runs[(chars, label)].append(
+                    sides.measure(
+                        where, what, f"chars-{chars}", long_text_batch(chars), OPTIONS_LONG, profile.long_seconds
+                    )
+                )
     for (chars, label), point_runs in runs.items():
-        results["points"].append({"tokenizer": tokenizer, "chars": chars, "texts_per_request": long_text_batch(chars),
-                                  "label": label, **aggregate(point_runs)})
+        results["points"].append(
+            {
+                "tokenizer": tokenizer,
+                "chars": chars,
+                "texts_per_request": long_text_batch(chars),
+                "label": label,
+                **aggregate(point_runs),
+            }
+        )

@@ -56,8 +56,9 @@ class Sides:
     sets: dict[str, list[str]]
     max_batches: int
 
-    def measure(self, where: str, what: str, set_name: str, batch: int, options: dict[str, Any],
-                seconds: float) -> dict[str, Any]:
+    def measure(
+        self, where: str, what: str, set_name: str, batch: int, options: dict[str, Any], seconds: float
+    ) -> dict[str, Any]:
         """One measurement of one variant: ``what`` is the in-process method or the service's media type."""
         if where == "inprocess":
             return self.worker.measure(what, set_name, batch, options, seconds, self.max_batches)

@@ -32,17 +32,22 @@ def _without_torch(work_dir: Path) -> str:
     site = work_dir / "without_torch"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(
-        "import sys\n\n# as in a [server]-only install, where torch is absent\n"
-        "sys.modules.setdefault('torch', None)\n")
+        "import sys\n\n# as in a [server]-only install, where torch is absent\nsys.modules.setdefault('torch', None)\n"
+    )
     return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
 
 
 def soak(profile: Profile, sets: dict[str, list[str]], log_dir: Path, work_dir: Path) -> dict[str, Any]:
     """Run the soak on its own server; its description, memory readings and RSS figures."""
-    server = BenchServer("default", True, log_dir, env={"PYTHONPATH": _without_torch(work_dir)},
-                         variant="torch not installed")
-    batches = [b for name in sorted(sets) if name.split("-")[0] in corpus.LANGUAGES
-               for b in corpus.batches_of(sets[name], 256, limit=4)]
+    server = BenchServer(
+        "default", True, log_dir, env={"PYTHONPATH": _without_torch(work_dir)}, variant="torch not installed"
+    )
+    batches = [
+        b
+        for name in sorted(sets)
+        if name.split("-")[0] in corpus.LANGUAGES
+        for b in corpus.batches_of(sets[name], 256, limit=4)
+    ]
     batches += corpus.batches_of(sets.get("chars-10000", sets["zh-long"]), 25, limit=2)
     bodies = one_text_bodies(sets["s2"])
     try:
@@ -53,17 +58,28 @@ def soak(profile: Profile, sets: dict[str, list[str]], log_dir: Path, work_dir: 
             deadline = time.perf_counter() + profile.soak_seconds / 2
             sent = 0
             while time.perf_counter() < deadline or sent < len(batches):
-                server.encode(orjson.dumps({"texts": batches[sent % len(batches)], **OPTIONS_BATCH}),
-                              SAFETENSORS_MEDIA_TYPE)
+                server.encode(
+                    orjson.dumps({"texts": batches[sent % len(batches)], **OPTIONS_BATCH}), SAFETENSORS_MEDIA_TYPE
+                )
                 sent += 1
                 if sent >= MAX_BATCHES_PER_ROUND:
                     break
-            run_load(server, requests, concurrency=CONCURRENCY, warmup=0.0, duration=profile.soak_seconds / 2,
-                     max_requests=profile.s2_max_requests)
+            run_load(
+                server,
+                requests,
+                concurrency=CONCURRENCY,
+                warmup=0.0,
+                duration=profile.soak_seconds / 2,
+                max_requests=profile.s2_max_requests,
+            )
             server.sample_memory(f"after round {round_ + 1}")
     finally:
         server.stop()
     rss = [m["rss_mb"] for m in server.memory]
-    return {**server.describe(),
-            "rss_start_mb": rss[0], "rss_end_mb": rss[-1], "peak_mb": max(m["peak_mb"] for m in server.memory),
-            "growth_after_first_round_mb": rss[-1] - rss[1] if len(rss) > 1 else 0.0}
+    return {
+        **server.describe(),
+        "rss_start_mb": rss[0],
+        "rss_end_mb": rss[-1],
+        "peak_mb": max(m["peak_mb"] for m in server.memory),
+        "growth_after_first_round_mb": rss[-1] - rss[1] if len(rss) > 1 else 0.0,
+    }
