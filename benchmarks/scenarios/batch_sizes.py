@@ -8,14 +8,12 @@ texts, for the plot.
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from benchmarks import corpus
 from benchmarks.loadgen import JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
 from benchmarks.profiles import Profile
-from benchmarks.progress import log
-from benchmarks.scenarios.measuring import OPTIONS_BATCH, Sides, Variant, aggregate, rotated
+from benchmarks.scenarios.measuring import OPTIONS_BATCH, Sides, Variant, aggregate
 
 BATCH = 256
 METHODS: tuple[Variant, ...] = (
@@ -34,16 +32,10 @@ def empty_results() -> dict[str, Any]:
 
 def measure(results: dict[str, Any], tokenizer: str, profile: Profile, sides: Sides) -> None:
     """Measure one tokenizer's cells and batch-size sweep; append them to ``results`` (this scenario's section)."""
-    cells = [(lang, bucket) for lang in corpus.LANGUAGES for bucket in corpus.BUCKETS]
-    runs: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
-    for round_ in range(profile.rounds):
-        log(f"{tokenizer}: scenario 1, round {round_ + 1}/{profile.rounds}")
-        methods = rotated(METHODS, round_)
-        for lang, bucket in cells:
-            for label, where, what in methods:
-                runs[(lang, bucket, label)].append(
-                    sides.measure(where, what, f"{lang}-{bucket}", BATCH, OPTIONS_BATCH, profile.seconds)
-                )
+    cells = {(lang, bucket): (f"{lang}-{bucket}", BATCH) for lang in corpus.LANGUAGES for bucket in corpus.BUCKETS}
+    runs = sides.measure_in_rounds(
+        METHODS, cells, OPTIONS_BATCH, profile.seconds, profile.rounds, f"{tokenizer}: scenario 1"
+    )
     for lang, bucket in cells:
         for label, where, _ in METHODS:
             results["cells"].append(
@@ -53,17 +45,18 @@ def measure(results: dict[str, Any], tokenizer: str, profile: Profile, sides: Si
                     "bucket": bucket,
                     "label": label,
                     "where": where,
-                    **aggregate(runs[(lang, bucket, label)]),
+                    **aggregate(runs[((lang, bucket), label)]),
                 }
             )
 
-    sweep: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
-    for round_ in range(profile.sweep_rounds):
-        log(f"{tokenizer}: scenario 1 batch-size sweep, round {round_ + 1}/{profile.sweep_rounds}")
-        for batch in profile.sweep_batches:
-            for label, where, what in rotated(METHODS, round_):
-                sweep[(batch, label)].append(
-                    sides.measure(where, what, "mixed-medium", batch, OPTIONS_BATCH, profile.sweep_seconds)
-                )
+    batches = {batch: ("mixed-medium", batch) for batch in profile.sweep_batches}
+    sweep = sides.measure_in_rounds(
+        METHODS,
+        batches,
+        OPTIONS_BATCH,
+        profile.sweep_seconds,
+        profile.sweep_rounds,
+        f"{tokenizer}: scenario 1 batch-size sweep",
+    )
     for (batch, label), batch_runs in sweep.items():
         results["sweep"].append({"tokenizer": tokenizer, "batch": batch, "label": label, **aggregate(batch_runs)})

@@ -8,12 +8,15 @@ variant always runs first or last -- and the median over rounds is reported; rat
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from benchmarks import corpus
 from benchmarks.loadgen import percentiles
 from benchmarks.processes import BenchServer, InProcessWorker
+from benchmarks.progress import log
 from benchmarks.service_client import ServiceClient
 
 OPTIONS_BATCH: dict[str, Any] = {"padding": "longest", "truncation": True, "max_length": 128}  # scenarios 1, 2
@@ -23,6 +26,7 @@ OPTIONS_LONG: dict[str, Any] = {"padding": "longest", "truncation": False}  # sc
 Variant = tuple[str, str, str]
 
 T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 
 def rotated(items: tuple[T, ...], shift: int) -> tuple[T, ...]:
@@ -64,3 +68,26 @@ class Sides:
             return self.worker.measure(what, set_name, batch, options, seconds, self.max_batches)
         batches = corpus.batches_of(self.sets[set_name], batch)
         return self.client.measure(self.server, set_name, batches, options, what, seconds, self.max_batches)
+
+    def measure_in_rounds(
+        self,
+        methods: tuple[Variant, ...],
+        points: dict[K, tuple[str, int]],
+        options: dict[str, Any],
+        seconds: float,
+        rounds: int,
+        progress: str,
+    ) -> dict[tuple[K, str], list[dict[str, Any]]]:
+        """Every variant at every point, in ``rounds`` interleaved rounds (variants in rotated order).
+
+        ``points`` maps a point (a text cell, a batch size, a text length) to the text set and the batch size
+        measured there. Returns the measurements by (point, variant label), one per round.
+        """
+        runs: dict[tuple[K, str], list[dict[str, Any]]] = defaultdict(list)
+        for round_ in range(rounds):
+            log(f"{progress}, round {round_ + 1}/{rounds}")
+            order = rotated(methods, round_)
+            for point, (set_name, batch) in points.items():
+                for label, where, what in order:
+                    runs[(point, label)].append(self.measure(where, what, set_name, batch, options, seconds))
+        return runs
