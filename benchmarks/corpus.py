@@ -11,14 +11,9 @@ Deterministic: the same arguments give the same texts in every run and on every 
 from __future__ import annotations
 
 import random
-import sys
 from functools import lru_cache
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "scripts"))
-
-from testkit import assets as package_assets  # noqa: E402
+from testkit import assets as package_assets
 
 LANGUAGES = ("zh", "en")
 BUCKETS = {"short": None, "medium": 300, "long": 1000}

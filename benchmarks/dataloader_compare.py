@@ -1,7 +1,7 @@
 """A DataLoader fed through the SDK collator vs tokenizing in-process in the collate_fn, same batches.
 
-    .venv/bin/python benchmarks/dataloader_compare.py --out bench-results/dataloader_compare.json
-    .venv/bin/python benchmarks/dataloader_compare.py --smoke --out /tmp/dl.json     # < 60 s
+    .venv/bin/python -m benchmarks.dataloader_compare --out bench-results/dataloader_compare.json
+    .venv/bin/python -m benchmarks.dataloader_compare --smoke --out /tmp/dl.json     # < 60 s
 
 One run, bounded: it starts its own server (``python -m service serve`` on 127.0.0.1, a free port), measures,
 stops the server by PID (also on error, Ctrl-C or SIGTERM) and prints the figures side by side.
@@ -35,24 +35,19 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+from benchmarks.progress import log
+from testkit import assets as package_assets
+from testkit.servers import REPO, ServerProcess
 
 # In-process tokenization in the workers, the way it can run without freezing: parallelism off. Set before
-# anything imports tokenizers. (The server sets its own: it turns parallelism on.)
+# anything imports tokenizers (neither testkit module does). (The server sets its own: it turns parallelism on.)
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "scripts"), str(REPO)]
-
-from testkit import assets as package_assets  # noqa: E402
-from testkit.servers import ServerProcess  # noqa: E402
-
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def process_cpu_seconds(pid: int) -> float:
@@ -95,15 +90,28 @@ class CpuTimed:
 
 
 # -- DataLoader --------------------------------------------------------------------------------------------
-def measure_loader(texts: list[str], collate: Callable, workers: int, batch_size: int, max_batches: int,
-                   seconds: float, server_pid: int | None) -> dict[str, Any]:
+def measure_loader(
+    texts: list[str],
+    collate: Callable,
+    workers: int,
+    batch_size: int,
+    max_batches: int,
+    seconds: float,
+    server_pid: int | None,
+) -> dict[str, Any]:
     from torch.utils.data import DataLoader
 
     warmup = 2 * workers  # the first batches pay for the worker start-up (fork, first connection)
     needed = (warmup + max_batches) * batch_size
     data = (texts * (needed // len(texts) + 1))[:needed]
-    loader = DataLoader(data, batch_size=batch_size, num_workers=workers, multiprocessing_context="fork",
-                        collate_fn=CpuTimed(collate), prefetch_factor=2)
+    loader = DataLoader(
+        data,
+        batch_size=batch_size,
+        num_workers=workers,
+        multiprocessing_context="fork",
+        collate_fn=CpuTimed(collate),
+        prefetch_factor=2,
+    )
     iterator = iter(loader)
     for _ in range(warmup):
         next(iterator)
@@ -117,9 +125,13 @@ def measure_loader(texts: list[str], collate: Callable, workers: int, batch_size
     elapsed = time.perf_counter() - started
     server_cpu = process_cpu_seconds(server_pid) - server_before if server_pid else 0.0
     del iterator  # shuts the workers down
-    return {"batches": len(cpu), "seconds": elapsed, "batches_per_s": len(cpu) / elapsed,
-            "collate_cpu_ms_per_batch": 1000 * statistics.mean(cpu),
-            "server_cpu_ms_per_batch": 1000 * server_cpu / len(cpu)}
+    return {
+        "batches": len(cpu),
+        "seconds": elapsed,
+        "batches_per_s": len(cpu) / elapsed,
+        "collate_cpu_ms_per_batch": 1000 * statistics.mean(cpu),
+        "server_cpu_ms_per_batch": 1000 * server_cpu / len(cpu),
+    }
 
 
 def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Namespace, texts: list[str]) -> list[dict]:
@@ -150,11 +162,12 @@ def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Name
             runs: dict[str, list[dict]] = {name: [] for name in variants}
             for round_ in range(args.rounds):
                 order = list(variants)
-                order = order[round_ % len(order):] + order[:round_ % len(order)]  # rotate: no fixed position
+                order = order[round_ % len(order) :] + order[: round_ % len(order)]  # rotate: no fixed position
                 for name in order:
                     collate, pid = variants[name]
-                    runs[name].append(measure_loader(texts, collate, workers, batch_size, args.max_batches,
-                                                     args.seconds, pid))
+                    runs[name].append(
+                        measure_loader(texts, collate, workers, batch_size, args.max_batches, args.seconds, pid)
+                    )
             cell: dict[str, Any] = {"workers": workers, "batch_size": batch_size, "identical_batches": True}
             for name, values in runs.items():
                 cell[name] = {
@@ -165,12 +178,16 @@ def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Name
                 }
             local = cell["in-process"]
             cell["ratios_vs_inprocess"] = {
-                name: {"batches_per_s": cell[name]["batches_per_s"] / local["batches_per_s"],
-                       "collate_cpu": cell[name]["collate_cpu_ms_per_batch"] / local["collate_cpu_ms_per_batch"]}
+                name: {
+                    "batches_per_s": cell[name]["batches_per_s"] / local["batches_per_s"],
+                    "collate_cpu": cell[name]["collate_cpu_ms_per_batch"] / local["collate_cpu_ms_per_batch"],
+                }
                 for name in clients
             }
-            log(f"workers={workers} batch={batch_size}: " + ", ".join(
-                f"{name} {cell[name]['batches_per_s']:.1f} b/s" for name in variants))
+            log(
+                f"workers={workers} batch={batch_size}: "
+                + ", ".join(f"{name} {cell[name]['batches_per_s']:.1f} b/s" for name in variants)
+            )
             cells.append(cell)
     for client in clients.values():
         client.close()
@@ -197,26 +214,38 @@ def _cpu_per_request(call: Callable[[], Any], requests: int, threads: int) -> di
         for thread in pool:
             thread.join()
     total = per_thread * threads
-    return {"requests": total, "cpu_ms_per_request": 1000 * (time.process_time() - cpu) / total,
-            "wall_ms_per_request": 1000 * (time.perf_counter() - wall) / total}
+    return {
+        "requests": total,
+        "cpu_ms_per_request": 1000 * (time.process_time() - cpu) / total,
+        "wall_ms_per_request": 1000 * (time.perf_counter() - wall) / total,
+    }
 
 
 def transport_comparison(url: str, args: argparse.Namespace, texts: list[str]) -> dict[str, Any]:
     import asyncio
 
-    from service.client import (AsyncHTTPTransport, AsyncHTTPXTransport, AsyncTokenizerClient, HTTPTransport,
-                                HTTPXTransport, TokenizerClient)
+    from service.client import (
+        AsyncHTTPTransport,
+        AsyncHTTPXTransport,
+        AsyncTokenizerClient,
+        HTTPTransport,
+        HTTPXTransport,
+        TokenizerClient,
+    )
 
     payloads = {"1 text": texts[:1], "64 texts": texts[:64]}
     results: dict[str, Any] = {}
     for _ in range(args.transport_rounds):  # interleaved rounds; medians below
-        for name, transport in (("stdlib http.client (HTTPTransport, default)", HTTPTransport),
-                                ("httpx.Client (HTTPXTransport)", HTTPXTransport)):
+        for name, transport in (
+            ("stdlib http.client (HTTPTransport, default)", HTTPTransport),
+            ("httpx.Client (HTTPXTransport)", HTTPXTransport),
+        ):
             client = TokenizerClient(url, transport=transport())
             for label, payload in payloads.items():
                 for threads in (1, 32):
-                    figure = _cpu_per_request(lambda: client(payload, return_tensors="pt", **OPTIONS),
-                                              args.transport_requests, threads)
+                    figure = _cpu_per_request(
+                        lambda: client(payload, return_tensors="pt", **OPTIONS), args.transport_requests, threads
+                    )
                     results.setdefault(f"{name} | {label} | {threads} thread(s)", []).append(figure)
             client.close()
 
@@ -233,25 +262,36 @@ def transport_comparison(url: str, args: argparse.Namespace, texts: list[str]) -
                 cpu, wall = time.process_time(), time.perf_counter()
                 await asyncio.gather(*(work() for _ in range(tasks)))
                 total = per_task * tasks
-                return {"requests": total, "cpu_ms_per_request": 1000 * (time.process_time() - cpu) / total,
-                        "wall_ms_per_request": 1000 * (time.perf_counter() - wall) / total}
+                return {
+                    "requests": total,
+                    "cpu_ms_per_request": 1000 * (time.process_time() - cpu) / total,
+                    "wall_ms_per_request": 1000 * (time.perf_counter() - wall) / total,
+                }
 
-        for name, transport in (("asyncio streams (AsyncHTTPTransport, default)", AsyncHTTPTransport),
-                                ("httpx.AsyncClient (AsyncHTTPXTransport)", AsyncHTTPXTransport)):
+        for name, transport in (
+            ("asyncio streams (AsyncHTTPTransport, default)", AsyncHTTPTransport),
+            ("httpx.AsyncClient (AsyncHTTPXTransport)", AsyncHTTPXTransport),
+        ):
             for label, payload in payloads.items():
                 figure = asyncio.run(concurrent(transport(), payload, 32))
                 results.setdefault(f"{name} | {label} | 32 tasks", []).append(figure)
-    return {key: {"cpu_ms_per_request": statistics.median(r["cpu_ms_per_request"] for r in runs),
-                  "wall_ms_per_request": statistics.median(r["wall_ms_per_request"] for r in runs),
-                  "rounds": runs}
-            for key, runs in results.items()}
+    return {
+        key: {
+            "cpu_ms_per_request": statistics.median(r["cpu_ms_per_request"] for r in runs),
+            "wall_ms_per_request": statistics.median(r["wall_ms_per_request"] for r in runs),
+            "rounds": runs,
+        }
+        for key, runs in results.items()
+    }
 
 
 # -- main --------------------------------------------------------------------------------------------------
 def print_table(result: dict[str, Any]) -> None:
-    print("\nDataLoader batches/s (fork workers; padding=longest, truncation, max_length=128; medians of "
-          f"{result['settings']['rounds']} rounds). CPU in ms per batch: 'client' = the worker's collate_fn "
-          "(HTTP client for the SDK, the tokenizer in-process), 'server' = the server process.")
+    print(
+        "\nDataLoader batches/s (fork workers; padding=longest, truncation, max_length=128; medians of "
+        f"{result['settings']['rounds']} rounds). CPU in ms per batch: 'client' = the worker's collate_fn "
+        "(HTTP client for the SDK, the tokenizer in-process), 'server' = the server process."
+    )
     names = [k for k in result["dataloader"][0]["ratios_vs_inprocess"]]
     header = f"{'workers':>7} {'batch':>5} | {'in-process':>10}"
     for name in names:
@@ -261,8 +301,10 @@ def print_table(result: dict[str, Any]) -> None:
         line = f"{cell['workers']:>7} {cell['batch_size']:>5} | {cell['in-process']['batches_per_s']:>10.1f}"
         for name in names:
             figures = cell[name]
-            line += (f" | {figures['batches_per_s']:>16.1f} {cell['ratios_vs_inprocess'][name]['batches_per_s']:>5.2f}"
-                     f" {figures['collate_cpu_ms_per_batch']:>6.2f} {figures['server_cpu_ms_per_batch']:>6.2f}")
+            line += (
+                f" | {figures['batches_per_s']:>16.1f} {cell['ratios_vs_inprocess'][name]['batches_per_s']:>5.2f}"
+                f" {figures['collate_cpu_ms_per_batch']:>6.2f} {figures['server_cpu_ms_per_batch']:>6.2f}"
+            )
         print(line + f" | {cell['in-process']['collate_cpu_ms_per_batch']:>11.2f}")
     print("\nClient CPU per request (process_time / requests; binary answer)")
     for key, figure in result["transports"].items():
@@ -271,8 +313,12 @@ def print_table(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "dataloader_compare.json",
-                        help="where to write the JSON results")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "bench-results" / "dataloader_compare.json",
+        help="where to write the JSON results",
+    )
     parser.add_argument("--smoke", action="store_true", help="tiny counts, for CI (< 60 s)")
     parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4])
     parser.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[32, 64])
@@ -281,8 +327,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement, at most")
     parser.add_argument("--transport-requests", type=int, default=320, help="requests per transport figure")
     parser.add_argument("--transport-rounds", type=int, default=2, help="interleaved rounds of transport figures")
-    parser.add_argument("--tokenizer", type=Path, default=None,
-                        help="a HuggingFace tokenizer directory (default: the embedded default tokenizer)")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="a HuggingFace tokenizer directory (default: the embedded default tokenizer)",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.workers, args.batch_sizes, args.rounds = [2], [64], 1
@@ -296,8 +346,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {"TOKENIZER_SERVICE_LOG_LEVEL": "warning"}
     servers = {  # the default server, and one that holds a lone request 2 ms back for company
         "sdk": ServerProcess(*server_args, env=env, log_path=args.out.with_suffix(".server.log")),
-        "sdk, --batch-wait-ms 2": ServerProcess(*server_args, "--batch-wait-ms", "2", env=env,
-                                                log_path=args.out.with_suffix(".server-wait2.log")),
+        "sdk, --batch-wait-ms 2": ServerProcess(
+            *server_args, "--batch-wait-ms", "2", env=env, log_path=args.out.with_suffix(".server-wait2.log")
+        ),
     }
     started = time.time()
     try:
@@ -314,10 +365,19 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     result = {
-        "settings": {"options": OPTIONS, "workers": args.workers, "batch_sizes": args.batch_sizes,
-                     "rounds": args.rounds, "max_batches": args.max_batches, "seconds": args.seconds,
-                     "tokenizer": str(args.tokenizer or "embedded default"), "texts": len(texts),
-                     "start_method": "fork", "inprocess_tokenizers_parallelism": "false", "smoke": args.smoke},
+        "settings": {
+            "options": OPTIONS,
+            "workers": args.workers,
+            "batch_sizes": args.batch_sizes,
+            "rounds": args.rounds,
+            "max_batches": args.max_batches,
+            "seconds": args.seconds,
+            "tokenizer": str(args.tokenizer or "embedded default"),
+            "texts": len(texts),
+            "start_method": "fork",
+            "inprocess_tokenizers_parallelism": "false",
+            "smoke": args.smoke,
+        },
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
         "dataloader": cells,
         "transports": transports,

@@ -7,7 +7,7 @@ Compares, for batches of real text (padding="longest", truncation, max_length=12
   - the engine's full response body: the hot path + orjson / safetensors serialisation
 No HTTP here: this isolates what the server does per batch. Rust parallelism is on in every variant.
 
-Usage: python benchmarks/hot_path.py [--batch 256] [--rounds 30] [--model DIR]
+Usage: python -m benchmarks.hot_path [--batch 256] [--rounds 30] [--model DIR]
 """
 
 from __future__ import annotations
@@ -15,13 +15,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 os.environ["TOKENIZERS_PARALLELISM"] = "true"
-REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 
 def main() -> None:
@@ -35,9 +31,9 @@ def main() -> None:
     import orjson
     from safetensors.numpy import save
 
-    from testkit import assets as package_assets
     from service.engine.encoding import EncodeOptions, TokenizerFacts, build_batch, plan_encode
     from service.engine.loading import load_tokenizer
+    from testkit import assets as package_assets
 
     texts = package_assets.chinese_reviews()[: args.batch // 2] + package_assets.english_paragraphs()[: args.batch // 2]
     reference = load_tokenizer(args.model).tokenizer  # the user's in-process tokenizer
@@ -87,8 +83,10 @@ def main() -> None:
             fn()
             timings[name].append(time.perf_counter() - started)
     base = statistics.median(timings["in-process encode_batch"])
-    print(f"batch {args.batch} texts, padding=longest, truncation, max_length=128, {args.rounds} rounds, "
-          f"median per batch; {os.cpu_count()} CPUs")
+    print(
+        f"batch {args.batch} texts, padding=longest, truncation, max_length=128, {args.rounds} rounds, "
+        f"median per batch; {os.cpu_count()} CPUs"
+    )
     print(f"{'variant':42} {'ms/batch':>9} {'texts/s':>10} {'vs encode_batch':>16}")
     for name, values in timings.items():
         median = statistics.median(values)

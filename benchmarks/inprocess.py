@@ -1,8 +1,9 @@
 """The in-process baselines, measured in their own process: what a user would do instead of the service.
 
-Run by ``benchmarks/run.py`` as a subprocess that reads one JSON command per line on stdin and answers
-one JSON line on stdout, so the baselines never share a GIL or an event loop with the load generator,
-and rounds of in-process and service measurements can be interleaved.
+Run by the benchmark as a subprocess (``python -m benchmarks.inprocess``, from the repository root) that
+reads one JSON command per line on stdin and answers one JSON line on stdout, so the baselines never share a
+GIL or an event loop with the load generator, and rounds of in-process and service measurements can be
+interleaved.
 
 Rust parallelism is on (``TOKENIZERS_PARALLELISM=true``, set before ``tokenizers`` is imported) and this
 process never forks, so the rayon pool stays usable. Commands:
@@ -22,13 +23,14 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-os.environ["TOKENIZERS_PARALLELISM"] = "true"
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmarks.corpus import batches_of
+from benchmarks.timing import time_batches
 
-from corpus import batches_of  # noqa: E402
+os.environ["TOKENIZERS_PARALLELISM"] = "true"  # before anything imports tokenizers (Baselines does, lazily)
 
 METHODS = ("encode_batch", "encode_batch_fast", "call")
 
@@ -47,17 +49,26 @@ class Baselines:
     def _configure_rust(self, options: dict[str, Any]) -> None:
         tok = self.tokenizer
         if options.get("truncation"):
-            self.rust.enable_truncation(max_length=options.get("max_length") or tok.model_max_length,
-                                        strategy="longest_first", direction=tok.truncation_side)
+            self.rust.enable_truncation(
+                max_length=options.get("max_length") or tok.model_max_length,
+                strategy="longest_first",
+                direction=tok.truncation_side,
+            )
         else:
             self.rust.no_truncation()
         if options.get("padding") == "longest":
-            self.rust.enable_padding(direction=tok.padding_side, pad_id=tok.pad_token_id,
-                                     pad_type_id=tok.pad_token_type_id, pad_token=tok.pad_token)
+            self.rust.enable_padding(
+                direction=tok.padding_side,
+                pad_id=tok.pad_token_id,
+                pad_type_id=tok.pad_token_type_id,
+                pad_token=tok.pad_token,
+            )
         else:
             self.rust.no_padding()
 
-    def _function(self, method: str, options: dict[str, Any]) -> tuple[Callable[[list[str]], Any], Callable[[Any], int]]:
+    def _function(
+        self, method: str, options: dict[str, Any]
+    ) -> tuple[Callable[[list[str]], Any], Callable[[Any], int]]:
         if method == "call":
             tokenizer = self.tokenizer
 
@@ -69,8 +80,9 @@ class Baselines:
         encode = getattr(self.rust, method)
         return encode, lambda out: sum(sum(e.attention_mask) for e in out)
 
-    def measure(self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float,
-                max_batches: int) -> dict[str, Any]:
+    def measure(
+        self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float, max_batches: int
+    ) -> dict[str, Any]:
         if method not in METHODS:
             raise ValueError(f"unknown method {method!r}; one of {METHODS}")
         batches = batches_of(self.sets[set_name], batch)
@@ -78,23 +90,9 @@ class Baselines:
         key = (set_name, batch, json.dumps(options, sort_keys=True))
         tokens = [count_tokens(fn(b)) for b in batches]  # untimed warm-up pass
         self._tokens.setdefault(key, tokens)
-        done = texts = real_tokens = 0
         cpu0 = time.process_time()
-        start = time.perf_counter()
-        latencies = []
-        while True:
-            i = done % len(batches)
-            t0 = time.perf_counter()
-            fn(batches[i])
-            latencies.append(time.perf_counter() - t0)
-            done += 1
-            texts += batch
-            real_tokens += tokens[i]
-            elapsed = time.perf_counter() - start
-            if elapsed >= seconds or done >= max_batches:
-                break
-        return {"method": method, "batches": done, "texts": texts, "tokens": real_tokens, "seconds": elapsed,
-                "cpu_seconds": time.process_time() - cpu0, "latencies": latencies}
+        timed = time_batches(fn, batches, tokens, seconds, max_batches)
+        return {"method": method, **timed, "cpu_seconds": time.process_time() - cpu0}
 
 
 def main() -> None:

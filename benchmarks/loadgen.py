@@ -45,7 +45,7 @@ def _content_length(head: bytes) -> int:
     if at < 0:
         raise ResponseError(f"response without Content-Length: {head[:200]!r}")
     end = lowered.find(b"\r\n", at + 2)
-    return int(lowered[at + 17:end])
+    return int(lowered[at + 17 : end])
 
 
 class HttpConnection:
@@ -83,7 +83,7 @@ class HttpConnection:
 def process_ticks(pid: int | str) -> int:
     """utime + stime of a process (all its threads), in clock ticks, from /proc/<pid>/stat."""
     stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2:].split()
+    fields = stat[stat.rindex(")") + 2 :].split()
     return int(fields[11]) + int(fields[12])
 
 
@@ -126,8 +126,13 @@ class CpuProbe:
         self.pids = pids
 
     def snapshot(self) -> CpuSnapshot:
-        return CpuSnapshot(time.perf_counter(), time.process_time(), process_ticks("self"),
-                           {pid: process_ticks(pid) for pid in self.pids}, busy_ticks())
+        return CpuSnapshot(
+            time.perf_counter(),
+            time.process_time(),
+            process_ticks("self"),
+            {pid: process_ticks(pid) for pid in self.pids},
+            busy_ticks(),
+        )
 
     @staticmethod
     def delta(a: CpuSnapshot, b: CpuSnapshot) -> dict[str, float]:
@@ -189,8 +194,16 @@ async def _client(host: str, port: int, requests: list[bytes], state: _State) ->
         writer.close()
 
 
-async def _run_load(host: str, port: int, requests: list[bytes], concurrency: int, warmup: float,
-                    duration: float, max_requests: int, probe: CpuProbe) -> LoadResult:
+async def _run_load(
+    host: str,
+    port: int,
+    requests: list[bytes],
+    concurrency: int,
+    warmup: float,
+    duration: float,
+    max_requests: int,
+    probe: CpuProbe,
+) -> LoadResult:
     state = _State(max_requests)
     tasks = [asyncio.ensure_future(_client(host, port, requests, state)) for _ in range(concurrency)]
     try:
@@ -216,8 +229,17 @@ async def _run_load(host: str, port: int, requests: list[bytes], concurrency: in
     return LoadResult(concurrency, len(state.latencies), cpu["wall_seconds"], state.latencies, state.statuses, cpu)
 
 
-def run_load(host: str, port: int, requests: list[bytes], *, concurrency: int, warmup: float, duration: float,
-             max_requests: int, probe: CpuProbe) -> LoadResult:
+def run_load(
+    host: str,
+    port: int,
+    requests: list[bytes],
+    *,
+    concurrency: int,
+    warmup: float,
+    duration: float,
+    max_requests: int,
+    probe: CpuProbe,
+) -> LoadResult:
     """``concurrency`` keep-alive connections, each sending the next request as soon as its last answer
     is read. Only requests completed inside the window (after ``warmup``, for at most ``duration``
     seconds or ``max_requests`` answers) count; CPU is read at the window's edges."""

@@ -1,4 +1,6 @@
-"""The benchmark's outputs: one text table and the PNG plots (matplotlib, Agg backend: no display needed)."""
+"""The benchmark's outputs in ``--out-dir``: ``benchmark.json`` (every figure, the targets and the table rows),
+``benchmark.txt`` (the printed table) and the PNG plots (matplotlib, Agg backend: no display needed).
+"""
 
 from __future__ import annotations
 
@@ -6,18 +8,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-COLUMNS = (
-    ("scenario", "#"),
-    ("tokenizer", "tokenizer"),
-    ("texts", "texts"),
-    ("variant", "variant"),
-    ("rate", "texts/s"),
-    ("tokens_rate", "tokens/s"),
-    ("ratio", "ratio (same run)"),
-    ("latency", "latency p50/p90/p99 ms"),
-    ("cpu", "CPU ms per request"),
-    ("note", "note"),
-)
+import orjson
+
+from benchmarks.profiles import Profile
+from benchmarks.table import build_table, render
 
 PLOTS = {
     "batch": "throughput_vs_batch.png",
@@ -27,35 +21,15 @@ PLOTS = {
 }
 
 
-def human(value: float | None) -> str:
-    """3 significant figures, k/M suffixes: 12345 -> 12.3k."""
-    if value is None or value != value:
-        return "-"
-    for threshold, suffix in ((1e6, "M"), (1e3, "k")):
-        if abs(value) >= threshold:
-            return f"{value / threshold:.3g}{suffix}"
-    return f"{value:.3g}"
-
-
-def format_table(rows: list[dict[str, Any]]) -> str:
-    cells = [[str(row.get(key, "") if row.get(key) is not None else "") for key, _ in COLUMNS] for row in rows]
-    headers = [title for _, title in COLUMNS]
-    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
-    # drop columns that are empty in every row
-    keep = [i for i in range(len(headers)) if any(c[i] for c in cells)]
-
-    def line(values: list[str]) -> str:
-        return " | ".join(values[i].ljust(widths[i]) for i in keep).rstrip()
-
-    out = [line(headers), "-+-".join("-" * widths[i] for i in keep)]
-    previous = None
-    for row, values in zip(rows, cells):
-        section = row.get("scenario")
-        if previous is not None and section != previous:
-            out.append("-+-".join("-" * widths[i] for i in keep))
-        previous = section
-        out.append(line(values))
-    return "\n".join(out)
+def write_report(results: dict[str, Any], profile: Profile, out_dir: Path) -> str:
+    """Add the table rows and the plots to ``results``, write the JSON and the text table; the text table."""
+    results["table"] = build_table(results, profile)
+    text = render(results, results["table"])
+    results["plots"] = draw_plots(results, out_dir)
+    json_bytes = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    (out_dir / "benchmark.json").write_bytes(json_bytes)
+    (out_dir / "benchmark.txt").write_text(text + "\n", "utf-8")
+    return text
 
 
 # -- plots ------------------------------------------------------------------------------------------------
@@ -83,45 +57,51 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     # throughput vs batch size (scenario 1 sweep)
     sweep = results["scenario1"].get("sweep", [])
     fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs batch size, ~300-char texts, one client ({machine})")
-    for ax, tok in zip(axes, tokenizers):
+    for ax, tok in zip(axes, tokenizers, strict=False):
         _plot_by_label(ax, sweep, tok, "batch", "texts_per_s")
         _finish(ax, tok, "texts per request (batch size)", "texts/s", logx=True, logy=True)
     written["batch"] = _save(fig, plt, out_dir / PLOTS["batch"])
 
     # throughput vs concurrency and latency percentiles (scenario 2)
     s2 = results["scenario2"]
-    fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs concurrency, 1 text (~300 chars) per request ({machine})")
-    for ax, tok in zip(axes, tokenizers):
+    title = f"Throughput vs concurrency, 1 text (~300 chars) per request ({machine})"
+    fig, axes = _subplots(plt, len(tokenizers), title)
+    for ax, tok in zip(axes, tokenizers, strict=False):
         for mode, label in _modes(s2):
-            points = sorted((r["concurrency"], r["rate"]) for r in s2.get("runs", [])
-                            if r["tokenizer"] == tok and r["mode"] == mode)
+            points = sorted(
+                (r["concurrency"], r["rate"]) for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode
+            )
             if points:
                 ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"service, {label}")
         inproc = s2.get("inprocess", {}).get(tok)
         if inproc:
-            ax.axhline(inproc["texts_per_s"], color="gray", linestyle="--",
-                       label="in-process encode_batch, batches of 256")
+            ax.axhline(
+                inproc["texts_per_s"], color="gray", linestyle="--", label="in-process encode_batch, batches of 256"
+            )
         _finish(ax, tok, "concurrent clients", "requests/s (= texts/s)", logx=True, logy=False)
     written["concurrency"] = _save(fig, plt, out_dir / PLOTS["concurrency"])
 
     fig, axes = _subplots(plt, len(tokenizers), "Latency percentiles, 1 text (~300 chars) per request")
-    for ax, tok in zip(axes, tokenizers):
-        for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red")):
-            runs = sorted((r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
-                          key=lambda r: r["concurrency"])
+    for ax, tok in zip(axes, tokenizers, strict=False):
+        for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red"), strict=False):
+            runs = sorted(
+                (r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
+                key=lambda r: r["concurrency"],
+            )
             if not runs:
                 continue
             xs = [r["concurrency"] for r in runs]
             for pct, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
-                ax.plot(xs, [r["latency_ms"][pct] for r in runs], style, marker="o", color=color,
-                        label=f"{label} {pct}")
+                ax.plot(
+                    xs, [r["latency_ms"][pct] for r in runs], style, marker="o", color=color, label=f"{label} {pct}"
+                )
         _finish(ax, tok, "concurrent clients", "latency (ms)", logx=True, logy=True)
     written["latency"] = _save(fig, plt, out_dir / PLOTS["latency"])
 
     # long-text scaling (scenario 4)
     s4 = results["scenario4"].get("points", [])
     fig, axes = _subplots(plt, len(tokenizers), "Long-text scaling: tokens/s vs text length (no truncation)")
-    for ax, tok in zip(axes, tokenizers):
+    for ax, tok in zip(axes, tokenizers, strict=False):
         _plot_by_label(ax, s4, tok, "chars", "tokens_per_s")
         _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
         ax.set_ylim(bottom=0)

@@ -1,0 +1,288 @@
+"""The benchmark's one table: a row per figure (absolute figures and the ratios measured in the same run), a
+section per scenario, then memory and the targets; rendered as fixed-width text.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from benchmarks import corpus, loadgen
+from benchmarks.machine import BUSY_CORES
+from benchmarks.profiles import Profile
+from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts
+
+COLUMNS = (
+    ("scenario", "#"),
+    ("tokenizer", "tokenizer"),
+    ("texts", "texts"),
+    ("variant", "variant"),
+    ("rate", "texts/s"),
+    ("tokens_rate", "tokens/s"),
+    ("ratio", "ratio (same run)"),
+    ("latency", "latency p50/p90/p99 ms"),
+    ("cpu", "CPU ms per request"),
+    ("note", "note"),
+)
+BUCKET_NAMES = {"short": "short <100", "medium": "medium ~300", "long": "long ~1000"}
+LEGEND = (
+    "texts/s and tokens/s: medians over rounds; tokens are real (unpadded) tokens; 'enc' = in-process "
+    "encode_batch, 'call' = in-process transformers __call__; CPU ms per request: srv = server process "
+    "(all threads), cli = this load generator"
+)
+
+Row = dict[str, Any]
+
+
+def human(value: float | None) -> str:
+    """3 significant figures, k/M suffixes: 12345 -> 12.3k."""
+    if value is None or math.isnan(value):
+        return "-"
+    for threshold, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= threshold:
+            return f"{value / threshold:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def render(results: dict[str, Any], rows: list[Row]) -> str:
+    """The table as printed and written to benchmark.txt: a title line, the legend, the rows."""
+    meta = results["meta"]
+    title = (
+        f"tokenizer-service benchmark ({'smoke' if meta['smoke'] else 'full'}; {meta['cpus']} CPUs; "
+        f"load generator: {loadgen.LOAD_GENERATOR}; {meta['seconds']:.0f} s)"
+    )
+    return "\n".join([title, LEGEND, format_table(rows)])
+
+
+def format_table(rows: list[Row]) -> str:
+    """Fixed-width columns, the empty ones dropped, a rule between scenarios."""
+    cells = [[str(row.get(key, "") if row.get(key) is not None else "") for key, _ in COLUMNS] for row in rows]
+    headers = [title for _, title in COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    # drop columns that are empty in every row
+    keep = [i for i in range(len(headers)) if any(c[i] for c in cells)]
+
+    def line(values: list[str]) -> str:
+        return " | ".join(values[i].ljust(widths[i]) for i in keep).rstrip()
+
+    out = [line(headers), "-+-".join("-" * widths[i] for i in keep)]
+    previous = None
+    for row, values in zip(rows, cells, strict=True):
+        section = row.get("scenario")
+        if previous is not None and section != previous:
+            out.append("-+-".join("-" * widths[i] for i in keep))
+        previous = section
+        out.append(line(values))
+    return "\n".join(out)
+
+
+def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
+    """Every row of the table, scenario by scenario, then memory, then the targets."""
+    return [
+        *_scenario1(results["scenario1"], profile),
+        *_scenario2(results["scenario2"], profile),
+        *_scenario3(results["scenario3"]),
+        *_scenario4(results["scenario4"], profile),
+        *_memory(results),
+        *_targets(results["targets"]),
+    ]
+
+
+def _busy(other: float) -> str:
+    return f"busy machine: +{other:.2f} cores" if other > BUSY_CORES else ""
+
+
+def _latency(lat: dict[str, float]) -> str:
+    return "/".join(f"{lat[k]:.3g}" for k in ("p50", "p90", "p99"))
+
+
+def _scenario1(s1: dict[str, Any], profile: Profile) -> list[Row]:
+    rows: list[Row] = []
+    for tok in profile.tokenizers:
+        for lang in corpus.LANGUAGES:
+            for bucket in corpus.BUCKETS:
+                group = {
+                    c["label"]: c
+                    for c in s1["cells"]
+                    if (c["tokenizer"], c["language"], c["bucket"]) == (tok, lang, bucket)
+                }
+                if not group:
+                    continue
+                enc = group["in-process encode_batch"]["texts_per_s"]
+                call = group["in-process transformers __call__(pt)"]["texts_per_s"]
+                for label, _, _ in batch_sizes.METHODS:
+                    c = group[label]
+                    r = c["texts_per_s"]
+                    if label == "in-process encode_batch":
+                        ratio_text = "baseline"
+                    elif label in ("service JSON", "service binary"):
+                        ratio_text = f"{r / enc:.2f}x enc, {r / call:.2f}x call"
+                    else:
+                        ratio_text = f"{r / enc:.2f}x enc"
+                    service = c["where"] == "service"
+                    rows.append(
+                        {
+                            "scenario": "1",
+                            "tokenizer": tok,
+                            "texts": f"{lang} {BUCKET_NAMES[bucket]}",
+                            "variant": label,
+                            "rate": human(r),
+                            "tokens_rate": human(c["tokens_per_s"]),
+                            "ratio": ratio_text,
+                            "latency": _latency(c["latency_ms"]),
+                            "cpu": (
+                                f"srv {c['server_or_worker_cpu_ms_per_request']:.3g} "
+                                f"cli {c['client_cpu_ms_per_request']:.3g}"
+                                if service
+                                else ""
+                            ),
+                            "note": _busy(c["other_cpu_cores"]),
+                        }
+                    )
+    return rows
+
+
+def _scenario2(s2: dict[str, Any], profile: Profile) -> list[Row]:
+    rows: list[Row] = []
+    for tok in profile.tokenizers:
+        inproc = s2["inprocess"].get(tok)
+        runs = {(r["mode"], r["concurrency"]): r for r in s2["runs"] if r["tokenizer"] == tok}
+        if not runs or not inproc:
+            continue
+        for clients in profile.concurrency:
+            for mode, (_, _, label) in concurrency.MODES.items():
+                if (mode, clients) not in runs:
+                    continue
+                r = runs[(mode, clients)]
+                off = runs.get(("off", clients))
+                note = [f"{r['errors']} non-200"] if r["errors"] else []
+                if _busy(r["other_cpu_cores"]):
+                    note.append(_busy(r["other_cpu_cores"]))
+                rows.append(
+                    {
+                        "scenario": "2",
+                        "tokenizer": tok,
+                        "texts": "mixed ~300, 1/request",
+                        "variant": f"{clients} clients, {label}",
+                        "rate": human(r["rate"]),
+                        "ratio": (f"{r['rate'] / off['rate']:.2f}x off, " if mode != "off" and off else "")
+                        + f"{r['rate'] / inproc['texts_per_s']:.2f}x in-proc",
+                        "latency": _latency(r["latency_ms"]),
+                        "cpu": f"srv {r['server_cpu_ms_per_request']:.3g} cli {r['client_cpu_ms_per_request']:.3g}",
+                        "note": "; ".join(note),
+                    }
+                )
+        rows.append(
+            {
+                "scenario": "2",
+                "tokenizer": tok,
+                "texts": "mixed ~300, 256/call",
+                "variant": "in-process encode_batch, batches of 256",
+                "rate": human(inproc["texts_per_s"]),
+                "tokens_rate": human(inproc["tokens_per_s"]),
+                "ratio": "baseline",
+                "cpu": f"{inproc['cpu_ms_per_text']:.3g} per text",
+                "note": _busy(inproc["other_cpu_cores"]),
+            }
+        )
+    return rows
+
+
+def _scenario3(s3: dict[str, Any]) -> list[Row]:
+    for outcome in ("skipped", "failed"):
+        if outcome in s3:
+            return [
+                {"scenario": "3", "variant": "DataLoader (dataloader_compare.py)", "note": f"{outcome}: {s3[outcome]}"}
+            ]
+    rows: list[Row] = []
+    for cell in dataloader.cells(s3):
+        local = cell["in-process"]
+        label = f"{cell['workers']} workers, batch {cell['batch_size']}"
+        rows.append(
+            {
+                "scenario": "3",
+                "texts": label,
+                "variant": "in-process collate_fn (parallelism off)",
+                "rate": human(local["batches_per_s"]) + " b/s",
+                "ratio": "baseline",
+                "cpu": f"collate {local['collate_cpu_ms_per_batch']:.3g}/batch",
+            }
+        )
+        for name, ratios in cell["ratios_vs_inprocess"].items():
+            figures = cell[name]
+            rows.append(
+                {
+                    "scenario": "3",
+                    "texts": label,
+                    "variant": f"SDK collator ({name})",
+                    "rate": human(figures["batches_per_s"]) + " b/s",
+                    "ratio": f"{ratios['batches_per_s']:.2f}x in-proc",
+                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g}, srv "
+                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
+                }
+            )
+    return rows
+
+
+def _scenario4(s4: dict[str, Any], profile: Profile) -> list[Row]:
+    rows: list[Row] = []
+    for tok in profile.tokenizers:
+        for chars in profile.long_lengths:
+            group = {p["label"]: p for p in s4["points"] if p["tokenizer"] == tok and p["chars"] == chars}
+            if not group:
+                continue
+            enc = group["in-process encode_batch"]["tokens_per_s"]
+            for label, _, _ in long_texts.METHODS:
+                p = group[label]
+                ratio = "baseline" if label == "in-process encode_batch" else f"{p['tokens_per_s'] / enc:.2f}x enc"
+                rows.append(
+                    {
+                        "scenario": "4",
+                        "tokenizer": tok,
+                        "texts": f"mixed {chars} chars, {p['texts_per_request']}/req",
+                        "variant": label,
+                        "rate": human(p["texts_per_s"]),
+                        "tokens_rate": human(p["tokens_per_s"]),
+                        "ratio": ratio,
+                        "latency": _latency(p["latency_ms"]),
+                        "note": _busy(p["other_cpu_cores"]),
+                    }
+                )
+    return rows
+
+
+def _memory(results: dict[str, Any]) -> list[Row]:
+    servers = list(results["servers"].values())
+    if "memory" in results["rss_soak"]:
+        servers.append({**results["rss_soak"], "setup": results["rss_soak"]["setup"] + " (soak)"})
+    rows: list[Row] = []
+    for server in servers:
+        memory = server["memory"]
+        rows.append(
+            {
+                "scenario": "RSS",
+                "tokenizer": server["name"].split(",")[0] if "name" in server else "",
+                "variant": f"server, {server['setup']}",
+                "note": f"RSS start {memory[0]['rss_mb']:.0f} MB, end {memory[-1]['rss_mb']:.0f} MB, "
+                f"peak {max(m['peak_mb'] for m in memory):.0f} MB; torch "
+                f"{'loaded' if server['torch_loaded'] else 'not loaded'}",
+            }
+        )
+    return rows
+
+
+def _targets(targets: list[dict[str, Any]]) -> list[Row]:
+    rows: list[Row] = []
+    for t in targets:
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
+        measured = "-" if t["measured"] is None else f"{t['measured']:.3g}"
+        extra = f" (worst cell {t['worst']:.2f})" if t.get("worst") is not None else ""
+        rows.append(
+            {
+                "scenario": "target",
+                "variant": t["target"],
+                "ratio": f"{measured} vs {t.get('direction', '>=')} {t['threshold']:g}{extra}",
+                "note": verdict + (f": {t['reason']}" if t.get("reason") else ""),
+            }
+        )
+    return rows

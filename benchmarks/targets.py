@@ -1,0 +1,225 @@
+"""The benchmark's targets: what each is, its threshold, and whether this run's figures met it.
+
+Each target is a ratio or a figure measured in this run (ratios of medians over rounds; for scenario 1 a
+geometric mean over the text cells, with the worst cell shown). ``met`` is None when it was not measured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Any
+
+from benchmarks.profiles import Profile
+from benchmarks.scenarios import dataloader
+
+THRESHOLDS = {
+    "s1_binary_vs_encode_batch": 0.9,
+    "s1_binary_vs_call": 1.2,
+    "s1_json_vs_encode_batch": 0.7,
+    "s2_on_vs_off": 1.5,
+    "s2_on_vs_inprocess": 0.5,
+    "s2_server_cpu_ms_per_request": 0.3,
+    "rss_peak_mb": 300.0,
+    "s3_dataloader_vs_collate_fn": 1.0,
+}
+S1_RATIOS = (  # target, service variant, baseline variant, baseline in the description
+    ("s1_binary_vs_encode_batch", "service binary", "in-process encode_batch", "encode_batch"),
+    ("s1_binary_vs_call", "service binary", "in-process transformers __call__(pt)", "transformers __call__"),
+    ("s1_json_vs_encode_batch", "service JSON", "in-process encode_batch", "encode_batch"),
+)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    """a / b, or None when either is missing or zero."""
+    return a / b if a and b else None
+
+
+def geomean(values: list[float]) -> float | None:
+    """Geometric mean of the non-zero values; None if there are none."""
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+class Targets:
+    """The targets evaluated so far, in the order they are reported."""
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+
+    def add(
+        self,
+        name: str,
+        description: str,
+        measured: float | None,
+        threshold: float,
+        higher_is_better: bool = True,
+        **details: Any,
+    ) -> None:
+        """Record one target: met when ``measured`` is on the right side of ``threshold``."""
+        met = None if measured is None else (measured >= threshold if higher_is_better else measured <= threshold)
+        self.items.append(
+            {
+                "target": name,
+                "description": description,
+                "direction": ">=" if higher_is_better else "<=",
+                "threshold": threshold,
+                "measured": None if measured is None else round(measured, 4),
+                "met": met,
+                **details,
+            }
+        )
+
+    def add_per_cell(self, name: str, description: str, per_cell: dict[str, float], threshold: float) -> None:
+        """A target on the geometric mean over cells, with the worst cell and whether every cell met it."""
+        values = list(per_cell.values())
+        self.add(
+            name,
+            description,
+            geomean(values),
+            threshold,
+            worst=round(min(values), 4) if values else None,
+            met_in_every_cell=all(v >= threshold for v in values) if values else None,
+            per_cell={k: round(v, 4) for k, v in per_cell.items()},
+        )
+
+
+def evaluate_targets(results: dict[str, Any], profile: Profile) -> list[dict[str, Any]]:
+    """Every target this run's results allow to evaluate, in report order."""
+    targets = Targets()
+    _scenario1(targets, results["scenario1"], profile)
+    _scenario2(targets, results["scenario2"], profile)
+    _memory(targets, results["rss_soak"], results["servers"])
+    _scenario3(targets, results["scenario3"])
+    return targets.items
+
+
+def _scenario1(targets: Targets, s1: dict[str, Any], profile: Profile) -> None:
+    for tok in profile.tokenizers:
+        by: dict[tuple[str, str], dict[str, float]] = defaultdict(dict)
+        for c in s1["cells"]:
+            if c["tokenizer"] == tok:
+                by[(c["language"], c["bucket"])][c["label"]] = c["texts_per_s"]
+        if not by:
+            continue
+        for key, service, base, base_label in S1_RATIOS:
+            per_cell = {f"{lang} {bucket}": ratio(v.get(service), v.get(base)) for (lang, bucket), v in by.items()}
+            measured = {k: v for k, v in per_cell.items() if v}
+            targets.add_per_cell(
+                f"{key}[{tok}]",
+                f"scenario 1, {tok}: {service} / in-process {base_label}, batches "
+                f"of 256 (geometric mean over the {len(measured)} text cells)",
+                measured,
+                THRESHOLDS[key],
+            )
+
+
+def _scenario2(targets: Targets, s2: dict[str, Any], profile: Profile) -> None:
+    top = max(profile.concurrency)
+    for tok in profile.tokenizers:
+        run = {r["mode"]: r for r in s2["runs"] if r["tokenizer"] == tok and r["concurrency"] == top}
+        inproc = s2["inprocess"].get(tok)
+        if "on" not in run or "off" not in run or not inproc:
+            continue
+        on, off = run["on"], run["off"]
+        targets.add(
+            f"s2_on_vs_off[{tok}]",
+            f"scenario 2, {tok}, {top} clients x 1 text: batching on / off",
+            ratio(on["rate"], off["rate"]),
+            THRESHOLDS["s2_on_vs_off"],
+        )
+        targets.add(
+            f"s2_on_vs_inprocess[{tok}]",
+            f"scenario 2, {tok}, {top} clients x 1 text: batching on / in-process encode_batch in batches of 256",
+            ratio(on["rate"], inproc["texts_per_s"]),
+            THRESHOLDS["s2_on_vs_inprocess"],
+        )
+        targets.add(
+            f"s2_server_cpu_ms_per_request[{tok}]",
+            f"scenario 2, {tok}, {top} clients, batching on: "
+            "server CPU ms per request (utime+stime of all its threads, tokenizing included)",
+            on["server_cpu_ms_per_request"],
+            THRESHOLDS["s2_server_cpu_ms_per_request"],
+            higher_is_better=False,
+        )
+        targets.add(
+            f"s2_server_cpu_overhead_ms_per_request[{tok}]",
+            f"scenario 2, {tok}, {top} clients, batching "
+            "on: server CPU ms per request minus the CPU in-process encode_batch spends per text (the "
+            "service's own overhead)",
+            on["server_cpu_ms_per_request"] - inproc["cpu_ms_per_text"],
+            THRESHOLDS["s2_server_cpu_ms_per_request"],
+            higher_is_better=False,
+            tokenizing_cpu_ms_per_text_in_process=round(inproc["cpu_ms_per_text"], 4),
+        )
+
+
+def _memory(targets: Targets, soak: dict[str, Any], servers: dict[str, dict[str, Any]]) -> None:
+    if "peak_mb" in soak:
+        targets.add(
+            f"rss_peak_mb[{soak['name']}]",
+            "server RSS peak (VmHWM) over the soak, default tokenizer, as a [server]-only install runs it",
+            soak["peak_mb"],
+            THRESHOLDS["rss_peak_mb"],
+            higher_is_better=False,
+            rss_start_mb=round(soak["rss_start_mb"], 1),
+            rss_end_mb=round(soak["rss_end_mb"], 1),
+            torch_loaded=soak["torch_loaded"],
+        )
+        rounds = [m["rss_mb"] for m in soak["memory"][1:]]
+        half = max(1, len(rounds) // 2)
+        early, late = max(rounds[:half]), max(rounds[-half:])
+        targets.add(
+            f"rss_growth_mb[{soak['name']}]",
+            f"RSS flat under {len(rounds)} rounds of the same load: the "
+            f"highest RSS of the last {half} round(s) minus the highest of the first {half}, at most 10% of "
+            "the latter",
+            late - early,
+            round(0.10 * early, 1),
+            higher_is_better=False,
+            rss_after_each_round_mb=[round(x, 1) for x in rounds],
+        )
+    name = "default, batching on"  # the server that ran every scenario
+    if name in servers:
+        server = servers[name]
+        memory = server["memory"]
+        targets.add(
+            f"rss_peak_mb[{name}]",
+            f"server RSS peak (VmHWM), {name}, python -m service serve in this venv "
+            f"(torch {'loaded' if server['torch_loaded'] else 'not loaded'})",
+            max(m["peak_mb"] for m in memory),
+            THRESHOLDS["rss_peak_mb"],
+            higher_is_better=False,
+            rss_start_mb=round(memory[0]["rss_mb"], 1),
+            rss_end_mb=round(memory[-1]["rss_mb"], 1),
+            torch_loaded=server["torch_loaded"],
+        )
+
+
+def _scenario3(targets: Targets, s3: dict[str, Any]) -> None:
+    name, threshold = "s3_dataloader_vs_collate_fn", THRESHOLDS["s3_dataloader_vs_collate_fn"]
+    cells = dataloader.cells(s3)
+    if cells:
+        per_cell = {
+            f"{c['workers']} workers, batch {c['batch_size']}": c["ratios_vs_inprocess"]["sdk"]["batches_per_s"]
+            for c in cells
+        }
+        targets.add_per_cell(
+            name,
+            "scenario 3: DataLoader batches/s through the SDK collator (default server) / "
+            "in-process tokenization in the collate_fn, TOKENIZERS_PARALLELISM=false (geometric "
+            f"mean over the {len(per_cell)} cells)",
+            per_cell,
+            threshold,
+        )
+    else:
+        targets.items.append(
+            {
+                "target": name,
+                "description": "scenario 3: >= 1.0x the in-process collate_fn baseline",
+                "threshold": threshold,
+                "measured": None,
+                "met": None,
+                "reason": s3.get("skipped") or s3["failed"],
+            }
+        )
