@@ -11,7 +11,7 @@ Deterministic: the same arguments give the same texts in every run and on every 
 from __future__ import annotations
 
 import random
-from functools import lru_cache
+from functools import cache
 
 from testkit import assets as package_assets
 
@@ -20,7 +20,7 @@ BUCKETS = {"short": None, "medium": 300, "long": 1000}
 SEPARATOR = {"zh": "", "en": " "}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _source(language: str) -> tuple[str, ...]:
     if language == "zh":
         return tuple(package_assets.chinese_reviews())
@@ -64,7 +64,7 @@ def mixed_texts(bucket: str, count: int, seed: int = 0) -> list[str]:
     """``count`` texts alternating Chinese and English, for scenarios that are not split by language."""
     zh = bucket_texts("zh", bucket, (count + 1) // 2, seed)
     en = bucket_texts("en", bucket, count // 2, seed)
-    mixed = [t for pair in zip(zh, en) for t in pair]
+    mixed = [t for pair in zip(zh, en, strict=False) for t in pair]  # zh may hold one more
     if len(zh) > len(en):
         mixed.append(zh[-1])
     return mixed

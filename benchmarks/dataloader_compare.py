@@ -27,6 +27,7 @@ interleaved deterministically.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
@@ -244,7 +245,9 @@ def transport_comparison(url: str, args: argparse.Namespace, texts: list[str]) -
             for label, payload in payloads.items():
                 for threads in (1, 32):
                     figure = _cpu_per_request(
-                        lambda: client(payload, return_tensors="pt", **OPTIONS), args.transport_requests, threads
+                        functools.partial(client, payload, return_tensors="pt", **OPTIONS),
+                        args.transport_requests,
+                        threads,
                     )
                     results.setdefault(f"{name} | {label} | {threads} thread(s)", []).append(figure)
             client.close()

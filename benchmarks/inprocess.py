@@ -111,7 +111,7 @@ def main() -> None:
                 answer = {"ok": True, **baselines.measure(**command)}
             else:
                 raise ValueError(f"unknown op {op!r}")
-        except Exception as exc:  # report, keep serving: the orchestrator decides
+        except Exception as exc:  # noqa: BLE001 -- report any failure, keep serving: the orchestrator decides
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()

@@ -90,7 +90,7 @@ def process_ticks(pid: int | str) -> int:
 def busy_ticks() -> int:
     """Busy CPU ticks of the whole machine (all cores) from /proc/stat: everything but idle and iowait."""
     values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    user, nice, system, idle, iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
     return user + nice + system + irq + softirq + steal
 
 
@@ -217,7 +217,7 @@ async def _run_load(
         state.recording = False
         after = probe.snapshot()
         state.stop = True
-        done, pending = await asyncio.wait(tasks, timeout=60)
+        done, _ = await asyncio.wait(tasks, timeout=60)
         for task in done:
             if task.exception() is not None:
                 raise task.exception()
