@@ -49,19 +49,31 @@ def _content_length(head: bytes) -> int:
 
 
 class HttpConnection:
-    """One blocking keep-alive connection, for the one-client scenarios."""
+    """One blocking keep-alive connection, for the one-client scenarios. A connection the server closed while
+    it sat idle (uvicorn drops idle ones after 5 s: a slow set-up on a busy machine) is reopened once."""
 
     def __init__(self, host: str, port: int, timeout: float = 120.0) -> None:
-        self.host, self.port = host, port
-        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.host, self.port, self.timeout = host, port, timeout
+        self.head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n"
+        self._connect()
+
+    def _connect(self) -> None:
+        self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = self.sock.makefile("rb", buffering=1 << 16)
-        self.head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n"
 
     def post(self, path: str, body: bytes, accept: str = JSON_MEDIA_TYPE) -> tuple[int, bytes]:
         head = f"POST {path} HTTP/1.1\r\n{self.head}Accept: {accept}\r\nContent-Length: {len(body)}\r\n\r\n"
-        self.sock.sendmsg([head.encode("ascii"), body])
-        status_line = self.reader.readline()
+        try:
+            self.sock.sendmsg([head.encode("ascii"), body])
+            status_line = self.reader.readline()
+        except ConnectionError:
+            status_line = b""
+        if not status_line:  # closed while idle, before this request was read: one fresh connection
+            self.close()
+            self._connect()
+            self.sock.sendmsg([head.encode("ascii"), body])
+            status_line = self.reader.readline()
         if not status_line:
             raise ResponseError("the server closed the connection")
         status = int(status_line.split(None, 2)[1])
