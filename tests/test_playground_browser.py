@@ -59,17 +59,27 @@ def missing_browser(reason: str) -> None:
     pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def driver() -> Iterator[Any]:
+@pytest.fixture(scope="session", autouse=True)
+def chromium() -> tuple[str, str]:
+    """The browser and its driver, or skip (fail in CI). Session-scoped and autouse, so it runs before the
+    session's servers start: a machine without a browser skips at once."""
     try:
-        from selenium import webdriver
-        from selenium.webdriver.chrome.service import Service
+        import selenium  # noqa: F401
     except ImportError:
         missing_browser("selenium is not installed")
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     chromedriver = shutil.which("chromedriver")
     if binary is None or chromedriver is None:
         missing_browser("no chromium" if binary is None else "no chromedriver")
+    return binary, chromedriver
+
+
+@pytest.fixture(scope="module")
+def driver(chromium: tuple[str, str]) -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, chromedriver = chromium
     options = webdriver.ChromeOptions()
     options.binary_location = binary
     for flag in CHROMIUM_FLAGS:
