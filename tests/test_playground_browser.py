@@ -331,6 +331,8 @@ PAIR = "第二句 second text 😀"
 
 
 def test_chinese_a_pair_and_the_options_draw_what_encode_returns(driver, servers):
+    from selenium.webdriver.common.by import By
+
     server = servers["wordpiece_default"]
     open_page(driver, server.url + wire.PLAYGROUND_PATH)
     source = driver.execute_script("return document.getElementById('info-source').textContent")
@@ -351,6 +353,8 @@ def test_chinese_a_pair_and_the_options_draw_what_encode_returns(driver, servers
     tip = hover(driver, 1)
     assert f"id {view['ids'][1]}" in tip and view["tokens"][1] in tip and "characters 0–1" in tip
     assert "special" in hover(driver, 0)
+    driver.find_element(By.ID, "copy-ids").click()  # the clipboard API, or the select-and-copy fallback
+    wait_until(driver, lambda: driver.find_element(By.ID, "copied").text == "copied", "copy the id list")
 
     set_pair(driver, True)
     type_text(driver, "pair", PAIR)  # beyond the BMP: typed through the browser's text input
