@@ -22,6 +22,8 @@ INFO_PATH: Final = "/info"
 HEALTH_PATH: Final = "/healthz"
 READY_PATH: Final = "/readyz"
 METRICS_PATH: Final = "/metrics"
+#: The tokenizer playground, an HTML page for people (also served at ``/``); it calls the routes above.
+PLAYGROUND_PATH: Final = "/playground"
 
 # -- the options of POST /encode -------------------------------------------------------------------------
 #: Every option of a transformers tokenizer call that ``/encode`` takes, with transformers' default, in the
@@ -51,6 +53,21 @@ PADDING_SIDES: Final = ("left", "right")
 RETURN_TENSORS: Final = (None, "pt", "np")
 #: Ids, lengths and character offsets are unsigned 32-bit in the tokenizers library.
 MAX_U32: Final = 2**32 - 1
+
+# -- the options of POST /tokenize ----------------------------------------------------------------------
+#: Beside ``texts`` (and ``text_pairs``): the options of ``tokenizer.tokenize(text, pair, add_special_tokens)``,
+#: plus the truncation options of ``/encode`` and ``return_sequence_ids``. Without truncation the tokens are
+#: exactly ``tokenizer.tokenize``'s; with it, those of the encoding ``/encode`` makes from the same texts and
+#: options (``BatchEncoding.tokens()``), one per id, and ``sequence_ids`` is ``BatchEncoding.sequence_ids()``
+#: (``None`` for special tokens, 0 for the text, 1 for the pair): what a viewer needs beside ``/encode``.
+TOKENIZE_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        "add_special_tokens": False,
+        "truncation": None,
+        "max_length": None,
+        "return_sequence_ids": False,
+    }
+)
 
 # -- what /encode answers --------------------------------------------------------------------------------
 #: Output keys, in the order transformers' ``BatchEncoding`` holds them (a result holds a subset).

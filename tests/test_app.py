@@ -170,6 +170,38 @@ def test_refusals_of_transformers_are_4xx_with_its_reason(client):
     assert client.get("/readyz").status_code == 200  # and the server carries on
 
 
+def test_tokenize_pairs_and_truncation_give_one_token_per_encoded_id(client, reference):
+    texts, pairs = ["今天天气很好", "hello world, again"], ["The weather is nice.", "短"]
+    options = {"add_special_tokens": True, "truncation": "longest_first", "max_length": 9}
+    response = client.post(
+        "/tokenize", json={"texts": texts, "text_pairs": pairs, **options, "return_sequence_ids": True}
+    )
+    assert response.status_code == 200, response.text
+    expected = reference(texts, pairs, **options)
+    assert response.json() == {
+        "tokens": [expected.tokens(i) for i in range(2)],
+        "sequence_ids": [expected.sequence_ids(i) for i in range(2)],
+    }
+    encoded = client.post("/encode", json={"texts": texts, "text_pairs": pairs, **options}).json()
+    assert [len(row) for row in response.json()["tokens"]] == [len(row) for row in encoded["input_ids"]]
+    assert set(client.post("/tokenize", json={"texts": texts}).json()) == {"tokens"}  # sequence_ids when asked
+    assert_error(
+        client.post("/tokenize", json={"texts": texts, "text_pairs": ["one"]}),
+        422,
+        ErrorKind.INVALID_REQUEST,
+        "text_pairs",
+    )
+    assert_error(
+        client.post("/tokenize", json={"texts": texts, "truncation": "sideways"}),
+        422,
+        ErrorKind.INVALID_REQUEST,
+        "truncation",
+    )
+    assert_error(
+        client.post("/tokenize", json={"texts": texts, "max_lenght": 3}), 422, ErrorKind.INVALID_REQUEST, "max_lenght"
+    )
+
+
 def test_padding_without_a_pad_token_is_refused_like_transformers(tokenizer_dirs):
     bare_json = Path(tokenizer_dirs["bytelevel_bpe"]) / "tokenizer.json"
     with make_client(model=str(bare_json)) as c:

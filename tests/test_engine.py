@@ -152,6 +152,42 @@ def test_tokenize_and_decode_match_transformers(engines, reference_tokenizers, c
             assert runner.run(runner.engine.decode(ids, skip)) == reference.batch_decode(ids, skip_special_tokens=skip)
 
 
+def test_tokenize_batch_gives_one_token_and_sequence_id_per_id_like_transformers(engines, reference_tokenizers):
+    """Pairs, special tokens and truncation: the tokens are BatchEncoding.tokens() of the same call (one per
+    id of /encode), and without truncation exactly tokenizer.tokenize(text, pair, ...)."""
+    texts = ["今天天气很好，我们去公园。", "👩‍👩‍👧‍👦 e\u0301 混合 English", "", "a " * 40]
+    pairs = ["The weather is nice today.", "😀 pair 句子", "only the pair", "短"]
+    cases = [
+        {},
+        {"add_special_tokens": True},
+        {"add_special_tokens": True, "truncation": True, "max_length": 12},
+        {"add_special_tokens": True, "truncation": "only_first", "max_length": 14},
+        {"truncation": "longest_first", "max_length": 7},
+        {"add_special_tokens": True, "max_length": 10},  # max_length alone truncates, as in transformers
+    ]
+    for family in FAMILIES:
+        runner, reference = engines[family], reference_tokenizers[family]
+        for options in cases:
+            got = runner.run(runner.engine.tokenize_batch(texts, pairs, sequence_ids=True, **options))
+            expected = reference(texts, pairs, **{"add_special_tokens": False, **options})
+            assert got.tokens == [expected.tokens(i) for i in range(len(texts))], (family, options)
+            assert got.sequence_ids == [expected.sequence_ids(i) for i in range(len(texts))], (family, options)
+            assert [len(row) for row in got.tokens] == [len(row) for row in expected["input_ids"]]
+            if "max_length" not in options:
+                special = options.get("add_special_tokens", False)
+                assert got.tokens == [
+                    reference.tokenize(t, p, add_special_tokens=special) for t, p in zip(texts, pairs, strict=True)
+                ]
+        alone = runner.run(runner.engine.tokenize_batch(texts[:2], add_special_tokens=True))
+        assert alone.tokens == [reference.tokenize(t, add_special_tokens=True) for t in texts[:2]]
+        assert alone.sequence_ids is None  # not asked for
+        with pytest.raises(ServiceError) as refused:  # options resolve (and are refused) as an encode's
+            runner.run(runner.engine.tokenize_batch(texts, pairs, truncation="sideways"))
+        assert refused.value.kind is ErrorKind.INVALID_REQUEST and "truncation must be one of" in refused.value.message
+        with pytest.raises(ServiceError, match="they must match"):
+            runner.run(runner.engine.tokenize_batch(texts, pairs[:1]))
+
+
 def test_limits_are_enforced_with_their_names(tokenizer_dirs):
     from conftest import EngineRunner
 

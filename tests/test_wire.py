@@ -14,7 +14,7 @@ import pytest
 from service import wire
 from service.client import AsyncTokenizerClient, Collator, TokenizerClient
 from service.engine.encoding import EncodeOptions
-from service.http.models import EncodeRequest
+from service.http.models import EncodeRequest, TokenizeRequest
 
 OPTIONS = list(wire.ENCODE_OPTIONS)
 
@@ -61,6 +61,23 @@ def test_server_request_model_follows_the_wire():
     assert allowed_values(fields["padding"].annotation) == set(wire.PADDING_VALUES)
     assert allowed_values(fields["truncation"].annotation) == set(wire.TRUNCATION_VALUES)
     assert allowed_values(fields["padding_side"].annotation) == {*wire.PADDING_SIDES, None}
+
+
+def test_tokenize_request_model_follows_the_wire():
+    fields = {name: f for name, f in TokenizeRequest.model_fields.items() if name not in ("texts", "text_pairs")}
+    assert list(fields) == list(wire.TOKENIZE_OPTIONS)
+    assert {name: f.default for name, f in fields.items()} == dict(wire.TOKENIZE_OPTIONS)
+    # the options it shares with /encode take the same values
+    assert allowed_values(fields["truncation"].annotation) == set(wire.TRUNCATION_VALUES)
+    assert fields["max_length"].metadata == EncodeRequest.model_fields["max_length"].metadata
+
+
+def test_tokenize_defaults_are_transformers_tokenize_defaults():
+    from transformers.tokenization_utils_tokenizers import TokenizersBackend
+
+    parameters = inspect.signature(TokenizersBackend.tokenize).parameters
+    assert parameters["add_special_tokens"].default is wire.TOKENIZE_OPTIONS["add_special_tokens"]
+    assert "pair" in parameters  # what text_pairs carries
 
 
 @pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])

@@ -10,7 +10,7 @@ The web layer (``service.http``) only translates requests into these calls and e
 
 from .batching import BatchingConfig, BatchObserver
 from .encoding import EncodedBatch, EncodeOptions
-from .engine import Engine, EngineLimits
+from .engine import Engine, EngineLimits, TokenizedBatch
 from .errors import ErrorKind, ServiceError
 from .loading import DEFAULT_TOKENIZER_DIR, LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
 from .parallelism import ForkGuard, available_cpus, configure_rust_parallelism
@@ -20,6 +20,7 @@ __all__ = [
     "EngineLimits",
     "EncodeOptions",
     "EncodedBatch",
+    "TokenizedBatch",
     "BatchingConfig",
     "BatchObserver",
     "ErrorKind",

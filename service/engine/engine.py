@@ -51,7 +51,17 @@ class _Encode:
 
 @dataclass(frozen=True)
 class _Tokenize:
-    inputs: Sequence[str]
+    inputs: Sequence[Any]  # str, or (str, str) for a pair
+    sequence_ids: bool
+
+
+@dataclass(frozen=True)
+class TokenizedBatch:
+    """What :meth:`Engine.tokenize_batch` returns: per text, its tokens and (when asked for) the sequence
+    each token belongs to (``None`` for special tokens, 0 for the text, 1 for the pair)."""
+
+    tokens: list[list[str]]
+    sequence_ids: list[list[int | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -154,14 +164,7 @@ class Engine:
         event loop the engine was started on.
         """
         self._check_accepting()
-        self._check_texts(texts, "texts")
-        if text_pairs is not None:
-            self._check_texts(text_pairs, "text_pairs")
-            if len(text_pairs) != len(texts):
-                raise ServiceError(
-                    ErrorKind.INVALID_REQUEST,
-                    f"text_pairs has {len(text_pairs)} entries but texts has {len(texts)}; they must match",
-                )
+        inputs, chars = self._inputs(texts, text_pairs)
         plan = self._plan(options)
         limit = self.limits.max_response_tokens
         if plan.pad_target is not None and len(texts) * plan.pad_target > limit:
@@ -170,9 +173,20 @@ class Engine:
                 f"{len(texts)} texts padded to max_length={plan.pad_target} would hold over max_response_tokens="
                 f"{limit} token positions; send fewer texts or a smaller max_length",
             )
-        inputs: Sequence[Any] = texts if text_pairs is None else list(zip(texts, text_pairs, strict=True))
-        chars = sum(map(len, texts)) + (sum(map(len, text_pairs)) if text_pairs is not None else 0)
         return self._submit(_Encode(inputs, plan), len(inputs), chars, plan.rust_call)
+
+    def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:
+        """Checked inputs for the Rust tokenizer (texts, or (text, pair) tuples) and their characters."""
+        self._check_texts(texts, "texts")
+        if text_pairs is None:
+            return texts, sum(map(len, texts))
+        self._check_texts(text_pairs, "text_pairs")
+        if len(text_pairs) != len(texts):
+            raise ServiceError(
+                ErrorKind.INVALID_REQUEST,
+                f"text_pairs has {len(text_pairs)} entries but texts has {len(texts)}; they must match",
+            )
+        return list(zip(texts, text_pairs, strict=True)), sum(map(len, texts)) + sum(map(len, text_pairs))
 
     def _plan(self, options: EncodeOptions) -> EncodePlan:
         """Resolved options, memoised: clients send the same few option sets over and over."""
@@ -186,12 +200,31 @@ class Engine:
 
     async def tokenize(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[str]]:
         """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them."""
+        return (await self.tokenize_batch(texts, add_special_tokens=add_special_tokens)).tokens
+
+    async def tokenize_batch(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        sequence_ids: bool = False,
+    ) -> TokenizedBatch:
+        """Tokens of each text (or pair), one per id of the encoding ``tokenizer(texts, text_pairs, ...)``
+        makes with these options (``BatchEncoding.tokens()``; without truncation, exactly
+        ``tokenizer.tokenize(text, pair, add_special_tokens=...)``), and their ``sequence_ids`` if asked."""
         self._check_accepting()
-        self._check_texts(texts, "texts")
+        inputs, chars = self._inputs(texts, text_pairs)
+        # truncation resolves exactly as for an encode with the same options (same defaults, same refusals)
+        plan = self._plan(
+            EncodeOptions(add_special_tokens=add_special_tokens, truncation=truncation, max_length=max_length)
+        )
         # encode_batch_fast leaves tokens empty: the full encode_batch, which an encode may share
-        call = RustCall(None, add_special_tokens, True)
-        tokens: list[list[str]] = await self._submit(_Tokenize(list(texts)), len(texts), sum(map(len, texts)), call)
-        return tokens
+        call = RustCall(plan.truncation, add_special_tokens, True)
+        result: TokenizedBatch = await self._submit(_Tokenize(inputs, sequence_ids), len(inputs), chars, call)
+        return result
 
     async def decode(
         self,
@@ -297,7 +330,8 @@ class Engine:
     def _finish(self, payload: _Payload, encodings: Sequence[Any]) -> Any:
         """One job's answer from its slice of the batch's encodings (or the error for it alone)."""
         if isinstance(payload, _Tokenize):
-            return [e.tokens for e in encodings]
+            tokens = [e.tokens for e in encodings]
+            return TokenizedBatch(tokens, [e.sequence_ids for e in encodings] if payload.sequence_ids else None)
         assert isinstance(payload, _Encode)
         try:
             return build_batch(encodings, payload.plan, self.limits.max_response_tokens)

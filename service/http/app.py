@@ -17,7 +17,9 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..engine import ErrorKind, LoadedTokenizer, ServiceError
+from ..wire import PLAYGROUND_PATH
 from .middleware import BearerAuth, EncodeFastPath, RequestMetrics
+from .playground import Playground
 from .responses import KIND_BY_STATUS, error_response
 from .routes import Routes
 from .runtime import Runtime
@@ -42,13 +44,18 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
     app = FastAPI(
         title="tokenizer-service",
         version=__version__,
-        description="HuggingFace fast tokenization over HTTP, with exact transformers parity.",
+        description=(
+            "HuggingFace fast tokenization over HTTP, with exact transformers parity.\n\n"
+            # relative: resolves next to /docs, also behind a path prefix
+            f"**[Tokenizer playground]({PLAYGROUND_PATH.lstrip('/')})**: type a text and see how the served "
+            "tokenizer cuts it (token spans, ids, counts, special tokens)."
+        ),
         lifespan=runtime.lifespan,
         **_NO_OPENTELEMETRY,
     )
     app.state.runtime = runtime
     routes = Routes(runtime)
-    paths = routes.install(app)
+    paths = routes.install(app) | Playground(app.docs_url).install(app)
 
     # -- errors: one shape for all ----------------------------------------------------------------------
     @app.exception_handler(ServiceError)

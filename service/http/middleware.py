@@ -17,11 +17,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.errors import ErrorKind, ServiceError
 from ..wire import AUTH_SCHEME, ENCODE_PATH, HEALTH_PATH, METRICS_PATH, READY_PATH
+from . import playground
 from .responses import error_response
 from .runtime import Runtime
 
-# Reachable without the API key: the probes (the kubelet has no key) and Prometheus' scrape.
-OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH})
+# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, and the static
+# playground page and its assets (a browser cannot send the key when it opens a page; every API call the
+# page makes needs the key -- see service/http/playground.py).
+OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS})
 
 
 class EncodeFastPath:

@@ -47,10 +47,17 @@ class EncodeRequest(_Strict):
 
 
 class TokenizeRequest(_Strict):
-    """``POST /tokenize``: ``tokenizer.tokenize(text, add_special_tokens=...)`` for each text."""
+    """``POST /tokenize``: ``tokenizer.tokenize(text, pair, add_special_tokens=...)`` for each text; with
+    truncation, the tokens of the encoding ``/encode`` makes with the same options, one per id."""
 
-    texts: list[str]
+    texts: list[str] = Field(description="The texts to split (the first sequences of pairs).")
+    text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
     add_special_tokens: bool = False
+    truncation: bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"] | None = None
+    max_length: int | None = Field(None, ge=0, le=MAX_U32)
+    return_sequence_ids: bool = Field(
+        False, description="Also answer sequence_ids: per token None (special), 0 (text) or 1 (pair)."
+    )
 
 
 class DecodeRequest(_Strict):

@@ -105,12 +105,25 @@ class Routes:
         return Response(blob, media_type=SAFETENSORS_MEDIA_TYPE, headers=headers)
 
     async def tokenize(self, request: Request) -> Response:
-        """Split texts into tokens: ``{"tokens": [[...], ...]}``."""
+        """Split texts (or pairs) into tokens: ``{"tokens": [[...], ...]}``, and ``"sequence_ids"`` if asked.
+
+        As ``tokenizer.tokenize(text, pair, add_special_tokens=...)``; with ``truncation``/``max_length``, the
+        tokens of the encoding ``/encode`` makes with the same options: one token per id."""
         self.runtime.check_accepting()
         engine = self.runtime.engine
         body = await self._parse(request, TokenizeRequest)
-        tokens = await engine.tokenize(body.texts, body.add_special_tokens)
-        return json_response({"tokens": tokens}, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
+        result = await engine.tokenize_batch(
+            body.texts,
+            body.text_pairs,
+            add_special_tokens=body.add_special_tokens,
+            truncation=body.truncation,
+            max_length=body.max_length,
+            sequence_ids=body.return_sequence_ids,
+        )
+        answer: dict[str, Any] = {"tokens": result.tokens}
+        if result.sequence_ids is not None:
+            answer["sequence_ids"] = result.sequence_ids
+        return json_response(answer, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
 
     async def decode(self, request: Request) -> Response:
         """Turn id lists back into texts: ``{"texts": [...]}``."""

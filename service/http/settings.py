@@ -81,7 +81,10 @@ class Settings(BaseSettings):
     # -- security and operations ----------------------------------------------------------------------
     api_key: SecretStr | None = Field(
         None,
-        description="When set, every route but /healthz, /readyz and /metrics needs 'Authorization: Bearer <key>'.",
+        description=(
+            "When set, every route but /healthz, /readyz, /metrics and the static playground page needs "
+            "'Authorization: Bearer <key>' (the page asks for the key before its first call)."
+        ),
     )
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
     access_log: bool = Field(

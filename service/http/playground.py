@@ -1,0 +1,126 @@
+"""The tokenizer playground: one small page for people, served by the app at ``/`` and ``/playground``.
+
+Plain HTML, CSS and JavaScript shipped in the package (``service/http/static/``): no CDN, no build step,
+no framework, so it works offline and in an air-gapped cluster. The page calls ``/info``, ``/encode`` and
+``/tokenize`` of the service that served it, and nothing else: its Content-Security-Policy allows no other
+origin for scripts, styles or requests, and it logs nothing.
+
+The API key: the page and its two assets are the same static bytes for every install and hold nothing of
+the service, so they are served without the key (a browser cannot send a bearer token when it navigates
+to a page). Every API call the page makes needs the key like any other client's: when the service answers
+401, the page asks for the key once and keeps it in ``sessionStorage`` -- this tab only, gone when the tab
+closes, never in a cookie or ``localStorage``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from importlib import resources
+
+from fastapi import FastAPI
+from starlette.responses import Response
+
+from ..wire import (
+    AUTH_SCHEME,
+    ENCODE_PATH,
+    ERROR_FIELD,
+    ERROR_TYPE_FIELD,
+    FINGERPRINT_HEADER,
+    INFO_PATH,
+    PLAYGROUND_PATH,
+    TOKENIZE_PATH,
+)
+
+#: Where the page is served: the site's root, so a person who opens the service's address finds it.
+PAGE_PATHS = ("/", PLAYGROUND_PATH)
+#: path -> (file in service/http/static/, media type). Linked from the page by relative URLs, so the page
+#: also works behind a reverse proxy that serves the service under a path prefix.
+ASSETS = {
+    f"{PLAYGROUND_PATH}/app.js": ("playground.js", "text/javascript; charset=utf-8"),
+    f"{PLAYGROUND_PATH}/style.css": ("playground.css", "text/css; charset=utf-8"),
+}
+#: Served without the API key (see the module docstring): static files only, never an API route.
+OPEN_PATHS = frozenset({*PAGE_PATHS, *ASSETS})
+
+#: Tokens drawn as spans, at most; the count and the id list always cover every token. Drawing ~5,000
+#: spans takes a few milliseconds; 100k characters of text make ~25k-60k tokens, which would not.
+RENDER_CAP = 5000
+#: Typing pauses this long before the text is sent.
+DEBOUNCE_MS = 200
+
+# Same origin only, and nothing inline: the page cannot send a text anywhere but this service.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+_HEADERS = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",  # revalidate: an upgraded service serves its own page at once
+}
+_CONFIG_MARK = "__PLAYGROUND_CONFIG__"
+
+
+def _static(name: str) -> bytes:
+    return (resources.files(__package__) / "static" / name).read_bytes()
+
+
+def page_config(docs_path: str | None) -> dict[str, object]:
+    """What the page reads from the JSON block the server writes into it: the contract of ``service.wire``
+    (so the page and the routes cannot drift apart) and the page's own limits."""
+    return {
+        # relative to the page (see ASSETS)
+        "paths": {
+            "info": INFO_PATH.lstrip("/"),
+            "encode": ENCODE_PATH.lstrip("/"),
+            "tokenize": TOKENIZE_PATH.lstrip("/"),
+            "docs": docs_path.lstrip("/") if docs_path else None,
+        },
+        "auth_scheme": AUTH_SCHEME,
+        "fingerprint_header": FINGERPRINT_HEADER,
+        "error_field": ERROR_FIELD,
+        "error_type_field": ERROR_TYPE_FIELD,
+        "render_cap": RENDER_CAP,
+        "debounce_ms": DEBOUNCE_MS,
+        "key_storage": "tokenizer-service.api-key",
+    }
+
+
+def render_page(docs_path: str | None) -> bytes:
+    """The page's HTML with its config block filled in."""
+    html = _static("playground.html").decode()
+    # "<" escaped, so no value can close the <script type="application/json"> block
+    config = json.dumps(page_config(docs_path), separators=(",", ":")).replace("<", "\\u003c")
+    if html.count(_CONFIG_MARK) != 1:
+        raise RuntimeError(f"playground.html must hold {_CONFIG_MARK} exactly once")
+    return html.replace(_CONFIG_MARK, config).encode()
+
+
+class Playground:
+    """The page and its assets, read from the package once, answered from memory."""
+
+    def __init__(self, docs_path: str | None) -> None:
+        self.page = render_page(docs_path)
+        self.assets = {path: (_static(name), media_type) for path, (name, media_type) in ASSETS.items()}
+
+    def install(self, app: FastAPI) -> set[str]:
+        """Register the page and asset routes on ``app`` (outside the OpenAPI schema); returns their paths."""
+        for path in PAGE_PATHS:
+            app.router.add_api_route(path, self.serve_page, methods=["GET"], include_in_schema=False)
+        for path in self.assets:
+            app.router.add_api_route(path, self._asset_endpoint(path), methods=["GET"], include_in_schema=False)
+        return set(OPEN_PATHS)
+
+    async def serve_page(self) -> Response:
+        """The tokenizer playground (HTML)."""
+        return Response(self.page, media_type="text/html; charset=utf-8", headers=_HEADERS)
+
+    def _asset_endpoint(self, path: str) -> Callable[[], Awaitable[Response]]:
+        body, media_type = self.assets[path]
+
+        async def serve_asset() -> Response:
+            return Response(body, media_type=media_type, headers=_HEADERS)
+
+        return serve_asset
