@@ -121,15 +121,23 @@ class _ClientBase:
             "headers": self._extra_headers,
         }
 
-    def collator(self, *, text_field: str = "text", pair_field: str | None = None, **options: Any) -> Collator:
+    def collator(
+        self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
+    ) -> Collator:
         """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
 
         The batch may hold strings, ``(text, pair)`` tuples, or dicts: then ``text_field`` (and
         ``pair_field``) name the text(s), and every other field is collated as ``default_collate`` would
         (labels become a tensor). The result is one dict of int64 tensors plus those fields. ``options``
         are those of ``encode`` (``padding`` defaults to True here: tensors need rectangular batches).
+
+        ``packing=True``: padding-free batches, exactly as transformers' ``DataCollatorWithFlattening`` makes
+        them (``input_ids``/``labels``/``position_ids`` of shape ``[1, total]``; its options
+        ``return_flash_attn_kwargs``, ``return_seq_idx``, ``separator_id``, ``return_position_ids`` and
+        ``position_ids_start`` are taken here too). ``collator.batch_sampler(dataset, max_tokens=...)`` then
+        gives the batches a token budget (see :class:`Collator`).
         """
-        return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, **options)
+        return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
     def _sync_client(self) -> TokenizerClient:
         raise NotImplementedError
