@@ -5,6 +5,7 @@ in-process, on three tokenizer families, for texts and pairs, with truncation, s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
@@ -134,6 +135,22 @@ def test_counts_share_the_rust_call_of_encodes_with_the_same_truncation(gated_en
     assert encoded.to_lists()["input_ids"] == expected["input_ids"]
     assert counted == reference_lengths(reference, ["今天天气很好啊", "abc"], None, {"max_length": 6}) == [6, 3]
     assert whole == [9] and tokens == [["今", "天"]]
+
+
+def test_repeated_texts_are_tokenized_once(gated_engine, reference_tokenizers, corpus):
+    runner, gate = gated_engine
+    reference = reference_tokenizers["wordpiece_default"]
+    gate.open()
+    gate.calls.clear()
+    texts = [corpus["zh"][0], corpus["en"][0], corpus["zh"][0], "好", corpus["en"][0], "好", "好"]
+    pairs = ["x", "y", "x", "z", "y", "z", "w"]
+    counts = runner.run(runner.engine.lengths(texts))
+    assert gate.calls == [[corpus["zh"][0], corpus["en"][0], "好"]]
+    assert counts == reference_lengths(reference, texts, None, {})
+    overflow = LengthOptions(truncation=True, max_length=12, stride=2, return_overflowing_tokens=True)
+    counts = runner.run(runner.engine.lengths(texts, pairs, overflow))
+    assert gate.calls[1] == [(texts[0], "x"), (texts[1], "y"), ("好", "z"), ("好", "w")]  # pairs are distinct as pairs
+    assert counts == reference_lengths(reference, texts, pairs, dataclasses.asdict(overflow))
 
 
 def test_engine_checks_inputs_as_for_encode(engines):

@@ -53,8 +53,9 @@ class _Encode:
 
 @dataclass(frozen=True)
 class _Lengths:
-    inputs: Sequence[Any]  # as _Encode's
+    inputs: Sequence[Any]  # as _Encode's, each distinct input once
     with_overflow: bool
+    positions: Sequence[int] | None  # for each requested input, its place in `inputs` (None: no repeats)
 
 
 @dataclass(frozen=True)
@@ -205,14 +206,22 @@ class Engine:
         Options resolve exactly as an encode's (transformers' own function, same refusals), and the job asks
         the same Rust call as an unpadded encode with that truncation, so it can share one ``encode_batch_fast``
         with encodes and other counts. What it saves is everything after Rust: no ids are read out of the
-        encodings, nothing is padded, and the answer is one small int per text. (The fast call's overflow
-        rows have the right lengths; only a pair's overflow type ids are wrong there, and counts read none.)
+        encodings, nothing is padded, the answer is one small int per text, and a text (or pair) the request
+        holds several times is tokenized once. (The fast call's overflow rows have the right lengths; only a
+        pair's overflow type ids are wrong there, and counts read none.)
         """
         self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
         plan = self._plan(options.as_encode_options())
         call = RustCall(plan.truncation, plan.add_special_tokens, False)
-        return self._submit(_Lengths(inputs, plan.with_overflow), len(inputs), chars, call)
+        # Equal inputs have equal counts: each distinct one is tokenized once (datasets repeat short texts).
+        distinct: dict[Any, int] = {}
+        positions = [distinct.setdefault(item, len(distinct)) for item in inputs]
+        if len(distinct) == len(inputs):
+            return self._submit(_Lengths(inputs, plan.with_overflow, None), len(inputs), chars, call)
+        unique = list(distinct)
+        chars = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in unique)
+        return self._submit(_Lengths(unique, plan.with_overflow, positions), len(unique), chars, call)
 
     def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:
         """Checked inputs for the Rust tokenizer (texts, or (text, pair) tuples) and their characters."""
@@ -372,7 +381,10 @@ class Engine:
             tokens = [e.tokens for e in encodings]
             return TokenizedBatch(tokens, [e.sequence_ids for e in encodings] if payload.sequence_ids else None)
         if isinstance(payload, _Lengths):
-            return count_tokens(encodings, payload.with_overflow)
+            counts = count_tokens(encodings, payload.with_overflow)
+            if payload.positions is None:
+                return counts
+            return [counts[i] for i in payload.positions]
         assert isinstance(payload, _Encode)
         try:
             return build_batch(encodings, payload.plan, self.limits.max_response_tokens)
