@@ -6,10 +6,12 @@ from __future__ import annotations
 import inspect
 import itertools
 import json
+import re
 import subprocess
 import sys
 import textwrap
 
+import httpx
 import pytest
 import torch
 from transformers import DataCollatorWithFlattening
@@ -222,3 +224,74 @@ def test_token_budget_batches_in_worker_processes_match_transformers(
     if mode == "packed":  # the budget is used: most batches are nearly full
         fills = sorted(batch["input_ids"].shape[1] / 1024 for batch in saved["epochs"][0])
         assert fills[len(fills) // 2] > 0.9
+
+
+RANK_SCRIPT = textwrap.dedent("""
+    import json, sys
+
+    import torch.distributed as dist
+
+    from service.client import TokenBudgetBatchSampler, TokenizerClient
+
+    url, rendezvous, rank, texts_path, out_path = sys.argv[1:6]
+    dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=int(rank), world_size=2)
+    with open(texts_path, encoding="utf-8") as f:
+        texts = json.load(f)
+    client = TokenizerClient(url)
+    rows = [{"text": t, "idx": i} for i, t in enumerate(texts)]
+    sampler = client.collator(truncation=True, max_length=64).batch_sampler(rows, max_tokens=512, batch_size=25)
+    same = TokenBudgetBatchSampler.from_client(client, texts, max_tokens=512, truncation=True, max_length=64,
+                                               batch_size=25)
+    dist.barrier()
+    with open(out_path, "w") as f:
+        json.dump({"lengths": sampler.lengths.tolist(), "from_client": same.lengths.tolist(),
+                   "rank": sampler.rank, "replicas": sampler.num_replicas, "batches": list(sampler)}, f)
+    dist.destroy_process_group()
+""")
+
+
+def lengths_requests(url: str) -> float:
+    metrics = httpx.get(url + "/metrics", timeout=10).text
+    found = re.search(r'tokenizer_requests_total\{route="/lengths",status="200"\} ([\d.e+]+)', metrics)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.timeout(120)
+def test_ranks_of_a_distributed_job_count_each_text_once(servers, reference_tokenizers, corpus, tmp_path):
+    """Two gloo ranks build their samplers: each counts half the texts, they exchange the counts, and the
+    service is asked for each count once (4 requests of 25 texts per 100 texts, not 8)."""
+    server, tokenizer = servers["wordpiece_default"], reference_tokenizers["wordpiece_default"]
+    texts = corpus["zh"][300:400]
+    (tmp_path / "texts.json").write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    (tmp_path / "rank.py").write_text(RANK_SCRIPT)
+    before = lengths_requests(server.url)
+    ranks = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(tmp_path / "rank.py"),
+                server.url,
+                str(tmp_path / "rendezvous"),
+                str(rank),
+                str(tmp_path / "texts.json"),
+                str(tmp_path / f"rank{rank}.json"),
+            ],
+            cwd=tmp_path,
+            env=script_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in (0, 1)
+    ]
+    for proc in ranks:
+        _, err = proc.communicate(timeout=100)
+        assert proc.returncode == 0, err[-3000:]
+    assert lengths_requests(server.url) - before == 2 * 2 * 2  # 2 ways of counting x 2 ranks x 50 texts / 25
+    expected = [len(ids) for ids in tokenizer(texts, truncation=True, max_length=64)["input_ids"]]
+    results = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, result in enumerate(results):
+        assert result["lengths"] == result["from_client"] == expected
+        assert (result["rank"], result["replicas"]) == (rank, 2)  # taken from torch.distributed
+    assert len(results[0]["batches"]) == len(results[1]["batches"])
+    assert sorted(i for r in results for batch in r["batches"] for i in batch) == list(range(len(texts)))

@@ -105,19 +105,27 @@ class Collator:
         return {name: self.options[name] for name in LENGTHS_OPTIONS if name in self.options}
 
     def batch_sampler(
-        self, dataset: Any, *, max_tokens: int, batch_size: int = LENGTHS_BATCH_TEXTS, **sampler_options: Any
+        self,
+        dataset: Any,
+        *,
+        max_tokens: int,
+        batch_size: int = LENGTHS_BATCH_TEXTS,
+        share_counting: bool = True,
+        **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
         """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator.
 
         Every item of ``dataset`` (a list, or anything with ``len`` and integer indexing) is read as this
         collator reads a batch, and its texts are counted through the service once, ``batch_size`` items per
         request, with this collator's options (``client.lengths``) -- so the counts are the rows' real lengths,
-        truncation included. The sampler packs (sum of lengths up to ``max_tokens``) when this collator packs,
-        and otherwise bounds rows x longest (with this collator's ``pad_to_multiple_of``). ``sampler_options``
-        are the sampler's: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
+        truncation included. In a ``torch.distributed`` job (``share_counting``, the default) each rank counts
+        its share and the ranks exchange the counts: every rank must call this, as every rank builds its
+        sampler. The sampler packs (sum of lengths up to ``max_tokens``) when this collator packs, and
+        otherwise bounds rows x longest (with this collator's ``pad_to_multiple_of``). ``sampler_options`` are
+        the sampler's: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
         ``rank``, ``drop_last``.
         """
-        from .sampling import TokenBudgetBatchSampler
+        from .sampling import TokenBudgetBatchSampler, count_across_ranks
 
         for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
             if name in sampler_options:
@@ -127,11 +135,16 @@ class Collator:
                 "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
                 f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
             )
-        lengths: list[int] = []
-        for start in range(0, len(dataset), batch_size):
-            items = [dataset[i] for i in range(start, min(start + batch_size, len(dataset)))]
-            texts, pairs, _ = self._inputs(items)
-            lengths.extend(self.client.lengths(texts, pairs, batch_size=batch_size, **self.length_options))
+
+        def count(start: int, step: int) -> list[int]:
+            indices = range(start, len(dataset), step)
+            lengths: list[int] = []
+            for first in range(0, len(indices), batch_size):  # a chunk of items at a time: texts are not kept
+                texts, pairs, _ = self._inputs([dataset[i] for i in indices[first : first + batch_size]])
+                lengths.extend(self.client.lengths(texts, pairs, batch_size=batch_size, **self.length_options))
+            return lengths
+
+        lengths = count_across_ranks(count, len(dataset), share_counting)
         if not self.packing:
             sampler_options["pad_to_multiple_of"] = self.options.get("pad_to_multiple_of")
         return TokenBudgetBatchSampler(

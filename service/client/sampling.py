@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -137,21 +137,31 @@ class TokenBudgetBatchSampler(_SamplerBase):
         truncation: bool | str | None = None,
         max_length: int | None = None,
         batch_size: int = LENGTHS_BATCH_TEXTS,
+        share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
         """Count ``texts`` (and ``text_pairs``) through the service once -- ``client.lengths`` with these
         options, which must be the ones the collator encodes with -- and build the sampler on the counts.
         ``sampler_options`` are the constructor's. With truncation the counts are already bounded by
-        ``max_length``. ``client``: a :class:`TokenizerClient` or :class:`AsyncTokenizerClient`."""
+        ``max_length``. ``client``: a :class:`TokenizerClient` or :class:`AsyncTokenizerClient`.
+
+        In a ``torch.distributed`` job (``share_counting``, the default) each rank counts its share of the
+        texts and the ranks exchange the counts, so every rank must call this.
+        """
         sync = client._sync_client() if hasattr(client, "_sync_client") else client
-        lengths = sync.lengths(
-            list(texts),
-            None if text_pairs is None else list(text_pairs),
-            add_special_tokens=add_special_tokens,
-            truncation=truncation,
-            max_length=max_length,
-            batch_size=batch_size,
-        )
+        texts = list(texts)
+        pairs = None if text_pairs is None else list(text_pairs)
+        options = {"add_special_tokens": add_special_tokens, "truncation": truncation, "max_length": max_length}
+
+        def count(start: int, step: int) -> list[int]:
+            mine = texts[start::step]
+            if not mine:
+                return []
+            return list(
+                sync.lengths(mine, None if pairs is None else pairs[start::step], batch_size=batch_size, **options)
+            )
+
+        lengths = count_across_ranks(count, len(texts), share_counting)
         return cls(lengths, max_tokens=max_tokens, **sampler_options)
 
     # -- the sampler protocol ---------------------------------------------------------------------------
@@ -334,14 +344,7 @@ def _whole(value: Any) -> bool:
 
 def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     if num_replicas is None or rank is None:
-        world, me = 1, 0
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized():
-                world, me = dist.get_world_size(), dist.get_rank()
-        except ImportError:  # pragma: no cover - depends on the environment
-            pass
+        world, me = distributed_world()
         num_replicas = world if num_replicas is None else num_replicas
         rank = me if rank is None else rank
     replicas = _positive_int(num_replicas, "num_replicas")
@@ -349,3 +352,35 @@ def _replicas(num_replicas: int | None, rank: int | None) -> tuple[int, int]:
     if own >= replicas:
         raise ValueError(f"rank must be in [0, num_replicas={replicas}), not {own}")
     return replicas, own
+
+
+def distributed_world() -> tuple[int, int]:
+    """(world size, rank) of ``torch.distributed`` when it is initialised, else (1, 0); torch not needed."""
+    try:
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - depends on the environment
+        return 1, 0
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_world_size(), dist.get_rank()
+    return 1, 0
+
+
+def count_across_ranks(count: Callable[[int, int], list[int]], items: int, share: bool = True) -> list[int]:
+    """Token counts of ``items`` items, each counted once across the ranks of a ``torch.distributed`` job.
+
+    ``count(start, step)`` counts the items ``start, start + step, ...``. Alone (or with ``share=False``) the
+    process counts them all; in an initialised process group each rank counts every world-size-th item and
+    one ``all_gather_object`` gives every rank all the counts -- so a job of 64 ranks asks the service for
+    each count once, not 64 times. Every rank must call it (as every rank builds its sampler).
+    """
+    world, rank = distributed_world() if share else (1, 0)
+    if world == 1:
+        return count(0, 1)
+    import torch.distributed as dist
+
+    parts: list[Any] = [None] * world
+    dist.all_gather_object(parts, count(rank, world))
+    lengths = [0] * items
+    for start, part in enumerate(parts):
+        lengths[start::world] = part
+    return lengths
