@@ -270,3 +270,46 @@ def test_memory_is_bounded_per_item():
     assert done.returncode == 0, done.stderr[-2000:]
     grown_mb = float(done.stdout)
     assert grown_mb < (64 * items) / 2**20 + 16, f"planning {items} items grew the peak RSS by {grown_mb:.1f} MB"
+
+
+COUNTING_MEMORY = textwrap.dedent("""
+    import json, sys
+
+    def peak_mb():
+        for line in open("/proc/self/status"):
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+
+    from service.client import TokenBudgetBatchSampler, TokenizerClient  # the sampler imports torch: not measured
+    from service.client.transports import MockTransport, Response
+
+    def count(request):  # the service's answer, without the service: a count per text
+        texts = json.loads(request.body)["texts"]
+        body = json.dumps({"lengths": [len(t) // 4 for t in texts]}).encode()
+        return Response(200, {"content-type": "application/json"}, body)
+
+    class Lazy:  # 400k texts of ~200 characters, made on the fly: ~80 MB (~200 MB as str objects) if all were kept
+        def __len__(self):
+            return 400_000
+
+        def __getitem__(self, i):
+            return {"text": str(i) * (200 // len(str(i))), "label": i % 2}
+
+    client = TokenizerClient("http://127.0.0.1:9", transport=MockTransport(count))
+    collate = client.collator(truncation=True, max_length=512)
+    before = peak_mb()
+    sampler = collate.batch_sampler(Lazy(), max_tokens=4096)
+    assert len(sampler.lengths) == 400_000 and sampler.lengths[12345] == len("12345" * 40) // 4
+    print(peak_mb() - before)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_counting_a_dataset_keeps_only_the_counts():
+    """Collator.batch_sampler reads the dataset a chunk (4,096 items) at a time: counting 400k texts of ~200
+    characters grows the peak RSS by the counts and the chunk only, under 48 MB (the texts alone are ~200 MB)."""
+    done = subprocess.run(
+        [sys.executable, "-c", COUNTING_MEMORY], cwd=REPO, capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout) < 48, f"counting grew the peak RSS by {float(done.stdout):.1f} MB"
