@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loader-texts", type=int, default=None, help="the DataLoaders' dataset (default: all)")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.rounds, args.seconds, args.max_batches, args.count_texts, args.loader_texts = 1, 1.0, 20, 2048, 4096
+        args.rounds, args.seconds, args.max_batches, args.count_texts, args.loader_texts = 1, 0.5, 10, 1024, 2048
 
     from service.client import TokenizerClient
 
