@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
-import platform
 import signal
 import statistics
 import sys
@@ -40,7 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.progress import log
+from benchmarks.progress import log, publish
 from testkit import assets as package_assets
 from testkit.servers import REPO, ServerProcess
 
@@ -365,8 +363,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for server in servers.values():
             server.stop()
-    import torch
-
     result = {
         "settings": {
             "options": OPTIONS,
@@ -381,14 +377,11 @@ def main(argv: list[str] | None = None) -> int:
             "inprocess_tokenizers_parallelism": "false",
             "smoke": args.smoke,
         },
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
         "dataloader": cells,
         "transports": transports,
         "seconds": time.time() - started,
     }
-    args.out.write_text(json.dumps(result, indent=2))
-    print_table(result)
-    print(f"\nwrote {args.out} ({result['seconds']:.0f} s)")
+    publish(result, args.out, print_table)
     return 0
 
 

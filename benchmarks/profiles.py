@@ -35,7 +35,8 @@ class Profile:
     soak_rounds: int = 6  # RSS soak: rounds of mixed load, RSS read after each
     soak_seconds: float = 3.0  # per round: half one-client batches, half 64 concurrent clients
     dataloader_timeout: float = 300.0
-    smoke: bool = False  # passed on to dataloader_compare as --smoke
+    padding_timeout: float = 600.0  # scenario 5 (padding_compare): ~200 s on 2 busy cores
+    smoke: bool = False  # passed on to dataloader_compare and padding_compare as --smoke
 
     def with_tokenizers(self, tokenizers: tuple[str, ...]) -> Profile:
         """The same profile for other tokenizers."""
@@ -81,4 +82,5 @@ SMOKE = Profile(
     soak_rounds=2,
     soak_seconds=0.4,
     dataloader_timeout=120.0,
+    padding_timeout=150.0,
 )

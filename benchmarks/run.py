@@ -1,7 +1,7 @@
 """Side-by-side benchmark: tokenizer-service against in-process tokenization, same texts, same run.
 
-    .venv/bin/python -m benchmarks.run              # full run: ~8 minutes on 2 cores
-    .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: < 60 s (CI)
+    .venv/bin/python -m benchmarks.run              # full run: ~12 minutes on 2 cores
+    .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: ~90 s (CI)
 
 Run from the repository root. It starts the servers itself (``python -m service serve`` on 127.0.0.1, a free
 port; ``--model DIR`` for a non-default tokenizer, ``--no-batching`` for the comparison), runs bounded
@@ -34,6 +34,10 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
    Without torch it is reported as skipped, with the reason; if it crashes or times out, the run fails.
 4. Long-text scaling: tokens/s vs text length (100 to 50k characters, no truncation), service binary vs
    in-process ``encode_batch``.
+5. Less padding: runs ``python -m benchmarks.padding_compare`` in its own process: a DataLoader through the
+   service on the review corpus with random batches (``padding="longest"``) vs ``TokenBudgetBatchSampler``
+   vs packed batches, at the same token budget (padding fraction, real tokens/s into a modelled training
+   step and into a loop that does nothing), and ``/lengths`` vs ``/encode`` texts/s on the same texts.
 Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
 soak ("rss"): the default tokenizer's server as a ``[server]``-only install runs it (torch absent -- in
 this venv transformers would import it, +180 MB), under rounds of the same mixed load, RSS after each.
@@ -67,7 +71,7 @@ from benchmarks.processes import BenchServer, InProcessWorker, Startable, start_
 from benchmarks.profiles import FULL, SMOKE, Profile
 from benchmarks.progress import log
 from benchmarks.report import write_report
-from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, rss_soak
+from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding, rss_soak
 from benchmarks.scenarios.measuring import Sides
 from benchmarks.service_client import ServiceClient
 from benchmarks.targets import evaluate_targets
@@ -90,7 +94,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--smoke",
         action="store_true",
-        help="every scenario with tiny counts, default tokenizer only: < 60 s on 2 cores (for CI)",
+        help="every scenario with tiny counts, default tokenizer only: ~90 s on 2 cores (for CI)",
     )
     parser.add_argument(
         "--out-dir",
@@ -105,8 +109,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        default="1,2,3,4,rss",
-        help="comma-separated subset of 1,2,3,4,rss (rss: the memory soak; default: all)",
+        default="1,2,3,4,5,rss",
+        help="comma-separated subset of 1,2,3,4,5,rss (rss: the memory soak; default: all)",
     )
     parser.add_argument(
         "--rounds",
@@ -149,7 +153,7 @@ def select_profile(args: argparse.Namespace) -> Profile:
 
 class Bench:
     """One run's measurements, in order: per tokenizer scenarios 1, 4 and 2 on the same servers; then the RSS
-    soak on its own server; then scenario 3 in its own process."""
+    soak on its own server; then scenarios 3 and 5, each in its own process."""
 
     def __init__(self, profile: Profile, out_dir: Path, scenarios: set[str], work_dir: Path) -> None:
         self.profile = profile
@@ -167,6 +171,7 @@ class Bench:
             "scenario2": concurrency.empty_results(),
             "scenario3": {},
             "scenario4": long_texts.empty_results(),
+            "scenario5": {},
             "servers": {},
             "rss_soak": {},
         }
@@ -182,6 +187,9 @@ class Bench:
         )
         self.results["scenario3"] = (
             dataloader.run(self.out_dir, self.profile) if "3" in self.scenarios else {"skipped": NOT_SELECTED}
+        )
+        self.results["scenario5"] = (
+            padding.run(self.out_dir, self.profile) if "5" in self.scenarios else {"skipped": NOT_SELECTED}
         )
         return self.results
 
@@ -266,10 +274,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwrote {out_dir / 'benchmark.json'}, benchmark.txt and "
         f"{', '.join(Path(p).name for p in results['plots'].values())}"
     )
-    if "failed" in results["scenario3"]:
-        log(f"failed: scenario 3: {results['scenario3']['failed']}")
-        return 1
-    return 0
+    failed = [name for name in ("scenario3", "scenario5") if "failed" in results[name]]
+    for name in failed:
+        log(f"failed: {name}: {results[name]['failed']}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks import corpus, loadgen
 from benchmarks.machine import BUSY_CORES
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts
+from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding
 
 COLUMNS = (
     ("scenario", "#"),
@@ -83,6 +83,7 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
         *_scenario2(results["scenario2"], profile),
         *_scenario3(results["scenario3"]),
         *_scenario4(results["scenario4"], profile),
+        *_scenario5(results["scenario5"]),
         *_memory(results),
         *_targets(results["targets"]),
     ]
@@ -248,6 +249,53 @@ def _scenario4(s4: dict[str, Any], profile: Profile) -> list[Row]:
                         "note": _busy(p["other_cpu_cores"]),
                     }
                 )
+    return rows
+
+
+def _scenario5(s5: dict[str, Any]) -> list[Row]:
+    for outcome in ("skipped", "failed"):
+        if outcome in s5:
+            return [
+                {"scenario": "5", "variant": "less padding (padding_compare.py)", "note": f"{outcome}: {s5[outcome]}"}
+            ]
+    rows: list[Row] = []
+    data = s5["data"]
+    settings, loader = data["settings"], data["dataloader"]
+    for loop, by_variant in padding.loops(s5).items():
+        label = (
+            f"DataLoader, {settings['step_us_per_position']:g} us/position step"
+            if loop == "training step"
+            else "DataLoader, loader only"
+        )
+        for variant, figures in by_variant.items():
+            rows.append(
+                {
+                    "scenario": "5",
+                    "texts": label,
+                    "variant": variant + (f" ({settings['random_batch_size']} rows)" if variant == "random" else ""),
+                    "rate": human(figures["texts_per_s"]),
+                    "tokens_rate": human(figures["real_tokens_per_s"]),
+                    "ratio": "baseline"
+                    if variant == "random"
+                    else f"{figures['real_tokens_per_s_vs_random']:.2f}x random",
+                    "cpu": f"srv {figures['server_cpu_ms_per_1k_real_tokens']:.3g}/1k tokens",
+                    "note": f"padding {figures['padding_fraction']:.1%}, {figures['rows_per_batch']:.0f} rows/batch",
+                }
+            )
+    rows[-1]["note"] += f"; the samplers counted {loader['texts_counted']} texts in {loader['counting_seconds']:.1f} s"
+    for set_name, figures in padding.counts(s5).items():
+        for variant, f in figures["variants"].items():
+            rows.append(
+                {
+                    "scenario": "5",
+                    "texts": f"{set_name} ({figures['texts']}, {figures['distinct']} distinct)",
+                    "variant": variant,
+                    "rate": human(f["texts_per_s"]),
+                    "ratio": "baseline" if variant == "lengths" else f"{f['vs_lengths']:.2f}x lengths",
+                    "cpu": f"srv {f['server_cpu_ms_per_1k_texts']:.3g}, cli {f['client_cpu_ms_per_1k_texts']:.3g}"
+                    "/1k texts",
+                }
+            )
     return rows
 
 

@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import dataloader
+from benchmarks.scenarios import dataloader, padding
 
 THRESHOLDS = {
     "s1_binary_vs_encode_batch": 0.9,
@@ -22,6 +22,9 @@ THRESHOLDS = {
     "s2_server_cpu_ms_per_request": 0.3,
     "rss_peak_mb": 300.0,
     "s3_dataloader_vs_collate_fn": 1.0,
+    "s5_padding_cut": 0.5,
+    "s5_real_tokens_vs_random": 1.3,
+    "s5_lengths_vs_encode": 3.0,
 }
 S1_RATIOS = (  # target, service variant, baseline variant, baseline in the description
     ("s1_binary_vs_encode_batch", "service binary", "in-process encode_batch", "encode_batch"),
@@ -91,6 +94,7 @@ def evaluate_targets(results: dict[str, Any], profile: Profile) -> list[dict[str
     _scenario2(targets, results["scenario2"], profile)
     _memory(targets, results["rss_soak"], results["servers"])
     _scenario3(targets, results["scenario3"])
+    _scenario5(targets, results["scenario5"])
     return targets.items
 
 
@@ -223,3 +227,51 @@ def _scenario3(targets: Targets, s3: dict[str, Any]) -> None:
                 "reason": s3.get("skipped") or s3["failed"],
             }
         )
+
+
+def _scenario5(targets: Targets, s5: dict[str, Any]) -> None:
+    loops, counts = padding.loops(s5), padding.counts(s5)
+    if not loops or not counts:
+        for name in ("s5_padding_cut", "s5_real_tokens_vs_random", "s5_lengths_vs_encode"):
+            targets.items.append(
+                {
+                    "target": name,
+                    "description": f"scenario 5: >= {THRESHOLDS[name]:g}",
+                    "threshold": THRESHOLDS[name],
+                    "measured": None,
+                    "met": None,
+                    "reason": s5.get("skipped") or s5.get("failed"),
+                }
+            )
+        return
+    settings = s5["data"]["settings"]
+    budget = f"max_tokens={settings['max_tokens']}, max_length={settings['max_length']}"
+    step, idle = loops["training step"], loops["loader only"]
+    for variant in ("token budget", "packed"):
+        targets.add(
+            f"s5_padding_cut[{variant}]",
+            f"scenario 5: padding fraction cut relative to random batches of {settings['random_batch_size']} "
+            f"(padding='longest'), {variant} batches, {budget}",
+            step[variant]["padding_cut_vs_random"],
+            THRESHOLDS["s5_padding_cut"],
+            padding_fraction=round(step[variant]["padding_fraction"], 4),
+            random_padding_fraction=round(step["random"]["padding_fraction"], 4),
+        )
+        targets.add(
+            f"s5_real_tokens_vs_random[{variant}]",
+            f"scenario 5: real tokens/s into a training step of {settings['step_us_per_position']:g} us per padded "
+            f"position, {variant} / random batches, {budget}",
+            step[variant]["real_tokens_per_s_vs_random"],
+            THRESHOLDS["s5_real_tokens_vs_random"],
+            loader_only=round(idle[variant]["real_tokens_per_s_vs_random"], 4),
+        )
+    corpus, distinct = counts["reviews"]["variants"], counts["reviews, distinct only"]["variants"]
+    targets.add(
+        "s5_lengths_vs_encode",
+        f"scenario 5: texts/s of /lengths / /encode (JSON) on the same {counts['reviews']['texts']} reviews, "
+        f"{settings['chunk']} per request",
+        1 / corpus["encode JSON"]["vs_lengths"],
+        THRESHOLDS["s5_lengths_vs_encode"],
+        vs_encode_binary=round(1 / corpus["encode binary padded"]["vs_lengths"], 4),
+        distinct_texts_only=round(1 / distinct["encode JSON"]["vs_lengths"], 4),
+    )

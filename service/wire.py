@@ -18,6 +18,7 @@ from typing import Any, Final
 ENCODE_PATH: Final = "/encode"
 TOKENIZE_PATH: Final = "/tokenize"
 DECODE_PATH: Final = "/decode"
+LENGTHS_PATH: Final = "/lengths"
 INFO_PATH: Final = "/info"
 HEALTH_PATH: Final = "/healthz"
 READY_PATH: Final = "/readyz"
@@ -81,6 +82,24 @@ OUTPUT_KEYS: Final = (
     "overflow_to_sample_mapping",
 )
 
+# -- POST /lengths: token counts without the ids --------------------------------------------------------
+#: The options of ``/lengths``: those of ``/encode`` that change how many tokens a text becomes (padding
+#: never does: a length is always the unpadded count), with the same defaults. The body is
+#: ``{"texts": [...], "text_pairs": [...]?, <these options>}``.
+LENGTHS_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {
+        name: ENCODE_OPTIONS[name]
+        for name in ("add_special_tokens", "truncation", "max_length", "stride", "return_overflowing_tokens")
+    }
+)
+#: The one key of the answer. Its value holds one entry per text (or pair), in order: the token count,
+#: ``len(tokenizer(text, text_pair, **options)["input_ids"])``; with ``return_overflowing_tokens`` the entry
+#: is the list of the counts of that text's rows (its first window, then each overflow window), which is
+#: ``[len(row) for row in tokenizer(text, text_pair, **options)["input_ids"]]``.
+LENGTHS_KEY: Final = "lengths"
+#: Texts per ``/lengths`` request a client sends by default (the server's default ``max_texts_per_request``).
+LENGTHS_BATCH_TEXTS: Final = 4096
+
 # -- media types and headers -----------------------------------------------------------------------------
 JSON_MEDIA_TYPE: Final = "application/json"
 #: ``Accept`` this for a safetensors blob of int64 arrays (a rectangular result only).
@@ -105,14 +124,16 @@ URL_ENV: Final = ENV_PREFIX + "URL"
 API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
 
 
-def non_default_options(options: Mapping[str, Any]) -> dict[str, Any]:
+def non_default_options(options: Mapping[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
     """The options whose value differs from transformers' default (by value or by type: ``0`` is not
-    ``False``), in contract order: what a client needs to send."""
-    unknown = set(options) - set(ENCODE_OPTIONS)
+    ``False``), in contract order: what a client needs to send. ``contract``: :data:`ENCODE_OPTIONS` or
+    :data:`LENGTHS_OPTIONS`."""
+    unknown = set(options) - set(contract)
     if unknown:
-        raise TypeError(f"unknown encode option(s) {sorted(unknown)}; known: {list(ENCODE_OPTIONS)}")
+        what = "encode" if contract is ENCODE_OPTIONS else "lengths"
+        raise TypeError(f"unknown {what} option(s) {sorted(unknown)}; known: {list(contract)}")
     sent = {}
-    for name, default in ENCODE_OPTIONS.items():
+    for name, default in contract.items():
         if name in options:
             value = options[name]
             if value != default or type(value) is not type(default):

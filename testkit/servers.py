@@ -15,6 +15,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def script_env(**extra: str) -> dict[str, str]:
+    """This process's environment with the repository root first on PYTHONPATH, plus ``extra``: for scripts
+    run from elsewhere (a temporary folder) that import ``testkit``."""
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -77,6 +77,21 @@ def reference_call(tokenizer: Any, texts: list[str], pairs: list[str] | None, op
     return {key: normalise(value) for key, value in encoding.items()}
 
 
+def reference_lengths(tokenizer: Any, texts: list[str], pairs: list[str] | None, options: dict) -> Any:
+    """What a token count means: the rows' lengths of the in-process call -- with overflow, grouped per text
+    in row order -- or the exception transformers raises."""
+    encoding = reference_call(tokenizer, texts, pairs, options)
+    if isinstance(encoding, BaseException):
+        return encoding
+    rows = [len(ids) for ids in encoding["input_ids"]]
+    if not options.get("return_overflowing_tokens"):
+        return rows
+    grouped: list[list[int]] = [[] for _ in texts]
+    for count, sample in zip(rows, encoding["overflow_to_sample_mapping"], strict=True):
+        grouped[sample].append(count)
+    return grouped
+
+
 def assert_same(ours: dict, theirs: dict, context: Any = None) -> None:
     assert list(ours) == list(theirs), f"keys differ: {list(ours)} != {list(theirs)} for {context}"
     for key in theirs:

@@ -13,7 +13,18 @@ import pytest
 from testkit.servers import REPO
 
 PLOTS = ("throughput_vs_batch.png", "throughput_vs_concurrency.png", "latency_percentiles.png", "long_text_scaling.png")
-SECTIONS = ("meta", "scenario1", "scenario2", "scenario3", "scenario4", "servers", "rss_soak", "targets", "table")
+SECTIONS = (
+    "meta",
+    "scenario1",
+    "scenario2",
+    "scenario3",
+    "scenario4",
+    "scenario5",
+    "servers",
+    "rss_soak",
+    "targets",
+    "table",
+)
 
 
 @pytest.mark.slow
@@ -41,13 +52,20 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     assert results["scenario2"]["runs"] and results["scenario2"]["inprocess"]
     assert results["scenario4"]["points"]
     assert results["rss_soak"]["memory"]
-    scenario3 = results["scenario3"]
-    assert "failed" not in scenario3, scenario3
-    if importlib.util.find_spec("torch") is None:  # the one acceptable skip
-        assert scenario3.get("skipped", "").startswith("torch is not installed"), scenario3
-    else:
-        assert "skipped" not in scenario3, scenario3
-        assert scenario3["data"]["dataloader"], scenario3
+    for name in ("scenario3", "scenario5"):  # the scenarios that run in their own process
+        section = results[name]
+        assert "failed" not in section, section
+        if importlib.util.find_spec("torch") is None:  # the one acceptable skip
+            assert section.get("skipped", "").startswith("torch is not installed"), section
+        else:
+            assert "skipped" not in section, section
+            assert section["data"]["dataloader"], section
+    if "data" in results["scenario5"]:
+        loops = results["scenario5"]["data"]["dataloader"]["loops"]
+        assert set(loops) == {"training step", "loader only"}
+        assert all(set(by_variant) == {"random", "token budget", "packed"} for by_variant in loops.values())
+        assert loops["training step"]["packed"]["padding_fraction"] == 0
+        assert set(results["scenario5"]["data"]["counts"]) == {"reviews", "reviews, distinct only"}
     assert all({"target", "met"} <= set(t) for t in results["targets"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name

@@ -108,6 +108,7 @@ def test_exported_members():
             "TokenizerClient",
             "AsyncTokenizerClient",
             "Collator",
+            "TokenBudgetBatchSampler",
             "EncodeResult",
             "RetryPolicy",
             "Timeout",

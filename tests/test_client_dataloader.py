@@ -8,7 +8,6 @@ before the workers start, two epochs to the end, every batch compared with the i
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -21,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from service.client import RetryPolicy, TokenizerClient
-from testkit.servers import ServerProcess
+from testkit.servers import ServerProcess, script_env
 
 LOADER_OPTIONS = {"padding": "longest", "truncation": True, "max_length": 64}
 
@@ -29,20 +28,10 @@ TRAINING_SCRIPT = textwrap.dedent("""
     import json, os, sys
 
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import DataLoader
 
     from service.client import TokenizerClient
-
-
-    class Reviews(Dataset):
-        def __init__(self, texts):
-            self.texts = texts
-
-        def __len__(self):
-            return len(self.texts)
-
-        def __getitem__(self, i):
-            return {"text": self.texts[i], "label": i % 3, "idx": i, "worker_pid": os.getpid()}
+    from testkit.datasets import IndexedTexts
 
 
     def main():
@@ -52,8 +41,8 @@ TRAINING_SCRIPT = textwrap.dedent("""
         client = TokenizerClient(url)
         warm = client(texts[:4], padding=True, return_tensors="pt")  # used in the parent before any worker
         generator = torch.Generator().manual_seed(1234)
-        loader = DataLoader(Reviews(texts), batch_size=16, shuffle=True, generator=generator, num_workers=2,
-                            multiprocessing_context=context,
+        loader = DataLoader(IndexedTexts(texts, labels=3), batch_size=16, shuffle=True, generator=generator,
+                            num_workers=2, multiprocessing_context=context,
                             collate_fn=client.collator(padding="longest", truncation=True, max_length=64))
         epochs = [[batch for batch in loader] for _ in range(2)]
         torch.save({"warm": dict(warm), "epochs": epochs}, out_path)
@@ -100,7 +89,7 @@ def test_two_epochs_in_worker_processes_match_in_process_tokenizer(
     texts_path = tmp_path / "texts.json"
     texts_path.write_text(json.dumps(loader_texts, ensure_ascii=False), encoding="utf-8")
     out_path = tmp_path / "batches.pt"
-    env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RUST_BACKTRACE": "0"}
+    env = script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0")
     done = subprocess.run(
         [sys.executable, str(script), servers[family].url, start_method, str(texts_path), str(out_path)],
         cwd=tmp_path,

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
 from service.http.settings import settings_table
+from testkit.servers import script_env
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
@@ -25,3 +30,24 @@ def test_ci_runs_the_readme_test_command():
 def test_default_tokenizer_stays_within_budget():
     folder = REPO / "service" / "default_tokenizer"
     assert sum(p.stat().st_size for p in folder.iterdir()) <= 2 * 1024 * 1024
+
+
+@pytest.mark.timeout(180)
+def test_readme_token_budget_example_runs_as_written(servers, tmp_path):
+    """The DataLoader example of "Less padding" is complete: it runs against a real server and prints what it says."""
+    block = re.search(
+        r"<!-- token-budget-example:start -->\n```python\n(.*?)```\n<!-- token-budget-example:end -->", README, re.S
+    )
+    assert block, "README lost its token-budget example markers"
+    code = block.group(1)
+    assert code.count("http://127.0.0.1:8000") == 1
+    script = tmp_path / "example.py"
+    script.write_text(code.replace("http://127.0.0.1:8000", servers["wordpiece_default"].url))
+    done = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=script_env(), capture_output=True, text=True, timeout=150
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    paddings = [float(re.search(r"padding ([\d.]+)%", line).group(1)) for line in lines if line.startswith("epoch")]
+    assert len(paddings) == 2 and max(paddings) < 10  # grouped: little padding
+    assert lines[2].startswith("torch.Size([1, ") and "batches for rank 0 of 2" in lines[3]

@@ -13,10 +13,12 @@ import pytest
 
 from service import wire
 from service.client import AsyncTokenizerClient, Collator, TokenizerClient
-from service.engine.encoding import EncodeOptions
-from service.http.models import EncodeRequest, TokenizeRequest
+from service.engine.encoding import EncodeOptions, LengthOptions
+from service.http.models import EncodeRequest, LengthsRequest, TokenizeRequest
+from service.http.settings import Settings
 
 OPTIONS = list(wire.ENCODE_OPTIONS)
+LENGTH_OPTIONS = list(wire.LENGTHS_OPTIONS)
 
 
 def keyword_defaults(function: Any) -> dict[str, Any]:
@@ -119,3 +121,50 @@ def test_output_key_order_is_transformers_batch_encoding_order(reference_tokeniz
         return_length=True,
     )
     assert tuple(every_key) == wire.OUTPUT_KEYS
+
+
+# -- /lengths ---------------------------------------------------------------------------------------------
+
+
+def test_length_options_are_encode_options_with_their_defaults():
+    assert LENGTH_OPTIONS == [name for name in OPTIONS if name in wire.LENGTHS_OPTIONS]  # a subset, same order
+    assert all(wire.LENGTHS_OPTIONS[name] == wire.ENCODE_OPTIONS[name] for name in LENGTH_OPTIONS)
+    assert not {"padding", "pad_to_multiple_of", "padding_side"} & set(LENGTH_OPTIONS)  # a count is unpadded
+
+
+def test_engine_length_options_follow_the_wire():
+    fields = dataclasses.fields(LengthOptions)
+    assert [f.name for f in fields] == LENGTH_OPTIONS
+    assert {f.name: f.default for f in fields} == dict(wire.LENGTHS_OPTIONS)
+    # a count is the length of the unpadded encode with the same options
+    assert dataclasses.asdict(LengthOptions().as_encode_options()) == dict(wire.ENCODE_OPTIONS)
+    custom = LengthOptions(False, "only_first", 9, 2, True)
+    assert {k: v for k, v in dataclasses.asdict(custom.as_encode_options()).items() if k in LENGTH_OPTIONS} == (
+        dataclasses.asdict(custom)
+    )
+
+
+def test_server_lengths_model_follows_the_wire():
+    fields = {name: f for name, f in LengthsRequest.model_fields.items() if name not in ("texts", "text_pairs")}
+    assert list(fields) == LENGTH_OPTIONS
+    assert {name: f.default for name, f in fields.items()} == dict(wire.LENGTHS_OPTIONS)
+    assert allowed_values(fields["truncation"].annotation) == set(wire.TRUNCATION_VALUES)
+    encode_fields = EncodeRequest.model_fields
+    for name in LENGTH_OPTIONS:  # the same types and bounds as /encode's
+        assert fields[name].annotation == encode_fields[name].annotation, name
+        assert fields[name].metadata == encode_fields[name].metadata, name
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_client_lengths_signatures_follow_the_wire(client_class):
+    defaults = keyword_defaults(client_class.lengths)
+    server_limit = Settings.model_fields["max_texts_per_request"].default
+    assert defaults.pop("batch_size") == wire.LENGTHS_BATCH_TEXTS == server_limit  # one request by default
+    assert list(defaults) == LENGTH_OPTIONS
+    assert defaults == dict(wire.LENGTHS_OPTIONS)
+
+
+def test_lengths_sends_only_length_options():
+    assert wire.non_default_options({"max_length": 8, "stride": 0}, wire.LENGTHS_OPTIONS) == {"max_length": 8}
+    with pytest.raises(TypeError, match="unknown lengths option"):
+        wire.non_default_options({"padding": True}, wire.LENGTHS_OPTIONS)

@@ -6,8 +6,11 @@
 - :mod:`~benchmarks.scenarios.dataloader` (scenario 3): a DataLoader through the SDK collator
   (``benchmarks.dataloader_compare``);
 - :mod:`~benchmarks.scenarios.long_texts` (scenario 4): tokens/s vs text length;
+- :mod:`~benchmarks.scenarios.padding` (scenario 5): random vs token-budget vs packed batches through a
+  DataLoader, and ``/lengths`` vs ``/encode`` (``benchmarks.padding_compare``);
 - :mod:`~benchmarks.scenarios.rss_soak` ("rss"): server memory under rounds of the same load.
 
 :mod:`~benchmarks.scenarios.measuring` holds what they share: the request options, the interleaved rounds
-and the medians over them.
+and the medians over them; :mod:`~benchmarks.scenarios.own_process` runs the scenarios that need a process of
+their own (3 and 5).
 """

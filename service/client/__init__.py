@@ -7,6 +7,10 @@
     loader = DataLoader(texts, batch_size=32, num_workers=2,
                         collate_fn=client.collator(padding="longest", truncation=True, max_length=128))
 
+    # less padding: batches of similar lengths under a token budget (or packing=True: no padding at all)
+    collate = client.collator(truncation=True, max_length=512)
+    loader = DataLoader(texts, batch_sampler=collate.batch_sampler(texts, max_tokens=8192), collate_fn=collate)
+
 Importing or using this package never imports ``tokenizers``, ``transformers``, ``fastapi`` or
 ``pydantic``, nor httpx with the default transports (stdlib ``http.client`` for the sync client, asyncio
 streams for the async one); numpy and torch are imported only when arrays or tensors are asked for.
@@ -39,12 +43,14 @@ from .transports import AsyncTransport, HTTPTransport, MockTransport, Request, R
 
 if TYPE_CHECKING:
     from .async_client import AsyncTokenizerClient
+    from .sampling import TokenBudgetBatchSampler
     from .transports import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
 
 __all__ = [
     "TokenizerClient",
     "AsyncTokenizerClient",
     "Collator",
+    "TokenBudgetBatchSampler",
     "EncodeResult",
     "RetryPolicy",
     "Timeout",
@@ -78,9 +84,10 @@ __all__ = [
 
 
 # Imported when first asked for, so the sync client -- what DataLoader workers use -- loads neither asyncio
-# nor httpx.
+# nor httpx (nor torch, which the sampler subclasses where it is installed).
 _LAZY = {
     "AsyncTokenizerClient": "service.client.async_client",
+    "TokenBudgetBatchSampler": "service.client.sampling",  # imports torch, where installed
     "AsyncHTTPTransport": "service.client.transports",
     "HTTPXTransport": "service.client.transports",
     "AsyncHTTPXTransport": "service.client.transports",

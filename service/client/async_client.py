@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..wire import LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
 from .calls import (
     RETRY_STATUSES,
     Call,
@@ -17,10 +18,11 @@ from .calls import (
     encode_call,
     finish,
     info_call,
+    lengths_calls,
     rejection,
     tokenize_call,
 )
-from .clients import TokenizerClient, _ClientBase, _encode_options
+from .clients import TokenizerClient, _ClientBase, _options
 from .exceptions import TransportError
 from .results import EncodeResult
 from .retrying import Attempts, RetryPolicy
@@ -97,10 +99,27 @@ class AsyncTokenizerClient(_ClientBase):
         return_length: bool = False,
     ) -> EncodeResult:
         """As :meth:`TokenizerClient.encode`."""
-        options = _encode_options(locals())
+        options = _options(locals())
         return await self._send(encode_call(text, text_pair, options, return_tensors))
 
     __call__ = encode
+
+    async def lengths(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        return_overflowing_tokens: bool = False,
+        batch_size: int = LENGTHS_BATCH_TEXTS,
+    ) -> Any:
+        """As :meth:`TokenizerClient.lengths`."""
+        calls, batched = lengths_calls(text, text_pair, _options(locals(), LENGTHS_OPTIONS), batch_size)
+        lengths = [n for call in calls for n in await self._send(call)]
+        return lengths if batched else lengths[0]
 
     async def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None

@@ -18,6 +18,9 @@ from ..wire import (
     ERROR_TYPE_FIELD,
     FINGERPRINT_HEADER,
     INFO_PATH,
+    LENGTHS_KEY,
+    LENGTHS_OPTIONS,
+    LENGTHS_PATH,
     RETRY_AFTER_HEADER,
     RETURN_TENSORS,
     SAFETENSORS_MEDIA_TYPE,
@@ -159,6 +162,41 @@ def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tenso
             return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
 
     return Call("POST", ENCODE_PATH, _dumps(payload), parse, binary=return_tensors is not None)
+
+
+def lengths_calls(
+    text: Any, text_pair: Any, options: dict[str, Any], batch_size: int
+) -> tuple[list[Call[list[Any]]], bool]:
+    """The ``/lengths`` requests for ``text`` (a str, a batch, or pairs, read as ``encode`` reads them), at most
+    ``batch_size`` texts each, and whether the input was a batch. Each call's answer is checked to hold one
+    entry per text it sent."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    texts, pairs, batched = split_inputs(text, text_pair)
+    if not texts:
+        return [], batched
+    sent = non_default_options(options, LENGTHS_OPTIONS)
+    overflowing = bool(options.get("return_overflowing_tokens"))
+    calls = []
+    for start in range(0, len(texts), batch_size):
+        payload: dict[str, Any] = {"texts": texts[start : start + batch_size]}
+        if pairs is not None:
+            payload["text_pairs"] = pairs[start : start + batch_size]
+        payload.update(sent)
+        calls.append(Call("POST", LENGTHS_PATH, _dumps(payload), _lengths_parser(len(payload["texts"]), overflowing)))
+    return calls, batched
+
+
+def _lengths_parser(count: int, overflowing: bool) -> Callable[[Response, str], list[Any]]:
+    def parse(response: Response, url: str) -> list[Any]:
+        lengths = _json_body(response, url, LENGTHS_KEY)[LENGTHS_KEY]
+        entry = list if overflowing else int
+        if not isinstance(lengths, list) or len(lengths) != count or not all(type(n) is entry for n in lengths):
+            want = "lists of ints" if overflowing else "ints"
+            raise ProtocolError(f"{url}: expected {count} {want} under {LENGTHS_KEY!r}, got {lengths!r:.200}", url=url)
+        return lengths
+
+    return parse
 
 
 def _id_list(ids: Any, what: str) -> list[int]:

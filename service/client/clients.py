@@ -20,6 +20,8 @@ from ..wire import (
     AUTHORIZATION_HEADER,
     ENCODE_OPTIONS,
     JSON_MEDIA_TYPE,
+    LENGTHS_BATCH_TEXTS,
+    LENGTHS_OPTIONS,
     SAFETENSORS_MEDIA_TYPE,
     URL_ENV,
 )
@@ -30,6 +32,7 @@ from .calls import (
     encode_call,
     finish,
     info_call,
+    lengths_calls,
     rejection,
     tokenize_call,
 )
@@ -45,11 +48,11 @@ _JSON_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": JSON_MEDIA_TYPE}
 _BINARY_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": SAFETENSORS_MEDIA_TYPE}
 
 
-def _encode_options(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The ``/encode`` options among an ``encode`` method's arguments (its ``locals()``): the methods spell
-    each option out for IDEs and ``help()``, and ``tests/test_wire.py`` holds their names and defaults to
-    ``service.wire.ENCODE_OPTIONS``."""
-    return {name: arguments[name] for name in ENCODE_OPTIONS}
+def _options(arguments: dict[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
+    """The options of ``contract`` among a method's arguments (its ``locals()``): the methods spell each
+    option out for IDEs and ``help()``, and ``tests/test_wire.py`` holds their names and defaults to
+    ``service.wire.ENCODE_OPTIONS`` (``encode``) and ``service.wire.LENGTHS_OPTIONS`` (``lengths``)."""
+    return {name: arguments[name] for name in contract}
 
 
 def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -118,15 +121,23 @@ class _ClientBase:
             "headers": self._extra_headers,
         }
 
-    def collator(self, *, text_field: str = "text", pair_field: str | None = None, **options: Any) -> Collator:
+    def collator(
+        self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
+    ) -> Collator:
         """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
 
         The batch may hold strings, ``(text, pair)`` tuples, or dicts: then ``text_field`` (and
         ``pair_field``) name the text(s), and every other field is collated as ``default_collate`` would
         (labels become a tensor). The result is one dict of int64 tensors plus those fields. ``options``
         are those of ``encode`` (``padding`` defaults to True here: tensors need rectangular batches).
+
+        ``packing=True``: padding-free batches, exactly as transformers' ``DataCollatorWithFlattening`` makes
+        them (``input_ids``/``labels``/``position_ids`` of shape ``[1, total]``; its options
+        ``return_flash_attn_kwargs``, ``return_seq_idx``, ``separator_id``, ``return_position_ids`` and
+        ``position_ids_start`` are taken here too). ``collator.batch_sampler(dataset, max_tokens=...)`` then
+        gives the batches a token budget (see :class:`Collator`).
         """
-        return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, **options)
+        return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
     def _sync_client(self) -> TokenizerClient:
         raise NotImplementedError
@@ -220,10 +231,36 @@ class TokenizerClient(_ClientBase):
         from the binary answer without a copy and need rectangular rows (pass ``padding``), else
         :class:`NotAcceptable`. Invalid options raise :class:`InvalidRequest`, as transformers would raise.
         """
-        options = _encode_options(locals())
+        options = _options(locals())
         return self._send(encode_call(text, text_pair, options, return_tensors))
 
     __call__ = encode
+
+    def lengths(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        return_overflowing_tokens: bool = False,
+        batch_size: int = LENGTHS_BATCH_TEXTS,
+    ) -> Any:
+        """Token counts without the ids: for a batch, one int per text (or pair), each equal to
+        ``len(tokenizer(text, text_pair, **options)["input_ids"])`` in-process; for a single text, one int.
+
+        The options are those of :meth:`encode` that change a count, with its defaults (padding never
+        does). With ``return_overflowing_tokens=True`` each entry is instead the list of the counts of that
+        text's rows: its first window, then each overflow window (``max_length`` and ``stride`` as in
+        ``encode``). Much cheaper than encoding: the service answers one small int per text. Any number of
+        texts: they are sent ``batch_size`` per request (the server's ``max_texts_per_request``, 4,096 by
+        default, is the most it takes); an empty batch gives ``[]`` without a request.
+        """
+        calls, batched = lengths_calls(text, text_pair, _options(locals(), LENGTHS_OPTIONS), batch_size)
+        lengths = [n for call in calls for n in self._send(call)]
+        return lengths if batched else lengths[0]
 
     def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None

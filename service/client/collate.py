@@ -1,4 +1,4 @@
-"""A DataLoader ``collate_fn`` that tokenizes through the service.
+"""A DataLoader ``collate_fn`` that tokenizes through the service: padded batches, or padding-free packed ones.
 
 The class lives at module level so spawned DataLoader workers can unpickle it; it holds a
 :class:`~service.client.TokenizerClient`, which pickles without connections and opens its own in each
@@ -8,24 +8,50 @@ worker process. torch is imported only when a batch is collated.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..wire import ENCODE_OPTIONS
+from ..wire import ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
+from .packing import PACKING_OPTIONS, flatten
+
+if TYPE_CHECKING:
+    from .sampling import TokenBudgetBatchSampler
 
 __all__ = ["Collator"]
 
+# With packing, only the options that decide which tokens a text becomes: nothing is padded, and the packed
+# batch holds input_ids, labels and positions only.
+_PACKING_ENCODE_OPTIONS = frozenset(LENGTHS_OPTIONS) - {"return_overflowing_tokens"}
+
 
 class Collator:
-    """``collate_fn(batch) -> dict`` of int64 tensors, as ``tokenizer(texts, ..., return_tensors="pt")``.
+    """``collate_fn(batch) -> dict`` of tensors.
 
     A batch is a list of ``str``, of ``(text, pair)`` tuples, or of dicts. For dicts, ``text_field`` (and
     ``pair_field``, if set) name the text(s); every other field is collated as
-    ``torch.utils.data.default_collate`` would and added to the result (it must not reuse a key the
-    tokenizer returns). ``options`` are the encode options; ``padding`` defaults to True.
+    ``torch.utils.data.default_collate`` would and added to the result (it must not reuse a key of the result).
+
+    Padded (default): int64 tensors as ``tokenizer(texts, ..., return_tensors="pt")``; ``options`` are the
+    encode options, ``padding`` defaults to True.
+
+    ``packing=True``: one padding-free row, exactly as transformers'
+    ``DataCollatorWithFlattening(return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=False,
+    return_seq_idx=False, position_ids_start=0)`` gives it for the texts' ``input_ids`` (those options are
+    taken here with the same names and defaults): ``input_ids`` and ``labels`` of shape ``[1, total]``,
+    ``position_ids``, and optionally ``cu_seq_lens_q/k``, ``max_length_q/k`` and ``seq_idx``. The encode options
+    are then ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride``. Use it with
+    :meth:`batch_sampler` so that each batch packs up to a token budget.
     """
 
-    def __init__(self, client: Any, *, text_field: str = "text", pair_field: str | None = None, **options: Any) -> None:
-        unknown = set(options) - set(ENCODE_OPTIONS)
+    def __init__(
+        self,
+        client: Any,
+        *,
+        text_field: str = "text",
+        pair_field: str | None = None,
+        packing: bool = False,
+        **options: Any,
+    ) -> None:
+        unknown = set(options) - set(ENCODE_OPTIONS) - set(PACKING_OPTIONS)
         if "return_tensors" in unknown:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
         if unknown:
@@ -33,33 +59,110 @@ class Collator:
         self.client = client
         self.text_field = text_field
         self.pair_field = pair_field
-        self.options = {"padding": True, **options}
+        self.packing = bool(packing)
+        packing_options = {name: options.pop(name) for name in list(options) if name in PACKING_OPTIONS}
+        if self.packing:
+            refused = set(options) - _PACKING_ENCODE_OPTIONS
+            if refused:
+                raise TypeError(
+                    f"packing=True makes padding-free rows of input_ids, labels and positions: {sorted(refused)} "
+                    f"do not apply; the encode options it takes are {sorted(_PACKING_ENCODE_OPTIONS)}"
+                )
+            separator = packing_options.get("separator_id", PACKING_OPTIONS["separator_id"])
+            if isinstance(separator, bool) or not isinstance(separator, int):
+                raise TypeError(f"separator_id must be an int, not {separator!r}")
+            self.packing_options = {**PACKING_OPTIONS, **packing_options}
+            # only input_ids travel: no mask, no type ids
+            self.options = {"return_attention_mask": False, "return_token_type_ids": False, **options}
+        else:
+            if packing_options:
+                raise TypeError(f"{sorted(packing_options)} apply to packed batches only: pass packing=True")
+            self.packing_options = {}
+            self.options = {"padding": True, **options}
 
     def __call__(self, batch: Sequence[Any]) -> dict[str, Any]:
         if not batch:
             raise ValueError("cannot collate an empty batch")
-        first = batch[0]
-        extras: list[dict[str, Any]] | None = None
-        if isinstance(first, str):
-            texts, pairs = list(batch), None
-        elif isinstance(first, (tuple, list)):
-            if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in batch):
-                raise TypeError("a batch of tuples must hold (text, pair) pairs; for other fields use dicts")
-            texts, pairs = [item[0] for item in batch], [item[1] for item in batch]
-        elif isinstance(first, Mapping):
-            texts, pairs, extras = self._split_dicts(batch)
+        texts, pairs, extras = self._inputs(batch)
+        if self.packing:
+            rows = self.client.encode(texts, pairs, **self.options)["input_ids"]
+            encoded = flatten(rows, **self.packing_options)
         else:
-            raise TypeError(f"cannot collate a batch of {type(first).__name__}: expected str, (text, pair) or dict")
-        encoded = dict(self.client.encode(texts, pairs, return_tensors="pt", **self.options))
+            encoded = dict(self.client.encode(texts, pairs, return_tensors="pt", **self.options))
         if extras and extras[0]:
             from torch.utils.data import default_collate
 
             collated = default_collate(extras)
             clash = set(collated) & set(encoded)
             if clash:
-                raise ValueError(f"field(s) {sorted(clash)} clash with the tokenizer's output keys; rename them")
+                raise ValueError(f"field(s) {sorted(clash)} clash with the collator's output keys; rename them")
             encoded.update(collated)
         return encoded
+
+    @property
+    def length_options(self) -> dict[str, Any]:
+        """The options of ``client.lengths`` that count tokens as this collator encodes them."""
+        return {name: self.options[name] for name in LENGTHS_OPTIONS if name in self.options}
+
+    def batch_sampler(
+        self,
+        dataset: Any,
+        *,
+        max_tokens: int,
+        batch_size: int = LENGTHS_BATCH_TEXTS,
+        share_counting: bool = True,
+        **sampler_options: Any,
+    ) -> TokenBudgetBatchSampler:
+        """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator.
+
+        Every item of ``dataset`` (a list, or anything with ``len`` and integer indexing) is read as this
+        collator reads a batch, and its texts are counted through the service once, ``batch_size`` items per
+        request, with this collator's options (``client.lengths``) -- so the counts are the rows' real lengths,
+        truncation included. In a ``torch.distributed`` job (``share_counting``, the default) each rank counts
+        its share and the ranks exchange the counts: every rank must call this, as every rank builds its
+        sampler. The sampler packs (sum of lengths up to ``max_tokens``) when this collator packs, and
+        otherwise bounds rows x longest (with this collator's ``pad_to_multiple_of``). ``sampler_options`` are
+        the sampler's: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
+        ``rank``, ``drop_last``.
+        """
+        from .sampling import TokenBudgetBatchSampler, count_across_ranks
+
+        for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
+            if name in sampler_options:
+                raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
+        if not self.packing and self.options.get("padding") not in (True, "longest"):
+            raise ValueError(
+                "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
+                f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
+            )
+
+        def count(start: int, step: int) -> list[int]:
+            indices = range(start, len(dataset), step)
+            lengths: list[int] = []
+            for first in range(0, len(indices), batch_size):  # a chunk of items at a time: texts are not kept
+                texts, pairs, _ = self._inputs([dataset[i] for i in indices[first : first + batch_size]])
+                lengths.extend(self.client.lengths(texts, pairs, batch_size=batch_size, **self.length_options))
+            return lengths
+
+        lengths = count_across_ranks(count, len(dataset), share_counting)
+        if not self.packing:
+            sampler_options["pad_to_multiple_of"] = self.options.get("pad_to_multiple_of")
+        return TokenBudgetBatchSampler(
+            lengths, max_tokens=max_tokens, packing=self.packing, dataset=dataset, **sampler_options
+        )
+
+    def _inputs(self, batch: Sequence[Any]) -> tuple[list[str], list[str] | None, list[dict[str, Any]] | None]:
+        """(texts, pairs, the other fields of dict items) of a batch."""
+        first = batch[0]
+        if isinstance(first, str):
+            return list(batch), None, None
+        if isinstance(first, (tuple, list)):
+            if not all(isinstance(item, (tuple, list)) and len(item) == 2 for item in batch):
+                raise TypeError("a batch of tuples must hold (text, pair) pairs; for other fields use dicts")
+            return [item[0] for item in batch], [item[1] for item in batch], None
+        if isinstance(first, Mapping):
+            return self._split_dicts(batch)
+        raise TypeError(f"cannot collate a batch of {type(first).__name__}: expected str, (text, pair) or dict")
 
     def _split_dicts(self, batch: Sequence[Any]) -> tuple[list[str], list[str] | None, list[dict[str, Any]]]:
         texts: list[str] = []
@@ -82,5 +185,9 @@ class Collator:
         return texts, pairs, extras
 
     def __repr__(self) -> str:
-        options = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
-        return f"Collator({self.client!r}, text_field={self.text_field!r}, pair_field={self.pair_field!r}, {options})"
+        options = ", ".join(f"{k}={v!r}" for k, v in {**self.options, **self.packing_options}.items())
+        packing = ", packing=True" if self.packing else ""
+        return (
+            f"Collator({self.client!r}, text_field={self.text_field!r}, pair_field={self.pair_field!r}{packing}, "
+            f"{options})"
+        )

@@ -9,7 +9,7 @@ The web layer (``service.http``) only translates requests into these calls and e
 """
 
 from .batching import BatchingConfig, BatchObserver
-from .encoding import EncodedBatch, EncodeOptions
+from .encoding import EncodedBatch, EncodeOptions, LengthOptions
 from .engine import Engine, EngineLimits, TokenizedBatch
 from .errors import ErrorKind, ServiceError
 from .loading import DEFAULT_TOKENIZER_DIR, LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
@@ -19,6 +19,7 @@ __all__ = [
     "Engine",
     "EngineLimits",
     "EncodeOptions",
+    "LengthOptions",
     "EncodedBatch",
     "TokenizedBatch",
     "BatchingConfig",

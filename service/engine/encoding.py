@@ -45,6 +45,28 @@ class EncodeOptions:
 
 
 @dataclass(frozen=True)
+class LengthOptions:
+    """The options of a token count (``service.wire.LENGTHS_OPTIONS``): those of :class:`EncodeOptions` that
+    change how many tokens a text becomes, with the same names and defaults."""
+
+    add_special_tokens: bool = True
+    truncation: bool | str | None = None
+    max_length: int | None = None
+    stride: int = 0
+    return_overflowing_tokens: bool = False
+
+    def as_encode_options(self) -> EncodeOptions:
+        """The encode these counts are the lengths of: no padding (a length is the unpadded count)."""
+        return EncodeOptions(
+            add_special_tokens=self.add_special_tokens,
+            truncation=self.truncation,
+            max_length=self.max_length,
+            stride=self.stride,
+            return_overflowing_tokens=self.return_overflowing_tokens,
+        )
+
+
+@dataclass(frozen=True)
 class TruncationSetting:
     """What transformers would pass to the Rust tokenizer's ``enable_truncation``."""
 
@@ -207,6 +229,14 @@ class EncodedBatch:
     def to_lists(self) -> dict[str, Any]:
         """Plain Python lists, as a transformers BatchEncoding holds them."""
         return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.data.items()}
+
+
+def count_tokens(encodings: Sequence[Any], with_overflow: bool) -> list[Any]:
+    """Token counts of one request's Rust encodings: ``len(input_ids)`` of each, or with overflow the counts of
+    each encoding's rows (itself, then its overflow windows, the order transformers gives the rows in)."""
+    if with_overflow:
+        return [[len(e), *map(len, e.overflowing)] for e in encodings]
+    return list(map(len, encodings))
 
 
 def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:

@@ -21,10 +21,12 @@ from .encoding import (
     EncodedBatch,
     EncodeOptions,
     EncodePlan,
+    LengthOptions,
     RustCall,
     TokenizerFacts,
     TruncationSetting,
     build_batch,
+    count_tokens,
     plan_encode,
 )
 from .errors import ErrorKind, ServiceError
@@ -50,6 +52,13 @@ class _Encode:
 
 
 @dataclass(frozen=True)
+class _Lengths:
+    inputs: Sequence[Any]  # as _Encode's, each distinct input once
+    with_overflow: bool
+    positions: Sequence[int] | None  # for each requested input, its place in `inputs` (None: no repeats)
+
+
+@dataclass(frozen=True)
 class _Tokenize:
     inputs: Sequence[Any]  # str, or (str, str) for a pair
     sequence_ids: bool
@@ -71,16 +80,16 @@ class _Decode:
     clean_up_tokenization_spaces: bool | None
 
 
-_Payload = _Encode | _Tokenize | _Decode
+_Payload = _Encode | _Lengths | _Tokenize | _Decode
 
 
 class Engine:
     """Async facade over the tokenizer: ``await engine.encode(texts, options=...)``.
 
     Create it with a loaded tokenizer, ``await astart()`` inside a running event loop, ``await astop()``
-    when done; ``begin_drain()`` refuses new work while what is admitted finishes. Every encode, tokenize
-    and decode is admitted through the same bounded queue (:class:`~service.engine.batching.Batcher`) and
-    runs on the one tokenizer thread. All public coroutines raise :class:`~service.engine.errors.ServiceError`
+    when done; ``begin_drain()`` refuses new work while what is admitted finishes. Every encode, token count,
+    tokenize and decode is admitted through the same bounded queue (:class:`~service.engine.batching.Batcher`)
+    and runs on the one tokenizer thread. All public coroutines raise :class:`~service.engine.errors.ServiceError`
     for anything a caller did wrong or the engine cannot do right now.
     """
 
@@ -174,6 +183,45 @@ class Engine:
                 f"{limit} token positions; send fewer texts or a smaller max_length",
             )
         return self._submit(_Encode(inputs, plan), len(inputs), chars, plan.rust_call)
+
+    async def lengths(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str] | None = None,
+        options: LengthOptions = LengthOptions(),
+    ) -> list[Any]:
+        """Token counts, as ``[len(ids) for ids in tokenizer(texts, text_pairs, **options)["input_ids"]]``; with
+        ``return_overflowing_tokens`` one list per text: the counts of its rows (first window, then overflow)."""
+        result: list[Any] = await self.submit_lengths(texts, text_pairs, options)
+        return result
+
+    def submit_lengths(
+        self,
+        texts: Sequence[str],
+        text_pairs: Sequence[str] | None = None,
+        options: LengthOptions = LengthOptions(),
+    ) -> asyncio.Future[list[Any]]:
+        """Validate and queue a count; the future resolves to what :meth:`lengths` returns.
+
+        Options resolve exactly as an encode's (transformers' own function, same refusals), and the job asks
+        the same Rust call as an unpadded encode with that truncation, so it can share one ``encode_batch_fast``
+        with encodes and other counts. What it saves is everything after Rust: no ids are read out of the
+        encodings, nothing is padded, the answer is one small int per text, and a text (or pair) the request
+        holds several times is tokenized once. (The fast call's overflow rows have the right lengths; only a
+        pair's overflow type ids are wrong there, and counts read none.)
+        """
+        self._check_accepting()
+        inputs, chars = self._inputs(texts, text_pairs)
+        plan = self._plan(options.as_encode_options())
+        call = RustCall(plan.truncation, plan.add_special_tokens, False)
+        # Equal inputs have equal counts: each distinct one is tokenized once (datasets repeat short texts).
+        distinct: dict[Any, int] = {}
+        positions = [distinct.setdefault(item, len(distinct)) for item in inputs]
+        if len(distinct) == len(inputs):
+            return self._submit(_Lengths(inputs, plan.with_overflow, None), len(inputs), chars, call)
+        unique = list(distinct)
+        chars = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in unique)
+        return self._submit(_Lengths(unique, plan.with_overflow, positions), len(unique), chars, call)
 
     def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:
         """Checked inputs for the Rust tokenizer (texts, or (text, pair) tuples) and their characters."""
@@ -332,6 +380,11 @@ class Engine:
         if isinstance(payload, _Tokenize):
             tokens = [e.tokens for e in encodings]
             return TokenizedBatch(tokens, [e.sequence_ids for e in encodings] if payload.sequence_ids else None)
+        if isinstance(payload, _Lengths):
+            counts = count_tokens(encodings, payload.with_overflow)
+            if payload.positions is None:
+                return counts
+            return [counts[i] for i in payload.positions]
         assert isinstance(payload, _Encode)
         try:
             return build_batch(encodings, payload.plan, self.limits.max_response_tokens)

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..engine.encoding import EncodeOptions
+from ..engine.encoding import EncodeOptions, LengthOptions
 from ..engine.errors import ErrorKind, ServiceError
 from ..wire import MAX_U32
 
@@ -44,6 +44,24 @@ class EncodeRequest(_Strict):
 
     def options(self) -> EncodeOptions:
         return EncodeOptions(**self.model_dump(exclude={"texts", "text_pairs"}))
+
+
+class LengthsRequest(_Strict):
+    """``POST /lengths``: the token count of each text (or pair) under ``tokenizer(texts, text_pairs, **options)``,
+    without the ids."""
+
+    texts: list[str] = Field(description="The texts to count (the first sequences of pairs).")
+    text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
+    add_special_tokens: bool = True
+    truncation: bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"] | None = None
+    max_length: int | None = Field(None, ge=0, le=MAX_U32)
+    stride: int = Field(0, ge=0, le=MAX_U32)
+    return_overflowing_tokens: bool = Field(
+        False, description="Count every row: each entry becomes the list of its rows' counts (first, then overflow)."
+    )
+
+    def options(self) -> LengthOptions:
+        return LengthOptions(**self.model_dump(exclude={"texts", "text_pairs"}))
 
 
 class TokenizeRequest(_Strict):

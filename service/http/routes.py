@@ -19,12 +19,14 @@ from ..wire import (
     HEALTH_PATH,
     INFO_PATH,
     JSON_MEDIA_TYPE,
+    LENGTHS_KEY,
+    LENGTHS_PATH,
     METRICS_PATH,
     READY_PATH,
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
 )
-from .models import DecodeRequest, EncodeRequest, Model, TokenizeRequest, parse_body
+from .models import DecodeRequest, EncodeRequest, LengthsRequest, Model, TokenizeRequest, parse_body
 from .responses import error_response, json_response
 from .runtime import Runtime
 
@@ -57,6 +59,13 @@ class Routes:
             responses={200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}}}},
         )
         router.add_api_route(
+            LENGTHS_PATH,
+            self.lengths,
+            methods=["POST"],
+            response_class=Response,
+            openapi_extra=_openapi_body(LengthsRequest),
+        )
+        router.add_api_route(
             TOKENIZE_PATH,
             self.tokenize,
             methods=["POST"],
@@ -77,7 +86,7 @@ class Routes:
             (METRICS_PATH, self.prometheus_metrics),
         ):
             router.add_api_route(path, endpoint, methods=["GET"], response_class=Response)
-        return {ENCODE_PATH, TOKENIZE_PATH, DECODE_PATH, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
+        return {ENCODE_PATH, LENGTHS_PATH, TOKENIZE_PATH, DECODE_PATH, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
 
     # -- tokenizer routes -------------------------------------------------------------------------------
     async def encode(self, request: Request) -> Response:
@@ -103,6 +112,17 @@ class Routes:
             )
         blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})
         return Response(blob, media_type=SAFETENSORS_MEDIA_TYPE, headers=headers)
+
+    async def lengths(self, request: Request) -> Response:
+        """Token counts without the ids: ``{"lengths": [n, ...]}``, one per text (or pair), each
+        ``len(tokenizer(text, text_pair, **options)["input_ids"])``; with ``return_overflowing_tokens``, one list
+        per text holding the count of each of its rows."""
+        self.runtime.check_accepting()
+        engine = self.runtime.engine
+        body = await self._parse(request, LengthsRequest)
+        future = engine.submit_lengths(body.texts, body.text_pairs, body.options())
+        lengths = await _unless_client_leaves(request, future)
+        return json_response({LENGTHS_KEY: lengths}, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
 
     async def tokenize(self, request: Request) -> Response:
         """Split texts (or pairs) into tokens: ``{"tokens": [[...], ...]}``, and ``"sequence_ids"`` if asked.
