@@ -23,7 +23,7 @@ class Profile:
     sweep_seconds: float = 0.3
     sweep_set_size: int = 2048
     concurrency: tuple[int, ...] = (1, 4, 16, 64)
-    s2_modes: tuple[str, ...] = ("on", "on-wait2", "off")  # keys of scenarios.concurrency.MODES
+    s2_modes: tuple[str, ...] = ("on", "on-wait2", "off", "on-httptools", "on-h11")  # scenarios.concurrency.MODES
     s2_rounds: int = 2
     s2_warmup: float = 0.5
     s2_seconds: float = 1.5

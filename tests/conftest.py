@@ -85,7 +85,10 @@ def servers(
     try:
         for name, path in tokenizer_dirs.items():
             args = [] if name == "wordpiece_default" else ["--model", str(path)]
-            started[name] = ServerProcess(*args, "--max-text-chars", "1000000", log_path=logs / f"{name}.log").start()
+            # a 4 GiB budget: the client's parity cases send pairs with longest_first overflow, whose bound
+            # is quadratic (each overflow row of one text combines with each of the other's)
+            limits = ("--max-text-chars", "1000000", "--memory-budget-mib", "4096")
+            started[name] = ServerProcess(*args, *limits, log_path=logs / f"{name}.log").start()
         yield started
     finally:
         for server in started.values():

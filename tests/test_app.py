@@ -368,3 +368,109 @@ def test_a_client_that_leaves_mid_body_gets_499_and_no_error_log(client, caplog)
         client.portal.call(client.app, scope, receive, send)
     assert sent[0]["status"] == 499
     assert not [r for r in caplog.records if r.levelname == "ERROR"]
+
+
+# -- what the headers say (defects found by a fuzzer and by hand) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "accept, binary",
+    [
+        (SAFETENSORS_MEDIA_TYPE, True),
+        ("APPLICATION/VND.SAFETENSORS", True),  # media types are case-insensitive
+        (f"{SAFETENSORS_MEDIA_TYPE};q=0", False),  # q=0: not acceptable
+        (f"{SAFETENSORS_MEDIA_TYPE};q=0.5, application/json", False),  # JSON preferred
+        (f"application/json;q=0.2, {SAFETENSORS_MEDIA_TYPE}", True),
+        ("application/*;q=0.1, application/json;q=0", True),
+        ("text/html, */*;q=0.8", False),
+        ("application/json", False),
+    ],
+)
+def test_accept_is_read_as_rfc_9110_says(client, accept, binary):
+    response = client.post("/encode", json={"texts": ["a b"]}, headers={"Accept": accept})
+    assert response.status_code == 200, response.text
+    expected = SAFETENSORS_MEDIA_TYPE if binary else "application/json"
+    assert response.headers["content-type"] == expected
+
+
+@pytest.mark.parametrize(
+    "headers, accepted",
+    [
+        ({}, True),  # no Content-Type: taken as JSON
+        ({"Content-Type": "application/json"}, True),
+        ({"Content-Type": "Application/JSON; charset=UTF-8"}, True),
+        ({"Content-Type": "application/problem+json"}, True),
+        ({"Content-Type": "text/plain"}, False),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, False),
+        ({"Content-Type": "multipart/form-data; boundary=x"}, False),
+        ({"Content-Type": "application/json; charset=utf-16"}, False),
+        ({"Content-Encoding": "gzip"}, False),
+    ],
+)
+def test_only_uncompressed_utf8_json_bodies_are_parsed(client, headers, accepted):
+    """Defect: text/plain, form and multipart bodies were parsed as JSON, UTF-16 accepted, gzip a 422."""
+    for path, body in (
+        ("/encode", b'{"texts": ["a"]}'),
+        ("/tokenize", b'{"texts": ["a"]}'),
+        ("/decode", b'{"ids": [[5]]}'),
+    ):
+        response = client.post(path, content=body, headers=headers)
+        if accepted:
+            assert response.status_code == 200, response.text
+        else:
+            assert_error(response, 415, ErrorKind.UNSUPPORTED_MEDIA_TYPE)
+
+
+def test_head_answers_on_every_get_route(client):
+    """Defect: HEAD was 405 on GET routes."""
+    for path in ("/healthz", "/readyz", "/info", "/metrics"):
+        response = client.head(path)
+        assert response.status_code == 200, path
+        assert response.content == b""
+
+
+def test_the_auth_scheme_is_case_insensitive_and_the_key_is_not():
+    """Defect: 'bearer KEY' was 401 (RFC 9110 11.1: schemes are case-insensitive)."""
+    with make_client(api_key="s3cret") as c:
+        for header in ("Bearer s3cret", "bearer s3cret", "BEARER s3cret", "Bearer  s3cret"):
+            assert c.get("/info", headers={"Authorization": header}).status_code == 200, header
+        for header in ("Bearer S3CRET", "Basic s3cret", "Bearers3cret", "s3cret", "Bearer"):
+            assert_error(c.get("/info", headers={"Authorization": header}), 401, ErrorKind.UNAUTHORIZED)
+
+
+@pytest.mark.parametrize("path", ["/encode", "/tokenize", "/decode"])
+def test_deeply_nested_json_is_a_422_not_a_500(client, path, caplog):
+    """Defect: '[' x 1000 was a 500 with the body's head and tail in the logged traceback."""
+    for body in (b"[" * 1000 + b"\n", b'{"texts": ' + b"[" * 100_000 + b'"SECRET"'):
+        response = client.post(path, content=body, headers={"Content-Type": "application/json"})
+        assert_error(response, 422, ErrorKind.INVALID_REQUEST)
+    assert "SECRET" not in caplog.text and "[[[[" not in caplog.text
+
+
+def test_an_unexpected_error_is_500_and_logged_without_the_request(client, caplog, monkeypatch):
+    """The last line: whatever breaks, the answer is the one error shape and the log holds no content."""
+    from service.http import routes
+
+    def broken(body, model):
+        raise ValueError(f"an exception message quoting the request: {bytes(body)!r}")
+
+    monkeypatch.setattr(routes, "parse_body", broken)
+    for path in ("/encode", "/tokenize"):
+        response = client.post(path, json={"texts": ["SECRET request text"]})
+        assert_error(response, 500, ErrorKind.INTERNAL, "ValueError")
+    assert "internal error (ValueError)" in caplog.text
+    assert "SECRET" not in caplog.text
+
+
+def test_openapi_documents_every_error_an_operation_can_answer(client):
+    """Defect: the schema listed no error responses, so a schema-driven client saw every 4xx as undocumented."""
+    schema = client.get("/openapi.json").json()
+    error = schema["components"]["schemas"]["ErrorBody"]
+    assert set(error["required"]) == {"error", "error_type"}
+    for path in ("/encode", "/tokenize", "/decode"):
+        responses = schema["paths"][path]["post"]["responses"]
+        assert {"200", "400", "401", "408", "413", "415", "422", "429", "431", "503", "504"} <= set(responses)
+        assert "Retry-After" in responses["429"]["headers"] and "Retry-After" in responses["503"]["headers"]
+        assert responses["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
+    assert "406" in schema["paths"]["/encode"]["post"]["responses"]
+    assert "head" not in schema["paths"]["/info"]

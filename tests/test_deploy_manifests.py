@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from service.engine.memory import MIB, CostModel, default_memory_budget, memory_limit_for_budget
 from service.http.settings import ENV_PREFIX, Settings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -192,21 +193,37 @@ def memory_bytes(quantity: str) -> int:
     return int(number) * MEMORY_UNITS[unit or ""]
 
 
-def largest_response_bytes(max_response_tokens: int) -> int:
-    """Memory the server needs to answer the largest allowed response, with a margin: measured in the image,
-    one response peaks at ~75 bytes per token position over ~100 MB at rest (0.7 GB at 8388608 positions)."""
-    return 256 * 2**20 + 100 * max_response_tokens
+def largest_response_cost(max_response_tokens: int, budget: int) -> int:
+    """What admission reserves for the largest response ``max_response_tokens`` allows, as deploy/smoke.py
+    asks for it (4096 rows padded with max_length, ids, type ids and mask): the output columns, one slice
+    of Rust encodings (an eighth of the budget) and the rows."""
+    costs = CostModel()
+    return max_response_tokens * 3 * costs.out_per_position_column + budget // 8 + 4096 * 1024
 
 
-def test_memory_limit_covers_the_largest_allowed_response(overlay: Rendered):
-    limit = memory_bytes(overlay.container["resources"]["limits"]["memory"])
-    tokens = int(
-        overlay.settings().get(ENV_PREFIX + "MAX_RESPONSE_TOKENS", Settings.model_fields["max_response_tokens"].default)
+def budget_of(settings: dict[str, str]) -> int:
+    mib = settings.get(ENV_PREFIX + "MEMORY_BUDGET_MIB")
+    assert mib is not None, "set TOKENIZER_SERVICE_MEMORY_BUDGET_MIB from the memory limit, so it is visible"
+    return int(mib) * MIB
+
+
+def check_memory(where: str, limit: int, settings: dict[str, str]) -> None:
+    budget = budget_of(settings)
+    needed = memory_limit_for_budget(budget)
+    assert needed <= limit, (
+        f"{where}: a budget of {budget / MIB:.0f} MiB needs a memory limit of {needed / MIB:.0f} MiB "
+        f"(256 MiB + 4/3 x the budget); the limit is {limit / MIB:.0f} MiB"
     )
-    assert largest_response_bytes(tokens) <= limit, (
-        f"{overlay.name}: a response of {tokens} positions needs ~{largest_response_bytes(tokens) / 2**30:.1f} GiB; "
-        f"the limit is {limit / 2**30:.1f} GiB: lower TOKENIZER_SERVICE_MAX_RESPONSE_TOKENS or raise the limit"
+    assert budget >= default_memory_budget(limit) * 0.9, f"{where}: the budget wastes the memory limit"
+    tokens = int(settings.get(ENV_PREFIX + "MAX_RESPONSE_TOKENS", Settings.model_fields["max_response_tokens"].default))
+    assert largest_response_cost(tokens, budget) <= budget, (
+        f"{where}: the largest response TOKENIZER_SERVICE_MAX_RESPONSE_TOKENS={tokens} allows would be refused by "
+        f"the memory budget: lower it or raise the budget (and the limit)"
     )
+
+
+def test_the_memory_budget_follows_the_memory_limit(overlay: Rendered):
+    check_memory(overlay.name, memory_bytes(overlay.container["resources"]["limits"]["memory"]), overlay.settings())
 
 
 def test_termination_grace_covers_prestop_and_the_drain(overlay: Rendered):
@@ -303,10 +320,8 @@ def test_compose_threads_match_its_cpu_limit_and_it_stops_gracefully():
     environment = service["environment"]
     cpus = service["deploy"]["resources"]["limits"]["cpus"]
     assert environment[ENV_PREFIX + "THREADS"] == str(int(float(cpus)))
-    default_tokens = Settings.model_fields["max_response_tokens"].default
-    tokens = int(environment.get(ENV_PREFIX + "MAX_RESPONSE_TOKENS", default_tokens))
     limit = memory_bytes(service["deploy"]["resources"]["limits"]["memory"].replace("G", "Gi"))
-    assert largest_response_bytes(tokens) <= limit
+    check_memory("docker-compose.yml", limit, environment)
     grace = float(environment.get(ENV_PREFIX + "GRACEFUL_SHUTDOWN_SECONDS", 30))
     assert float(service["stop_grace_period"].rstrip("s")) > grace + 1
     assert service["read_only"] is True and service["cap_drop"] == ["ALL"]

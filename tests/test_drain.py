@@ -97,3 +97,84 @@ def test_drain_gives_up_after_the_grace_period():
         assert time.monotonic() - sent_at < 5
         with pytest.raises(OSError):
             stuck.finish()
+
+
+class KeepAliveClient:
+    """One keep-alive connection speaking raw HTTP/1.1, so every close and reset the server causes is seen."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buffer = b""
+
+    def send(self, texts: list[str], *, hold: bool = False) -> bytes:
+        """Send a POST /encode; with ``hold``, only its headers and half its body (finish with the rest)."""
+        body = json.dumps({"texts": texts}).encode()
+        head = f"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+        request = head.encode() + b"\r\n\r\n" + body
+        cut = len(request) - len(body) // 2 if hold else len(request)
+        self.sock.sendall(request[:cut])
+        return request[cut:]
+
+    def response(self) -> tuple[int, dict[str, str], bytes]:
+        """The next answer on this connection (raises ConnectionResetError on a reset)."""
+        while b"\r\n\r\n" not in self.buffer:
+            self.buffer += self._recv()
+        head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+        length = int(headers["content-length"])
+        while len(self.buffer) < length:
+            self.buffer += self._recv()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(lines[0].split()[1]), headers, body
+
+    def closed_by_server(self) -> bool:
+        """Whether the server closed this connection cleanly (EOF, never a reset)."""
+        return self._recv(allow_eof=True) == b""
+
+    def _recv(self, allow_eof: bool = False) -> bytes:
+        chunk = self.sock.recv(65536)
+        if not chunk and not allow_eof:
+            raise ConnectionError("the server closed the connection without answering")
+        return chunk
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_under_32_keep_alive_clients_loses_no_request(corpus):
+    """32 keep-alive clients: 16 hold a request in flight at SIGTERM, 16 are idle between requests. Every
+    request is answered -- 200, or 503 + Retry-After -- each answer after the signal carries Connection:
+    close, every connection is closed by the server between requests (EOF, never a reset), and the
+    process exits 0 once none is left."""
+    texts = corpus["zh"][:8]
+    args = ("--graceful-shutdown-seconds", "30", "--keep-alive-seconds", "60")
+    with ServerProcess(*args) as server:
+        clients = [KeepAliveClient(server.port) for _ in range(32)]
+        for client in clients:  # a first request each: every connection is a live keep-alive one
+            client.send(texts)
+            status, headers, _ = client.response()
+            assert status == 200 and headers.get("connection") != "close"
+        busy, idle = clients[:16], clients[16:]
+        rests = [client.send(texts, hold=True) for client in busy]
+        wait_until(lambda: in_flight(server.url) == 16, 30, "16 requests in flight")
+        server.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: ready_status(server.url) == 503, 10, "readiness 503 after SIGTERM")
+
+        answers = []
+        for client, rest in zip(busy, rests, strict=True):  # in flight at the signal: answered in full
+            client.sock.sendall(rest)
+            answers.append(client.response())
+        for client in idle:  # idle at the signal: the next request is refused politely, not cut
+            client.send(texts)
+            answers.append(client.response())
+        for status, headers, body in answers[:16]:
+            assert status in (200, 503), body
+            assert headers["connection"] == "close"
+        for status, headers, body in answers[16:]:
+            assert status == 503, body
+            assert headers["retry-after"] == "1" and headers["connection"] == "close"
+            assert json.loads(body)["error_type"] == "unavailable"
+        assert [status for status, _, _ in answers[:16]].count(200) == 16, "in-flight requests complete"
+        for client in clients:
+            assert client.closed_by_server()  # EOF after the closing answer; a reset would raise here
+        assert server.proc.wait(35) == 0

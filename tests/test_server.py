@@ -205,3 +205,8 @@ def test_slow_only_tokenizer_without_converter_is_refused_clearly(tmp_path, toke
     assert result.returncode == 1
     assert "no fast (Rust) version" in result.stderr and "tokenizer.json" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_setting_with_choices_is_a_flag_with_choices():
+    result = run_cli("serve", "--http-protocol", "spdy")
+    assert result.returncode == 2 and "guarded" in result.stderr and "h11" in result.stderr

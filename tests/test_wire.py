@@ -168,3 +168,9 @@ def test_lengths_sends_only_length_options():
     assert wire.non_default_options({"max_length": 8, "stride": 0}, wire.LENGTHS_OPTIONS) == {"max_length": 8}
     with pytest.raises(TypeError, match="unknown lengths option"):
         wire.non_default_options({"padding": True}, wire.LENGTHS_OPTIONS)
+
+
+def test_the_documented_error_body_has_the_wire_fields():
+    from service.http.models import ErrorBody
+
+    assert list(ErrorBody.model_fields) == [wire.ERROR_FIELD, wire.ERROR_TYPE_FIELD]

@@ -2,7 +2,9 @@
 
 Servers: batching on (defaults: no gather window, a batch is whatever queued while the previous one ran),
 batching on with a 2 ms gather window (``--batch-wait-ms 2``, full run only) and batching off, vs the
-in-process rate of ``encode_batch`` in batches of 256. Load generator: ``benchmarks.loadgen`` (raw asyncio
+in-process rate; and (full run only) batching on behind uvicorn's own httptools and h11 protocols instead of
+the guarded one, for the per-request cost of the HTTP limits. The in-process rate: ``encode_batch`` in batches
+of 256. Load generator: ``benchmarks.loadgen`` (raw asyncio
 HTTP/1.1 keep-alive, uvloop). Reports latency percentiles, client CPU (process_time of the load generator)
 and server CPU per request (utime+stime of the server from /proc, all threads, tokenizing included).
 """
@@ -29,6 +31,9 @@ MODES: dict[str, tuple[bool, list[str], str]] = {
     "on": (True, [], "batching on (default: no gather window)"),
     "on-wait2": (True, ["--batch-wait-ms", "2"], "batching on, --batch-wait-ms 2"),
     "off": (False, [], "batching off"),
+    # the HTTP protocol's own cost per request: uvicorn's httptools and h11 beside the guarded subclass ("on")
+    "on-httptools": (True, ["--http-protocol", "httptools"], "batching on, uvicorn httptools (no limits)"),
+    "on-h11": (True, ["--http-protocol", "h11"], "batching on, uvicorn h11"),
 }
 
 

@@ -1,11 +1,15 @@
 """Admission and micro-batching: every request for the tokenizer waits in one bounded queue.
 
 One queue, one owner. Every job -- an encode, a tokenize, a decode -- enters through :meth:`Batcher.submit`,
-which refuses at once when the queue is full (OVERLOADED), fails a job still waiting at the queue deadline
-(TIMEOUT), and drops a job whose caller went away before it ran. A single loop takes the head job, gathers
-the queued jobs that share its batch key (same Rust call: truncation state, special tokens, full or fast
-encode) for a short window or until the text/character caps are reached, and hands them to ``run_batch`` as
-one batch. A job without a key (a decode) always runs alone. The batcher knows nothing of what a job does.
+which refuses at once when the queue is full or the memory budget has no room for the job's bound
+(OVERLOADED; TOO_LARGE when it never will), fails a job still waiting at the queue deadline (TIMEOUT), and
+drops a job whose caller went away before it ran. :meth:`Batcher.reserve_intake` makes the same checks
+for a request body before it is read, so an overloaded server refuses without reading it.
+
+A single loop takes the head job, gathers the queued jobs that share its batch key (same Rust call:
+truncation state, special tokens, full or fast encode) for a short window or until the text/character caps
+are reached, and hands them to ``run_batch`` as one batch. A job without a key (a decode), or one encoded in
+slices, always runs alone. The batcher knows nothing of what a job does.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from .errors import ErrorKind, ServiceError
+from .memory import MemoryBudget, Reservation
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class BatchObserver(Protocol):
     def request_rejected(self, reason: str) -> None: ...
     def request_dropped(self) -> None: ...
     def queue_changed(self, requests: int, texts: int) -> None: ...
+    def memory_changed(self, in_use: int) -> None: ...
 
 
 @dataclass(eq=False)
@@ -52,7 +58,9 @@ class Job:
 
     ``payload`` is what the runner needs (the batcher never looks at it); ``texts`` and ``chars`` count
     against the queue and batch caps; jobs with equal ``batch_key`` may run as one batch, a job whose key
-    is None always runs alone.
+    is None (or that is ``alone``) always runs alone. ``cost`` is the bound of the bytes the job holds
+    until its answer is sent: admission resizes the caller's ``reservation`` to it, or reserves it for the
+    job alone (released when the future is done) when there is none.
     """
 
     payload: Any
@@ -60,6 +68,10 @@ class Job:
     chars: int
     batch_key: Hashable | None
     future: asyncio.Future[Any]
+    cost: int = 0
+    reservation: Reservation | None = None
+    what: str = "this request"  # for the budget's error messages
+    alone: bool = False
     enqueued_at: float = field(default_factory=time.monotonic)
     started: bool = False  # taken into a batch: the queue deadline no longer applies
     expiry: asyncio.TimerHandle | None = None  # fires the queue deadline
@@ -73,10 +85,17 @@ RunBatch = Callable[[list[Job]], Awaitable[list[Any]]]
 class Batcher:
     """Admits :class:`Job` s and feeds batches of them to ``run_batch``, one batch at a time."""
 
-    def __init__(self, config: BatchingConfig, run_batch: RunBatch, observer: BatchObserver | None = None) -> None:
+    def __init__(
+        self,
+        config: BatchingConfig,
+        run_batch: RunBatch,
+        observer: BatchObserver | None = None,
+        budget: MemoryBudget | None = None,
+    ) -> None:
         self.config = config
         self._run_batch = run_batch
         self._observer = observer
+        self.budget = budget or MemoryBudget(1 << 62)
         self._queue: deque[Job] = deque()
         self._queued_texts = 0
         self._queued_chars = 0
@@ -119,28 +138,53 @@ class Batcher:
         )
 
     def submit(self, job: Job) -> asyncio.Future[Any]:
-        """Queue ``job`` and return its future, or refuse at once (OVERLOADED) when the queue is full.
+        """Queue ``job`` and return its future, or refuse at once: OVERLOADED when the queue is full or
+        the memory budget has no room for ``job.cost`` now, TOO_LARGE when the budget never will.
 
         Cancelling the future -- the caller has gone -- drops the job if it has not started. A job still
         queued after ``queue_timeout_seconds`` fails with TIMEOUT; once in a batch it runs to the end.
         """
-        if self._task is None or self._wakeup is None:
-            raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
-        if self._queue and self.is_overloaded(job.texts):  # an empty queue takes any one job
-            self._notify_rejected("queue_full")
-            raise ServiceError(
-                ErrorKind.OVERLOADED,
-                f"the queue is full ({len(self._queue)} requests, {self._queued_texts} texts waiting); retry shortly",
-                retry_after=1.0,
-            )
+        self._check_queue(job.texts)
+        try:
+            if job.reservation is not None:
+                job.reservation.resize(job.cost, job.what)
+            else:
+                reservation = self.budget.reserve(job.cost, job.what)
+                job.reservation = reservation
+                job.future.add_done_callback(lambda _: reservation.release())
+        except ServiceError as exc:
+            self._notify_rejected("memory" if exc.kind is ErrorKind.OVERLOADED else "too_large")
+            raise
         self._queue.append(job)
         self._queued_texts += job.texts
         self._queued_chars += job.chars
         job.expiry = job.future.get_loop().call_later(self.config.queue_timeout_seconds, self._expire, job)
         job.future.add_done_callback(lambda _: self._forget(job))
         self._notify_queue()
+        assert self._wakeup is not None  # (checked by _check_queue)
         self._wakeup.set()
         return job.future
+
+    def reserve_intake(self, nbytes: int, what: str) -> Reservation:
+        """Reserve ``nbytes`` for a request body about to be read, with the checks :meth:`submit` makes:
+        so an overloaded server refuses before reading (and parsing) a body it would refuse anyway."""
+        self._check_queue(1)
+        try:
+            return self.budget.reserve(nbytes, what)
+        except ServiceError as exc:
+            self._notify_rejected("memory" if exc.kind is ErrorKind.OVERLOADED else "too_large")
+            raise
+
+    def _check_queue(self, texts: int) -> None:
+        if self._task is None or self._wakeup is None:
+            raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
+        if self._queue and self.is_overloaded(texts):  # an empty queue takes any one job
+            self._notify_rejected("queue_full")
+            raise ServiceError(
+                ErrorKind.OVERLOADED,
+                f"the queue is full ({len(self._queue)} requests, {self._queued_texts} texts waiting); retry shortly",
+                retry_after=1.0,
+            )
 
     def _forget(self, job: Job) -> None:
         """A queued job that ended before its batch (caller gone, deadline passed) leaves the queue at once,
@@ -244,6 +288,7 @@ class Batcher:
             fits = not batch or (
                 self.config.enabled
                 and key is not None
+                and not job.alone
                 and job.batch_key == key
                 and texts + job.texts <= self.config.max_batch_texts
                 and chars + job.chars <= self.config.max_batch_chars
@@ -257,7 +302,7 @@ class Batcher:
                 chars += job.chars
             else:
                 kept.append(job)
-            if batch and (key is None or not self.config.enabled):
+            if batch and (key is None or not self.config.enabled or batch[0].alone):
                 break  # a job that runs alone
         kept.extend(self._queue)
         self._queue = kept

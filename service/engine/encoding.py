@@ -220,7 +220,7 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
 @dataclass
 class EncodedBatch:
     """The result of one encode: per output key a 2-D (or 1-D; offsets 3-D) int64 array when every row
-    has the same length, else lists of rows (a "ragged" result, which only JSON can carry)."""
+    has the same length, else one int64 array per row (a "ragged" result, which only JSON can carry)."""
 
     data: dict[str, Any]
     rectangular: bool
@@ -228,7 +228,7 @@ class EncodedBatch:
 
     def to_lists(self) -> dict[str, Any]:
         """Plain Python lists, as a transformers BatchEncoding holds them."""
-        return {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in self.data.items()}
+        return {key: _as_lists(value) for key, value in self.data.items()}
 
 
 def count_tokens(encodings: Sequence[Any], with_overflow: bool) -> list[Any]:
@@ -239,8 +239,42 @@ def count_tokens(encodings: Sequence[Any], with_overflow: bool) -> list[Any]:
     return list(map(len, encodings))
 
 
-def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:
-    """Shape one request's Rust encodings (one per input text or pair) into what transformers returns."""
+def _as_lists(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, list):
+        return [_as_lists(v) for v in value]
+    return value
+
+
+# Columns read from every row of a Rust encoding (attention_mask is made from the lengths, length and
+# overflow_to_sample_mapping from the rows).
+_ROW_COLUMNS = {
+    "input_ids": "ids",
+    "token_type_ids": "type_ids",
+    "special_tokens_mask": "special_tokens_mask",
+    "offset_mapping": "offsets",
+}
+
+
+@dataclass
+class EncodedRows:
+    """One request's rows taken out of the Rust encodings into flat int64 arrays, so the encodings can be
+    freed: a large request is encoded slice by slice and its slices joined with :func:`join_rows`."""
+
+    lengths: np.ndarray  # tokens per row
+    columns: dict[str, np.ndarray]  # key -> every row's values end to end (offset_mapping: shape (n, 2))
+    top_longest: int  # the longest top-level encoding (padding="longest" ignores overflow rows)
+    sample_map: np.ndarray  # overflow row -> input index (empty without overflow)
+    inputs: int
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum())
+
+
+def extract_rows(encodings: Sequence[Any], plan: EncodePlan) -> EncodedRows:
+    """The values ``plan`` needs from one request's Rust encodings (one per input text or pair)."""
     if plan.with_overflow:
         rows: list[Any] = []
         sample_map: list[int] = []
@@ -251,14 +285,55 @@ def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens:
     else:
         rows = list(encodings)
         sample_map = []
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    total = int(lengths.sum())
+    columns: dict[str, np.ndarray] = {}
+    for key in plan.keys:
+        attribute = _ROW_COLUMNS.get(key)
+        if attribute is None:
+            continue
+        values = (getattr(e, attribute) for e in rows)
+        if key == "offset_mapping":
+            flat = np.fromiter(chain.from_iterable(chain.from_iterable(values)), dtype=np.int64, count=2 * total)
+            columns[key] = flat.reshape(total, 2)
+        else:
+            columns[key] = np.fromiter(chain.from_iterable(values), dtype=np.int64, count=total)
+    if plan.with_overflow:
+        top_longest = max((len(e) for e in encodings), default=0)
+    else:
+        top_longest = int(lengths.max(initial=0))
+    return EncodedRows(lengths, columns, top_longest, np.asarray(sample_map, dtype=np.int64), len(encodings))
 
-    ids = [e.ids for e in rows]
-    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-    num_tokens = int(lengths.sum())
+
+def join_rows(parts: Sequence[EncodedRows]) -> EncodedRows:
+    """The rows of consecutive slices of one request, as if encoded at once."""
+    if len(parts) == 1:
+        return parts[0]
+    maps, offset = [], 0
+    for part in parts:
+        maps.append(part.sample_map + offset)
+        offset += part.inputs
+    return EncodedRows(
+        lengths=np.concatenate([p.lengths for p in parts]),
+        columns={key: np.concatenate([p.columns[key] for p in parts]) for key in parts[0].columns},
+        top_longest=max(p.top_longest for p in parts),
+        sample_map=np.concatenate(maps),
+        inputs=offset,
+    )
+
+
+def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:
+    """Shape one request's Rust encodings (one per input text or pair) into what transformers returns."""
+    return shape_rows(extract_rows(encodings, plan), plan, max_response_tokens)
+
+
+def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:
+    """Pad and lay out a request's rows as transformers' ``BatchEncoding`` holds them."""
+    lengths = encoded.lengths
     if plan.padded:
         target = plan.pad_target
         if target is None:  # longest, among this request's top-level encodings
-            target = max(len(e.ids) for e in encodings) if plan.with_overflow else int(lengths.max(initial=0))
+            target = encoded.top_longest
         multiple = plan.pad_to_multiple_of
         if multiple and target % multiple:
             target += multiple - target % multiple
@@ -268,40 +343,37 @@ def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens:
     width = int(out_lengths.max(initial=0))
     rectangular = bool((out_lengths == width).all())
     positions = int(out_lengths.sum())  # rows x width when rectangular; padded rows add up when ragged
+    rows = len(lengths)
     if positions > max_response_tokens:
         raise ServiceError(
             ErrorKind.TOO_LARGE,
-            f"the result would hold {positions} token positions ({len(rows)} rows, up to {width} long), over "
+            f"the result would hold {positions} token positions ({rows} rows, up to {width} long), over "
             f"the limit max_response_tokens={max_response_tokens}; send fewer texts or a smaller max_length",
         )
 
-    shaper = _RectangularShaper(lengths, width, plan.pad_left) if rectangular else None
-
-    def column(values: list[Any], pad_value: Any) -> Any:
-        if shaper is not None:
-            return shaper.fill(values, pad_value)
-        return _pad_ragged(values, out_lengths, pad_value, plan.pad_left)
-
+    shaper: _RectangularShaper | _RaggedShaper
+    if rectangular:
+        shaper = _RectangularShaper(lengths, width, plan.pad_left)
+    else:
+        shaper = _RaggedShaper(lengths, out_lengths, plan.pad_left)
     data: dict[str, Any] = {}
     for key in plan.keys:
         if key == "input_ids":
-            data[key] = column(ids, plan.pad_id)
+            data[key] = shaper.fill(encoded.columns[key], plan.pad_id)
         elif key == "token_type_ids":
-            data[key] = column([e.type_ids for e in rows], plan.pad_type_id)
+            data[key] = shaper.fill(encoded.columns[key], plan.pad_type_id)
         elif key == "attention_mask":  # 1 on every real token, 0 on padding: the shaper's mask itself
-            data[key] = (
-                shaper.attention_mask() if shaper is not None else column([[1] * n for n in lengths.tolist()], 0)
-            )
+            data[key] = shaper.attention_mask()
         elif key == "special_tokens_mask":
-            data[key] = column([e.special_tokens_mask for e in rows], 1)
+            data[key] = shaper.fill(encoded.columns[key], 1)
         elif key == "offset_mapping":
-            data[key] = column([e.offsets for e in rows], (0, 0))
+            data[key] = shaper.fill(encoded.columns[key], 0)
         elif key == "length":
             # transformers reports len(ids) *after* padding
-            data[key] = out_lengths if shaper is not None else out_lengths.tolist()
+            data[key] = out_lengths if rectangular else out_lengths.tolist()
         elif key == "overflow_to_sample_mapping":
-            data[key] = np.asarray(sample_map, dtype=np.int64) if shaper is not None else sample_map
-    return EncodedBatch(data=data, rectangular=rectangular, num_tokens=num_tokens)
+            data[key] = encoded.sample_map if rectangular else encoded.sample_map.tolist()
+    return EncodedBatch(data=data, rectangular=rectangular, num_tokens=encoded.num_tokens)
 
 
 class _RectangularShaper:
@@ -325,26 +397,31 @@ class _RectangularShaper:
             return np.ones((self.rows, self.width), dtype=np.int64)
         return self.mask.astype(np.int64)
 
-    def fill(self, values: list[Any], pad_value: Any) -> np.ndarray:
-        pair = isinstance(pad_value, tuple)  # offsets: (start, end) per token
-        flat = chain.from_iterable(chain.from_iterable(values)) if pair else chain.from_iterable(values)
-        count = self.total * 2 if pair else self.total
-        real = np.fromiter(flat, dtype=np.int64, count=count)
-        shape = (self.rows, self.width, 2) if pair else (self.rows, self.width)
+    def fill(self, flat: np.ndarray, pad_value: int) -> np.ndarray:
+        shape = (self.rows, self.width, *flat.shape[1:])  # offsets: (start, end) per token
         if self.mask is None:
-            return real.reshape(shape)
-        out = np.full(shape, pad_value[0] if pair else pad_value, dtype=np.int64)
-        out[self.mask] = real.reshape(-1, 2) if pair else real
+            return flat.reshape(shape)
+        out = np.full(shape, pad_value, dtype=np.int64)
+        out[self.mask] = flat
         return out
 
 
-def _pad_ragged(values: list[Any], out_lengths: np.ndarray, pad_value: Any, pad_left: bool) -> list[list[Any]]:
-    result = []
-    for row, target in zip(values, out_lengths.tolist(), strict=True):
-        row = list(row) if not isinstance(pad_value, tuple) else [tuple(x) for x in row]
-        missing = target - len(row)
-        if missing > 0:
-            padding = [pad_value] * missing
-            row = padding + row if pad_left else row + padding
-        result.append(row)
-    return result
+class _RaggedShaper:
+    """Rows of different lengths (JSON only): one int64 array per row, padded where padding asks for it."""
+
+    def __init__(self, lengths: np.ndarray, out_lengths: np.ndarray, pad_left: bool) -> None:
+        self.lengths = lengths
+        self.missing = (out_lengths - lengths).tolist()
+        self.bounds = np.cumsum(lengths)[:-1]
+        self.pad_left = pad_left
+
+    def attention_mask(self) -> list[np.ndarray]:
+        return self.fill(np.ones(int(self.lengths.sum()), dtype=np.int64), 0)
+
+    def fill(self, flat: np.ndarray, pad_value: int) -> list[np.ndarray]:
+        rows = np.split(flat, self.bounds)  # views: no copy for rows that need no padding
+        for i, missing in enumerate(self.missing):
+            if missing > 0:
+                padding = np.full((missing, *flat.shape[1:]), pad_value, dtype=np.int64)
+                rows[i] = np.concatenate([padding, rows[i]] if self.pad_left else [rows[i], padding])
+        return rows

@@ -19,18 +19,22 @@ from .. import __version__
 from .batching import Batcher, BatchingConfig, BatchObserver, Job
 from .encoding import (
     EncodedBatch,
+    EncodedRows,
     EncodeOptions,
     EncodePlan,
     LengthOptions,
     RustCall,
     TokenizerFacts,
     TruncationSetting,
-    build_batch,
     count_tokens,
+    extract_rows,
+    join_rows,
     plan_encode,
+    shape_rows,
 )
 from .errors import ErrorKind, ServiceError
 from .loading import LoadedTokenizer, call_config
+from .memory import DEFAULT_BUDGET_WITHOUT_LIMIT, CostModel, MemoryBudget, Reservation, held_bytes, utf8_length
 from .parallelism import ForkGuard, parallelism_enabled
 
 logger = logging.getLogger(__name__)
@@ -42,6 +46,8 @@ class EngineLimits:
     max_texts_per_request: int = 4096
     max_text_chars: int = 200_000
     max_response_tokens: int = 8 * 1024 * 1024
+    #: Bytes all in-flight work may hold at once (:mod:`service.engine.memory`).
+    memory_budget: int = DEFAULT_BUDGET_WITHOUT_LIMIT
 
 
 # What a queued job asks of the tokenizer thread (the batcher's Job.payload).
@@ -49,6 +55,7 @@ class EngineLimits:
 class _Encode:
     inputs: Sequence[Any]  # str, or (str, str) for a pair
     plan: EncodePlan
+    slices: Sequence[int] = ()  # ends of the slices a large request is encoded in (empty: at once)
 
 
 @dataclass(frozen=True)
@@ -56,12 +63,14 @@ class _Lengths:
     inputs: Sequence[Any]  # as _Encode's, each distinct input once
     with_overflow: bool
     positions: Sequence[int] | None  # for each requested input, its place in `inputs` (None: no repeats)
+    slices: Sequence[int] = ()  # ends of the slices a large count is encoded in (empty: at once)
 
 
 @dataclass(frozen=True)
 class _Tokenize:
     inputs: Sequence[Any]  # str, or (str, str) for a pair
     sequence_ids: bool
+    slices: Sequence[int] = ()  # ends of the slices a large request is tokenized in (empty: at once)
 
 
 @dataclass(frozen=True)
@@ -81,6 +90,16 @@ class _Decode:
 
 
 _Payload = _Encode | _Lengths | _Tokenize | _Decode
+
+
+@dataclass(frozen=True)
+class EncodeBound:
+    """Safe upper bounds of one encode, computed before it runs (what admission reserves)."""
+
+    cost: int  # bytes held at most, from parsed inputs to the serialised answer
+    positions: int  # token positions of the result (rows x padded length), at most
+    rows: int  # rows of the result (overflow rows included), at most
+    slices: tuple[int, ...]  # ends of the slices it is encoded in (empty: in one Rust call)
 
 
 class Engine:
@@ -113,7 +132,14 @@ class Engine:
         self._plans: dict[EncodeOptions, EncodePlan] = {}
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
-        self._batcher = Batcher(batching, self._run_batch, observer)
+        self.costs = CostModel()
+        self.budget = MemoryBudget(limits.memory_budget, observer.memory_changed if observer is not None else None)
+        # Rust encodings one slice may hold: an eighth of the budget (a request above it is encoded in slices)
+        self.slice_tokens = max(4096, limits.memory_budget // 8 // self.costs.rust_per_token)
+        backend = self._backend
+        self._specials = (backend.num_special_tokens_to_add(False), backend.num_special_tokens_to_add(True))
+        self._longest_token_bytes = max(map(utf8_length, loaded.tokenizer.get_vocab()), default=1)
+        self._batcher = Batcher(batching, self._run_batch, observer, self.budget)
         self._draining = False
 
     # -- lifecycle --------------------------------------------------------------------------------------
@@ -166,11 +192,14 @@ class Engine:
         texts: Sequence[str],
         text_pairs: Sequence[str] | None = None,
         options: EncodeOptions = EncodeOptions(),
+        reservation: Reservation | None = None,
     ) -> asyncio.Future[EncodedBatch]:
         """Validate and queue an encode; the future resolves to what :meth:`encode` returns.
 
         Cancelling the future withdraws the request (it is dropped if not yet encoded). Call it from the
-        event loop the engine was started on.
+        event loop the engine was started on. ``reservation`` (from :meth:`reserve_intake`) is resized to
+        this request's memory bound and stays the caller's to release once the answer is sent; without one
+        the engine reserves the bound itself and releases it when the future is done.
         """
         self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
@@ -182,7 +211,9 @@ class Engine:
                 f"{len(texts)} texts padded to max_length={plan.pad_target} would hold over max_response_tokens="
                 f"{limit} token positions; send fewer texts or a smaller max_length",
             )
-        return self._submit(_Encode(inputs, plan), len(inputs), chars, plan.rust_call)
+        bound = self._encode_bound(texts, text_pairs, plan)
+        work = _Encode(inputs, plan, bound.slices)
+        return self._submit(work, len(inputs), chars, plan.rust_call, bound.cost, reservation, "this encode")
 
     async def lengths(
         self,
@@ -200,6 +231,7 @@ class Engine:
         texts: Sequence[str],
         text_pairs: Sequence[str] | None = None,
         options: LengthOptions = LengthOptions(),
+        reservation: Reservation | None = None,
     ) -> asyncio.Future[list[Any]]:
         """Validate and queue a count; the future resolves to what :meth:`lengths` returns.
 
@@ -216,12 +248,19 @@ class Engine:
         call = RustCall(plan.truncation, plan.add_special_tokens, False)
         # Equal inputs have equal counts: each distinct one is tokenized once (datasets repeat short texts).
         distinct: dict[Any, int] = {}
-        positions = [distinct.setdefault(item, len(distinct)) for item in inputs]
+        positions: list[int] | None = [distinct.setdefault(item, len(distinct)) for item in inputs]
+        unique: Sequence[Any] = inputs
         if len(distinct) == len(inputs):
-            return self._submit(_Lengths(inputs, plan.with_overflow, None), len(inputs), chars, call)
-        unique = list(distinct)
-        chars = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in unique)
-        return self._submit(_Lengths(unique, plan.with_overflow, positions), len(unique), chars, call)
+            positions = None
+        else:
+            unique = list(distinct)
+            chars = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in unique)
+        # memory: the inputs and one slice of Rust encodings; the answer is an int per row
+        firsts = [item if isinstance(item, str) else item[0] for item in unique]
+        seconds = None if text_pairs is None else [item[1] for item in unique]
+        bound = self._encode_bound(firsts, seconds, plan, output=False)
+        work = _Lengths(unique, plan.with_overflow, positions, bound.slices)
+        return self._submit(work, len(unique), chars, call, bound.cost, reservation, "this count")
 
     def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:
         """Checked inputs for the Rust tokenizer (texts, or (text, pair) tuples) and their characters."""
@@ -246,9 +285,12 @@ class Engine:
             self._plans[options] = plan
         return plan
 
-    async def tokenize(self, texts: Sequence[str], add_special_tokens: bool = False) -> list[list[str]]:
-        """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them."""
-        return (await self.tokenize_batch(texts, add_special_tokens=add_special_tokens)).tokens
+    async def tokenize(
+        self, texts: Sequence[str], add_special_tokens: bool = False, reservation: Reservation | None = None
+    ) -> list[list[str]]:
+        """Tokens of each text, as ``tokenizer.tokenize(text, add_special_tokens=...)`` gives them.
+        ``reservation``: as for :meth:`submit_encode`."""
+        return (await self.tokenize_batch(texts, add_special_tokens=add_special_tokens, reservation=reservation)).tokens
 
     async def tokenize_batch(
         self,
@@ -259,10 +301,12 @@ class Engine:
         truncation: bool | str | None = None,
         max_length: int | None = None,
         sequence_ids: bool = False,
+        reservation: Reservation | None = None,
     ) -> TokenizedBatch:
         """Tokens of each text (or pair), one per id of the encoding ``tokenizer(texts, text_pairs, ...)``
         makes with these options (``BatchEncoding.tokens()``; without truncation, exactly
-        ``tokenizer.tokenize(text, pair, add_special_tokens=...)``), and their ``sequence_ids`` if asked."""
+        ``tokenizer.tokenize(text, pair, add_special_tokens=...)``), and their ``sequence_ids`` if asked.
+        ``reservation``: as for :meth:`submit_encode`."""
         self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
         # truncation resolves exactly as for an encode with the same options (same defaults, same refusals)
@@ -271,7 +315,9 @@ class Engine:
         )
         # encode_batch_fast leaves tokens empty: the full encode_batch, which an encode may share
         call = RustCall(plan.truncation, add_special_tokens, True)
-        result: TokenizedBatch = await self._submit(_Tokenize(inputs, sequence_ids), len(inputs), chars, call)
+        cost, slices = self._tokenize_cost(texts, text_pairs, add_special_tokens, sequence_ids)
+        work = _Tokenize(inputs, sequence_ids, slices)
+        result: TokenizedBatch = await self._submit(work, len(inputs), chars, call, cost, reservation, "this tokenize")
         return result
 
     async def decode(
@@ -279,8 +325,10 @@ class Engine:
         ids: Sequence[Sequence[int]],
         skip_special_tokens: bool = False,
         clean_up_tokenization_spaces: bool | None = None,
+        reservation: Reservation | None = None,
     ) -> list[str]:
-        """Texts of each id list, as ``tokenizer.batch_decode(ids, ...)`` gives them."""
+        """Texts of each id list, as ``tokenizer.batch_decode(ids, ...)`` gives them.
+        ``reservation``: as for :meth:`submit_encode`."""
         self._check_accepting()
         if not ids:
             raise ServiceError(ErrorKind.INVALID_REQUEST, "ids must hold at least one list of token ids")
@@ -290,8 +338,133 @@ class Engine:
                 f"{len(ids)} id lists exceed max_texts_per_request={self.limits.max_texts_per_request}",
             )
         work = _Decode(ids, skip_special_tokens, clean_up_tokenization_spaces)
-        texts: list[str] = await self._submit(work, len(ids), sum(map(len, ids)), None)
+        count = sum(map(len, ids))
+        # what the parsed ids hold, the decoded text (at most the longest token per id) and its JSON
+        cost = count * self.costs.decode_per_id + count * (self._longest_token_bytes + 1) * self.costs.per_text_byte
+        texts: list[str] = await self._submit(work, len(ids), count, None, cost, reservation, "this decode")
         return texts
+
+    def reserve_intake(self, body_bytes: int, *, ids: bool = False) -> Reservation:
+        """Reserve memory for reading and parsing a request body of ``body_bytes`` (``ids``: a decode body)
+        before it is read, or refuse at once: UNAVAILABLE while draining, OVERLOADED when the queue is
+        full or the budget has no room now, TOO_LARGE when it never will. Pass the reservation on to
+        :meth:`submit_encode` / :meth:`tokenize` / :meth:`decode`; release it once the answer is sent."""
+        self._check_accepting()
+        return self._batcher.reserve_intake(self.costs.intake(body_bytes, ids), "this request's body")
+
+    def resize_intake(self, reservation: Reservation, body_bytes: int, *, ids: bool = False) -> None:
+        """Grow an intake reservation while a body of unannounced length arrives (raises as above)."""
+        reservation.resize(self.costs.intake(body_bytes, ids), "this request's body")
+
+    # -- memory bounds ----------------------------------------------------------------------------------
+    def encode_bound(
+        self, texts: Sequence[str], text_pairs: Sequence[str] | None = None, options: EncodeOptions = EncodeOptions()
+    ) -> EncodeBound:
+        """What admission reserves for this encode (without encoding it): its bounds and memory cost."""
+        return self._encode_bound(texts, text_pairs, self._plan(options))
+
+    def _encode_bound(
+        self, texts: Sequence[str], pairs: Sequence[str] | None, plan: EncodePlan, output: bool = True
+    ) -> EncodeBound:
+        """A safe upper bound of the bytes this encode holds, and the slices it is encoded in.
+
+        Tokens per input are bounded by its UTF-8 bytes plus the special tokens (and one for a prefix
+        some pre-tokenizers add per sequence); truncation caps a row; overflow adds at most one row per
+        ``max_length - stride - special tokens`` tokens; padding makes every row the padded length."""
+        costs = self.costs
+        sequences = 1 if pairs is None else 2
+        specials = self._specials[sequences - 1] if plan.add_special_tokens else 0
+        truncation = plan.truncation
+        first = list(map(utf8_length, texts))
+        second = list(map(utf8_length, pairs)) if pairs is not None else None
+        untruncated = [b + specials + sequences for b in first]
+        if second is not None:
+            untruncated = [u + b for u, b in zip(untruncated, second, strict=True)]
+        rows = [1] * len(untruncated)
+        row_length = untruncated
+        if truncation is not None:
+            most = truncation.max_length
+            # truncation never drops the special tokens, and an overflow row holds at least one token more
+            row_length = [min(u, max(most, specials + 1)) for u in untruncated]
+            if plan.with_overflow:
+                fixed: list[int] | None = None
+                if second is not None and truncation.strategy == "only_second":
+                    fixed = first
+                elif second is not None and truncation.strategy == "only_first":
+                    fixed = second
+                rows = []
+                for i, u in enumerate(untruncated):
+                    if second is not None and fixed is None:
+                        # longest_first truncates both sequences, and a pair's overflow rows combine each
+                        # overflow of the first with each of the second: at most one per token of each
+                        rows.append((first[i] + 1) * (second[i] + 1))
+                        continue
+                    step = most - specials - truncation.stride - (fixed[i] if fixed is not None else 0)
+                    rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))
+        held = [r * n for r, n in zip(rows, row_length, strict=True)]  # the encodings Rust keeps
+        positions = sum(held)
+        if plan.padded:
+            target = plan.pad_target or 0
+            target = max(target, max(row_length, default=0))
+            multiple = plan.pad_to_multiple_of
+            if multiple and target % multiple:
+                target += multiple - target % multiple
+            positions = max(positions, sum(rows) * target)
+        columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key not in ("length",))
+        if not output:  # a count answers one int per row, not the rows
+            columns = 0
+        # Rust holds, per input, the encodings it keeps plus (while it works) the untruncated one
+        rust = [h + u for h, u in zip(held, untruncated, strict=True)]
+        slices, largest_slice = self._slices(rust)
+        inputs = held_bytes(texts) + (held_bytes(pairs) if pairs is not None else 0)
+        cost = (
+            inputs
+            + largest_slice * costs.rust_per_token
+            + positions * columns * costs.out_per_position_column
+            + sum(rows) * 256
+        )
+        return EncodeBound(cost, positions, sum(rows), slices)
+
+    def _tokenize_cost(
+        self, texts: Sequence[str], pairs: Sequence[str] | None, add_special_tokens: bool, sequence_ids: bool
+    ) -> tuple[int, tuple[int, ...]]:
+        costs = self.costs
+        sequences = 1 if pairs is None else 2
+        specials = self._specials[sequences - 1] if add_special_tokens else 0
+        text_bytes = list(map(utf8_length, texts))
+        if pairs is not None:
+            text_bytes = [b + utf8_length(pair) for b, pair in zip(text_bytes, pairs, strict=True)]
+        tokens = [b + specials + sequences for b in text_bytes]
+        slices, largest_slice = self._slices(tokens)
+        total = sum(tokens)
+        # token strings: at most the text's bytes twice over (byte-level alphabets, "##" continuation
+        # prefixes) plus the special tokens' own text
+        token_bytes = 2 * sum(text_bytes) + 2 * total + specials * len(texts) * 32
+        cost = (
+            held_bytes(texts)
+            + (held_bytes(pairs) if pairs is not None else 0)
+            + largest_slice * costs.rust_per_token
+            + total * (costs.tokenize_per_token + (16 if sequence_ids else 0))  # (a list slot, "null,")
+            + token_bytes * costs.per_text_byte
+        )
+        return cost, slices
+
+    def _slices(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], int]:
+        """Cut inputs of ``tokens`` bound each into consecutive slices of at most :attr:`slice_tokens`
+        (an input above it is a slice of its own): the slice ends (empty if one slice) and the largest."""
+        if sum(tokens) <= self.slice_tokens:
+            return (), sum(tokens)
+        ends: list[int] = []
+        current = largest = 0
+        for i, count in enumerate(tokens):
+            if current and current + count > self.slice_tokens:
+                ends.append(i)
+                largest = max(largest, current)
+                current = 0
+            current += count
+        largest = max(largest, current)
+        ends.append(len(tokens))
+        return tuple(ends), largest
 
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
@@ -316,7 +489,9 @@ class Engine:
                 "max_texts_per_request": self.limits.max_texts_per_request,
                 "max_text_chars": self.limits.max_text_chars,
                 "max_response_tokens": self.limits.max_response_tokens,
+                "memory_budget_bytes": self.budget.capacity,
             },
+            "memory": {"budget_bytes": self.budget.capacity, "reserved_bytes": self.budget.in_use},
             "batching": {
                 "enabled": batching.enabled,
                 "max_wait_ms": batching.max_wait_seconds * 1000,
@@ -341,9 +516,20 @@ class Engine:
         }
 
     # -- admission: the one path into the tokenizer thread ----------------------------------------------
-    def _submit(self, payload: _Payload, texts: int, chars: int, call: RustCall | None) -> asyncio.Future[Any]:
+    def _submit(
+        self,
+        payload: _Payload,
+        texts: int,
+        chars: int,
+        call: RustCall | None,
+        cost: int,
+        reservation: Reservation | None,
+        what: str,
+    ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        return self._batcher.submit(Job(payload, texts, chars, call, future))
+        alone = bool(getattr(payload, "slices", ()))  # a sliced request never shares its Rust calls
+        job = Job(payload, texts, chars, call, future, cost=cost, reservation=reservation, what=what, alone=alone)
+        return self._batcher.submit(job)
 
     async def _call(self, fn: Callable[..., T], *args: Any) -> T:
         if self._executor is None:
@@ -360,6 +546,8 @@ class Engine:
         if isinstance(first.payload, _Decode):  # decodes carry no batch key: always alone
             return [self._decode(first.payload)]
         assert isinstance(first.batch_key, RustCall)
+        if first.payload.slices:  # a large request: alone, slice by slice
+            return [self._run_sliced(first.payload, first.batch_key)]
         inputs = [item for job in batch for item in job.payload.inputs]
         try:
             encodings = self._encode_raw(inputs, first.batch_key)
@@ -387,7 +575,46 @@ class Engine:
             return [counts[i] for i in payload.positions]
         assert isinstance(payload, _Encode)
         try:
-            return build_batch(encodings, payload.plan, self.limits.max_response_tokens)
+            return shape_rows(extract_rows(encodings, payload.plan), payload.plan, self.limits.max_response_tokens)
+        except ServiceError as exc:
+            return exc
+
+    def _run_sliced(self, payload: _Encode | _Lengths | _Tokenize, call: RustCall) -> Any:
+        """Encode a large request slice by slice, keeping only the values it needs from each slice's Rust
+        encodings, so the encodings held at once are bounded by a slice rather than by the request."""
+        limit = self.limits.max_response_tokens
+        parts: list[EncodedRows] = []
+        tokens: list[list[str]] = []
+        sequence_ids: list[list[int | None]] = []
+        counts: list[Any] = []
+        start = held = 0
+        try:
+            for end in payload.slices:
+                encodings = self._encode_raw(list(payload.inputs[start:end]), call)
+                start = end
+                if isinstance(payload, _Tokenize):
+                    tokens.extend(e.tokens for e in encodings)
+                    if payload.sequence_ids:
+                        sequence_ids.extend(e.sequence_ids for e in encodings)
+                    continue
+                if isinstance(payload, _Lengths):
+                    counts.extend(count_tokens(encodings, payload.with_overflow))
+                    continue
+                part = extract_rows(encodings, payload.plan)
+                del encodings
+                held += part.num_tokens
+                if held > limit:  # fail early: even unpadded, the result is over the limit
+                    raise ServiceError(
+                        ErrorKind.TOO_LARGE,
+                        f"the result would hold over {held} token positions, over the limit max_response_tokens="
+                        f"{limit}; send fewer texts or a smaller max_length",
+                    )
+                parts.append(part)
+            if isinstance(payload, _Tokenize):
+                return TokenizedBatch(tokens, sequence_ids if payload.sequence_ids else None)
+            if isinstance(payload, _Lengths):
+                return counts if payload.positions is None else [counts[i] for i in payload.positions]
+            return shape_rows(join_rows(parts), payload.plan, limit)
         except ServiceError as exc:
             return exc
 

@@ -13,9 +13,13 @@ class ErrorKind(str, enum.Enum):
     """What went wrong, in terms a caller can act on."""
 
     INVALID_REQUEST = "invalid_request"  # malformed body, wrong type, unknown field: fix the request
+    MALFORMED_HTTP = "malformed_http"  # not HTTP/1.1 the parser accepts (the connection is closed)
     TOKENIZER = "tokenizer"  # the tokenizer (transformers / Rust) refused this input or option combination
     TOO_LARGE = "too_large"  # a configured limit was exceeded: send less per request
     NOT_ACCEPTABLE = "not_acceptable"  # the result cannot be represented in the requested format
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"  # a body that is not (uncompressed, UTF-8) JSON
+    HEADERS_TOO_LARGE = "headers_too_large"  # the request line and headers exceed the limit
+    REQUEST_TIMEOUT = "request_timeout"  # the client took too long to send its headers or body
     UNAUTHORIZED = "unauthorized"  # missing or wrong API key
     NOT_FOUND = "not_found"
     METHOD_NOT_ALLOWED = "method_not_allowed"

@@ -18,7 +18,7 @@ from starlette.responses import Response
 from .. import __version__
 from ..engine import ErrorKind, LoadedTokenizer, ServiceError
 from ..wire import PLAYGROUND_PATH
-from .middleware import BearerAuth, EncodeFastPath, RequestMetrics
+from .middleware import BearerAuth, CatchAll, EncodeFastPath, ReleaseAfterSend, RequestMetrics
 from .playground import Playground
 from .responses import KIND_BY_STATUS, error_response
 from .routes import Routes
@@ -67,16 +67,13 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
         kind = KIND_BY_STATUS.get(exc.status_code, ErrorKind.INVALID_REQUEST)
         return error_response(kind, f"{exc.detail}: {request.method} {request.url.path}", headers=exc.headers)
 
-    @app.exception_handler(Exception)
-    async def _internal_error(request: Request, exc: Exception) -> Response:
-        logger.exception("internal error on %s %s", request.method, request.url.path)
-        return error_response(
-            ErrorKind.INTERNAL, f"internal error ({type(exc).__name__}); this is a bug, please report it"
-        )
-
     # -- middleware, innermost first --------------------------------------------------------------------
+    # Unexpected errors: CatchAll answers and logs them without their message (no exception handler for
+    # Exception: Starlette would re-raise it to the server, which logs the message, request content and all).
     app.add_middleware(EncodeFastPath, endpoint=routes.encode)  # auth and metrics still wrap it
+    app.add_middleware(ReleaseAfterSend)  # after the fast path and the routes have sent their answers
     if settings.api_key is not None:
         app.add_middleware(BearerAuth, api_key=settings.api_key.get_secret_value())
+    app.add_middleware(CatchAll)
     app.add_middleware(RequestMetrics, runtime=runtime, routes=paths)  # outermost
     return app

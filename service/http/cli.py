@@ -49,6 +49,9 @@ def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentPars
         kind = _flag_type(field.annotation)
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
+        elif typing.get_origin(kind) is typing.Literal:
+            choices = typing.get_args(kind)
+            parser.add_argument(flag, choices=choices, default=argparse.SUPPRESS, help=help_text)
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=name.upper())
     for flag, reason in REFUSED_FLAGS.items():
@@ -80,11 +83,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         return 1
 
     from .app import create_app
-    from .launcher import run
+    from .launcher import connection_guard, run
     from .runtime import Runtime
 
     runtime = Runtime(settings.model_copy(update={"threads": threads}), loaded)
     app = create_app(runtime.settings, runtime=runtime)
+    guard = connection_guard(
+        max_connections=settings.max_connections,
+        max_header_bytes=settings.max_header_bytes,
+        header_timeout=settings.header_timeout_seconds,
+        body_timeout=settings.body_timeout_seconds,
+    )
     run(
         app,
         runtime,
@@ -93,5 +102,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         log_level=settings.log_level,
         access_log=settings.access_log,
         grace_seconds=settings.graceful_shutdown_seconds,
+        guard=guard,
+        keep_alive_seconds=settings.keep_alive_seconds,
+        http_protocol=settings.http_protocol,
     )
     return 0

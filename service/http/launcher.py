@@ -2,9 +2,14 @@
 
 Plain uvicorn closes its listening socket the moment SIGTERM arrives (new connections are refused, not
 answered) and re-raises the signal at exit. For a rolling update we want: ``/readyz`` turns 503 at once,
-new work is refused politely (503 + Retry-After, which the client SDK fails over on), in-flight requests
-complete, and the process exits 0 -- all within ``grace_seconds``. A second SIGTERM, or SIGINT, falls back
-to uvicorn's own handling.
+new work is refused politely (503 + Retry-After + Connection: close, which the client SDK fails over on),
+in-flight requests complete with ``Connection: close``, keep-alive connections close after an answer and
+never under a request (:mod:`service.http.protocol`), and the process exits 0 once no request and no
+connection is left -- all within ``grace_seconds``. A second SIGTERM, or SIGINT, falls back to uvicorn's
+own handling.
+
+The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.protocol.ConnectionGuard`
+(header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import signal
 import threading
 import time
@@ -20,7 +26,11 @@ from typing import Any, Protocol
 
 import uvicorn
 
+from .protocol import ConnectionGuard, uvicorn_protocol_settings
+
 logger = logging.getLogger(__name__)
+#: Descriptors kept for everything but client connections (listening socket, logs, tokenizer files...).
+SPARE_DESCRIPTORS = 64
 
 
 class Drainable(Protocol):
@@ -37,9 +47,12 @@ class Drainable(Protocol):
 class DrainingServer(uvicorn.Server):
     """A uvicorn server whose first SIGTERM drains ``drain`` before shutting down."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drainable, grace_seconds: float) -> None:
+    def __init__(
+        self, config: uvicorn.Config, drain: Drainable, grace_seconds: float, guard: ConnectionGuard | None = None
+    ) -> None:
         super().__init__(config)
         self.drain = drain
+        self.guard = guard
         self.grace_seconds = grace_seconds
         self.drain_started: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -74,21 +87,73 @@ class DrainingServer(uvicorn.Server):
     async def _drain(self) -> None:
         assert self.drain_started is not None
         self.drain.begin_drain()  # /readyz -> 503, new work -> 503 + Retry-After
+        if self.guard is not None:
+            self.guard.begin_drain()  # every answer closes its connection from now on
         deadline = self.drain_started + self.grace_seconds
         logger.info(
             "SIGTERM: draining %d in-flight request(s), at most %.0fs", self.drain.in_flight, self.grace_seconds
         )
-        # The drain itself holds no request; wait for those that were running to finish.
-        while self.drain.in_flight > 0 and time.monotonic() < deadline:
+        # The drain itself holds no request; wait for those that were running to finish, and for the
+        # connections to close after their last answer (an idle one at its keep-alive timeout).
+        while (self.drain.in_flight > 0 or self._open_connections() > 0) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         # Whatever is left gets the rest of the grace period inside uvicorn's own shutdown.
         self.config.timeout_graceful_shutdown = max(1, int(deadline - time.monotonic()))
         logger.info("drained; shutting down")
         self.should_exit = True
 
+    def _open_connections(self) -> int:
+        return self.guard.open_connections if self.guard is not None else 0
+
+
+def raise_descriptor_limit() -> int:
+    """Raise this process's soft limit on open descriptors to its hard limit; returns the soft limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft if soft != resource.RLIM_INFINITY else target
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        logger.warning("could not raise the open-files limit from %d to %d: %s", soft, target, exc)
+        return soft
+    return target
+
+
+def connection_guard(
+    *, max_connections: int, max_header_bytes: int, header_timeout: float, body_timeout: float
+) -> ConnectionGuard:
+    """The guard for this process: ``max_connections`` capped below the descriptor limit (raised first)."""
+    descriptors = raise_descriptor_limit()
+    allowed = max(8, descriptors - SPARE_DESCRIPTORS)
+    if max_connections > allowed:
+        logger.warning(
+            "--max-connections %d is over what %d open files allow: serving at most %d connections",
+            max_connections,
+            descriptors,
+            allowed,
+        )
+        max_connections = allowed
+    return ConnectionGuard(
+        max_header_bytes=max_header_bytes,
+        header_timeout=header_timeout,
+        body_timeout=body_timeout,
+        max_connections=max_connections,
+    )
+
 
 def run(
-    app: Any, drain: Drainable, *, host: str, port: int, log_level: str, access_log: bool, grace_seconds: float
+    app: Any,
+    drain: Drainable,
+    *,
+    host: str,
+    port: int,
+    log_level: str,
+    access_log: bool,
+    grace_seconds: float,
+    guard: ConnectionGuard,
+    keep_alive_seconds: float,
+    http_protocol: str = "guarded",
 ) -> None:
     """Serve ``app`` in this process (one uvicorn worker, never forking) until drained or interrupted."""
     config = uvicorn.Config(
@@ -99,6 +164,20 @@ def run(
         log_level=log_level,
         access_log=access_log,
         timeout_graceful_shutdown=max(1, int(grace_seconds)),
+        timeout_keep_alive=max(1, round(keep_alive_seconds)),
         server_header=False,
+        **protocol_settings(http_protocol, guard),
     )
-    DrainingServer(config, drain, grace_seconds).run()
+    DrainingServer(config, drain, grace_seconds, guard if http_protocol == "guarded" else None).run()
+
+
+def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:
+    """uvicorn's protocol settings: the guarded protocol, or (for comparison) uvicorn's own."""
+    if http_protocol == "guarded":
+        return uvicorn_protocol_settings(guard)
+    logger.warning(
+        "--http-protocol %s: no header or body deadlines, no connection limit (comparison only)", http_protocol
+    )
+    if http_protocol == "h11":
+        return {"http": "h11", "h11_max_incomplete_event_size": guard.max_header_bytes}
+    return {"http": http_protocol}

@@ -37,6 +37,10 @@ class Metrics:
         self.queue_texts = Gauge("tokenizer_queue_texts", "Texts waiting for the engine", registry=r)
         self.rejected = Counter("tokenizer_rejected", "Requests refused by backpressure", ["reason"], registry=r)
         self.dropped = Counter("tokenizer_dropped", "Requests dropped because their client went away", registry=r)
+        self.memory_reserved = Gauge(
+            "tokenizer_memory_reserved_bytes", "Memory reserved by in-flight requests (bounds)", registry=r
+        )
+        self.memory_budget = Gauge("tokenizer_memory_budget_bytes", "The memory budget", registry=r)
         self.forks = Gauge("tokenizer_forks_after_load", "Forks of the serving process after loading", registry=r)
 
     # -- BatchObserver ----------------------------------------------------------------------------------
@@ -54,6 +58,9 @@ class Metrics:
     def queue_changed(self, requests: int, texts: int) -> None:
         self.queue_requests.set(requests)
         self.queue_texts.set(texts)
+
+    def memory_changed(self, in_use: int) -> None:
+        self.memory_reserved.set(in_use)
 
     def track_in_flight(self, count: Callable[[], float]) -> None:
         """Export ``count()`` (HTTP requests being answered, the scrape included) at each scrape: no cost

@@ -1,4 +1,5 @@
-"""Pure ASGI middleware: the encode fast path, bearer auth, and request metrics with the in-flight count.
+"""Pure ASGI middleware: the encode fast path, bearer auth, request metrics with the in-flight count,
+memory reservations released once the answer is sent, and the last line against unexpected errors.
 
 Pure ASGI (not Starlette's ``BaseHTTPMiddleware``) because every one of these runs on every request, and
 each costs only a few attribute lookups this way.
@@ -7,7 +8,9 @@ each costs only a few attribute lookups this way.
 from __future__ import annotations
 
 import hmac
+import logging
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -16,15 +19,77 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine.errors import ErrorKind, ServiceError
+from ..engine.memory import Reservation
 from ..wire import AUTH_SCHEME, ENCODE_PATH, HEALTH_PATH, METRICS_PATH, READY_PATH
 from . import playground
 from .responses import error_response
 from .runtime import Runtime
 
+logger = logging.getLogger(__name__)
+
 # Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, and the static
 # playground page and its assets (a browser cannot send the key when it opens a page; every API call the
 # page makes needs the key -- see service/http/playground.py).
 OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS})
+_RESERVATIONS = "tokenizer_service.reservations"
+
+
+def hold_until_sent(scope: Scope, reservation: Reservation) -> None:
+    """Keep ``reservation`` until the answer to this request has been sent (:class:`ReleaseAfterSend`)."""
+    scope[_RESERVATIONS].append(reservation)
+
+
+class ReleaseAfterSend:
+    """Releases the memory reservations a request made once its answer has been handed to the server --
+    after the route returned, so its result and serialised body are already freed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        held: list[Reservation] = []
+        scope[_RESERVATIONS] = held
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            for reservation in held:
+                reservation.release()
+
+
+class CatchAll:
+    """The last line: an unexpected error becomes a 500 in the one error shape and is logged with its type
+    and stack only -- never its message, which may quote the request (pydantic puts the input in its
+    messages) -- and is not re-raised, so the server does not log it again with the message."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def send_and_track(message: Any) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_track)
+        except Exception as exc:  # the last line: every error gets an answer
+            stack = "".join(traceback.format_tb(exc.__traceback__))
+            logger.error(
+                "internal error (%s) on %s %s; stack:\n%s",
+                type(exc).__name__,
+                scope.get("method"),
+                scope.get("path"),
+                stack,
+            )
+            if started or scope["type"] != "http":
+                raise
+            response = error_response(
+                ErrorKind.INTERNAL, f"internal error ({type(exc).__name__}); this is a bug, please report it"
+            )
+            await response(scope, receive, send)
 
 
 class EncodeFastPath:
@@ -52,12 +117,18 @@ class BearerAuth:
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
-        self.expected = f"{AUTH_SCHEME} {api_key}".encode()
+        self.expected = api_key.encode()
+        self.scheme = AUTH_SCHEME.lower().encode()
+
+    def _authorised(self, given: bytes) -> bool:
+        # the scheme is case-insensitive (RFC 9110 11.1), the key is not
+        scheme, _, key = given.strip().partition(b" ")
+        return hmac.compare_digest(key.strip(), self.expected) and scheme.lower() == self.scheme
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
             given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            if not self._authorised(given):
                 response = error_response(
                     ErrorKind.UNAUTHORIZED, f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'"
                 )

@@ -88,17 +88,25 @@ class DecodeRequest(_Strict):
     clean_up_tokenization_spaces: bool | None = None
 
 
-def parse_body(body: bytes, model: type[Model]) -> Model:
+class ErrorBody(BaseModel):
+    """Every error answer: what to fix, and the kind of error (``service.wire.ERROR_FIELD`` and
+    ``ERROR_TYPE_FIELD``). 429 and 503 carry ``Retry-After``; 401 carries ``WWW-Authenticate``."""
+
+    error: str = Field(description="What went wrong and what to change.")
+    error_type: str = Field(description="The kind of error (service.engine.errors.ErrorKind).")
+
+
+def parse_body(body: bytes | bytearray, model: type[Model]) -> Model:
     """Validate ``body`` (JSON bytes) as ``model``, or raise INVALID_REQUEST naming the fields to fix."""
     try:
         return model.model_validate_json(body)
     except ValidationError as exc:
-        if any(err["type"] == "json_invalid" for err in exc.errors()):
+        if any(err["type"] == "json_invalid" and "escape" in err["msg"] for err in exc.errors()):
             # pydantic-core refuses JSON that Python's json accepts (e.g. a lone surrogate "\ud800"):
             # such a text reaches the tokenizer, which refuses it exactly as it would in-process.
             try:
                 return model.model_validate(json.loads(body))
-            except (ValueError, ValidationError):
+            except (ValueError, ValidationError, RecursionError):
                 pass
         raise ServiceError(ErrorKind.INVALID_REQUEST, describe_validation_error(exc)) from None
 

@@ -12,6 +12,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from ..engine import EncodedBatch, ErrorKind, ForkGuard, ServiceError
+from ..engine.memory import Reservation
 from ..wire import (
     DECODE_PATH,
     ENCODE_PATH,
@@ -26,8 +27,10 @@ from ..wire import (
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
 )
-from .models import DecodeRequest, EncodeRequest, LengthsRequest, Model, TokenizeRequest, parse_body
-from .responses import error_response, json_response
+from .middleware import hold_until_sent
+from .models import DecodeRequest, EncodeRequest, ErrorBody, LengthsRequest, Model, TokenizeRequest, parse_body
+from .negotiation import check_json_body, wants_safetensors
+from .responses import STATUS_BY_KIND, BodyResponse, error_response, json_response
 from .runtime import Runtime
 
 # A request still waiting for the engine after this long gets a task watching for its client's
@@ -37,6 +40,39 @@ DISCONNECT_WATCH_AFTER = 0.05  # seconds
 
 def _openapi_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {JSON_MEDIA_TYPE: {"schema": model.model_json_schema()}}}}
+
+
+_RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}}
+# What each error status means to a caller, for the OpenAPI schema (the kinds behind it: STATUS_BY_KIND).
+_ERROR_MEANINGS = {
+    400: "Not HTTP/1.1 the server can parse (the connection is closed after the answers before it).",
+    401: "Missing or wrong API key (when the server has one).",
+    406: "A ragged result asked for as safetensors: ask for padding, or accept JSON.",
+    408: "The request's headers or body took too long to arrive (the connection is closed).",
+    413: "Over a limit (body, texts, characters, response tokens) or over the whole memory budget.",
+    415: "The body is not uncompressed UTF-8 JSON.",
+    422: "Malformed JSON, a wrong or unknown field, or options the tokenizer refuses.",
+    429: "The queue is full or the memory budget has no room now: retry after Retry-After.",
+    431: "The request line and headers are over the limit (the connection is closed).",
+    503: "Not ready, or draining: retry after Retry-After, elsewhere (the connection is closed).",
+    504: "Waited past the queue deadline.",
+}
+
+
+def _error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    assert set(statuses) <= set(STATUS_BY_KIND.values())
+    responses: dict[int | str, dict[str, Any]] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {"model": ErrorBody, "description": _ERROR_MEANINGS[status]}
+        if status in (429, 503):
+            entry["headers"] = _RETRY_AFTER
+        responses[status] = entry
+    return responses
+
+
+# Every route can answer these (auth and the protocol's limits apply to all)
+_ANY_ROUTE = (400, 401, 408, 431, 503)
+_WORK_ROUTE = (*_ANY_ROUTE, 413, 415, 422, 429, 504)
 
 
 class Routes:
@@ -56,36 +92,35 @@ class Routes:
             methods=["POST"],
             response_class=Response,
             openapi_extra=_openapi_body(EncodeRequest),
-            responses={200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}}}},
+            responses={
+                200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}}},
+                **_error_responses(*_WORK_ROUTE, 406),
+            },
         )
-        router.add_api_route(
-            LENGTHS_PATH,
-            self.lengths,
-            methods=["POST"],
-            response_class=Response,
-            openapi_extra=_openapi_body(LengthsRequest),
-        )
-        router.add_api_route(
-            TOKENIZE_PATH,
-            self.tokenize,
-            methods=["POST"],
-            response_class=Response,
-            openapi_extra=_openapi_body(TokenizeRequest),
-        )
-        router.add_api_route(
-            DECODE_PATH,
-            self.decode,
-            methods=["POST"],
-            response_class=Response,
-            openapi_extra=_openapi_body(DecodeRequest),
-        )
-        for path, endpoint in (
-            (INFO_PATH, self.info),
-            (HEALTH_PATH, self.healthz),
-            (READY_PATH, self.readyz),
-            (METRICS_PATH, self.prometheus_metrics),
+        for path, endpoint, model in (
+            (LENGTHS_PATH, self.lengths, LengthsRequest),
+            (TOKENIZE_PATH, self.tokenize, TokenizeRequest),
+            (DECODE_PATH, self.decode, DecodeRequest),
         ):
-            router.add_api_route(path, endpoint, methods=["GET"], response_class=Response)
+            router.add_api_route(
+                path,
+                endpoint,
+                methods=["POST"],
+                response_class=Response,
+                openapi_extra=_openapi_body(model),
+                responses={200: {"content": {JSON_MEDIA_TYPE: {}}}, **_error_responses(*_WORK_ROUTE)},
+            )
+        for path, get, media_type in (
+            (INFO_PATH, self.info, JSON_MEDIA_TYPE),
+            (HEALTH_PATH, self.healthz, JSON_MEDIA_TYPE),
+            (READY_PATH, self.readyz, JSON_MEDIA_TYPE),
+            (METRICS_PATH, self.prometheus_metrics, "text/plain"),
+        ):
+            responses = {200: {"content": {media_type: {}}}, **_error_responses(*_ANY_ROUTE)}
+            router.add_api_route(path, get, methods=["GET"], response_class=Response, responses=responses)
+            # HEAD answers as GET without the body (RFC 9110 9.3.2); left out of the schema as FastAPI would
+            # give both operations one id
+            router.add_api_route(path, get, methods=["HEAD"], response_class=Response, include_in_schema=False)
         return {ENCODE_PATH, LENGTHS_PATH, TOKENIZE_PATH, DECODE_PATH, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
 
     # -- tokenizer routes -------------------------------------------------------------------------------
@@ -95,9 +130,9 @@ class Routes:
         JSON by default; with ``Accept: application/vnd.safetensors``, a safetensors blob of int64 arrays."""
         self.runtime.check_accepting()
         engine = self.runtime.engine
-        binary = SAFETENSORS_MEDIA_TYPE in request.headers.get("accept", "")
-        body = await self._parse(request, EncodeRequest)
-        future = engine.submit_encode(body.texts, body.text_pairs, body.options())
+        binary = wants_safetensors(request.headers.get("accept"))
+        body, reservation = await self._parse(request, EncodeRequest)
+        future = engine.submit_encode(body.texts, body.text_pairs, body.options(), reservation)
         result: EncodedBatch = await _unless_client_leaves(request, future)
         self.metrics.texts.inc(len(body.texts))
         self.metrics.tokens.inc(result.num_tokens)
@@ -111,7 +146,7 @@ class Routes:
                 "(padding='longest' or 'max_length'), or accept application/json",
             )
         blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})
-        return Response(blob, media_type=SAFETENSORS_MEDIA_TYPE, headers=headers)
+        return BodyResponse(blob, media_type=SAFETENSORS_MEDIA_TYPE, headers=headers)
 
     async def lengths(self, request: Request) -> Response:
         """Token counts without the ids: ``{"lengths": [n, ...]}``, one per text (or pair), each
@@ -119,8 +154,8 @@ class Routes:
         per text holding the count of each of its rows."""
         self.runtime.check_accepting()
         engine = self.runtime.engine
-        body = await self._parse(request, LengthsRequest)
-        future = engine.submit_lengths(body.texts, body.text_pairs, body.options())
+        body, reservation = await self._parse(request, LengthsRequest)
+        future = engine.submit_lengths(body.texts, body.text_pairs, body.options(), reservation)
         lengths = await _unless_client_leaves(request, future)
         return json_response({LENGTHS_KEY: lengths}, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
 
@@ -131,7 +166,7 @@ class Routes:
         tokens of the encoding ``/encode`` makes with the same options: one token per id."""
         self.runtime.check_accepting()
         engine = self.runtime.engine
-        body = await self._parse(request, TokenizeRequest)
+        body, reservation = await self._parse(request, TokenizeRequest)
         result = await engine.tokenize_batch(
             body.texts,
             body.text_pairs,
@@ -139,6 +174,7 @@ class Routes:
             truncation=body.truncation,
             max_length=body.max_length,
             sequence_ids=body.return_sequence_ids,
+            reservation=reservation,
         )
         answer: dict[str, Any] = {"tokens": result.tokens}
         if result.sequence_ids is not None:
@@ -149,8 +185,8 @@ class Routes:
         """Turn id lists back into texts: ``{"texts": [...]}``."""
         self.runtime.check_accepting()
         engine = self.runtime.engine
-        body = await self._parse(request, DecodeRequest)
-        texts = await engine.decode(body.ids, body.skip_special_tokens, body.clean_up_tokenization_spaces)
+        body, reservation = await self._parse(request, DecodeRequest, ids=True)
+        texts = await engine.decode(body.ids, body.skip_special_tokens, body.clean_up_tokenization_spaces, reservation)
         return json_response({"texts": texts}, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
 
     # -- operations -------------------------------------------------------------------------------------
@@ -161,6 +197,13 @@ class Routes:
                 **self.runtime.engine.info(),
                 "max_body_bytes": self.settings.max_body_bytes,
                 "auth": self.settings.api_key is not None,
+                "http": {
+                    "max_header_bytes": self.settings.max_header_bytes,
+                    "header_timeout_seconds": self.settings.header_timeout_seconds,
+                    "body_timeout_seconds": self.settings.body_timeout_seconds,
+                    "max_connections": self.settings.max_connections,
+                    "keep_alive_seconds": self.settings.keep_alive_seconds,
+                },
             }
         )
 
@@ -180,23 +223,52 @@ class Routes:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # -- reading bodies ---------------------------------------------------------------------------------
-    async def _parse(self, request: Request, model: type[Model]) -> Model:
-        return parse_body(await self._read_body(request), model)
-
-    async def _read_body(self, request: Request) -> bytes:
+    async def _parse(self, request: Request, model: type[Model], ids: bool = False) -> tuple[Model, Reservation]:
+        """The body as ``model``, and the memory reservation made for it before it was read (held until
+        the answer is sent; the engine resizes it to the request's bound)."""
+        headers = request.headers
+        check_json_body(headers.get("content-type"), headers.get("content-encoding"))
         limit = self.settings.max_body_bytes
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {declared} bytes, over max_body_bytes={limit}")
-        chunks, size = [], 0
+        declared = headers.get("content-length")
+        size = int(declared) if declared is not None and declared.isdigit() else None
+        if size is not None and size > limit:
+            raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
+        engine = self.runtime.engine
+        # before reading: an overloaded server refuses without taking in the body
+        reservation = engine.reserve_intake(size or 0, ids=ids)
+        hold_until_sent(request.scope, reservation)
+        body = await self._read_body(request, size, reservation, ids)
+        return parse_body(body, model), reservation
+
+    async def _read_body(
+        self, request: Request, size: int | None, reservation: Reservation, ids: bool
+    ) -> bytes | bytearray:
+        """The body, in one buffer: with a Content-Length, copied into place as it arrives (never the
+        chunks and a joined copy at once); without one, the reservation grows as the body comes."""
+        limit = self.settings.max_body_bytes
+        buffer = bytearray(size) if size else None
+        chunks: list[bytes] = []
+        received = 0
+        reserved = size or 0
         try:
             async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
+                if not chunk:
+                    continue
+                end = received + len(chunk)
+                if end > limit:
                     raise ServiceError(ErrorKind.TOO_LARGE, f"the body exceeds max_body_bytes={limit}")
-                chunks.append(chunk)
+                if buffer is not None:
+                    buffer[received:end] = chunk  # the server's parser holds the body to its Content-Length
+                else:
+                    if end > reserved:
+                        reserved = min(limit, max(2 * end, 64 * 1024))
+                        self.runtime.engine.resize_intake(reservation, reserved, ids=ids)
+                    chunks.append(chunk)
+                received = end
         except ClientDisconnect:
             raise ServiceError(ErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
+        if buffer is not None:
+            return buffer if received == len(buffer) else buffer[:received]
         return b"".join(chunks)
 
 

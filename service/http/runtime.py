@@ -50,6 +50,7 @@ class Runtime:
         )
         await engine.astart()
         self._engine = engine
+        self.metrics.memory_budget.set(engine.budget.capacity)
         logger.info("serving %s (%s) with %d Rust threads", loaded.source, loaded.fingerprint, self.threads)
         try:
             yield

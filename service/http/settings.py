@@ -3,11 +3,14 @@ variable (``TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST``); CLI flags win. Validated
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ..engine.batching import BatchingConfig
 from ..engine.engine import EngineLimits
+from ..engine.memory import default_memory_budget
 from ..wire import ENV_PREFIX
 
 
@@ -50,8 +53,46 @@ class Settings(BaseSettings):
     max_response_tokens: int = Field(
         8 * 1024 * 1024,
         ge=1,
-        description="Most token positions (rows x padded length) in one response. Guards memory against "
-        "padding='max_length' with a huge max_length: the largest response at 8M positions peaks near 0.7 GB.",
+        description="Most token positions (rows x padded length) in one response: the shape of the largest "
+        "answer (413 beyond). Its memory is bounded by --memory-budget-mib; checked before encoding from the "
+        "request's bound when padding to max_length, else as the rows are encoded.",
+    )
+    memory_budget_mib: int | None = Field(
+        None,
+        ge=16,
+        description="Memory all in-flight requests may hold at once, in MiB: each request reserves a safe "
+        "upper bound of its memory before it is read or encoded, 413 if it can never fit, 429 + Retry-After "
+        "while others hold the room. Unset: 3/4 of (the cgroup memory limit - 256 MiB), or 1024 without a "
+        "limit. A pod needs about 256 MiB + 4/3 x this.",
+    )
+    # -- HTTP limits, in front of the app ---------------------------------------------------------------
+    max_header_bytes: int = Field(
+        32 * 1024,
+        ge=1024,
+        description="Largest request line plus headers, in bytes; beyond, 431 and the connection is closed.",
+    )
+    header_timeout_seconds: float = Field(
+        10.0, gt=0, description="A request's line and headers must arrive within this (else 408, closed)."
+    )
+    body_timeout_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="A request's body must arrive within this after its headers (else 408, closed), and a "
+        "client must take in some of a stalled answer within this (else closed). Bounds how long a slow "
+        "client holds its memory reservation.",
+    )
+    max_connections: int = Field(
+        4096,
+        ge=8,
+        description="Most open client connections; beyond, new ones are closed at once and logged. Capped "
+        "below the descriptor limit, which is raised to its hard limit at start.",
+    )
+    keep_alive_seconds: float = Field(5.0, gt=0, description="An idle keep-alive connection is closed after this.")
+    http_protocol: Literal["guarded", "httptools", "h11"] = Field(
+        "guarded",
+        description="HTTP/1.1 implementation. guarded: uvicorn's httptools protocol with the limits above. "
+        "httptools and h11: uvicorn's own, for comparison only: neither has the header deadlines, the body "
+        "deadline, the connection limit or the lossless drain (h11 bounds the header block).",
     )
     # -- micro-batching and backpressure (reported by /info) -------------------------------------------
     batching: bool = Field(
@@ -95,7 +136,15 @@ class Settings(BaseSettings):
     )
 
     def engine_limits(self) -> EngineLimits:
-        return EngineLimits(self.max_texts_per_request, self.max_text_chars, self.max_response_tokens)
+        return EngineLimits(
+            self.max_texts_per_request, self.max_text_chars, self.max_response_tokens, self.memory_budget_bytes()
+        )
+
+    def memory_budget_bytes(self) -> int:
+        """The budget this setting asks for, or the default derived from the cgroup memory limit."""
+        if self.memory_budget_mib is not None:
+            return self.memory_budget_mib * 1024 * 1024
+        return default_memory_budget()
 
     def batching_config(self) -> BatchingConfig:
         return BatchingConfig(

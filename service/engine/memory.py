@@ -1,0 +1,253 @@
+"""The memory budget: what all in-flight work may hold at once, whatever arrives.
+
+Every request reserves a safe upper bound of what it will hold -- its body while it is read and parsed,
+then its inputs, the Rust encodings of one slice, its output arrays and its serialised answer -- before any
+of that is allocated, and gives it back once its answer has been sent. A request whose bound exceeds the
+whole budget can never be served (TOO_LARGE, 413); one that does not fit beside the work already admitted
+is refused at once (OVERLOADED, 429 with Retry-After). Reservations are made through the batcher's
+admission (:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body
+not yet read), so one place decides.
+
+The bounds (:class:`CostModel`) rest on two facts: a text of ``n`` UTF-8 bytes yields at most ``n`` tokens
+plus the special tokens (every tokenizer consumes at least one byte per token), and padding holds rows x
+the padded length. The per-token and per-position byte costs were measured on the three tokenizer families
+(peak RSS over the process at rest, ``VmHWM``), and carry a margin; the engine encodes large requests in
+slices, so the Rust encodings a request holds at once are bounded by a slice, not by the request.
+
+After a large answer the allocator keeps the freed pages in its arenas (glibc: ~120 MB kept after a 2M-token
+answer, whatever ``MALLOC_ARENA_MAX`` says); ``malloc_trim(0)`` hands them back in ~10 ms, so it runs, off
+the event loop, once a large reservation is released.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import math
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ErrorKind, ServiceError
+
+logger = logging.getLogger(__name__)
+
+MIB = 1 << 20
+#: The budget when the process has no cgroup memory limit (a laptop, a VM): documented in the README.
+DEFAULT_BUDGET_WITHOUT_LIMIT = 1024 * MIB
+#: Memory the process needs at rest beside the budget (interpreter, libraries, tokenizer, allocator slack).
+RESTING_MEMORY = 256 * MIB
+#: Of what the limit leaves beside :data:`RESTING_MEMORY`, the share the budget takes: the bounds are upper
+#: bounds, but the allocator's fragmentation and the kernel's socket buffers are not in them.
+BUDGET_SHARE_OF_LIMIT = 0.75
+#: Releasing a reservation at least this large trims the allocator's arenas afterwards.
+TRIM_AFTER_BYTES = 32 * MIB
+
+
+def cgroup_memory_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory limit of this process's cgroup (v2 ``memory.max`` or v1 ``memory.limit_in_bytes``), or None."""
+    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text == "max":
+            return None
+        try:
+            value = int(text)
+        except ValueError:
+            continue
+        return None if value >= 1 << 60 else value  # v1 writes a huge number for "unlimited"
+    return None
+
+
+def default_memory_budget(limit: int | None = None) -> int:
+    """The budget for a process under memory ``limit`` bytes (default: its cgroup's): three quarters of what
+    the limit leaves beside :data:`RESTING_MEMORY`; without a limit :data:`DEFAULT_BUDGET_WITHOUT_LIMIT`."""
+    if limit is None:
+        limit = cgroup_memory_limit()
+    if limit is None:
+        return DEFAULT_BUDGET_WITHOUT_LIMIT
+    return max(32 * MIB, int((limit - RESTING_MEMORY) * BUDGET_SHARE_OF_LIMIT))
+
+
+def memory_limit_for_budget(budget: int) -> int:
+    """The smallest container memory limit whose default budget is ``budget`` (what a pod needs)."""
+    return RESTING_MEMORY + math.ceil(budget / BUDGET_SHARE_OF_LIMIT)
+
+
+# -- bounds -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostModel:
+    """Safe upper bounds, in bytes, of what one request holds. Measured costs with a margin (see module doc)."""
+
+    #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
+    #: plus the Python-side transients of extracting them (measured 165-225 B).
+    rust_per_token: int = 288
+    #: Per output position and per int64 column: the array (8), the flat values before the scatter (8) and
+    #: the serialised answer (JSON up to 11 digits and a comma; safetensors 8), plus the padding mask.
+    out_per_position_column: int = 32
+    #: Python ``str`` per token of a /tokenize answer (object header and list slot), plus JSON quotes.
+    tokenize_per_token: int = 96
+    #: A parsed id of a /decode body (a list slot and an int object).
+    decode_per_id: int = 48
+    #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
+    per_text_byte: int = 12
+    #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
+    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- and 13x for id lists).
+    intake_texts_per_byte: int = 6
+    intake_ids_per_byte: int = 15
+    #: Parsing a small body of many tiny texts costs more per byte than the factor above says.
+    intake_floor: int = 512 * 1024
+
+    def intake(self, body_bytes: int, ids: bool) -> int:
+        """Reading and parsing a body of ``body_bytes`` (``ids``: a /decode body)."""
+        factor = self.intake_ids_per_byte if ids else self.intake_texts_per_byte
+        return self.intake_floor + factor * body_bytes
+
+
+def utf8_length(text: str) -> int:
+    """UTF-8 bytes of ``text`` without copying ASCII (the common case); lone surrogates count 3 bytes."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def held_bytes(texts: Sequence[str]) -> int:
+    """What the parsed texts themselves occupy."""
+    return sum(map(sys.getsizeof, texts))
+
+
+# -- the budget -------------------------------------------------------------------------------------------
+class MemoryBudget:
+    """Bytes that in-flight work may hold at once."""
+
+    def __init__(self, capacity: int, on_change: Callable[[int], None] | None = None) -> None:
+        if capacity < 1:
+            raise ValueError("the memory budget must be at least one byte")
+        self.capacity = capacity
+        self.in_use = 0
+        self._on_change = on_change
+        self._lock = threading.Lock()  # the engine thread resizes reservations too
+        self._trimmer = _Trimmer()
+
+    @property
+    def available(self) -> int:
+        return self.capacity - self.in_use
+
+    def reserve(self, nbytes: int, what: str) -> Reservation:
+        """Reserve ``nbytes`` for ``what`` (words for the error message), or raise TOO_LARGE / OVERLOADED."""
+        reservation = Reservation(self)
+        reservation.resize(nbytes, what)
+        return reservation
+
+    def _take(self, nbytes: int, what: str, held: int) -> None:
+        with self._lock:
+            self._take_locked(nbytes, what, held)
+
+    def _take_locked(self, nbytes: int, what: str, held: int) -> None:
+        if nbytes > self.capacity:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{what} needs up to {_mib(nbytes)} of memory, over the server's whole memory budget of "
+                f"{_mib(self.capacity)}; send fewer or shorter texts per request (or a smaller max_length)",
+            )
+        if nbytes - held > self.capacity - self.in_use:
+            raise ServiceError(
+                ErrorKind.OVERLOADED,
+                f"{what} needs up to {_mib(nbytes)} of memory and the server's memory budget has "
+                f"{_mib(self.capacity - self.in_use)} free now; retry shortly",
+                retry_after=1.0,
+            )
+        self.in_use += nbytes - held
+        if self._on_change is not None:
+            self._on_change(self.in_use)
+
+    def _add(self, delta: int) -> None:
+        with self._lock:
+            self.in_use += delta
+        if self._on_change is not None:
+            self._on_change(self.in_use)
+
+    def _released(self, nbytes: int) -> None:
+        self._add(-nbytes)
+        if nbytes >= TRIM_AFTER_BYTES:
+            self._trimmer.trim_soon()
+
+
+class Reservation:
+    """Part of the budget held by one request until :meth:`release` (idempotent)."""
+
+    __slots__ = ("_budget", "nbytes")
+
+    def __init__(self, budget: MemoryBudget) -> None:
+        self._budget: MemoryBudget | None = budget
+        self.nbytes = 0
+
+    def resize(self, nbytes: int, what: str) -> None:
+        """Hold ``nbytes`` from now on; growing raises TOO_LARGE / OVERLOADED (and keeps the old size)."""
+        budget = self._budget
+        if budget is None:
+            raise RuntimeError("the reservation was released")
+        if nbytes > self.nbytes:
+            budget._take(nbytes, what, self.nbytes)
+        else:
+            budget._add(nbytes - self.nbytes)
+        self.nbytes = nbytes
+
+    def release(self) -> None:
+        budget, self._budget = self._budget, None
+        if budget is not None:
+            budget._released(self.nbytes)
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / MIB:,.1f} MiB"
+
+
+class _Trimmer:
+    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread (a no-op elsewhere). One thread at a time; a
+    request made while it runs makes it trim once more, so memory freed meanwhile is returned too."""
+
+    _malloc_trim: Callable[[int], int] | None = None
+    _loaded = False
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running = False
+        self._pending = False
+
+    @classmethod
+    def _function(cls) -> Callable[[int], int] | None:
+        if not cls._loaded:
+            cls._loaded = True
+            try:
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                cls._malloc_trim = libc.malloc_trim
+            except (OSError, AttributeError):  # musl, macOS: nothing to trim this way
+                cls._malloc_trim = None
+        return cls._malloc_trim
+
+    def trim_soon(self) -> None:
+        if self._function() is None:
+            return
+        with self._lock:
+            self._pending = True
+            if self._running:
+                return
+            self._running = True
+        threading.Thread(target=self._trim, name="malloc-trim", daemon=True).start()
+
+    def _trim(self) -> None:
+        function = self._function()
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._running = False
+                    return
+                self._pending = False
+            if function is not None:
+                function(0)

@@ -1,0 +1,84 @@
+"""What a request's headers say about its body and the answer it accepts (RFC 9110 sections 8.3, 8.4, 12.5.1).
+
+Media types and parameters are case-insensitive; a media range with ``q=0`` is "not acceptable". The body
+of every POST route is JSON, UTF-8, not compressed: anything else is refused with 415 rather than parsed as
+JSON by accident (a form or a UTF-16 body would otherwise fail later with a confusing 422).
+"""
+
+from __future__ import annotations
+
+from ..engine.errors import ErrorKind, ServiceError
+from ..wire import JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
+
+_JSON_SUFFIX = "+json"
+
+
+def _media_ranges(accept: str) -> dict[str, float]:
+    """``Accept`` as media range -> quality (the highest given for a range)."""
+    ranges: dict[str, float] = {}
+    for item in accept.split(","):
+        media, *params = item.split(";")
+        media = media.strip().lower()
+        if not media:
+            continue
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = min(1.0, max(0.0, float(value.strip())))
+                except ValueError:
+                    quality = 0.0
+        ranges[media] = max(quality, ranges.get(media, 0.0))
+    return ranges
+
+
+def _quality(ranges: dict[str, float], media: str) -> float:
+    """The quality ``Accept`` gives ``media``: the most specific matching range wins."""
+    if media in ranges:
+        return ranges[media]
+    kind = media.split("/", 1)[0] + "/*"
+    if kind in ranges:
+        return ranges[kind]
+    return ranges.get("*/*", 0.0)
+
+
+def wants_safetensors(accept: str | None) -> bool:
+    """Whether to answer ``/encode`` as safetensors: when ``Accept`` rates it above zero and above JSON, or
+    as high as JSON and by name (not through a wildcard). JSON otherwise (also when ``Accept`` accepts
+    neither: the error, if any, is JSON)."""
+    if accept is None or accept == "*/*" or accept == JSON_MEDIA_TYPE:
+        return False  # the common cases, without parsing
+    if accept == SAFETENSORS_MEDIA_TYPE:
+        return True
+    ranges = _media_ranges(accept)
+    binary = _quality(ranges, SAFETENSORS_MEDIA_TYPE)
+    json = _quality(ranges, JSON_MEDIA_TYPE)
+    return binary > 0 and (binary > json or (binary == json and SAFETENSORS_MEDIA_TYPE in ranges))
+
+
+def check_json_body(content_type: str | None, content_encoding: str | None) -> None:
+    """Refuse (415) a body that is not JSON in UTF-8 without compression. No ``Content-Type`` is taken as
+    JSON; ``application/json``, any ``+json`` type and ``charset=utf-8`` are accepted."""
+    if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):
+        raise ServiceError(
+            ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+            f"Content-Encoding {content_encoding.strip()!r} is not supported: send the JSON body uncompressed",
+        )
+    if content_type is None:
+        return
+    media, *params = content_type.split(";")
+    media = media.strip().lower()
+    if media != JSON_MEDIA_TYPE and not media.endswith(_JSON_SUFFIX):
+        raise ServiceError(
+            ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+            f"the body must be JSON: send 'Content-Type: {JSON_MEDIA_TYPE}' (curl: -H 'Content-Type: "
+            f"{JSON_MEDIA_TYPE}' or --json), not {media or 'an empty type'!r}",
+        )
+    for param in params:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            raise ServiceError(
+                ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+                f"the body must be UTF-8 JSON, not charset={value.strip()}",
+            )

@@ -1,0 +1,416 @@
+"""HTTP/1.1 limits in front of the app: uvicorn's httptools protocol with what it lacks.
+
+uvicorn's httptools protocol (the fast one: ~2x less CPU per request than its h11 protocol) has no limit on
+the header block and no read timeouts: a 10 MB header is accepted, a client that sends half its headers
+or half its body holds its connection (and, here, its memory reservation) for ever, and ~1,000 idle
+sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds, per connection:
+
+- the header block (request line and headers) bounded: 431 and close beyond ``max_header_bytes``;
+- header and body read deadlines: 408 and close when the headers are not complete ``header_timeout`` after
+  the request's first byte, or the body ``body_timeout`` after the headers (time spent with reading paused
+  by the server itself does not count);
+- most open connections: beyond ``max_connections`` a new connection is closed at once, and logged;
+- a malformed request (or bytes past a request's Content-Length) answered with 400 only after the
+  responses to the requests pipelined before it, never instead of them;
+- ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
+- a drain that loses nothing (:meth:`ConnectionGuard.begin_drain`): every answer from then on carries
+  ``Connection: close``, a connection is closed after an answer -- never under a request that has
+  arrived, even partly, and never while idle (its client may be sending) -- and a connection closed with
+  request bytes still unread is half-closed and drained first ("lingering close"), so the client reads
+  its answer instead of a reset.
+
+Deadlines cost nothing per request beyond two clock reads: one sweep a second checks every connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from ..engine.errors import ErrorKind
+from .responses import STATUS_BY_KIND, error_body
+
+logger = logging.getLogger(__name__)
+
+#: How long a connection closed with request bytes unread waits for the client's end before it is cut.
+LINGER_SECONDS = 2.0
+#: How often deadlines are checked.
+SWEEP_SECONDS = 0.5
+#: At most one "connection refused" log line per this many seconds (with the count since the last one).
+REFUSAL_LOG_SECONDS = 10.0
+
+
+class ConnectionGuard:
+    """The limits every connection of one server obeys, the drain flag, and the deadline sweep."""
+
+    def __init__(
+        self,
+        *,
+        max_header_bytes: int,
+        header_timeout: float,
+        body_timeout: float,
+        max_connections: int,
+    ) -> None:
+        self.max_header_bytes = max_header_bytes
+        self.header_timeout = header_timeout
+        self.body_timeout = body_timeout
+        self.max_connections = max_connections
+        self.draining = False
+        self.connections: set[GuardedHttpToolsProtocol] = set()
+        self.refused = 0
+        self._refused_unlogged = 0
+        self._last_refusal_log = 0.0
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def protocol_class(self) -> type[GuardedHttpToolsProtocol]:
+        """The protocol class to give uvicorn (``Config(http=...)``), bound to this guard."""
+        return type("BoundGuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"guard": self})
+
+    # -- connections ------------------------------------------------------------------------------------
+    def admit(self, protocol: GuardedHttpToolsProtocol, loop: asyncio.AbstractEventLoop) -> bool:
+        if len(self.connections) >= self.max_connections:
+            self.refused += 1
+            self._refused_unlogged += 1
+            now = time.monotonic()
+            if now - self._last_refusal_log >= REFUSAL_LOG_SECONDS:
+                logger.warning(
+                    "refused %d connection(s): %d open, the most allowed (--max-connections %d)",
+                    self._refused_unlogged,
+                    len(self.connections),
+                    self.max_connections,
+                )
+                self._refused_unlogged = 0
+                self._last_refusal_log = now
+            return False
+        self.connections.add(protocol)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(SWEEP_SECONDS, self._sweep, loop)
+        return True
+
+    def forget(self, protocol: GuardedHttpToolsProtocol) -> None:
+        self.connections.discard(protocol)
+
+    @property
+    def open_connections(self) -> int:
+        return len(self.connections)
+
+    def begin_drain(self) -> None:
+        """From now on every answer closes its connection, and idle connections close between requests."""
+        self.draining = True
+        for protocol in list(self.connections):
+            protocol.drain()
+
+    def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
+        now = time.monotonic()
+        for protocol in list(self.connections):
+            deadline = protocol.deadline
+            if deadline is not None and now > deadline:
+                protocol.deadline_passed(now)
+            deadline = protocol.write_deadline
+            if deadline is not None and now > deadline:
+                protocol.write_stalled()
+        self._sweeper = loop.call_later(SWEEP_SECONDS, self._sweep, loop) if self.connections else None
+
+
+def _raw_error(kind: ErrorKind, message: str) -> bytes:
+    status = STATUS_BY_KIND[kind]
+    body = error_body(kind, message)
+    head = (
+        f"HTTP/1.1 {status} {http.HTTPStatus(status).phrase}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a connection that was just answered and closed."""
+
+
+def _headers_too_large(limit: int) -> str:
+    return f"the request line and headers exceed {limit} bytes (--max-header-bytes); send fewer or smaller headers"
+
+
+class _LingeringTransport:
+    """What a request-response cycle writes through once its connection will close: closing half-closes
+    and drains what the client still sends, so it reads the answer rather than a reset."""
+
+    def __init__(self, protocol: GuardedHttpToolsProtocol) -> None:
+        self._protocol = protocol
+        self._transport = protocol.transport
+
+    def close(self) -> None:
+        self._protocol.close_lingering()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits of :class:`ConnectionGuard` (see the module doc)."""
+
+    guard: ConnectionGuard  # set by ConnectionGuard.protocol_class
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline: float | None = None  # reading: the headers, or the body, must arrive by then
+        self.write_deadline: float | None = None  # writing: a stalled answer must move again by then
+        self._in_headers = False
+        self._header_bytes_seen = 0
+        self._partial_header_bytes = 0
+        self._deferred_error: bytes | None = None
+        self._running: RequestResponseCycle | None = None
+        self._refused = False
+        self._lingering = False
+        self._raw_body_left = 0  # body bytes of an ignored Upgrade request, read past the parser
+        self._feeding = 0  # bytes of the read being parsed
+
+    # -- connection -------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if not self.guard.admit(self, self.loop):
+            self._refused = True
+            self.transport = transport
+            transport.abort()  # refused: nothing was read, nothing is owed
+            return
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        self.guard.forget(self)
+        self.deadline = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused or self._lingering or self._deferred_error is not None:
+            return  # closing: what follows a closing answer is never served
+        if self._raw_body_left:
+            data = self._take_raw_body(data)
+            if not data:
+                return
+        self._unset_keepalive_if_required()
+        self._feeding = len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if not self.transport.is_closing():  # (else: refused by a callback, answered already)
+                self._malformed()
+            return
+        except httptools.HttpParserUpgrade as upgrade:
+            self._ignore_upgrade(data[upgrade.args[0] :] if upgrade.args else b"")
+            return
+        if self._in_headers:
+            self._check_header_size(len(data))
+
+    # -- parser callbacks -------------------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._header_bytes_seen = self._partial_header_bytes = 0
+        self.deadline = time.monotonic() + self.guard.header_timeout
+
+    def on_headers_complete(self) -> None:
+        self._in_headers = False
+        self.deadline = time.monotonic() + self.guard.body_timeout
+        limit = self.guard.max_header_bytes
+        # (a header block that arrived in reads no larger than the limit was counted as it came)
+        if self._feeding + self._header_bytes_seen + self._partial_header_bytes > limit and (
+            self._header_size() > limit
+        ):
+            self._refuse_now(ErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
+            raise _Refused  # stops the parser: nothing more is read on this connection
+        super().on_headers_complete()
+        if self.guard.draining:
+            self._close_after(self.cycle)
+
+    def on_message_complete(self) -> None:
+        self.deadline = None
+        super().on_message_complete()
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def on_response_complete(self) -> None:
+        if self._lingering:
+            return  # that answer closed the connection: nothing queued behind it is served
+        if self._deferred_error is not None and not self.pipeline:
+            self.server_state.total_requests += 1
+            self._send_and_close(self._deferred_error)
+            return
+        super().on_response_complete()
+
+    # -- limits -----------------------------------------------------------------------------------------
+    def _check_header_size(self, received: int) -> None:
+        """Headers still incomplete after a read: count what they hold so far. Completed parts are exact;
+        the part being parsed is bounded by the bytes read since the parser last completed one."""
+        seen = self._header_size()
+        if seen != self._header_bytes_seen:
+            self._header_bytes_seen = seen
+            self._partial_header_bytes = 0
+        else:
+            self._partial_header_bytes += received
+        limit = self.guard.max_header_bytes
+        if seen + self._partial_header_bytes > limit:
+            self._refuse_now(ErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
+
+    def _header_size(self) -> int:
+        return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
+
+    def deadline_passed(self, now: float) -> None:
+        """Called by the guard's sweep once :attr:`deadline` is behind ``now``."""
+        if self.transport.is_closing():
+            self.deadline = None
+            return
+        if self.flow.read_paused:  # the server stopped reading (pipelining, flow control): not the client
+            self.deadline = now + self.guard.body_timeout
+            return
+        if self._in_headers:
+            what = f"the request's headers did not arrive within {self.guard.header_timeout:g}s"
+        else:
+            what = f"the request's body did not arrive within {self.guard.body_timeout:g}s of its headers"
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            if cycle.response_started:  # the app is answering: nothing to say in its place
+                self.deadline = None
+                return
+            cycle.disconnected = True  # the app sees the client gone and lets go of the request
+            cycle.message_event.set()
+        self._refuse_now(ErrorKind.REQUEST_TIMEOUT, f"{what}; the connection is closed")
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self.write_deadline = time.monotonic() + self.guard.body_timeout
+
+    def resume_writing(self) -> None:
+        self.write_deadline = None
+        super().resume_writing()
+
+    def write_stalled(self) -> None:
+        """A client that has not read its answer for ``body_timeout``: cut it (its request's memory goes)."""
+        self.write_deadline = None
+        if self.flow.write_paused and not self.transport.is_closing():
+            logger.info("closed a connection: its client read nothing of its answer for %gs", self.guard.body_timeout)
+            self.transport.abort()
+
+    def _refuse_now(self, kind: ErrorKind, message: str) -> None:
+        self.deadline = None
+        logger.info("closed a connection: %s", message)
+        self._send_and_close(_raw_error(kind, message), linger=False)
+
+    # -- pipelining and malformed requests --------------------------------------------------------------
+    def _malformed(self) -> None:
+        """A request the parser refuses: 400, but only after the answers to the requests before it."""
+        message = _raw_error(ErrorKind.MALFORMED_HTTP, "malformed HTTP request; the connection is closed")
+        broken = self.cycle if self.cycle is not None and self.cycle.more_body else None
+        if broken is not None:  # its body was being read when the stream broke
+            if any(c is broken for c, _ in self.pipeline):  # queued behind others: it never starts
+                self.pipeline = deque((c, a) for c, a in self.pipeline if c is not broken)
+            else:
+                broken.disconnected = True
+                broken.message_event.set()
+        running = self._running
+        pending = bool(self.pipeline) or (
+            running is not None and running is not broken and not running.response_complete
+        )
+        self.deadline = None
+        if pending:
+            self._deferred_error = message
+            self.flow.pause_reading()
+        else:
+            self._send_and_close(message)
+
+    def _ignore_upgrade(self, rest: bytes) -> None:
+        """An ``Upgrade`` the service does not speak: serve the request as plain HTTP/1.1. The parser
+        stopped at the end of the headers (and called the message complete): read the body past it, then
+        go on with a fresh parser."""
+        cycle = self.cycle
+        headers = dict(self.headers)
+        if cycle is None or b"transfer-encoding" in headers:
+            self._malformed()  # a chunked body behind an Upgrade: not worth a parser of our own
+            return
+        length = headers.get(b"content-length", b"0")
+        self._raw_body_left = int(length) if length.isdigit() else 0
+        cycle.more_body = self._raw_body_left > 0
+        if cycle.more_body:
+            cycle.message_event.clear()
+            self.deadline = time.monotonic() + self.guard.body_timeout
+        self.parser = httptools.HttpRequestParser(self)
+        try:
+            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        except AttributeError:  # httptools < 0.6.3
+            pass
+        if rest:
+            self.data_received(rest)
+
+    def _take_raw_body(self, data: bytes) -> bytes:
+        body, rest = data[: self._raw_body_left], data[self._raw_body_left :]
+        self._raw_body_left -= len(body)
+        self.on_body(body)
+        if not self._raw_body_left:
+            self.on_message_complete()
+        return rest
+
+    # -- closing ----------------------------------------------------------------------------------------
+    def drain(self) -> None:
+        """The server is draining: every answer from now on closes its connection. An idle connection
+        stays open until its next request (answered, then closed) or its keep-alive timeout: closing it
+        now would race a request the client may be sending at this moment."""
+        if self._in_headers:
+            return  # on_headers_complete will mark its cycle
+        for cycle, _ in self.pipeline:
+            self._close_after(cycle)
+        cycle = self.cycle
+        if cycle is not None and not cycle.response_complete:
+            self._close_after(cycle)
+        if self._running is not None and not self._running.response_complete:
+            self._close_after(self._running)
+
+    def _close_after(self, cycle: RequestResponseCycle) -> None:
+        cycle.keep_alive = False  # the answer carries Connection: close, and the connection then closes
+        if not isinstance(cycle.transport, _LingeringTransport):
+            cycle.transport = _LingeringTransport(self)  # type: ignore[assignment]
+
+    def shutdown(self) -> None:
+        """The server is stopping: close if idle, else close after the answer being made. A request that
+        has begun to arrive is not cut (its headers are bounded by the header deadline)."""
+        if self._in_headers:
+            return
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
+        else:
+            self._close_after(self.cycle)
+
+    def close_lingering(self) -> None:
+        """Close after the client's end: half-close now, drop what it still sends, cut after a moment."""
+        transport = self.transport
+        if self._lingering or transport.is_closing():
+            return
+        self._lingering = True
+        self.deadline = None
+        if transport.can_write_eof():
+            transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, transport.close)
+        else:
+            transport.close()
+
+    def _send_and_close(self, data: bytes, linger: bool = True) -> None:
+        if self.transport.is_closing():
+            return
+        self.transport.write(data)
+        if linger:
+            self.close_lingering()
+        else:
+            self.transport.close()
+
+
+def uvicorn_protocol_settings(guard: ConnectionGuard) -> dict[str, Any]:
+    """What ``uvicorn.Config`` needs to run the guarded protocol (no WebSocket: every Upgrade is ignored)."""
+    settings: dict[str, Any] = {"http": guard.protocol_class(), "ws": "none"}
+    return settings
