@@ -395,9 +395,7 @@ class Engine:
                 rows = []
                 for i, u in enumerate(untruncated):
                     if second is not None and fixed is None:
-                        # longest_first truncates both sequences, and a pair's overflow rows combine each
-                        # overflow of the first with each of the second: at most one per token of each
-                        rows.append((first[i] + 1) * (second[i] + 1))
+                        rows.append(_longest_first_pair_rows(first[i], second[i], most - specials, truncation.stride))
                         continue
                     step = most - specials - truncation.stride - (fixed[i] if fixed is not None else 0)
                     rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))
@@ -682,3 +680,20 @@ def _read_truncation(backend: Any) -> TruncationSetting | None:
     if current is None:
         return None
     return TruncationSetting(current["max_length"], current["stride"], current["strategy"], current["direction"])
+
+
+def _longest_first_pair_rows(first_bytes: int, second_bytes: int, room: int, stride: int) -> int:
+    """At most how many rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8
+    lengths (each bounds its token count, plus one for a prefix some pre-tokenizers add).
+
+    tokenizers truncates a pair so that a side it cuts keeps at least half of ``room`` (``max_length``
+    minus the special tokens), and more than ``stride`` tokens (else it refuses the call); each cut side is
+    split into windows that advance by what it keeps minus ``stride``; the pair's rows combine each window
+    of the first with each of the second."""
+    keeps = max(room // 2, stride + 1)
+    step = max(keeps - stride, 1)
+
+    def windows(text_bytes: int) -> int:
+        return 1 + -(-max(0, text_bytes + 1 - keeps) // step)
+
+    return windows(first_bytes) * windows(second_bytes)
