@@ -4,9 +4,9 @@ exactly once, bad records named by file and line, worker index resolution, atomi
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import os
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -116,7 +116,7 @@ def test_parquet_units_are_row_groups(tmp_path):
     grouped = plan_units(files, unit_bytes=limit)
     assert 3 <= len(grouped) <= 5
     assert [u.start for u in grouped[1:]] == [u.end for u in grouped[:-1]] and grouped[-1].end == 10
-    for unit, following in zip(grouped, grouped[1:], strict=False):  # as many groups as fit, no more
+    for unit, following in itertools.pairwise(grouped):  # as many groups as fit, no more
         assert unit.weight == sum(sizes[unit.start : unit.end]) <= limit < unit.weight + sizes[following.start]
     documents = read_all(grouped, keep_fields=["label"])
     assert [(d.text, d.position, d.fields) for d in documents] == [(f"row {i}", i, (i,)) for i in range(100)]
