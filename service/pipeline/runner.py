@@ -44,7 +44,15 @@ from .encoders import Encoder, ServiceEncoder, TextsRefused, TokenizerFacts
 from .manifest import OutputConflict, build_manifest, check_record, shard_record, write_manifest
 from .progress import Progress, duration, human
 from .settings import PretokenizeConfig
-from .shards import FlatShardWriter, ParquetShardWriter, ShardWriter, shard_base, shard_files, token_dtype
+from .shards import (
+    FlatShardWriter,
+    ParquetShardWriter,
+    ShardWriter,
+    import_pyarrow,
+    shard_base,
+    shard_files,
+    token_dtype,
+)
 
 Log = Callable[[str], None]
 
@@ -78,6 +86,8 @@ async def pretokenize(
     """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also writes the
     manifest. ``encoder``: where ids come from (default: the service at ``config.url``)."""
     started = time.monotonic()
+    if config.output_format == "parquet":
+        import_pyarrow()  # a client-only install learns which extra it needs before any work
     units = plan_units(find_inputs(config.inputs), config.unit_bytes)
     worker = resolve_worker(config.shard_index, config.num_shards, config.environ)
     mine = worker.take(units)
