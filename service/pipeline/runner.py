@@ -395,7 +395,7 @@ class _Run:
                 f"pretokenize: waiting for the other workers: {done} of {total} shards done (missing {names}{more})"
             )
 
-        poll = min(10.0, max(waiting / 10, 0.2))
+        poll = min(2.0, max(waiting / 10, 0.1))
         wait_for_done(bases, stall_timeout=waiting, poll_interval=poll, on_wait=on_wait)
         records, missing = [], []
         for unit, base in zip(self.units, bases, strict=True):
