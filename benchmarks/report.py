@@ -18,6 +18,7 @@ PLOTS = {
     "concurrency": "throughput_vs_concurrency.png",
     "latency": "latency_percentiles.png",
     "long_text": "long_text_scaling.png",
+    "pretokenize": "pretokenize_throughput.png",
 }
 
 
@@ -106,6 +107,33 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
         _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
         ax.set_ylim(bottom=0)
     written["long_text"] = _save(fig, plt, out_dir / PLOTS["long_text"])
+
+    # pre-tokenization (scenario 5): tokens/s of each method, peak RSS beside each bar
+    s5 = results.get("scenario5", {})
+    medians = s5.get("medians", {})
+    if medians:
+        corpus = s5["corpus"]
+        title = f"Pre-tokenizing {corpus['bytes'] / 2**20:.0f} MiB of JSON Lines, default tokenizer ({machine})"
+        fig, (ax,) = _subplots(plt, 1, title)
+        names = list(medians)[::-1]
+        rates = [medians[n]["tokens_per_s"] for n in names]
+        colors = ["tab:blue" if n == "service" else "tab:gray" for n in names]
+        ax.barh([medians[n]["label"] for n in names], rates, color=colors)
+        for y, name in enumerate(names):
+            ax.text(
+                rates[y], y, f" {rates[y] / 1e6:.2f}M tok/s, RSS {medians[name]['peak_rss_mb']:.0f} MB", va="center"
+            )
+        ax.set_xlim(0, max(rates) * 1.6)
+        ax.set_xlabel("tokens/s (median over rounds)")
+        memory = s5.get("memory", {})
+        if "peak_rss_mb" in memory:
+            ax.set_title(
+                f"worker peak RSS on {memory['input_bytes'] / 2**20:.0f} MiB ({memory['format']}): "
+                f"{memory['peak_rss_mb']:.0f} MB",
+                fontsize=9,
+            )
+        ax.grid(True, axis="x", alpha=0.3)
+        written["pretokenize"] = _save(fig, plt, out_dir / PLOTS["pretokenize"])
     return written
 
 
