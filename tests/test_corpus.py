@@ -51,6 +51,10 @@ def test_inputs_from_files_directories_and_globs(tmp_path):
         ("b.parquet", "parquet"),
     ]  # sorted, deduplicated, named relative to the common directory; .md and hidden files not picked up
     assert all(os.path.isabs(f.path) for f in files)
+    (tmp_path / "a" / "out").mkdir()
+    (tmp_path / "a" / "out" / "x.jsonl.00000.parquet").write_bytes(b"")  # a job's output among its inputs
+    kept = find_inputs([str(tmp_path / "a")], exclude=[str(tmp_path / "a" / "out")])
+    assert [f.path for f in kept] == [f.path for f in files[:3]]
     recursive = find_inputs([str(tmp_path / "**" / "*.txt")])
     assert [f.name for f in recursive] == ["y.txt"]
     with pytest.raises(CorpusError, match="no input matches"):

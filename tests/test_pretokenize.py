@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from gates import wait_until
 
+from service.corpus import CorpusError
 from service.pipeline import PretokenizeConfig, pretokenize, read_manifest
 from testkit import corpora
 from testkit.servers import REPO, ServerProcess, free_port
@@ -375,6 +376,40 @@ def test_arguments_are_checked_before_any_work(servers, tmp_path):
     half = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url, env={"RANK": "1"})
     assert half.returncode == 1 and "WORLD_SIZE is not set" in half.stderr
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_an_output_folder_among_the_inputs_is_not_read_back(servers, corpus_dir, tmp_path):
+    inputs = tmp_path / "data"
+    inputs.mkdir()
+    (inputs / "notes.txt").write_bytes((corpus_dir / "b_notes.txt").read_bytes())
+    args = [str(inputs), "--out", str(inputs / "tokens"), "--url", servers["wordpiece_default"].url]
+    first = cli(*args)
+    assert first.returncode == 0, first.stderr
+    again = cli(*args)  # its Parquet shards are not inputs now
+    assert again.returncode == 0, again.stderr
+    assert "1 of 1 units" in again.stderr and "done already" in again.stderr
+
+
+def test_encode_options_the_service_refuses_are_named_before_any_work(corpus_dir, tmp_path):
+    from service.pipeline import TextsRefused, TokenizerFacts
+
+    class Refusing:  # stands for a service whose tokenizer refuses the options; the runner is under test
+        async def facts(self):
+            return TokenizerFacts(fingerprint="sha256:x", vocab_size=100, source="stub")
+
+        async def encode(self, texts):
+            raise TextsRefused("stride 9 is too large for max_length 4")
+
+        async def aclose(self):
+            pass
+
+        def describe(self):
+            return "stub"
+
+    config = PretokenizeConfig(inputs=(str(corpus_dir / "b_notes.txt"),), out=tmp_path / "out", progress="none")
+    with pytest.raises(CorpusError, match="refuses these encode options: stride 9"):
+        asyncio.run(pretokenize(config, encoder=Refusing(), log=lambda message: None))
+    assert not list((tmp_path / "out").rglob("*.*"))
 
 
 # -- progress and memory ---------------------------------------------------------------------------------

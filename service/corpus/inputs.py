@@ -45,19 +45,25 @@ class InputFile:
         return {"name": self.name, "format": self.format, "size": self.size}
 
 
-def find_inputs(patterns: Sequence[str]) -> list[InputFile]:
+def find_inputs(patterns: Sequence[str], *, exclude: Sequence[str] = ()) -> list[InputFile]:
     """Resolve files, directories (every supported file under them) and globs (``**`` recurses) to input
-    files, without duplicates, sorted by name so that every worker sees the same list.
+    files, without duplicates, sorted by name so that every worker sees the same list. Nothing under the
+    ``exclude`` directories is an input (a job's own output folder, when it lies among its inputs).
 
     Raises :class:`CorpusError` for a pattern that matches nothing or a file named explicitly (or by a
     glob) whose format is not supported.
     """
     if not patterns:
         raise CorpusError("no inputs given: name files, directories or globs")
+    excluded = [os.path.realpath(folder) + os.sep for folder in exclude]
+
+    def wanted(path: str) -> bool:
+        return os.path.exists(path) and not (os.path.realpath(path) + os.sep).startswith(tuple(excluded))
+
     found: dict[str, str] = {}  # real path -> format
     for pattern in patterns:
         matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
-        matches = [m for m in matches if os.path.exists(m)]
+        matches = [m for m in matches if wanted(m)]
         if not matches:
             raise CorpusError(f"no input matches {pattern!r}")
         for match in matches:
@@ -66,7 +72,7 @@ def find_inputs(patterns: Sequence[str]) -> list[InputFile]:
                     os.path.join(root, name)
                     for root, _, names in os.walk(match)
                     for name in names
-                    if format_of(name) is not None and not name.startswith(".")
+                    if format_of(name) is not None and not name.startswith(".") and wanted(os.path.join(root, name))
                 ]
                 if not inside:
                     raise CorpusError(f"directory {match!r} holds no {'/'.join(FORMATS)} file")

@@ -88,7 +88,7 @@ async def pretokenize(
     started = time.monotonic()
     if config.output_format == "parquet":
         import_pyarrow()  # a client-only install learns which extra it needs before any work
-    units = plan_units(find_inputs(config.inputs), config.unit_bytes)
+    units = plan_units(find_inputs(config.inputs, exclude=[str(config.out)]), config.unit_bytes)
     worker = resolve_worker(config.shard_index, config.num_shards, config.environ)
     mine = worker.take(units)
     log(
@@ -181,6 +181,10 @@ class _Run:
                 )
             if not 0 <= self.eos < facts.vocab_size:
                 raise CorpusError(f"--eos-id {self.eos} is not an id of the vocabulary (0..{facts.vocab_size - 1})")
+        try:  # options the tokenizer refuses are refused for every document: say so once, up front
+            await self.encoder.encode(["tokenizer-service pretokenize: checking the encode options"])
+        except TextsRefused as exc:
+            raise CorpusError(f"the service refuses these encode options: {exc}") from exc
         self.settings = config.output_settings(self.eos)
         self.max_texts = min(config.request_texts, facts.max_texts_per_request or config.request_texts)
         self.log(
