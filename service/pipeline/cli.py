@@ -54,9 +54,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="INPUT",
         help="files, directories or globs: .jsonl, .jsonl.gz, .txt, .txt.gz, .parquet",
     )
-    parser.add_argument("--out", required=True, type=Path, help="output directory (shared by all workers)")
     parser.add_argument(
-        "--url", action="append", help=f"service URL; repeat or comma-separate for several (default ${URL_ENV})"
+        "--out", required=True, type=Path, metavar="DIR", help="output directory (shared by all workers)"
+    )
+    parser.add_argument(
+        "--url",
+        action="append",
+        metavar="URL",
+        help=f"service URL; repeat or comma-separate for several (default ${URL_ENV})",
     )
     parser.add_argument(
         "--format",
@@ -68,7 +73,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     content = parser.add_argument_group("what each document becomes")
     content.add_argument(
-        "--text-field", default="text", help="JSON field or Parquet column of the text (default: text)"
+        "--text-field", default="text", metavar="FIELD", help="JSON field or Parquet column of the text (default: text)"
     )
     content.add_argument(
         "--keep-field",
@@ -85,10 +90,14 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="encode with add_special_tokens=False (no [CLS]/<s>...)",
     )
     content.add_argument("--truncation", action="store_true", default=None, help="truncation=True (with --max-length)")
-    content.add_argument("--max-length", type=int, help="truncate every document to this many ids")
+    content.add_argument("--max-length", type=int, metavar="N", help="truncate every document to this many ids")
     content.add_argument("--append-eos", action="store_true", help="append the tokenizer's eos id after each document")
     content.add_argument(
-        "--eos-id", dest="eos_token_id", type=int, help="the id --append-eos appends (default: eos_token's)"
+        "--eos-id",
+        dest="eos_token_id",
+        type=int,
+        metavar="ID",
+        help="the id --append-eos appends (default: eos_token's)",
     )
     content.add_argument(
         "--on-bad-record",
@@ -97,18 +106,23 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="error (default): stop at the first bad record, naming file and line; skip: count it",
     )
     work = parser.add_argument_group("how the work is spread")
-    work.add_argument("--shard-index", type=int, help="this worker's index (with --num-shards)")
+    work.add_argument("--shard-index", type=int, metavar="I", help="this worker's index (with --num-shards)")
     work.add_argument(
-        "--num-shards", type=int, help=f"number of workers (also the total for JOB_COMPLETION_INDEX, else ${TOTAL_ENV})"
+        "--num-shards",
+        type=int,
+        metavar="N",
+        help=f"number of workers (also the total for JOB_COMPLETION_INDEX, else ${TOTAL_ENV})",
     )
     work.add_argument(
         "--unit-bytes",
+        metavar="SIZE",
         type=parse_size,
         default=DEFAULT_UNIT_BYTES,
         help="size of a work unit, e.g. 64M (default); the same for every worker and every rerun",
     )
     work.add_argument(
         "--wait",
+        metavar="SECONDS",
         dest="wait_seconds",
         type=float,
         default=600.0,
@@ -116,15 +130,24 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "finishing (default 600; 0: do not wait)",
     )
     service = parser.add_argument_group("how the service is driven")
-    service.add_argument("--concurrency", type=int, default=8, help="requests in flight (default 8)")
-    service.add_argument("--request-texts", type=int, default=256, help="most documents per request (default 256)")
+    service.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)")
     service.add_argument(
-        "--request-chars", type=int, default=256 * 1024, help="most characters per request (default 262144)"
+        "--request-texts", type=int, default=256, metavar="N", help="most documents per request (default 256)"
     )
-    service.add_argument("--api-key", help="the service's API key (default $TOKENIZER_SERVICE_API_KEY)")
-    service.add_argument("--expected-fingerprint", help="refuse a service whose tokenizer has another fingerprint")
+    service.add_argument(
+        "--request-chars",
+        type=int,
+        default=256 * 1024,
+        metavar="N",
+        help="most characters per request (default 262144)",
+    )
+    service.add_argument("--api-key", metavar="KEY", help="the service's API key (default $TOKENIZER_SERVICE_API_KEY)")
+    service.add_argument(
+        "--expected-fingerprint", metavar="SHA", help="refuse a service whose tokenizer has another fingerprint"
+    )
     service.add_argument(
         "--retry-deadline",
+        metavar="SECONDS",
         type=float,
         default=300.0,
         help="seconds a request keeps retrying an unreachable or busy service before the worker fails (default 300)",
@@ -136,7 +159,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default="auto",
         help="auto (default): a bar on a terminal, log lines otherwise",
     )
-    output.add_argument("--log-every", type=float, default=10.0, help="seconds between progress log lines (default 10)")
+    output.add_argument(
+        "--log-every",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress log lines (default 10)",
+    )
     return parser
 
 
