@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -114,18 +113,17 @@ def ragged_arrays(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
         if key in PER_ROW_KEYS:
             arrays[key] = np.asarray(value, dtype=np.int64).reshape(-1)
             continue
+        width = 2 if key == "offset_mapping" else 1
         if isinstance(value, np.ndarray):
-            rows, width = value.shape[0], value.shape[1]
-            lengths = np.full(rows, width, dtype=np.int64)
-            flat = value.reshape(rows * width, *value.shape[2:])
+            rows, columns = value.shape[0], value.shape[1]
+            lengths = np.full(rows, columns, dtype=np.int64)
+            flat = value.reshape(rows * columns, *value.shape[2:])
         else:
             lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
-            total = int(lengths.sum())
-            if key == "offset_mapping":  # rows of (start, end) pairs
-                pairs = chain.from_iterable(chain.from_iterable(value))
-                flat = np.fromiter(pairs, dtype=np.int64, count=2 * total).reshape(total, 2)
-            else:
-                flat = np.fromiter(chain.from_iterable(value), dtype=np.int64, count=total)
+            pieces = [np.asarray(row, dtype=np.int64).reshape(-1, width) for row in value]
+            flat = np.concatenate(pieces) if pieces else np.zeros((0, width), dtype=np.int64)
+            if width == 1:
+                flat = flat.reshape(-1)
         arrays[key] = flat
         row_lengths = lengths
     assert row_lengths is not None, "an encode result always holds input_ids"
