@@ -212,9 +212,14 @@ def test_three_workers_write_the_bytes_of_one(reference_run, tmp_path):
 
 def test_parquet_shards_depend_on_neither_workers_nor_request_sizes(servers, corpus_dir, tmp_path):
     names = [str(corpus_dir / name) for name in ("a_news.jsonl", "d_table.parquet")]
-    common = [*names, "--url", servers["bytelevel_bpe"].url, "--unit-bytes", UNIT, "--keep-field", "label"]
-    one = cli(*common, "--out", str(tmp_path / "one"), "--request-texts", "7", "--concurrency", "3")
+    url = servers["bytelevel_bpe"].url
+    common = [*names, "--url", url, "--unit-bytes", UNIT, "--keep-field", "label"]
+    other_name = url.replace("127.0.0.1", "localhost")  # a second URL (the same server): requests spread over both
+    one = cli(
+        *common, "--url", other_name, "--out", str(tmp_path / "one"), "--request-texts", "7", "--concurrency", "3"
+    )
     assert one.returncode == 0, one.stderr
+    assert f"{url}, {other_name}: tokenizer" in one.stderr
     workers = [
         start_cli(*common, "--out", str(tmp_path / "three"), env={"RANK": str(rank), "WORLD_SIZE": "3"})
         for rank in range(3)
