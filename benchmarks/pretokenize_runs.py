@@ -1,4 +1,4 @@
-"""One pre-tokenization run of a corpus, by one method, in its own process (scenario 5 starts one per run).
+"""One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
 
     python -m benchmarks.pretokenize_runs METHOD CORPUS OUT [--url URL] [--tokenizer DIR] [--format flat]
 

@@ -108,11 +108,11 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
         ax.set_ylim(bottom=0)
     written["long_text"] = _save(fig, plt, out_dir / PLOTS["long_text"])
 
-    # pre-tokenization (scenario 5): tokens/s of each method, peak RSS beside each bar
-    s5 = results.get("scenario5", {})
-    medians = s5.get("medians", {})
+    # pre-tokenization (scenario 6): tokens/s of each method, peak RSS beside each bar
+    s6 = results.get("scenario6", {})
+    medians = s6.get("medians", {})
     if medians:
-        corpus = s5["corpus"]
+        corpus = s6["corpus"]
         title = f"Pre-tokenizing {corpus['bytes'] / 2**20:.0f} MiB of JSON Lines, default tokenizer ({machine})"
         fig, (ax,) = _subplots(plt, 1, title)
         names = list(medians)[::-1]
@@ -125,7 +125,7 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
             )
         ax.set_xlim(0, max(rates) * 1.6)
         ax.set_xlabel("tokens/s (median over rounds)")
-        memory = s5.get("memory", {})
+        memory = s6.get("memory", {})
         if "peak_rss_mb" in memory:
             ax.set_title(
                 f"worker peak RSS on {memory['input_bytes'] / 2**20:.0f} MiB ({memory['format']}): "

@@ -12,7 +12,13 @@ import pytest
 
 from testkit.servers import REPO
 
-PLOTS = ("throughput_vs_batch.png", "throughput_vs_concurrency.png", "latency_percentiles.png", "long_text_scaling.png")
+PLOTS = (
+    "throughput_vs_batch.png",
+    "throughput_vs_concurrency.png",
+    "latency_percentiles.png",
+    "long_text_scaling.png",
+    "pretokenize_throughput.png",
+)
 SECTIONS = (
     "meta",
     "scenario1",
@@ -20,6 +26,7 @@ SECTIONS = (
     "scenario3",
     "scenario4",
     "scenario5",
+    "scenario6",
     "servers",
     "rss_soak",
     "targets",
@@ -66,6 +73,11 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
         assert all(set(by_variant) == {"random", "token budget", "packed"} for by_variant in loops.values())
         assert loops["training step"]["packed"]["padding_fraction"] == 0
         assert set(results["scenario5"]["data"]["counts"]) == {"reviews", "reviews, distinct only"}
+    scenario6 = results["scenario6"]
+    assert "failed" not in scenario6, scenario6
+    assert set(scenario6["medians"]) == {"service", "encode_batch", "encode_batch_fast", "datasets_map"}
+    assert len({m["tokens"] for m in scenario6["medians"].values()}) == 1  # every method, the same tokens
+    assert scenario6["memory"]["peak_rss_mb"] > 0
     assert all({"target", "met"} <= set(t) for t in results["targets"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name

@@ -1,4 +1,4 @@
-"""Scenario 5: pre-tokenizing a corpus -- ``tokenizer-service pretokenize`` vs doing it in-process.
+"""Scenario 6: pre-tokenizing a corpus -- ``tokenizer-service pretokenize`` vs doing it in-process.
 
 One JSON Lines corpus of real text (``testkit.corpora``: Chinese reviews and English prose, documents of
 one to four texts), the default tokenizer, the same cores. Each run is its own process
@@ -52,7 +52,7 @@ def run(profile: Profile, log_dir: Path, work_dir: Path) -> dict[str, Any]:
     try:
         _run(results, profile, log_dir, work_dir)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        log(f"scenario 5 failed: {exc}")
+        log(f"scenario 6 failed: {exc}")
         results["failed"] = str(exc)
     return results
 
@@ -65,7 +65,7 @@ def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Pat
     results["corpus"] = {"bytes": corpus.stat().st_size, "documents": documents, "tokenizer": "default"}
     server = BenchServer("default", True, log_dir, variant="pre-tokenization")
     try:
-        log(f"scenario 5: pre-tokenizing {corpus.stat().st_size / 2**20:.0f} MiB, {profile.pretok_rounds} round(s)")
+        log(f"scenario 6: pre-tokenizing {corpus.stat().st_size / 2**20:.0f} MiB, {profile.pretok_rounds} round(s)")
         server.start()
         url = f"http://127.0.0.1:{server.port}"
         for round_ in range(profile.pretok_rounds):
@@ -98,11 +98,11 @@ def _one_run(method: str, corpus: Path, out: Path, url: str, output_format: str,
     noise = machine_noise(0.3)  # other work on the machine just before (the run itself busies every core)
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=profile.pretok_timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"scenario 5, {method}: exit {done.returncode}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"scenario 6, {method}: exit {done.returncode}: {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["other_cpu_cores"] = noise
     log(
-        f"scenario 5: {method}: {result['tokens'] / result['seconds'] / 1e6:.2f}M tokens/s, "
+        f"scenario 6: {method}: {result['tokens'] / result['seconds'] / 1e6:.2f}M tokens/s, "
         f"{result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB"
     )
     shutil.rmtree(out, ignore_errors=True)
@@ -111,10 +111,10 @@ def _one_run(method: str, corpus: Path, out: Path, url: str, output_format: str,
 
 def _memory_case(profile: Profile, folder: Path, url: str) -> dict[str, Any]:
     big = folder / "large.jsonl"
-    log(f"scenario 5: writing a {profile.pretok_rss_bytes / 2**20:.0f} MiB corpus for the memory case")
+    log(f"scenario 6: writing a {profile.pretok_rss_bytes / 2**20:.0f} MiB corpus for the memory case")
     started = time.perf_counter()
     documents = corpora.write_jsonl(big, profile.pretok_rss_bytes, seed=7, fields=False)
-    log(f"scenario 5: written in {time.perf_counter() - started:.0f} s; pre-tokenizing it through the service")
+    log(f"scenario 6: written in {time.perf_counter() - started:.0f} s; pre-tokenizing it through the service")
     result = _one_run("service", big, folder / "large-out", url, "parquet", profile)
     big.unlink()
     return {**result, "input_bytes": profile.pretok_rss_bytes, "input_documents": documents}
