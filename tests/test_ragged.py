@@ -117,3 +117,22 @@ def test_a_broken_ragged_answer_is_a_protocol_error():
 
     with pytest.raises(ProtocolError, match="5 values, not 4"):
         TokenizerClient("http://broken", transport=MockTransport(handler)).encode_ragged(["a", "b"])
+
+
+@pytest.mark.parametrize(
+    ("accept", "ragged"),
+    [
+        (RAGGED_MEDIA_TYPE, True),
+        (f"{RAGGED_MEDIA_TYPE}, application/json;q=0.5", True),
+        (f"application/json, {RAGGED_MEDIA_TYPE}", True),  # as high as JSON and named: the opt-in wins
+        (f"application/json, {RAGGED_MEDIA_TYPE};q=0.5", False),
+        (f"{RAGGED_MEDIA_TYPE};q=0", False),
+        ("*/*", False),  # never through a wildcard
+        ("application/*", False),
+        (None, False),
+    ],
+)
+def test_the_ragged_answer_is_an_opt_in_by_name(accept, ragged):
+    from service.http.negotiation import wants_ragged
+
+    assert wants_ragged(accept) is ragged
