@@ -18,6 +18,7 @@ PLOTS = {
     "concurrency": "throughput_vs_concurrency.png",
     "latency": "latency_percentiles.png",
     "long_text": "long_text_scaling.png",
+    "pretokenize": "pretokenize_throughput.png",
 }
 
 
@@ -106,7 +107,37 @@ def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
         _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
         ax.set_ylim(bottom=0)
     written["long_text"] = _save(fig, plt, out_dir / PLOTS["long_text"])
+
+    # pre-tokenization (scenario 6): tokens/s of each method, peak RSS beside each bar
+    s6 = results.get("scenario6", {})
+    medians = s6.get("medians", {})
+    if medians:
+        written["pretokenize"] = _pretokenize_plot(plt, s6, machine, out_dir / PLOTS["pretokenize"])
     return written
+
+
+def _pretokenize_plot(plt: Any, s6: dict[str, Any], machine: str, path: Path) -> str:
+    medians, corpus = s6["medians"], s6["corpus"]
+    fig, ax = plt.subplots(figsize=(11, 3.8))
+    fig.suptitle(f"Pre-tokenizing {corpus['bytes'] / 2**20:.0f} MiB of JSON Lines, default tokenizer ({machine})")
+    names = list(medians)[::-1]
+    rates = [medians[n]["tokens_per_s"] / 1e6 for n in names]
+    ax.barh(
+        [medians[n]["label"] for n in names], rates, color=["tab:blue" if n == "service" else "tab:gray" for n in names]
+    )
+    for y, name in enumerate(names):
+        ax.text(rates[y], y, f"  {rates[y]:.2f}M tokens/s, peak RSS {medians[name]['peak_rss_mb']:.0f} MB", va="center")
+    ax.set_xlim(0, max(rates) * 1.7)
+    ax.set_xlabel("million tokens/s (median over rounds; each method in its own process)")
+    memory = s6.get("memory", {})
+    if "peak_rss_mb" in memory:
+        ax.set_title(
+            f"service worker alone on {memory['input_bytes'] / 2**20:.0f} MiB ({memory['format']}): peak RSS "
+            f"{memory['peak_rss_mb']:.0f} MB, {memory['tokens'] / memory['seconds'] / 1e6:.2f}M tokens/s",
+            fontsize=9,
+        )
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, plt, path)
 
 
 def _modes(s2: dict[str, Any]) -> list[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """Side-by-side benchmark: tokenizer-service against in-process tokenization, same texts, same run.
 
-    .venv/bin/python -m benchmarks.run              # full run: ~12 minutes on 2 cores
+    .venv/bin/python -m benchmarks.run              # full run: ~12 minutes on 2 cores, plus ~30 for scenario 6
+    .venv/bin/python -m benchmarks.run --scenarios 1,2,3,4,5,rss   # all but scenario 6 (pre-tokenization)
     .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: ~90 s (CI)
 
 Run from the repository root. It starts the servers itself (``python -m service serve`` on 127.0.0.1, a free
@@ -38,6 +39,10 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
    service on the review corpus with random batches (``padding="longest"``) vs ``TokenBudgetBatchSampler``
    vs packed batches, at the same token budget (padding fraction, real tokens/s into a modelled training
    step and into a loop that does nothing), and ``/lengths`` vs ``/encode`` texts/s on the same texts.
+6. Pre-tokenizing a corpus (``benchmarks/scenarios/pretokenize.py``): ``tokenizer-service pretokenize`` vs the
+   same reading and writing with in-process ``encode_batch`` in one process vs ``datasets.map(num_proc=2)``,
+   each run in its own process on the same JSON Lines corpus (32 MiB; smoke 512 KiB); then the worker's peak
+   RSS on a 1 GB corpus (smoke: 2 MiB; most of the scenario's ~30 minutes on 2 busy cores).
 Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
 soak ("rss"): the default tokenizer's server as a ``[server]``-only install runs it (torch absent -- in
 this venv transformers would import it, +180 MB), under rounds of the same mixed load, RSS after each.
@@ -71,7 +76,7 @@ from benchmarks.processes import BenchServer, InProcessWorker, Startable, start_
 from benchmarks.profiles import FULL, SMOKE, Profile
 from benchmarks.progress import log
 from benchmarks.report import write_report
-from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding, rss_soak
+from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding, pretokenize, rss_soak
 from benchmarks.scenarios.measuring import Sides
 from benchmarks.service_client import ServiceClient
 from benchmarks.targets import evaluate_targets
@@ -109,8 +114,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        default="1,2,3,4,5,rss",
-        help="comma-separated subset of 1,2,3,4,5,rss (rss: the memory soak; default: all)",
+        default="1,2,3,4,5,6,rss",
+        help="comma-separated subset of 1,2,3,4,5,6,rss (rss: the memory soak; default: all)",
     )
     parser.add_argument(
         "--rounds",
@@ -153,7 +158,8 @@ def select_profile(args: argparse.Namespace) -> Profile:
 
 class Bench:
     """One run's measurements, in order: per tokenizer scenarios 1, 4 and 2 on the same servers; then the RSS
-    soak on its own server; then scenarios 3 and 5, each in its own process."""
+    soak on its own server; then scenarios 3 and 5, each in its own process; then scenario 6 (its own server
+    and processes)."""
 
     def __init__(self, profile: Profile, out_dir: Path, scenarios: set[str], work_dir: Path) -> None:
         self.profile = profile
@@ -172,14 +178,16 @@ class Bench:
             "scenario3": {},
             "scenario4": long_texts.empty_results(),
             "scenario5": {},
+            "scenario6": pretokenize.empty_results(),
             "servers": {},
             "rss_soak": {},
         }
 
     def run(self) -> dict[str, Any]:
         """Every selected scenario; the results, by section."""
-        for tokenizer in self.profile.tokenizers:
-            self.run_tokenizer(tokenizer)
+        if self.scenarios & {"1", "2", "4"}:
+            for tokenizer in self.profile.tokenizers:
+                self.run_tokenizer(tokenizer)
         self.results["rss_soak"] = (
             rss_soak.soak(self.profile, self.sets, self.log_dir, self.work_dir)
             if "rss" in self.scenarios
@@ -190,6 +198,11 @@ class Bench:
         )
         self.results["scenario5"] = (
             padding.run(self.out_dir, self.profile) if "5" in self.scenarios else {"skipped": NOT_SELECTED}
+        )
+        self.results["scenario6"] = (
+            pretokenize.run(self.profile, self.log_dir, self.work_dir)
+            if "6" in self.scenarios
+            else {**pretokenize.empty_results(), "skipped": NOT_SELECTED}
         )
         return self.results
 
@@ -274,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwrote {out_dir / 'benchmark.json'}, benchmark.txt and "
         f"{', '.join(Path(p).name for p in results['plots'].values())}"
     )
-    failed = [name for name in ("scenario3", "scenario5") if "failed" in results[name]]
+    failed = [name for name in ("scenario3", "scenario5", "scenario6") if "failed" in results[name]]
     for name in failed:
         log(f"failed: {name}: {results[name]['failed']}")
     return 1 if failed else 0

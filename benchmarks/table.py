@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks import corpus, loadgen
 from benchmarks.machine import BUSY_CORES
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding
+from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding, pretokenize
 
 COLUMNS = (
     ("scenario", "#"),
@@ -84,6 +84,7 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
         *_scenario3(results["scenario3"]),
         *_scenario4(results["scenario4"], profile),
         *_scenario5(results["scenario5"]),
+        *_scenario6(results["scenario6"]),
         *_memory(results),
         *_targets(results["targets"]),
     ]
@@ -296,6 +297,51 @@ def _scenario5(s5: dict[str, Any]) -> list[Row]:
                     "/1k texts",
                 }
             )
+    return rows
+
+
+def _scenario6(s6: dict[str, Any]) -> list[Row]:
+    medians = s6.get("medians", {})
+    if not medians:
+        return (
+            [{"scenario": "6", "variant": "pre-tokenization", "note": f"skipped: {s6['skipped']}"}]
+            if "skipped" in s6
+            else []
+        )
+    corpus = s6["corpus"]
+    texts = f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs"
+    rows: list[Row] = []
+    for method in pretokenize.METHODS:
+        m = medians[method]
+        ratios = [
+            f"{m['tokens_per_s'] / medians[base]['tokens_per_s']:.2f}x {short}"
+            for base, short in (("encode_batch", "enc"), ("datasets_map", "map"))
+        ]
+        busy = _busy(m["other_cpu_cores"])
+        rows.append(
+            {
+                "scenario": "6",
+                "tokenizer": corpus["tokenizer"],
+                "texts": texts,
+                "variant": m["label"],
+                "rate": human(m["documents_per_s"]) + " docs/s",
+                "tokens_rate": human(m["tokens_per_s"]),
+                "ratio": ", ".join(ratios) if method == "service" else ("baseline" if method == "encode_batch" else ""),
+                "note": f"peak RSS {m['peak_rss_mb']:.0f} MB" + (f"; {busy}" if busy else ""),
+            }
+        )
+    memory = s6.get("memory", {})
+    if "peak_rss_mb" in memory:
+        rows.append(
+            {
+                "scenario": "6",
+                "tokenizer": corpus["tokenizer"],
+                "texts": f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL",
+                "variant": f"service worker alone, {memory['format']}",
+                "tokens_rate": human(memory["tokens"] / memory["seconds"]),
+                "note": f"peak RSS {memory['peak_rss_mb']:.0f} MB",
+            }
+        )
     return rows
 
 

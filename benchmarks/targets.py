@@ -23,6 +23,9 @@ THRESHOLDS = {
     "rss_peak_mb": 300.0,
     "s3_dataloader_vs_collate_fn": 1.0,
     "s5_padding_cut": 0.5,
+    "s6_service_vs_encode_batch": 0.8,
+    "s6_service_vs_datasets_map": 1.0,
+    "s6_worker_peak_rss_mb": 500.0,
     "s5_real_tokens_vs_random": 1.3,
     "s5_lengths_vs_encode": 3.0,
 }
@@ -95,6 +98,7 @@ def evaluate_targets(results: dict[str, Any], profile: Profile) -> list[dict[str
     _memory(targets, results["rss_soak"], results["servers"])
     _scenario3(targets, results["scenario3"])
     _scenario5(targets, results["scenario5"])
+    _scenario6(targets, results["scenario6"])
     return targets.items
 
 
@@ -275,3 +279,33 @@ def _scenario5(targets: Targets, s5: dict[str, Any]) -> None:
         vs_encode_binary=round(1 / corpus["encode binary padded"]["vs_lengths"], 4),
         distinct_texts_only=round(1 / distinct["encode JSON"]["vs_lengths"], 4),
     )
+
+
+def _scenario6(targets: Targets, s6: dict[str, Any]) -> None:
+    medians = s6.get("medians", {})
+    if "service" in medians:
+        corpus = s6["corpus"]
+        service = medians["service"]["tokens_per_s"]
+        for name, baseline, label in (
+            ("s6_service_vs_encode_batch", "encode_batch", "in-process encode_batch (same reader and writer)"),
+            ("s6_service_vs_datasets_map", "datasets_map", "datasets.map(num_proc=2) with the tokenizer in-process"),
+        ):
+            targets.add(
+                name,
+                f"scenario 6: pre-tokenizing {corpus['bytes'] / 2**20:.0f} MiB of JSON Lines, tokens/s of the "
+                f"pretokenize worker / {label}",
+                ratio(service, medians[baseline]["tokens_per_s"]),
+                THRESHOLDS[name],
+            )
+    memory = s6.get("memory", {})
+    if "peak_rss_mb" in memory:
+        targets.add(
+            "s6_worker_peak_rss_mb",
+            f"scenario 6: peak RSS (VmHWM) of the pretokenize worker on {memory['input_bytes'] / 2**20:.0f} MiB of "
+            f"JSON Lines, {memory['format']} format",
+            memory["peak_rss_mb"],
+            THRESHOLDS["s6_worker_peak_rss_mb"],
+            higher_is_better=False,
+            tokens=memory["tokens"],
+            seconds=round(memory["seconds"], 1),
+        )

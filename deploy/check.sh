@@ -5,9 +5,10 @@
 #
 # 1. installs what is missing: Debian's docker.io, docker-compose, podman, catatonit, mmdebstrap,
 #    and the shell linter; the linters of requirements/deploy-tools.txt into .cache/deploy-venv; .venv;
-# 2. renders every overlay with `kubectl kustomize`, validates it strictly with kubernetes-validate, runs
-#    yamllint, hadolint, shellcheck, checkov (deploy/checkov-skips.yaml: what is skipped and why) and
-#    tests/test_deploy_manifests.py;
+# 2. renders every overlay and every batch job (deploy/jobs/) with `kubectl kustomize`, validates them
+#    strictly with kubernetes-validate, runs yamllint, hadolint, shellcheck, checkov
+#    (deploy/checkov-skips.yaml: what is skipped and why) and tests/test_deploy_manifests.py (which also
+#    runs the pre-tokenize Job's container command against a live service);
 # 3. starts its own dockerd, builds a Debian bookworm base image with mmdebstrap (no image registry is
 #    reachable; cached by a content key), builds the image on it with the host CA as a BuildKit secret;
 # 4. runs the image read-only, non-root, without capabilities, published on 127.0.0.1: /readyz, /encode
@@ -138,13 +139,14 @@ install_tools() {
 }
 
 # -- 2. static checks ---------------------------------------------------------------------------------------
-render_overlays() {
+render_overlays() {  # the overlays, and the batch jobs of deploy/jobs/ (as job-<name>.yaml)
     rm -rf "$WORK/rendered" && mkdir -p "$WORK/rendered"
-    local overlay
-    for overlay in deploy/overlays/*/; do
-        overlay=$(basename "$overlay")
-        "$KUBECTL" kustomize "deploy/overlays/$overlay" >"$WORK/rendered/$overlay.yaml"
-        echo "$overlay: $(grep -c '^kind:' "$WORK/rendered/$overlay.yaml") objects"
+    local target name
+    for target in deploy/overlays/*/ deploy/jobs/*/; do
+        name=$(basename "$target")
+        [[ $target == deploy/jobs/* ]] && name=job-$name
+        "$KUBECTL" kustomize "$target" >"$WORK/rendered/$name.yaml"
+        echo "$name: $(grep -c '^kind:' "$WORK/rendered/$name.yaml") objects"
     done
 }
 
@@ -180,7 +182,7 @@ print(",".join(skips))')
         -f Dockerfile
     "$TOOLS/bin/checkov" --quiet --compact --skip-download --skip-check "$skips" --framework kubernetes \
         -d "$WORK/rendered"
-    echo "checkov: no findings on the Dockerfile and the rendered overlays beyond the documented skips"
+    echo "checkov: no findings on the Dockerfile, the rendered overlays and jobs beyond the documented skips"
 }
 
 manifest_tests() {
@@ -378,7 +380,7 @@ EOF
 
 step "install missing packages and tools" install_system_packages
 step "install linters, kubectl, project venv" install_tools
-step "render overlays (kubectl kustomize)" render_overlays
+step "render overlays and jobs (kubectl kustomize)" render_overlays
 step "validate manifests (kubernetes-validate)" validate_manifests
 step "lint (yamllint, hadolint, compose, shellcheck)" lint
 step "checkov" run_checkov

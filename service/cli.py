@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "serve a tokenizer over HTTP: one process, Rust parallelism on, never forks",
         "server",
     ),
+    "pretokenize": (
+        "service.pipeline.cli",
+        "pre-tokenize a corpus through the service into token shards, one worker of many (client side)",
+        "pipeline",
+    ),
 }
 
 

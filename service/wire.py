@@ -104,6 +104,17 @@ LENGTHS_BATCH_TEXTS: Final = 4096
 JSON_MEDIA_TYPE: Final = "application/json"
 #: ``Accept`` this for a safetensors blob of int64 arrays (a rectangular result only).
 SAFETENSORS_MEDIA_TYPE: Final = "application/vnd.safetensors"
+#: ``Accept`` this (opt-in) for a binary answer that carries ragged (unpadded) results too: the same
+#: safetensors container of int64 arrays, but every row-major key flat -- its rows concatenated into one 1-D
+#: array (``offset_mapping``: ``[tokens, 2]``) -- plus :data:`RAGGED_ROW_LENGTHS`, the length of each row;
+#: the keys of :data:`PER_ROW_KEYS` stay one value per row. Row ``i`` of a key is
+#: ``flat[sum(row_lengths[:i]) : sum(row_lengths[:i + 1])]``. Rectangular results are answered the same way.
+#: A server that predates it answers JSON (it does not name this type), which a client can still read.
+RAGGED_MEDIA_TYPE: Final = "application/vnd.tokenizer-service.ragged+safetensors"
+#: The entry of a ragged answer holding each row's length (not a transformers key, so it cannot collide).
+RAGGED_ROW_LENGTHS: Final = "row_lengths"
+#: Output keys with one value per row (not per token): a ragged answer keeps them as ``[rows]`` arrays.
+PER_ROW_KEYS: Final = ("length", "overflow_to_sample_mapping")
 #: Sent with every encode, tokenize and decode answer: the served tokenizer's fingerprint.
 FINGERPRINT_HEADER: Final = "X-Tokenizer-Fingerprint"
 RETRY_AFTER_HEADER: Final = "Retry-After"

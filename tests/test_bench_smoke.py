@@ -12,7 +12,13 @@ import pytest
 
 from testkit.servers import REPO
 
-PLOTS = ("throughput_vs_batch.png", "throughput_vs_concurrency.png", "latency_percentiles.png", "long_text_scaling.png")
+PLOTS = (
+    "throughput_vs_batch.png",
+    "throughput_vs_concurrency.png",
+    "latency_percentiles.png",
+    "long_text_scaling.png",
+    "pretokenize_throughput.png",
+)
 SECTIONS = (
     "meta",
     "scenario1",
@@ -20,6 +26,7 @@ SECTIONS = (
     "scenario3",
     "scenario4",
     "scenario5",
+    "scenario6",
     "servers",
     "rss_soak",
     "targets",
@@ -28,7 +35,7 @@ SECTIONS = (
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.run", "--smoke", "--out-dir", str(tmp_path)],
@@ -38,11 +45,11 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
         text=True,
     )
     try:
-        output, _ = proc.communicate(timeout=240)
+        output, _ = proc.communicate(timeout=360)
     except subprocess.TimeoutExpired:
         proc.terminate()  # benchmarks.run turns SIGTERM into a clean exit that stops its servers
         output, _ = proc.communicate(timeout=60)
-        pytest.fail(f"the smoke benchmark did not finish in 240 s:\n{output[-3000:]}")
+        pytest.fail(f"the smoke benchmark did not finish in 360 s:\n{output[-3000:]}")
     assert proc.returncode == 0, output[-3000:]  # a scenario that crashed or timed out fails the run
 
     results = json.loads((tmp_path / "benchmark.json").read_text())
@@ -66,6 +73,11 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
         assert all(set(by_variant) == {"random", "token budget", "packed"} for by_variant in loops.values())
         assert loops["training step"]["packed"]["padding_fraction"] == 0
         assert set(results["scenario5"]["data"]["counts"]) == {"reviews", "reviews, distinct only"}
+    scenario6 = results["scenario6"]
+    assert "failed" not in scenario6, scenario6
+    assert set(scenario6["medians"]) == {"service", "encode_batch", "encode_batch_fast", "datasets_map"}
+    assert len({m["tokens"] for m in scenario6["medians"].values()}) == 1  # every method, the same tokens
+    assert scenario6["memory"]["peak_rss_mb"] > 0
     assert all({"target", "met"} <= set(t) for t in results["targets"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name

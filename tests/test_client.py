@@ -110,6 +110,7 @@ def test_exported_members():
             "Collator",
             "TokenBudgetBatchSampler",
             "EncodeResult",
+            "RaggedResult",
             "RetryPolicy",
             "Timeout",
             "URL_ENV",

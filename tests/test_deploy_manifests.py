@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -387,3 +388,122 @@ def test_the_image_lock_satisfies_pyproject():
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"server.lock pins {name}=={pins[name]}, pyproject.toml asks {requirement}: run requirements/update-lock.sh"
         )
+
+
+# -- the pre-tokenize Job (deploy/jobs/pretokenize) ------------------------------------------------------
+JOBS = sorted(p.name for p in (DEPLOY / "jobs").iterdir() if (p / "kustomization.yaml").exists())
+
+
+@pytest.fixture(scope="module")
+def pretokenize_job() -> Rendered:
+    if KUBECTL is None:
+        pytest.skip(needs_kubectl.kwargs["reason"])
+    return Rendered("jobs/pretokenize", render(DEPLOY / "jobs" / "pretokenize"))
+
+
+def job_container(job: Rendered) -> dict[str, Any]:
+    [container] = job.one("Job")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def test_the_pretokenize_job_is_an_indexed_job_that_knows_its_total(pretokenize_job: Rendered):
+    assert JOBS == ["pretokenize"]
+    assert {doc["kind"] for doc in pretokenize_job.docs} == {"Job", "NetworkPolicy"}
+    namespaces = {doc["metadata"].get("namespace") for doc in pretokenize_job.docs}
+    assert len(namespaces) == 1 and None not in namespaces and "default" not in namespaces
+    spec = pretokenize_job.one("Job")["spec"]
+    env = {e["name"]: e["value"] for e in job_container(pretokenize_job)["env"]}
+    assert spec["completionMode"] == "Indexed"
+    # worker 0 waits for the others to write the manifest: all must run at once
+    assert int(env["JOB_COMPLETIONS"]) == spec["completions"] == spec["parallelism"]
+    assert spec["backoffLimitPerIndex"] >= 1 and spec["maxFailedIndexes"] == 0
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    [usage] = [r for r in spec["podFailurePolicy"]["rules"] if r["action"] == "FailIndex"]
+    assert usage["onExitCodes"] == {"containerName": "pretokenize", "operator": "In", "values": [2]}
+
+
+def test_the_pretokenize_job_calls_the_service_of_the_prod_overlay(pretokenize_job: Rendered):
+    prod = Rendered("prod", render(DEPLOY / "overlays" / "prod"))
+    service = next(s for s in prod.all("Service") if s["spec"].get("clusterIP") != "None")
+    url = {e["name"]: e["value"] for e in job_container(pretokenize_job)["env"]}["TOKENIZER_SERVICE_URL"]
+    assert url == f"http://{service['metadata']['name']}:{service['spec']['ports'][0]['port']}"
+    assert service["metadata"]["namespace"] == pretokenize_job.one("Job")["metadata"]["namespace"]
+    policy = pretokenize_job.one("NetworkPolicy")
+    job_labels = pretokenize_job.one("Job")["spec"]["template"]["metadata"]["labels"]
+    assert matches(policy["spec"]["podSelector"]["matchLabels"], job_labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and not policy["spec"].get("ingress")
+    to_service = policy["spec"]["egress"][0]
+    assert matches(to_service["to"][0]["podSelector"]["matchLabels"], prod.pod["metadata"]["labels"])
+    assert to_service["ports"] == [{"port": port_of(prod.container, "http")["containerPort"], "protocol": "TCP"}]
+
+
+def test_the_pretokenize_job_runs_locked_down_with_its_volumes(pretokenize_job: Rendered):
+    pod = pretokenize_job.one("Job")["spec"]["template"]["spec"]
+    container = job_container(pretokenize_job)
+    security = container["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == APP_UID
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert security["capabilities"]["drop"] == ["ALL"] and pod["automountServiceAccountToken"] is False
+    assert pod["enableServiceLinks"] is False
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    args = container["args"]
+    corpus, out = args[1], args[args.index("--out") + 1]
+    assert mounts[corpus]["readOnly"] and volumes[mounts[corpus]["name"]]["persistentVolumeClaim"]["readOnly"]
+    assert out.startswith(next(path for path, m in mounts.items() if not m.get("readOnly") and path != "/tmp"))
+    assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]["name"]]
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion in command and args."""
+    return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+@pytest.mark.timeout(300)
+def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(pretokenize_job: Rendered, tmp_path):
+    """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
+    JOB_COMPLETION_INDEX), with the volumes as local folders and the Service's URL pointing at a live
+    server: all succeed, and worker 0 writes the manifest of every document."""
+    import json
+
+    from testkit import corpora
+    from testkit.servers import ServerProcess
+
+    spec = pretokenize_job.one("Job")["spec"]
+    container = job_container(pretokenize_job)
+    mounts = {m["mountPath"]: tmp_path / m["name"] for m in container["volumeMounts"]}
+    corpus_dir = mounts[container["args"][1]]
+    corpus_dir.mkdir(parents=True)
+    documents = sum(corpora.write_jsonl(corpus_dir / f"part-{i}.jsonl", 30_000, seed=i) for i in range(6))
+
+    def local(value: str) -> str:
+        for mount, folder in mounts.items():
+            if value == mount or value.startswith(mount + "/"):
+                return str(folder) + value[len(mount) :]
+        return value
+
+    assert container["command"] == ["tokenizer-service"]
+    with ServerProcess(log_path=tmp_path / "server.log") as server:
+        env = {e["name"]: e["value"] for e in container["env"]}
+        env["TOKENIZER_SERVICE_URL"] = server.url  # the Service, here
+        workers = []
+        for index in range(spec["completions"]):
+            pod_env = {**os.environ, **env, "JOB_COMPLETION_INDEX": str(index)}
+            args = [local(expand(arg, pod_env)) for arg in container["args"]]
+            workers.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "service", *args],
+                    cwd=REPO,
+                    env=pod_env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        outputs = [worker.communicate(timeout=240) for worker in workers]
+    assert [w.returncode for w in workers] == [0] * len(workers), [err[-2000:] for _, err in outputs]
+    for index, (_, err) in enumerate(outputs):
+        assert f"worker {index} of {spec['completions']} (JOB_COMPLETION_INDEX, JOB_COMPLETIONS)" in err
+    out = Path(local(container["args"][container["args"].index("--out") + 1]))
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["totals"]["documents"] == documents and manifest["format"] == "flat"

@@ -42,3 +42,23 @@ def test_client_only_install_encodes_and_pulls_in_nothing_heavy(tmp_path, server
         [str(venv / "bin" / "tokenizer-service"), "serve"], capture_output=True, text=True, timeout=60
     )
     assert serve.returncode == 2 and "tokenizer-service[server]" in serve.stderr
+
+    # Pre-tokenization is client side: the flat format runs on this install; Parquet names its extra.
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "你好"}\n{"text": "hello world"}\n', encoding="utf-8")
+    command = [
+        str(venv / "bin" / "tokenizer-service"),
+        "pretokenize",
+        str(corpus),
+        "--url",
+        servers["wordpiece_default"].url,
+    ]
+    flat = subprocess.run(
+        [*command, "--out", str(tmp_path / "flat"), "--format", "flat"], capture_output=True, text=True, timeout=120
+    )
+    assert flat.returncode == 0, flat.stderr
+    assert (tmp_path / "flat" / "manifest.json").exists() and (tmp_path / "flat" / "corpus.jsonl.00000.ds").exists()
+    parquet = subprocess.run(
+        [*command, "--out", str(tmp_path / "parquet")], capture_output=True, text=True, timeout=120
+    )
+    assert parquet.returncode == 1 and "tokenizer-service[pipeline]" in parquet.stderr

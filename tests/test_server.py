@@ -15,14 +15,20 @@ from hypothesis import HealthCheck, given, settings
 from parity import assert_same, encode_calls, reference_call
 from safetensors.numpy import load as load_safetensors
 
-from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from service.wire import (
+    FINGERPRINT_HEADER,
+    PER_ROW_KEYS,
+    RAGGED_MEDIA_TYPE,
+    RAGGED_ROW_LENGTHS,
+    SAFETENSORS_MEDIA_TYPE,
+)
 from testkit.servers import REPO, ServerProcess
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
 
-def post_encode(url: str, texts, pairs, options, binary: bool = False) -> httpx.Response:
-    headers = {"Accept": SAFETENSORS_MEDIA_TYPE} if binary else {}
+def post_encode(url: str, texts, pairs, options, binary: bool = False, accept: str | None = None) -> httpx.Response:
+    headers = {"Accept": accept or SAFETENSORS_MEDIA_TYPE} if binary or accept else {}
     body = {"texts": texts, **({"text_pairs": pairs} if pairs is not None else {}), **options}
     return httpx.post(url + "/encode", json=body, headers=headers, timeout=60)
 
@@ -36,6 +42,7 @@ def check_http_parity(url, reference, texts, pairs, options):
         return
     assert response.status_code == 200, (options, response.text)
     assert_same(response.json(), theirs, (texts, pairs, options))
+    check_ragged_answer(post_encode(url, texts, pairs, options, accept=RAGGED_MEDIA_TYPE), theirs)
     binary = post_encode(url, texts, pairs, options, binary=True)
     lengths = {len(row) for row in theirs["input_ids"]}
     if len(lengths) > 1:
@@ -48,6 +55,25 @@ def check_http_parity(url, reference, texts, pairs, options):
         np.testing.assert_array_equal(
             arrays[key], np.asarray(value, dtype=np.int64).reshape(arrays[key].shape), err_msg=key
         )
+
+
+def check_ragged_answer(response: httpx.Response, theirs: dict) -> None:
+    """The ragged binary layout, read with the safetensors library (not the client): every key's rows are
+    the flat array cut at row_lengths, equal to the in-process lists, ragged or not."""
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == RAGGED_MEDIA_TYPE
+    arrays = load_safetensors(response.content)
+    lengths = arrays.pop(RAGGED_ROW_LENGTHS).tolist()
+    assert set(arrays) == set(theirs)
+    assert lengths == [len(row) for row in theirs["input_ids"]]
+    cuts = np.cumsum(lengths)[:-1]
+    for key, value in theirs.items():
+        assert arrays[key].dtype == np.int64, key
+        if key in PER_ROW_KEYS:
+            assert arrays[key].tolist() == value, key
+        else:
+            rows = [row.tolist() for row in np.split(arrays[key], cuts)]
+            assert rows == value, key
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -64,6 +90,8 @@ def test_property_parity_over_http_json_and_binary(servers, reference_tokenizers
 def test_real_corpus_parity_over_http(servers, reference_tokenizers, corpus, family):
     texts = corpus["zh"][:128] + corpus["en"][:128]
     for options in (
+        {},  # ragged: JSON and the ragged binary answer
+        {"truncation": True, "max_length": 64, "return_offsets_mapping": True, "add_special_tokens": False},
         {"padding": "longest", "truncation": True, "max_length": 128},
         {
             "padding": "max_length",

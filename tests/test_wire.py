@@ -91,6 +91,19 @@ def test_client_signatures_follow_the_wire(client_class):
     assert client_class.__call__ is client_class.encode
 
 
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_encode_ragged_takes_exactly_the_wire_options(client_class):
+    defaults = keyword_defaults(client_class.encode_ragged)
+    assert list(defaults) == OPTIONS and defaults == dict(wire.ENCODE_OPTIONS)
+
+
+def test_ragged_layout_names_are_not_output_keys():
+    assert wire.RAGGED_ROW_LENGTHS not in wire.OUTPUT_KEYS
+    assert set(wire.PER_ROW_KEYS) < set(wire.OUTPUT_KEYS)
+    assert wire.RAGGED_MEDIA_TYPE != wire.SAFETENSORS_MEDIA_TYPE
+    assert wire.SAFETENSORS_MEDIA_TYPE not in wire.RAGGED_MEDIA_TYPE  # an older server's Accept check misses it
+
+
 def test_client_sends_only_what_differs_from_the_wire_defaults():
     assert wire.non_default_options(dict(wire.ENCODE_OPTIONS)) == {}
     assert wire.non_default_options({"padding": 0, "stride": 0}) == {"padding": 0}  # 0 is not False

@@ -37,7 +37,7 @@ from .exceptions import (
     TransportTimeout,
     Unauthorized,
 )
-from .results import EncodeResult
+from .results import EncodeResult, RaggedResult
 from .retrying import RetryPolicy
 from .transports import AsyncTransport, HTTPTransport, MockTransport, Request, Response, SyncTransport, Timeout
 
@@ -52,6 +52,7 @@ __all__ = [
     "Collator",
     "TokenBudgetBatchSampler",
     "EncodeResult",
+    "RaggedResult",
     "RetryPolicy",
     "Timeout",
     "URL_ENV",

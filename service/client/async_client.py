@@ -16,6 +16,7 @@ from .calls import (
     Call,
     decode_call,
     encode_call,
+    encode_ragged_call,
     finish,
     info_call,
     lengths_calls,
@@ -24,7 +25,7 @@ from .calls import (
 )
 from .clients import TokenizerClient, _ClientBase, _options
 from .exceptions import TransportError
-from .results import EncodeResult
+from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, RetryPolicy
 from .transports.base import AsyncTransport, SyncTransport, Timeout
 from .transports.streams import AsyncHTTPTransport
@@ -120,6 +121,29 @@ class AsyncTokenizerClient(_ClientBase):
         calls, batched = lengths_calls(text, text_pair, _options(locals(), LENGTHS_OPTIONS), batch_size)
         lengths = [n for call in calls for n in await self._send(call)]
         return lengths if batched else lengths[0]
+
+    async def encode_ragged(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+    ) -> RaggedResult:
+        """As :meth:`TokenizerClient.encode_ragged`."""
+        options = _options(locals())
+        return await self._send(encode_ragged_call(text, text_pair, options))
 
     async def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None

@@ -18,9 +18,11 @@ from ..wire import (
     ERROR_TYPE_FIELD,
     FINGERPRINT_HEADER,
     INFO_PATH,
+    JSON_MEDIA_TYPE,
     LENGTHS_KEY,
     LENGTHS_OPTIONS,
     LENGTHS_PATH,
+    RAGGED_MEDIA_TYPE,
     RETRY_AFTER_HEADER,
     RETURN_TENSORS,
     SAFETENSORS_MEDIA_TYPE,
@@ -37,7 +39,14 @@ from .exceptions import (
     ServerBusy,
     Unauthorized,
 )
-from .results import EncodeResult, arrays_from_safetensors, lists_as_transformers_gives, to_torch
+from .results import (
+    EncodeResult,
+    RaggedResult,
+    arrays_from_safetensors,
+    lists_as_transformers_gives,
+    ragged_from_safetensors,
+    to_torch,
+)
 from .transports import Response
 
 
@@ -75,7 +84,7 @@ class Call(Generic[T]):
     path: str
     body: bytes | None
     parse: Callable[[Response, str], T]
-    binary: bool = False
+    accept: str = JSON_MEDIA_TYPE  # the media type asked for: JSON, safetensors or the ragged binary
     fingerprint_in_body: bool = False  # /info reports it in its JSON; the others in X-Tokenizer-Fingerprint
 
     @property
@@ -161,7 +170,28 @@ def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tenso
             arrays = arrays_from_safetensors(response.body, url)
             return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
 
-    return Call("POST", ENCODE_PATH, _dumps(payload), parse, binary=return_tensors is not None)
+    accept = JSON_MEDIA_TYPE if return_tensors is None else SAFETENSORS_MEDIA_TYPE
+    return Call("POST", ENCODE_PATH, _dumps(payload), parse, accept=accept)
+
+
+def encode_ragged_call(text: Any, text_pair: Any, options: dict[str, Any]) -> Call[RaggedResult]:
+    """An encode answered in the ragged binary layout (``service.wire.RAGGED_MEDIA_TYPE``); a JSON answer
+    (a server that predates it) is read too."""
+    texts, pairs, _ = split_inputs(text, text_pair)  # always rows: a single text is a batch of one
+    payload: dict[str, Any] = {"texts": texts}
+    if pairs is not None:
+        payload["text_pairs"] = pairs
+    payload.update(non_default_options(options))
+
+    def parse(response: Response, url: str) -> RaggedResult:
+        content_type = response.headers.get("content-type", "")
+        if content_type.startswith(RAGGED_MEDIA_TYPE):
+            return ragged_from_safetensors(response.body, url)
+        if content_type.startswith(JSON_MEDIA_TYPE):
+            return RaggedResult.from_lists(_json_body(response, url, "input_ids"))
+        raise ProtocolError(f"{url}: asked for {RAGGED_MEDIA_TYPE}, got {content_type!r}", url=url)
+
+    return Call("POST", ENCODE_PATH, _dumps(payload), parse, accept=RAGGED_MEDIA_TYPE)
 
 
 def lengths_calls(

@@ -22,6 +22,7 @@ from ..wire import (
     JSON_MEDIA_TYPE,
     LENGTHS_BATCH_TEXTS,
     LENGTHS_OPTIONS,
+    RAGGED_MEDIA_TYPE,
     SAFETENSORS_MEDIA_TYPE,
     URL_ENV,
 )
@@ -30,6 +31,7 @@ from .calls import (
     Call,
     decode_call,
     encode_call,
+    encode_ragged_call,
     finish,
     info_call,
     lengths_calls,
@@ -38,14 +40,13 @@ from .calls import (
 )
 from .collate import Collator
 from .exceptions import TransportError
-from .results import EncodeResult
+from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, Endpoints, RetryPolicy
 from .transports.base import Request, SyncTransport, Timeout
 from .transports.stdlib import HTTPTransport
 
 T = TypeVar("T")
-_JSON_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": JSON_MEDIA_TYPE}
-_BINARY_HEADERS = {"Content-Type": JSON_MEDIA_TYPE, "Accept": SAFETENSORS_MEDIA_TYPE}
+_ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 
 def _options(arguments: dict[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
@@ -103,12 +104,11 @@ class _ClientBase:
         base = {"User-Agent": f"tokenizer-service-client/{__version__}", **self._extra_headers}
         if api_key:
             base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {api_key}"
-        self._json_headers = {**_JSON_HEADERS, **base}
-        self._binary_headers = {**_BINARY_HEADERS, **base}
+        self._headers = {accept: {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept, **base} for accept in _ACCEPTED}
         self._endpoints = Endpoints(self.urls)
 
     def _request(self, call: Call[Any], base_url: str) -> Request:
-        headers = self._binary_headers if call.binary else self._json_headers
+        headers = self._headers[call.accept]
         return Request(call.method, base_url + call.path, headers, call.body, self.timeout)
 
     def _settings(self) -> dict[str, Any]:
@@ -261,6 +261,32 @@ class TokenizerClient(_ClientBase):
         calls, batched = lengths_calls(text, text_pair, _options(locals(), LENGTHS_OPTIONS), batch_size)
         lengths = [n for call in calls for n in self._send(call)]
         return lengths if batched else lengths[0]
+
+    def encode_ragged(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        text_pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        padding: bool | str = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        stride: int = 0,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
+        return_length: bool = False,
+    ) -> RaggedResult:
+        """Encode as :meth:`encode` does, with the answer in the binary ragged layout: rows of any lengths,
+        no padding, each key one flat int64 numpy array plus ``row_lengths`` (a :class:`RaggedResult`;
+        ``result.tolist()`` equals the in-process lists). The fast path for pre-tokenization: neither JSON
+        nor a Python int per token on the client. A single text is a batch of one row."""
+        options = _options(locals())
+        return self._send(encode_ragged_call(text, text_pair, options))
 
     def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None

@@ -9,11 +9,12 @@ default transport reads the body into a ``bytearray``.)
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..wire import OUTPUT_KEYS
+from ..wire import OUTPUT_KEYS, PER_ROW_KEYS, RAGGED_ROW_LENGTHS
 from .exceptions import ProtocolError
 
 # transformers' BatchEncoding key order; unknown keys keep their place after these.
@@ -83,6 +84,101 @@ class EncodeResult(Mapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"EncodeResult({self._data!r})"
+
+
+class RaggedResult(Mapping[str, Any]):
+    """The result of :meth:`~service.client.TokenizerClient.encode_ragged`: rows of any lengths, held flat.
+
+    ``result["input_ids"]`` is one int64 numpy array of every row's ids concatenated (``offset_mapping``:
+    ``[tokens, 2]``; ``length`` and ``overflow_to_sample_mapping``: one value per row), ``row_lengths`` the
+    length of each row, so row ``i`` is ``flat[row_offsets[i]:row_offsets[i + 1]]``. No padding, no Python
+    list per token: what pre-tokenization writes to disk as it is. ``rows(key)`` splits a key into per-row
+    views and ``tolist()`` gives exactly the lists of an unpadded batched transformers call.
+    """
+
+    __slots__ = ("_arrays", "row_lengths", "row_offsets")
+
+    def __init__(self, arrays: dict[str, Any], row_lengths: Any) -> None:
+        import numpy as np
+
+        self._arrays = arrays
+        self.row_lengths = row_lengths
+        self.row_offsets = np.zeros(len(row_lengths) + 1, dtype=np.int64)
+        np.cumsum(row_lengths, out=self.row_offsets[1:])
+
+    @classmethod
+    def from_lists(cls, data: dict[str, Any]) -> RaggedResult:
+        """From a JSON answer's lists of rows (what a server that predates the ragged binary answers)."""
+        import numpy as np
+
+        arrays: dict[str, Any] = {}
+        lengths = np.zeros(0, dtype=np.int64)
+        for key, value in ordered(data).items():
+            if key in PER_ROW_KEYS:
+                arrays[key] = np.asarray(value, dtype=np.int64).reshape(-1)
+                continue
+            lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
+            flat = [item for row in value for item in row]
+            arrays[key] = np.asarray(flat, dtype=np.int64).reshape((-1, 2) if key == "offset_mapping" else (-1,))
+        return cls(arrays, lengths)
+
+    @property
+    def num_rows(self) -> int:
+        return len(self.row_lengths)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._arrays[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
+
+    def rows(self, key: str = "input_ids") -> list[Any]:
+        """The rows of ``key`` as numpy views of the flat array (``length`` and the sample mapping are
+        per row already: returned as they are)."""
+        flat = self._arrays[key]
+        if key in PER_ROW_KEYS:
+            return list(flat)
+        bounds = self.row_offsets.tolist()
+        return [flat[start:end] for start, end in itertools.pairwise(bounds)]
+
+    def tolist(self) -> dict[str, Any]:
+        """Plain lists, equal to ``tokenizer(texts, **options)`` (batched, ``return_tensors=None``) for the
+        same call: offsets as tuples."""
+        out: dict[str, Any] = {}
+        for key, flat in self._arrays.items():
+            if key in PER_ROW_KEYS:
+                out[key] = flat.tolist()
+            elif key == "offset_mapping":
+                out[key] = [[tuple(pair) for pair in row.tolist()] for row in self.rows(key)]
+            else:
+                out[key] = [row.tolist() for row in self.rows(key)]
+        return out
+
+    def __getstate__(self) -> tuple[dict[str, Any], Any]:
+        return self._arrays, self.row_lengths
+
+    def __setstate__(self, state: tuple[dict[str, Any], Any]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"RaggedResult(rows={self.num_rows}, keys={list(self._arrays)})"
+
+
+def ragged_from_safetensors(body: bytes | bytearray, url: str) -> RaggedResult:
+    """A ragged binary answer (``service.wire.RAGGED_MEDIA_TYPE``) as a :class:`RaggedResult` of views."""
+    arrays = arrays_from_safetensors(body, url)
+    row_lengths = arrays.pop(RAGGED_ROW_LENGTHS, None)
+    if row_lengths is None or row_lengths.ndim != 1:
+        raise ProtocolError(f"{url}: a ragged answer without a 1-D {RAGGED_ROW_LENGTHS!r} entry", url=url)
+    total = int(row_lengths.sum())
+    for key, array in arrays.items():
+        expected = len(row_lengths) if key in PER_ROW_KEYS else total
+        if array.shape[0] != expected:
+            raise ProtocolError(f"{url}: ragged entry {key!r} has {array.shape[0]} values, not {expected}", url=url)
+    return RaggedResult(arrays, row_lengths)
 
 
 def ordered(data: dict[str, Any]) -> dict[str, Any]:

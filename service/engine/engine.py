@@ -33,7 +33,7 @@ from .encoding import (
     shape_rows,
 )
 from .errors import ErrorKind, ServiceError
-from .loading import LoadedTokenizer, call_config
+from .loading import LoadedTokenizer, call_config, special_token_ids
 from .memory import DEFAULT_BUDGET_WITHOUT_LIMIT, CostModel, MemoryBudget, Reservation, held_bytes, utf8_length
 from .parallelism import ForkGuard, parallelism_enabled
 
@@ -129,6 +129,7 @@ class Engine:
         self.facts = TokenizerFacts.of(loaded.tokenizer)  # read once: no Rust calls off the engine thread
         self.vocab_size = len(loaded.tokenizer)
         self._config = call_config(loaded.tokenizer)
+        self._special_token_ids = special_token_ids(loaded.tokenizer)  # read once, like the facts
         self._plans: dict[EncodeOptions, EncodePlan] = {}
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
@@ -478,6 +479,7 @@ class Engine:
             "tokenizer_class": type(self.tokenizer).__name__,
             "vocab_size": self.vocab_size,
             "special_tokens": config["special_tokens"],
+            "special_token_ids": self._special_token_ids,
             "pad_token_id": config["pad_token_id"],
             "model_max_length": config["model_max_length"],
             "padding_side": config["padding_side"],

@@ -118,6 +118,18 @@ def call_config(tokenizer: Any) -> dict[str, Any]:
     }
 
 
+def special_token_ids(tokenizer: Any) -> dict[str, int]:
+    """The id of each named special token (``eos_token`` -> 2...), for clients that add them themselves
+    (``pretokenize --append-eos``). Lists of additional special tokens are left out."""
+    ids = {}
+    for name, token in sorted(tokenizer.special_tokens_map.items()):
+        if isinstance(token, str):
+            token_id = tokenizer.convert_tokens_to_ids(token)
+            if isinstance(token_id, int):
+                ids[name] = token_id
+    return ids
+
+
 def fingerprint(tokenizer: Any) -> str:
     """A stable hash of everything that determines the output: tokenizer.json (without padding or
     truncation state) plus :func:`call_config`. Same tokenizer, same fingerprint, on any machine."""

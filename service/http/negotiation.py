@@ -8,7 +8,7 @@ JSON by accident (a form or a UTF-16 body would otherwise fail later with a conf
 from __future__ import annotations
 
 from ..engine.errors import ErrorKind, ServiceError
-from ..wire import JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
+from ..wire import JSON_MEDIA_TYPE, RAGGED_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
 
 _JSON_SUFFIX = "+json"
 
@@ -55,6 +55,17 @@ def wants_safetensors(accept: str | None) -> bool:
     binary = _quality(ranges, SAFETENSORS_MEDIA_TYPE)
     json = _quality(ranges, JSON_MEDIA_TYPE)
     return binary > 0 and (binary > json or (binary == json and SAFETENSORS_MEDIA_TYPE in ranges))
+
+
+def wants_ragged(accept: str | None) -> bool:
+    """Whether to answer ``/encode`` in the ragged binary layout: only when ``Accept`` names it (an opt-in,
+    never reached through a wildcard), rated above zero and at least as high as JSON and safetensors."""
+    if accept is None or RAGGED_MEDIA_TYPE not in accept.lower():
+        return False
+    ranges = _media_ranges(accept)
+    ragged = ranges.get(RAGGED_MEDIA_TYPE, 0.0)
+    others = max(_quality(ranges, JSON_MEDIA_TYPE), _quality(ranges, SAFETENSORS_MEDIA_TYPE))
+    return ragged > 0 and ragged >= others
 
 
 def check_json_body(content_type: str | None, content_encoding: str | None) -> None:

@@ -5,12 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from ..engine.errors import ErrorKind
-from ..wire import AUTH_SCHEME, ERROR_FIELD, ERROR_TYPE_FIELD, JSON_MEDIA_TYPE, RETRY_AFTER_HEADER
+from ..wire import (
+    AUTH_SCHEME,
+    ERROR_FIELD,
+    ERROR_TYPE_FIELD,
+    JSON_MEDIA_TYPE,
+    PER_ROW_KEYS,
+    RAGGED_ROW_LENGTHS,
+    RETRY_AFTER_HEADER,
+)
 
 # The one status table: every error the service sends has one of these kinds.
 STATUS_BY_KIND: dict[ErrorKind, int] = {
@@ -91,3 +100,32 @@ def json_response(payload: Any, headers: dict[str, str] | None = None) -> Respon
     return BodyResponse(
         orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type=JSON_MEDIA_TYPE, headers=headers
     )
+
+
+def ragged_arrays(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """An encode result in the ragged binary layout (``service.wire.RAGGED_MEDIA_TYPE``): each per-token key
+    as one flat int64 array of its rows concatenated (``offset_mapping``: ``[tokens, 2]``), the per-row keys
+    as ``[rows]``, and ``row_lengths``. ``data`` holds ``[rows, width]`` arrays (a rectangular result) or
+    lists of rows (a ragged one); every per-token key has the same row lengths."""
+    arrays: dict[str, np.ndarray] = {}
+    row_lengths: np.ndarray | None = None
+    for key, value in data.items():
+        if key in PER_ROW_KEYS:
+            arrays[key] = np.asarray(value, dtype=np.int64).reshape(-1)
+            continue
+        width = 2 if key == "offset_mapping" else 1
+        if isinstance(value, np.ndarray):
+            rows, columns = value.shape[0], value.shape[1]
+            lengths = np.full(rows, columns, dtype=np.int64)
+            flat = value.reshape(rows * columns, *value.shape[2:])
+        else:
+            lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
+            pieces = [np.asarray(row, dtype=np.int64).reshape(-1, width) for row in value]
+            flat = np.concatenate(pieces) if pieces else np.zeros((0, width), dtype=np.int64)
+            if width == 1:
+                flat = flat.reshape(-1)
+        arrays[key] = flat
+        row_lengths = lengths
+    assert row_lengths is not None, "an encode result always holds input_ids"
+    arrays[RAGGED_ROW_LENGTHS] = row_lengths
+    return arrays

@@ -23,14 +23,15 @@ from ..wire import (
     LENGTHS_KEY,
     LENGTHS_PATH,
     METRICS_PATH,
+    RAGGED_MEDIA_TYPE,
     READY_PATH,
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
 )
 from .middleware import hold_until_sent
 from .models import DecodeRequest, EncodeRequest, ErrorBody, LengthsRequest, Model, TokenizeRequest, parse_body
-from .negotiation import check_json_body, wants_safetensors
-from .responses import STATUS_BY_KIND, BodyResponse, error_response, json_response
+from .negotiation import check_json_body, wants_ragged, wants_safetensors
+from .responses import STATUS_BY_KIND, BodyResponse, error_response, json_response, ragged_arrays
 from .runtime import Runtime
 
 # A request still waiting for the engine after this long gets a task watching for its client's
@@ -93,7 +94,7 @@ class Routes:
             response_class=Response,
             openapi_extra=_openapi_body(EncodeRequest),
             responses={
-                200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}}},
+                200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}, RAGGED_MEDIA_TYPE: {}}},
                 **_error_responses(*_WORK_ROUTE, 406),
             },
         )
@@ -127,10 +128,14 @@ class Routes:
     async def encode(self, request: Request) -> Response:
         """Encode texts (or pairs) exactly as the in-process transformers tokenizer call would.
 
-        JSON by default; with ``Accept: application/vnd.safetensors``, a safetensors blob of int64 arrays."""
+        JSON by default; with ``Accept: application/vnd.safetensors``, a safetensors blob of int64 arrays; with
+        ``Accept: application/vnd.tokenizer-service.ragged+safetensors``, the same with each row-major key
+        flat (rows concatenated) and the rows' lengths, so ragged results need no padding."""
         self.runtime.check_accepting()
         engine = self.runtime.engine
-        binary = wants_safetensors(request.headers.get("accept"))
+        accept = request.headers.get("accept")
+        ragged = wants_ragged(accept)
+        binary = ragged or wants_safetensors(accept)
         body, reservation = await self._parse(request, EncodeRequest)
         future = engine.submit_encode(body.texts, body.text_pairs, body.options(), reservation)
         result: EncodedBatch = await _unless_client_leaves(request, future)
@@ -139,6 +144,9 @@ class Routes:
         headers = {FINGERPRINT_HEADER: engine.loaded.fingerprint}
         if not binary:
             return json_response(result.data, headers)
+        if ragged:
+            blob = save_safetensors(ragged_arrays(result.data), metadata={"fingerprint": engine.loaded.fingerprint})
+            return BodyResponse(blob, media_type=RAGGED_MEDIA_TYPE, headers=headers)
         if not result.rectangular:
             raise ServiceError(
                 ErrorKind.NOT_ACCEPTABLE,

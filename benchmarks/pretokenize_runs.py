@@ -1,0 +1,160 @@
+"""One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
+
+    python -m benchmarks.pretokenize_runs METHOD CORPUS OUT [--url URL] [--tokenizer DIR] [--format flat]
+
+Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
+
+- ``service``: ``tokenizer-service pretokenize`` (``service.pipeline.pretokenize``) against ``--url``: the
+  async client, 8 requests in flight, the ragged binary answer. This process imports no tokenizer.
+- ``encode_batch`` / ``encode_batch_fast``: the very same reading and shard writing (``pretokenize`` with an
+  in-process encoder), the texts encoded by the Rust tokenizer's ``encode_batch`` (or ``encode_batch_fast``)
+  in this process, Rust parallelism on (``TOKENIZERS_PARALLELISM=true``), with 2 batches in flight so reading
+  overlaps encoding: what one process does best without the service.
+- ``datasets_map``: the usual recipe -- ``datasets.load_dataset("json")`` then ``Dataset.map(lambda batch:
+  tokenizer(batch["text"]), batched=True, num_proc=2)`` with the transformers tokenizer in-process; its
+  output is datasets' Arrow cache (in OUT).
+
+Prints one JSON line: the method, seconds of the work (imports and interpreter start excluded), documents,
+tokens, this process's CPU seconds and peak RSS (VmHWM; for ``datasets_map`` the parent's only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+METHODS = ("service", "encode_batch", "encode_batch_fast", "datasets_map")
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class InProcessEncoder:
+    """The pre-tokenization Encoder protocol over a tokenizer in this process (``encode_batch`` in a thread,
+    so the event loop keeps reading while Rust encodes)."""
+
+    def __init__(self, tokenizer_dir: str, fast: bool) -> None:
+        from service.engine.loading import load_tokenizer, special_token_ids
+
+        loaded = load_tokenizer(tokenizer_dir)
+        self.loaded = loaded
+        self.special = special_token_ids(loaded.tokenizer)
+        backend = loaded.tokenizer.backend_tokenizer
+        self.encode_batch = backend.encode_batch_fast if fast else backend.encode_batch
+
+    async def facts(self) -> Any:
+        from service.pipeline import TokenizerFacts
+
+        return TokenizerFacts(
+            fingerprint=self.loaded.fingerprint,
+            vocab_size=len(self.loaded.tokenizer),
+            source=self.loaded.source,
+            special_token_ids=tuple(sorted(self.special.items())),
+        )
+
+    async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        encodings = await asyncio.to_thread(self.encode_batch, list(texts), add_special_tokens=True)
+        rows = [encoding.ids for encoding in encodings]
+        lengths = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        ids = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+        return ids, lengths
+
+    async def aclose(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"in-process {self.encode_batch.__name__}"
+
+
+def run_pipeline(method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str) -> dict:
+    from service.pipeline import PretokenizeConfig, pretokenize
+
+    service = method == "service"
+    config = PretokenizeConfig(
+        inputs=(corpus,),
+        out=Path(out),
+        url=url,
+        output_format=output_format,
+        progress="none",
+        concurrency=8 if service else 2,
+    )
+    encoder = None if service else InProcessEncoder(tokenizer, fast=method == "encode_batch_fast")
+    started = time.perf_counter()
+    summary = asyncio.run(pretokenize(config, encoder=encoder, log=lambda message: None))
+    return {"seconds": time.perf_counter() - started, "documents": summary.documents, "tokens": summary.tokens}
+
+
+def run_datasets_map(corpus: str, out: str, tokenizer_dir: str) -> dict:
+    from datasets import disable_progress_bars, load_dataset
+    from transformers import AutoTokenizer
+
+    disable_progress_bars()
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    cache = Path(out) / "cache"
+
+    def tokenize(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        ids = tokenizer(batch["text"])["input_ids"]
+        return {"input_ids": ids, "length": [len(row) for row in ids]}
+
+    started = time.perf_counter()
+    dataset = load_dataset("json", data_files=corpus, split="train", cache_dir=str(cache))
+    mapped = dataset.map(
+        tokenize,
+        batched=True,
+        num_proc=2,
+        remove_columns=dataset.column_names,
+        cache_file_name=str(cache / "mapped.arrow"),
+    )
+    seconds = time.perf_counter() - started
+    lengths = mapped.data.column("length")
+    return {
+        "seconds": seconds,
+        "documents": len(mapped),
+        "tokens": int(sum(chunk.sum().as_py() for chunk in lengths.chunks)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretokenize_runs", description=__doc__)
+    parser.add_argument("method", choices=METHODS)
+    parser.add_argument("corpus")
+    parser.add_argument("out")
+    parser.add_argument("--url")
+    parser.add_argument("--tokenizer", help="tokenizer directory (in-process methods)")
+    parser.add_argument("--format", dest="output_format", default="flat", choices=("flat", "parquet"))
+    args = parser.parse_args(argv)
+    if args.method != "service":
+        os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
+    cpu = time.process_time()
+    if args.method == "datasets_map":
+        result = run_datasets_map(args.corpus, args.out, args.tokenizer)
+    else:
+        result = run_pipeline(args.method, args.corpus, args.out, args.url, args.tokenizer, args.output_format)
+    result.update(
+        method=args.method,
+        format=args.output_format if args.method != "datasets_map" else "arrow cache",
+        cpu_seconds=time.process_time() - cpu,
+        peak_rss_mb=peak_rss_mb(),
+        tokenizers_imported="tokenizers" in sys.modules,
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

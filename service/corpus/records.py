@@ -1,0 +1,264 @@
+"""Documents out of a work unit, streamed: one line or one row at a time, never a whole file in memory.
+
+- ``.txt`` (and ``.txt.gz``): every line is a document, its text without the line break (``\\n`` or
+  ``\\r\\n``); empty lines are empty documents.
+- ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string;
+  ``keep_fields`` are carried along (missing ones as None). Blank lines are not records.
+- ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
+
+A UTF-8 byte order mark at the start of a text file is not part of its first document. JSON is parsed by
+the standard library only, so what a record holds never depends on which optional packages are installed.
+
+A record that cannot be a document -- malformed JSON, not UTF-8, no text field, a text that is not a
+string, a line over ``max_record_bytes`` -- raises :class:`BadRecord` naming ``path:line`` (``path row N``
+for Parquet), or with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped` (the first few
+kept as examples in :attr:`DocumentReader.skipped_examples`) and left out.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from io import BufferedReader, FileIO
+from typing import Any
+
+from .errors import BadRecord, CorpusError
+from .units import WorkUnit, parquet_file
+
+#: What to do with a record that cannot be read as a document.
+BAD_RECORD_POLICIES = ("error", "skip")
+#: Longest line read as one record; a longer one is a bad record (and is never held whole in memory).
+DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
+#: How many skipped records are described in :attr:`DocumentReader.skipped_examples`.
+SKIPPED_EXAMPLES = 5
+
+_BOM = b"\xef\xbb\xbf"
+_READ_CHUNK = 1 << 20
+_PARQUET_BATCH_ROWS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One document. ``position`` locates it in its file: the byte offset where its line starts (in the
+    decompressed stream for gzip files), or its row number in a Parquet file. ``fields`` holds the kept
+    fields, in the order asked for (empty when none were asked for)."""
+
+    text: str
+    position: int
+    fields: tuple[Any, ...] = ()
+
+
+class DocumentReader:
+    """Iterate the documents of one :class:`WorkUnit`; see the module docstring for the formats.
+
+    ``consumed`` is how much of the unit's ``weight`` has been read (for progress); after the iteration,
+    ``skipped`` counts the bad records left out and ``skipped_examples`` describes the first few.
+    """
+
+    def __init__(
+        self,
+        unit: WorkUnit,
+        *,
+        text_field: str = "text",
+        keep_fields: Sequence[str] = (),
+        on_bad_record: str = "error",
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    ) -> None:
+        if on_bad_record not in BAD_RECORD_POLICIES:
+            raise CorpusError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {on_bad_record!r}")
+        if keep_fields and unit.file.format.startswith("txt"):
+            raise CorpusError(f"{unit.file.path}: a text file has no fields to keep ({', '.join(keep_fields)})")
+        if text_field in keep_fields:
+            raise CorpusError(f"the text field {text_field!r} cannot also be a kept field")
+        self.unit = unit
+        self.path = unit.file.path
+        self.text_field = text_field
+        self.keep_fields = tuple(keep_fields)
+        self.on_bad_record = on_bad_record
+        self.max_record_bytes = max_record_bytes
+        self.consumed = 0
+        self.skipped = 0
+        self._examples: list[tuple[int, str]] = []  # (position, reason): the first few by position
+        self.field_types: dict[str, Any] = {}  # Parquet: the arrow type of each kept field
+
+    # -- bad records ------------------------------------------------------------------------------------
+    def locate(self, position: int) -> str:
+        """``path:line`` (text formats) or ``path row N`` (Parquet) of the record at ``position``."""
+        if self.unit.file.format == "parquet":
+            return f"{self.path} row {position}"
+        return f"{self.path}:{line_number(self.path, self.unit.file.format, position)}"
+
+    def reject(self, position: int, reason: str) -> None:
+        """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records
+        may be rejected in any order (a job may find a record bad after reading further); the examples kept
+        are always the first ones in the file."""
+        if self.on_bad_record == "error":
+            raise BadRecord(self.locate(position), reason)
+        self.skipped += 1
+        examples = self._examples
+        if len(examples) < SKIPPED_EXAMPLES or position < examples[-1][0]:
+            examples.append((position, reason))
+            examples.sort()
+            del examples[SKIPPED_EXAMPLES:]
+
+    @property
+    def skipped_examples(self) -> list[str]:
+        """The first few skipped records (by position in the file), as ``path:line: reason``."""
+        return [f"{self.locate(position)}: {reason}" for position, reason in self._examples]
+
+    # -- reading ----------------------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[Document]:
+        file_format = self.unit.file.format
+        if file_format == "parquet":
+            return self._parquet()
+        return self._lines(json_lines=file_format.startswith("jsonl"))
+
+    def _open(self) -> gzip.GzipFile | BufferedReader:
+        if self.unit.file.format.endswith(".gz"):
+            return gzip.GzipFile(self.path, "rb")
+        return BufferedReader(FileIO(self.path, "rb"), buffer_size=_READ_CHUNK)
+
+    def _lines(self, json_lines: bool) -> Iterator[Document]:
+        start, end = self.unit.start, self.unit.end
+        compressed = self.unit.file.format.endswith(".gz")
+        with self._open() as stream:
+            raw: Any = getattr(stream, "fileobj", None)  # gzip: the compressed file, whose position shows progress
+            lines = 0
+            position = start
+            if start > 0:  # the line holding byte start-1 belongs to the unit before
+                stream.seek(start - 1)
+                position = start - 1 + _skip_line(stream)
+            while compressed or position < end:
+                line = stream.readline(self.max_record_bytes + 1)
+                if not line:
+                    break
+                line_start = position
+                position += len(line)
+                if not compressed:
+                    self.consumed = min(position, end) - start
+                else:
+                    lines += 1
+                    if lines % 1024 == 0 and raw is not None:
+                        self.consumed = min(raw.tell(), self.unit.weight)
+                if len(line) > self.max_record_bytes and not line.endswith(b"\n"):
+                    position += _skip_line(stream)
+                    self.reject(line_start, f"the line is longer than {self.max_record_bytes} bytes")
+                    continue
+                if line_start == 0 and line.startswith(_BOM):
+                    line = line[len(_BOM) :]
+                document = self._json_line(line, line_start) if json_lines else self._text_line(line, line_start)
+                if document is not None:
+                    yield document
+        self.consumed = self.unit.weight
+
+    def _text_line(self, line: bytes, position: int) -> Document | None:
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        try:
+            return Document(line.decode("utf-8"), position)
+        except UnicodeDecodeError as exc:
+            self.reject(position, f"not valid UTF-8 (byte {exc.start} of the line)")
+            return None
+
+    def _json_line(self, line: bytes, position: int) -> Document | None:
+        try:
+            decoded = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self.reject(position, f"not valid UTF-8 (byte {exc.start} of the line)")
+            return None
+        if not decoded.strip():
+            return None  # a blank line is not a record
+        try:
+            record = json.loads(decoded.rstrip("\r\n"))
+        except ValueError as exc:
+            self.reject(position, f"malformed JSON ({exc})")
+            return None
+        if not isinstance(record, dict):
+            self.reject(position, f"a JSON {type(record).__name__}, not an object")
+            return None
+        text = record.get(self.text_field, _MISSING)
+        if text is _MISSING:
+            self.reject(position, f"no field {self.text_field!r} (fields: {', '.join(list(record)[:10])})")
+            return None
+        if not isinstance(text, str):
+            self.reject(position, f"field {self.text_field!r} is {_json_type(text)}, not a string")
+            return None
+        fields = tuple(record.get(name) for name in self.keep_fields)
+        return Document(text, position, fields)
+
+    def _parquet(self) -> Iterator[Document]:
+        import pyarrow as pa
+
+        parquet: Any = parquet_file(self.path)
+        schema = parquet.schema_arrow
+        for name in (self.text_field, *self.keep_fields):
+            if schema.get_field_index(name) < 0:
+                raise CorpusError(f"{self.path}: no column {name!r} (columns: {', '.join(schema.names[:20])})")
+        text_type = schema.field(self.text_field).type
+        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type) or _is_string_view(text_type)):
+            raise CorpusError(f"{self.path}: column {self.text_field!r} is {text_type}, not a string column")
+        self.field_types = {name: schema.field(name).type for name in self.keep_fields}
+        metadata = parquet.metadata
+        groups = range(self.unit.start, self.unit.end)
+        row = sum(metadata.row_group(i).num_rows for i in range(self.unit.start))
+        rows_in_unit = sum(metadata.row_group(i).num_rows for i in groups) or 1
+        first_row = row
+        if not groups:
+            return
+        batches = parquet.iter_batches(
+            batch_size=_PARQUET_BATCH_ROWS, row_groups=list(groups), columns=[self.text_field, *self.keep_fields]
+        )
+        for batch in batches:
+            texts = batch.column(0).to_pylist()
+            kept = [batch.column(i + 1).to_pylist() for i in range(len(self.keep_fields))]
+            for i, text in enumerate(texts):
+                if text is None:
+                    self.reject(row + i, f"column {self.text_field!r} is null")
+                    continue
+                yield Document(text, row + i, tuple(column[i] for column in kept))
+            row += len(texts)
+            self.consumed = self.unit.weight * (row - first_row) // rows_in_unit
+        self.consumed = self.unit.weight
+
+
+_MISSING = object()
+
+
+def _is_string_view(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    check = getattr(pa.types, "is_string_view", None)
+    return bool(check and check(arrow_type))
+
+
+def _json_type(value: Any) -> str:
+    names = {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _skip_line(stream: gzip.GzipFile | BufferedReader) -> int:
+    """Read up to and including the next newline (or the end) in bounded chunks; the bytes read."""
+    skipped = 0
+    while True:
+        chunk = stream.readline(_READ_CHUNK)
+        skipped += len(chunk)
+        if not chunk or chunk.endswith(b"\n"):
+            return skipped
+
+
+def line_number(path: str, file_format: str, position: int) -> int:
+    """The 1-based line number of the line starting at byte ``position`` (of the decompressed stream):
+    the newlines before it, counted in bounded chunks. For messages only: it rereads the file's head."""
+    opener = gzip.open if file_format.endswith(".gz") else open
+    newlines = 0
+    with opener(path, "rb") as stream:
+        remaining = position
+        while remaining > 0:
+            chunk = stream.read(min(_READ_CHUNK, remaining))
+            if not chunk:
+                break
+            newlines += chunk.count(b"\n")
+            remaining -= len(chunk)
+    return newlines + 1

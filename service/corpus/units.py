@@ -1,0 +1,100 @@
+"""Work units: the pieces a corpus is cut into, independent of how many workers there are.
+
+- A text or JSON Lines file up to ``unit_bytes`` is one unit; a bigger one is cut into
+  ``ceil(size / unit_bytes)`` byte ranges of equal size. A line belongs to the range in which its first byte
+  lies, so ranges need no reading to plan and every line is read exactly once.
+- A gzip-compressed file is one unit, whatever its size (a gzip stream cannot be entered in the middle).
+- A Parquet file is cut between row groups: consecutive row groups are gathered while their uncompressed
+  size stays within ``unit_bytes`` (at least one per unit).
+
+Planning depends only on the files (their names, sizes and Parquet metadata) and ``unit_bytes``: every
+worker computes the same plan on its own.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import CorpusError
+from .inputs import SPLITTABLE, InputFile
+
+#: Default size of a unit: big enough that per-unit overhead vanishes, small enough that a rerun after a
+#: failure redoes little and that many workers get work.
+DEFAULT_UNIT_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WorkUnit:
+    """One piece of one file: bytes ``[start, end)`` (text formats) or row groups ``[start, end)``
+    (Parquet). ``part`` numbers the units of a file from 0; ``weight`` is its size in bytes, for progress
+    and ETA."""
+
+    file: InputFile
+    part: int
+    start: int
+    end: int
+    weight: int
+
+    @property
+    def kind(self) -> str:
+        return "row_groups" if self.file.format == "parquet" else "bytes"
+
+    @property
+    def name(self) -> str:
+        """Stable name of the unit, to name its outputs: ``<file name>.<part:05d>``."""
+        return f"{self.file.name}.{self.part:05d}"
+
+    def describe(self) -> dict[str, object]:
+        """What identifies the unit, for records: a rerun whose plan differs is detected by comparing these."""
+        return {**self.file.describe(), "part": self.part, "kind": self.kind, "start": self.start, "end": self.end}
+
+
+def plan_units(files: Sequence[InputFile], unit_bytes: int = DEFAULT_UNIT_BYTES) -> list[WorkUnit]:
+    """Cut ``files`` into units (see the module docstring), in file order."""
+    if unit_bytes < 1:
+        raise CorpusError(f"unit_bytes must be positive, not {unit_bytes}")
+    units: list[WorkUnit] = []
+    for file in files:
+        if file.format == "parquet":
+            units.extend(_parquet_units(file, unit_bytes))
+        elif file.format in SPLITTABLE and file.size > unit_bytes:
+            count = -(-file.size // unit_bytes)
+            bounds = [file.size * k // count for k in range(count + 1)]
+            units.extend(
+                WorkUnit(file, part, start, end, end - start)
+                for part, (start, end) in enumerate(itertools.pairwise(bounds))
+            )
+        else:
+            units.append(WorkUnit(file, 0, 0, file.size, file.size))
+    return units
+
+
+def _parquet_units(file: InputFile, unit_bytes: int) -> list[WorkUnit]:
+    metadata = parquet_file(file.path).metadata
+    sizes = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
+    if not sizes:
+        return [WorkUnit(file, 0, 0, 0, 0)]
+    units: list[WorkUnit] = []
+    start, weight = 0, 0
+    for group, size in enumerate(sizes):
+        if group > start and weight + size > unit_bytes:
+            units.append(WorkUnit(file, len(units), start, group, weight))
+            start, weight = group, 0
+        weight += size
+    units.append(WorkUnit(file, len(units), start, len(sizes), weight))
+    return units
+
+
+def parquet_file(path: str) -> Any:
+    """``pyarrow.parquet.ParquetFile(path)``, or a CorpusError saying which extra installs pyarrow."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise CorpusError(f"{path}: reading Parquet needs pyarrow: pip install 'tokenizer-service[pipeline]'") from None
+    try:
+        return pq.ParquetFile(path)
+    except Exception as exc:
+        raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from exc

@@ -1,0 +1,108 @@
+"""Which worker this process is: its index and the number of workers, from flags or the scheduler.
+
+The first of these that is present wins:
+
+====================================  ==========================================================================
+``index`` / ``count`` (the flags)     ``--shard-index`` / ``--num-shards``
+``JOB_COMPLETION_INDEX``              a Kubernetes Indexed Job; the total is not in the pod's environment:
+                                      ``count`` or ``$JOB_COMPLETIONS`` (set it to ``spec.completions``)
+``SLURM_ARRAY_TASK_ID`` / ``_COUNT``  a Slurm job array (ids need not start at 0: ``SLURM_ARRAY_TASK_MIN``
+                                      and ``SLURM_ARRAY_TASK_STEP`` are honoured)
+``RANK`` / ``WORLD_SIZE``             torchrun and most launchers
+``NODE_INDEX`` / ``NUM_NODES``        multi-node jobs that start one worker per node
+====================================  ==========================================================================
+
+Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from .errors import CorpusError
+
+#: The total number of workers of a Kubernetes Indexed Job (its ``spec.completions``), which Kubernetes
+#: does not put in the environment itself.
+TOTAL_ENV = "JOB_COMPLETIONS"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Worker:
+    """This process's place among the workers: ``index`` in ``[0, count)``, and where that came from."""
+
+    index: int
+    count: int
+    source: str
+
+    def take(self, units: Sequence[T]) -> list[T]:
+        """This worker's share of ``units``: every ``count``-th one from ``index`` (``units[index::count]``),
+        so consecutive units go to different workers."""
+        return list(units[self.index :: self.count])
+
+    def describe(self) -> str:
+        return f"worker {self.index} of {self.count} ({self.source})"
+
+
+def resolve_worker(
+    index: int | None = None, count: int | None = None, environ: Mapping[str, str] | None = None
+) -> Worker:
+    """This process's :class:`Worker`, from ``index``/``count`` (flags) or the environment (see the module
+    docstring). Raises :class:`CorpusError` for a missing half, a non-integer or an index out of range."""
+    env = os.environ if environ is None else environ
+    if index is not None:
+        if count is None:
+            raise CorpusError("--shard-index needs --num-shards (the number of workers)")
+        return _checked(index, count, "--shard-index/--num-shards")
+    if "JOB_COMPLETION_INDEX" in env:
+        total = count if count is not None else _optional_int_env(env, TOTAL_ENV)
+        if total is None:
+            raise CorpusError(
+                "JOB_COMPLETION_INDEX is set (a Kubernetes Indexed Job) but the number of workers is not: pass "
+                f"--num-shards or set {TOTAL_ENV} to the Job's spec.completions"
+            )
+        source = "JOB_COMPLETION_INDEX, " + ("--num-shards" if count is not None else TOTAL_ENV)
+        return _checked(_int_env(env, "JOB_COMPLETION_INDEX"), total, source)
+    if count is not None:
+        raise CorpusError("--num-shards needs --shard-index, or a scheduler's index in the environment")
+    if "SLURM_ARRAY_TASK_ID" in env or "SLURM_ARRAY_TASK_COUNT" in env:
+        task = _int_env(env, "SLURM_ARRAY_TASK_ID")
+        total = _int_env(env, "SLURM_ARRAY_TASK_COUNT")
+        first = _optional_int_env(env, "SLURM_ARRAY_TASK_MIN") or 0
+        step = _optional_int_env(env, "SLURM_ARRAY_TASK_STEP") or 1
+        if (task - first) % step:
+            raise CorpusError(f"SLURM_ARRAY_TASK_ID={task} is not on the array's grid (min {first}, step {step})")
+        return _checked((task - first) // step, total, "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT")
+    for index_name, count_name in (("RANK", "WORLD_SIZE"), ("NODE_INDEX", "NUM_NODES")):
+        if index_name in env or count_name in env:
+            return _checked(_int_env(env, index_name), _int_env(env, count_name), f"{index_name}/{count_name}")
+    return Worker(0, 1, "no index given: a single worker")
+
+
+def _int_env(env: Mapping[str, str], name: str) -> int:
+    value = _optional_int_env(env, name)
+    if value is None:
+        raise CorpusError(f"{name} is not set, but its pair is: set both, or neither")
+    return value
+
+
+def _optional_int_env(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None:
+        return None
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise CorpusError(f"{name}={value!r} is not an integer") from None
+
+
+def _checked(index: int, count: int, source: str) -> Worker:
+    if count < 1:
+        raise CorpusError(f"the number of workers must be at least 1, not {count} ({source})")
+    if not 0 <= index < count:
+        raise CorpusError(f"worker index {index} is outside [0, {count}) ({source})")
+    return Worker(index, count, source)
