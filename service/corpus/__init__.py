@@ -38,7 +38,7 @@ from .completion import (
 from .errors import BadRecord, CorpusError
 from .inputs import FORMATS, InputFile, find_inputs
 from .records import BAD_RECORD_POLICIES, Document, DocumentReader
-from .units import DEFAULT_UNIT_BYTES, WorkUnit, plan_units
+from .units import DEFAULT_UNIT_BYTES, WorkUnit, parse_size, plan_units
 from .workers import TOTAL_ENV, Worker, resolve_worker
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_UNIT_BYTES",
     "WorkUnit",
     "plan_units",
+    "parse_size",
     "TOTAL_ENV",
     "Worker",
     "resolve_worker",

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import signal
 import sys
 import textwrap
@@ -17,7 +16,7 @@ from pathlib import Path
 from types import FrameType
 
 from ..client import TokenizerServiceError
-from ..corpus import DEFAULT_UNIT_BYTES, TOTAL_ENV, CorpusError
+from ..corpus import DEFAULT_UNIT_BYTES, TOTAL_ENV, CorpusError, parse_size
 from ..wire import URL_ENV
 from .manifest import MANIFEST_NAME, OutputConflict
 from .settings import OUTPUT_FORMATS, PROGRESS_MODES, PretokenizeConfig
@@ -167,19 +166,6 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="seconds between progress log lines (default 10)",
     )
     return parser
-
-
-def parse_size(value: str) -> int:
-    """``65536``, ``64K``, ``64M``, ``1G`` (powers of 1024)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]i?[bB]?)?\s*", value)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {value!r} (e.g. 64M)")
-    number = int(match.group(1))
-    unit = (match.group(2) or "").upper()[:1]
-    size = number * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit]
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"a size must be positive, not {value!r}")
-    return size
 
 
 def config_from_args(args: argparse.Namespace) -> PretokenizeConfig:
