@@ -22,7 +22,8 @@ The pieces, in the order a job uses them::
 Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
 with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``completion``
 writes outputs atomically and keeps a ``.done`` record per unit, so a rerun skips finished units.
-``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory.
+``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory; ``flags`` defines the
+command-line flags the jobs share.
 """
 
 from .completion import (

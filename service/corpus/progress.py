@@ -27,6 +27,11 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+#: How progress is shown: ``auto`` (a bar on a terminal when tqdm is installed, log lines otherwise), ``bar``,
+#: ``log`` (a line every few seconds) or ``none``.
+PROGRESS_MODES = ("auto", "bar", "log", "none")
+
+
 class Progress:
     """Counts documents, tokens and input bytes (the units' weight) against the total of this worker.
     ``counted`` names the second count in the rates and log lines (``"tokens"``, ``"pre-tokens"``).
