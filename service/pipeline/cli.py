@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from ..client import TokenizerServiceError
-from ..corpus import TOTAL_ENV, CorpusError, flags
+from ..corpus import TOTAL_ENV, CorpusError, flags, interrupt_on_sigterm
 from ..wire import URL_ENV
 from .manifest import MANIFEST_NAME, OutputConflict
 from .settings import OUTPUT_FORMATS, PretokenizeConfig
@@ -154,12 +152,6 @@ def config_from_args(args: argparse.Namespace) -> PretokenizeConfig:
     )
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM (a pod or job being stopped): unwind like Ctrl-C, so the shard being written leaves no
-    # temporary file behind. Done shards stay done either way.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
@@ -169,7 +161,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service preto
         parser.error(str(exc))
     from .runner import describe_summary, pretokenize  # numpy and the async client: after argument checks
 
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupt_on_sigterm()  # the shard being written leaves no temporary file; done shards stay done
     try:
         summary = asyncio.run(pretokenize(config))
     except (CorpusError, OutputConflict, TokenizerServiceError, ValueError, OSError) as exc:
