@@ -8,7 +8,8 @@
 # 2. renders every overlay and every batch job (deploy/jobs/) with `kubectl kustomize`, validates them
 #    strictly with kubernetes-validate, runs yamllint, hadolint, shellcheck, checkov
 #    (deploy/checkov-skips.yaml: what is skipped and why) and tests/test_deploy_manifests.py (which also
-#    runs the pre-tokenize Job's container command against a live service);
+#    runs the pre-tokenize Job's container command against a live service, and the train Job's -- every
+#    index at once -- on a small corpus);
 # 3. starts its own dockerd, builds a Debian bookworm base image with mmdebstrap (no image registry is
 #    reachable; cached by a content key), builds the image on it with the host CA as a BuildKit secret;
 # 4. runs the image read-only, non-root, without capabilities, published on 127.0.0.1: /readyz, /encode

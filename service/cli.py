@@ -28,6 +28,11 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "pre-tokenize a corpus through the service into token shards, one worker of many (client side)",
         "pipeline",
     ),
+    "train": (
+        "service.training.cli",
+        "train a tokenizer from a corpus sharded across workers: each counts its units, worker 0 trains (server side)",
+        "server",
+    ),
 }
 
 

@@ -81,3 +81,34 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     assert all({"target", "met"} <= set(t) for t in results["targets"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_train_compare_smoke_run_writes_its_figures_and_checks_the_result(tmp_path):
+    out = tmp_path / "train_compare.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.train_compare",
+            "--smoke",
+            "--models",
+            "byte-level-bpe",
+            "--out",
+            str(out),
+            "--work-dir",
+            str(tmp_path / "work"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    figures = json.loads(out.read_text())["models"]["byte-level-bpe"]
+    assert figures["check"]["vocab_and_ids_equal"] and figures["check"]["merges_equal"]
+    assert set(figures["count"]) == {"1 worker x 1 process", "1 worker x 2 processes", "2 workers x 1 process"}
+    assert all(count["mb_per_s"] > 0 and count["peak_rss_mb"] > 0 for count in figures["count"].values())
+    assert figures["merge"]["train_seconds"] > 0 and figures["baseline"]["peak_rss_mb"] > 0
+    assert "count (best) + merge+train vs baseline" in done.stdout

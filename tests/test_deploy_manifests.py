@@ -407,7 +407,7 @@ def job_container(job: Rendered) -> dict[str, Any]:
 
 
 def test_the_pretokenize_job_is_an_indexed_job_that_knows_its_total(pretokenize_job: Rendered):
-    assert JOBS == ["pretokenize"]
+    assert JOBS == ["pretokenize", "train"]
     assert {doc["kind"] for doc in pretokenize_job.docs} == {"Job", "NetworkPolicy"}
     namespaces = {doc["metadata"].get("namespace") for doc in pretokenize_job.docs}
     assert len(namespaces) == 1 and None not in namespaces and "default" not in namespaces
@@ -459,37 +459,33 @@ def expand(value: str, env: dict[str, str]) -> str:
     return re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), value)
 
 
-@pytest.mark.timeout(300)
-def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(pretokenize_job: Rendered, tmp_path):
-    """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
-    JOB_COMPLETION_INDEX), with the volumes as local folders and the Service's URL pointing at a live
-    server: all succeed, and worker 0 writes the manifest of every document."""
-    import json
+class LocalPods:
+    """A Job's pods run here as its container would run them: its command, args and env, Kubernetes'
+    JOB_COMPLETION_INDEX, with each volume a local folder (``path`` maps a container path to it)."""
 
-    from testkit import corpora
-    from testkit.servers import ServerProcess
+    def __init__(self, job: Rendered, tmp_path: Path) -> None:
+        self.spec = job.one("Job")["spec"]
+        self.container = job_container(job)
+        self.mounts = {m["mountPath"]: tmp_path / m["name"] for m in self.container["volumeMounts"]}
+        assert self.container["command"] == ["tokenizer-service"]
 
-    spec = pretokenize_job.one("Job")["spec"]
-    container = job_container(pretokenize_job)
-    mounts = {m["mountPath"]: tmp_path / m["name"] for m in container["volumeMounts"]}
-    corpus_dir = mounts[container["args"][1]]
-    corpus_dir.mkdir(parents=True)
-    documents = sum(corpora.write_jsonl(corpus_dir / f"part-{i}.jsonl", 30_000, seed=i) for i in range(6))
-
-    def local(value: str) -> str:
-        for mount, folder in mounts.items():
+    def path(self, value: str) -> str:
+        for mount, folder in self.mounts.items():
             if value == mount or value.startswith(mount + "/"):
                 return str(folder) + value[len(mount) :]
         return value
 
-    assert container["command"] == ["tokenizer-service"]
-    with ServerProcess(log_path=tmp_path / "server.log") as server:
-        env = {e["name"]: e["value"] for e in container["env"]}
-        env["TOKENIZER_SERVICE_URL"] = server.url  # the Service, here
+    def arg_after(self, flag: str) -> Path:
+        args = self.container["args"]
+        return Path(self.path(args[args.index(flag) + 1]))
+
+    def run_every_index(self, env: dict[str, str] | None = None) -> list[str]:
+        """Start every index at once, wait for all; each must succeed and say which worker it is. Their stderr."""
+        env = {**{e["name"]: e["value"] for e in self.container["env"]}, **(env or {})}
         workers = []
-        for index in range(spec["completions"]):
+        for index in range(self.spec["completions"]):
             pod_env = {**os.environ, **env, "JOB_COMPLETION_INDEX": str(index)}
-            args = [local(expand(arg, pod_env)) for arg in container["args"]]
+            args = [self.path(expand(arg, pod_env)) for arg in self.container["args"]]
             workers.append(
                 subprocess.Popen(
                     [sys.executable, "-m", "service", *args],
@@ -500,10 +496,107 @@ def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(pret
                     text=True,
                 )
             )
-        outputs = [worker.communicate(timeout=240) for worker in workers]
-    assert [w.returncode for w in workers] == [0] * len(workers), [err[-2000:] for _, err in outputs]
-    for index, (_, err) in enumerate(outputs):
-        assert f"worker {index} of {spec['completions']} (JOB_COMPLETION_INDEX, JOB_COMPLETIONS)" in err
-    out = Path(local(container["args"][container["args"].index("--out") + 1]))
-    manifest = json.loads((out / "manifest.json").read_text())
+        errors = [worker.communicate(timeout=240)[1] for worker in workers]
+        assert [w.returncode for w in workers] == [0] * len(workers), [err[-2000:] for err in errors]
+        for index, err in enumerate(errors):
+            assert f"worker {index} of {self.spec['completions']} (JOB_COMPLETION_INDEX, JOB_COMPLETIONS)" in err
+        return errors
+
+
+@pytest.mark.timeout(300)
+def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(pretokenize_job: Rendered, tmp_path):
+    """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
+    JOB_COMPLETION_INDEX), with the volumes as local folders and the Service's URL pointing at a live
+    server: all succeed, and worker 0 writes the manifest of every document."""
+    import json
+
+    from testkit import corpora
+    from testkit.servers import ServerProcess
+
+    pods = LocalPods(pretokenize_job, tmp_path)
+    corpus_dir = Path(pods.path(pods.container["args"][1]))
+    corpus_dir.mkdir(parents=True)
+    documents = sum(corpora.write_jsonl(corpus_dir / f"part-{i}.jsonl", 30_000, seed=i) for i in range(6))
+    with ServerProcess(log_path=tmp_path / "server.log") as server:
+        pods.run_every_index({"TOKENIZER_SERVICE_URL": server.url})  # the Service, here
+    manifest = json.loads((pods.arg_after("--out") / "manifest.json").read_text())
     assert manifest["totals"]["documents"] == documents and manifest["format"] == "flat"
+
+
+# -- the train Job (deploy/jobs/train) -------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def train_job() -> Rendered:
+    if KUBECTL is None:
+        pytest.skip(needs_kubectl.kwargs["reason"])
+    return Rendered("jobs/train", render(DEPLOY / "jobs" / "train"))
+
+
+def train_args(job: Rendered) -> Any:
+    from service.training.cli import build_parser
+
+    return build_parser("train").parse_args(job_container(job)["args"][1:])
+
+
+def test_the_train_job_is_an_indexed_job_whose_workers_all_run_at_once(train_job: Rendered):
+    assert {doc["kind"] for doc in train_job.docs} == {"Job", "NetworkPolicy"}
+    namespaces = {doc["metadata"].get("namespace") for doc in train_job.docs}
+    assert len(namespaces) == 1 and None not in namespaces and "default" not in namespaces
+    spec = train_job.one("Job")["spec"]
+    container = job_container(train_job)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert spec["completionMode"] == "Indexed" and container["args"][0] == "train"
+    # worker 0 waits for every worker's counts before it trains: all must run at once
+    assert int(env["JOB_COMPLETIONS"]) == spec["completions"] == spec["parallelism"]
+    assert spec["backoffLimitPerIndex"] >= 1 and spec["maxFailedIndexes"] == 0
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    [usage] = [r for r in spec["podFailurePolicy"]["rules"] if r["action"] == "FailIndex"]
+    assert usage["onExitCodes"] == {"containerName": container["name"], "operator": "In", "values": [2]}
+    args = train_args(train_job)
+    assert args.phase == "all" and args.shard_index is None and args.num_shards is None  # from the environment
+    assert args.progress == "log"  # a pod's log is no terminal
+
+
+def test_the_train_job_runs_locked_down_on_a_shared_volume_and_talks_to_nobody(train_job: Rendered):
+    pod = train_job.one("Job")["spec"]["template"]["spec"]
+    container = job_container(train_job)
+    security = container["securityContext"]
+    assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] == APP_UID
+    assert security["readOnlyRootFilesystem"] and not security["allowPrivilegeEscalation"]
+    assert security["capabilities"]["drop"] == ["ALL"] and pod["automountServiceAccountToken"] is False
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    args = train_args(train_job)
+    [corpus] = args.inputs
+    assert mounts[corpus]["readOnly"] and volumes[mounts[corpus]["name"]]["persistentVolumeClaim"]["readOnly"]
+    [shared] = [path for path, m in mounts.items() if not m.get("readOnly") and path != "/tmp"]
+    assert str(args.out).startswith(shared + "/") and str(args.counts).startswith(shared + "/")
+    assert "persistentVolumeClaim" in volumes[mounts[shared]["name"]]
+    assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]["name"]]
+    # every counting process (one per CPU of the limit) may hold --count-memory: the limit must cover them
+    cpus = int(container["resources"]["limits"]["cpu"])
+    assert memory_bytes(container["resources"]["limits"]["memory"]) >= cpus * args.count_memory + 2**30
+    policy = train_job.one("NetworkPolicy")
+    labels = train_job.one("Job")["spec"]["template"]["metadata"]["labels"]
+    assert matches(policy["spec"]["podSelector"]["matchLabels"], labels)
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert not policy["spec"].get("ingress") and not policy["spec"].get("egress")
+
+
+@pytest.mark.timeout(300)
+def test_the_train_jobs_container_command_trains_one_tokenizer_from_every_index(train_job: Rendered, tmp_path):
+    """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
+    JOB_COMPLETION_INDEX), all at once, with the volumes as local folders: all succeed, and worker 0 writes a
+    tokenizer trained on every document."""
+    import json
+
+    from testkit import corpora
+
+    pods = LocalPods(train_job, tmp_path)
+    corpus_dir = Path(pods.path(pods.container["args"][1]))
+    corpus_dir.mkdir(parents=True)
+    documents = sum(corpora.write_jsonl(corpus_dir / f"part-{i}.jsonl", 12_000, seed=i) for i in range(6))
+    pods.run_every_index()
+    out = pods.arg_after("--out")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["counts"]["documents"] == documents and manifest["counts"]["units"] == 6
+    assert (out / "tokenizer.json").exists() and (out / "tokenizer_config.json").exists()

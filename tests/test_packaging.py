@@ -42,6 +42,23 @@ def test_client_only_install_encodes_and_pulls_in_nothing_heavy(tmp_path, server
         [str(venv / "bin" / "tokenizer-service"), "serve"], capture_output=True, text=True, timeout=60
     )
     assert serve.returncode == 2 and "tokenizer-service[server]" in serve.stderr
+    train = subprocess.run(  # training runs the tokenizers trainers: server side too
+        [
+            str(venv / "bin" / "tokenizer-service"),
+            "train",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "t"),
+            "--model",
+            "bpe",
+            "--vocab-size",
+            "100",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert train.returncode == 2 and "tokenizer-service[server]" in train.stderr
 
     # Pre-tokenization is client side: the flat format runs on this install; Parquet names its extra.
     corpus = tmp_path / "corpus.jsonl"

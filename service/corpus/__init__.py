@@ -22,6 +22,8 @@ The pieces, in the order a job uses them::
 Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
 with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``completion``
 writes outputs atomically and keeps a ``.done`` record per unit, so a rerun skips finished units.
+``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory; ``flags`` defines the
+command-line flags the jobs share.
 """
 
 from .completion import (
@@ -29,6 +31,7 @@ from .completion import (
     atomic_file,
     atomic_write_bytes,
     done_path,
+    interrupt_on_sigterm,
     read_done,
     remove_partial,
     wait_for_done,
@@ -37,7 +40,7 @@ from .completion import (
 from .errors import BadRecord, CorpusError
 from .inputs import FORMATS, InputFile, find_inputs
 from .records import BAD_RECORD_POLICIES, Document, DocumentReader
-from .units import DEFAULT_UNIT_BYTES, WorkUnit, plan_units
+from .units import DEFAULT_UNIT_BYTES, WorkUnit, parse_size, plan_units
 from .workers import TOTAL_ENV, Worker, resolve_worker
 
 __all__ = [
@@ -49,6 +52,7 @@ __all__ = [
     "DEFAULT_UNIT_BYTES",
     "WorkUnit",
     "plan_units",
+    "parse_size",
     "TOTAL_ENV",
     "Worker",
     "resolve_worker",
@@ -59,6 +63,7 @@ __all__ = [
     "atomic_file",
     "atomic_write_bytes",
     "done_path",
+    "interrupt_on_sigterm",
     "read_done",
     "write_done",
     "remove_partial",

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 DONE_SUFFIX = ".done"
@@ -47,6 +49,16 @@ def atomic_file(path: Path) -> Iterator[IO[bytes]]:
         stream.close()
         partial.unlink(missing_ok=True)
         raise
+
+
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM (a pod or a job being stopped) unwind like Ctrl-C, so that the output being written
+    leaves no temporary file behind (:func:`atomic_file` removes it on the way out). Done units stay done."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

@@ -13,7 +13,9 @@ worker computes the same plan on its own.
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,3 +100,16 @@ def parquet_file(path: str) -> Any:
         return pq.ParquetFile(path)
     except Exception as exc:
         raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from exc
+
+
+def parse_size(value: str) -> int:
+    """A size flag (``--unit-bytes``...): ``65536``, ``64K``, ``64M``, ``1G`` (powers of 1024)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]i?[bB]?)?\s*", value)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {value!r} (e.g. 64M)")
+    number = int(match.group(1))
+    unit = (match.group(2) or "").upper()[:1]
+    size = number * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit]
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"a size must be positive, not {value!r}")
+    return size

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
-import signal
 import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
 
 from ..client import TokenizerServiceError
-from ..corpus import DEFAULT_UNIT_BYTES, TOTAL_ENV, CorpusError
+from ..corpus import TOTAL_ENV, CorpusError, flags, interrupt_on_sigterm
 from ..wire import URL_ENV
 from .manifest import MANIFEST_NAME, OutputConflict
-from .settings import OUTPUT_FORMATS, PROGRESS_MODES, PretokenizeConfig
+from .settings import OUTPUT_FORMATS, PretokenizeConfig
 
 #: Worker 0 did its units but other shards are not done: no manifest yet.
 EXIT_INCOMPLETE = 3
@@ -48,12 +45,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
             2 wrong arguments; {EXIT_INCOMPLETE} worker 0 finished but other shards are missing (no manifest yet).
             example: {prog} 'data/*.jsonl.gz' --out tokens/ --url http://tok:8000 --format flat --append-eos"""),
     )
-    parser.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="files, directories or globs: .jsonl, .jsonl.gz, .txt, .txt.gz, .parquet",
-    )
+    flags.add_inputs(parser)
     parser.add_argument(
         "--out", required=True, type=Path, metavar="DIR", help="output directory (shared by all workers)"
     )
@@ -72,9 +64,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         "flat: one uint16/uint32 token array + uint64 document ends per shard (default: parquet)",
     )
     content = parser.add_argument_group("what each document becomes")
-    content.add_argument(
-        "--text-field", default="text", metavar="FIELD", help="JSON field or Parquet column of the text (default: text)"
-    )
+    flags.add_text_field(content)
     content.add_argument(
         "--keep-field",
         dest="keep_fields",
@@ -99,35 +89,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="ID",
         help="the id --append-eos appends (default: eos_token's)",
     )
-    content.add_argument(
-        "--on-bad-record",
-        choices=("error", "skip"),
-        default="error",
-        help="error (default): stop at the first bad record, naming file and line; skip: count it",
-    )
-    work = parser.add_argument_group("how the work is spread")
-    work.add_argument("--shard-index", type=int, metavar="I", help="this worker's index (with --num-shards)")
-    work.add_argument(
-        "--num-shards",
-        type=int,
-        metavar="N",
-        help=f"number of workers (also the total for JOB_COMPLETION_INDEX, else ${TOTAL_ENV})",
-    )
-    work.add_argument(
-        "--unit-bytes",
-        metavar="SIZE",
-        type=parse_size,
-        default=DEFAULT_UNIT_BYTES,
-        help="size of a work unit, e.g. 64M (default); the same for every worker and every rerun",
-    )
-    work.add_argument(
-        "--wait",
-        metavar="SECONDS",
-        dest="wait_seconds",
-        type=float,
-        default=600.0,
-        help="worker 0: stop waiting for the others after this many seconds without a shard "
-        "finishing (default 600; 0: do not wait)",
+    flags.add_bad_records(content)
+    flags.add_workers(
+        parser.add_argument_group("how the work is spread"),
+        wait_help="worker 0: stop waiting for the others after this many seconds without a shard finishing "
+        "(default 600; 0: do not wait)",
     )
     service = parser.add_argument_group("how the service is driven")
     service.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)")
@@ -152,34 +118,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=300.0,
         help="seconds a request keeps retrying an unreachable or busy service before the worker fails (default 300)",
     )
-    output = parser.add_argument_group("progress")
-    output.add_argument(
-        "--progress",
-        choices=PROGRESS_MODES,
-        default="auto",
-        help="auto (default): a bar on a terminal, log lines otherwise",
-    )
-    output.add_argument(
-        "--log-every",
-        type=float,
-        default=10.0,
-        metavar="SECONDS",
-        help="seconds between progress log lines (default 10)",
-    )
+    flags.add_progress(parser.add_argument_group("progress"))
     return parser
-
-
-def parse_size(value: str) -> int:
-    """``65536``, ``64K``, ``64M``, ``1G`` (powers of 1024)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]i?[bB]?)?\s*", value)
-    if not match:
-        raise argparse.ArgumentTypeError(f"not a size: {value!r} (e.g. 64M)")
-    number = int(match.group(1))
-    unit = (match.group(2) or "").upper()[:1]
-    size = number * {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[unit]
-    if size < 1:
-        raise argparse.ArgumentTypeError(f"a size must be positive, not {value!r}")
-    return size
 
 
 def config_from_args(args: argparse.Namespace) -> PretokenizeConfig:
@@ -212,12 +152,6 @@ def config_from_args(args: argparse.Namespace) -> PretokenizeConfig:
     )
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM (a pod or job being stopped): unwind like Ctrl-C, so the shard being written leaves no
-    # temporary file behind. Done shards stay done either way.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
@@ -227,7 +161,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service preto
         parser.error(str(exc))
     from .runner import describe_summary, pretokenize  # numpy and the async client: after argument checks
 
-    signal.signal(signal.SIGTERM, _terminate)
+    interrupt_on_sigterm()  # the shard being written leaves no temporary file; done shards stay done
     try:
         summary = asyncio.run(pretokenize(config))
     except (CorpusError, OutputConflict, TokenizerServiceError, ValueError, OSError) as exc:

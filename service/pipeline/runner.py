@@ -14,7 +14,6 @@ Worker 0 then waits for the other workers' shards and writes the manifest.
 from __future__ import annotations
 
 import asyncio
-import resource
 import sys
 import time
 from collections import deque
@@ -40,6 +39,7 @@ from ..corpus import (
     wait_for_done,
     write_done,
 )
+from ..corpus.progress import peak_rss_bytes
 from .encoders import Encoder, ServiceEncoder, TextsRefused, TokenizerFacts
 from .manifest import OutputConflict, build_manifest, check_record, shard_record, write_manifest
 from .progress import Progress, duration, human
@@ -117,20 +117,6 @@ async def pretokenize(
     summary.seconds = time.monotonic() - started
     summary.peak_rss_bytes = peak_rss_bytes()
     return summary
-
-
-def peak_rss_bytes() -> int:
-    """This process's peak resident set: ``VmHWM`` of /proc/self/status (Linux), else ``ru_maxrss``. Not
-    ru_maxrss first: Linux carries it across exec, so a worker started by a big process would report the
-    parent's size."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 @dataclass

@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from ..corpus import BAD_RECORD_POLICIES, DEFAULT_UNIT_BYTES
+from ..corpus.progress import PROGRESS_MODES
 
 #: Output formats: Parquet (a list column of ids per document, the document's position, kept fields) or
 #: flat (one memory-mappable token array plus document ends per shard: datatrove's ``.ds`` layout).
 OUTPUT_FORMATS = ("parquet", "flat")
-PROGRESS_MODES = ("auto", "bar", "log", "none")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,144 @@
+"""Progress of a worker over its units: a bar on a terminal (tqdm, when installed), a log line every few
+seconds otherwise (a batch job's log), with documents/s, tokens/s (or whatever the job counts) and the ETA;
+and the peak memory a job reports at its end.
+
+Shared by the offline jobs that walk a corpus (``pretokenize``, ``train``)."""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from typing import Any, TextIO
+
+
+def human(value: float, unit: str = "") -> str:
+    """``1234567`` -> ``1.23M``."""
+    for threshold, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= threshold:
+            return f"{value / threshold:.2f}{suffix}{unit}"
+    return f"{value:.0f}{unit}"
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+#: How progress is shown: ``auto`` (a bar on a terminal when tqdm is installed, log lines otherwise), ``bar``,
+#: ``log`` (a line every few seconds) or ``none``.
+PROGRESS_MODES = ("auto", "bar", "log", "none")
+
+
+class Progress:
+    """Counts documents, tokens and input bytes (the units' weight) against the total of this worker.
+    ``counted`` names the second count in the rates and log lines (``"tokens"``, ``"pre-tokens"``).
+
+    ``mode``: ``"bar"`` (tqdm), ``"log"`` (a line every ``interval`` seconds), ``"none"``, or ``"auto"``
+    (a bar when ``stream`` is a terminal and tqdm is installed, else log lines).
+    """
+
+    def __init__(
+        self,
+        total_weight: int,
+        *,
+        mode: str = "auto",
+        interval: float = 10.0,
+        stream: TextIO | None = None,
+        prefix: str = "pretokenize",
+        counted: str = "tokens",
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = max(total_weight, 1)
+        self.interval = interval
+        self.prefix = prefix
+        self.counted = counted
+        self.clock = clock
+        self.started = clock()
+        self.documents = 0
+        self.tokens = 0
+        self.weight = 0
+        self._last_log = self.started
+        self._last_bar = self.started
+        self._bar: Any = None
+        if mode == "auto":
+            mode = "bar" if _isatty(self.stream) and _has_tqdm() else "log"
+        if mode == "bar":
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=self.total, unit="B", unit_scale=True, unit_divisor=1024, file=self.stream, desc=prefix
+            )
+        self.mode = mode
+
+    def advance(self, documents: int, tokens: int, weight: int) -> None:
+        """Add what was just written; ``weight`` is the input consumed so far by the current unit's reader
+        plus the units before, i.e. an absolute position."""
+        self.documents += documents
+        self.tokens += tokens
+        step = max(0, min(weight, self.total) - self.weight)
+        self.weight += step
+        now = self.clock()
+        if self._bar is not None:
+            self._bar.update(step)
+            if now - self._last_bar >= 0.5:
+                self._last_bar = now
+                self._bar.set_postfix_str(self._rates(now), refresh=False)
+        elif self.mode == "log" and now - self._last_log >= self.interval:
+            self._last_log = now
+            self.log_line(now)
+
+    def _rates(self, now: float) -> str:
+        elapsed = max(now - self.started, 1e-9)
+        return f"{human(self.documents / elapsed)} docs/s, {human(self.tokens / elapsed)} {self.counted}/s"
+
+    def log_line(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        elapsed = max(now - self.started, 1e-9)
+        fraction = self.weight / self.total
+        eta = elapsed / fraction - elapsed if fraction > 0 else float("nan")
+        eta_text = duration(eta) if fraction > 0 else "?"
+        print(
+            f"{self.prefix}: {fraction:6.1%} of {human(self.total, 'B')}, {self.documents:,} documents, "
+            f"{human(self.tokens)} {self.counted}; {self._rates(now)}; elapsed {duration(elapsed)}, ETA {eta_text}",
+            file=self.stream,
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.set_postfix_str(self._rates(self.clock()), refresh=False)
+            self._bar.close()
+            self._bar = None
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident set: ``VmHWM`` of /proc/self/status (Linux), else ``ru_maxrss``. Not
+    ru_maxrss first: Linux carries it across exec, so a worker started by a big process would report the
+    parent's size."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _has_tqdm() -> bool:
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return False
+    return True

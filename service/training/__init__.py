@@ -1,0 +1,40 @@
+"""Training a tokenizer from a corpus sharded across workers, exactly as one process would on the whole corpus.
+
+Server side: it runs the tokenizers trainers (and loads ``--like`` tokenizers as the server does); it never
+imports the web layer or the client. It reads the corpus with :mod:`service.corpus`, exactly as
+``tokenizer-service pretokenize`` does (same formats, same units, same worker index resolution).
+
+- :mod:`.recipes`: what the tokenizer is besides its vocabulary (presets, or ``--like`` an existing one).
+- :mod:`.counting`: phase 1, every worker counts the pre-tokens of its units (processes, spills, exact).
+- :mod:`.countfiles`: sorted count files and their exact streaming merge.
+- :mod:`.vocabulary`: alphabet, fixed ids, the smallest vocabulary, checked before training.
+- :mod:`.learning`: phase 2, wait for every unit, replay the summed counts into the trainer, train once.
+- :mod:`.assembly`: the whole tokenizer, written atomically with its manifest.
+- :mod:`.runner` / :mod:`.cli`: ``tokenizer-service train`` (:func:`train` with a :class:`TrainConfig`).
+"""
+
+from .assembly import MANIFEST_NAME, read_manifest
+from .counting import CountConflict
+from .learning import CountsMissing
+from .options import MODELS, PHASES, TrainConfig
+from .recipes import Recipe, RecipeError, build_recipe, preset
+from .runner import Summary, describe_summary, train
+from .vocabulary import VocabularyTooSmall
+
+__all__ = [
+    "TrainConfig",
+    "MODELS",
+    "PHASES",
+    "train",
+    "Summary",
+    "describe_summary",
+    "Recipe",
+    "RecipeError",
+    "build_recipe",
+    "preset",
+    "MANIFEST_NAME",
+    "read_manifest",
+    "CountConflict",
+    "CountsMissing",
+    "VocabularyTooSmall",
+]

@@ -1,0 +1,104 @@
+"""The trained model made into a whole tokenizer, saved where ``AutoTokenizer`` and the server load it.
+
+The trained model gets the recipe's normalizer, pre-tokenizer, decoder and post-processor (its special
+tokens' ids looked up in the new vocabulary), the recipe's added tokens, and the call config in
+``tokenizer_config.json``. The files are written under temporary names, loaded back exactly as the server
+loads a directory (:func:`service.engine.loading.load_tokenizer`) to check them and to compute the
+fingerprint the service will report, then moved into place one by one; ``manifest.json`` is written last
+and names every file with its SHA-256, so a directory with a manifest is whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..corpus import atomic_write_bytes
+from .recipes import Recipe, with_ids
+from .vocabulary import VocabularyPlan
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+def assemble(trained: Any, recipe: Recipe, plan: VocabularyPlan) -> Any:
+    """A tokenizers ``Tokenizer``: the trained model inside the recipe's pipeline; seeded pieces stay in the
+    vocabulary but are not added tokens."""
+    from tokenizers import AddedToken, Tokenizer
+
+    document = json.loads(trained.to_str())
+    seeds = set(plan.seeds) - set(recipe.special_contents)
+    document["added_tokens"] = [token for token in document["added_tokens"] if token["content"] not in seeds]
+    vocab = trained.get_vocab(with_added_tokens=True)
+    document["normalizer"] = recipe.normalizer
+    document["pre_tokenizer"] = recipe.pre_tokenizer
+    document["post_processor"] = with_ids(recipe.post_processor, vocab)
+    document["decoder"] = recipe.decoder
+    if recipe.family == "unigram":
+        document["model"]["byte_fallback"] = recipe.byte_fallback
+    tokenizer = Tokenizer.from_str(json.dumps(document, ensure_ascii=False))
+    if recipe.added_tokens:
+        tokenizer.add_tokens([AddedToken(**token) for token in recipe.added_tokens])
+    return tokenizer
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return "sha256:" + digest.hexdigest()
+
+
+def save(tokenizer: Any, recipe: Recipe, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Save ``tokenizer`` with the recipe's config into ``out`` (see the module docstring); returns the
+    manifest written, completed with the files, the vocabulary size and the fingerprint."""
+    from transformers import PreTrainedTokenizerFast
+
+    from ..engine.loading import load_tokenizer
+
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / f".tokenizer.partial-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, **recipe.config)
+        written = [Path(name) for name in wrapped.save_pretrained(str(staging))]
+        loaded = load_tokenizer(str(staging))  # as `serve --model DIR` will load it
+        if loaded.tokenizer.backend_tokenizer.get_vocab_size() != tokenizer.get_vocab_size():
+            raise RuntimeError("the saved tokenizer does not load back with the trained vocabulary")
+        files = {path.name: {"bytes": path.stat().st_size, "sha256": _sha256(path)} for path in sorted(written)}
+        manifest = {
+            "format_version": MANIFEST_VERSION,
+            **manifest,
+            "tokenizer": {
+                "fingerprint": loaded.fingerprint,
+                "vocab_size": tokenizer.get_vocab_size(),
+                "files": files,
+            },
+        }
+        (out / MANIFEST_NAME).unlink(missing_ok=True)  # from here on, no manifest until every file is in place
+        for path in written:
+            os.replace(path, out / path.name)
+        atomic_write_bytes(out / MANIFEST_NAME, (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode())
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return manifest
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    """The manifest of a finished training in ``out``, or None (none, or a file it names is not whole)."""
+    try:
+        manifest = json.loads((out / MANIFEST_NAME).read_bytes())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_VERSION:
+        return None
+    for name, entry in manifest.get("tokenizer", {}).get("files", {}).items():
+        path = out / name
+        if not path.exists() or path.stat().st_size != entry["bytes"]:
+            return None
+    return manifest

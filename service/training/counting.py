@@ -1,0 +1,444 @@
+"""Phase 1, on every worker: count the pre-tokens of each of its units, exactly, in bounded memory.
+
+A unit's documents are fed, a batch at a time, to a WordLevel trainer behind a tokenizer that holds the
+recipe's normalizer and pre-tokenizer: the trainers' own Rust word count, the very one ``train_from_iterator``
+runs on raw text, after which the trainer's state holds each pre-token's count (:class:`PreTokenCounter`;
+``normalize_str`` + ``pre_tokenize_str`` give the same counts, and are the fallback). When a process holds
+``max_words`` distinct pre-tokens it writes them, sorted, to a spill file and starts afresh; at the end of
+the unit the spills and what is left are merged (:mod:`.countfiles`), adding equal pre-tokens, into the
+unit's count file. Nothing is pruned, so the counts are exact whatever the memory budget. Beside it,
+``.chars.json`` holds each character's total count and the positions it takes in pre-tokens (what the
+trainer's alphabet and affixed pieces need), and the ``.done`` record is written last.
+
+The units of a worker are counted by ``processes`` processes of a ``spawn`` pool (the offline job may
+use processes; a forked child would inherit a Rust pool that was already used, so it is never forked).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from ..corpus import (
+    DocumentReader,
+    WorkUnit,
+    atomic_file,
+    atomic_write_bytes,
+    done_path,
+    interrupt_on_sigterm,
+    read_done,
+    remove_partial,
+    write_done,
+)
+from ..corpus.progress import Progress, peak_rss_bytes
+from .countfiles import CountWriter, merge_files, write_counts
+
+COUNTS_SUFFIX = ".counts"
+CHARS_SUFFIX = ".chars.json"
+SPILL_MARK = ".spill-"
+#: Bump when what a count file means changes: older counts are then refused, not mixed.
+COUNTING_VERSION = 1
+
+#: Where a character stands in a pre-token (bits of a mask): the trainers build different pieces for a
+#: character that starts a word, continues it, ends it, or is the whole word.
+FIRST, MIDDLE, LAST, ALONE = 1, 2, 4, 8
+
+Report = Callable[[int, int, int], None]  # (documents, pre-tokens) since the last call, input consumed
+
+
+class CountConflict(Exception):
+    """Counts in the directory were made differently (another normalizer or pre-tokenizer, another input)
+    and must not be mixed with this run's; the message names one and says what to do."""
+
+
+@dataclass(frozen=True)
+class CountingSpec:
+    """What decides a unit's counts, and how much a counting process may hold. Sent to the worker
+    processes, so it holds plain data only."""
+
+    normalizer: dict[str, Any] | None
+    pre_tokenizer: dict[str, Any] | None
+    text_field: str
+    on_bad_record: str
+    max_words: int
+
+    def settings(self) -> dict[str, Any]:
+        """Everything that changes the counts of a unit, as every record stores it."""
+        import tokenizers
+
+        return {
+            "version": COUNTING_VERSION,
+            "tokenizers": tokenizers.__version__,
+            "normalizer": self.normalizer,
+            "pre_tokenizer": self.pre_tokenizer,
+            "text_field": self.text_field,
+            "on_bad_record": self.on_bad_record,
+        }
+
+    def key(self) -> str:
+        canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+    def describe(self) -> dict[str, Any]:
+        """The settings and their key, as records store them."""
+        return {"key": self.key(), **self.settings()}
+
+
+def unit_base(counts_dir: Path, unit: WorkUnit) -> Path:
+    """The path, without suffix, of a unit's outputs."""
+    return counts_dir / unit.name
+
+
+def unit_files(base: Path) -> list[Path]:
+    return [base.with_name(base.name + COUNTS_SUFFIX), base.with_name(base.name + CHARS_SUFFIX)]
+
+
+class PreTokenCounter:
+    """Counts the pre-tokens of texts exactly as a tokenizers trainer counts the texts it is fed -- by feeding
+    them to a trainer: a tokenizer with the recipe's normalizer and pre-tokenizer trains a WordLevel trainer
+    (its own Rust word-count path, the very one ``train_from_iterator`` runs), whose state then holds the
+    counts. Where a tokenizers release would not expose them, the same counts come from ``normalize_str``
+    and ``pre_tokenize_str`` in Python (about half as fast)."""
+
+    def __init__(self, normalizer: dict[str, Any] | None, pre_tokenizer: dict[str, Any] | None) -> None:
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_str(
+            json.dumps(
+                {
+                    "version": "1.0",
+                    "normalizer": normalizer,
+                    "pre_tokenizer": pre_tokenizer,
+                    "model": {"type": "WordLevel", "vocab": {}, "unk_token": "<unk>"},
+                }
+            )
+        )
+        holder = self._tokenizer
+        self._normalize = holder.normalizer.normalize_str if holder.normalizer is not None else None
+        self._pre_tokenize = holder.pre_tokenizer.pre_tokenize_str if holder.pre_tokenizer is not None else None
+        self.by_trainer = self._trainer_words(["a b a"]) is not None
+
+    def _trainer_words(self, texts: Sequence[str]) -> dict[str, int] | None:
+        from tokenizers import trainers
+
+        trainer = trainers.WordLevelTrainer(vocab_size=0, show_progress=False)
+        self._tokenizer.train_from_iterator(texts, trainer=trainer, length=len(texts))
+        state = json.loads(trainer.__getstate__())
+        words = state.get("WordLevelTrainer", {}).get("words") if isinstance(state, dict) else None
+        return words if isinstance(words, dict) else None
+
+    def count(self, texts: Sequence[str]) -> dict[str, int]:
+        """Each distinct pre-token of ``texts`` and its count (never an empty pre-token)."""
+        if self.by_trainer:
+            words = self._trainer_words(texts)
+            if words is None:  # pragma: no cover -- checked at start
+                raise RuntimeError("the tokenizers trainer stopped exposing its word counts")
+            words.pop("", None)
+            return words
+        counts: Counter[str] = Counter()
+        for text in texts:
+            if self._normalize is not None:
+                text = self._normalize(text)
+            if self._pre_tokenize is None:
+                counts.update((text,) if text else ())
+            else:
+                counts.update(filter(None, map(itemgetter(0), self._pre_tokenize(text))))
+        return counts
+
+
+class CharStats:
+    """Each character's total count over a set of counted pre-tokens, and the positions it takes."""
+
+    def __init__(self, counts: dict[str, int] | None = None, masks: dict[str, int] | None = None) -> None:
+        self.counts: dict[str, int] = counts if counts is not None else {}
+        self.masks: dict[str, int] = masks if masks is not None else {}
+
+    def add_words(self, counts: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int]]:
+        """Pass ``counts`` through, adding each pre-token's characters on the way."""
+        chars, masks = self.counts, self.masks
+        for word, count in counts:
+            for char in word:
+                chars[char] = chars.get(char, 0) + count
+            if len(word) == 1:
+                masks[word] = masks.get(word, 0) | ALONE
+            else:
+                masks[word[0]] = masks.get(word[0], 0) | FIRST
+                masks[word[-1]] = masks.get(word[-1], 0) | LAST
+                for char in word[1:-1]:
+                    masks[char] = masks.get(char, 0) | MIDDLE
+            yield word, count
+
+    def update(self, other: CharStats) -> None:
+        for char, count in other.counts.items():
+            self.counts[char] = self.counts.get(char, 0) + count
+        for char, mask in other.masks.items():
+            self.masks[char] = self.masks.get(char, 0) | mask
+
+    def to_json(self) -> bytes:
+        table = {char: [self.counts[char], self.masks.get(char, 0)] for char in sorted(self.counts)}
+        return (json.dumps({"chars": table}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
+
+    @classmethod
+    def read(cls, path: Path) -> CharStats:
+        table = json.loads(path.read_bytes())["chars"]
+        return cls({c: int(v[0]) for c, v in table.items()}, {c: int(v[1]) for c, v in table.items()})
+
+
+# -- one unit ---------------------------------------------------------------------------------------------
+#: Text handed to the trainer at once: big enough that a call's overhead vanishes, small enough that its
+#: word map (the batch's distinct pre-tokens, beside the process's own counts) stays small. Never more
+#: characters than the process may hold distinct pre-tokens, so a batch's map is at most half the budget.
+BATCH_CHARS = 1 << 20
+_COUNTERS: dict[str, PreTokenCounter] = {}
+
+
+def _counter(spec: CountingSpec) -> PreTokenCounter:
+    key = spec.key()
+    if key not in _COUNTERS:
+        _COUNTERS[key] = PreTokenCounter(spec.normalizer, spec.pre_tokenizer)
+    return _COUNTERS[key]
+
+
+def count_unit(unit: WorkUnit, base: Path, spec: CountingSpec, report: Report | None = None) -> dict[str, Any]:
+    """Count one unit into ``base.counts`` + ``base.chars.json`` and mark it done; returns its record.
+    Whatever an earlier attempt left of the unit is removed first."""
+    started = time.monotonic()
+    remove_partial([done_path(base), *unit_files(base)])
+    for leftover in base.parent.glob(f"{_glob_escape(base.name)}{SPILL_MARK}*") if base.parent.is_dir() else []:
+        shutil.rmtree(leftover, ignore_errors=True)
+    base.parent.mkdir(parents=True, exist_ok=True)
+    counter = _counter(spec)
+    reader = DocumentReader(unit, text_field=spec.text_field, on_bad_record=spec.on_bad_record)
+    spill_dir = base.with_name(f"{base.name}{SPILL_MARK}{os.getpid()}")
+    spills: list[Path] = []
+    counts: Counter[str] = Counter()
+    documents = pretokens = reported_documents = reported_pretokens = 0
+    last_report = time.monotonic()
+    try:
+        for batch in _batches(reader, min(BATCH_CHARS, max(1024, spec.max_words))):
+            words = counter.count(batch)
+            counts.update(words)
+            documents += len(batch)
+            pretokens += sum(words.values())
+            if len(counts) >= spec.max_words:
+                spills.append(_spill(counts, spill_dir, len(spills)))
+                counts = Counter()
+            if report is not None and time.monotonic() - last_report >= 0.2:
+                report(documents - reported_documents, pretokens - reported_pretokens, reader.consumed)
+                reported_documents, reported_pretokens, last_report = documents, pretokens, time.monotonic()
+        stats = CharStats()
+        counts_path, chars_path = unit_files(base)
+        with atomic_file(counts_path) as stream:
+            if spills:
+                spills.append(_spill(counts, spill_dir, len(spills)))
+                counts = Counter()
+                merged = merge_files(spills, spill_dir)
+            else:
+                merged = ((word, counts[word]) for word in sorted(counts))
+            writer = CountWriter(stream, str(counts_path))
+            writer.write_all(stats.add_words(merged))
+            writer.close()
+        del counts
+        atomic_write_bytes(chars_path, stats.to_json())
+    finally:
+        shutil.rmtree(spill_dir, ignore_errors=True)
+    if report is not None:
+        report(documents - reported_documents, pretokens - reported_pretokens, unit.weight)
+    record = {
+        "unit": unit.describe(),
+        "name": unit.name,
+        "counting": spec.describe(),
+        "files": [{"name": path.name, "bytes": path.stat().st_size} for path in unit_files(base)],
+        "documents": documents,
+        "pretokens": pretokens,
+        "distinct": writer.distinct,
+        "alphabet": len(stats.counts),
+        "skipped": reader.skipped,
+        "skipped_examples": reader.skipped_examples,
+        "spills": max(0, len(spills) - 1),
+        "seconds": round(time.monotonic() - started, 3),
+        "peak_rss_bytes": peak_rss_bytes(),
+        "pid": os.getpid(),
+    }
+    write_done(base, record)
+    return record
+
+
+def _batches(reader: DocumentReader, chars: int) -> Iterator[list[str]]:
+    batch: list[str] = []
+    size = 0
+    for document in reader:
+        batch.append(document.text)
+        size += len(document.text)
+        if size >= chars:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _spill(counts: Counter[str], spill_dir: Path, number: int) -> Path:
+    spill_dir.mkdir(parents=True, exist_ok=True)
+    path = spill_dir / f"{number:06d}{COUNTS_SUFFIX}"
+    with open(path, "wb") as stream:
+        write_counts(stream, ((word, counts[word]) for word in sorted(counts)), str(path))
+    return path
+
+
+def _glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def check_record(record: dict[str, Any], unit: WorkUnit, base: Path, counting: dict[str, Any]) -> bool:
+    """Whether a done unit can be used: True when its files are whole, False when it must be counted again.
+    Raises :class:`CountConflict` when it was counted from another input or with another recipe
+    (``counting``: this run's :meth:`CountingSpec.settings` and key)."""
+    theirs = record.get("counting", {})
+    if theirs.get("key") != counting["key"]:
+        changed = [name for name in counting if name != "key" and theirs.get(name) != counting[name]]
+        raise CountConflict(
+            f"{base.parent}: unit {unit.name} was counted differently ({', '.join(changed) or 'another recipe'} "
+            "changed); counts made differently are never mixed: use another --counts directory, or delete the "
+            "old counts"
+        )
+    if record.get("unit") != unit.describe():
+        raise CountConflict(
+            f"{base.parent}: unit {unit.name} was counted from {record.get('unit')}, but the input is now "
+            f"{unit.describe()}: the input changed; use another --counts directory, or delete the old counts"
+        )
+    expected = {entry["name"]: entry["bytes"] for entry in record.get("files", [])}
+    for path in unit_files(base):
+        if path.name not in expected or not path.exists() or path.stat().st_size != expected[path.name]:
+            return False
+    return True
+
+
+def done_record(unit: WorkUnit, counts_dir: Path, counting: dict[str, Any]) -> dict[str, Any] | None:
+    """The record of a unit that is done and usable, or None when it must be counted (again)."""
+    base = unit_base(counts_dir, unit)
+    record = read_done(base)
+    return record if record is not None and check_record(record, unit, base, counting) else None
+
+
+# -- a worker's units, on its processes -------------------------------------------------------------------
+_progress_queue: Any = None
+
+
+def _init_process(progress_queue: Any) -> None:
+    global _progress_queue
+    _progress_queue = progress_queue
+    # One counting process per CPU: each counts on its own thread, not on a Rust pool of its own.
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    interrupt_on_sigterm()  # pool.terminate(): the unit being counted leaves no temporary file
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the pool
+
+
+def _count_in_process(task: tuple[WorkUnit, Path, CountingSpec]) -> dict[str, Any]:
+    unit, base, spec = task
+
+    def report(documents: int, pretokens: int, consumed: int) -> None:
+        _progress_queue.put((unit.name, documents, pretokens, consumed))
+
+    return count_unit(unit, base, spec, report)
+
+
+def count_units(
+    units: Sequence[WorkUnit],
+    counts_dir: Path,
+    spec: CountingSpec,
+    *,
+    processes: int,
+    progress: Progress,
+) -> list[dict[str, Any]]:
+    """Count ``units`` on ``processes`` processes (in this one when 1); their records, in unit order. The
+    first failure stops the others (their unfinished units stay not done) and is raised."""
+    if processes <= 1 or len(units) <= 1:
+        return [
+            _count_here(unit, counts_dir, spec, progress, sum(u.weight for u in units[:i]))
+            for i, unit in enumerate(units)
+        ]
+    context = multiprocessing.get_context("spawn")
+    messages: Any = context.Queue()  # progress, from the counting processes
+    outcomes: queue.Queue[tuple[str, Any]] = queue.Queue()  # records or the first error, from the pool
+    records: dict[str, dict[str, Any]] = {}
+    consumed: dict[str, int] = {}
+    weights = {unit.name: unit.weight for unit in units}
+    finished_weight = 0
+    pool = context.Pool(min(processes, len(units)), initializer=_init_process, initargs=(messages,))
+    try:
+        results = pool.imap_unordered(_count_in_process, [(u, unit_base(counts_dir, u), spec) for u in units])
+
+        def collect() -> None:
+            try:
+                for record in results:
+                    outcomes.put(("done", record))
+            except BaseException as exc:  # noqa: BLE001 -- a counting process's exception, re-raised in the main loop
+                outcomes.put(("error", exc))
+
+        threading.Thread(target=collect, daemon=True, name="count-results").start()
+        while len(records) < len(units):
+            try:
+                name, documents, pretokens, position = messages.get(timeout=0.2)
+                consumed[name] = position
+                progress.advance(documents, pretokens, finished_weight + sum(consumed.values()))
+            except queue.Empty:
+                pass
+            while not outcomes.empty():
+                kind, outcome = outcomes.get()
+                if kind == "error":
+                    raise outcome
+                records[outcome["name"]] = outcome
+                consumed.pop(outcome["name"], None)
+                finished_weight += weights[outcome["name"]]
+                progress.advance(0, 0, finished_weight + sum(consumed.values()))
+        pool.close()
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.join()
+    return [records[unit.name] for unit in units]
+
+
+def _count_here(
+    unit: WorkUnit, counts_dir: Path, spec: CountingSpec, progress: Progress, weight_before: int
+) -> dict[str, Any]:
+    def report(documents: int, pretokens: int, consumed: int) -> None:
+        progress.advance(documents, pretokens, weight_before + consumed)
+
+    return count_unit(unit, unit_base(counts_dir, unit), spec, report)
+
+
+def read_chars(counts_dir: Path, unit: WorkUnit) -> CharStats:
+    return CharStats.read(unit_files(unit_base(counts_dir, unit))[1])
+
+
+def unit_counts(counts_dir: Path, unit: WorkUnit) -> Path:
+    return unit_files(unit_base(counts_dir, unit))[0]
+
+
+def check_not_foreign(counts_dir: Path, units: Sequence[WorkUnit]) -> None:
+    """Done records of units outside this plan (other inputs, another --unit-bytes) would make a mixed
+    result: refuse before any work."""
+    if not counts_dir.is_dir():
+        return
+    planned = {done_path(unit_base(counts_dir, unit)) for unit in units}
+    for path in sorted(counts_dir.rglob("*.done")):
+        if path not in planned:
+            raise CountConflict(
+                f"{counts_dir} holds counts of {path.relative_to(counts_dir)}, which this run's plan does not have "
+                "(other inputs, or another --unit-bytes): use another --counts directory, or delete the old counts"
+            )

@@ -1,0 +1,108 @@
+"""What one training run is asked to do: :class:`TrainConfig`, checked when it is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..corpus import BAD_RECORD_POLICIES, DEFAULT_UNIT_BYTES
+from ..corpus.progress import PROGRESS_MODES, human
+
+#: Model families: a character-level BPE (SentencePiece style), a byte-level BPE (GPT-2 style), a WordPiece
+#: (BERT style) and a Unigram (SentencePiece style).
+MODELS = ("bpe", "byte-level-bpe", "wordpiece", "unigram")
+#: ``count``: this worker counts its units; ``merge``: sum every unit's counts and train (one process);
+#: ``all``: count, then worker 0 merges and trains once every unit is counted.
+PHASES = ("count", "merge", "all")
+#: What one distinct pre-token costs in a counting process's memory (the string, its dict entry, its
+#: count, its share of the sorted key list when spilled), measured on CPython 3.12 with short words;
+#: ``count_memory // BYTES_PER_PRETOKEN`` distinct pre-tokens are held before a spill.
+BYTES_PER_PRETOKEN = 256
+DEFAULT_COUNT_MEMORY = 1 << 30
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Every knob of ``tokenizer-service train``; the CLI flags map one to one (see ``--help``).
+
+    ``model`` is None only with ``like``: the family is then the source tokenizer's. ``special_tokens``
+    None keeps the preset's (or the source's) list; given, it is the whole list, in id order.
+    """
+
+    inputs: tuple[str, ...]
+    out: Path
+    model: str | None = None
+    vocab_size: int = 32000
+    min_frequency: int = 0
+    special_tokens: tuple[str, ...] | None = None
+    like: str | None = None
+    revision: str | None = None
+    limit_alphabet: int | None = None
+    model_max_length: int | None = None
+    phase: str = "all"
+    counts_dir: Path | None = None  # None: <out>/counts
+    # the corpus, as pretokenize reads it
+    text_field: str = "text"
+    on_bad_record: str = "error"
+    unit_bytes: int = DEFAULT_UNIT_BYTES
+    # how the work is spread
+    shard_index: int | None = None
+    num_shards: int | None = None
+    processes: int | None = None  # None: the CPUs this process may use
+    count_memory: int = DEFAULT_COUNT_MEMORY  # per counting process
+    wait_seconds: float = 600.0
+    progress: str = "auto"
+    log_every: float = 10.0
+    environ: dict[str, str] | None = field(default=None, compare=False)  # None: os.environ (tests pass one)
+
+    def __post_init__(self) -> None:
+        if self.model is None and self.like is None:
+            raise ValueError(f"name the model family with --model ({', '.join(MODELS)}), or a tokenizer with --like")
+        if self.model is not None and self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
+        if self.phase not in PHASES:
+            raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {self.phase!r}")
+        if self.on_bad_record not in BAD_RECORD_POLICIES:
+            raise ValueError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {self.on_bad_record!r}")
+        if self.progress not in PROGRESS_MODES:
+            raise ValueError(f"progress must be one of {PROGRESS_MODES}, not {self.progress!r}")
+        if self.revision is not None and self.like is None:
+            raise ValueError("--revision applies to --like (a hub tokenizer to take the recipe from)")
+        for name in ("vocab_size", "unit_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("limit_alphabet", "model_max_length", "processes"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
+        if self.min_frequency < 0:
+            raise ValueError(f"min_frequency must be 0 or more, not {self.min_frequency}")
+        if self.count_memory < 64 * BYTES_PER_PRETOKEN:
+            raise ValueError(f"count_memory must be at least {human(64 * BYTES_PER_PRETOKEN, 'B')}")
+        if self.special_tokens is not None:
+            if any(not token for token in self.special_tokens):
+                raise ValueError("a special token cannot be empty")
+            repeated = sorted({t for t in self.special_tokens if self.special_tokens.count(t) > 1})
+            if repeated:
+                raise ValueError(f"special tokens named twice: {', '.join(repeated)}")
+
+    @property
+    def counts(self) -> Path:
+        """Where the per-unit counts go (shared by every worker)."""
+        return self.counts_dir if self.counts_dir is not None else self.out / "counts"
+
+    @property
+    def max_words(self) -> int:
+        """Distinct pre-tokens a counting process holds before it spills a sorted run to disk."""
+        return max(64, self.count_memory // BYTES_PER_PRETOKEN)
+
+    def training_options(self) -> dict[str, Any]:
+        """The options that shape the trained tokenizer beyond the counts (recorded in the manifest)."""
+        return {
+            "vocab_size": self.vocab_size,
+            "min_frequency": self.min_frequency,
+            "limit_alphabet": self.limit_alphabet,
+            "special_tokens": list(self.special_tokens) if self.special_tokens is not None else None,
+            "model_max_length": self.model_max_length,
+        }

@@ -1,0 +1,424 @@
+"""The recipe of the tokenizer to train: everything but what is learnt from the corpus.
+
+A :class:`Recipe` holds the normalizer, pre-tokenizer, post-processor and decoder (as tokenizers JSON), the
+model family and its options, the special tokens (in id order) and the call config transformers keeps in
+``tokenizer_config.json``. It comes from a preset per model family, or from an existing tokenizer
+(``--like``: a file, a directory or a hub id, loaded exactly as the server loads it), so a team can re-train
+a known recipe on its own data. Every worker builds the same recipe from the same flags; the part that
+decides the counts (normalizer and pre-tokenizer) is hashed into every unit's record, so counts made with
+another recipe are never mixed in.
+
+Presets (after the tokenizers library's own ``implementations``):
+
+=================  ===========================================================================================
+``wordpiece``      BERT: BertNormalizer (clean-up, every CJK character split out, lower-casing), BertPreTokenizer,
+                   ``[CLS] A [SEP] B [SEP]`` with type ids, ``[PAD] [UNK] [CLS] [SEP] [MASK]``, 512 positions
+``byte-level-bpe`` GPT-2: ByteLevel pre-tokenizer (GPT-2's regex, no prefix space), the 256 byte symbols as the
+                   initial alphabet, ``<|endoftext|>`` (also the pad token), 1024 positions
+``bpe``            SentencePiece-style BPE: NFKC, Metaspace (``▁``), ``<unk> <s> </s> <pad>``, ``<s> A``, 2048
+                   positions
+``unigram``        SentencePiece-style Unigram: Nmt + NFKC + runs of spaces collapsed, Metaspace (``▁``),
+                   ``<pad> </s> <unk>``, ``A </s>`` (T5's layout), 512 positions
+=================  ===========================================================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+#: Roles transformers knows special tokens by, in the order its config lists them.
+ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+#: The model families of the tokenizers library the trainers can learn (WordLevel has nothing to learn
+#: beyond counts, so it is not offered).
+FAMILY_OF_MODEL = {"BPE": "bpe", "WordPiece": "wordpiece", "Unigram": "unigram"}
+#: The byte pieces a byte-fallback model needs in its vocabulary (SentencePiece's ``<0x00>``...).
+BYTE_PIECES = tuple(f"<0x{byte:02X}>" for byte in range(256))
+
+
+class RecipeError(Exception):
+    """The recipe cannot work (an unknown source, a post-processor naming a missing token...); the message
+    says what to change."""
+
+
+def _special(content: str) -> dict[str, Any]:
+    return {
+        "content": content,
+        "single_word": False,
+        "lstrip": False,
+        "rstrip": False,
+        "normalized": False,
+        "special": True,
+    }
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What the trained tokenizer is besides what is learnt. JSON fields are tokenizers' own serialisation.
+
+    ``model`` is the model's JSON without its vocabulary (``type`` plus options); ``special_tokens`` and
+    ``added_tokens`` are AddedToken JSON without ids (special ones get the first ids, in order; other added
+    tokens are added after training); ``config`` holds the keyword arguments of transformers'
+    ``PreTrainedTokenizerFast`` (``model_max_length``, the special-token roles...)."""
+
+    family: str
+    model: dict[str, Any]
+    unk_token: str | None
+    normalizer: dict[str, Any] | None
+    pre_tokenizer: dict[str, Any] | None
+    post_processor: dict[str, Any] | None
+    decoder: dict[str, Any] | None
+    special_tokens: tuple[dict[str, Any], ...]
+    added_tokens: tuple[dict[str, Any], ...] = ()
+    initial_alphabet: tuple[str, ...] = ()
+    config: dict[str, Any] = field(default_factory=dict)
+    origin: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def special_contents(self) -> list[str]:
+        return [token["content"] for token in self.special_tokens]
+
+    @property
+    def prefix(self) -> str:
+        """What the trainer puts before a piece that does not start a word ("##" for WordPiece)."""
+        return str(self.model.get("continuing_subword_prefix") or "")
+
+    @property
+    def suffix(self) -> str:
+        """What the trainer puts after a piece that ends a word ("</w>" in some BPEs)."""
+        return str(self.model.get("end_of_word_suffix") or "")
+
+    @property
+    def byte_fallback(self) -> bool:
+        return bool(self.model.get("byte_fallback"))
+
+    def counting(self) -> dict[str, Any]:
+        """What decides the counts: the normalizer and the pre-tokenizer."""
+        return {"normalizer": self.normalizer, "pre_tokenizer": self.pre_tokenizer}
+
+    def describe(self) -> dict[str, Any]:
+        """The recipe as the manifest records it."""
+        return {
+            "family": self.family,
+            "origin": self.origin,
+            "model": self.model,
+            "unk_token": self.unk_token,
+            "special_tokens": self.special_contents,
+            "added_tokens": [token["content"] for token in self.added_tokens],
+            "initial_alphabet": len(self.initial_alphabet),
+            "normalizer": self.normalizer,
+            "pre_tokenizer": self.pre_tokenizer,
+            "post_processor": self.post_processor,
+            "decoder": self.decoder,
+            "config": self.config,
+        }
+
+    def key(self) -> str:
+        """A hash of the whole recipe: a finished tokenizer made from another recipe is trained again."""
+        canonical = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+# -- presets ----------------------------------------------------------------------------------------------
+def _components(normalizer: Any, pre_tokenizer: Any, post_processor: Any, decoder: Any) -> dict[str, Any]:
+    """The JSON of tokenizers objects, as a tokenizer.json holds them."""
+    from tokenizers import Tokenizer, models
+
+    holder = Tokenizer(models.BPE())
+    if normalizer is not None:
+        holder.normalizer = normalizer
+    if pre_tokenizer is not None:
+        holder.pre_tokenizer = pre_tokenizer
+    if post_processor is not None:
+        holder.post_processor = post_processor
+    if decoder is not None:
+        holder.decoder = decoder
+    document = json.loads(holder.to_str())
+    return {name: document[name] for name in ("normalizer", "pre_tokenizer", "post_processor", "decoder")}
+
+
+def _model_options(model: Any) -> dict[str, Any]:
+    from tokenizers import Tokenizer
+
+    options = json.loads(Tokenizer(model).to_str())["model"]
+    return {key: value for key, value in options.items() if key not in ("vocab", "merges")}
+
+
+def preset(family: str) -> Recipe:
+    """The preset recipe of a model family (see the module docstring)."""
+    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors
+
+    if family == "wordpiece":
+        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        parts = _components(
+            normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True),
+            pre_tokenizers.BertPreTokenizer(),
+            processors.TemplateProcessing(
+                single="[CLS] $A [SEP]",
+                pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+                special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+            ),
+            decoders.WordPiece(prefix="##"),
+        )
+        return Recipe(
+            family=family,
+            model=_model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
+            unk_token="[UNK]",
+            special_tokens=tuple(map(_special, specials)),
+            config={
+                "unk_token": "[UNK]",
+                "sep_token": "[SEP]",
+                "pad_token": "[PAD]",
+                "cls_token": "[CLS]",
+                "mask_token": "[MASK]",
+                "model_max_length": 512,
+                "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+                "clean_up_tokenization_spaces": True,
+            },
+            origin={"preset": family},
+            **parts,
+        )
+    if family == "byte-level-bpe":
+        parts = _components(
+            None,
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+            processors.ByteLevel(trim_offsets=False),
+            decoders.ByteLevel(),
+        )
+        return Recipe(
+            family=family,
+            model=_model_options(models.BPE()),
+            unk_token=None,
+            special_tokens=(_special("<|endoftext|>"),),
+            initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
+            config={
+                "bos_token": "<|endoftext|>",
+                "eos_token": "<|endoftext|>",
+                "unk_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>",
+                "model_max_length": 1024,
+                "model_input_names": ["input_ids", "attention_mask"],
+            },
+            origin={"preset": family},
+            **parts,
+        )
+    if family == "bpe":
+        parts = _components(
+            normalizers.NFKC(),
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+            processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)]),
+            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+        )
+        return Recipe(
+            family=family,
+            model=_model_options(models.BPE(unk_token="<unk>")),
+            unk_token="<unk>",
+            special_tokens=tuple(map(_special, ["<unk>", "<s>", "</s>", "<pad>"])),
+            config={
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "model_max_length": 2048,
+                "model_input_names": ["input_ids", "attention_mask"],
+            },
+            origin={"preset": family},
+            **parts,
+        )
+    if family == "unigram":
+        parts = _components(
+            normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]),
+            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+            processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)]),
+            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+        )
+        return Recipe(
+            family=family,
+            model={"type": "Unigram", "byte_fallback": False},
+            unk_token="<unk>",
+            special_tokens=tuple(map(_special, ["<pad>", "</s>", "<unk>"])),
+            config={
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "pad_token": "<pad>",
+                "model_max_length": 512,
+                "model_input_names": ["input_ids", "attention_mask"],
+            },
+            origin={"preset": family},
+            **parts,
+        )
+    raise RecipeError(f"no preset for model family {family!r}")
+
+
+# -- --like -----------------------------------------------------------------------------------------------
+def _uses_byte_level(component: dict[str, Any] | None) -> bool:
+    if not component:
+        return False
+    if component.get("type") == "ByteLevel":
+        return True
+    inner = component.get("pretokenizers") or []
+    return any(_uses_byte_level(part) for part in inner)
+
+
+def recipe_like(source: str, revision: str | None = None, family: str | None = None) -> Recipe:
+    """The recipe of an existing tokenizer (file, directory or hub id), loaded as the server loads it."""
+    from ..engine.loading import TokenizerLoadError, load_tokenizer
+
+    try:
+        loaded = load_tokenizer(source, revision)
+    except TokenizerLoadError as exc:
+        raise RecipeError(f"--like: {exc}") from exc
+    tokenizer = loaded.tokenizer
+    document = json.loads(tokenizer.backend_tokenizer.to_str())
+    model = {key: value for key, value in document["model"].items() if key not in ("vocab", "merges")}
+    model_type = model.get("type")
+    if model_type not in FAMILY_OF_MODEL:
+        raise RecipeError(
+            f"--like {source}: its model is {model_type}, which no trainer here learns "
+            f"({', '.join(FAMILY_OF_MODEL)} can be trained)"
+        )
+    byte_level = _uses_byte_level(document.get("pre_tokenizer"))
+    own_family = "byte-level-bpe" if model_type == "BPE" and byte_level else FAMILY_OF_MODEL[model_type]
+    if family is not None and family != own_family:
+        raise RecipeError(
+            f"--like {source} is a {own_family} tokenizer, not {family}: omit --model to keep its family, or "
+            "train a preset of another family without --like"
+        )
+    unk_token = None
+    if model_type == "Unigram":
+        unk_id = model.pop("unk_id", None)
+        vocab = document["model"].get("vocab") or []
+        if isinstance(unk_id, int) and 0 <= unk_id < len(vocab):
+            unk_token = str(vocab[unk_id][0])
+    elif model.get("unk_token"):
+        unk_token = str(model["unk_token"])
+    added = sorted(document.get("added_tokens") or [], key=lambda token: token["id"])
+    strip_id = [{key: value for key, value in token.items() if key != "id"} for token in added]
+    config: dict[str, Any] = {
+        "model_max_length": tokenizer.model_max_length,
+        "padding_side": tokenizer.padding_side,
+        "truncation_side": tokenizer.truncation_side,
+        "model_input_names": list(tokenizer.model_input_names),
+        "clean_up_tokenization_spaces": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False)),
+    }
+    if getattr(tokenizer, "split_special_tokens", False):
+        config["split_special_tokens"] = True
+    roles = {role: str(value) for role, value in tokenizer.special_tokens_map.items() if role in ROLES}
+    config.update(roles)
+    extras = [str(token) for token in getattr(tokenizer, "extra_special_tokens", None) or []]
+    extras = [token for token in dict.fromkeys(extras) if token not in roles.values()]
+    if extras:
+        config["extra_special_tokens"] = extras
+    if getattr(tokenizer, "chat_template", None):
+        config["chat_template"] = tokenizer.chat_template
+    from tokenizers import pre_tokenizers
+
+    return Recipe(
+        family=own_family,
+        model=model,
+        unk_token=unk_token,
+        normalizer=document.get("normalizer"),
+        pre_tokenizer=document.get("pre_tokenizer"),
+        post_processor=document.get("post_processor"),
+        decoder=document.get("decoder"),
+        special_tokens=tuple(token for token in strip_id if token.get("special")),
+        added_tokens=tuple(token for token in strip_id if not token.get("special")),
+        initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())) if byte_level else (),
+        config=config,
+        origin={"like": loaded.source, "revision": loaded.revision, "fingerprint": loaded.fingerprint},
+    )
+
+
+# -- overrides and checks ---------------------------------------------------------------------------------
+def customize(recipe: Recipe, special_tokens: tuple[str, ...] | None, model_max_length: int | None) -> Recipe:
+    """Apply ``--special-tokens`` (the whole list, in id order: the recipe's own tokens keep their flags,
+    new ones are plain special tokens) and ``--model-max-length``; then check that every token the recipe
+    names (the unknown token, the post-processor's, the roles) is one of its tokens."""
+    config = dict(recipe.config)
+    if model_max_length is not None:
+        config["model_max_length"] = model_max_length
+    specials = recipe.special_tokens
+    if special_tokens is not None:
+        known = {token["content"]: token for token in recipe.special_tokens}
+        specials = tuple(known.get(content, _special(content)) for content in special_tokens)
+        roles = {config.get(role) for role in ROLES}
+        extras = [t for t in special_tokens if t not in roles and t not in config.get("extra_special_tokens", [])]
+        kept = [t for t in config.get("extra_special_tokens", []) if t in special_tokens]
+        if kept or extras:
+            config["extra_special_tokens"] = kept + extras
+        else:
+            config.pop("extra_special_tokens", None)
+    recipe = replace(recipe, special_tokens=specials, config=config)
+    check(recipe)
+    return recipe
+
+
+def check(recipe: Recipe) -> None:
+    """Every token the recipe names must be one of its special (or added) tokens."""
+    specials = set(recipe.special_contents)
+    known = specials | {token["content"] for token in recipe.added_tokens}
+    where = "pass them in --special-tokens" if recipe.origin.get("preset") else "keep them in --special-tokens"
+    if recipe.unk_token is not None and recipe.unk_token not in specials:
+        raise RecipeError(
+            f"the unknown token {recipe.unk_token!r} of the {recipe.family} model is not a special token: {where}"
+        )
+    missing = [t for t in post_processor_tokens(recipe.post_processor) if t not in specials]
+    if missing:
+        raise RecipeError(f"the post-processor adds {', '.join(map(repr, missing))}, not special tokens: {where}")
+    roles = [
+        f"{role}={recipe.config[role]!r}"
+        for role in ROLES
+        if role in recipe.config and recipe.config[role] not in known
+    ]
+    if roles:
+        raise RecipeError(f"the config names {', '.join(roles)}, not special tokens: {where}")
+
+
+def post_processor_tokens(processor: dict[str, Any] | None) -> list[str]:
+    """The tokens a post-processor inserts (which must exist in the trained vocabulary)."""
+    if not processor:
+        return []
+    kind = processor.get("type")
+    if kind == "Sequence":
+        return [token for inner in processor.get("processors", []) for token in post_processor_tokens(inner)]
+    if kind == "TemplateProcessing":
+        return [token for entry in processor.get("special_tokens", {}).values() for token in entry["tokens"]]
+    if kind in ("BertProcessing", "RobertaProcessing"):
+        return [processor["sep"][0], processor["cls"][0]]
+    return []
+
+
+def with_ids(processor: dict[str, Any] | None, vocab: dict[str, int]) -> dict[str, Any] | None:
+    """The post-processor with the ids of its tokens taken from the trained ``vocab``."""
+    if not processor:
+        return processor
+    processor = json.loads(json.dumps(processor))
+    kind = processor.get("type")
+    if kind == "Sequence":
+        processor["processors"] = [with_ids(inner, vocab) for inner in processor.get("processors", [])]
+    elif kind == "TemplateProcessing":
+        for entry in processor.get("special_tokens", {}).values():
+            entry["ids"] = [vocab[token] for token in entry["tokens"]]
+    elif kind in ("BertProcessing", "RobertaProcessing"):
+        for name in ("sep", "cls"):
+            processor[name] = [processor[name][0], vocab[processor[name][0]]]
+    return processor
+
+
+def build_recipe(
+    family: str | None,
+    like: str | None,
+    revision: str | None,
+    special_tokens: tuple[str, ...] | None,
+    model_max_length: int | None,
+) -> Recipe:
+    """The recipe for these flags: the preset of ``family``, or the recipe of ``like``; then the overrides."""
+    if like is not None:
+        recipe = recipe_like(like, revision, family)
+    elif family is not None:
+        recipe = preset(family)
+    else:
+        raise RecipeError("name the model family (--model) or a tokenizer to take the recipe from (--like)")
+    return customize(recipe, special_tokens, model_max_length)

@@ -1,0 +1,156 @@
+"""What the trainer must be told besides the counts: the alphabet, the pieces that get fixed ids, the smallest
+vocabulary that can hold them, and the separator the counts are replayed with.
+
+**Exactness.** The BPE and WordPiece trainers number the alphabet in code-point order, but a piece with an
+affix (WordPiece's ``##x``, a ``</w>`` suffix) gets its id in the order the trainer's hash map yields the
+words, and merges that tie on count are broken by those ids: two runs on the same text, in one process,
+give different ids and a slightly different vocabulary. So when the model has an affix, these pieces are
+given their ids up front, in code-point order (passed to the trainer ahead of the corpus, as it does with
+special tokens, then taken back out of the added tokens): the result no longer depends on hash order, and
+1 worker and N workers give the same tokenizer.json. A plain BPE (``bpe``, ``byte-level-bpe``) needs none of
+this: its result is already the same as ``train_from_iterator`` on the raw corpus, ids and merges included.
+``--limit-alphabet`` keeps the most frequent characters, ties broken by code point (the trainer's own cut
+breaks them in hash order). A byte-fallback model gets SentencePiece's 256 byte pieces ``<0x00>``...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .counting import ALONE, LAST, MIDDLE, CharStats
+from .recipes import BYTE_PIECES, Recipe
+
+#: Characters tried, in order, as the separator of replayed pre-tokens: the first one absent from the
+#: corpus's alphabet is used.
+SEPARATOR_CANDIDATES = (
+    "\x00",
+    *map(chr, range(1, 32)),
+    "\ufffe",
+    "\uffff",
+    *map(chr, range(0xF0000, 0xF0100)),
+)
+
+
+class VocabularyTooSmall(Exception):
+    """``--vocab-size`` cannot hold the alphabet and the special tokens; the message names both numbers."""
+
+
+@dataclass(frozen=True)
+class VocabularyPlan:
+    """``alphabet``: the characters the vocabulary starts from (code-point order). ``seeds``: tokens that get
+    their ids right after the special tokens (byte pieces, then, for models with affixes, the alphabet and
+    its affixed pieces). ``minimum``: the smallest vocabulary that holds the special tokens, the seeds and the
+    alphabet. ``separator``: a character no pre-token contains."""
+
+    alphabet: tuple[str, ...]
+    seeds: tuple[str, ...]
+    minimum: int
+    specials: int
+    byte_pieces: int
+    affixed_pieces: int
+    initial_alphabet: tuple[str, ...]
+    limit_alphabet: int | None
+    separator: str
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "alphabet": len(self.alphabet),
+            "affixed_pieces": self.affixed_pieces,
+            "byte_pieces": self.byte_pieces,
+            "special_tokens": self.specials,
+            "seeded_ids": len(self.seeds),
+            "minimum_vocab_size": self.minimum,
+            "limit_alphabet": self.limit_alphabet,
+        }
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def lower_bound(recipe: Recipe) -> tuple[int, str]:
+    """The smallest vocabulary the recipe allows whatever the corpus (special tokens, byte pieces, the
+    initial alphabet), and what it is made of -- checked before any work."""
+    specials = set(recipe.special_contents)
+    bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
+    initial = set(recipe.initial_alphabet) - specials - bytes_
+    parts = []
+    if initial:
+        parts.append(f"the alphabet ({_count(len(initial), 'byte-level symbol')})")
+    if bytes_:
+        parts.append(_count(len(bytes_), "byte piece"))
+    parts.append(_count(len(specials), "special token"))
+    return len(specials) + len(bytes_) + len(initial), " plus ".join(parts)
+
+
+def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
+    minimum, made_of = lower_bound(recipe)
+    if vocab_size < minimum:
+        raise VocabularyTooSmall(
+            f"--vocab-size {vocab_size:,} is smaller than {made_of}: at least {minimum:,} tokens are needed; "
+            f"raise --vocab-size to {minimum:,} or more"
+        )
+
+
+def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alphabet: int | None) -> VocabularyPlan:
+    """The plan for training on a corpus whose characters are ``stats``; raises :class:`VocabularyTooSmall`
+    naming the numbers when ``vocab_size`` cannot hold the alphabet and the special tokens."""
+    specials = recipe.special_contents
+    special_set = set(specials)
+    counts: dict[str, float] = dict(stats.counts)
+    for char in recipe.initial_alphabet:
+        counts[char] = float("inf")  # as the trainer does: the initial alphabet is always kept first
+    if limit_alphabet is not None and limit_alphabet < len(counts):
+        ranked = sorted(counts, key=lambda char: (-counts[char], ord(char)))
+        alphabet = tuple(sorted(ranked[:limit_alphabet]))
+    else:
+        alphabet = tuple(sorted(counts))
+    bytes_ = [piece for piece in BYTE_PIECES if piece not in special_set] if recipe.byte_fallback else []
+    affixed: list[str] = []
+    seeds: list[str] = list(bytes_)
+    unigram = recipe.family == "unigram"
+    if not unigram and (recipe.prefix or recipe.suffix):
+        prefix, suffix = recipe.prefix, recipe.suffix
+        pieces = set()
+        for char in alphabet:
+            mask = stats.masks.get(char, 0)
+            if mask & MIDDLE:
+                pieces.add(prefix + char)
+            if mask & LAST:
+                pieces.add(prefix + char + suffix)
+            if mask & ALONE:
+                pieces.add(char + suffix)
+        taken = special_set | set(bytes_) | set(alphabet)
+        affixed = sorted(pieces - taken)
+        seeds += [char for char in alphabet if char not in special_set and char not in bytes_] + affixed
+    alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
+    minimum = len(specials) + len(bytes_) + len(alphabet_new) + len(affixed)
+    if vocab_size < minimum:
+        parts = [f"the alphabet of the corpus ({_count(len(alphabet_new), 'character')})"]
+        if affixed:
+            parts.append(f"{_count(len(affixed), 'piece')} with {recipe.prefix or recipe.suffix!r}")
+        if bytes_:
+            parts.append(_count(len(bytes_), "byte piece"))
+        parts.append(_count(len(specials), "special token"))
+        hint = "" if unigram else ", or keep fewer characters with --limit-alphabet"
+        raise VocabularyTooSmall(
+            f"--vocab-size {vocab_size:,} is smaller than {' plus '.join(parts)}: at least {minimum:,} tokens are "
+            f"needed; raise --vocab-size to {minimum:,} or more{hint}"
+        )
+    separator = next((c for c in SEPARATOR_CANDIDATES if c not in counts), None)
+    if separator is None:
+        raise VocabularyTooSmall(
+            "the corpus uses every separator candidate; cannot replay its counts"
+        )  # pragma: no cover
+    limited = limit_alphabet is not None and limit_alphabet < len(counts)
+    return VocabularyPlan(
+        alphabet=alphabet,
+        seeds=tuple(seeds),
+        minimum=minimum,
+        specials=len(specials),
+        byte_pieces=len(bytes_),
+        affixed_pieces=len(affixed),
+        initial_alphabet=alphabet if limited else recipe.initial_alphabet,
+        limit_alphabet=len(alphabet) if limited else None,
+        separator=separator,
+    )
