@@ -97,7 +97,11 @@ class DrainingServer(uvicorn.Server):
         # connections to close after their last answer (an idle one at its keep-alive timeout).
         while (self.drain.in_flight > 0 or self._open_connections() > 0) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        # Whatever is left gets the rest of the grace period inside uvicorn's own shutdown.
+        if self.drain.in_flight > 0:
+            # A request still running at the deadline would be cut by uvicorn's shutdown and the process
+            # would exit 0 as if nothing were lost: give up now, with the exit code that says so.
+            self._give_up()
+        # Connections still open are idle: uvicorn's shutdown closes them.
         self.config.timeout_graceful_shutdown = max(1, int(deadline - time.monotonic()))
         logger.info("drained; shutting down")
         self.should_exit = True
