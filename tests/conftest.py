@@ -9,10 +9,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import Phase
+from hypothesis import settings as hypothesis_settings
+from parity import TALLIES, RegionTally
 
 from service.engine.loading import DEFAULT_TOKENIZER_DIR
 from testkit import assets
 from testkit.servers import ServerProcess
+
+# `pytest --hypothesis-profile=mutants` (scripts/mutants.py): no shrinking and no example database, so a
+# mutant that is caught fails fast and a fresh copy of the repository replays nothing.
+hypothesis_settings.register_profile(
+    "mutants", phases=(Phase.explicit, Phase.generate), database=None, print_blob=False
+)
 
 # The three tokenizer families every parity test runs on.
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
@@ -99,3 +108,19 @@ def servers(
     finally:
         for server in started.values():
             server.stop()
+
+
+@pytest.fixture
+def region_tally(request: pytest.FixtureRequest) -> RegionTally:
+    """Counts the option regions a property test reached (see parity.reaches_every_region)."""
+    tally = RegionTally(request.node.nodeid)
+    TALLIES.append(tally)
+    return tally
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How often each property test reached each option region, every run (floors: parity.RegionTally)."""
+    if TALLIES:
+        terminalreporter.section("parity option regions reached")
+        for tally in TALLIES:
+            terminalreporter.write_line(tally.summary())

@@ -7,7 +7,8 @@ import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from parity import TRICKY_TEXTS, assert_same, encode_calls, reference_call
+from hypothesis import strategies as st
+from parity import TRICKY_TEXTS, assert_same, draw_calls, reaches_every_region, reference_call, regions_reached
 
 from service.engine.encoding import EncodeOptions
 from service.engine.errors import ErrorKind, ServiceError
@@ -62,6 +63,7 @@ def engine_call(runner, texts, pairs, options):
 
 
 def check_parity(runner, reference, texts, pairs, options):
+    """The engine's answer equals transformers' (or both refuse); returns transformers' answer."""
     theirs = reference_call(reference, texts, pairs, options)
     ours = engine_call(runner, texts, pairs, options)
     if isinstance(theirs, BaseException):
@@ -70,6 +72,7 @@ def check_parity(runner, reference, texts, pairs, options):
     else:
         assert not isinstance(ours, Exception), f"engine refused what transformers accepts: {ours!r}"
         assert_same(ours, theirs, (texts, pairs, options))
+    return theirs
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -82,13 +85,18 @@ def test_fixed_cases_match_transformers(engines, reference_tokenizers, corpus, f
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@reaches_every_region
 @settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-@given(call=encode_calls())
-def test_property_parity(engines, reference_tokenizers, family, call):
-    texts, pairs, options = call
-    check_parity(engines[family], reference_tokenizers[family], texts, pairs, options)
+@given(data=st.data())
+def test_property_parity(engines, reference_tokenizers, family, region_tally, data):
+    """Each example: one call aimed at every option region (parity.REGIONS) and one with any options."""
+    reference = reference_tokenizers[family]
+    region_tally.example()
+    for call in draw_calls(data, reference):
+        theirs = check_parity(engines[family], reference, call.texts, call.pairs, call.options)
+        region_tally.record(regions_reached(reference, call, theirs))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
