@@ -125,7 +125,9 @@ def test_concurrent_mixed_requests_match_in_process(servers, reference_tokenizer
     url, reference = servers["wordpiece_default"].url, reference_tokenizers["wordpiece_default"]
     option_sets = [
         {},
+        {"add_special_tokens": False},  # the same Rust call but for special tokens: must never share one
         {"padding": True},
+        {"padding": True, "add_special_tokens": False},
         {"padding": "max_length", "max_length": 40, "truncation": True},
         {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True, "padding": True},
         {"padding": True, "pad_to_multiple_of": 8, "padding_side": "left", "return_offsets_mapping": True},
