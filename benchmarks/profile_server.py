@@ -42,6 +42,7 @@ from typing import Any
 
 from benchmarks import corpus, loadgen
 from benchmarks.loadgen import CpuProbe
+from benchmarks.machine import BUSY_CORES, wait_for_quiet
 from testkit.servers import REPO, free_port
 
 GROUPS = (  # (group, fragments of a file path), first match wins
@@ -128,6 +129,7 @@ def thread_cpu_seconds(pid: int) -> dict[int, float]:
 
 
 def profile_variant(through_fastapi: bool, seconds: float, concurrency: int, texts: list[str]) -> dict[str, Any]:
+    wait_for_quiet(60)  # bounded: the figures say how busy the machine was
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="profile-server-") as scratch:
         stats_file = Path(scratch) / "loop.prof"
@@ -181,6 +183,7 @@ def profile_variant(through_fastapi: bool, seconds: float, concurrency: int, tex
     busy = sum(running.values()) or 1.0
     return {
         "app": "through FastAPI's router" if through_fastapi else "as shipped (EncodeFastPath)",
+        "other_cpu_cores": max(plain.cpu["other_cpu_cores"], profiled.cpu["other_cpu_cores"]),
         "rate_unprofiled": plain.statuses.get(200, 0) / plain.seconds,
         "rate_profiled": profiled.statuses.get(200, 0) / profiled.seconds,
         "loop_thread_cores": loop_cpu / plain.seconds,
@@ -211,7 +214,12 @@ def _wait_ready(proc: subprocess.Popen[bytes], port: int, timeout: float = 120) 
 def report(results: list[dict[str, Any]]) -> str:
     lines = []
     for r in results:
-        lines.append(f"\n{r['app']}:")
+        busy = (
+            f" -- BUSY MACHINE: other processes used {r['other_cpu_cores']:.2f} cores"
+            if (r["other_cpu_cores"] > BUSY_CORES)
+            else ""
+        )
+        lines.append(f"\n{r['app']}:{busy}")
         lines.append(
             f"  {r['rate_unprofiled']:.0f} requests/s unprofiled ({r['rate_profiled']:.0f} under cProfile); "
             f"event-loop thread {r['loop_thread_cores']:.2f} cores busy, "
