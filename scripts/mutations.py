@@ -193,10 +193,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         (BATCHING,),
     ),
     Mutation(
-        "a request whose caller left is still encoded",
+        # (dropping _take_batch's own check instead is all but equivalent: this callback runs first)
+        "a withdrawn request stays queued until its batch comes",
         "service/engine/batching.py",
-        "if job.future.done():  # caller gone or timed out: drop before any work is done",
-        "if False:",
+        "self._queue.remove(job)",
+        "raise ValueError",
         (BATCHING,),
     ),
     # -- the wire, the fingerprint ---------------------------------------------------------------------------
