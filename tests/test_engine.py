@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -57,9 +58,12 @@ FIXED_CASES = [
 
 def engine_call(runner, texts, pairs, options):
     try:
-        return runner.run(runner.engine.encode(texts, pairs, EncodeOptions(**options))).to_lists()
+        result = runner.run(runner.engine.encode(texts, pairs, EncodeOptions(**options)))
     except ServiceError as exc:
         return exc
+    arrays = {key: value.dtype for key, value in result.data.items() if isinstance(value, np.ndarray)}
+    assert all(dtype == np.int64 for dtype in arrays.values()), arrays  # lists would hide a float array
+    return result.to_lists()
 
 
 def check_parity(runner, reference, texts, pairs, options):
