@@ -3,8 +3,8 @@
     .venv/bin/python -m benchmarks.profile_server                 # ~1 min: both app variants, 64 clients
     .venv/bin/python -m benchmarks.profile_server --seconds 10 --concurrency 16
 
-Run from the repository root. It starts the default tokenizer's server twice in a child process, as
-``tokenizer-service serve`` builds it (same settings, same uvicorn launcher): once as shipped, where
+Run from the repository root. It starts the default tokenizer's server twice in a child process, through
+``tokenizer-service serve`` itself (same settings, same launcher and HTTP protocol): once as shipped, where
 ``POST /encode`` is answered by its route function ahead of FastAPI's router (``EncodeFastPath``), and once
 with that shortcut removed, so ``/encode`` goes through FastAPI's routing and dependency machinery as any
 FastAPI route would. Each is loaded by ``benchmarks.loadgen`` (raw keep-alive HTTP/1.1, one ~300-character
@@ -88,32 +88,25 @@ def shares(stats_file: Path) -> dict[str, float]:
 
 
 def serve_profiled(port: int, stats_file: Path, through_fastapi: bool) -> None:
-    """Serve the default tokenizer; SIGUSR1 starts profiling the event-loop thread, SIGUSR2 stops and dumps."""
-    from service.engine import available_cpus, configure_rust_parallelism, load_tokenizer
-    from service.http import Settings, create_app
-    from service.http.launcher import run
+    """``tokenizer-service serve`` itself (the CLI builds settings, tokenizer, app and launcher), with the app
+    factory wrapped: SIGUSR1 starts profiling the event-loop thread, SIGUSR2 stops and dumps the stats."""
+    from service.http import app as app_module
+    from service.http.cli import main as serve
     from service.http.middleware import EncodeFastPath
-    from service.http.runtime import Runtime
 
-    threads = available_cpus()
-    configure_rust_parallelism(threads)
-    settings = Settings(port=port, threads=threads)
-    runtime = Runtime(settings, load_tokenizer(None))
-    app = create_app(settings, runtime=runtime)
-    if through_fastapi:
-        app.user_middleware = [m for m in app.user_middleware if m.cls is not EncodeFastPath]
     profiler = cProfile.Profile()
+    create_app = app_module.create_app
 
-    def start(*_: Any) -> None:
-        profiler.enable()
+    def profiled_app(*args: Any, **kwargs: Any) -> Any:
+        app = create_app(*args, **kwargs)
+        if through_fastapi:
+            app.user_middleware = [m for m in app.user_middleware if m.cls is not EncodeFastPath]
+        signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
+        signal.signal(signal.SIGUSR2, lambda *_: (profiler.disable(), profiler.dump_stats(str(stats_file))))
+        return app
 
-    def stop(*_: Any) -> None:
-        profiler.disable()
-        profiler.dump_stats(str(stats_file))
-
-    signal.signal(signal.SIGUSR1, start)
-    signal.signal(signal.SIGUSR2, stop)
-    run(app, runtime, host="127.0.0.1", port=port, log_level="warning", access_log=False, grace_seconds=5)
+    app_module.create_app = profiled_app  # type: ignore[assignment]
+    sys.exit(serve(["--port", str(port), "--log-level", "warning"]))
 
 
 # -- the parent: load, windows, report ----------------------------------------------------------------------
