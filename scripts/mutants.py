@@ -1,6 +1,6 @@
 """Mutation check: every curated one-line bug in service/ (scripts/mutations.py) must make a test fail.
 
-    .venv/bin/python -m scripts.mutants              # all of them (`make mutants`; ~15 min on 2 cores)
+    .venv/bin/python -m scripts.mutants              # all of them (`make mutants`; ~25 min on 2 cores)
     .venv/bin/python -m scripts.mutants --list       # what is in the list
     .venv/bin/python -m scripts.mutants stride 502   # those whose name contains "stride" or "502"
 
