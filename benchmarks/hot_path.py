@@ -1,10 +1,13 @@
 """The engine's hot path against the in-process alternatives, on the same texts, in one run.
 
 Compares, for batches of real text (padding="longest", truncation, max_length=128):
-  - in-process Rust ``encode_batch`` with padding/truncation set on the tokenizer, ids -> numpy
+  - in-process Rust ``encode_batch`` and ``encode_batch_fast`` with padding/truncation set on the tokenizer,
+    ids -> numpy
   - in-process transformers ``tokenizer(texts, ..., return_tensors="pt")``
   - the engine's hot path: option resolution + one Rust call (``encode_batch_fast``) + numpy shaping
   - the engine's full response body: the hot path + orjson / safetensors serialisation
+  - the same body as FastAPI would build it by default from a returned dict (``jsonable_encoder`` +
+    ``JSONResponse``), which the service does not use
 No HTTP here: this isolates what the server does per batch. Rust parallelism is on in every variant.
 
 Usage: python -m benchmarks.hot_path [--batch 256] [--rounds 30] [--model DIR]
@@ -49,6 +52,10 @@ def main() -> None:
         encodings = rust.encode_batch(texts)
         return np.array([e.ids for e in encodings], dtype=np.int64)
 
+    def in_process_encode_batch_fast():
+        encodings = rust.encode_batch_fast(texts)
+        return np.array([e.ids for e in encodings], dtype=np.int64)
+
     def in_process_transformers():
         return reference(texts, return_tensors="pt", **call)
 
@@ -67,12 +74,20 @@ def main() -> None:
     def engine_binary_body():
         return save(engine_hot_path().data)
 
+    def engine_fastapi_default_json():
+        from fastapi.encoders import jsonable_encoder
+        from fastapi.responses import JSONResponse
+
+        return JSONResponse(jsonable_encoder(engine_hot_path().to_lists())).body
+
     variants = {
         "in-process encode_batch": in_process_encode_batch,
+        "in-process encode_batch_fast": in_process_encode_batch_fast,
         "in-process transformers __call__ (pt)": in_process_transformers,
         "engine hot path (arrays)": engine_hot_path,
         "engine + JSON body": engine_json_body,
         "engine + safetensors body": engine_binary_body,
+        "engine + FastAPI's default JSON (unused)": engine_fastapi_default_json,
     }
     for fn in variants.values():  # warm up the pool and caches
         fn()

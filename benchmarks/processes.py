@@ -139,6 +139,7 @@ class BenchServer:
         env: dict[str, str] | None = None,
         variant: str = "",
         extra_args: list[str] | None = None,
+        python: str | None = None,
     ) -> None:
         args = [] if tokenizer == "default" else ["--model", str(tokenizer_dir(tokenizer))]
         if not batching:
@@ -149,7 +150,8 @@ class BenchServer:
         self.name = f"{tokenizer}, {self.setup}"
         self.args = args
         slug = self.name.replace(", ", "-").replace(" ", "-")
-        self.process = ServerProcess(*args, env=env, log_path=log_dir / f"server-{slug}.log")
+        self.process = ServerProcess(*args, env=env, log_path=log_dir / f"server-{slug}.log", python=python)
+        self.python = self.process.python
         self.conn: HttpConnection | None = None
         self.memory: list[dict[str, Any]] = []
         self.torch_loaded: bool | None = None
@@ -183,6 +185,7 @@ class BenchServer:
         return {
             "name": self.name,
             "args": self.args,
+            "python": self.python,
             "setup": self.setup,
             "torch_loaded": self.torch_loaded,
             "memory": self.memory,

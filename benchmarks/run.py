@@ -20,13 +20,15 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
 
 1. One client, batches of 256, padding="longest", truncation=True, max_length=128. Service JSON (decoded
    with orjson + numpy into torch tensors) and service binary (``Accept: application/vnd.safetensors``,
-   decoded with ``safetensors.torch.load``) vs in-process Rust ``encode_batch`` (padding and truncation
-   set on the Rust tokenizer; ``encode_batch_fast`` shown too) and vs transformers
-   ``tokenizer(texts, ..., return_tensors="pt")``. Plus a batch-size sweep for the plot.
+   decoded with ``safetensors.torch.load``) vs in-process Rust ``encode_batch`` and ``encode_batch_fast``
+   (padding and truncation set on the Rust tokenizer; the fast one, which skips offsets, is the strongest
+   in-process baseline) and vs transformers ``tokenizer(texts, ..., return_tensors="pt")``. Plus a
+   batch-size sweep for the plot.
 2. Concurrent clients sending one ~300-character text per request (64, and a 1/4/16/64 sweep), to a
    server with batching on (defaults: no gather window, a batch is whatever queued while the previous one
    ran), one with batching on and a 2 ms gather window (``--batch-wait-ms 2``) and one with batching off, vs
-   the in-process rate of ``encode_batch`` in batches of 256. Load generator: a raw asyncio HTTP/1.1
+   the in-process rate of ``encode_batch`` (and ``encode_batch_fast``, transformers ``__call__``) in batches
+   of 256. Load generator: a raw asyncio HTTP/1.1
    keep-alive client (``benchmarks.loadgen``, on uvloop). Reports latency percentiles, client CPU
    (process_time of the load generator) and server CPU per request (utime+stime of the server from
    /proc/<pid>/stat, all threads, tokenizing included; "overhead" subtracts the CPU in-process encode_batch
@@ -34,7 +36,7 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
 3. DataLoader: runs ``python -m benchmarks.dataloader_compare`` in its own process and includes its figures.
    Without torch it is reported as skipped, with the reason; if it crashes or times out, the run fails.
 4. Long-text scaling: tokens/s vs text length (100 to 50k characters, no truncation), service binary vs
-   in-process ``encode_batch``.
+   in-process ``encode_batch``, ``encode_batch_fast`` and transformers ``__call__``.
 5. Less padding: runs ``python -m benchmarks.padding_compare`` in its own process: a DataLoader through the
    service on the review corpus with random batches (``padding="longest"``) vs ``TokenBudgetBatchSampler``
    vs packed batches, at the same token budget (padding fraction, real tokens/s into a modelled training
@@ -44,8 +46,9 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
    each run in its own process on the same JSON Lines corpus (32 MiB; smoke 512 KiB); then the worker's peak
    RSS on a 1 GB corpus (smoke: 2 MiB; most of the scenario's ~30 minutes on 2 busy cores).
 Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
-soak ("rss"): the default tokenizer's server as a ``[server]``-only install runs it (torch absent -- in
-this venv transformers would import it, +180 MB), under rounds of the same mixed load, RSS after each.
+soak ("rss"): the default tokenizer's server in a real ``[server]``-only venv (``benchmarks.server_venv``, made
+once under .cache/; torch absent -- in this venv transformers would import it, +180 MB), under rounds of the
+same mixed load, RSS after each.
 
 Fairness: the in-process baselines run in their own process (``benchmarks.inprocess``,
 TOKENIZERS_PARALLELISM=true, the same number of Rust threads as the server, never forked), not beside the
@@ -189,7 +192,7 @@ class Bench:
             for tokenizer in self.profile.tokenizers:
                 self.run_tokenizer(tokenizer)
         self.results["rss_soak"] = (
-            rss_soak.soak(self.profile, self.sets, self.log_dir, self.work_dir)
+            rss_soak.soak(self.profile, self.sets, self.log_dir)
             if "rss" in self.scenarios
             else {"skipped": NOT_SELECTED}
         )
@@ -287,9 +290,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwrote {out_dir / 'benchmark.json'}, benchmark.txt and "
         f"{', '.join(Path(p).name for p in results['plots'].values())}"
     )
-    failed = [name for name in ("scenario3", "scenario5", "scenario6") if "failed" in results[name]]
-    for name in failed:
-        log(f"failed: {name}: {results[name]['failed']}")
+    sections = (("3", "scenario3"), ("5", "scenario5"), ("6", "scenario6"), ("rss", "rss_soak"))
+    failed = {name: results[key]["failed"] for name, key in sections if "failed" in results[key]}
+    for name, reason in failed.items():
+        log(f"failed: scenario {name}: {reason}")
     return 1 if failed else 0
 
 

@@ -27,8 +27,9 @@ COLUMNS = (
 BUCKET_NAMES = {"short": "short <100", "medium": "medium ~300", "long": "long ~1000"}
 LEGEND = (
     "texts/s and tokens/s: medians over rounds; tokens are real (unpadded) tokens; 'enc' = in-process "
-    "encode_batch, 'call' = in-process transformers __call__; CPU ms per request: srv = server process "
-    "(all threads), cli = this load generator"
+    "encode_batch, 'fast' = in-process encode_batch_fast (the strongest in-process baseline), 'call' = "
+    "in-process transformers __call__; CPU ms per request: srv = server process (all threads), cli = this "
+    "load generator"
 )
 
 Row = dict[str, Any]
@@ -90,6 +91,19 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
     ]
 
 
+# The in-process baselines every service figure is set against, and their short names in the ratio column.
+BASELINES = (
+    ("in-process encode_batch", "enc"),
+    ("in-process encode_batch_fast", "fast"),
+    ("in-process transformers __call__(pt)", "call"),
+)
+
+
+def versus(value: float, group: dict[str, dict[str, Any]], key: str) -> str:
+    """``value`` against each in-process baseline of ``group`` (label -> figures): "1.20x enc, 0.95x fast, ..."."""
+    return ", ".join(f"{value / group[label][key]:.2f}x {short}" for label, short in BASELINES if label in group)
+
+
 def _busy(other: float) -> str:
     return f"busy machine: +{other:.2f} cores" if other > BUSY_CORES else ""
 
@@ -111,14 +125,13 @@ def _scenario1(s1: dict[str, Any], profile: Profile) -> list[Row]:
                 if not group:
                     continue
                 enc = group["in-process encode_batch"]["texts_per_s"]
-                call = group["in-process transformers __call__(pt)"]["texts_per_s"]
                 for label, _, _ in batch_sizes.METHODS:
                     c = group[label]
                     r = c["texts_per_s"]
                     if label == "in-process encode_batch":
                         ratio_text = "baseline"
                     elif label in ("service JSON", "service binary"):
-                        ratio_text = f"{r / enc:.2f}x enc, {r / call:.2f}x call"
+                        ratio_text = versus(r, group, "texts_per_s")
                     else:
                         ratio_text = f"{r / enc:.2f}x enc"
                     service = c["where"] == "service"
@@ -151,6 +164,7 @@ def _scenario2(s2: dict[str, Any], profile: Profile) -> list[Row]:
         runs = {(r["mode"], r["concurrency"]): r for r in s2["runs"] if r["tokenizer"] == tok}
         if not runs or not inproc:
             continue
+        baselines = s2.get("inprocess_baselines", {}).get(tok) or {"in-process encode_batch": inproc}
         for clients in profile.concurrency:
             for mode, (_, _, label) in concurrency.MODES.items():
                 if (mode, clients) not in runs:
@@ -168,25 +182,26 @@ def _scenario2(s2: dict[str, Any], profile: Profile) -> list[Row]:
                         "variant": f"{clients} clients, {label}",
                         "rate": human(r["rate"]),
                         "ratio": (f"{r['rate'] / off['rate']:.2f}x off, " if mode != "off" and off else "")
-                        + f"{r['rate'] / inproc['texts_per_s']:.2f}x in-proc",
+                        + versus(r["rate"], baselines, "texts_per_s"),
                         "latency": _latency(r["latency_ms"]),
                         "cpu": f"srv {r['server_cpu_ms_per_request']:.3g} cli {r['client_cpu_ms_per_request']:.3g}",
                         "note": "; ".join(note),
                     }
                 )
-        rows.append(
-            {
-                "scenario": "2",
-                "tokenizer": tok,
-                "texts": "mixed ~300, 256/call",
-                "variant": "in-process encode_batch, batches of 256",
-                "rate": human(inproc["texts_per_s"]),
-                "tokens_rate": human(inproc["tokens_per_s"]),
-                "ratio": "baseline",
-                "cpu": f"{inproc['cpu_ms_per_text']:.3g} per text",
-                "note": _busy(inproc["other_cpu_cores"]),
-            }
-        )
+        for label, figures in baselines.items():
+            rows.append(
+                {
+                    "scenario": "2",
+                    "tokenizer": tok,
+                    "texts": "mixed ~300, 256/call",
+                    "variant": f"{label}, batches of 256",
+                    "rate": human(figures["texts_per_s"]),
+                    "tokens_rate": human(figures["tokens_per_s"]),
+                    "ratio": "baseline",
+                    "cpu": f"{figures['cpu_ms_per_text']:.3g} per text",
+                    "note": _busy(figures["other_cpu_cores"]),
+                }
+            )
     return rows
 
 
@@ -219,8 +234,9 @@ def _scenario3(s3: dict[str, Any]) -> list[Row]:
                     "variant": f"SDK collator ({name})",
                     "rate": human(figures["batches_per_s"]) + " b/s",
                     "ratio": f"{ratios['batches_per_s']:.2f}x in-proc",
-                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g}, srv "
-                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
+                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g} + srv "
+                    f"{figures['server_cpu_ms_per_batch']:.3g} = "
+                    f"{figures['collate_cpu_ms_per_batch'] + figures['server_cpu_ms_per_batch']:.3g}/batch",
                 }
             )
     return rows
@@ -234,9 +250,14 @@ def _scenario4(s4: dict[str, Any], profile: Profile) -> list[Row]:
             if not group:
                 continue
             enc = group["in-process encode_batch"]["tokens_per_s"]
-            for label, _, _ in long_texts.METHODS:
+            for label, where, _ in long_texts.METHODS:
                 p = group[label]
-                ratio = "baseline" if label == "in-process encode_batch" else f"{p['tokens_per_s'] / enc:.2f}x enc"
+                if label == "in-process encode_batch":
+                    ratio = "baseline"
+                elif where == "service":
+                    ratio = versus(p["tokens_per_s"], group, "tokens_per_s")
+                else:
+                    ratio = f"{p['tokens_per_s'] / enc:.2f}x enc"
                 rows.append(
                     {
                         "scenario": "4",

@@ -15,6 +15,8 @@ from benchmarks.scenarios import dataloader, padding
 
 THRESHOLDS = {
     "s1_binary_vs_encode_batch": 0.9,
+    "s1_binary_vs_encode_batch_fast": 0.8,
+    "s1_json_vs_encode_batch_fast": 0.6,
     "s1_binary_vs_call": 1.2,
     "s1_json_vs_encode_batch": 0.7,
     "s2_on_vs_off": 1.5,
@@ -31,8 +33,10 @@ THRESHOLDS = {
 }
 S1_RATIOS = (  # target, service variant, baseline variant, baseline in the description
     ("s1_binary_vs_encode_batch", "service binary", "in-process encode_batch", "encode_batch"),
+    ("s1_binary_vs_encode_batch_fast", "service binary", "in-process encode_batch_fast", "encode_batch_fast"),
     ("s1_binary_vs_call", "service binary", "in-process transformers __call__(pt)", "transformers __call__"),
     ("s1_json_vs_encode_batch", "service JSON", "in-process encode_batch", "encode_batch"),
+    ("s1_json_vs_encode_batch_fast", "service JSON", "in-process encode_batch_fast", "encode_batch_fast"),
 )
 
 
@@ -166,7 +170,7 @@ def _memory(targets: Targets, soak: dict[str, Any], servers: dict[str, dict[str,
     if "peak_mb" in soak:
         targets.add(
             f"rss_peak_mb[{soak['name']}]",
-            "server RSS peak (VmHWM) over the soak, default tokenizer, as a [server]-only install runs it",
+            f"server RSS peak (VmHWM) over the soak, default tokenizer, {soak['setup']}",
             soak["peak_mb"],
             THRESHOLDS["rss_peak_mb"],
             higher_is_better=False,

@@ -30,12 +30,20 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """``python -m service serve`` in a subprocess. ``start()`` waits for /readyz; ``stop()`` ends it by PID."""
+    """``python -m service serve`` in a subprocess. ``start()`` waits for /readyz; ``stop()`` ends it by PID.
+
+    ``python``: the interpreter to run it with (default: this one), e.g. a venv with the server extra only."""
 
     def __init__(
-        self, *args: str, port: int | None = None, env: dict[str, str] | None = None, log_path: Path | None = None
+        self,
+        *args: str,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        python: str | None = None,
     ) -> None:
         self.args = list(args)
+        self.python = python or sys.executable
         self.port = port or free_port()
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
@@ -53,7 +61,7 @@ class ServerProcess:
     def start(self, timeout: float = 60.0) -> ServerProcess:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+            [self.python, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
             cwd=REPO,
             env=self.env,
             stdout=log,

@@ -4,15 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from hypothesis import Phase
+from hypothesis import settings as hypothesis_settings
+from parity import TALLIES, RegionTally
 
 from service.engine.loading import DEFAULT_TOKENIZER_DIR
 from testkit import assets
 from testkit.servers import ServerProcess
+
+# `pytest --hypothesis-profile=mutants` (scripts/mutants.py): no shrinking and no example database, so a
+# mutant that is caught fails fast and a fresh copy of the repository replays nothing.
+hypothesis_settings.register_profile(
+    "mutants", phases=(Phase.explicit, Phase.generate), database=None, print_blob=False
+)
+
+T = TypeVar("T")
 
 # The three tokenizer families every parity test runs on.
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
@@ -64,8 +75,34 @@ class EngineRunner:
         self.thread.join(5)
 
 
+class MadeOnUse(Mapping[str, T]):
+    """family -> a resource made the first time it is asked for, so a run that selects one family (``-k``,
+    the mutation check) waits for that one only. ``made()``: what exists, for the teardown."""
+
+    def __init__(self, names: Iterable[str], make: Callable[[str], T]) -> None:
+        self._names = tuple(names)
+        self._make = make
+        self._made: dict[str, T] = {}
+
+    def __getitem__(self, name: str) -> T:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._made:
+            self._made[name] = self._make(name)
+        return self._made[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def made(self) -> list[T]:
+        return list(self._made.values())
+
+
 @pytest.fixture(scope="session")
-def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[dict[str, EngineRunner]]:
+def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[Mapping[str, EngineRunner]]:
     from service.engine import EngineLimits
 
     # Parity is what these engines test; the memory budget has its own tests (test_memory.py). Its bounds are
@@ -75,27 +112,45 @@ def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[dict[str, EngineRunner]
     limits = EngineLimits(
         max_texts_per_request=4096, max_text_chars=1_000_000, max_response_tokens=1 << 28, memory_budget=64 << 30
     )
-    runners = {name: EngineRunner(str(path), limits=limits) for name, path in tokenizer_dirs.items()}
+    runners = MadeOnUse(tokenizer_dirs, lambda name: EngineRunner(str(tokenizer_dirs[name]), limits=limits))
     yield runners
-    for runner in runners.values():
+    for runner in runners.made():
         runner.close()
 
 
 @pytest.fixture(scope="session")
 def servers(
     tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, ServerProcess]]:
+) -> Iterator[Mapping[str, ServerProcess]]:
     """family -> a real server process on 127.0.0.1 (the default family runs with no --model)."""
     logs = tmp_path_factory.mktemp("server-logs")
-    started: dict[str, ServerProcess] = {}
+
+    def start(name: str) -> ServerProcess:
+        args = [] if name == "wordpiece_default" else ["--model", str(tokenizer_dirs[name])]
+        # a 4 GiB budget: the client's parity cases send pairs with longest_first overflow, whose bound
+        # is quadratic (each overflow row of one text combines with each of the other's)
+        limits = ("--max-text-chars", "1000000", "--memory-budget-mib", "4096")
+        return ServerProcess(*args, *limits, log_path=logs / f"{name}.log").start()
+
+    started = MadeOnUse(tokenizer_dirs, start)
     try:
-        for name, path in tokenizer_dirs.items():
-            args = [] if name == "wordpiece_default" else ["--model", str(path)]
-            # a 4 GiB budget: the client's parity cases send pairs with longest_first overflow, whose bound
-            # is quadratic (each overflow row of one text combines with each of the other's)
-            limits = ("--max-text-chars", "1000000", "--memory-budget-mib", "4096")
-            started[name] = ServerProcess(*args, *limits, log_path=logs / f"{name}.log").start()
         yield started
     finally:
-        for server in started.values():
+        for server in started.made():
             server.stop()
+
+
+@pytest.fixture
+def region_tally(request: pytest.FixtureRequest) -> RegionTally:
+    """Counts the option regions a property test reached (see parity.reaches_every_region)."""
+    tally = RegionTally(request.node.nodeid)
+    TALLIES.append(tally)
+    return tally
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """How often each property test reached each option region, every run (floors: parity.RegionTally)."""
+    if TALLIES:
+        terminalreporter.section("parity option regions reached")
+        for tally in TALLIES:
+            terminalreporter.write_line(tally.summary())

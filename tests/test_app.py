@@ -62,7 +62,9 @@ def test_encode_json_matches_transformers(client, reference, corpus):
 
 
 def test_encode_binary_is_safetensors_of_the_same_arrays(client, reference, corpus):
-    texts, pairs = [t[:12] for t in corpus["zh"][:5]], corpus["en"][:5]
+    """Pairs whose second text is longer than max_length: only_second truncates it and overflows with a
+    stride, every row padded to max_length (a multiple of 8); the binary answer has transformers' arrays."""
+    texts, pairs = [t[:12] for t in corpus["zh"][:5]], [p for p in corpus["en"] if len(p) > 600][:5]
     options = {
         "padding": "max_length",
         "truncation": "only_second",
@@ -77,11 +79,11 @@ def test_encode_binary_is_safetensors_of_the_same_arrays(client, reference, corp
     assert response.headers["content-type"] == SAFETENSORS_MEDIA_TYPE
     arrays = load_safetensors(response.content)
     expected = reference(texts, pairs, return_tensors="np", **options)
+    assert len(expected["overflow_to_sample_mapping"]) > len(texts)  # the case overflows, as it says
     assert set(arrays) == set(expected)
     for key, value in expected.items():
-        assert arrays[key].dtype == np.int64
-        np.testing.assert_array_equal(arrays[key], value, err_msg=key)
-    assert arrays["offset_mapping"].shape[-1] == 2
+        np.testing.assert_array_equal(arrays[key], value.astype(np.int64), err_msg=key, strict=True)
+    assert arrays["offset_mapping"].shape == (len(expected["input_ids"]), 64, 2)
 
 
 def test_ragged_binary_is_406_saying_to_pad(client):
@@ -105,8 +107,9 @@ def test_any_text_encodes_exactly_or_is_refused_by_a_limit(client, reference, te
         )
         if binary:
             arrays = load_safetensors(response.content)
+            assert set(arrays) == set(expected)
             for key in expected:
-                np.testing.assert_array_equal(arrays[key], expected[key])
+                np.testing.assert_array_equal(arrays[key], expected[key].astype(np.int64), err_msg=key, strict=True)
         else:
             assert_same(
                 response.json(),
@@ -293,10 +296,14 @@ def test_openapi_documents_the_request_bodies(client):
 
 def test_not_ready_before_lifespan_and_ready_during():
     app = create_app(Settings())
-    with TestClient(app) as c:
-        assert c.get("/readyz").json() == {"status": "ready"}
-    # outside the lifespan the engine is stopped: readiness must say so
-    assert not app.state.runtime.ready
+    client = TestClient(app)  # outside `with`: requests are answered, the lifespan has not started
+    before = client.get("/readyz")
+    assert before.status_code == 503 and "not loaded" in before.json()["error"], before.text
+    assert_error(client.post("/encode", json={"texts": ["a"]}), 503, ErrorKind.UNAVAILABLE, "not loaded")
+    with client:
+        assert client.get("/readyz").json() == {"status": "ready"}
+    after = client.get("/readyz")  # the lifespan has ended: the engine is stopped
+    assert after.status_code == 503 and "stopped" in after.json()["error"], after.text
 
 
 def test_settings_reject_inconsistent_values():

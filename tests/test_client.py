@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -209,8 +210,16 @@ def test_tensors_are_zero_copy_views_of_the_body(clients, texts):
     assert arrays["input_ids"][0, 0] == 99
     assert list(arrays) == ["input_ids", "attention_mask"]  # transformers' order, not the blob's sorted order
 
-    result = clients["wordpiece_default"](texts, padding=True, return_tensors="pt")
-    result["input_ids"][0, 0] = 7  # as with the in-process tokenizer, results are writable
+    # As with the in-process tokenizer, results are writable: torch warns when it wraps a read-only array
+    # (numpy over the bytes of a body), and writing there would change an immutable object.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = clients["wordpiece_default"](texts, padding=True, return_tensors="pt")
+        arrays = clients["wordpiece_default"](texts, padding=True, return_tensors="np")
+    assert not [w for w in caught if "writable" in str(w.message)], [str(w.message) for w in caught]
+    result["input_ids"][0, 0] = 7
+    assert result["input_ids"][0, 0] == 7
+    assert all(array.flags.writeable for array in arrays.values())
 
 
 @pytest.mark.parametrize("family", FAMILIES)

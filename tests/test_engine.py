@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
-from parity import TRICKY_TEXTS, assert_same, encode_calls, reference_call
+from hypothesis import strategies as st
+from parity import TRICKY_TEXTS, assert_same, draw_calls, reaches_every_region, reference_call, regions_reached
 
 from service.engine.encoding import EncodeOptions
 from service.engine.errors import ErrorKind, ServiceError
@@ -56,12 +58,16 @@ FIXED_CASES = [
 
 def engine_call(runner, texts, pairs, options):
     try:
-        return runner.run(runner.engine.encode(texts, pairs, EncodeOptions(**options))).to_lists()
+        result = runner.run(runner.engine.encode(texts, pairs, EncodeOptions(**options)))
     except ServiceError as exc:
         return exc
+    arrays = {key: value.dtype for key, value in result.data.items() if isinstance(value, np.ndarray)}
+    assert all(dtype == np.int64 for dtype in arrays.values()), arrays  # lists would hide a float array
+    return result.to_lists()
 
 
 def check_parity(runner, reference, texts, pairs, options):
+    """The engine's answer equals transformers' (or both refuse); returns transformers' answer."""
     theirs = reference_call(reference, texts, pairs, options)
     ours = engine_call(runner, texts, pairs, options)
     if isinstance(theirs, BaseException):
@@ -70,6 +76,7 @@ def check_parity(runner, reference, texts, pairs, options):
     else:
         assert not isinstance(ours, Exception), f"engine refused what transformers accepts: {ours!r}"
         assert_same(ours, theirs, (texts, pairs, options))
+    return theirs
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -82,13 +89,18 @@ def test_fixed_cases_match_transformers(engines, reference_tokenizers, corpus, f
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@reaches_every_region
 @settings(
-    max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-@given(call=encode_calls())
-def test_property_parity(engines, reference_tokenizers, family, call):
-    texts, pairs, options = call
-    check_parity(engines[family], reference_tokenizers[family], texts, pairs, options)
+@given(data=st.data())
+def test_property_parity(engines, reference_tokenizers, family, region_tally, data):
+    """Each example: one call aimed at every option region (parity.REGIONS) and one with any options."""
+    reference = reference_tokenizers[family]
+    region_tally.example()
+    for call in draw_calls(data, reference):
+        theirs = check_parity(engines[family], reference, call.texts, call.pairs, call.options)
+        region_tally.record(regions_reached(reference, call, theirs))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -97,27 +109,82 @@ def test_long_text_parity(engines, reference_tokenizers, corpus, family):
     check_parity(engines[family], reference_tokenizers[family], [long_text, "short"], None, {"padding": True})
 
 
-def test_concurrent_mixed_options_are_batched_and_identical(engines, reference_tokenizers, corpus):
-    """Many requests with different options at once: batched together where compatible, each result
-    identical to encoding it alone."""
-    runner, reference = engines["wordpiece_default"], reference_tokenizers["wordpiece_default"]
-    option_sets = FIXED_CASES[:8]
-    calls = []
-    for i in range(64):
-        texts = corpus["zh"][i * 3 : (i * 3) + 1 + i % 4]
-        calls.append((texts, option_sets[i % len(option_sets)]))
+def test_a_tokenizer_configured_to_truncate_and_pad_on_the_left(tmp_path, corpus):
+    """truncation_side and padding_side come from the tokenizer's config (none of the three families
+    truncates on the left): the engine truncates, overflows and pads on the side the config says."""
+    import json
+    import shutil
 
-    async def all_at_once():
-        return await asyncio.gather(
-            *(runner.engine.encode(t, None, EncodeOptions(**o)) for t, o in calls), return_exceptions=True
-        )
+    from conftest import EngineRunner
+    from transformers import AutoTokenizer
 
-    before = runner.engine.batcher.config
-    results = runner.run(all_at_once())
-    assert before.enabled
+    from service.engine.loading import DEFAULT_TOKENIZER_DIR
+
+    left = tmp_path / "left-sided"
+    shutil.copytree(DEFAULT_TOKENIZER_DIR, left)
+    config = json.loads((left / "tokenizer_config.json").read_text())
+    (left / "tokenizer_config.json").write_text(
+        json.dumps({**config, "truncation_side": "left", "padding_side": "left"})
+    )
+    reference = AutoTokenizer.from_pretrained(str(left))
+    assert (reference.truncation_side, reference.padding_side) == ("left", "left")
+    runner = EngineRunner(str(left))
+    texts, pairs = [*corpus["zh"][:6], "短"], [*corpus["en"][:6], "short"]
+    try:
+        for options in (
+            {"truncation": True, "max_length": 12, "padding": True},
+            {"truncation": "only_second", "max_length": 20, "padding": "max_length"},
+            {"truncation": True, "max_length": 10, "stride": 2, "return_overflowing_tokens": True, "padding": True},
+            {"truncation": "only_first", "max_length": 16, "stride": 1, "return_overflowing_tokens": True},
+        ):
+            check_parity(runner, reference, texts, None, options)  # only_second without pairs: both refuse
+            check_parity(runner, reference, texts, pairs, options)
+    finally:
+        runner.close()
+
+
+def test_concurrent_mixed_options_are_batched_and_identical(corpus, reference_tokenizers):
+    """Requests with mixed options queue while the engine is held; once it is free, those that need the same
+    Rust call share one (in arrival order), and each answer is still exactly its own."""
+    from conftest import EngineRunner
+    from gates import HOLD, Gate
+
+    from service.engine import load_tokenizer
+    from service.engine.encoding import plan_encode
+
+    reference = reference_tokenizers["wordpiece_default"]
+    gate = Gate()
+    runner = EngineRunner(gate.gated(load_tokenizer(None)))
+    option_sets = FIXED_CASES[:8]  # specials on and off, truncation on and off, offsets (the full encode)
+    calls = [(corpus["zh"][i * 3 : i * 3 + 1 + i % 4], option_sets[i % len(option_sets)]) for i in range(64)]
+
+    async def queued_behind_a_held_encode():
+        engine = runner.engine
+        held = asyncio.ensure_future(engine.encode([HOLD]))
+        await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 30)
+        waiting = [asyncio.ensure_future(engine.encode(t, None, EncodeOptions(**o))) for t, o in calls]
+        await asyncio.sleep(0)
+        assert engine.batcher.queued_requests == len(calls)
+        gate.open()
+        await held
+        return await asyncio.gather(*waiting, return_exceptions=True)
+
+    try:
+        results = runner.run(queued_behind_a_held_encode(), timeout=60)
+        facts = runner.engine.facts
+    finally:
+        gate.open()
+        runner.close()
     for (texts, options), result in zip(calls, results, strict=True):
         assert not isinstance(result, Exception), result
         assert_same(result.to_lists(), reference_call(reference, texts, None, options), options)
+    # one Rust call per distinct batch key, each holding its requests' texts in arrival order
+    expected_calls: dict = {}
+    for texts, options in calls:
+        expected_calls.setdefault(plan_encode(facts, EncodeOptions(**options)).rust_call, []).extend(texts)
+    held_at = next(i for i, inputs in enumerate(gate.calls) if inputs == [HOLD])
+    assert gate.calls[held_at + 1 :] == list(expected_calls.values())
+    assert len(expected_calls) < len(calls)
 
 
 def test_one_bad_request_does_not_fail_its_batch_mates(engines, reference_tokenizers):

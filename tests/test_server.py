@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from parity import assert_same, encode_calls, reference_call
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from parity import assert_same, draw_calls, reaches_every_region, reference_call, regions_reached
 from safetensors.numpy import load as load_safetensors
 
 from service.wire import (
@@ -27,19 +28,25 @@ from testkit.servers import REPO, ServerProcess
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
 
+# One keep-alive client for the module: a fresh httpx.Client per request costs more than the request.
+HTTP = httpx.Client(timeout=60)
+
+
 def post_encode(url: str, texts, pairs, options, binary: bool = False, accept: str | None = None) -> httpx.Response:
     headers = {"Accept": accept or SAFETENSORS_MEDIA_TYPE} if binary or accept else {}
     body = {"texts": texts, **({"text_pairs": pairs} if pairs is not None else {}), **options}
-    return httpx.post(url + "/encode", json=body, headers=headers, timeout=60)
+    return HTTP.post(url + "/encode", json=body, headers=headers)
 
 
 def check_http_parity(url, reference, texts, pairs, options):
+    """JSON and safetensors answers equal transformers' (same keys, order, shapes, values) or both refuse;
+    returns transformers' answer."""
     theirs = reference_call(reference, texts, pairs, options)
     response = post_encode(url, texts, pairs, options)
     if isinstance(theirs, BaseException):
         assert 400 <= response.status_code < 500, (theirs, response.text)
         assert response.json()["error_type"] in ("tokenizer", "invalid_request")
-        return
+        return theirs
     assert response.status_code == 200, (options, response.text)
     assert_same(response.json(), theirs, (texts, pairs, options))
     check_ragged_answer(post_encode(url, texts, pairs, options, accept=RAGGED_MEDIA_TYPE), theirs)
@@ -47,14 +54,13 @@ def check_http_parity(url, reference, texts, pairs, options):
     lengths = {len(row) for row in theirs["input_ids"]}
     if len(lengths) > 1:
         assert binary.status_code == 406, binary.text
-        return
+        return theirs
     assert binary.status_code == 200, binary.text
     arrays = load_safetensors(binary.content)
     assert set(arrays) == set(theirs)
-    for key, value in theirs.items():
-        np.testing.assert_array_equal(
-            arrays[key], np.asarray(value, dtype=np.int64).reshape(arrays[key].shape), err_msg=key
-        )
+    for key, value in theirs.items():  # strict: the same shape and dtype, not just the same values
+        np.testing.assert_array_equal(arrays[key], np.asarray(value, dtype=np.int64), err_msg=key, strict=True)
+    return theirs
 
 
 def check_ragged_answer(response: httpx.Response, theirs: dict) -> None:
@@ -77,13 +83,22 @@ def check_ragged_answer(response: httpx.Response, theirs: dict) -> None:
 
 
 @pytest.mark.parametrize("family", FAMILIES)
+@reaches_every_region
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),  # no shrinking over HTTP: minutes per failure
 )
-@given(call=encode_calls())
-def test_property_parity_over_http_json_and_binary(servers, reference_tokenizers, family, call):
-    texts, pairs, options = call
-    check_http_parity(servers[family].url, reference_tokenizers[family], texts, pairs, options)
+@given(data=st.data())
+def test_property_parity_over_http_json_and_binary(servers, reference_tokenizers, family, region_tally, data):
+    """Each example: one call aimed at every option region (parity.REGIONS) and one with any options.
+    A failure names its call (texts, pairs, options); the engine tier shrinks the same calls quickly."""
+    reference = reference_tokenizers[family]
+    region_tally.example()
+    for call in draw_calls(data, reference):
+        theirs = check_http_parity(servers[family].url, reference, call.texts, call.pairs, call.options)
+        region_tally.record(regions_reached(reference, call, theirs))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -110,7 +125,9 @@ def test_concurrent_mixed_requests_match_in_process(servers, reference_tokenizer
     url, reference = servers["wordpiece_default"].url, reference_tokenizers["wordpiece_default"]
     option_sets = [
         {},
+        {"add_special_tokens": False},  # the same Rust call but for special tokens: must never share one
         {"padding": True},
+        {"padding": True, "add_special_tokens": False},
         {"padding": "max_length", "max_length": 40, "truncation": True},
         {"truncation": True, "max_length": 12, "stride": 3, "return_overflowing_tokens": True, "padding": True},
         {"padding": True, "pad_to_multiple_of": 8, "padding_side": "left", "return_offsets_mapping": True},

@@ -2,11 +2,11 @@
 
 Servers: batching on (defaults: no gather window, a batch is whatever queued while the previous one ran),
 batching on with a 2 ms gather window (``--batch-wait-ms 2``, full run only) and batching off, vs the
-in-process rate; and (full run only) batching on behind uvicorn's own httptools and h11 protocols instead of
-the guarded one, for the per-request cost of the HTTP limits. The in-process rate: ``encode_batch`` in batches
-of 256. Load generator: ``benchmarks.loadgen`` (raw asyncio
-HTTP/1.1 keep-alive, uvloop). Reports latency percentiles, client CPU (process_time of the load generator)
-and server CPU per request (utime+stime of the server from /proc, all threads, tokenizing included).
+in-process rates; and (full run only) batching on behind uvicorn's own httptools and h11 protocols instead of
+the guarded one, for the per-request cost of the HTTP limits. The in-process rates: ``encode_batch``,
+``encode_batch_fast`` and transformers ``__call__`` in batches of 256. Load generator: ``benchmarks.loadgen``
+(raw asyncio HTTP/1.1 keep-alive, uvloop). Reports latency percentiles, client CPU (process_time of the load
+generator) and server CPU per request (utime+stime of the server from /proc, all threads, tokenizing included).
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from benchmarks.loadgen import SAFETENSORS_MEDIA_TYPE, CpuProbe, LoadResult, per
 from benchmarks.processes import BenchServer, InProcessWorker
 from benchmarks.profiles import Profile
 from benchmarks.progress import log
+from benchmarks.scenarios import batch_sizes
 from benchmarks.scenarios.measuring import OPTIONS_BATCH, aggregate, rotated
 
-BATCH_IN_PROCESS = 256  # the in-process baseline tokenizes the same texts in batches of this size
+BATCH_IN_PROCESS = 256  # the in-process baselines tokenize the same texts in batches of this size
+IN_PROCESS = batch_sizes.METHODS[:3]  # encode_batch, encode_batch_fast, transformers __call__
 # mode -> (batching, extra server flags, label); "on" is the server every scenario uses
 MODES: dict[str, tuple[bool, list[str], str]] = {
     "on": (True, [], "batching on (default: no gather window)"),
@@ -39,7 +41,13 @@ MODES: dict[str, tuple[bool, list[str], str]] = {
 
 def empty_results() -> dict[str, Any]:
     """The scenario's section of the results, before any tokenizer is measured."""
-    return {"options": OPTIONS_BATCH, "load_generator": loadgen.LOAD_GENERATOR, "runs": [], "inprocess": {}}
+    return {
+        "options": OPTIONS_BATCH,
+        "load_generator": loadgen.LOAD_GENERATOR,
+        "runs": [],
+        "inprocess": {},
+        "inprocess_baselines": {},
+    }
 
 
 def extra_servers(tokenizer: str, profile: Profile, log_dir: Path) -> dict[str, BenchServer]:
@@ -92,13 +100,14 @@ def measure(
     for server in servers.values():  # every text once through each server before timing
         for body in bodies[: min(len(bodies), 256)]:
             server.encode(body, SAFETENSORS_MEDIA_TYPE)
-    inprocess_runs = []
+    inprocess_runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
     runs: dict[tuple[str, int], list[LoadResult]] = defaultdict(list)
     for round_ in range(profile.s2_rounds):
         log(f"{tokenizer}: scenario 2, round {round_ + 1}/{profile.s2_rounds}")
-        inprocess_runs.append(
-            worker.measure("encode_batch", "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, profile.seconds, profile.max_batches)
-        )
+        for label, _, method in rotated(IN_PROCESS, round_):
+            inprocess_runs[label].append(
+                worker.measure(method, "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, profile.seconds, profile.max_batches)
+            )
         for concurrency in profile.concurrency:
             for mode in rotated(tuple(servers), round_):
                 runs[(mode, concurrency)].append(
@@ -111,9 +120,13 @@ def measure(
                         max_requests=profile.s2_max_requests,
                     )
                 )
-    inproc = aggregate(inprocess_runs)
-    inproc["cpu_ms_per_text"] = inproc["server_or_worker_cpu_ms_per_request"] / BATCH_IN_PROCESS
-    results["inprocess"][tokenizer] = inproc
+    baselines = {}
+    for label, label_runs in inprocess_runs.items():
+        figures = aggregate(label_runs)
+        figures["cpu_ms_per_text"] = figures["server_or_worker_cpu_ms_per_request"] / BATCH_IN_PROCESS
+        baselines[label] = figures
+    results["inprocess"][tokenizer] = baselines["in-process encode_batch"]  # what the targets compare with
+    results["inprocess_baselines"][tokenizer] = baselines
     for (mode, concurrency), mode_runs in runs.items():
         results["runs"].append(
             {

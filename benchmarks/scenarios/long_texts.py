@@ -1,6 +1,7 @@
 """Scenario 4: long-text scaling, tokens/s vs text length (100 to 50k characters, no truncation), one client.
 
-Service binary vs in-process ``encode_batch`` (and ``encode_batch_fast``), ~256k characters per request.
+Service binary vs in-process ``encode_batch``, ``encode_batch_fast`` and transformers ``__call__``, ~256k
+characters per request.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from benchmarks.scenarios import batch_sizes
 from benchmarks.scenarios.measuring import OPTIONS_LONG, Sides, Variant, aggregate
 from benchmarks.textsets import long_text_batch
 
-# encode_batch, encode_batch_fast, service binary
-METHODS: tuple[Variant, ...] = (batch_sizes.METHODS[0], batch_sizes.METHODS[1], batch_sizes.METHODS[4])
+# encode_batch, encode_batch_fast, transformers __call__, service binary
+METHODS: tuple[Variant, ...] = (*batch_sizes.METHODS[:3], batch_sizes.METHODS[4])
 
 
 def empty_results() -> dict[str, Any]:

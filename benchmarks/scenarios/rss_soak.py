@@ -1,14 +1,14 @@
 """The RSS soak ("rss"): server memory under rounds of the same mixed load, as a ``[server]``-only install runs it.
 
-The default tokenizer's server without torch (it is not installed there; in this venv transformers would
-import it, +180 MB; here it is hidden from the server with a sitecustomize), under rounds of: one client
-sending batches of 256 (every scenario-1 text set, and 10k-character texts), then 64 clients sending one
-text each. RSS is read after every round.
+The default tokenizer's server in a real torch-free venv (``benchmarks.server_venv``: the ``[server]`` extra
+only, as ``pip install '.[server]'`` and the container image have it; in the dev venv transformers would
+import torch, +180 MB), under rounds of: one client sending batches of 256 (every scenario-1 text set, and
+10k-character texts), then 64 clients sending one text each. RSS is read after every round. The smoke run
+soaks a server of this venv instead (no venv to build in CI; its figure then says whether torch was loaded).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -22,26 +22,22 @@ from benchmarks.profiles import Profile
 from benchmarks.progress import log
 from benchmarks.scenarios.concurrency import one_text_bodies, raw_requests, run_load
 from benchmarks.scenarios.measuring import OPTIONS_BATCH
+from benchmarks.server_venv import ServerVenvError, server_python
 
 CONCURRENCY = 64
 MAX_BATCHES_PER_ROUND = 100_000
 
 
-def _without_torch(work_dir: Path) -> str:
-    """A PYTHONPATH whose sitecustomize hides torch, as in a ``[server]``-only install."""
-    site = work_dir / "without_torch"
-    site.mkdir(exist_ok=True)
-    (site / "sitecustomize.py").write_text(
-        "import sys\n\n# as in a [server]-only install, where torch is absent\nsys.modules.setdefault('torch', None)\n"
-    )
-    return os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))
-
-
-def soak(profile: Profile, sets: dict[str, list[str]], log_dir: Path, work_dir: Path) -> dict[str, Any]:
+def soak(profile: Profile, sets: dict[str, list[str]], log_dir: Path) -> dict[str, Any]:
     """Run the soak on its own server; its description, memory readings and RSS figures."""
-    server = BenchServer(
-        "default", True, log_dir, env={"PYTHONPATH": _without_torch(work_dir)}, variant="torch not installed"
-    )
+    if profile.smoke:
+        server = BenchServer("default", True, log_dir, variant="this venv")
+    else:
+        try:
+            python = server_python()
+        except ServerVenvError as exc:
+            return {"failed": f"no torch-free venv for the soak: {exc}"}
+        server = BenchServer("default", True, log_dir, variant="[server]-only venv, no torch", python=str(python))
     batches = [
         b
         for name in sorted(sets)

@@ -398,7 +398,9 @@ class _RectangularShaper:
         return self.mask.astype(np.int64)
 
     def fill(self, flat: np.ndarray, pad_value: int) -> np.ndarray:
-        shape = (self.rows, self.width, *flat.shape[1:])  # offsets: (start, end) per token
+        # offsets: (start, end) per token, [rows, width, 2]; when every row is empty transformers gives
+        # [rows, 0] (numpy of [[]])
+        shape = (self.rows, self.width, *flat.shape[1:]) if self.width else (self.rows, 0)
         if self.mask is None:
             return flat.reshape(shape)
         out = np.full(shape, pad_value, dtype=np.int64)

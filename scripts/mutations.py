@@ -1,0 +1,240 @@
+"""The curated mutations: one-line bugs in ``service/`` that the fast test tiers must catch.
+
+Each is a bug someone could plausibly write (or a refactor could bring in): padding on the wrong side, an
+off-by-one in truncation or stride, an option dropped on the way to Rust, a batch key too coarse, a shape
+lost on the wire, a retry rule or a fingerprint input forgotten. ``scripts/mutants.py`` applies each to a
+temporary copy of the repository, one at a time, and runs the tests named in ``caught_by`` (in order, stopping
+at the first failure): the mutation must make one of them fail. ``parity`` marks the mutations of the parity
+table (issue 14): those must also be caught by the real-server tier alone, ``tests/test_server.py``, because
+that is what users call. ``tests/test_mutants.py`` checks, in every test run, that each line still exists
+exactly once, so the list cannot drift from the code silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ENGINE = "tests/test_engine.py"
+BATCHING = "tests/test_batching.py"
+APP = "tests/test_app.py"
+SERVER = "tests/test_server.py"
+CLIENT = "tests/test_client.py"
+RESILIENCE = "tests/test_client_resilience.py"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str  # relative to the repository root
+    original: str  # one line (stripped of its indentation), present exactly once in ``path``
+    mutated: str  # what replaces it (same indentation)
+    caught_by: tuple[str, ...]  # test files, the fastest likely catcher first
+    parity: bool = False  # also caught by the real-server tier on its own
+
+    def apply(self, source: str) -> str:
+        """``source`` with the mutation applied; ValueError unless ``original`` is on exactly one line."""
+        lines = source.split("\n")
+        hits = [i for i, line in enumerate(lines) if line.strip() == self.original]
+        if len(hits) != 1:
+            raise ValueError(f"{self.name}: {self.original!r} is on {len(hits)} lines of {self.path}, not one")
+        line = lines[hits[0]]
+        lines[hits[0]] = line[: len(line) - len(line.lstrip())] + self.mutated
+        return "\n".join(lines)
+
+
+ENCODING = "service/engine/encoding.py"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # -- the parity table: what the property tests must catch at every tier ----------------------------------
+    Mutation(
+        "left padding becomes right (rectangular)",
+        ENCODING,
+        "if pad_left:",
+        "if False:",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "ragged rows ignore left padding",
+        ENCODING,
+        "rows[i] = np.concatenate([padding, rows[i]] if self.pad_left else [rows[i], padding])",
+        "rows[i] = np.concatenate([rows[i], padding])",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "pair truncation (only_second) drops the last token",
+        ENCODING,
+        '"max_length": self.max_length,',
+        '"max_length": self.max_length - (self.strategy == "only_second"),',
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "attention_mask all ones",
+        ENCODING,
+        "return self.mask.astype(np.int64)",
+        "return np.ones((self.rows, self.width), dtype=np.int64)",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "add_special_tokens=False ignored",
+        ENCODING,
+        "add_special_tokens=options.add_special_tokens,",
+        "add_special_tokens=True,",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "stride off by one",
+        ENCODING,
+        "stride=options.stride,",
+        "stride=max(options.stride - 1, 0),",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        'pad_to_multiple_of ignored with padding="max_length"',
+        ENCODING,
+        "if multiple and target % multiple:",
+        "if multiple and target % multiple and plan.pad_target is None:",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "the fast encode path used for overflow (tokenizers 0.23's pair type-id bug)",
+        ENCODING,
+        'return "offset_mapping" in self.keys or self.with_overflow',
+        'return "offset_mapping" in self.keys',
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "batch key drops add_special_tokens",
+        "service/engine/batching.py",
+        "and job.batch_key == key",
+        "and job.batch_key is not None and job.batch_key[::2] == key[::2]",
+        (ENGINE,),
+        parity=True,
+    ),
+    Mutation(
+        "safetensors arrays flattened",
+        "service/http/routes.py",
+        'blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})',
+        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, "
+        'metadata={"fingerprint": engine.loaded.fingerprint})',
+        (APP,),
+        parity=True,
+    ),
+    # -- more shaping ----------------------------------------------------------------------------------------
+    Mutation(
+        "truncation always on the right (tokenizer's truncation_side ignored)",
+        ENCODING,
+        "direction=facts.truncation_side,",
+        'direction="right",',
+        (ENGINE,),
+    ),
+    Mutation(
+        "the tokenizer's default padding side ignored",
+        ENCODING,
+        'pad_left=padding_side == "left",',
+        'pad_left=options.padding_side == "left",',
+        (ENGINE,),
+    ),
+    Mutation(
+        "offset pairs come out as (end, start)",
+        ENCODING,
+        "columns[key] = flat.reshape(total, 2)",
+        "columns[key] = flat.reshape(total, 2)[:, ::-1]",
+        (ENGINE,),
+    ),
+    Mutation(
+        "length reported before padding",
+        ENCODING,
+        "data[key] = out_lengths if rectangular else out_lengths.tolist()",
+        "data[key] = lengths if rectangular else lengths.tolist()",
+        (ENGINE,),
+    ),
+    Mutation(
+        "special_tokens_mask pads with 0",
+        ENCODING,
+        "data[key] = shaper.fill(encoded.columns[key], 1)",
+        "data[key] = shaper.fill(encoded.columns[key], 0)",
+        (ENGINE,),
+    ),
+    Mutation(
+        "overflow_to_sample_mapping counts rows, not samples",
+        ENCODING,
+        "sample_map.extend([i] * len(group))",
+        "sample_map.extend(range(len(sample_map), len(sample_map) + len(group)))",
+        (ENGINE,),
+    ),
+    Mutation(
+        "the response limit lets twice as much through",
+        ENCODING,
+        "if positions > max_response_tokens:",
+        "if positions > 2 * max_response_tokens:",
+        (ENGINE,),
+    ),
+    # -- admission and batching ------------------------------------------------------------------------------
+    Mutation(
+        "the queue takes one request more than its limit",
+        "service/engine/batching.py",
+        "len(self._queue) >= self.config.max_queued_requests",
+        "len(self._queue) > self.config.max_queued_requests",
+        (BATCHING, ENGINE),
+    ),
+    Mutation(
+        "batches ignore the text cap",
+        "service/engine/batching.py",
+        "and texts + job.texts <= self.config.max_batch_texts",
+        "and True",
+        (BATCHING,),
+    ),
+    Mutation(
+        # (dropping _take_batch's own check instead is all but equivalent: this callback runs first)
+        "a withdrawn request stays queued until its batch comes",
+        "service/engine/batching.py",
+        "self._queue.remove(job)",
+        "raise ValueError",
+        (BATCHING,),
+    ),
+    # -- the wire, the fingerprint ---------------------------------------------------------------------------
+    Mutation(
+        "a ragged result sent as binary instead of 406",
+        "service/http/routes.py",
+        "if not result.rectangular:",
+        "if False:",
+        (APP,),
+    ),
+    Mutation(
+        "the fingerprint ignores the call config (padding side, special tokens...)",
+        "service/engine/loading.py",
+        '{"tokenizer": backend_json, "config": call_config(tokenizer)},',
+        '{"tokenizer": backend_json},',
+        (APP,),
+    ),
+    # -- the client ------------------------------------------------------------------------------------------
+    Mutation(
+        "the client no longer retries a proxy's 502",
+        "service/client/calls.py",
+        "RETRY_STATUSES = frozenset({429, 502, 503, 504})",
+        "RETRY_STATUSES = frozenset({429, 503, 504})",
+        (RESILIENCE,),
+    ),
+    Mutation(
+        "the client ignores Retry-After",
+        "service/client/retrying.py",
+        "pause = min(max(retry_after, 0.0), policy.max_retry_after)",
+        "pause = policy.backoff(state.failures)",
+        (RESILIENCE,),
+    ),
+    Mutation(
+        "a pinned fingerprint is checked on /info only",
+        "service/client/calls.py",
+        "if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body",
+        "if False:",
+        (RESILIENCE, CLIENT),
+    ),
+)
