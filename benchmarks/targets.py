@@ -282,7 +282,21 @@ def _scenario5(targets: Targets, s5: dict[str, Any]) -> None:
         THRESHOLDS["s5_lengths_vs_encode"],
         vs_encode_binary=round(1 / corpus["encode binary padded"]["vs_lengths"], 4),
         distinct_texts_only=round(1 / distinct["encode JSON"]["vs_lengths"], 4),
+        **_count_ceiling(corpus),
     )
+
+
+def _count_ceiling(corpus: dict[str, Any]) -> dict[str, float]:
+    """How near /lengths is to tokenizing alone in-process, and the best any exact count could do vs /encode."""
+    in_process = corpus.get("in-process encode_batch_fast")
+    if in_process is None:  # results written before the ceiling was measured
+        return {}
+    return {
+        "lengths_vs_in_process_tokenizing": round(1 / in_process["vs_lengths"], 4),
+        "ceiling_in_process_tokenizing_vs_encode": round(
+            in_process["vs_lengths"] / corpus["encode JSON"]["vs_lengths"], 4
+        ),
+    }
 
 
 def _scenario6(targets: Targets, s6: dict[str, Any]) -> None:
