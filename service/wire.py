@@ -138,10 +138,10 @@ API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
 def non_default_options(options: Mapping[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
     """The options whose value differs from transformers' default (by value or by type: ``0`` is not
     ``False``), in contract order: what a client needs to send. ``contract``: :data:`ENCODE_OPTIONS` or
-    :data:`LENGTHS_OPTIONS`."""
+    :data:`LENGTHS_OPTIONS` or :data:`TOKENIZE_OPTIONS`."""
     unknown = set(options) - set(contract)
     if unknown:
-        what = "encode" if contract is ENCODE_OPTIONS else "lengths"
+        what = "encode" if contract is ENCODE_OPTIONS else "lengths" if contract is LENGTHS_OPTIONS else "tokenize"
         raise TypeError(f"unknown {what} option(s) {sorted(unknown)}; known: {list(contract)}")
     sent = {}
     for name, default in contract.items():

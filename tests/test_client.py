@@ -260,6 +260,42 @@ def test_decode_and_tokenize_match_transformers(clients, reference_tokenizers, t
     assert client.tokenize(texts[:5]) == [reference.tokenize(t) for t in texts[:5]]
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tokenize_with_pairs_truncation_and_sequence_ids_matches_transformers(
+    clients, reference_tokenizers, texts, family
+):
+    client, reference = clients[family], reference_tokenizers[family]
+    first, second = texts[:4], texts[4:8]
+    assert client.tokenize(first[0], second[0]) == reference.tokenize(first[0], second[0])
+    specials = client.tokenize(first[0], second[0], add_special_tokens=True)
+    assert specials == reference.tokenize(first[0], second[0], add_special_tokens=True)
+    assert client.tokenize(list(zip(first, second, strict=True))) == [
+        reference.tokenize(a, b) for a, b in zip(first, second, strict=True)
+    ]
+    # truncated: the tokens of the encoding encode makes, one per id, and which sequence each came from
+    options = {"add_special_tokens": True, "truncation": "longest_first", "max_length": 12}
+    expected = reference(first, second, **options)
+    answer = client.tokenize(first, second, return_sequence_ids=True, **options)
+    assert answer == {
+        "tokens": [expected.tokens(i) for i in range(len(first))],
+        "sequence_ids": [expected.sequence_ids(i) for i in range(len(first))],
+    }
+    assert [len(row) for row in answer["tokens"]] == [
+        len(row) for row in client.encode(first, second, **options)["input_ids"]
+    ]
+    one = reference(first[1], truncation=True, max_length=5)
+    assert client.tokenize(
+        first[1], truncation=True, max_length=5, add_special_tokens=True, return_sequence_ids=True
+    ) == {
+        "tokens": one.tokens(),
+        "sequence_ids": one.sequence_ids(),
+    }
+    with pytest.raises(InvalidRequest, match="truncation"):
+        client.tokenize(first, truncation="sideways")
+    with pytest.raises(TypeError, match="text_pair"):
+        client.tokenize(first, second[0])
+
+
 def test_info_and_fingerprint_pinning(servers, clients):
     info = clients["wordpiece_default"].info()
     assert info["fingerprint"].startswith("sha256:") and info["vocab_size"] > 1000
@@ -381,10 +417,13 @@ def test_async_client_matches_sync_and_transformers(servers, reference_tokenizer
             decoded = await client.batch_decode(lists["input_ids"], skip_special_tokens=True)
             one = await client.decode(lists["input_ids"][0])
             tokens = await client.tokenize(texts[:3])
+            pair_tokens = await client.tokenize(
+                texts[0], texts[1], truncation=True, max_length=7, return_sequence_ids=True
+            )
             info = await client.info()
-            return chunks, results, lists, single, decoded, one, tokens, info
+            return chunks, results, lists, single, decoded, one, tokens, pair_tokens, info
 
-    chunks, results, lists, single, decoded, one, tokens, info = asyncio.run(main())
+    chunks, results, lists, single, decoded, one, tokens, pair_tokens, info = asyncio.run(main())
     for chunk, result in zip(chunks, results, strict=True):
         assert_same_tensors(result, reference(chunk, padding="longest", return_tensors="pt"), torch.Tensor)
     assert_same_lists(lists, reference(texts, texts[::-1], return_offsets_mapping=True))
@@ -392,6 +431,8 @@ def test_async_client_matches_sync_and_transformers(servers, reference_tokenizer
     assert decoded == reference.batch_decode(lists["input_ids"], skip_special_tokens=True)
     assert one == reference.decode(lists["input_ids"][0])
     assert tokens == [reference.tokenize(t) for t in texts[:3]]
+    expected_pair = reference(texts[0], texts[1], truncation=True, max_length=7, add_special_tokens=False)
+    assert pair_tokens == {"tokens": expected_pair.tokens(), "sequence_ids": expected_pair.sequence_ids()}
     assert info["fingerprint"] == info_fingerprint
 
     async def pinned_wrong():

@@ -92,6 +92,13 @@ def test_client_signatures_follow_the_wire(client_class):
 
 
 @pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_client_tokenize_takes_exactly_the_wire_options(client_class):
+    defaults = keyword_defaults(client_class.tokenize)
+    assert list(defaults) == list(wire.TOKENIZE_OPTIONS) and defaults == dict(wire.TOKENIZE_OPTIONS)
+    assert list(inspect.signature(client_class.tokenize).parameters)[1:3] == ["text", "pair"]  # as tokenizer.tokenize
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
 def test_encode_ragged_takes_exactly_the_wire_options(client_class):
     defaults = keyword_defaults(client_class.encode_ragged)
     assert list(defaults) == OPTIONS and defaults == dict(wire.ENCODE_OPTIONS)

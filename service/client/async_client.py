@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..wire import LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
+from ..wire import LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS, TOKENIZE_OPTIONS
 from .calls import (
     RETRY_STATUSES,
     Call,
@@ -157,9 +157,18 @@ class AsyncTokenizerClient(_ClientBase):
         """As :meth:`TokenizerClient.batch_decode`."""
         return await self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
 
-    async def tokenize(self, text: str | Sequence[str], *, add_special_tokens: bool = False) -> Any:
+    async def tokenize(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        return_sequence_ids: bool = False,
+    ) -> Any:
         """As :meth:`TokenizerClient.tokenize`."""
-        return await self._send(tokenize_call(text, add_special_tokens))
+        return await self._send(tokenize_call(text, pair, _options(locals(), TOKENIZE_OPTIONS)))
 
     async def info(self) -> dict[str, Any]:
         """As :meth:`TokenizerClient.info`."""

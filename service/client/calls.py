@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import operator
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, Literal, TypeVar, overload
@@ -26,6 +26,7 @@ from ..wire import (
     RETRY_AFTER_HEADER,
     RETURN_TENSORS,
     SAFETENSORS_MEDIA_TYPE,
+    TOKENIZE_OPTIONS,
     TOKENIZE_PATH,
     non_default_options,
 )
@@ -272,14 +273,29 @@ def decode_call(
     return Call("POST", DECODE_PATH, _dumps(payload), parse)
 
 
-def tokenize_call(text: str | Sequence[str], add_special_tokens: bool) -> Call[Any]:
-    single = isinstance(text, str)
-    texts = [text] if single else list(text)
-    payload = {"texts": texts, "add_special_tokens": add_special_tokens}
+def tokenize_call(text: Any, pair: Any, options: dict[str, Any]) -> Call[Any]:
+    """``/tokenize`` for ``text`` (and ``pair``), read as ``encode`` reads its inputs. The answer: the tokens
+    (one list, or one per text); with ``return_sequence_ids``, ``{"tokens": ..., "sequence_ids": ...}``."""
+    texts, pairs, batched = split_inputs(text, pair)
+    payload: dict[str, Any] = {"texts": texts}
+    if pairs is not None:
+        payload["text_pairs"] = pairs
+    payload.update(non_default_options(options, TOKENIZE_OPTIONS))
+    with_ids = bool(options.get("return_sequence_ids"))
 
     def parse(response: Response, url: str) -> Any:
-        tokens = _json_body(response, url, "tokens")["tokens"]
-        return tokens[0] if single else tokens
+        body = _json_body(response, url, "tokens")
+        tokens = body["tokens"]
+        if len(tokens) != len(texts):
+            raise ProtocolError(f"{url} answered {len(tokens)} token lists for {len(texts)} texts")
+        if not with_ids:
+            return tokens if batched else tokens[0]
+        sequence_ids = body.get("sequence_ids")
+        if not isinstance(sequence_ids, list) or len(sequence_ids) != len(texts):
+            raise ProtocolError(f"{url} answered no sequence_ids for the {len(texts)} texts it was asked about")
+        if batched:
+            return {"tokens": tokens, "sequence_ids": sequence_ids}
+        return {"tokens": tokens[0], "sequence_ids": sequence_ids[0]}
 
     return Call("POST", TOKENIZE_PATH, _dumps(payload), parse)
 

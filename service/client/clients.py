@@ -24,6 +24,7 @@ from ..wire import (
     LENGTHS_OPTIONS,
     RAGGED_MEDIA_TYPE,
     SAFETENSORS_MEDIA_TYPE,
+    TOKENIZE_OPTIONS,
     URL_ENV,
 )
 from .calls import (
@@ -52,7 +53,8 @@ _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 def _options(arguments: dict[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
     """The options of ``contract`` among a method's arguments (its ``locals()``): the methods spell each
     option out for IDEs and ``help()``, and ``tests/test_wire.py`` holds their names and defaults to
-    ``service.wire.ENCODE_OPTIONS`` (``encode``) and ``service.wire.LENGTHS_OPTIONS`` (``lengths``)."""
+    ``service.wire.ENCODE_OPTIONS`` (``encode``), ``LENGTHS_OPTIONS`` (``lengths``) and ``TOKENIZE_OPTIONS``
+    (``tokenize``)."""
     return {name: arguments[name] for name in contract}
 
 
@@ -300,9 +302,25 @@ class TokenizerClient(_ClientBase):
         """The texts of several id sequences (lists, or a 2-D array or tensor), as ``tokenizer.batch_decode``."""
         return self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
 
-    def tokenize(self, text: str | Sequence[str], *, add_special_tokens: bool = False) -> Any:
-        """Tokens of a text (``list[str]``), or of each text of a list (``list[list[str]]``)."""
-        return self._send(tokenize_call(text, add_special_tokens))
+    def tokenize(
+        self,
+        text: str | Sequence[str] | Sequence[tuple[str, str]],
+        pair: str | Sequence[str] | None = None,
+        *,
+        add_special_tokens: bool = False,
+        truncation: bool | str | None = None,
+        max_length: int | None = None,
+        return_sequence_ids: bool = False,
+    ) -> Any:
+        """Tokens of a text (``list[str]``), or of each text of a batch (``list[list[str]]``), as
+        ``tokenizer.tokenize(text, pair, add_special_tokens=...)`` gives them; ``pair`` (or a batch of
+        ``(text, pair)`` tuples) as ``encode`` takes ``text_pair``.
+
+        With ``truncation``/``max_length`` (as in :meth:`encode`), the tokens of the encoding ``encode`` makes
+        with the same options -- one per id, ``BatchEncoding.tokens()``. With ``return_sequence_ids=True``
+        the answer is ``{"tokens": ..., "sequence_ids": ...}``: per token ``None`` (a special token), 0 (the
+        text) or 1 (the pair), as ``BatchEncoding.sequence_ids()``."""
+        return self._send(tokenize_call(text, pair, _options(locals(), TOKENIZE_OPTIONS)))
 
     def info(self) -> dict[str, Any]:
         """What the server serves: tokenizer, ``fingerprint``, limits, batching, versions."""
