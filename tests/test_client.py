@@ -136,6 +136,7 @@ def test_exported_members():
             "PayloadTooLarge",
             "NotAcceptable",
             "ServerBusy",
+            "RequestTimeout",
             "FingerprintMismatch",
             "RetriesExhausted",
         ]

@@ -177,3 +177,56 @@ def test_the_log_never_holds_request_content(server):
     status, _, _ = exchange(server.port, encode_request(b"\x00" * 10 + secret.encode(), "Connection: close"))[0]
     assert status == 422
     assert secret not in server.log.read_text()
+
+
+class _FirstUploadStalls:
+    """The client's transport, except that its first request stops halfway through the body -- a DataLoader
+    worker paused mid-upload, or a stalled network -- and waits for whatever the server answers; every later
+    request goes through the real stdlib transport."""
+
+    def __init__(self) -> None:
+        from service.client import HTTPTransport
+
+        self.real = HTTPTransport()
+        self.stalled_answers: list[int] = []
+
+    def handle_request(self, request):
+        from urllib.parse import urlsplit
+
+        from service.client import Response
+
+        if self.stalled_answers:
+            return self.real.handle_request(request)
+        url = urlsplit(request.url)
+        head = [f"{request.method} {url.path} HTTP/1.1", f"Host: {url.netloc}"]
+        head += [f"{name}: {value}" for name, value in request.headers.items()]
+        head.append(f"Content-Length: {len(request.body)}")
+        with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+            sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + request.body[: len(request.body) // 2])
+            received = b""
+            while chunk := sock.recv(65536):
+                received += chunk
+        status, headers, body = parse_answers(received)[0]
+        self.stalled_answers.append(status)
+        return Response(status, headers, body)
+
+    def close(self) -> None:
+        self.real.close()
+
+
+def test_a_request_whose_upload_stalled_gets_408_and_the_client_sends_it_again(server):
+    """The server runs nothing for a body that stopped arriving (408, closed); the SDK repeats the request
+    (RFC 9110 allows it) and the call succeeds, instead of failing a training step on a transient stall."""
+    from service.client import RequestTimeout, RetriesExhausted, RetryPolicy, TokenizerClient
+
+    transport = _FirstUploadStalls()
+    with TokenizerClient(server.url, transport=transport) as client:
+        assert client(["hello world"])["input_ids"] == [[2, 9746, 9660, 3]]
+    assert transport.stalled_answers == [408]
+
+    once = _FirstUploadStalls()
+    with TokenizerClient(server.url, transport=once, retry=RetryPolicy(max_attempts=1)) as client:
+        with pytest.raises(RetriesExhausted) as info:
+            client(["hello world"])
+    assert isinstance(info.value.last_error, RequestTimeout) and info.value.last_error.status == 408
+    assert "body did not arrive within 1s" in info.value.last_error.error

@@ -30,6 +30,7 @@ from .exceptions import (
     PayloadTooLarge,
     ProtocolError,
     RequestRejected,
+    RequestTimeout,
     RetriesExhausted,
     ServerBusy,
     TokenizerServiceError,
@@ -79,6 +80,7 @@ __all__ = [
     "PayloadTooLarge",
     "NotAcceptable",
     "ServerBusy",
+    "RequestTimeout",
     "FingerprintMismatch",
     "RetriesExhausted",
 ]

@@ -37,6 +37,7 @@ from .exceptions import (
     PayloadTooLarge,
     ProtocolError,
     RequestRejected,
+    RequestTimeout,
     ServerBusy,
     Unauthorized,
 )
@@ -62,15 +63,16 @@ def _json_loader() -> Callable[[bytes | bytearray], Any]:
 
 _json_loads = _json_loader()
 
-# Statuses worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout, and a
-# proxy's bad gateway while a replica restarts.
-RETRY_STATUSES = frozenset({429, 502, 503, 504})
+# Statuses worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout, a
+# proxy's bad gateway while a replica restarts, and a request that reached the server too slowly (nothing ran).
+RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
 _REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
     401: Unauthorized,
     406: NotAcceptable,
     413: PayloadTooLarge,
     422: InvalidRequest,
     **{status: ServerBusy for status in RETRY_STATUSES},
+    408: RequestTimeout,
 }
 
 

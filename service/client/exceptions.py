@@ -14,7 +14,8 @@ into :class:`TransportError` subclasses at the boundary, and every error status 
     │   ├── Unauthorized          401: missing or wrong API key
     │   ├── PayloadTooLarge       413: over one of the server's limits (see ``info()["limits"]``)
     │   ├── NotAcceptable         406: a ragged result asked for as tensors: ask for padding
-    │   └── ServerBusy            429 overloaded, 503 unavailable/draining, 504 queue timeout (retried)
+    │   ├── ServerBusy            429 overloaded, 503 unavailable/draining, 504 queue timeout (retried)
+    │   └── RequestTimeout        408: the request reached the server too slowly, it was not run (retried)
     ├── FingerprintMismatch       the server's tokenizer is not the one the client was pinned to
     └── RetriesExhausted          every allowed try failed: names the URL(s), the tries and the last cause
 
@@ -38,6 +39,7 @@ __all__ = [
     "Unauthorized",
     "PayloadTooLarge",
     "NotAcceptable",
+    "RequestTimeout",
     "ServerBusy",
     "FingerprintMismatch",
     "RetriesExhausted",
@@ -133,6 +135,12 @@ class NotAcceptable(RequestRejected):
 class ServerBusy(RequestRejected):
     """429, 503 or 504: the server is overloaded, not ready, draining or timed out in its queue.
     The client retries these (honouring ``Retry-After``) before giving up with :class:`RetriesExhausted`."""
+
+
+class RequestTimeout(RequestRejected):
+    """408: the request's headers or body did not reach the server within its read deadlines (a stalled
+    network, or a worker paused mid-upload); the server ran nothing and closed the connection. The client
+    retries it like :class:`ServerBusy` (RFC 9110 lets a client repeat a request after a 408)."""
 
 
 class FingerprintMismatch(TokenizerServiceError):
