@@ -20,6 +20,7 @@ APP = "tests/test_app.py"
 SERVER = "tests/test_server.py"
 CLIENT = "tests/test_client.py"
 RESILIENCE = "tests/test_client_resilience.py"
+PROTOCOL = "tests/test_protocol.py"
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the client no longer retries a proxy's 502",
         "service/client/calls.py",
-        "RETRY_STATUSES = frozenset({429, 502, 503, 504})",
-        "RETRY_STATUSES = frozenset({429, 503, 504})",
+        "RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})",
+        "RETRY_STATUSES = frozenset({408, 429, 503, 504})",
         (RESILIENCE,),
+    ),
+    Mutation(
+        "the client gives up on a 408 after a stalled upload",
+        "service/client/calls.py",
+        "RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})",
+        "RETRY_STATUSES = frozenset({429, 502, 503, 504})",
+        (PROTOCOL,),
     ),
     Mutation(
         "the client ignores Retry-After",
