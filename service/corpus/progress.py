@@ -2,14 +2,24 @@
 seconds otherwise (a batch job's log), with documents/s, tokens/s (or whatever the job counts) and the ETA;
 and the peak memory a job reports at its end.
 
-Shared by the offline jobs that walk a corpus (``pretokenize``, ``train``)."""
+Shared by the offline jobs that walk a corpus (``pretokenize``, ``train``), with the :data:`Log` they report
+through."""
 
 from __future__ import annotations
 
 import resource
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, TextIO
+
+#: Where a job's messages go: one line each.
+Log = Callable[[str], None]
+
+
+def log_to_stderr(message: str) -> None:
+    """The default :data:`Log`: a line on stderr, flushed (a batch job's log sees it at once)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def human(value: float, unit: str = "") -> str:

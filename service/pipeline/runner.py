@@ -14,10 +14,9 @@ Worker 0 then waits for the other workers' shards and writes the manifest.
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from ..corpus import (
     wait_for_done,
     write_done,
 )
-from ..corpus.progress import peak_rss_bytes
+from ..corpus.progress import Log, log_to_stderr, peak_rss_bytes
 from .encoders import Encoder, ServiceEncoder, TextsRefused, TokenizerFacts
 from .manifest import OutputConflict, build_manifest, check_record, shard_record, write_manifest
 from .progress import Progress, duration, human
@@ -53,12 +52,6 @@ from .shards import (
     shard_files,
     token_dtype,
 )
-
-Log = Callable[[str], None]
-
-
-def log_to_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass

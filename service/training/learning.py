@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from ..corpus import WorkUnit, read_done, wait_for_done
-from ..corpus.progress import duration, human
+from ..corpus.progress import Log, duration, human
 from .countfiles import merge_files
 from .counting import CharStats, check_record, read_chars, unit_base, unit_counts
 from .recipes import Recipe
 from .vocabulary import VocabularyPlan
 
-Log = Callable[[str], None]
 #: Characters per replayed text: the trainer splits each text on one of its threads, and smaller texts
 #: share the work out better and keep its buffers in cache (64 KiB replays a third faster than 1 MiB).
 REPLAY_CHARS = 1 << 16

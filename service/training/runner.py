@@ -10,14 +10,13 @@ import platform
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..corpus import CorpusError, InputFile, Worker, WorkUnit, find_inputs, plan_units, read_done, resolve_worker
-from ..corpus.progress import Progress, duration, human, peak_rss_bytes
+from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .assembly import assemble, read_manifest, save
 from .counting import (
     CharStats,
@@ -33,12 +32,6 @@ from .learning import gather, learn, unit_count_files, wait_for_counts
 from .options import TrainConfig
 from .recipes import Recipe, RecipeError, build_recipe
 from .vocabulary import check_lower_bound, plan_vocabulary
-
-Log = Callable[[str], None]
-
-
-def log_to_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 @dataclass
