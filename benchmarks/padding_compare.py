@@ -49,13 +49,13 @@ from benchmarks.dataloader_compare import process_cpu_seconds
 from benchmarks.machine import available_cpus
 from benchmarks.processes import InProcessWorker
 from benchmarks.progress import log, publish
+from benchmarks.scenarios.padding import IN_PROCESS_COUNT
 from benchmarks.textsets import write_text_sets
 from testkit import assets
 from testkit.servers import REPO, ServerProcess
 
 VARIANTS = ("random", "token budget", "packed")
 COUNTERS = ("lengths", "encode JSON", "encode binary padded")
-IN_PROCESS = "in-process encode_batch_fast"  # tokenizing alone, no HTTP: what any exact count must pay
 
 
 # -- DataLoader --------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def count_comparison(
                         "client_cpu_ms_per_1k_texts": 1e6 * (time.process_time() - cpu) / len(texts),
                     }
                 )
-            runs.setdefault(IN_PROCESS, []).append(_in_process_round(worker, set_name, len(texts), options, args))
+            runs.setdefault(IN_PROCESS_COUNT, []).append(_in_process_round(worker, set_name, len(texts), options, args))
         figures = {name: _medians(values) for name, values in runs.items()}
         for name in figures:
             figures[name]["vs_lengths"] = figures[name]["texts_per_s"] / figures["lengths"]["texts_per_s"]

@@ -315,7 +315,7 @@ def _scenario5(s5: dict[str, Any]) -> list[Row]:
                     "rate": human(f["texts_per_s"]),
                     "ratio": "baseline" if variant == "lengths" else f"{f['vs_lengths']:.2f}x lengths",
                     "cpu": f"in-process {f['client_cpu_ms_per_1k_texts']:.3g}/1k texts"
-                    if variant.startswith("in-process")
+                    if variant == padding.IN_PROCESS_COUNT
                     else f"srv {f['server_cpu_ms_per_1k_texts']:.3g}, cli {f['client_cpu_ms_per_1k_texts']:.3g}"
                     "/1k texts",
                 }

@@ -288,7 +288,7 @@ def _scenario5(targets: Targets, s5: dict[str, Any]) -> None:
 
 def _count_ceiling(corpus: dict[str, Any]) -> dict[str, float]:
     """How near /lengths is to tokenizing alone in-process, and the best any exact count could do vs /encode."""
-    in_process = corpus.get("in-process encode_batch_fast")
+    in_process = corpus.get(padding.IN_PROCESS_COUNT)
     if in_process is None:  # results written before the ceiling was measured
         return {}
     return {

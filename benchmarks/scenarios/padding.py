@@ -14,6 +14,9 @@ from typing import Any
 from benchmarks.profiles import Profile
 from benchmarks.scenarios.own_process import run_module
 
+#: The count variant that is tokenizing alone, in its own process, no HTTP: what any exact count must pay.
+IN_PROCESS_COUNT = "in-process encode_batch_fast"
+
 
 def run(out_dir: Path, profile: Profile) -> dict[str, Any]:
     """Run padding_compare with the profile's size; its figures, or why it was skipped or failed."""

@@ -71,8 +71,8 @@ _REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
     406: NotAcceptable,
     413: PayloadTooLarge,
     422: InvalidRequest,
-    **{status: ServerBusy for status in RETRY_STATUSES},
     408: RequestTimeout,
+    **{status: ServerBusy for status in RETRY_STATUSES - {408}},
 }
 
 
@@ -288,13 +288,17 @@ def tokenize_call(text: Any, pair: Any, options: dict[str, Any]) -> Call[Any]:
     def parse(response: Response, url: str) -> Any:
         body = _json_body(response, url, "tokens")
         tokens = body["tokens"]
-        if len(tokens) != len(texts):
-            raise ProtocolError(f"{url} answered {len(tokens)} token lists for {len(texts)} texts")
+        if not isinstance(tokens, list) or len(tokens) != len(texts):
+            raise ProtocolError(
+                f"{url}: expected {len(texts)} token lists under 'tokens', got {tokens!r:.200}", url=url
+            )
         if not with_ids:
             return tokens if batched else tokens[0]
         sequence_ids = body.get("sequence_ids")
         if not isinstance(sequence_ids, list) or len(sequence_ids) != len(texts):
-            raise ProtocolError(f"{url} answered no sequence_ids for the {len(texts)} texts it was asked about")
+            raise ProtocolError(
+                f"{url}: expected {len(texts)} lists under 'sequence_ids', got {sequence_ids!r:.200}", url=url
+            )
         if batched:
             return {"tokens": tokens, "sequence_ids": sequence_ids}
         return {"tokens": tokens[0], "sequence_ids": sequence_ids[0]}

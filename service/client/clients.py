@@ -157,7 +157,7 @@ class TokenizerClient(_ClientBase):
     ``url``: a base URL, several (list or comma-separated: calls are spread over them, with failover), or
     None for ``$TOKENIZER_SERVICE_URL``. ``api_key``: sent as ``Authorization: Bearer`` (default
     ``$TOKENIZER_SERVICE_API_KEY``). ``timeout``: seconds or :class:`Timeout` (connect 5 s, read 60 s).
-    ``retry``: a :class:`RetryPolicy` for connection errors, 429, 502, 503 and 504.
+    ``retry``: a :class:`RetryPolicy` for connection errors, 408, 429, 502, 503 and 504.
     ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
     :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``).
     ``transport``: a :class:`~service.client.transports.SyncTransport` (default :class:`HTTPTransport`).
