@@ -122,9 +122,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "safetensors arrays flattened",
         "service/http/routes.py",
-        'blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})',
-        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, "
-        'metadata={"fingerprint": engine.loaded.fingerprint})',
+        "blob = save_safetensors(result.data, metadata=metadata)",
+        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, metadata=metadata)",
         (APP,),
         parity=True,
     ),

@@ -8,11 +8,8 @@ is refused at once (OVERLOADED, 429 with Retry-After). Reservations are made thr
 admission (:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body
 not yet read), so one place decides.
 
-The bounds (:class:`CostModel`) rest on two facts: a text of ``n`` UTF-8 bytes yields at most ``n`` tokens
-plus the special tokens (every tokenizer consumes at least one byte per token), and padding holds rows x
-the padded length. The per-token and per-position byte costs were measured on the three tokenizer families
-(peak RSS over the process at rest, ``VmHWM``), and carry a margin; the engine encodes large requests in
-slices, so the Rust encodings a request holds at once are bounded by a slice, not by the request.
+The bounds themselves -- safe upper bounds, computed from a request's inputs and options before it runs, and
+the slices a large request is encoded in -- are :mod:`service.engine.bounds`.
 
 After a large answer the allocator keeps the freed pages in its arenas (glibc: ~120 MB kept after a 2M-token
 answer, whatever ``MALLOC_ARENA_MAX`` says); ``malloc_trim(0)`` hands them back in ~10 ms, so it runs, off
@@ -25,10 +22,8 @@ import ctypes
 import ctypes.util
 import logging
 import math
-import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ErrorKind, ServiceError
@@ -79,48 +74,6 @@ def memory_limit_for_budget(budget: int) -> int:
     return RESTING_MEMORY + math.ceil(budget / BUDGET_SHARE_OF_LIMIT)
 
 
-# -- bounds -----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CostModel:
-    """Safe upper bounds, in bytes, of what one request holds. Measured costs with a margin (see module doc)."""
-
-    #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
-    #: plus the Python-side transients of extracting them (measured 165-225 B).
-    rust_per_token: int = 288
-    #: Per output position and per int64 column: the array (8), the flat values before the scatter (8) and
-    #: the serialised answer (JSON up to 11 digits and a comma; safetensors 8), plus the padding mask.
-    out_per_position_column: int = 32
-    #: Python ``str`` per token of a /tokenize answer (object header and list slot), plus JSON quotes.
-    tokenize_per_token: int = 96
-    #: A parsed id of a /decode body (a list slot and an int object).
-    decode_per_id: int = 48
-    #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
-    per_text_byte: int = 12
-    #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
-    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- and 13x for id lists).
-    intake_texts_per_byte: int = 6
-    intake_ids_per_byte: int = 15
-    #: Parsing a small body of many tiny texts costs more per byte than the factor above says.
-    intake_floor: int = 512 * 1024
-
-    def intake(self, body_bytes: int, ids: bool) -> int:
-        """Reading and parsing a body of ``body_bytes`` (``ids``: a /decode body)."""
-        factor = self.intake_ids_per_byte if ids else self.intake_texts_per_byte
-        return self.intake_floor + factor * body_bytes
-
-
-def utf8_length(text: str) -> int:
-    """UTF-8 bytes of ``text`` without copying ASCII (the common case); lone surrogates count 3 bytes."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def held_bytes(texts: Sequence[str]) -> int:
-    """What the parsed texts themselves occupy."""
-    return sum(map(sys.getsizeof, texts))
-
-
 # -- the budget -------------------------------------------------------------------------------------------
 class MemoryBudget:
     """Bytes that in-flight work may hold at once."""
@@ -133,10 +86,6 @@ class MemoryBudget:
         self._on_change = on_change
         self._lock = threading.Lock()  # the engine thread resizes reservations too
         self._trimmer = _Trimmer()
-
-    @property
-    def available(self) -> int:
-        return self.capacity - self.in_use
 
     def reserve(self, nbytes: int, what: str) -> Reservation:
         """Reserve ``nbytes`` for ``what`` (words for the error message), or raise TOO_LARGE / OVERLOADED."""
