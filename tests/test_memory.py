@@ -283,6 +283,27 @@ print(kept, rss() - rest)
 """
 
 
+def test_a_stream_of_large_releases_trims_once_per_interval_and_after_the_last():
+    """A trim holds the allocator's locks: a steady stream of large answers gets one trim per interval, not one
+    each, and memory freed by the last of them is still trimmed."""
+    import itertools
+    import time
+
+    from service.engine.memory import _Trimmer
+
+    trims: list[float] = []
+    trimmer = _Trimmer(lambda pad: trims.append(time.monotonic()) or 0, interval=0.2)
+    started = time.monotonic()
+    for _ in range(40):  # 0.4 s of large releases
+        trimmer.trim_soon()
+        time.sleep(0.01)
+    last_release = time.monotonic()
+    wait_until(lambda: trims and trims[-1] >= last_release, 5, "a trim after the last release")
+    assert trims[0] - started < 0.1  # the first one at once
+    assert 2 <= len(trims) <= 4, trims
+    assert all(b - a >= 0.19 for a, b in itertools.pairwise(trims)), trims
+
+
 @pytest.mark.parametrize("trim", ["trim", "no-trim"])
 def test_releasing_a_large_reservation_returns_the_allocators_pages(trim):
     """glibc keeps the pages Rust's encodings were freed from in its arenas (~120 MB after 2M tokens);

@@ -302,9 +302,9 @@ class Engine:
                 f"{field_name} holds {len(texts)} texts, over max_texts_per_request={limit}; split the batch",
             )
         max_chars = self._limits.max_text_chars
-        for i, text in enumerate(texts):
-            if len(text) > max_chars:
-                raise ServiceError(
-                    ErrorKind.TOO_LARGE,
-                    f"{field_name}[{i}] has {len(text)} characters, over max_text_chars={max_chars}; split it",
-                )
+        if max(map(len, texts)) > max_chars:
+            i, text = next((i, text) for i, text in enumerate(texts) if len(text) > max_chars)
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{field_name}[{i}] has {len(text)} characters, over max_text_chars={max_chars}; split it",
+            )
