@@ -280,7 +280,10 @@ def test_real_server_drops_a_queued_request_whose_client_left(default_tokenizer,
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             sock.sendall(
                 f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
-                + b"Content-Length: " + str(len(content)).encode() + b"\r\n\r\n" + content
+                + b"Content-Length: "
+                + str(len(content)).encode()
+                + b"\r\n\r\n"
+                + content
             )
             wait_until(lambda: server.queued() == 1, what="the request queued")
         wait_until(lambda: server.queued() == 0, what="the request withdrawn")  # the client closed its socket
