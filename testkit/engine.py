@@ -7,6 +7,7 @@ carries no public API for them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from service.engine import EncodedBatch, EncodeOptions, Engine
 from service.engine.bounds import EncodeBound
 from service.engine.encoding import EncodePlan, TokenizerFacts, extract_rows, plan_encode, shape_rows
+from service.engine.memory import BUDGET_SHARE_OF_LIMIT, RESTING_MEMORY
 
 
 def encode_bound(
@@ -35,6 +37,12 @@ def tokenizer_facts(engine: Engine) -> TokenizerFacts:
 def queued_requests(engine: Engine) -> int:
     """Requests waiting in the engine's queue now."""
     return engine._batcher.queued_requests
+
+
+def memory_limit_for_budget(budget: int) -> int:
+    """The smallest container memory limit whose default budget (``default_memory_budget``) is ``budget``:
+    what a pod needs, as the manifests are checked against."""
+    return RESTING_MEMORY + math.ceil(budget / BUDGET_SHARE_OF_LIMIT)
 
 
 def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:

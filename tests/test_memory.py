@@ -20,8 +20,8 @@ from test_engine import FIXED_CASES
 from service.engine import EncodeOptions, EngineLimits
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.loading import load_tokenizer
-from service.engine.memory import MIB, cgroup_memory_limit, default_memory_budget, memory_limit_for_budget
-from testkit.engine import encode_bound, to_lists
+from service.engine.memory import MIB, cgroup_memory_limit, default_memory_budget
+from testkit.engine import encode_bound, memory_limit_for_budget, to_lists
 from testkit.servers import ServerProcess
 
 # -- the bounds -----------------------------------------------------------------------------------------

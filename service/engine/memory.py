@@ -74,11 +74,6 @@ def default_memory_budget(limit: int | None = None) -> int:
     return max(32 * MIB, int((limit - RESTING_MEMORY) * BUDGET_SHARE_OF_LIMIT))
 
 
-def memory_limit_for_budget(budget: int) -> int:
-    """The smallest container memory limit whose default budget is ``budget`` (what a pod needs)."""
-    return RESTING_MEMORY + math.ceil(budget / BUDGET_SHARE_OF_LIMIT)
-
-
 # -- the budget -------------------------------------------------------------------------------------------
 class MemoryBudget:
     """Bytes that in-flight work may hold at once."""
