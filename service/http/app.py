@@ -1,7 +1,7 @@
 """The app factory: routes, error handlers and middleware around one :class:`~service.http.runtime.Runtime`.
 
-The web layer parses, authorises, counts and serialises; it never tokenizes. Engine errors become HTTP
-answers in one place (:mod:`service.http.responses`).
+The web layer parses, authorises, counts and serialises; it never tokenizes. The engine's errors and the web
+layer's own become answers through one status table and one body shape (:mod:`service.http.responses`).
 """
 
 from __future__ import annotations
