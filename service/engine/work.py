@@ -14,6 +14,7 @@ and then gives its result. The thread runs every kind the same way and knows not
 from __future__ import annotations
 
 import asyncio
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ class TokenizedBatch:
     sequence_ids: list[list[int | None]] | None = None
 
 
-class Work:
+class Work(ABC):
     """One request's work for the tokenizer thread.
 
     ``inputs`` are what Rust encodes (a str, or a (str, str) pair, each); ``call`` the Rust call they need
@@ -59,13 +60,14 @@ class Work:
     slices: tuple[int, ...] = ()
     _error: ServiceError | None = None
 
+    @abstractmethod
     def accumulate(self, encodings: Sequence[Any]) -> None:
         """Keep what the answer needs of the encodings of the next ``len(encodings)`` inputs (they are freed
         afterwards). Raises ServiceError when the answer can already be refused."""
 
+    @abstractmethod
     def result(self) -> Any:
         """The answer, once the encodings of every input were accumulated."""
-        raise NotImplementedError
 
     @property
     def failed(self) -> bool:
@@ -106,7 +108,7 @@ class EncodeWork(Work):
         if self._held > self._limit:  # fail early: even unpadded, the result is over the limit
             raise ServiceError(
                 ErrorKind.TOO_LARGE,
-                f"the result would hold over {self._held} token positions, over the limit max_response_tokens="
+                f"the result would hold at least {self._held} token positions, over max_response_tokens="
                 f"{self._limit}; send fewer texts or a smaller max_length",
             )
         self._parts.append(part)
@@ -169,6 +171,9 @@ class DecodeWork(Work):
         self._tokenizer = tokenizer
         self._ids = ids
         self._options = options
+
+    def accumulate(self, encodings: Sequence[Any]) -> None:
+        raise TypeError("a decode encodes nothing: it has no encodings to accumulate")
 
     def result(self) -> list[str]:
         try:
