@@ -93,6 +93,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         max_header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout_seconds,
         body_timeout=settings.body_timeout_seconds,
+        drain_state=runtime,
     )
     run(
         app,
@@ -102,6 +103,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         log_level=settings.log_level,
         access_log=settings.access_log,
         grace_seconds=settings.graceful_shutdown_seconds,
+        drain_listen_seconds=settings.drain_listen_seconds,
         guard=guard,
         keep_alive_seconds=settings.keep_alive_seconds,
         http_protocol=settings.http_protocol,

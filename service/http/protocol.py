@@ -13,7 +13,7 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - a malformed request (or bytes past a request's Content-Length) answered with 400 only after the
   responses to the requests pipelined before it, never instead of them;
 - ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
-- a drain that loses nothing (:meth:`ConnectionGuard.begin_drain`): every answer from then on carries
+- a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every answer from then on carries
   ``Connection: close``, a connection is closed after an answer -- never under a request that has
   arrived, even partly, and never while idle (its client may be sending) -- and a connection closed with
   request bytes still unread is half-closed and drained first ("lingering close"), so the client reads
@@ -29,7 +29,7 @@ import http
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -47,8 +47,18 @@ SWEEP_SECONDS = 0.5
 REFUSAL_LOG_SECONDS = 10.0
 
 
+class DrainState(Protocol):
+    """Who owns the draining state (:class:`service.http.runtime.Runtime`); the guard only asks it."""
+
+    @property
+    def draining(self) -> bool: ...
+
+
 class ConnectionGuard:
-    """The limits every connection of one server obeys, the drain flag, and the deadline sweep."""
+    """The limits every connection of one server obeys, the open connections, and the deadline sweep.
+
+    Whether the server is draining is not the guard's to hold: it asks ``drain_state`` (the runtime); a
+    guard without one never drains (the protocol benchmark)."""
 
     def __init__(
         self,
@@ -57,12 +67,13 @@ class ConnectionGuard:
         header_timeout: float,
         body_timeout: float,
         max_connections: int,
+        drain_state: DrainState | None = None,
     ) -> None:
         self.max_header_bytes = max_header_bytes
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
         self.max_connections = max_connections
-        self.draining = False
+        self._drain_state = drain_state
         self.connections: set[GuardedHttpToolsProtocol] = set()
         self.refused = 0
         self._refused_unlogged = 0
@@ -101,9 +112,13 @@ class ConnectionGuard:
     def open_connections(self) -> int:
         return len(self.connections)
 
-    def begin_drain(self) -> None:
-        """From now on every answer closes its connection, and idle connections close between requests."""
-        self.draining = True
+    @property
+    def draining(self) -> bool:
+        return self._drain_state is not None and self._drain_state.draining
+
+    def drain_connections(self) -> None:
+        """The drain has begun (:attr:`draining` is true): every connection open now closes after its
+        answer; those accepted later close after their first (``on_headers_complete`` asks :attr:`draining`)."""
         for protocol in list(self.connections):
             protocol.drain()
 
@@ -179,6 +194,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.abort()  # refused: nothing was read, nothing is owed
             return
         super().connection_made(transport)
+        if self.guard.draining:
+            self._close_if_silent()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
@@ -364,6 +381,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         now would race a request the client may be sending at this moment."""
         if self._in_headers:
             return  # on_headers_complete will mark its cycle
+        if self.cycle is None:
+            self._close_if_silent()
         for cycle, _ in self.pipeline:
             self._close_after(cycle)
         cycle = self.cycle
@@ -371,6 +390,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close_after(cycle)
         if self._running is not None and not self._running.response_complete:
             self._close_after(self._running)
+
+    def _close_if_silent(self) -> None:
+        """Draining, on a connection that has sent nothing yet: close it if it stays silent for the keep-alive
+        timeout, as an idle keep-alive connection is (uvicorn arms that timer only after an answer), so a
+        client that connects and never sends cannot hold the drain to its deadline."""
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def _close_after(self, cycle: RequestResponseCycle) -> None:
         cycle.keep_alive = False  # the answer carries Connection: close, and the connection then closes
