@@ -11,6 +11,7 @@ import resource
 import socket
 from pathlib import Path
 
+import httpx
 import pytest
 from gates import wait_until
 
@@ -108,6 +109,22 @@ def test_a_header_block_over_the_limit_is_431_and_closed(server, in_one_read):
     status, headers, body = parse_answers(received)[0]
     assert status == 431 and headers["connection"] == "close"
     assert json.loads(body)["error_type"] == "headers_too_large"
+
+
+def test_an_8_mb_header_block_is_answered_431_and_the_client_reads_it(server):
+    """Defect: a client sending an 8 MB header block was reset in the middle of sending it (the server
+    answered 431 and closed with the rest unread), so it never read the 431. The server now closes
+    lingeringly: half-close after the answer, read and drop what still comes (for a bounded time)."""
+    big = "a" * (8 * 1024 * 1024)
+    # httpx (h11): writes the whole request, then reads the answer -- as most clients do
+    response = httpx.get(server.url + "/healthz", headers={"X-Big": big}, timeout=30)
+    assert response.status_code == 431 and response.headers["connection"] == "close"
+    assert response.json()["error_type"] == "headers_too_large"
+    # the same at the socket: every byte sent without a reset, then the answer and a clean end (EOF)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + big.encode() + b"\r\n\r\n")
+        status, headers, _ = parse_answers(read_until_closed(sock))[0]
+    assert status == 431 and headers["connection"] == "close"
 
 
 def test_slow_headers_and_a_slow_body_get_408_and_are_closed(server):

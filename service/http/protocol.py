@@ -9,6 +9,9 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - header and body read deadlines: 408 and close when the headers are not complete ``header_timeout`` after
   the request's first byte, or the body ``body_timeout`` after the headers (time spent with reading paused
   by the server itself does not count);
+- every close after an answer is lingering: half-close, then read and drop what the client still sends
+  for up to ``LINGER_SECONDS``, so a client still sending (an 8 MB header block) reads its 431 instead of
+  a reset;
 - most open connections: beyond ``max_connections`` a new connection is closed at once, and logged;
 - a malformed request (or bytes past a request's Content-Length) answered with 400 only after the
   responses to the requests pipelined before it, never instead of them;
@@ -216,7 +219,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
-            if not self.transport.is_closing():  # (else: refused by a callback, answered already)
+            if not (self.transport.is_closing() or self._lingering):  # (else: refused by a callback, answered)
                 self._malformed()
             return
         except httptools.HttpParserUpgrade as upgrade:
@@ -317,9 +320,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.abort()
 
     def _refuse_now(self, kind: ErrorKind, message: str) -> None:
+        """Answer ``kind`` now and close. Lingeringly: the client may still be sending (the rest of an 8 MB
+        header block); a plain close with its bytes unread would reset the connection, and the client,
+        still writing, would never read the answer."""
         self.deadline = None
         logger.info("closed a connection: %s", message)
-        self._send_and_close(_raw_error(kind, message), linger=False)
+        self._send_and_close(_raw_error(kind, message))
 
     # -- pipelining and malformed requests --------------------------------------------------------------
     def _malformed(self) -> None:
@@ -416,7 +422,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close_after(self.cycle)
 
     def close_lingering(self) -> None:
-        """Close after the client's end: half-close now, drop what it still sends, cut after a moment."""
+        """Close after the client's end: half-close now (the answer, then EOF), read and drop what it still
+        sends (``data_received``), and cut after ``LINGER_SECONDS`` at most. The client's EOF ends it sooner."""
         transport = self.transport
         if self._lingering or transport.is_closing():
             return
@@ -424,18 +431,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = None
         if transport.can_write_eof():
             transport.write_eof()
+            self.flow.resume_reading()  # reading paused (pipelining) would leave the client's bytes unread
             self.loop.call_later(LINGER_SECONDS, transport.close)
         else:
             transport.close()
 
-    def _send_and_close(self, data: bytes, linger: bool = True) -> None:
-        if self.transport.is_closing():
+    def _send_and_close(self, data: bytes) -> None:
+        if self.transport.is_closing() or self._lingering:
             return
         self.transport.write(data)
-        if linger:
-            self.close_lingering()
-        else:
-            self.transport.close()
+        self.close_lingering()
 
 
 def uvicorn_protocol_settings(guard: ConnectionGuard) -> dict[str, Any]:
