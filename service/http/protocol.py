@@ -23,6 +23,23 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
   its answer instead of a reset.
 
 Deadlines cost nothing per request beyond two clock reads: one sweep a second checks every connection.
+
+This subclass relies on uvicorn internals that are not its public API. ``pyproject.toml`` caps uvicorn
+below its next minor release, and ``tests/test_protocol.py`` checks each of these against the installed
+uvicorn (a test fails on an upgrade that changes one):
+
+- ``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``: the methods overridden or called --
+  ``connection_made``, ``connection_lost``, ``data_received``, ``on_message_begin``, ``on_headers_complete``,
+  ``on_body``, ``on_message_complete``, ``on_response_complete``, ``shutdown``, ``pause_writing``,
+  ``resume_writing``, ``_start_asgi_task(cycle, app)``, ``_unset_keepalive_if_required()``,
+  ``timeout_keep_alive_handler()`` -- and the attributes ``transport``, ``flow`` (``read_paused``,
+  ``write_paused``, ``pause_reading``, ``resume_reading``), ``parser``, ``pipeline`` (a deque of
+  ``(cycle, app)``), ``cycle``, ``url``, ``headers``, ``loop``, ``server_state.total_requests``,
+  ``timeout_keep_alive`` and ``timeout_keep_alive_task``;
+- ``RequestResponseCycle``: ``cycle.transport`` (replaced, so that the close after an answer lingers),
+  ``keep_alive``, ``response_started``, ``response_complete``, ``disconnected``, ``more_body`` and
+  ``message_event``;
+- ``uvicorn.Config(http=<protocol class>, ws="none")``.
 """
 
 from __future__ import annotations
