@@ -123,8 +123,9 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None,
         description=(
-            "When set, every route but /healthz, /readyz, /metrics and the static playground page needs "
-            "'Authorization: Bearer <key>' (the page asks for the key before its first call)."
+            "When set, every route but /healthz, /readyz, /metrics, the static playground page and the API "
+            "docs (/docs, /openapi.json) needs 'Authorization: Bearer <key>' (the playground asks for the key "
+            "before its first call; the docs' Authorize button takes it)."
         ),
     )
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
