@@ -32,6 +32,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import threading
 import time
 from types import FrameType
@@ -142,6 +143,25 @@ class DrainingServer(uvicorn.Server):
         return len(self.server_state.connections)
 
 
+def bind_listener(host: str, port: int) -> socket.socket:
+    """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
+    not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
+    rather than left waiting in a queue nobody reads."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+        0
+    ]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def raise_descriptor_limit() -> int:
     """Raise this process's soft limit on open descriptors to its hard limit; returns the soft limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -189,8 +209,7 @@ def run(
     app: Any,
     drain: Drainable,
     *,
-    host: str,
-    port: int,
+    listener: socket.socket,
     log_level: str,
     access_log: bool,
     grace_seconds: float,
@@ -199,11 +218,10 @@ def run(
     drain_listen_seconds: float = 0.0,
     http_protocol: str = "guarded",
 ) -> None:
-    """Serve ``app`` in this process (one uvicorn worker, never forking) until drained or interrupted."""
+    """Serve ``app`` on ``listener`` (:func:`bind_listener`) in this process (one uvicorn worker, never
+    forking) until drained or interrupted."""
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         workers=1,
         log_level=log_level,
         access_log=access_log,
@@ -213,7 +231,9 @@ def run(
         **protocol_settings(http_protocol, guard),
     )
     guarded = guard if http_protocol == "guarded" else None
-    DrainingServer(config, drain, grace_seconds, guarded, listen_seconds=drain_listen_seconds).run()
+    host, port = listener.getsockname()[:2]
+    logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
+    DrainingServer(config, drain, grace_seconds, guarded, listen_seconds=drain_listen_seconds).run([listener])
 
 
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:
