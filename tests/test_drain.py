@@ -278,3 +278,21 @@ def test_connections_waiting_in_the_accept_queue_when_the_listener_closes_are_an
     for status, headers, _ in answers:
         assert status in (200, 503) and headers["connection"] == "close"
         assert status == 200 or headers["retry-after"] == "1"
+
+
+def test_the_runtime_is_the_one_owner_of_the_draining_state():
+    """Draining was owned three times (engine, runtime, connection guard): the runtime owns it, the guard
+    and readiness ask it, and the engine has no drain of its own (it refuses work only once stopped)."""
+    from service.engine import Engine
+    from service.http.protocol import ConnectionGuard
+    from service.http.runtime import Runtime
+    from service.http.settings import Settings
+
+    runtime = Runtime(Settings())
+    guard = ConnectionGuard(
+        max_header_bytes=8192, header_timeout=1, body_timeout=1, max_connections=8, drain_state=runtime
+    )
+    assert not runtime.draining and not guard.draining
+    runtime.begin_drain()
+    assert runtime.draining and guard.draining and runtime.not_ready_reason() == "draining"
+    assert not hasattr(guard, "begin_drain") and not hasattr(Engine, "begin_drain") and not hasattr(Engine, "draining")
