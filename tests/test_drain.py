@@ -320,3 +320,20 @@ def test_a_listener_refusing_new_handshakes_completes_none_and_keeps_its_queue()
         early.close()
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(address, timeout=5)
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_that_never_sends_does_not_hold_the_drain():
+    """A client that connects and never sends: during the drain its connection is closed once silent for
+    the keep-alive timeout (uvicorn times out only connections that had an answer), cleanly (EOF), and the
+    process exits long before the grace deadline."""
+    args = ("--graceful-shutdown-seconds", "30", "--drain-listen-seconds", "0", "--keep-alive-seconds", "1")
+    with ServerProcess(*args) as server:
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+        assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200  # accepted after the silent one
+        sent_at = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert silent.recv(1) == b""  # closed by the server, cleanly
+        assert server.proc.wait(20) == 0
+        assert time.monotonic() - sent_at < 10
+        silent.close()

@@ -314,14 +314,15 @@ def test_the_uvicorn_internals_the_server_relies_on_are_still_there():
 
     # launcher.py: the server's signal handler, listeners, connections and graceful-shutdown timeout
     assert parameters(uvicorn.Server.handle_exit) == ["self", "sig", "frame"]
-    assert parameters(uvicorn.Server.serve) == ["self", "sockets"]
+    assert parameters(uvicorn.Server.serve) == parameters(uvicorn.Server.run) == ["self", "sockets"]
     server = uvicorn.Server(uvicorn.Config(lambda scope, receive, send: None))
     assert isinstance(server.server_state.connections, set) and server.should_exit is False
     assert "self.servers" in inspect.getsource(uvicorn.Server.startup)
     shutdown = inspect.getsource(uvicorn.Server.shutdown)
     assert "self.servers" in shutdown and "self.config.timeout_graceful_shutdown" in shutdown
-    for name in ("handle_exit", "servers", "server_state.connections", "should_exit", "timeout_graceful_shutdown"):
-        assert f"``Server.{name}" in documented or f"``Config.{name}" in documented, name
+    for name in ("run", "serve", "handle_exit", "servers", "server_state.connections", "should_exit"):
+        assert f"``Server.{name}" in documented, name
+    assert "``Config.timeout_graceful_shutdown``" in documented
 
 
 class _NullTransport:

@@ -20,7 +20,8 @@ The server runs uvicorn's httptools protocol with the limits of :class:`~service
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
-``pyproject.toml`` caps uvicorn below its next minor release): ``Server.handle_exit`` (overridden),
+``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
+``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
 ``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections``,
 ``Server.should_exit`` and ``Config.timeout_graceful_shutdown`` (read by ``shutdown``).
 """
@@ -146,10 +147,9 @@ class DrainingServer(uvicorn.Server):
 def bind_listener(host: str, port: int) -> socket.socket:
     """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
     not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
-    rather than left waiting in a queue nobody reads."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
-        0
-    ]
+    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``)."""
+    addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = addresses[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once

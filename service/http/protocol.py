@@ -129,10 +129,6 @@ class ConnectionGuard:
         self.connections.discard(protocol)
 
     @property
-    def open_connections(self) -> int:
-        return len(self.connections)
-
-    @property
     def draining(self) -> bool:
         return self._drain_state is not None and self._drain_state.draining
 
