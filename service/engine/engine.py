@@ -106,7 +106,7 @@ class Engine:
     """Async facade over the tokenizer: ``await engine.encode(texts, options=...)``.
 
     Create it with a loaded tokenizer, ``await astart()`` inside a running event loop, ``await astop()``
-    when done; ``begin_drain()`` refuses new work while what is admitted finishes. Every encode, token count,
+    when done (``astop()`` refuses new work and lets what is admitted finish). Every encode, token count,
     tokenize and decode is admitted through the same bounded queue (:class:`~service.engine.batching.Batcher`)
     and runs on the one tokenizer thread. All public coroutines raise :class:`~service.engine.errors.ServiceError`
     for anything a caller did wrong or the engine cannot do right now.
@@ -141,7 +141,7 @@ class Engine:
         self._specials = (backend.num_special_tokens_to_add(False), backend.num_special_tokens_to_add(True))
         self._longest_token_bytes = max(map(utf8_length, loaded.tokenizer.get_vocab()), default=1)
         self._batcher = Batcher(batching, self._run_batch, observer, self.budget)
-        self._draining = False
+        self._stopping = False  # set by astop: new work is refused (the server's drain is not the engine's)
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def astart(self) -> None:
@@ -152,12 +152,8 @@ class Engine:
         warm_up = RustCall(None, True, False)
         await self._call(self._encode_raw, ["warm up", "the pool"] * max(2, self.threads), warm_up)
 
-    def begin_drain(self) -> None:
-        """Stop admitting work (callers get UNAVAILABLE, "retry elsewhere"); admitted work still runs."""
-        self._draining = True
-
     async def astop(self) -> None:
-        self.begin_drain()
+        self._stopping = True  # callers get UNAVAILABLE ("retry elsewhere"); admitted work still runs
         await self._batcher.stop()
         if self._executor is not None:
             executor, self._executor = self._executor, None
@@ -166,12 +162,8 @@ class Engine:
             ForkGuard.disarm()
 
     @property
-    def draining(self) -> bool:
-        return self._draining
-
-    @property
     def ready(self) -> bool:
-        return self._executor is not None and not self._draining
+        return self._executor is not None and not self._stopping
 
     @property
     def batcher(self) -> Batcher:
@@ -347,7 +339,7 @@ class Engine:
 
     def reserve_intake(self, body_bytes: int, *, ids: bool = False) -> Reservation:
         """Reserve memory for reading and parsing a request body of ``body_bytes`` (``ids``: a decode body)
-        before it is read, or refuse at once: UNAVAILABLE while draining, OVERLOADED when the queue is
+        before it is read, or refuse at once: UNAVAILABLE once stopping, OVERLOADED when the queue is
         full or the budget has no room now, TOO_LARGE when it never will. Pass the reservation on to
         :meth:`submit_encode` / :meth:`tokenize` / :meth:`decode`; release it once the answer is sent."""
         self._check_accepting()
@@ -654,9 +646,9 @@ class Engine:
 
     # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:
-        if self._draining:
+        if self._stopping:
             raise ServiceError(
-                ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0
+                ErrorKind.UNAVAILABLE, "the engine is stopping; retry on another replica", retry_after=1.0
             )
 
     def _check_texts(self, texts: Sequence[str], field_name: str) -> None:
