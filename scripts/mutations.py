@@ -23,6 +23,9 @@ RESILIENCE = "tests/test_client_resilience.py"
 PROTOCOL = "tests/test_protocol.py"
 WIRE = "tests/test_wire.py"
 MEMORY = "tests/test_memory.py"
+DRAIN = "tests/test_drain.py"
+API_DOCS = "tests/test_api_docs.py"
+EDGES = "tests/test_serve_edges.py"
 
 
 @dataclass(frozen=True)
@@ -302,5 +305,48 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body",
         "if False:",
         (RESILIENCE, CLIENT),
+    ),
+    # -- the server's edges: drain, lingering close, docs, loading (issue 18) --------------------------------
+    Mutation(
+        "the drain closes its listener without stopping new handshakes first",
+        "service/http/listening.py",
+        'if sys.platform != "linux" or sock.family not in (socket.AF_INET, socket.AF_INET6):',
+        "if True:",
+        (DRAIN,),
+    ),
+    Mutation(
+        "the drain closes its listener with connections still in the accept queue",
+        "service/http/listening.py",
+        "if now >= settled and not any(accept_queue_length(sock) for sock in sockets):",
+        "if True:",
+        (DRAIN,),
+    ),
+    Mutation(
+        "the connection guard never sees the drain (answers keep connections alive)",
+        "service/http/protocol.py",
+        "return self._drain_state is not None and self._drain_state.draining",
+        "return False",
+        (DRAIN,),
+    ),
+    Mutation(
+        "a 431 or 408 closes at once, resetting a client still sending",
+        "service/http/protocol.py",
+        "self._send_and_close(_raw_error(kind, message))",
+        "self.transport.write(_raw_error(kind, message)) or self.transport.close()",
+        (PROTOCOL,),
+    ),
+    Mutation(
+        "the API docs need the key a browser cannot send",
+        "service/http/middleware.py",
+        "OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS, *api_docs.OPEN_PATHS})",
+        "OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS})",
+        (API_DOCS,),
+    ),
+    Mutation(
+        "a hub id is not tried with a bounded connection first (~50 s of retries offline)",
+        "service/engine/loading.py",
+        "unreachable = hub_unreachable(constants.ENDPOINT, HUB_CONNECT_SECONDS)",
+        "unreachable = None",
+        (EDGES,),
     ),
 )

@@ -42,7 +42,7 @@ class Engine:
     """One fast tokenizer behind one bounded queue: ``await engine.submit_encode(texts, options=...)``.
 
     Create it with a loaded tokenizer, ``await astart()`` inside a running event loop, ``await astop()``
-    when done; ``begin_drain()`` refuses new work while what is admitted finishes. Every ``submit_*`` is
+    when done (``astop()`` refuses new work and lets what is admitted finish). Every ``submit_*`` is
     called on the engine's event loop and raises :class:`~service.engine.errors.ServiceError` at once for
     anything the caller did wrong or the engine cannot do right now; its future holds the answer, or the
     ServiceError found while the work ran.
@@ -82,7 +82,7 @@ class Engine:
         self.budget = MemoryBudget(limits.memory_budget, observer.memory_changed if observer is not None else None)
         self._thread = TokenizerThread(tokenizer)
         self._batcher = Batcher(batching, self._run_batch, observer, self.budget)
-        self._draining = False
+        self._stopping = False  # set by astop: new work is refused (the server's drain is not the engine's)
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def astart(self) -> None:
@@ -91,24 +91,16 @@ class Engine:
         self._batcher.start()
         await self._thread.warm_up(["warm up", "the pool"] * max(2, self._threads))
 
-    def begin_drain(self) -> None:
-        """Stop admitting work (callers get UNAVAILABLE, "retry elsewhere"); admitted work still runs."""
-        self._draining = True
-
     async def astop(self) -> None:
-        self.begin_drain()
+        self._stopping = True  # callers get UNAVAILABLE ("retry elsewhere"); admitted work still runs
         await self._batcher.stop()
         if self._thread.running:
             await self._thread.stop()
             ForkGuard.disarm()
 
     @property
-    def draining(self) -> bool:
-        return self._draining
-
-    @property
     def ready(self) -> bool:
-        return self._thread.running and not self._draining
+        return self._thread.running and not self._stopping
 
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
@@ -230,7 +222,7 @@ class Engine:
 
     def reserve_intake(self, body_bytes: int, *, ids: bool = False) -> Reservation:
         """Reserve memory for reading and parsing a request body of ``body_bytes`` (``ids``: a decode body)
-        before it is read, or refuse at once: UNAVAILABLE while draining, OVERLOADED when the queue is
+        before it is read, or refuse at once: UNAVAILABLE once stopping, OVERLOADED when the queue is
         full or the budget has no room now, TOO_LARGE when it never will. Pass the reservation on to the
         ``submit_*`` call; release it once the answer is sent."""
         self._check_accepting()
@@ -274,9 +266,9 @@ class Engine:
 
     # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:
-        if self._draining:
+        if self._stopping:
             raise ServiceError(
-                ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0
+                ErrorKind.UNAVAILABLE, "the engine is stopping; retry on another replica", retry_after=1.0
             )
 
     def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:

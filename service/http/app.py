@@ -17,9 +17,10 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..engine import ErrorKind, LoadedTokenizer, ServiceError
-from ..wire import PLAYGROUND_PATH
+from ..wire import AUTH_SCHEME, PLAYGROUND_PATH
+from .api_docs import DOCS_PATH, ApiDocs, declare_bearer_auth
 from .errors import HttpError
-from .middleware import BearerAuth, CatchAll, ReleaseAfterSend, RequestMetrics
+from .middleware import OPEN_PATHS, BearerAuth, CatchAll, ReleaseAfterSend, RequestMetrics
 from .playground import Playground
 from .responses import KIND_BY_STATUS, answer_error, error_response
 from .routes import Routes, WorkRoutesFirst
@@ -52,11 +53,13 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
             "tokenizer cuts it (token spans, ids, counts, special tokens)."
         ),
         lifespan=runtime.lifespan,
+        docs_url=None,  # FastAPI's loads Swagger UI from a CDN: ApiDocs serves it from the package
+        redoc_url=None,
         **_NO_OPENTELEMETRY,
     )
     app.state.runtime = runtime
     routes = Routes(runtime)
-    paths = routes.install(app) | Playground(app.docs_url).install(app)
+    paths = routes.install(app) | Playground(DOCS_PATH).install(app) | ApiDocs().install(app)
 
     # -- errors: one shape for all ----------------------------------------------------------------------
     @app.exception_handler(ServiceError)
@@ -76,6 +79,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
     app.add_middleware(ReleaseAfterSend)  # after the fast path and the routes have sent their answers
     if settings.api_key is not None:
         app.add_middleware(BearerAuth, api_key=settings.api_key.get_secret_value())
+        declare_bearer_auth(app, OPEN_PATHS, f"The service's API key (--api-key), sent as '{AUTH_SCHEME} <key>'.")
     app.add_middleware(CatchAll)
     app.add_middleware(RequestMetrics, runtime=runtime, routes=paths)  # outermost
     return app

@@ -18,17 +18,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ..engine.errors import ErrorKind
 from ..engine.memory import Reservation
 from ..wire import AUTH_SCHEME, HEALTH_PATH, METRICS_PATH, READY_PATH
-from . import playground
+from . import api_docs, playground
 from .errors import HttpErrorKind
 from .responses import error_response
 from .runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, and the static
-# playground page and its assets (a browser cannot send the key when it opens a page; every API call the
-# page makes needs the key -- see service/http/playground.py).
-OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS})
+# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, the static
+# playground page and the API docs with their assets and the schema (a browser cannot send the key when it
+# opens a page; every API call the pages make needs the key -- see service/http/playground.py, api_docs.py).
+OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS, *api_docs.OPEN_PATHS})
 _RESERVATIONS = "tokenizer_service.reservations"
 
 
