@@ -10,8 +10,9 @@ scenario 1) on every language x length cell: in-process ``encode_batch`` and ``e
 server's JSON and binary answers decoded into torch tensors. Every round measures every variant on every
 cell in rotated order, so machine noise falls on both checkouts alike; the table gives the median texts/s
 over rounds and its ratio to in-process ``encode_batch``, per cell and as the geometric mean over cells,
-and how many cores other processes used meanwhile (the machine is shared). Every process it starts is
-stopped by PID when it ends.
+and how many cores other processes used meanwhile (the machine is shared); a second table gives the CPU
+each side spent per batch (the server process, all threads; the worker process), which a busy machine
+disturbs far less than the rates. Every process it starts is stopped by PID when it ends.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         (f"{args.against.name}, binary", other, SAFETENSORS_MEDIA_TYPE),
     )
     runs: dict[tuple[str, str], list[float]] = {}
+    cpu: dict[tuple[str, str], list[float]] = {}
     busy: list[float] = []
     started: list[Any] = []
     try:
@@ -79,11 +81,17 @@ def main(argv: list[str] | None = None) -> int:
                         batches = corpus.batches_of(sets[cell], BATCH)
                         run = client.measure(side, cell, batches, OPTIONS_BATCH, what, args.seconds, args.max_batches)
                     runs.setdefault((cell, label), []).append(run["texts"] / run["seconds"])
+                    cpu.setdefault((cell, label), []).append(1000 * run["cpu"]["watched_cpu_seconds"] / run["batches"])
                     busy.append(run["cpu"]["other_cpu_cores"])
     finally:
         for process in reversed(started):
             process.stop()
-    print(table(runs, cells, [label for label, _, _ in variants], busy, args, threads))
+    labels = [label for label, _, _ in variants]
+    print(table(runs, cells, labels, busy, args, threads))
+    print(f"\nCPU per batch of {BATCH} (ms, median over rounds): the server process (all threads), or the worker")
+    print(f"{'variant':36} " + " ".join(f"{cell:>10}" for cell in cells))
+    for label in labels:
+        print(f"{label:36} " + " ".join(f"{statistics.median(cpu[(cell, label)]):10.1f}" for cell in cells))
     return 0
 
 
