@@ -21,6 +21,8 @@ SERVER = "tests/test_server.py"
 CLIENT = "tests/test_client.py"
 RESILIENCE = "tests/test_client_resilience.py"
 PROTOCOL = "tests/test_protocol.py"
+WIRE = "tests/test_wire.py"
+MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
 API_DOCS = "tests/test_api_docs.py"
 EDGES = "tests/test_serve_edges.py"
@@ -125,9 +127,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "safetensors arrays flattened",
         "service/http/routes.py",
-        'blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})',
-        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, "
-        'metadata={"fingerprint": engine.loaded.fingerprint})',
+        "blob = save_safetensors(result.data, metadata=metadata)",
+        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, metadata=metadata)",
         (APP,),
         parity=True,
     ),
@@ -204,7 +205,57 @@ MUTATIONS: tuple[Mutation, ...] = (
         "raise ValueError",
         (BATCHING,),
     ),
+    Mutation(
+        "a batch's encodings handed to the wrong request",
+        "service/engine/work.py",
+        "work.take(encodings[start:end])",
+        "work.take(encodings[: end - start])",
+        (ENGINE,),
+    ),
+    Mutation(
+        "a sliced request encodes its first slice only",
+        "service/engine/work.py",
+        "for end in work.slices or (len(work.inputs),):",
+        "for end in (work.slices or (len(work.inputs),))[:1]:",
+        (MEMORY,),
+    ),
+    Mutation(
+        "the bound counts one row per text whatever the overflow",
+        "service/engine/bounds.py",
+        "rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))",
+        "rows.append(1)",
+        (MEMORY,),
+    ),
+    Mutation(
+        "the allocator trimmed after every large release",
+        "service/engine/memory.py",
+        "if wait > 0:",
+        "if False:",
+        (MEMORY,),
+    ),
+    # -- the one route path ------------------------------------------------------------------------------
+    Mutation(
+        "a client that leaves no longer withdraws its queued work",
+        "service/http/routes.py",
+        "result = await _unless_client_leaves(request, route.submit(engine, body, reservation))",
+        "result = await route.submit(engine, body, reservation)",
+        (BATCHING,),
+    ),
+    Mutation(
+        "a misspelt field gets no closest name",
+        "service/http/models.py",
+        "close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)",
+        "close: list[str] = []",
+        (APP,),
+    ),
     # -- the wire, the fingerprint ---------------------------------------------------------------------------
+    Mutation(
+        "an option equal to its default by value but not by type (0 for False) is not sent",
+        "service/wire.py",
+        "if value != default or type(value) is not type(default):",
+        "if value != default:",
+        (WIRE,),
+    ),
     Mutation(
         "a ragged result sent as binary instead of 406",
         "service/http/routes.py",
@@ -220,6 +271,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (APP,),
     ),
     # -- the client ------------------------------------------------------------------------------------------
+    Mutation(
+        "a client option dropped on the way to the body",
+        "service/client/clients.py",
+        "return_sequence_ids=return_sequence_ids,",
+        "return_sequence_ids=False,",
+        (WIRE,),
+    ),
     Mutation(
         "the client no longer retries a proxy's 502",
         "service/client/calls.py",

@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from service.engine.memory import MIB, CostModel, default_memory_budget, memory_limit_for_budget
+from service.engine.bounds import CostModel
+from service.engine.memory import MIB, default_memory_budget
 from service.http.settings import ENV_PREFIX, Settings
+from testkit.engine import memory_limit_for_budget
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

@@ -54,7 +54,7 @@ from typing import Any, Protocol
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from ..engine.errors import ErrorKind
+from .errors import HttpErrorKind
 from .responses import STATUS_BY_KIND, error_body
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class ConnectionGuard:
         self._sweeper = loop.call_later(SWEEP_SECONDS, self._sweep, loop) if self.connections else None
 
 
-def _raw_error(kind: ErrorKind, message: str) -> bytes:
+def _raw_error(kind: HttpErrorKind, message: str) -> bytes:
     status = STATUS_BY_KIND[kind]
     body = error_body(kind, message)
     head = (
@@ -256,7 +256,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._feeding + self._header_bytes_seen + self._partial_header_bytes > limit and (
             self._header_size() > limit
         ):
-            self._refuse_now(ErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
+            self._refuse_now(HttpErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
             raise _Refused  # stops the parser: nothing more is read on this connection
         super().on_headers_complete()
         if self.guard.draining:
@@ -291,7 +291,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._partial_header_bytes += received
         limit = self.guard.max_header_bytes
         if seen + self._partial_header_bytes > limit:
-            self._refuse_now(ErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
+            self._refuse_now(HttpErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
 
     def _header_size(self) -> int:
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
@@ -315,7 +315,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return
             cycle.disconnected = True  # the app sees the client gone and lets go of the request
             cycle.message_event.set()
-        self._refuse_now(ErrorKind.REQUEST_TIMEOUT, f"{what}; the connection is closed")
+        self._refuse_now(HttpErrorKind.REQUEST_TIMEOUT, f"{what}; the connection is closed")
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -332,7 +332,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             logger.info("closed a connection: its client read nothing of its answer for %gs", self.guard.body_timeout)
             self.transport.abort()
 
-    def _refuse_now(self, kind: ErrorKind, message: str) -> None:
+    def _refuse_now(self, kind: HttpErrorKind, message: str) -> None:
         """Answer ``kind`` now and close. Lingeringly: the client may still be sending (the rest of an 8 MB
         header block); a plain close with its bytes unread would reset the connection, and the client,
         still writing, would never read the answer."""
@@ -343,7 +343,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     # -- pipelining and malformed requests --------------------------------------------------------------
     def _malformed(self) -> None:
         """A request the parser refuses: 400, but only after the answers to the requests before it."""
-        message = _raw_error(ErrorKind.MALFORMED_HTTP, "malformed HTTP request; the connection is closed")
+        message = _raw_error(HttpErrorKind.MALFORMED_HTTP, "malformed HTTP request; the connection is closed")
         broken = self.cycle if self.cycle is not None and self.cycle.more_body else None
         if broken is not None:  # its body was being read when the stream broke
             if any(c is broken for c, _ in self.pipeline):  # queued behind others: it never starts
