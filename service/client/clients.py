@@ -26,6 +26,7 @@ from ..wire import (
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_OPTIONS,
     URL_ENV,
+    parse_service_url,
 )
 from .calls import (
     RETRY_STATUSES,
@@ -59,7 +60,8 @@ def _options(arguments: dict[str, Any], contract: Mapping[str, Any] = ENCODE_OPT
 
 
 def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``."""
+    """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``:
+    ``http://``, ``https://`` or ``http+unix://`` (a Unix socket, :data:`service.wire.UNIX_SCHEME`)."""
     if url is None:
         url = os.environ.get(URL_ENV, "")
         if not url.strip():
@@ -74,8 +76,7 @@ def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
         part = part.strip().rstrip("/")
         if not part:
             continue
-        if not part.startswith(("http://", "https://")):
-            raise ValueError(f"not an http(s) URL: {part!r}")
+        parse_service_url(part)  # ValueError saying what to write instead
         if part not in urls:
             urls.append(part)
     if not urls:
