@@ -27,7 +27,8 @@ import pytest
 import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, launching
-from service.client.launching import Record, ServeCommand, ServicePaths
+from service.client.launching import ServeCommand
+from service.client.rendezvous import Record, ServicePaths, process_alive
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
 from testkit.servers import REPO, script_env
 
@@ -63,9 +64,9 @@ def launch_dir(monkeypatch) -> Iterator[Path]:
     monkeypatch.setenv(LAUNCH_DIR_ENV, str(folder))
     yield folder
     launching._let_go_of_everything()  # a failed test must not leave this process owning a service
-    for record in folder.glob("*.json"):  # nor a server running
+    for record in folder.glob("*.json"):  # nor a server running (a record's pid is killed only if it serves)
         data = Record.read(str(record))
-        if data is not None and alive(data.pid):
+        if data is not None and process_alive(data.pid, str(record.with_suffix(".sock"))):
             kill(data.pid)
     for path in folder.iterdir():
         path.unlink()

@@ -63,11 +63,11 @@ def get(url: str, path: str, headers: dict[str, str] | None = None) -> tuple[int
 
 # -- the URL convention ------------------------------------------------------------------------------------
 def test_a_socket_url_is_its_path_percent_encoded_and_reads_back():
-    url = unix_socket_url("/run/user/1000/a,b c.sock")
-    assert url == f"{UNIX_SCHEME}://%2Frun%2Fuser%2F1000%2Fa%2Cb%20c.sock"
+    url = unix_socket_url("/run/user/1000/Tok a,b.sock")
+    assert url == f"{UNIX_SCHEME}://%2Frun%2Fuser%2F1000%2FTok%20a%2Cb.sock"
     address = parse_service_url(url + "/encode?x=1")
-    assert address.socket_path == "/run/user/1000/a,b c.sock" and address.target == "/encode?x=1"
-    assert address.origin == (UNIX_SCHEME, "/run/user/1000/a,b c.sock", 0)
+    assert address.socket_path == "/run/user/1000/Tok a,b.sock" and address.target == "/encode?x=1"
+    assert address.origin == (UNIX_SCHEME, "/run/user/1000/Tok a,b.sock", 0)
     # a comma-separated list stays one: the comma in the path is encoded
     assert resolve_urls(f"{url},http://h:1") == (url, "http://h:1")
     tcp = parse_service_url("http://Example.org:8000/prefix/encode")
@@ -187,6 +187,20 @@ def test_too_long_a_socket_path_is_refused_before_anything_starts():
 
 
 # -- the drain over a socket -------------------------------------------------------------------------------
+def read_answer(conn: socket.socket) -> bytes:
+    """One whole HTTP answer (headers and a Content-Length body: they may come in separate reads)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(4096)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(
+        next(line for line in head.lower().split(b"\r\n") if line.startswith(b"content-length:")).split(b":")[1]
+    )
+    while len(body) < length:
+        body += conn.recv(4096)
+    return data
+
+
 def test_sigterm_removes_the_socket_first_then_answers_what_was_connected(short_dir):
     """New connections fail at once (no such file) while a connection opened before is still answered."""
     path = short_dir / "drain.sock"
@@ -196,7 +210,7 @@ def test_sigterm_removes_the_socket_first_then_answers_what_was_connected(short_
     conn.connect(str(path))
     request = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n"
     conn.sendall(request)
-    assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+    assert read_answer(conn).startswith(b"HTTP/1.1 200")
     os.kill(server.pid, signal.SIGTERM)
     deadline = time.monotonic() + 5
     while path.exists() and time.monotonic() < deadline:
@@ -205,7 +219,7 @@ def test_sigterm_removes_the_socket_first_then_answers_what_was_connected(short_
     with pytest.raises(ConnectError, match="No such file"):
         get(unix_socket_url(str(path)), "/healthz")
     conn.sendall(request)  # the connection accepted before the drain is answered, and told to close
-    answer = conn.recv(4096)
+    answer = read_answer(conn)
     assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" in answer.lower()
     conn.close()
     assert server.proc is not None and server.proc.wait(10) == 0
@@ -258,3 +272,29 @@ def test_a_server_whose_owners_are_gone_while_loading_exits_without_serving(shor
     result = serve("--uds", str(short_dir / "unowned.sock"), "--owners-file", str(owners), timeout=60)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 30 and not (short_dir / "unowned.sock").exists()
+
+
+# -- pretokenize over a socket -----------------------------------------------------------------------------
+@pytest.mark.timeout(180)
+def test_pretokenize_runs_over_a_socket_url_unchanged(uds_server, reference_tokenizers, tmp_path):
+    """The pretokenize CLI, through its public entry point, with --url http+unix://...: the in-process ids."""
+    from test_pretokenize import input_documents, shard_documents
+
+    from testkit import corpora
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    corpora.write_jsonl(corpus / "docs.jsonl", 30_000, seed=7)
+    out = tmp_path / "out"
+    args = [str(corpus), "--out", str(out), "--url", uds_server.url, "--format", "flat", "--progress", "none"]
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "pretokenize", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    documents = input_documents(corpus, ["docs.jsonl"])
+    expected = reference_tokenizers["wordpiece_default"]([text for text, _ in documents])["input_ids"]
+    assert [ids for ids, _ in shard_documents(out)] == expected

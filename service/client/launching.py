@@ -502,9 +502,9 @@ def _forget_after_fork() -> None:
     open files) and own nothing, so the child's exit stops nothing."""
     global _owned_lock
     _owned_lock = threading.Lock()  # another thread may have held it at the fork
-    for ownership in _owned.values():
+    for inherited in _owned.values():
         try:
-            os.close(ownership.owners_fd)
+            os.close(inherited.owners_fd)
         except OSError:
             pass
     _owned.clear()
