@@ -28,7 +28,7 @@ import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, launching
 from service.client.launching import ServeCommand
-from service.client.rendezvous import Record, ServicePaths, process_alive
+from service.client.rendezvous import Record, ServicePaths
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
 from testkit.servers import REPO, script_env
 
@@ -41,6 +41,14 @@ def alive(pid: int) -> bool:
         with open(f"/proc/{pid}/stat") as stat:
             return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
+        return False
+
+
+def serves(pid: int, socket_path: Path) -> bool:
+    """Whether ``pid`` is a server on ``socket_path`` (read here, not with the code under test)."""
+    try:
+        return str(socket_path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
         return False
 
 
@@ -66,7 +74,7 @@ def launch_dir(monkeypatch) -> Iterator[Path]:
     launching._let_go_of_everything()  # a failed test must not leave this process owning a service
     for record in folder.glob("*.json"):  # nor a server running (a record's pid is killed only if it serves)
         data = Record.read(str(record))
-        if data is not None and process_alive(data.pid, str(record.with_suffix(".sock"))):
+        if data is not None and data.pid != os.getpid() and serves(data.pid, record.with_suffix(".sock")):
             kill(data.pid)
     for path in folder.iterdir():
         path.unlink()
@@ -344,6 +352,7 @@ def test_a_service_that_dies_is_relaunched_once_then_its_death_is_reported(launc
         with pytest.raises(LaunchError, match="died again after its one relaunch") as info:
             client(TEXTS)
         assert info.value.log_path == client.service.log_path and "last lines" in str(info.value)
+        assert "wrote no error (killed by a signal?" in str(info.value).splitlines()[0]
 
 
 def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):

@@ -244,8 +244,9 @@ def _wait_until_ready(
     return fingerprint
 
 
-def _failure(headline: str, paths: ServicePaths, offset: int = 0) -> LaunchError:
-    """A LaunchError leading with the server's own one-line error, quoting the end of its log."""
+def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | None = None) -> LaunchError:
+    """A LaunchError leading with the server's own one-line error (else ``silent``, else its last line),
+    quoting the end of its log."""
     try:
         with open(paths.log, "rb") as log:
             log.seek(max(offset, os.path.getsize(paths.log) - 64 * 1024))
@@ -253,7 +254,8 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0) -> LaunchError
     except OSError:
         lines = []
     own = [line for line in lines if line.startswith(_PROG + ":")]
-    cause = own[-1] if own else next((line for line in reversed(lines) if line.strip()), "it wrote nothing")
+    last = next((line for line in reversed(lines) if line.strip()), "it wrote nothing")
+    cause = own[-1] if own else silent or last
     tail = "\n".join("    " + line for line in lines[-LOG_LINES:])
     return LaunchError(f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}", log_path=paths.log)
 
@@ -328,6 +330,7 @@ class LaunchedService:
                 raise _failure(
                     f"the launched tokenizer service for {self.command.description} died again after its one relaunch",
                     paths,
+                    silent="it wrote no error (killed by a signal? the out-of-memory killer, say)",
                 )
             logger.warning(
                 "the launched tokenizer service (pid %s) died; relaunching it (log: %s)", self.pid, paths.log

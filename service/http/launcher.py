@@ -19,6 +19,10 @@ to uvicorn's own handling.
 The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.protocol.ConnectionGuard`
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
+It listens on TCP (:func:`bind_listener`) or on a Unix domain socket (:func:`bind_unix_listener`, ``--uds``),
+whose drain removes the socket file first (:mod:`.listening`). With ``--owners-file`` the same drain also
+starts when the last process using the server has gone (:mod:`.owners`).
+
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
 ``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
