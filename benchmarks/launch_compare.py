@@ -9,8 +9,9 @@ server (``python -m service serve`` on 127.0.0.1, a free port), measures, and st
 error, Ctrl-C or SIGTERM). Both servers serve the embedded default tokenizer with the same settings.
 
 - **Round trips**: one text per request (a review, binary answer as ``return_tensors="pt"``), one request at
-  a time and from 8 threads, through the same sync client over the socket and over TCP: requests/s, the
-  client's CPU and the server's CPU per request. Rounds alternate the two.
+  a time and from 8 threads, through the same sync client over the socket and over TCP; and bare
+  ``GET /healthz`` through the client's transport (the HTTP exchange without the tokenizer): requests/s, the
+  client's CPU and the server's CPU per request. Rounds alternate which socket goes first.
 - **DataLoader**: batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork; W in 2 and 4, B in
   32 and 64; ``padding="longest", truncation=True, max_length=128``) with the launched client's collator, the
   TCP client's collator, and a collate_fn tokenizing in the worker with ``TOKENIZERS_PARALLELISM=false``
@@ -27,6 +28,7 @@ error, Ctrl-C or SIGTERM). Both servers serve the embedded default tokenizer wit
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import signal
@@ -50,7 +52,8 @@ from benchmarks.dataloader_compare import (
 )
 from benchmarks.machine import machine_noise
 from benchmarks.progress import log, publish
-from service.wire import LAUNCH_DIR_ENV
+from service.client.transports import HTTPTransport, Request, Timeout
+from service.wire import HEALTH_PATH, LAUNCH_DIR_ENV
 from testkit import assets
 from testkit.servers import REPO, ServerProcess
 
@@ -58,15 +61,15 @@ ROUND_TRIP_OPTIONS = {"padding": True, "return_tensors": "pt"}
 
 
 # -- round trips -----------------------------------------------------------------------------------------
-def round_trips(client: Any, server_pid: int, text: str, requests: int, threads: int) -> dict[str, float]:
-    """``requests`` one-text calls (split over ``threads``): requests/s, client and server CPU per request."""
+def round_trips(call: Callable[[], Any], server_pid: int, requests: int, threads: int) -> dict[str, float]:
+    """``requests`` calls (split over ``threads``): requests/s, client and server CPU per request."""
     for _ in range(20):
-        client(text, **ROUND_TRIP_OPTIONS)
+        call()
     per_thread = max(1, requests // threads)
 
     def work() -> None:
         for _ in range(per_thread):
-            client(text, **ROUND_TRIP_OPTIONS)
+            call()
 
     cpu, server, wall = time.process_time(), process_cpu_seconds(server_pid), time.perf_counter()
     pool = [threading.Thread(target=work) for _ in range(threads)]
@@ -84,15 +87,21 @@ def round_trips(client: Any, server_pid: int, text: str, requests: int, threads:
 
 
 def round_trip_comparison(clients: dict[str, tuple[Any, int]], text: str, args: argparse.Namespace) -> dict:
+    """Per socket: one-text ``/encode`` calls through the client, and bare ``GET /healthz`` through its
+    transport (the HTTP exchange alone, no tokenizer), alternating which socket goes first."""
+    calls: dict[str, dict[str, Callable[[], Any]]] = {"encode 1 text": {}, "GET /healthz": {}}
+    for name, (client, _) in clients.items():
+        calls["encode 1 text"][name] = functools.partial(client, text, **ROUND_TRIP_OPTIONS)
+        probe = Request("GET", client.urls[0] + HEALTH_PATH, {}, timeout=Timeout())
+        calls["GET /healthz"][name] = functools.partial(HTTPTransport().handle_request, probe)
     runs: dict[str, list[dict[str, float]]] = {}
     for round_ in range(args.rounds):
-        for threads in (1, 8):
-            names = list(clients) if round_ % 2 == 0 else list(reversed(clients))  # alternate who goes first
-            for name in names:
-                client, pid = clients[name]
-                runs.setdefault(f"{name} | {threads} thread(s)", []).append(
-                    round_trips(client, pid, text, args.requests, threads)
-                )
+        for kind, by_socket in calls.items():
+            for threads in (1, 8):
+                names = list(by_socket) if round_ % 2 == 0 else list(reversed(by_socket))
+                for name in names:
+                    figure = round_trips(by_socket[name], clients[name][1], args.requests, threads)
+                    runs.setdefault(f"{kind} | {name} | {threads} thread(s)", []).append(figure)
     result: dict[str, Any] = {
         key: {
             field: statistics.median(run[field] for run in values)
@@ -101,9 +110,10 @@ def round_trip_comparison(clients: dict[str, tuple[Any, int]], text: str, args: 
         | {"rounds": values}
         for key, values in runs.items()
     }
-    for threads in (1, 8):
-        unix, tcp = result[f"unix socket | {threads} thread(s)"], result[f"tcp loopback | {threads} thread(s)"]
-        result[f"ratio unix/tcp | {threads} thread(s)"] = unix["requests_per_s"] / tcp["requests_per_s"]
+    for kind in calls:
+        for threads in (1, 8):
+            unix, tcp = (result[f"{kind} | {name} | {threads} thread(s)"] for name in clients)
+            result[f"{kind} | ratio unix/tcp | {threads} thread(s)"] = unix["requests_per_s"] / tcp["requests_per_s"]
     return result
 
 
@@ -186,11 +196,11 @@ def print_table(result: dict[str, Any]) -> None:
         f"{result['settings']['rounds']} rounds: requests/s, client and server CPU per request (us)"
     )
     for key, figures in result["round_trips"].items():
-        if key.startswith("ratio"):
-            print(f"  {key:<32} {figures:6.2f}x")
+        if "ratio" in key:
+            print(f"  {key:<48} {figures:6.2f}x")
         else:
             print(
-                f"  {key:<32} {figures['requests_per_s']:8.0f} req/s"
+                f"  {key:<48} {figures['requests_per_s']:8.0f} req/s"
                 f"  client {figures['client_cpu_us_per_request']:6.0f}"
                 f"  server {figures['server_cpu_us_per_request']:6.0f}"
             )

@@ -129,7 +129,10 @@ def test_launch_benchmark_smoke_run_measures_every_part(tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(out.read_text())
-    assert {"unix socket | 1 thread(s)", "tcp loopback | 1 thread(s)"} <= set(results["round_trips"])
+    for kind in ("encode 1 text", "GET /healthz"):
+        assert {f"{kind} | unix socket | 1 thread(s)", f"{kind} | tcp loopback | 8 thread(s)"} <= set(
+            results["round_trips"]
+        )
     cell = results["dataloader"][0]
     assert cell["identical_batches"] and set(cell["ratios"]) == {
         "launched / in-process",
