@@ -237,6 +237,7 @@ HOLDER = textwrap.dedent("""
 
 def test_the_server_stops_once_no_process_holds_the_owners_lock(short_dir):
     owners = short_dir / "owners.lock"
+    server = ServerProcess("--owners-file", str(owners), uds=short_dir / "owned.sock")
     holders = [
         subprocess.Popen([sys.executable, "-c", HOLDER, str(owners)], stdout=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -244,7 +245,7 @@ def test_the_server_stops_once_no_process_holds_the_owners_lock(short_dir):
     try:
         for holder in holders:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        server = ServerProcess("--owners-file", str(owners), uds=short_dir / "owned.sock").start()
+        server.start()
         assert server.proc is not None
         os.kill(holders[0].pid, signal.SIGKILL)  # one owner gone, the other still there: serving on
         holders[0].wait(5)
@@ -259,6 +260,7 @@ def test_the_server_stops_once_no_process_holds_the_owners_lock(short_dir):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.close(fd)
     finally:
+        server.stop()  # (a server that missed its owners' exit)
         for holder in holders:
             if holder.poll() is None:
                 os.kill(holder.pid, signal.SIGKILL)
