@@ -108,6 +108,9 @@ def test_exported_members():
         [
             "TokenizerClient",
             "AsyncTokenizerClient",
+            "LaunchedTokenizerClient",
+            "LaunchedAsyncTokenizerClient",
+            "LaunchedService",
             "Collator",
             "TokenBudgetBatchSampler",
             "EncodeResult",
@@ -139,6 +142,7 @@ def test_exported_members():
             "RequestTimeout",
             "FingerprintMismatch",
             "RetriesExhausted",
+            "LaunchError",
         ]
     )
     for name in client_module.__all__:
