@@ -23,7 +23,6 @@ import contextlib
 import dataclasses
 import importlib
 import inspect
-import io
 import json
 import os
 import re
@@ -41,14 +40,14 @@ HELP_COLUMNS = 100
 # neither, or when a sentence here names an option that no longer exists.
 TRANSFORMERS_OPTIONS = {
     "add_special_tokens": "Add the tokenizer's special tokens (`[CLS] … [SEP]`, `<s>` …) as its post-processor says.",
-    "padding": "`true`/`\"longest\"`: pad to the batch's longest row; `\"max_length\"`: to `max_length` (or "
-    "`model_max_length`); `false`/`\"do_not_pad\"`: no padding.",
-    "truncation": "`true`/`\"longest_first\"`, `\"only_first\"`, `\"only_second\"`: cut to `max_length`; "
+    "padding": '`true`/`"longest"`: pad to the batch\'s longest row; `"max_length"`: to `max_length` (or '
+    '`model_max_length`); `false`/`"do_not_pad"`: no padding.',
+    "truncation": '`true`/`"longest_first"`, `"only_first"`, `"only_second"`: cut to `max_length`; '
     "`null`: on when `max_length` is given, as transformers decides.",
-    "max_length": "The most tokens per row (truncation) or the padded length (`padding=\"max_length\"`).",
+    "max_length": 'The most tokens per row (truncation) or the padded length (`padding="max_length"`).',
     "stride": "With `return_overflowing_tokens`: tokens each overflow row repeats from the row before.",
     "pad_to_multiple_of": "Round the padded length up to a multiple of this.",
-    "padding_side": "`\"left\"` or `\"right\"`; `null`: the tokenizer's own.",
+    "padding_side": '`"left"` or `"right"`; `null`: the tokenizer\'s own.',
     "return_token_type_ids": "Return `token_type_ids`; `null`: as the tokenizer's `model_input_names` says.",
     "return_attention_mask": "Return `attention_mask`; `null`: as the tokenizer's `model_input_names` says.",
     "return_overflowing_tokens": "Return the cut-off tokens as extra rows, with `overflow_to_sample_mapping`.",
@@ -286,9 +285,8 @@ def http_errors() -> str:
         action = described.get(str(kind["status"])) or UNDESCRIBED_STATUSES.get(str(kind["status"]), "")
         if kind["kind"] == "client_gone":
             action = "nothing: the client left before its answer (logged nowhere, sent to nobody)"
-        rows.append(
-            f"| `{kind['kind']}` | {kind['status']} | {kind['layer']} | {kind['meaning']} | {_rst_to_markdown(action)} |"
-        )
+        cells = (f"`{kind['kind']}`", str(kind["status"]), kind["layer"], kind["meaning"], _rst_to_markdown(action))
+        rows.append("| " + " | ".join(cells) + " |")
     return (
         f'Every error answer has one shape, `{{"{ERROR_FIELD}": "<what to fix>", "{ERROR_TYPE_FIELD}": "<kind>"}}`, '
         "and one status per kind (`service.http.responses.STATUS_BY_KIND`):\n\n" + "\n".join(rows) + "\n"
