@@ -4,7 +4,7 @@
 
 Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
 
-- ``service``: ``tokenizer-service pretokenize`` (``service.pipeline.pretokenize``) against ``--url``: the
+- ``service``: ``tokenizer-service pretokenize`` (``service.pretokenize.pretokenize``) against ``--url``: the
   async client, 8 requests in flight, the ragged binary answer. This process imports no tokenizer.
 - ``encode_batch`` / ``encode_batch_fast``: the very same reading and shard writing (``pretokenize`` with an
   in-process encoder), the texts encoded by the Rust tokenizer's ``encode_batch`` (or ``encode_batch_fast``)
@@ -58,9 +58,9 @@ class InProcessEncoder:
         self.encode_batch = backend.encode_batch_fast if fast else backend.encode_batch
 
     async def facts(self) -> Any:
-        from service.pipeline import TokenizerFacts
+        from service.pretokenize import ServedTokenizer
 
-        return TokenizerFacts(
+        return ServedTokenizer(
             fingerprint=self.loaded.fingerprint,
             vocab_size=len(self.loaded.tokenizer),
             source=self.loaded.source,
@@ -82,7 +82,7 @@ class InProcessEncoder:
 
 
 def run_pipeline(method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str) -> dict:
-    from service.pipeline import PretokenizeConfig, pretokenize
+    from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"
     config = PretokenizeConfig(

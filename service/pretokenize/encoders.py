@@ -7,14 +7,23 @@ with an in-process tokenizer for comparison.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
-from ..client import InvalidRequest, PayloadTooLarge, RetryPolicy
-from ..client.async_client import AsyncTokenizerClient
+from ..client import (
+    AsyncTokenizerClient,
+    FingerprintMismatch,
+    InvalidRequest,
+    PayloadTooLarge,
+    RequestRejected,
+    RetryPolicy,
+    TokenizerServiceError,
+)
 
 
 class TextsRefused(Exception):
@@ -23,8 +32,9 @@ class TextsRefused(Exception):
 
 
 @dataclass(frozen=True)
-class TokenizerFacts:
-    """What the runner needs to know of the tokenizer and the service's limits (from ``/info``)."""
+class ServedTokenizer:
+    """What the service says of its tokenizer and limits (``/info``): what the runner needs to know (the
+    engine's own ``TokenizerFacts`` is what the server reads of the tokenizer itself)."""
 
     fingerprint: str
     vocab_size: int
@@ -36,7 +46,7 @@ class TokenizerFacts:
     max_texts_per_request: int | None = None
 
     @classmethod
-    def from_info(cls, info: dict[str, Any]) -> TokenizerFacts:
+    def from_info(cls, info: dict[str, Any]) -> ServedTokenizer:
         limits = info.get("limits") or {}
         return cls(
             fingerprint=info["fingerprint"],
@@ -65,7 +75,7 @@ class TokenizerFacts:
 class Encoder(Protocol):
     """What the runner needs of a source of token ids."""
 
-    async def facts(self) -> TokenizerFacts:
+    async def facts(self) -> ServedTokenizer:
         """The tokenizer's identity and limits."""
 
     async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,12 +103,46 @@ class ServiceEncoder:
         api_key: str | None = None,
         expected_fingerprint: str | None = None,
         retry: RetryPolicy = RetryPolicy(),
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self.options = options
+        self._log = log or (lambda message: None)
+        self._api_key = api_key
         self.client = AsyncTokenizerClient(url, api_key=api_key, expected_fingerprint=expected_fingerprint, retry=retry)
 
-    async def facts(self) -> TokenizerFacts:
-        facts = TokenizerFacts.from_info(await self.client.info())
+    async def facts(self) -> ServedTokenizer:
+        """``/info``, asked once at a time: a wrong or unreachable URL is said at once (which URL, and what
+        failed), then retried with a line every 10 s counting down to the retry policy's deadline."""
+        log, deadline = self._log, self.client.retry.deadline
+        probe = AsyncTokenizerClient(
+            self.client.urls,
+            api_key=self._api_key,
+            expected_fingerprint=self.client.expected_fingerprint,
+            retry=RetryPolicy(max_attempts=1),
+        )
+        started = time.monotonic()
+        last_line = float("-inf")
+        try:
+            while True:
+                try:
+                    info = await probe.info()
+                    break
+                except (FingerprintMismatch, RequestRejected):
+                    raise
+                except TokenizerServiceError as exc:
+                    waited = time.monotonic() - started
+                    if waited >= deadline:
+                        raise
+                    if time.monotonic() - last_line >= 10:
+                        last_line = time.monotonic()
+                        log(
+                            f"pretokenize: the service does not answer: {exc}; retrying for "
+                            f"{deadline - waited:.0f} s more (--retry-deadline)"
+                        )
+                    await asyncio.sleep(min(2.0, deadline - waited))
+        finally:
+            await probe.aclose()
+        facts = ServedTokenizer.from_info(info)
         if self.client.expected_fingerprint is None:
             self.client.expected_fingerprint = facts.fingerprint
         return facts
