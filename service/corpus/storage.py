@@ -147,17 +147,22 @@ class Storage:
         return fs, str(path)
 
     # -- retries --------------------------------------------------------------------------------------------
-    def call(self, what: str, action: Callable[[], T]) -> T:
+    def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
         """``action()``, retried with backoff while it fails transiently (see :func:`transient`), until
         ``retry_deadline`` seconds after its first failure. ``what`` names the URL in messages. A missing
-        object propagates as FileNotFoundError; any other refusal, or the deadline, is a StorageError."""
+        object propagates as FileNotFoundError (``writing``: a missing bucket, a StorageError); any other
+        refusal, or the deadline, is a StorageError."""
         first_failure: float | None = None
         last_line = 0.0
         attempt = 0
         while True:
             try:
                 return action()
-            except FileNotFoundError:
+            except FileNotFoundError as exc:
+                if writing:
+                    raise StorageError(
+                        f"{what}: cannot write there ({describe_error(exc)}): does the bucket exist?"
+                    ) from None
                 raise
             except Exception as exc:  # noqa: BLE001 -- every store's errors: sorted by transient() below
                 if not transient(exc):
@@ -486,7 +491,7 @@ class ObjectFolder(Folder):
     def write_bytes(self, name: str, data: bytes) -> None:
         fs, _ = self._resolve()
         path = self._path(name)
-        self.storage.call(self.url(name), lambda: fs.pipe_file(path, data))
+        self.storage.call(self.url(name), lambda: fs.pipe_file(path, data), writing=True)
 
     @contextmanager
     def writer(self, name: str) -> Iterator[IO[bytes]]:
@@ -502,7 +507,7 @@ class ObjectFolder(Folder):
         """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure)."""
         fs, _ = self._resolve()
         path = self._path(name)
-        self.storage.call(self.url(name), lambda: fs.put_file(str(local), path))
+        self.storage.call(self.url(name), lambda: fs.put_file(str(local), path), writing=True)
 
     def open_read(self, name: str) -> IO[bytes]:
         fs, _ = self._resolve()

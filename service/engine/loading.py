@@ -39,6 +39,7 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     display = DEFAULT_SOURCE if source is None else source
+    source = _fetched(source)
     try:
         if source is None:
             tokenizer = AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR), trust_remote_code=False)
@@ -65,6 +66,19 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
     backend.no_truncation()
     backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
     return LoadedTokenizer(tokenizer, display, revision, fingerprint(tokenizer))
+
+
+def _fetched(source: str | None) -> str | None:
+    """A tokenizer under an object-store URL (``s3://bucket/tokenizers/mine/``), downloaded whole into a
+    private local directory, then loaded exactly as a local one (hub ids and local paths pass through)."""
+    if source is None or "://" not in source or source.startswith(("hf://", "file://")):
+        return source
+    from ..corpus.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
+
+    try:
+        return fetch_tokenizer(source)
+    except Exception as exc:  # noqa: BLE001 -- the store's refusal, named with the URL, as any load failure
+        raise TokenizerLoadError(f"cannot load tokenizer {source!r}: {exc}") from exc
 
 
 def _baked_origin(directory: Path, display: str, revision: str | None) -> tuple[str, str | None]:

@@ -1,0 +1,309 @@
+"""The offline jobs without a shared file system: a real S3-protocol server on 127.0.0.1 (moto's server mode, as
+s3fs's own tests run it), ``s3://`` inputs to ``s3://`` outputs. Workers are real ``tokenizer-service``
+processes whose index comes from SageMaker's resource config (one file per host), as on SageMaker Processing.
+
+Pre-tokenization with 3 workers writes every object byte-identical to 1 worker (and to the same job on local
+files); training with 3 workers gives the tokenizer.json of 1; a worker killed mid-upload leaves no partial
+object anyone trusts and its rerun finishes; the store going away mid-run is ridden out within
+``--retry-deadline`` (and past it the worker exits 1 naming the URL, its done shards kept); ``serve --model
+s3://...`` answers /encode exactly as the same tokenizer from disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gates import wait_until
+
+from testkit import corpora
+from testkit.objectstore import LoopbackS3
+from testkit.servers import REPO, ServerProcess
+
+UNIT = "48K"
+INDEX_VARIABLES = ("RANK", "WORLD_SIZE", "NODE_INDEX", "NUM_NODES", "JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID")
+
+
+@pytest.fixture(scope="module")
+def s3() -> Any:
+    with LoopbackS3() as store:
+        yield store
+
+
+@pytest.fixture(scope="module")
+def corpus(s3, tmp_path_factory) -> tuple[Path, str]:
+    """A small corpus of every format, on disk and uploaded to s3://corpus/ (about ten 48 KiB units)."""
+    root = tmp_path_factory.mktemp("corpus")
+    corpora.write_jsonl(root / "a_news.jsonl", 150_000, seed=1)
+    corpora.write_text(root / "b_notes.txt", 200, seed=2)
+    corpora.write_jsonl(root / "c_reviews.jsonl.gz", 40_000, seed=3)
+    corpora.write_parquet(root / "d_table.parquet", 300, seed=4, row_group_size=100)
+    fs = s3.filesystem()
+    for bucket in ("corpus", "tokens", "models"):
+        fs.mkdir(bucket)
+    for path in sorted(root.iterdir()):
+        fs.put_file(str(path), f"corpus/data/{path.name}")
+    return root, "s3://corpus/data/"
+
+
+def job_env(s3: LoopbackS3, host: str | None = None, hosts: int = 3, config_dir: Path | None = None) -> dict[str, str]:
+    """A worker's environment: the store's credentials and, for ``host``, a SageMaker resource config naming
+    it among ``algo-1..algo-N`` (listed out of order, as nothing promises their order)."""
+    env = {name: value for name, value in os.environ.items() if name not in INDEX_VARIABLES}
+    env.update(s3.client_env())
+    if host is not None and config_dir is not None:
+        config = config_dir / f"{host}.json"
+        names = [f"algo-{n}" for n in range(hosts, 0, -1)]
+        config.write_text(json.dumps({"current_host": host, "hosts": names, "network_interface_name": "eth0"}))
+        env["TOKENIZER_SERVICE_RESOURCE_CONFIG"] = str(config)
+    return env
+
+
+def start(command: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", command, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run(command: str, *args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", command, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def local_tree(out: Path) -> dict[str, bytes]:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def pretokenize_args(s3: LoopbackS3, inputs: str, out: str, url: str, output_format: str = "flat") -> list[str]:
+    return [
+        inputs,
+        "--out",
+        out,
+        "--url",
+        url,
+        "--format",
+        output_format,
+        "--unit-bytes",
+        UNIT,
+        "--append-eos",
+        "--eos-id",
+        "3",
+        "--storage-options",
+        s3.options_json,
+        "--progress",
+        "none",
+    ]
+
+
+@pytest.fixture(scope="module")
+def reference(s3, corpus, servers, tmp_path_factory) -> tuple[str, dict[str, bytes]]:
+    """One worker, s3:// in and out (the megatron format): every object of its output."""
+    url = servers["wordpiece_default"].url
+    done = run("pretokenize", *pretokenize_args(s3, corpus[1], "s3://tokens/one", url, "megatron"), env=job_env(s3))
+    assert done.returncode == 0, done.stderr
+    assert "worker 0 of 1" in done.stderr
+    no_bucket = run("pretokenize", *pretokenize_args(s3, corpus[1], "s3://absent/x", url, "megatron"), env=job_env(s3))
+    assert no_bucket.returncode == 1 and "s3://absent/x/" in no_bucket.stderr and "bucket" in no_bucket.stderr
+    return url, s3.tree("tokens/one")
+
+
+def test_pretokenize_from_s3_to_s3_three_sagemaker_instances_write_the_objects_of_one(s3, corpus, reference, tmp_path):
+    url, expected = reference
+    assert "manifest.json" in expected and "megatron-data-args.txt" in expected
+    assert sum(name.endswith(".done") for name in expected) >= 8
+    workers = [
+        start(
+            "pretokenize",
+            *pretokenize_args(s3, corpus[1], "s3://tokens/three", url, "megatron"),
+            env=job_env(s3, f"algo-{n}", config_dir=tmp_path),
+        )
+        for n in (1, 2, 3)
+    ]
+    errors = [worker.communicate(timeout=240)[1] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0, 0], errors
+    for index, err in enumerate(errors):
+        assert f"worker {index} of 3 (SageMaker algo-{index + 1} of algo-1, algo-2, algo-3)" in err
+    assert s3.tree("tokens/three") == {
+        name: content.replace(b"s3://tokens/one/", b"s3://tokens/three/") for name, content in expected.items()
+    }  # every object, byte for byte (the data-args file names its own prefix)
+
+    local = tmp_path / "local"  # the same job on local files writes the same shards and records
+    done = run("pretokenize", *pretokenize_args(s3, str(corpus[0]), str(local), url, "megatron"), env=job_env(s3))
+    assert done.returncode == 0, done.stderr
+    shards = {name: content for name, content in expected.items() if name.endswith((".bin", ".idx", ".done"))}
+    assert {name: content for name, content in local_tree(local).items() if name in shards} == shards
+
+
+def test_a_worker_killed_mid_upload_and_a_store_outage(s3, corpus, reference, tmp_path):
+    """The store goes away while two workers are mid-run. One is SIGKILLed while it retries an upload: none
+    of its objects without a record is trusted, and its rerun finishes to the reference bytes. One with a
+    short --retry-deadline exits 1 naming the URL, its done shards kept; its rerun finishes. One with a long
+    deadline rides out the outage (the store back on the same port) and finishes: the same bytes."""
+    url, expected = reference
+    outs = {name: f"s3://tokens/{name}" for name in ("killed", "impatient", "patient")}
+    deadlines = {"killed": "120", "impatient": "2", "patient": "120"}
+    workers = {
+        name: start(
+            "pretokenize",
+            *pretokenize_args(s3, corpus[1], out, url, "megatron"),
+            "--concurrency",
+            "1",
+            "--request-texts",
+            "8",
+            "--retry-deadline",
+            deadlines[name],
+            env=job_env(s3),
+        )
+        for name, out in outs.items()
+    }
+
+    def has_done(name: str) -> bool:
+        return any(key.endswith(".done") for key in s3.tree(f"tokens/{name}"))
+
+    try:
+        stopped: set[str] = set()
+
+        def stop_each_after_its_first_shard() -> bool:
+            for name, worker in workers.items():
+                if name not in stopped and has_done(name):
+                    os.kill(worker.pid, signal.SIGSTOP)
+                    stopped.add(name)
+            return len(stopped) == len(workers)
+
+        wait_until(stop_each_after_its_first_shard, timeout=120, what="a first shard of each worker")
+        assert all(worker.poll() is None for worker in workers.values()), "a worker finished too early"
+        before = {name: s3.tree(f"tokens/{name}") for name in outs}
+        tails = {name: Tail(workers[name]) for name in ("killed", "patient")}
+        s3.stop()  # the store is gone, with every worker mid-run
+        for worker in workers.values():
+            os.kill(worker.pid, signal.SIGCONT)
+        _, err = workers["impatient"].communicate(timeout=120)
+        assert workers["impatient"].returncode == 1, err
+        assert "s3://" in err and "--retry-deadline" in err, err  # which URL, and why it gave up
+        for tail in tails.values():  # each says at once which URL failed and how, and that it retries
+            wait_until(lambda tail=tail: "retrying" in tail.text(), timeout=60, what="a retry line")
+        assert "storage: s3://" in tails["patient"].text()
+        workers["killed"].kill()  # while it retries a request to the store
+        workers["killed"].wait(30)
+        s3.start()  # back, same port, same buckets
+        assert workers["patient"].wait(240) == 0, tails["patient"].text()
+    finally:
+        if not s3.running:
+            s3.start()
+        for worker in workers.values():
+            if worker.poll() is None:
+                worker.kill()
+                worker.communicate()
+    assert s3.tree("tokens/patient") == rename(expected, "patient")
+    for name in ("killed", "impatient"):
+        left = s3.tree(f"tokens/{name}")
+        assert "manifest.json" not in left
+        records = [json.loads(content) for key, content in left.items() if key.endswith(".done")]
+        assert len(records) >= sum(key.endswith(".done") for key in before[name])  # done shards stay done
+        for record in records:  # whatever a record vouches for is whole
+            assert all(len(left[f["name"]]) == f["bytes"] for f in record["files"])
+        rerun = run("pretokenize", *pretokenize_args(s3, corpus[1], outs[name], url, "megatron"), env=job_env(s3))
+        assert rerun.returncode == 0, rerun.stderr
+        assert s3.tree(f"tokens/{name}") == rename(expected, name)
+
+
+class Tail:
+    """A process's stderr, read on a thread as it comes."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        assert process.stderr is not None
+        self._thread = threading.Thread(target=lambda: self.lines.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
+        self._thread.start()
+
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def rename(tree: dict[str, bytes], name: str) -> dict[str, bytes]:
+    return {key: value.replace(b"s3://tokens/one/", f"s3://tokens/{name}/".encode()) for key, value in tree.items()}
+
+
+def test_train_from_s3_to_s3_three_sagemaker_instances_give_the_tokenizer_of_one(s3, corpus, tmp_path):
+    def args(out: str) -> list[str]:
+        return [
+            corpus[1],
+            "--out",
+            out,
+            "--model",
+            "byte-level-bpe",
+            "--vocab-size",
+            "1200",
+            "--unit-bytes",
+            UNIT,
+            "--processes",
+            "1",
+            "--storage-options",
+            s3.options_json,
+            "--progress",
+            "none",
+        ]
+
+    one = run("train", *args("s3://models/one"), env=job_env(s3))
+    assert one.returncode == 0, one.stderr
+    workers = [
+        start("train", *args("s3://models/three"), env=job_env(s3, f"algo-{n}", config_dir=tmp_path)) for n in (1, 2, 3)
+    ]
+    errors = [worker.communicate(timeout=240)[1] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0, 0], errors
+    assert "worker 2 of 3 (SageMaker algo-3" in errors[2] and "worker 0 merges" in errors[2]
+    single, three = s3.tree("models/one"), s3.tree("models/three")
+    assert set(three) == {"tokenizer.json", "tokenizer_config.json", "manifest.json"}  # nothing but the tokenizer
+    assert three["tokenizer.json"] == single["tokenizer.json"]
+    assert any(key.endswith(".done") for key in s3.tree("models/three.counts"))  # the counts, beside it
+
+
+def post(url: str, body: dict[str, Any]) -> Any:
+    request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_serve_a_tokenizer_from_s3_exactly_as_from_disk(s3, tokenizer_dirs, tmp_path):
+    source = tokenizer_dirs["sentencepiece"]
+    fs = s3.filesystem()
+    fs.mkdir("served")
+    for path in sorted(Path(source).iterdir()):
+        if path.is_file():
+            fs.put_file(str(path), f"served/tokenizers/spm/{path.name}")
+    env = {**job_env(s3), "TOKENIZER_SERVICE_STORAGE_OPTIONS": s3.options_json}
+    texts = ["Hello world", "你好，世界", "😀 emoji", ""]
+    with (
+        ServerProcess("--model", "s3://served/tokenizers/spm/", env=env, log_path=tmp_path / "s3.log") as remote,
+        ServerProcess("--model", str(source), log_path=tmp_path / "disk.log") as local,
+    ):
+        infos = [
+            json.loads(urllib.request.urlopen(server.url + "/info", timeout=30).read()) for server in (remote, local)
+        ]
+        assert infos[0]["fingerprint"] == infos[1]["fingerprint"]
+        assert infos[0]["source"] == "s3://served/tokenizers/spm/"
+        for options in ({}, {"padding": True, "truncation": True, "max_length": 8, "return_offsets_mapping": True}):
+            body = {"texts": texts, **options}
+            assert post(remote.url + "/encode", body) == post(local.url + "/encode", body)
+    missing = ServerProcess("--model", "s3://served/tokenizers/none/", env=env, log_path=tmp_path / "missing.log")
+    with pytest.raises(RuntimeError, match="exited"):
+        missing.start(timeout=60)
+    assert "s3://served/tokenizers/none/" in (tmp_path / "missing.log").read_text()
