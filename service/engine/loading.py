@@ -77,7 +77,7 @@ def _fetched(source: str | None) -> str | None:
 
     try:
         return fetch_tokenizer(source)
-    except Exception as exc:  # noqa: BLE001 -- the store's refusal, named with the URL, as any load failure
+    except Exception as exc:  # the store's refusal (a StorageError naming the URL), as any load failure
         raise TokenizerLoadError(f"cannot load tokenizer {source!r}: {exc}") from exc
 
 
