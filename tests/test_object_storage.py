@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ import pytest
 from gates import wait_until
 
 from testkit import corpora
+from testkit.jobs import Tail
 from testkit.objectstore import LoopbackS3
 from testkit.servers import REPO, ServerProcess
 
@@ -223,19 +223,6 @@ def test_a_worker_killed_mid_upload_and_a_store_outage(s3, corpus, reference, tm
         rerun = run("pretokenize", *pretokenize_args(s3, corpus[1], outs[name], url, "megatron"), env=job_env(s3))
         assert rerun.returncode == 0, rerun.stderr
         assert s3.tree(f"tokens/{name}") == rename(expected, name)
-
-
-class Tail:
-    """A process's stderr, read on a thread as it comes."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        assert process.stderr is not None
-        self._thread = threading.Thread(target=lambda: self.lines.extend(process.stderr), daemon=True)  # type: ignore[arg-type]
-        self._thread.start()
-
-    def text(self) -> str:
-        return "".join(self.lines)
 
 
 def rename(tree: dict[str, bytes], name: str) -> dict[str, bytes]:

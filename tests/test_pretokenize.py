@@ -23,6 +23,7 @@ from gates import wait_until
 from service.corpus import CorpusError
 from service.pretokenize import PretokenizeConfig, pretokenize, read_manifest
 from testkit import corpora
+from testkit.jobs import Tail
 from testkit.servers import REPO, ServerProcess, free_port
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
@@ -246,9 +247,10 @@ def test_a_killed_worker_reruns_to_the_same_bytes(reference_run, tmp_path):
 
 def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finishes(reference_run, tmp_path):
     """Two workers lose the service mid-run (it is killed while they are paused with units left to do).
-    The one with a short retry deadline fails, naming the service, leaving its done shards and no partial
-    file; the other retries until the service is back on the same address and finishes. The failed one's
-    rerun finishes too. Both give the reference bytes."""
+    Each says at once which URL failed and how, then counts down. The one with a short retry deadline
+    fails, naming the service, leaving its done shards and no partial file; the other retries until the
+    service is back on the same address, says so, and finishes. The failed one's rerun finishes too. Both
+    give the reference bytes."""
     args, expected = reference_run
     port = free_port()
     server = ServerProcess(port=port, log_path=tmp_path / "server.log").start()
@@ -265,6 +267,7 @@ def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finish
             impatient: start_cli(*worker_args(impatient), "--retry-deadline", "3"),
             patient: start_cli(*worker_args(patient), "--retry-deadline", "120"),
         }
+        tail = Tail(workers[patient])
         for out, worker in workers.items():
             wait_until(lambda out=out: any(out.rglob("*.done")), timeout=120, what="a first shard")
             os.kill(worker.pid, signal.SIGSTOP)
@@ -275,14 +278,18 @@ def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finish
 
         _, stderr = workers[impatient].communicate(timeout=120)
         assert workers[impatient].returncode == 1, stderr
-        assert "failed after" in stderr and url in stderr, stderr
+        assert f"the service at {url} fails (ConnectError: " in stderr, stderr  # at once: which URL, and how
+        assert f"the service at {url} failed after retrying" in stderr and "--retry-deadline 3" in stderr, stderr
         assert len(list(impatient.rglob("*.done"))) >= done_before  # done shards stay done
         assert not (impatient / "manifest.json").exists()
         assert not [p for p in impatient.rglob(".*") if ".partial-" in p.name]  # the shard in progress left nothing
 
+        # the patient one says so while the service is still down, and counts down
+        wait_until(lambda: f"the service at {url} fails" in tail.text(), timeout=30, what="the outage said")
+        assert re.search(r"retrying for \d+ s more \(--retry-deadline\)", tail.text()), tail.text()
         server = ServerProcess(port=port, log_path=tmp_path / "server.log").start()  # back, same address
-        _, stderr = workers[patient].communicate(timeout=240)
-        assert workers[patient].returncode == 0, stderr
+        assert workers[patient].wait(240) == 0, tail.rest()
+        assert "the service answers again after" in tail.rest()
         assert tree(patient) == expected
         rerun = cli(*worker_args(impatient))
         assert rerun.returncode == 0, rerun.stderr
@@ -380,6 +387,13 @@ def test_arguments_are_checked_before_any_work(servers, tmp_path):
     assert no_eos.returncode == 1 and "has no eos_token" in no_eos.stderr and "--eos-id" in no_eos.stderr
     half = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url, env={"RANK": "1"})
     assert half.returncode == 1 and "WORLD_SIZE is not set" in half.stderr
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: said at once, then the deadline
+    unreachable = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", dead, "--retry-deadline", "2")
+    assert unreachable.returncode == 1, unreachable.stderr
+    assert f"the service at {dead} fails (ConnectError: cannot connect to {dead}/info" in unreachable.stderr
+    assert f"{dead} failed after retrying" in unreachable.stderr
+    wrong = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url + "/not-the-service")
+    assert wrong.returncode == 1 and f"{url}/not-the-service/info" in wrong.stderr and "404" in wrong.stderr
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 

@@ -156,6 +156,7 @@ class Storage:
         last_line = 0.0
         attempt = 0
         while True:
+            started = time.monotonic()
             try:
                 return action()
             except FileNotFoundError as exc:
@@ -168,7 +169,7 @@ class Storage:
                 if not transient(exc):
                     raise StorageError(f"{what}: the store refused: {describe_error(exc)}") from None
                 now = time.monotonic()
-                first_failure = now if first_failure is None else first_failure
+                first_failure = started if first_failure is None else first_failure
                 left = self.retry_deadline - (now - first_failure)
                 if left <= 0:
                     raise StorageError(
@@ -178,7 +179,7 @@ class Storage:
                 if self.log is not None and (attempt == 0 or now - last_line >= 10):
                     last_line = now
                     self.log(f"storage: {what}: {describe_error(exc)}; retrying, {left:.0f} s left (--retry-deadline)")
-                time.sleep(min(left, min(10.0, 0.25 * 2**attempt) * (0.5 + random.random() / 2)))
+                time.sleep(min(left, min(5.0, 0.25 * 2**attempt) * (0.5 + random.random() / 2)))
                 attempt += 1
 
     # -- folders and files ------------------------------------------------------------------------------------
@@ -227,10 +228,13 @@ def _remove_orphan_spools() -> None:
 
 
 def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
-    """An S3 connection attempt gives up after 10 s unless told otherwise (then the job's own retry runs)."""
+    """S3, unless ``--storage-options`` says otherwise: a connection attempt gives up after 10 s, and botocore
+    tries a request once (s3fs still retries a few times within ~2 s): the job's own retry then runs, saying
+    which URL failed and counting down, instead of botocore backing off silently for up to a minute."""
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", 10)
+        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
         options["config_kwargs"] = config
     return options
 

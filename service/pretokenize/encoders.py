@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from ..client import (
     AsyncTokenizerClient,
-    FingerprintMismatch,
     InvalidRequest,
     PayloadTooLarge,
-    RequestRejected,
+    RetriesExhausted,
     RetryPolicy,
+    ServerBusy,
     TokenizerServiceError,
+    TransportError,
 )
+
+T = TypeVar("T")
 
 
 class TextsRefused(Exception):
@@ -89,11 +92,76 @@ class Encoder(Protocol):
         """Where the ids come from, for messages."""
 
 
+#: Seconds between two lines saying the service still does not answer.
+OUTAGE_LINE_SECONDS = 10.0
+#: How long one request tries (the client's failover over every URL, honouring Retry-After) before the
+#: outage is said and the request retried by :class:`ServiceOutage`.
+REQUEST_TRIES_SECONDS = 2.0
+
+
+class ServiceOutage:
+    """The service failing, said as it happens: at once when it cannot be reached (which URL, and what
+    failed), after :data:`OUTAGE_LINE_SECONDS` when it only says it is busy; then a line every
+    :data:`OUTAGE_LINE_SECONDS` counting down to ``deadline`` seconds after the first failure, and a line
+    when it answers again. Shared by every request in flight, so an outage is told once, not per request;
+    past the deadline, :class:`RetriesExhausted` naming the URLs and the last error."""
+
+    def __init__(self, deadline: float, log: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.deadline = deadline
+        self.log = log
+        self.clock = clock
+        self.since: float | None = None
+        self._last_line = float("-inf")
+
+    def failed(self, exc: TokenizerServiceError, started: float) -> float:
+        """Record a request, sent at ``started``, that failed; the seconds to wait before trying it again,
+        or raise past the deadline."""
+        now = self.clock()
+        if self.since is None:
+            self.since, self._last_line = started, float("-inf")
+        waited = now - self.since
+        left = self.deadline - waited
+        urls, cause = _failure(exc)
+        if left <= 0:
+            raise RetriesExhausted(
+                f"the service at {urls} failed after retrying for {waited:.0f} s (--retry-deadline "
+                f"{self.deadline:g}); last error: {cause}",
+                urls=getattr(exc, "urls", ()),
+                attempts=getattr(exc, "attempts", 1),
+                last_error=exc,
+            ) from exc
+        busy = isinstance(getattr(exc, "last_error", exc), ServerBusy)
+        if now - self._last_line >= OUTAGE_LINE_SECONDS and (not busy or waited >= OUTAGE_LINE_SECONDS):
+            self._last_line = now
+            state = "still fails" if waited >= OUTAGE_LINE_SECONDS else "fails"
+            self.log(
+                f"pretokenize: the service at {urls} {state} ({cause}); retrying for {left:.0f} s more "
+                f"(--retry-deadline)"
+            )
+        retry_after = getattr(getattr(exc, "last_error", exc), "retry_after", None)
+        return min(left, max(retry_after or 0.0, 1.0), OUTAGE_LINE_SECONDS)
+
+    def answered(self) -> None:
+        """A request succeeded: the outage, if any, is over."""
+        if self.since is not None:
+            if self._last_line > float("-inf"):
+                self.log(f"pretokenize: the service answers again after {self.clock() - self.since:.0f} s")
+            self.since = None
+
+
+def _failure(exc: TokenizerServiceError) -> tuple[str, str]:
+    """Which URLs failed, and how (the last cause), in words."""
+    urls = ", ".join(getattr(exc, "urls", ())) or str(getattr(exc, "url", None) or "?")
+    last = getattr(exc, "last_error", None) or exc
+    return urls, f"{type(last).__name__}: {last}"
+
+
 class ServiceEncoder:
     """Ids from the service: :meth:`AsyncTokenizerClient.encode_ragged` with the run's encode options, so
-    the answer is flat ids plus lengths (no JSON, no padding), spread over every URL with failover and
-    retries; the tokenizer is pinned to the fingerprint seen first, so a redeployment mid-run stops the
-    run instead of mixing tokenizers."""
+    the answer is flat ids plus lengths (no JSON, no padding), spread over every URL with failover; the
+    tokenizer is pinned to the fingerprint seen first, so a redeployment mid-run stops the run instead of
+    mixing tokenizers. A request that fails everywhere (the service unreachable, restarting or busy) is
+    said at once and retried until ``retry_deadline`` seconds after the first failure (:class:`ServiceOutage`)."""
 
     def __init__(
         self,
@@ -102,54 +170,37 @@ class ServiceEncoder:
         *,
         api_key: str | None = None,
         expected_fingerprint: str | None = None,
-        retry: RetryPolicy = RetryPolicy(),
+        retry_deadline: float = 300.0,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.options = options
-        self._log = log or (lambda message: None)
-        self._api_key = api_key
+        self.outage = ServiceOutage(retry_deadline, log or (lambda message: None))
+        # Each request tries every URL for a few seconds (the client's failover), then the outage is said and
+        # the request tried again, rather than the client retrying silently for the whole deadline.
+        retry = RetryPolicy(max_attempts=1000, deadline=min(REQUEST_TRIES_SECONDS, retry_deadline), backoff_max=1.0)
         self.client = AsyncTokenizerClient(url, api_key=api_key, expected_fingerprint=expected_fingerprint, retry=retry)
 
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        while True:
+            started = self.outage.clock()
+            try:
+                result = await call()
+            except (RetriesExhausted, TransportError, ServerBusy) as exc:
+                await asyncio.sleep(self.outage.failed(exc, started))
+                continue
+            self.outage.answered()
+            return result
+
     async def facts(self) -> ServedTokenizer:
-        """``/info``, asked once at a time: a wrong or unreachable URL is said at once (which URL, and what
-        failed), then retried with a line every 10 s counting down to the retry policy's deadline."""
-        log, deadline = self._log, self.client.retry.deadline
-        probe = AsyncTokenizerClient(
-            self.client.urls,
-            api_key=self._api_key,
-            expected_fingerprint=self.client.expected_fingerprint,
-            retry=RetryPolicy(max_attempts=1),
-        )
-        started = time.monotonic()
-        last_line = float("-inf")
-        try:
-            while True:
-                try:
-                    info = await probe.info()
-                    break
-                except (FingerprintMismatch, RequestRejected):
-                    raise
-                except TokenizerServiceError as exc:
-                    waited = time.monotonic() - started
-                    if waited >= deadline:
-                        raise
-                    if time.monotonic() - last_line >= 10:
-                        last_line = time.monotonic()
-                        log(
-                            f"pretokenize: the service does not answer: {exc}; retrying for "
-                            f"{deadline - waited:.0f} s more (--retry-deadline)"
-                        )
-                    await asyncio.sleep(min(2.0, deadline - waited))
-        finally:
-            await probe.aclose()
-        facts = ServedTokenizer.from_info(info)
+        """``/info``: what the service serves; an unreachable URL is said at once (see :class:`ServiceOutage`)."""
+        facts = ServedTokenizer.from_info(await self._patiently(self.client.info))
         if self.client.expected_fingerprint is None:
             self.client.expected_fingerprint = facts.fingerprint
         return facts
 
     async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         try:
-            result = await self.client.encode_ragged(list(texts), **self.options)
+            result = await self._patiently(lambda: self.client.encode_ragged(list(texts), **self.options))
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise TextsRefused(exc.error or str(exc)) from exc
         except UnicodeEncodeError as exc:

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..client import RetryPolicy
 from ..corpus import CorpusError, Document, DocumentReader, ShardedJob, Storage, Worker, WorkUnit
 from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
@@ -80,7 +79,7 @@ async def pretokenize(
             config.encode_options(),
             api_key=config.api_key,
             expected_fingerprint=config.expected_fingerprint,
-            retry=RetryPolicy(max_attempts=1000, deadline=config.retry_deadline, backoff_max=10.0),
+            retry_deadline=config.retry_deadline,
             log=log,
         )
     summary = Summary(worker, len(units), len(mine))
