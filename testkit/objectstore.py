@@ -11,6 +11,9 @@ import logging
 import os
 import socket
 import threading
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from testkit.servers import free_port
@@ -153,6 +156,35 @@ class LoopbackS3:
         return s3fs.S3FileSystem(
             client_kwargs={"endpoint_url": self.endpoint}, use_listings_cache=False, skip_instance_cache=True
         )
+
+    def user(self, name: str, statements: list[dict[str, Any]]) -> dict[str, str]:
+        """An IAM user of the store allowed only ``statements`` (an IAM policy's), and the environment
+        variables of its access key, for :meth:`authenticating`."""
+        import boto3
+
+        iam = boto3.client("iam", endpoint_url=self.endpoint, region_name=CREDENTIALS["AWS_DEFAULT_REGION"])
+        iam.create_user(UserName=name)
+        policy = {"Version": "2012-10-17", "Statement": statements}
+        iam.put_user_policy(UserName=name, PolicyName=f"{name}-policy", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return {"AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"]}
+
+    @contextmanager
+    def authenticating(self) -> Iterator[None]:
+        """Inside the block the store checks every request's credentials and IAM policy, as AWS does (moto
+        accepts any credentials otherwise)."""
+        self._moto_api("reset-auth", "0")
+        try:
+            yield
+        finally:
+            self._moto_api("reset-auth", "inf")
+
+    def _moto_api(self, action: str, body: str) -> None:
+        request = urllib.request.Request(
+            f"{self.direct_endpoint}/moto-api/{action}", body.encode(), {"Content-Type": "text/plain"}, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            response.read()
 
     def tree(self, prefix: str) -> dict[str, bytes]:
         """Every object under ``bucket/prefix``, by key relative to it."""

@@ -4,9 +4,11 @@ exactly once, bad records named by file and line, worker index resolution, atomi
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import os
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -22,16 +24,19 @@ from service.corpus import (
     CorpusError,
     DocumentReader,
     DoneRecord,
+    JobError,
     OutputConflict,
     OutputFile,
     ShardedJob,
     Storage,
+    StorageError,
     UnitsMissing,
     Worker,
     find_inputs,
     plan_units,
     resolve_worker,
 )
+from service.corpus.storage import _ResumingReader
 
 
 def read_all(units, **options) -> list:
@@ -64,6 +69,22 @@ def test_inputs_from_files_directories_and_globs(tmp_path):
         find_inputs([str(tmp_path / "*.csv")])
     with pytest.raises(CorpusError, match="unsupported input format"):
         find_inputs([str(tmp_path / "a" / "notes.md")])
+
+
+def test_urls_of_a_store_whose_package_is_missing_name_the_extra_and_an_empty_remote_glob_its_pattern():
+    import importlib.util
+
+    for url, package, extra in (("gs://corpus/*.jsonl", "gcsfs", "gcs"), ("az://corpus/a.jsonl", "adlfs", "azure")):
+        if importlib.util.find_spec(package) is not None:
+            continue  # installed here: nothing to name
+        named = re.escape(f"{url}: ") + r".*" + re.escape(f"tokenizer-service[{extra}]")
+        with pytest.raises(StorageError, match=named):
+            find_inputs([url])
+    folder = f"memory://empty-{uuid.uuid4().hex}"
+    Storage().folder(folder).write_bytes("notes.txt", b"hello\n")
+    with pytest.raises(CorpusError, match=re.escape(f"no input matches '{folder}/*.jsonl'")):
+        find_inputs([f"{folder}/*.jsonl"])
+    assert [f.name for f in find_inputs([f"{folder}/*.txt"])] == ["notes.txt"]
 
 
 # -- units -----------------------------------------------------------------------------------------------
@@ -279,6 +300,80 @@ def test_outputs_are_whole_or_absent(folder):
     assert list(folder.listing()) == ["sub/shard.bin"]
 
 
+class DroppingStore:
+    """A remote file whose connection drops once, after ``drop_at`` bytes have been served: the file object
+    it was read through stays broken (as a dropped connection's does) until it is opened again."""
+
+    def __init__(self, data: bytes, drop_at: int) -> None:
+        self.data, self.drop_at, self.opens, self.served = data, drop_at, 0, 0
+
+    def open(self, path, mode, **options):
+        self.opens += 1
+        store, stream = self, io.BytesIO(self.data)
+
+        class Connection:
+            broken = False
+
+            def seek(self, position):
+                stream.seek(position)
+
+            def read(self, size):
+                if self.broken or (store.served < store.drop_at <= store.served + size and store.opens == 1):
+                    self.broken = True
+                    raise ConnectionResetError("connection reset by peer")
+                chunk = stream.read(size)
+                store.served += len(chunk)
+                return chunk
+
+            def close(self):
+                pass
+
+        return Connection()
+
+
+def test_a_remote_read_that_drops_resumes_at_the_byte_it_stopped_at():
+    data = b"".join(b"line %d\n" % n for n in range(20_000))
+    store = DroppingStore(data, drop_at=len(data) // 3)
+    reader = io.BufferedReader(
+        _ResumingReader(Storage(retry_deadline=30), store, "bucket/key", len(data), "s3://bucket/key"), 4096
+    )
+    assert reader.read() == data and store.opens == 2  # one reconnection, nothing read twice or skipped
+
+
+def test_refusals_stop_at_once_and_failures_are_retried_until_the_deadline():
+    storage = Storage(retry_deadline=0.5)
+    calls = []
+
+    def refused():
+        calls.append(1)
+        raise PermissionError("Access Denied")
+
+    with pytest.raises(StorageError, match=r"s3://b/k: the store refused: PermissionError: Access Denied; check the"):
+        storage.call("s3://b/k", refused)
+    assert len(calls) == 1  # never retried
+
+    def no_bucket():
+        raise FileNotFoundError("NoSuchBucket")
+
+    with pytest.raises(StorageError, match=r"s3://absent/k: cannot write there .* does the bucket exist\?"):
+        storage.call("s3://absent/k", no_bucket, writing=True)
+    with pytest.raises(FileNotFoundError):  # reading: a missing object is the caller's to handle
+        storage.call("s3://absent/k", no_bucket)
+
+    lines = []
+    flaky = Storage(retry_deadline=0.5, log=lines.append)
+
+    def unreachable():
+        calls.append(1)
+        raise ConnectionRefusedError("connection refused")
+
+    calls.clear()
+    with pytest.raises(StorageError, match=r"s3://b/k: failed after retrying for 0 s \(--retry-deadline\)"):
+        flaky.call("s3://b/k", unreachable)
+    assert len(calls) > 1
+    assert lines[0].startswith("storage: s3://b/k: ConnectionRefusedError: connection refused; retrying")
+
+
 @dataclass(frozen=True)
 class Stats:
     documents: int
@@ -315,6 +410,10 @@ def test_records_vouch_only_for_what_they_list_and_refuse_another_runs_outputs(f
     assert record.files == (OutputFile("in.txt.00000.bin", 6),) and record.stats == Stats(6)
     assert DoneRecord.from_json(folder.read_bytes("in.txt.00000.done"), Stats) == record
     assert make_job(folder, units, Worker(0, 2, "test")).pending() == [units[2]]
+    job.clear(units[2])
+    with pytest.raises(JobError, match=r"an output of in\.txt\.00002 is missing at its commit"):
+        job.commit(units[2], Stats(0))  # a record is never written before the outputs it lists
+    assert "in.txt.00002.done" not in folder.listing()
     folder.write_bytes("in.txt.00000.bin", b"torn")  # another size than its record says: redone
     assert make_job(folder, units, Worker(0, 2, "test")).pending() == units[0::2]
     folder.write_bytes("in.txt.00000.done", b"{not json")  # a damaged record: not done
@@ -352,5 +451,9 @@ def test_worker_0_waits_while_units_get_done_and_names_what_never_came(folder, t
     assert now[0] == 7  # two units came 1 s apart, then 5 s of nothing
     assert len(lines) == 3  # a line when the count changed, not one per poll
     write_unit(job, units[2])
+    write_unit(job, units[3])
+    folder.write_bytes("in.txt.00003.bin", b"torn")  # its record says 6 bytes: not trusted
+    with pytest.raises(UnitsMissing, match=r"1 of 4 units are not done .*in\.txt\.00003"):
+        job.wait_for_all(stall_timeout=5, poll=1)
     write_unit(job, units[3])
     assert [r.name for r in job.wait_for_all(stall_timeout=5, poll=1)] == [u.name for u in units]

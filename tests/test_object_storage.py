@@ -294,3 +294,47 @@ def test_serve_a_tokenizer_from_s3_exactly_as_from_disk(s3, tokenizer_dirs, tmp_
     with pytest.raises(RuntimeError, match="exited"):
         missing.start(timeout=60)
     assert "s3://served/tokenizers/none/" in (tmp_path / "missing.log").read_text()
+
+
+def test_refusals_name_the_url_and_what_the_store_said_never_a_secret(s3, corpus, reference, tmp_path):
+    """An empty glob, no credentials at all, a key the store does not know, a bucket the key may not write,
+    and an output prefix holding another run's shards: each stops the worker (exit 1) before any work, naming
+    the URL and what the store answered -- and no secret."""
+    url, expected = reference
+
+    def attempt(inputs: str, out: str, env: dict[str, str], *extra: str) -> subprocess.CompletedProcess[str]:
+        return run("pretokenize", *pretokenize_args(s3, inputs, out, url), *extra, env=env, timeout=120)
+
+    empty = attempt("s3://corpus/data/nothing-*.jsonl", "s3://tokens/empty", job_env(s3))
+    assert empty.returncode == 1 and "no input matches 's3://corpus/data/nothing-*.jsonl'" in empty.stderr
+
+    nowhere = str(tmp_path / "absent")  # no key in the environment, no profile, no instance identity
+    bare = {name: value for name, value in job_env(s3).items() if not name.startswith("AWS_")}
+    bare.update(AWS_SHARED_CREDENTIALS_FILE=nowhere, AWS_CONFIG_FILE=nowhere, AWS_EC2_METADATA_DISABLED="true")
+    anonymous = attempt(corpus[1], "s3://tokens/anonymous", bare)
+    assert anonymous.returncode == 1, anonymous.stderr
+    assert "s3://corpus/data/: the store refused: NoCredentialsError: Unable to locate credentials" in anonymous.stderr
+
+    reader = s3.user(
+        "corpus-reader",
+        [{"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": ["arn:aws:s3:::corpus*"]}],
+    )
+    unknown_secret = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYzzzSECRET"
+    with s3.authenticating():
+        unknown = attempt(
+            corpus[1],
+            "s3://tokens/unknown",
+            {**job_env(s3), "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7UNKNOWN", "AWS_SECRET_ACCESS_KEY": unknown_secret},
+        )
+        denied = attempt(corpus[1], "s3://tokens/denied", {**job_env(s3), **reader})
+    assert unknown.returncode == 1, unknown.stderr
+    assert "s3://corpus/data/: the store refused: PermissionError: Forbidden; check the credentials" in unknown.stderr
+    assert denied.returncode == 1, denied.stderr
+    assert "s3://tokens/denied: the store refused: PermissionError: Access Denied; check the" in denied.stderr
+    for done, secret in ((unknown, unknown_secret), (denied, reader["AWS_SECRET_ACCESS_KEY"])):
+        assert secret not in done.stdout + done.stderr
+    assert s3.tree("tokens/denied") == {}
+
+    other = attempt(corpus[1], "s3://tokens/one", job_env(s3), "--no-add-special-tokens", "--format", "megatron")
+    assert other.returncode == 1 and "s3://tokens/one: " in other.stderr and "other settings" in other.stderr
+    assert s3.tree("tokens/one") == expected  # refused before touching anything

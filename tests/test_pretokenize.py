@@ -30,6 +30,46 @@ FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 UNIT = "48K"
 
 
+def test_an_outage_is_said_at_once_counted_down_and_past_the_deadline_names_the_url():
+    """The service's failures as every request in flight reports them: the first is said at once (which URL,
+    how), then a line every 10 s however many requests fail, a line when it answers again; a busy service is
+    said only once it has stayed busy 10 s; past the deadline, one error naming the URL and the cause."""
+    from service.client import ConnectError, RetriesExhausted, ServerBusy
+    from service.pretokenize.encoders import ServiceOutage
+
+    now, lines = [100.0], []
+    outage = ServiceOutage(30, lines.append, clock=lambda: now[0])
+    down = RetriesExhausted(
+        "POST /encode failed", urls=["http://tok:8000"], attempts=3, last_error=ConnectError("cannot connect")
+    )
+    for _ in range(5):  # five requests in flight fail within the same second
+        assert 0 < outage.failed(down, started=98.0) <= 10
+    assert lines == [
+        "pretokenize: the service at http://tok:8000 fails (ConnectError: cannot connect); retrying for 28 s more "
+        "(--retry-deadline)"
+    ]
+    now[0] = 109.0
+    outage.failed(down, started=107.0)
+    assert len(lines) == 1  # 9 s since the last line
+    now[0] = 111.0
+    outage.failed(down, started=109.0)
+    assert lines[-1].startswith("pretokenize: the service at http://tok:8000 still fails") and "17 s more" in lines[-1]
+    outage.answered()
+    assert lines[-1] == "pretokenize: the service answers again after 13 s" and len(lines) == 3
+    outage.answered()
+    assert len(lines) == 3
+
+    busy = RetriesExhausted("busy", urls=["http://tok:8000"], last_error=ServerBusy("429 overloaded", retry_after=3))
+    outage.failed(busy, started=110.0)
+    assert len(lines) == 3  # busy for a second: not an outage worth a line
+    now[0] = 121.0
+    assert outage.failed(busy, started=120.0) == 3  # its Retry-After
+    assert "fails (ServerBusy: 429 overloaded)" in lines[-1] or "still fails (ServerBusy" in lines[-1]
+    now[0] = 141.0
+    with pytest.raises(RetriesExhausted, match=r"the service at http://tok:8000 failed after retrying for 31 s "):
+        outage.failed(busy, started=140.0)
+
+
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory) -> Path:
     """Four inputs of every format, ~400 KB in all: about twenty units of 48 KiB."""
@@ -195,8 +235,15 @@ def with_out(args: list[str], out: Path) -> list[str]:
 
 
 def test_three_workers_write_the_bytes_of_one(reference_run, tmp_path):
+    """Worker 0 alone first: it does its units, waits --wait seconds for units that never come, and exits 3
+    naming them and their workers (no manifest). Then the three workers: the bytes of one."""
     args, expected = reference_run
     out = tmp_path / "out"
+    alone = cli(*with_out(args, out), "--shard-index", "0", "--num-shards", "3", "--wait", "1")
+    assert alone.returncode == 3, alone.stderr
+    missing = r"units are not done after waiting 1s without progress: \S+ \(worker 1\), \S+ \(worker 2\)"
+    assert re.search(missing, alone.stderr), alone.stderr
+    assert "No manifest yet" in alone.stderr and not (out / "manifest.json").exists()
     workers = [
         start_cli(*with_out(args, out), "--shard-index", "0", "--num-shards", "3", "--wait", "120"),
         start_cli(*with_out(args, out), env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "3"}),

@@ -96,6 +96,17 @@ def transient(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in _CLIENT_MODULES
 
 
+#: What a refusal about credentials or permissions adds: where the credentials come from.
+CREDENTIALS_HINT = (
+    "; check the credentials (the store's own chain: environment variables, a profile, the instance's or pod's "
+    "identity) and that they may access this URL"
+)
+
+
+def _about_credentials(exc: BaseException) -> bool:
+    return any(part in type(exc).__name__ for part in ("Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch"))
+
+
 def describe_error(exc: BaseException) -> str:
     """What the store answered, in one line (class and first line of the message; never the options)."""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
@@ -167,7 +178,8 @@ class Storage:
                 raise
             except Exception as exc:  # noqa: BLE001 -- every store's errors: sorted by transient() below
                 if not transient(exc):
-                    raise StorageError(f"{what}: the store refused: {describe_error(exc)}") from None
+                    hint = CREDENTIALS_HINT if isinstance(exc, PermissionError) or _about_credentials(exc) else ""
+                    raise StorageError(f"{what}: the store refused: {describe_error(exc)}{hint}") from None
                 now = time.monotonic()
                 first_failure = started if first_failure is None else first_failure
                 left = self.retry_deadline - (now - first_failure)
