@@ -6,6 +6,7 @@ exit status. One definition, so the jobs read the same flags the same way and fa
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from .errors import JobError, UnitsMissing
 from .inputs import FORMATS
 from .progress import PROGRESS_MODES
 from .records import BAD_RECORD_POLICIES
-from .storage import storage_options_from_json
+from .storage import STORAGE_OPTIONS_ENV, storage_options_from_json
 from .units import DEFAULT_UNIT_BYTES, parse_size
 from .workers import RESOURCE_CONFIG_ENV, TOTAL_ENV
 
@@ -89,9 +90,10 @@ def add_storage(group: Group, *, retry_help: str) -> None:
         "--storage-options",
         metavar="JSON",
         type=_options,
-        default={},
-        help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://minio:9000"}\' (never printed nor '
-        "recorded); credentials come from each store's own chain: environment, profile, instance or pod identity",
+        default=os.environ.get(STORAGE_OPTIONS_ENV, "{}"),
+        help='fsspec options for URLs, e.g. \'{"endpoint_url": "http://minio:9000"}\' (default '
+        f"${STORAGE_OPTIONS_ENV}, as `serve --model URL` reads it; never printed nor recorded); credentials come "
+        "from each store's own chain: environment, profile, instance or pod identity",
     )
     group.add_argument("--retry-deadline", metavar="SECONDS", type=float, default=300.0, help=retry_help)
 
