@@ -1,6 +1,7 @@
 """One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
 
     python -m benchmarks.pretokenize_runs METHOD CORPUS OUT [--url URL] [--tokenizer DIR] [--format flat]
+                                         [--storage-options JSON]   # CORPUS and OUT may be URLs (scenario 7)
 
 Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
 
@@ -81,13 +82,17 @@ class InProcessEncoder:
         return f"in-process {self.encode_batch.__name__}"
 
 
-def run_pipeline(method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str) -> dict:
+def run_pipeline(
+    method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str, storage_options: str
+) -> dict:
+    from service.corpus.storage import is_url, storage_options_from_json
     from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"
     config = PretokenizeConfig(
         inputs=(corpus,),
-        out=Path(out),
+        out=out if is_url(out) else Path(out),
+        storage_options=storage_options_from_json(storage_options),
         url=url,
         output_format=output_format,
         progress="none",
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url")
     parser.add_argument("--tokenizer", help="tokenizer directory (in-process methods)")
     parser.add_argument("--format", dest="output_format", default="flat", choices=("flat", "parquet"))
+    parser.add_argument("--storage-options", default="{}", help="for URL corpora and outputs (scenario 7)")
     args = parser.parse_args(argv)
     if args.method != "service":
         os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
@@ -144,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.method == "datasets_map":
         result = run_datasets_map(args.corpus, args.out, args.tokenizer)
     else:
-        result = run_pipeline(args.method, args.corpus, args.out, args.url, args.tokenizer, args.output_format)
+        result = run_pipeline(
+            args.method, args.corpus, args.out, args.url, args.tokenizer, args.output_format, args.storage_options
+        )
     result.update(
         method=args.method,
         format=args.output_format if args.method != "datasets_map" else "arrow cache",
