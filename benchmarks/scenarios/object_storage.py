@@ -14,19 +14,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import machine_noise
 from benchmarks.processes import BenchServer
 from benchmarks.profiles import Profile
 from benchmarks.progress import log
+from benchmarks.scenarios.pretokenize import guarded, measured_run, medians
 from testkit import corpora
 from testkit.objectstore import LoopbackS3
-from testkit.servers import REPO
 
 WHERE = ("local", "s3")
 LABELS = {"local": "pretokenize worker, local files", "s3": "pretokenize worker, s3:// in and out (loopback)"}
@@ -38,13 +34,7 @@ def empty_results() -> dict[str, Any]:
 
 def run(profile: Profile, log_dir: Path, work_dir: Path) -> dict[str, Any]:
     """Every round, then the memory case; the scenario's results (``failed`` and why, if a run failed)."""
-    results = empty_results()
-    try:
-        _run(results, profile, log_dir, work_dir)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        log(f"scenario 7 failed: {exc}")
-        results["failed"] = str(exc)
-    return results
+    return guarded("7", empty_results(), lambda results: _run(results, profile, log_dir, work_dir))
 
 
 def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Path) -> None:
@@ -72,16 +62,7 @@ def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Pat
                     out = str(folder / f"out-{round_}") if where == "local" else f"s3://bench-tokens/out-{round_}"
                     results["runs"].append(_one_run(where, source, out, url, "flat", options, profile))
                     _remove(out, folder, s3)
-            for where in WHERE:
-                runs = [r for r in results["runs"] if r["where"] == where]
-                results["medians"][where] = {
-                    "label": LABELS[where],
-                    "seconds": statistics.median(r["seconds"] for r in runs),
-                    "tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in runs),
-                    "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-                    "other_cpu_cores": max(r["other_cpu_cores"] for r in runs),
-                    "tokens": runs[0]["tokens"],
-                }
+            results["medians"] = medians(results["runs"], "where", LABELS)
             corpus.unlink()
             results["memory"] = _memory_case(profile, folder, url, options, s3)
             results["server"] = server.describe()
@@ -92,19 +73,8 @@ def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Pat
 def _one_run(
     where: str, source: str, out: str, url: str, output_format: str, options: str, profile: Profile
 ) -> dict[str, Any]:
-    command = [sys.executable, "-m", "benchmarks.pretokenize_runs", "service", source, out, "--url", url]
-    command += ["--format", output_format, "--storage-options", options]
-    noise = machine_noise(0.3)
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=profile.pretok_timeout)
-    if done.returncode != 0:
-        raise RuntimeError(f"scenario 7, {where}: exit {done.returncode}: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    result.update(where=where, other_cpu_cores=noise)
-    log(
-        f"scenario 7: {where}: {result['tokens'] / result['seconds'] / 1e6:.2f}M tokens/s, "
-        f"{result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB"
-    )
-    return result
+    args = ["service", source, out, "--url", url, "--format", output_format, "--storage-options", options]
+    return {**measured_run(f"scenario 7: {where}", args, profile), "where": where}
 
 
 def _remove(out: str, folder: Path, s3: LoopbackS3) -> None:

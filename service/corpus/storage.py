@@ -57,6 +57,9 @@ EXTRAS = {
 }
 #: Bytes fetched per ranged GET of a remote input, and the read buffer of any input.
 READ_BLOCK = 4 << 20
+#: Bytes per part of an upload to the stores of :data:`PARTED` (a file of more than two parts goes multipart).
+UPLOAD_PART = 8 << 20
+PARTED = frozenset({"s3", "s3a", "gs", "gcs"})
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores,
 # and botocore's (or another client's) errors whose class name says it is about credentials or set-up.
@@ -520,10 +523,13 @@ class ObjectFolder(Folder):
             spool.unlink(missing_ok=True)
 
     def upload(self, local: Path, name: str) -> None:
-        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure)."""
+        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure).
+        S3 and GCS send it in parts of :data:`UPLOAD_PART` bytes, so memory does not grow with the file (their
+        packages would otherwise read a file of up to 100 MiB whole for a single PUT)."""
         fs, _ = self._resolve()
         path = self._path(name)
-        self.storage.call(self.url(name), lambda: fs.put_file(str(local), path), writing=True)
+        parts = {"chunksize": UPLOAD_PART} if self.location.split("://", 1)[0].lower() in PARTED else {}
+        self.storage.call(self.url(name), lambda: fs.put_file(str(local), path, **parts), writing=True)
 
     def open_read(self, name: str) -> IO[bytes]:
         fs, _ = self._resolve()
