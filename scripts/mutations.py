@@ -23,6 +23,7 @@ RESILIENCE = "tests/test_client_resilience.py"
 PROTOCOL = "tests/test_protocol.py"
 CORPUS = "tests/test_corpus.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
+OBJECT_STORAGE = "tests/test_object_storage.py"
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "self._stream.seek(self._position)",
         "pass",
         (CORPUS,),
+    ),
+    Mutation(
+        "an upload to S3 is read whole (one PUT below 100 MiB, 10 parts at once above)",
+        STORAGE,
+        '"s3": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},',
+        '"s3": {},',
+        (OBJECT_STORAGE,),
+    ),
+    Mutation(
+        "a remote input is read whole instead of in blocks",
+        STORAGE,
+        'self._stream = self._fs.open(self._path, "rb", block_size=READ_BLOCK, cache_type="readahead")',
+        'self._stream = self._fs.open(self._path, "rb", block_size=READ_BLOCK, cache_type="all")',
+        (OBJECT_STORAGE,),
     ),
     Mutation(
         "a service outage stays silent until the deadline",

@@ -338,3 +338,47 @@ def test_refusals_name_the_url_and_what_the_store_said_never_a_secret(s3, corpus
     other = attempt(corpus[1], "s3://tokens/one", job_env(s3), "--no-add-special-tokens", "--format", "megatron")
     assert other.returncode == 1 and "s3://tokens/one: " in other.stderr and "other settings" in other.stderr
     assert s3.tree("tokens/one") == expected  # refused before touching anything
+
+
+MEMORY_PROBE = r"""
+import json, os, sys
+from pathlib import Path
+from service.corpus.storage import Storage
+
+def peak():  # VmHWM, MiB
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:"))
+
+storage = Storage(json.loads(sys.argv[1]))
+storage.folder("s3://corpus/probe").listing()  # the filesystem made, its client loaded
+before = peak()
+with storage.open_input("s3://corpus/probe/big.bin") as stream:
+    while stream.read(1 << 20):
+        pass
+read = peak()
+storage.folder("s3://tokens/probe").upload(Path(sys.argv[2]), "big.bin")
+print(json.dumps({"read": read - before, "upload": peak() - read}))
+"""
+
+
+def test_reading_and_uploading_a_large_object_take_bounded_memory(s3, corpus, tmp_path):
+    """A 48 MiB object read through ranged GETs and a 48 MiB file uploaded in parts: the worker's peak RSS
+    (VmHWM) grows by a few blocks, never by the object (s3fs alone would read a file under 100 MiB whole for
+    one PUT, and hold 10 parts of a larger one)."""
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as stream:
+        for _ in range(48):
+            stream.write(os.urandom(1 << 20))
+    s3.filesystem().put_file(str(big), "corpus/probe/big.bin")
+    done = subprocess.run(
+        [sys.executable, "-c", MEMORY_PROBE, s3.options_json, str(big)],
+        cwd=REPO,
+        env=job_env(s3),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    grown = json.loads(done.stdout)
+    assert grown["read"] < 24 and grown["upload"] < 32, grown  # MiB; the object is 48
+    assert s3.tree("tokens/probe") == {"big.bin": big.read_bytes()}

@@ -57,9 +57,16 @@ EXTRAS = {
 }
 #: Bytes fetched per ranged GET of a remote input, and the read buffer of any input.
 READ_BLOCK = 4 << 20
-#: Bytes per part of an upload to the stores of :data:`PARTED` (a file of more than two parts goes multipart).
+#: Bytes per part of an upload to S3 or GCS (a file of more than two parts goes multipart), and how many parts
+#: s3fs holds and sends at once (its default, 10, would hold 10 parts): an upload's memory, whatever the file.
 UPLOAD_PART = 8 << 20
-PARTED = frozenset({"s3", "s3a", "gs", "gcs"})
+UPLOAD_PARTS_AT_ONCE = 2
+_UPLOAD_OPTIONS: dict[str, dict[str, int]] = {
+    "s3": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},
+    "s3a": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},
+    "gs": {"chunksize": UPLOAD_PART},
+    "gcs": {"chunksize": UPLOAD_PART},
+}
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores,
 # and botocore's (or another client's) errors whose class name says it is about credentials or set-up.
@@ -524,11 +531,12 @@ class ObjectFolder(Folder):
 
     def upload(self, local: Path, name: str) -> None:
         """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure).
-        S3 and GCS send it in parts of :data:`UPLOAD_PART` bytes, so memory does not grow with the file (their
-        packages would otherwise read a file of up to 100 MiB whole for a single PUT)."""
+        S3 and GCS send it in parts of :data:`UPLOAD_PART` bytes, a few at a time, so memory does not grow with
+        the file (their packages would otherwise read a file of up to 100 MiB whole for a single PUT, and s3fs
+        10 parts at once)."""
         fs, _ = self._resolve()
         path = self._path(name)
-        parts = {"chunksize": UPLOAD_PART} if self.location.split("://", 1)[0].lower() in PARTED else {}
+        parts = _UPLOAD_OPTIONS.get(self.location.split("://", 1)[0].lower(), {})
         self.storage.call(self.url(name), lambda: fs.put_file(str(local), path, **parts), writing=True)
 
     def open_read(self, name: str) -> IO[bytes]:
