@@ -109,8 +109,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     jobcli.add_storage(
         service,
-        retry_help="seconds a request keeps retrying an unreachable or busy service or store before the worker "
-        "fails (default 300)",
+        retry_help="seconds an unreachable or busy service or store is retried -- said at once, naming the URL, "
+        "then counted down -- before the worker fails (default 300)",
     )
     jobcli.add_progress(parser.add_argument_group("progress"))
     return parser

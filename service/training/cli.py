@@ -125,7 +125,8 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     )
     jobcli.add_storage(
         parser.add_argument_group("object stores"),
-        retry_help="seconds a request to a store keeps retrying before the worker fails (default 300)",
+        retry_help="seconds an unreachable or throttling store is retried -- said at once, naming the URL, then "
+        "counted down -- before the worker fails (default 300)",
     )
     jobcli.add_progress(
         parser.add_argument_group("progress"),
