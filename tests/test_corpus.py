@@ -340,6 +340,17 @@ def test_a_remote_read_that_drops_resumes_at_the_byte_it_stopped_at():
     assert reader.read() == data and store.opens == 2  # one reconnection, nothing read twice or skipped
 
 
+def test_storage_goes_to_counting_processes_whole_but_a_log_that_cannot():
+    import pickle
+
+    from service.corpus.progress import log_to_stderr
+
+    options = {"endpoint_url": "http://127.0.0.1:9000"}
+    sent = pickle.loads(pickle.dumps(Storage(options, retry_deadline=7, log=log_to_stderr)))
+    assert (sent.options, sent.retry_deadline, sent.log) == (options, 7, log_to_stderr)
+    assert pickle.loads(pickle.dumps(Storage(log=lambda message: None))).log is None  # a lambda stays here
+
+
 def test_refusals_stop_at_once_and_failures_are_retried_until_the_deadline():
     storage = Storage(retry_deadline=0.5)
     calls = []

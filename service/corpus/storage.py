@@ -24,6 +24,7 @@ import atexit
 import io
 import json
 import os
+import pickle
 import random
 import re
 import shutil
@@ -135,7 +136,9 @@ class Storage:
     _filesystems: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_filesystems": {}}
+        # Filesystems are made again in each process; a log that cannot go along (a lambda) stays here: the
+        # other process then retries without its lines.
+        return {**self.__dict__, "_filesystems": {}, "log": self.log if _picklable(self.log) else None}
 
     # -- filesystems ----------------------------------------------------------------------------------------
     def filesystem(self, url: str) -> tuple[Any, str]:
@@ -228,6 +231,14 @@ class Storage:
             _SPOOL[os.getpid()] = spool
             atexit.register(shutil.rmtree, spool, True)
         return spool
+
+
+def _picklable(value: object) -> bool:
+    try:
+        pickle.dumps(value)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
 
 
 _SPOOL: dict[int, Path] = {}
