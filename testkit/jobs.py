@@ -3,7 +3,26 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import threading
+from collections.abc import Mapping, Sequence
+
+from testkit.servers import REPO
+
+
+def start(
+    args: Sequence[str], env: Mapping[str, str], *, python_args: Sequence[str] = ("-m", "service")
+) -> subprocess.Popen[str]:
+    """``python -m service ARGS`` (or ``python PYTHON_ARGS ARGS``) from the repository root with ``env``,
+    its stdout and stderr piped as text."""
+    return subprocess.Popen(
+        [sys.executable, *python_args, *args],
+        cwd=REPO,
+        env=dict(env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 class Tail:

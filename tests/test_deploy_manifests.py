@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import yaml
 
 from service.engine.memory import MIB, CostModel, default_memory_budget, memory_limit_for_budget
 from service.http.settings import ENV_PREFIX, Settings
+from testkit import jobs
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -486,16 +486,7 @@ class LocalPods:
         for index in range(self.spec["completions"]):
             pod_env = {**os.environ, **env, "JOB_COMPLETION_INDEX": str(index)}
             args = [self.path(expand(arg, pod_env)) for arg in self.container["args"]]
-            workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "service", *args],
-                    cwd=REPO,
-                    env=pod_env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
+            workers.append(jobs.start(args, pod_env))
         errors = [worker.communicate(timeout=240)[1] for worker in workers]
         assert [w.returncode for w in workers] == [0] * len(workers), [err[-2000:] for err in errors]
         for index, err in enumerate(errors):

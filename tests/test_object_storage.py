@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from gates import wait_until
 
-from testkit import corpora
+from testkit import corpora, jobs
 from testkit.jobs import Tail
 from testkit.objectstore import LoopbackS3
 from testkit.servers import REPO, ServerProcess
@@ -67,14 +67,7 @@ def job_env(s3: LoopbackS3, host: str | None = None, hosts: int = 3, config_dir:
 
 
 def start(command: str, *args: str, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "service", command, *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return jobs.start([command, *args], env)
 
 
 def run(command: str, *args: str, env: dict[str, str], timeout: float = 240) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from testkit import corpora
+from testkit import corpora, jobs
 from testkit.objectstore import LoopbackS3
 from testkit.servers import REPO
 
@@ -59,16 +58,7 @@ def instances(s3: LoopbackS3, tmp_path: Path, command: list[str], hosts: int) ->
         env = {name: value for name, value in os.environ.items() if name not in INDEX_VARIABLES}
         env.update(s3.client_env(), TOKENIZER_SERVICE_RESOURCE_CONFIG=str(config))
         env["TOKENIZER_SERVICE_STORAGE_OPTIONS"] = s3.options_json  # what launch.py --storage-options sets
-        processes.append(
-            subprocess.Popen(
-                [sys.executable, str(SAGEMAKER / "entrypoint.py"), *command],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-        )
+        processes.append(jobs.start(command, env, python_args=[str(SAGEMAKER / "entrypoint.py")]))
     errors = [process.communicate(timeout=240)[1] for process in processes]
     assert [process.returncode for process in processes] == [0] * hosts, [err[-3000:] for err in errors]
     for index, (host, err) in enumerate(zip(names, errors, strict=True)):
