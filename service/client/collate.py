@@ -40,6 +40,29 @@ class Collator:
     ``position_ids``, and optionally ``cu_seq_lens_q/k``, ``max_length_q/k`` and ``seq_idx``. The encode options
     are then ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride``. Use it with
     :meth:`batch_sampler` so that each batch packs up to a token budget.
+
+    Made by ``client.collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
+    workers each use their own connections.
+
+    Args:
+        client: the :class:`TokenizerClient` (or async client) that encodes.
+        text_field: the dict key holding the text, for batches of dicts.
+        pair_field: the dict key holding the second text of a pair, if any.
+        packing: one padding-free row per batch instead of padded rows (above).
+        **options: encode options (``padding``, ``truncation``, ``max_length``...), and with ``packing`` the
+            ``DataCollatorWithFlattening`` options (``return_flash_attn_kwargs``, ``return_seq_idx``...).
+
+    Raises:
+        TypeError: an unknown option, ``return_tensors`` (always torch), or an option packing has no use for.
+        InvalidRequest: when a batch is collated, options the tokenizer refuses (its reason).
+        ValueError: an empty batch, or a dict field that clashes with an output key.
+
+    Example:
+        ```python
+        collate = client.collator(padding="longest", truncation=True, max_length=128)
+        loader = DataLoader(rows, batch_size=32, num_workers=2, collate_fn=collate)  # rows: dicts with "text"
+        batch = next(iter(loader))  # input_ids, token_type_ids, attention_mask, and the rows' other fields
+        ```
     """
 
     def __init__(
