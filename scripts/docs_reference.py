@@ -19,6 +19,7 @@ pages against the code both ways (everything in the code is in the reference, no
 from __future__ import annotations
 
 import argparse
+import collections.abc
 import contextlib
 import dataclasses
 import importlib
@@ -27,6 +28,7 @@ import json
 import os
 import re
 import sys
+import types
 import typing
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -150,13 +152,26 @@ def _type_of(declared: dataclasses.Field[Any], hints: dict[str, Any]) -> str:
     values = declared.metadata.get(VALUES)
     if values is not None:
         return " \\| ".join(f"`{_json(v)}`" for v in values)
-    names = []
-    for part in typing.get_args(hints[declared.name]) or (hints[declared.name],):
-        names.append({bool: "boolean", int: "integer", str: "string", float: "number", type(None): "null"}[part])
-    kind = " \\| ".join(names)
+    hint = hints[declared.name]
+    parts = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    kind = " \\| ".join(_json_type(part) for part in parts)
     if MINIMUM in declared.metadata:
         kind += f" ({declared.metadata[MINIMUM]} … {MAX_U32})"
     return kind
+
+
+def _json_type(hint: Any) -> str:
+    """A Python type as JSON names it: ``Sequence[Mapping[str, Any]]`` is an array of objects."""
+    simple = {bool: "boolean", int: "integer", str: "string", float: "number", type(None): "null"}
+    if hint in simple:
+        return simple[hint]
+    origin = typing.get_origin(hint)
+    if origin is not None and issubclass(origin, collections.abc.Mapping):
+        return "object"
+    if origin is not None and issubclass(origin, collections.abc.Sequence):
+        items = typing.get_args(hint)
+        return f"array of {_json_type(items[0])}" if items else "array"
+    return "any"
 
 
 def option_sets() -> dict[str, type[Any]]:
@@ -235,6 +250,8 @@ def http_options() -> str:
 
 def _schema_type(schema: dict[str, Any]) -> str:
     """A field's type as its JSON schema says it: ``array of string``, ``array of array of integer``…"""
+    if "$ref" in schema:
+        return "object"
     if "anyOf" in schema:
         return " \\| ".join(_schema_type(part) for part in schema["anyOf"])
     kind = str(schema.get("type", "any"))
