@@ -134,7 +134,10 @@ def conversation_strategy(
     from hypothesis import strategies as st
 
     words = st.sampled_from(
-        ["hello", "the", "weather", "天气", "很好", "مرحبا", "👍🏽", "🏳️‍🌈", "Zürich", "ß", "\n", "  ", "<s>", "[SEP]", "{{", "%}"]
+        [
+            *("hello", "the", "weather", "天气", "很好", "مرحبا", "👍🏽", "🏳️‍🌈", "Zürich", "ß", "\n", "  "),
+            *("<s>", "[SEP]", "<|im_end|>", "{{", "%}"),  # special tokens and template syntax, as plain content
+        ]
     )
     short_text = st.lists(words, max_size=12).map(" ".join)
     texts = st.one_of(

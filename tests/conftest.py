@@ -154,3 +154,24 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("parity option regions reached")
         for tally in TALLIES:
             terminalreporter.write_line(tally.summary())
+
+
+# -- conversations (tests/test_chat_*.py) ----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def chat_renderer() -> Iterator[Any]:
+    """The chat core's render thread (service.engine.chat.ChatRenderer), for every engine's loop."""
+    from service.engine.chat import ChatRenderer
+
+    renderer = ChatRenderer()
+    asyncio.run(renderer.astart())
+    yield renderer
+    asyncio.run(renderer.astop())
+
+
+@pytest.fixture(scope="session")
+def named_chat_tokenizers(reference_tokenizers: dict[str, Any]) -> dict[str, Any]:
+    """family -> the in-process tokenizer carrying every named template of testkit.chat.NAMED_TEMPLATES."""
+    from testkit.chat import NAMED_TEMPLATES, TEMPLATES, with_template
+
+    named = {name: TEMPLATES[template] for name, template in NAMED_TEMPLATES.items()}
+    return {family: with_template(tokenizer, named) for family, tokenizer in reference_tokenizers.items()}
