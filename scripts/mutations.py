@@ -21,6 +21,10 @@ SERVER = "tests/test_server.py"
 CLIENT = "tests/test_client.py"
 RESILIENCE = "tests/test_client_resilience.py"
 PROTOCOL = "tests/test_protocol.py"
+CHAT_MASKS = "tests/test_chat_masks.py"
+CHAT_PARITY = "tests/test_chat_parity.py"
+CHAT_REFUSALS = "tests/test_chat_refusals.py"
+CHAT_COLLATE = "tests/test_chat_collate.py"
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class Mutation:
 
 
 ENCODING = "service/engine/encoding.py"
+CHAT = "service/engine/chat.py"
+CHAT_CLIENT = "service/client/chat.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the parity table: what the property tests must catch at every tier ----------------------------------
@@ -244,5 +250,90 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body",
         "if False:",
         (RESILIENCE, CLIENT),
+    ),
+    # -- conversations (issue 20): masks never silently wrong ------------------------------------------------
+    Mutation(
+        "chat: a turn's mask starts one character early (off by one)",
+        CHAT,
+        "spans.append((len(prompt), len(turn)))",
+        "spans.append((len(prompt) - 1, len(turn)))",
+        (CHAT_MASKS,),
+    ),
+    Mutation(
+        "chat: a token ending where a span starts is marked (overlap off by one)",
+        CHAT,
+        "marked[inside] = ends[inside] > span_starts[current[inside]]",
+        "marked[inside] = ends[inside] >= span_starts[current[inside]]",
+        (CHAT_MASKS, CHAT_PARITY),
+    ),
+    Mutation(
+        "chat: turns ignore the generation prompt (the cue is marked as the assistant's)",
+        CHAT,
+        "prompt, _ = renderer.render(messages[:k], True)",
+        "prompt, _ = renderer.render(messages[:k], False)",
+        (CHAT_MASKS,),
+    ),
+    Mutation(
+        "chat: a template that rewrites earlier turns is not refused",
+        CHAT,
+        "if not whole.startswith(turn) or (spans and len(prompt) < spans[-1][1]):",
+        "if False:",
+        (CHAT_MASKS,),
+    ),
+    Mutation(
+        "chat: masks from a template without generation markers are not refused (all zeros)",
+        CHAT,
+        "if not template.has_markers:",
+        "if False:",
+        (CHAT_MASKS, CHAT_PARITY),
+    ),
+    Mutation(
+        "chat: padding_side dropped on the way to the encode (ids and masks padded on the default side)",
+        CHAT,
+        "padding_side=self.padding_side,",
+        "padding_side=None,",
+        (CHAT_PARITY,),
+    ),
+    Mutation(
+        "chat: templates no longer see the special tokens (bos_token...)",
+        CHAT,
+        "variables = {**self.special_tokens, **(options.chat_template_kwargs or {})}",
+        "variables = {**(options.chat_template_kwargs or {})}",
+        (CHAT_PARITY,),
+    ),
+    Mutation(
+        "chat: tools no longer select the tool_use template",
+        CHAT,
+        'if tools is not None and "tool_use" in self._named:',
+        'if False and "tool_use" in self._named:',
+        (CHAT_REFUSALS, CHAT_PARITY),
+    ),
+    Mutation(
+        "chat: continue_final_message no longer cuts the rendering where the final message ends",
+        CHAT,
+        "return text[:at]",
+        "return text[:at] + _CONTINUE_TAG",
+        (CHAT_PARITY,),
+    ),
+    Mutation(
+        "chat client: labels on padding are the pad token, not -100",
+        CHAT_CLIENT,
+        '"labels": fill(labels, IGNORE_INDEX),',
+        '"labels": fill(labels, pad_token_id),',
+        (CHAT_COLLATE,),
+    ),
+    Mutation(
+        "chat client: left padding of ids, labels and masks becomes right",
+        CHAT_CLIENT,
+        "real = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]",
+        "real = columns < lengths[:, None]",
+        (CHAT_COLLATE,),
+    ),
+    Mutation(
+        "chat client: padding-free labels predict across conversations (first tokens kept)",
+        CHAT_CLIENT,
+        "label_row[positions == 0] = IGNORE_INDEX  # each sequence's first token (and the padding)",
+        "pass",
+        (CHAT_COLLATE,),
     ),
 )

@@ -14,7 +14,7 @@ from chat_parity import engine_chat
 from service.engine.chat import ChatOptions, ChatRenderer, ChatTemplates, RenderLimits, render_chats
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.loading import load_tokenizer
-from testkit.chat import NAMED_TEMPLATES, TEMPLATES, chat_tokenizer_dirs, with_template
+from testkit.chat import NAMED_TEMPLATES, TEMPLATES, TOOLS, chat_tokenizer_dirs, with_template
 
 HELLO = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 INVALID, TOKENIZER, TOO_LARGE = ErrorKind.INVALID_REQUEST, ErrorKind.TOKENIZER, ErrorKind.TOO_LARGE
@@ -203,9 +203,9 @@ def test_chat_tokenizer_directories_load_their_templates(tmp_path_factory, token
         assert templates.info()["generation_markers"] == {
             name: name in ("default", "tool_use") for name in sorted(NAMED_TEMPLATES)
         }
-        tools = render_chats(templates.prepare([HELLO], ChatOptions(tools=[])))
-        assert tools.texts == [loaded.tokenizer.apply_chat_template(HELLO, tools=[], tokenize=False)]
-        assert "# Tools" not in tools.texts[0] and tools.texts[0].startswith("<|im_start|>user")  # tool_use, no tools
+        tools = render_chats(templates.prepare([HELLO], ChatOptions(tools=TOOLS)))  # tool_use, picked by tools
+        assert tools.texts == [loaded.tokenizer.apply_chat_template(HELLO, tools=TOOLS, tokenize=False)]
+        assert "# Tools" in tools.texts[0]
         named = render_chats(templates.prepare([HELLO], ChatOptions(chat_template="llama3")))
         assert named.texts[0].endswith("hello<|eot_id|>")
         single = ChatTemplates.of(load_tokenizer(str(dirs[f"{family}-config"])).tokenizer)
