@@ -54,7 +54,11 @@ them (:attr:`ChatTemplates.allow_template_bodies`).
 **Options** keep transformers 5's names and defaults (:class:`ChatOptions`). ``pad_to_multiple_of``,
 ``padding_side`` and ``return_attention_mask`` are what transformers 5 takes in ``tokenizer_kwargs=`` (passed
 as plain keywords, it hands them to the template as variables instead); ``chat_template_kwargs`` are its
-``**kwargs`` (template variables). No conversation content is logged, nor put in an error message.
+``**kwargs`` (template variables). A template variable that is missing renders as nothing, as in jinja and
+transformers, until the template reads into it (``message.content.strip()``): that is refused, naming it.
+
+No conversation content is logged, nor put in an error message (other than what a template's own
+``raise_exception(...)`` says, which is repeated, cut to 300 characters).
 """
 
 from __future__ import annotations
