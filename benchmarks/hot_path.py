@@ -34,9 +34,11 @@ def main() -> None:
     import orjson
     from safetensors.numpy import save
 
-    from service.engine.encoding import EncodeOptions, TokenizerFacts, build_batch, plan_encode
+    from service.engine import EncodeOptions
+    from service.engine.encoding import TokenizerFacts, plan_encode
     from service.engine.loading import load_tokenizer
     from testkit import assets as package_assets
+    from testkit.engine import build_batch, to_lists
 
     texts = package_assets.chinese_reviews()[: args.batch // 2] + package_assets.english_paragraphs()[: args.batch // 2]
     reference = load_tokenizer(args.model).tokenizer  # the user's in-process tokenizer
@@ -78,7 +80,7 @@ def main() -> None:
         from fastapi.encoders import jsonable_encoder
         from fastapi.responses import JSONResponse
 
-        return JSONResponse(jsonable_encoder(engine_hot_path().to_lists())).body
+        return JSONResponse(jsonable_encoder(to_lists(engine_hot_path()))).body
 
     variants = {
         "in-process encode_batch": in_process_encode_batch,

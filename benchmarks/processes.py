@@ -140,6 +140,7 @@ class BenchServer:
         variant: str = "",
         extra_args: list[str] | None = None,
         python: str | None = None,
+        repo: Path | None = None,
     ) -> None:
         args = [] if tokenizer == "default" else ["--model", str(tokenizer_dir(tokenizer))]
         if not batching:
@@ -150,7 +151,7 @@ class BenchServer:
         self.name = f"{tokenizer}, {self.setup}"
         self.args = args
         slug = self.name.replace(", ", "-").replace(" ", "-")
-        self.process = ServerProcess(*args, env=env, log_path=log_dir / f"server-{slug}.log", python=python)
+        self.process = ServerProcess(*args, env=env, log_path=log_dir / f"server-{slug}.log", python=python, repo=repo)
         self.python = self.process.python
         self.conn: HttpConnection | None = None
         self.memory: list[dict[str, Any]] = []

@@ -25,6 +25,11 @@ CHAT_MASKS = "tests/test_chat_masks.py"
 CHAT_PARITY = "tests/test_chat_parity.py"
 CHAT_REFUSALS = "tests/test_chat_refusals.py"
 CHAT_COLLATE = "tests/test_chat_collate.py"
+WIRE = "tests/test_wire.py"
+MEMORY = "tests/test_memory.py"
+DRAIN = "tests/test_drain.py"
+API_DOCS = "tests/test_api_docs.py"
+EDGES = "tests/test_serve_edges.py"
 
 
 @dataclass(frozen=True)
@@ -128,9 +133,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "safetensors arrays flattened",
         "service/http/routes.py",
-        'blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})',
-        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, "
-        'metadata={"fingerprint": engine.loaded.fingerprint})',
+        "blob = save_safetensors(result.data, metadata=metadata)",
+        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, metadata=metadata)",
         (APP,),
         parity=True,
     ),
@@ -207,7 +211,57 @@ MUTATIONS: tuple[Mutation, ...] = (
         "raise ValueError",
         (BATCHING,),
     ),
+    Mutation(
+        "a batch's encodings handed to the wrong request",
+        "service/engine/work.py",
+        "work.take(encodings[start:end])",
+        "work.take(encodings[: end - start])",
+        (ENGINE,),
+    ),
+    Mutation(
+        "a sliced request encodes its first slice only",
+        "service/engine/work.py",
+        "for end in work.slices or (len(work.inputs),):",
+        "for end in (work.slices or (len(work.inputs),))[:1]:",
+        (MEMORY,),
+    ),
+    Mutation(
+        "the bound counts one row per text whatever the overflow",
+        "service/engine/bounds.py",
+        "rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))",
+        "rows.append(1)",
+        (MEMORY,),
+    ),
+    Mutation(
+        "the allocator trimmed after every large release",
+        "service/engine/memory.py",
+        "if wait > 0:",
+        "if False:",
+        (MEMORY,),
+    ),
+    # -- the one route path ------------------------------------------------------------------------------
+    Mutation(
+        "a client that leaves no longer withdraws its queued work",
+        "service/http/routes.py",
+        "result = await _unless_client_leaves(request, route.submit(engine, body, reservation))",
+        "result = await route.submit(engine, body, reservation)",
+        (BATCHING,),
+    ),
+    Mutation(
+        "a misspelt field gets no closest name",
+        "service/http/models.py",
+        "close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)",
+        "close: list[str] = []",
+        (APP,),
+    ),
     # -- the wire, the fingerprint ---------------------------------------------------------------------------
+    Mutation(
+        "an option equal to its default by value but not by type (0 for False) is not sent",
+        "service/wire.py",
+        "if value != default or type(value) is not type(default):",
+        "if value != default:",
+        (WIRE,),
+    ),
     Mutation(
         "a ragged result sent as binary instead of 406",
         "service/http/routes.py",
@@ -223,6 +277,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (APP,),
     ),
     # -- the client ------------------------------------------------------------------------------------------
+    Mutation(
+        "a client option dropped on the way to the body",
+        "service/client/clients.py",
+        "return_sequence_ids=return_sequence_ids,",
+        "return_sequence_ids=False,",
+        (WIRE,),
+    ),
     Mutation(
         "the client no longer retries a proxy's 502",
         "service/client/calls.py",
@@ -335,5 +396,48 @@ MUTATIONS: tuple[Mutation, ...] = (
         "label_row[positions == 0] = IGNORE_INDEX  # each sequence's first token (and the padding)",
         "pass",
         (CHAT_COLLATE,),
+    ),
+    # -- the server's edges: drain, lingering close, docs, loading (issue 18) --------------------------------
+    Mutation(
+        "the drain closes its listener without stopping new handshakes first",
+        "service/http/listening.py",
+        'if sys.platform != "linux" or sock.family not in (socket.AF_INET, socket.AF_INET6):',
+        "if True:",
+        (DRAIN,),
+    ),
+    Mutation(
+        "the drain closes its listener with connections still in the accept queue",
+        "service/http/listening.py",
+        "if now >= settled and not any(accept_queue_length(sock) for sock in sockets):",
+        "if True:",
+        (DRAIN,),
+    ),
+    Mutation(
+        "the connection guard never sees the drain (answers keep connections alive)",
+        "service/http/protocol.py",
+        "return self._drain_state is not None and self._drain_state.draining",
+        "return False",
+        (DRAIN,),
+    ),
+    Mutation(
+        "a 431 or 408 closes at once, resetting a client still sending",
+        "service/http/protocol.py",
+        "self._send_and_close(_raw_error(kind, message))",
+        "self.transport.write(_raw_error(kind, message)) or self.transport.close()",
+        (PROTOCOL,),
+    ),
+    Mutation(
+        "the API docs need the key a browser cannot send",
+        "service/http/middleware.py",
+        "OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS, *api_docs.OPEN_PATHS})",
+        "OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS})",
+        (API_DOCS,),
+    ),
+    Mutation(
+        "a hub id is not tried with a bounded connection first (~50 s of retries offline)",
+        "service/engine/loading.py",
+        "unreachable = hub_unreachable(constants.ENDPOINT, HUB_CONNECT_SECONDS)",
+        "unreachable = None",
+        (EDGES,),
     ),
 )

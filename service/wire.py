@@ -1,16 +1,18 @@
 """The wire contract between the client and the server: the one place where it is written down.
 
 Both sides import this module and nothing else of each other, so what one sends is what the other reads:
-route paths, the ``/encode`` options with their transformers defaults, the output keys in the order a
-``BatchEncoding`` holds them, media types, header names, the error body's fields, and the environment
-variables both read. Standard library only: importing it costs the training process nothing.
-``tests/test_wire.py`` fails when the server's request model, the engine's options or the client's
-signatures drift from what is written here.
+route paths, the options of every route (declared once, as dataclasses: names, transformers' defaults, the
+values and bounds they take), the output keys in the order a ``BatchEncoding`` holds them, media types, header
+names, the error body's fields, and the environment variables both read. Standard library only: importing it
+costs the training process nothing. The server's request models and the engine's options are these
+declarations (derived from them, never rewritten); ``tests/test_wire.py`` fails when the clients' spelled-out
+signatures drift from them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -26,26 +28,7 @@ METRICS_PATH: Final = "/metrics"
 #: The tokenizer playground, an HTML page for people (also served at ``/``); it calls the routes above.
 PLAYGROUND_PATH: Final = "/playground"
 
-# -- the options of POST /encode -------------------------------------------------------------------------
-#: Every option of a transformers tokenizer call that ``/encode`` takes, with transformers' default, in the
-#: order of transformers' ``__call__`` signature. A client sends only the options that differ from these.
-ENCODE_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
-    {
-        "add_special_tokens": True,
-        "padding": False,
-        "truncation": None,
-        "max_length": None,
-        "stride": 0,
-        "pad_to_multiple_of": None,
-        "padding_side": None,
-        "return_token_type_ids": None,
-        "return_attention_mask": None,
-        "return_overflowing_tokens": False,
-        "return_special_tokens_mask": False,
-        "return_offsets_mapping": False,
-        "return_length": False,
-    }
-)
+# -- the options of every POST route: declared once ------------------------------------------------------
 #: The values transformers accepts for the two strategy options, and for ``padding_side``.
 PADDING_VALUES: Final = (False, True, "longest", "max_length", "do_not_pad")
 TRUNCATION_VALUES: Final = (None, False, True, "longest_first", "only_first", "only_second", "do_not_truncate")
@@ -55,20 +38,130 @@ RETURN_TENSORS: Final = (None, "pt", "np")
 #: Ids, lengths and character offsets are unsigned 32-bit in the tokenizers library.
 MAX_U32: Final = 2**32 - 1
 
-# -- the options of POST /tokenize ----------------------------------------------------------------------
-#: Beside ``texts`` (and ``text_pairs``): the options of ``tokenizer.tokenize(text, pair, add_special_tokens)``,
-#: plus the truncation options of ``/encode`` and ``return_sequence_ids``. Without truncation the tokens are
-#: exactly ``tokenizer.tokenize``'s; with it, those of the encoding ``/encode`` makes from the same texts and
-#: options (``BatchEncoding.tokens()``), one per id, and ``sequence_ids`` is ``BatchEncoding.sequence_ids()``
-#: (``None`` for special tokens, 0 for the text, 1 for the pair): what a viewer needs beside ``/encode``.
-TOKENIZE_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
-    {
-        "add_special_tokens": False,
-        "truncation": None,
-        "max_length": None,
-        "return_sequence_ids": False,
-    }
-)
+# Keys of an option's field metadata: the values it takes (when they are a closed set), the least int it
+# takes (an int option also takes at most MAX_U32), and a sentence for the API docs.
+VALUES: Final = "values"
+MINIMUM: Final = "minimum"
+DOC: Final = "doc"
+
+
+def _option(default: Any, *, values: tuple[Any, ...] | None = None, minimum: int | None = None, doc: str = "") -> Any:
+    metadata: dict[str, Any] = {}
+    if values is not None:
+        metadata[VALUES] = values
+    if minimum is not None:
+        metadata[MINIMUM] = minimum
+    if doc:
+        metadata[DOC] = doc
+    return field(default=default, metadata=metadata)
+
+
+def _as_in(options: type[Any], name: str, **changes: Any) -> Any:
+    """The option ``name`` of another option set, declared there: same default, values and bounds (unless
+    ``changes`` says otherwise, e.g. another ``default``)."""
+    declared = {f.name: f for f in fields(options)}[name]
+    return _option(changes.pop("default", declared.default), **{**dict(declared.metadata), **changes})
+
+
+@dataclass(frozen=True)
+class EncodeOptions:
+    """The options of ``POST /encode``: those of a transformers tokenizer call (``tokenizer(texts, text_pairs,
+    **options)``), with transformers' defaults, in the order of its ``__call__`` signature. The server's
+    request model, the engine and the clients' keyword arguments are all this declaration; a client sends
+    only the options whose value differs from these defaults (:func:`changed_options`)."""
+
+    add_special_tokens: bool = True
+    padding: bool | str = _option(False, values=PADDING_VALUES)
+    truncation: bool | str | None = _option(None, values=TRUNCATION_VALUES)
+    max_length: int | None = _option(None, minimum=0)
+    stride: int = _option(0, minimum=0)
+    pad_to_multiple_of: int | None = _option(None, minimum=1)
+    padding_side: str | None = _option(None, values=(*PADDING_SIDES, None))
+    return_token_type_ids: bool | None = None
+    return_attention_mask: bool | None = None
+    return_overflowing_tokens: bool = False
+    return_special_tokens_mask: bool = False
+    return_offsets_mapping: bool = False
+    return_length: bool = False
+
+
+@dataclass(frozen=True)
+class LengthOptions:
+    """The options of ``POST /lengths``: those of :class:`EncodeOptions` that change how many tokens a text
+    becomes (padding never does: a length is always the unpadded count), declared there. The body is
+    ``{"texts": [...], "text_pairs": [...]?, <these options>}``."""
+
+    add_special_tokens: bool = _as_in(EncodeOptions, "add_special_tokens")
+    truncation: bool | str | None = _as_in(EncodeOptions, "truncation")
+    max_length: int | None = _as_in(EncodeOptions, "max_length")
+    stride: int = _as_in(EncodeOptions, "stride")
+    return_overflowing_tokens: bool = _as_in(
+        EncodeOptions,
+        "return_overflowing_tokens",
+        doc="Count every row: each entry becomes the list of its rows' counts (first, then overflow).",
+    )
+
+    def as_encode_options(self) -> EncodeOptions:
+        """The encode these counts are the lengths of: no padding (a length is the unpadded count)."""
+        return EncodeOptions(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+
+@dataclass(frozen=True)
+class TokenizeOptions:
+    """The options of ``POST /tokenize``, beside ``texts`` (and ``text_pairs``): those of
+    ``tokenizer.tokenize(text, pair, add_special_tokens)`` (whose default is False), the truncation options of
+    :class:`EncodeOptions`, and ``return_sequence_ids``. Without truncation the tokens are exactly
+    ``tokenizer.tokenize``'s; with it, those of the encoding ``/encode`` makes from the same texts and options
+    (``BatchEncoding.tokens()``), one per id, and ``sequence_ids`` is ``BatchEncoding.sequence_ids()`` (``None``
+    for special tokens, 0 for the text, 1 for the pair): what a viewer needs beside ``/encode``."""
+
+    add_special_tokens: bool = _as_in(EncodeOptions, "add_special_tokens", default=False)
+    truncation: bool | str | None = _as_in(EncodeOptions, "truncation")
+    max_length: int | None = _as_in(EncodeOptions, "max_length")
+    return_sequence_ids: bool = _option(
+        False, doc="Also answer sequence_ids: per token None (special), 0 (text) or 1 (pair)."
+    )
+
+    def as_encode_options(self) -> EncodeOptions:
+        """The encode whose tokens these are (truncation resolves as an encode's: same defaults, same refusals)."""
+        return EncodeOptions(
+            add_special_tokens=self.add_special_tokens, truncation=self.truncation, max_length=self.max_length
+        )
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """The options of ``POST /decode``, beside ``ids``: those of ``tokenizer.batch_decode(ids, ...)``, with its
+    defaults."""
+
+    skip_special_tokens: bool = False
+    clean_up_tokenization_spaces: bool | None = None
+
+
+def option_defaults(options: type[Any]) -> Mapping[str, Any]:
+    """An option set's names and defaults, in declaration order."""
+    return MappingProxyType({f.name: f.default for f in fields(options)})
+
+
+#: Name -> default of each option set, in declaration order (read-only views of the declarations above).
+ENCODE_OPTIONS: Final = option_defaults(EncodeOptions)
+LENGTHS_OPTIONS: Final = option_defaults(LengthOptions)
+TOKENIZE_OPTIONS: Final = option_defaults(TokenizeOptions)
+DECODE_OPTIONS: Final = option_defaults(DecodeOptions)
+
+
+def changed_options(options: Any) -> dict[str, Any]:
+    """The options of ``options`` (an instance of an option set above) whose value differs from the
+    declared default (by value or by type: ``0`` is not ``False``), in declaration order: what a client
+    needs to send."""
+    sent = {}
+    for declared in fields(options):
+        value = getattr(options, declared.name)
+        default = declared.default
+        if value != default or type(value) is not type(default):
+            sent[declared.name] = value
+    return sent
+
 
 # -- what /encode answers --------------------------------------------------------------------------------
 #: Output keys, in the order transformers' ``BatchEncoding`` holds them (a result holds a subset).
@@ -83,15 +176,6 @@ OUTPUT_KEYS: Final = (
 )
 
 # -- POST /lengths: token counts without the ids --------------------------------------------------------
-#: The options of ``/lengths``: those of ``/encode`` that change how many tokens a text becomes (padding
-#: never does: a length is always the unpadded count), with the same defaults. The body is
-#: ``{"texts": [...], "text_pairs": [...]?, <these options>}``.
-LENGTHS_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
-    {
-        name: ENCODE_OPTIONS[name]
-        for name in ("add_special_tokens", "truncation", "max_length", "stride", "return_overflowing_tokens")
-    }
-)
 #: The one key of the answer. Its value holds one entry per text (or pair), in order: the token count,
 #: ``len(tokenizer(text, text_pair, **options)["input_ids"])``; with ``return_overflowing_tokens`` the entry
 #: is the list of the counts of that text's rows (its first window, then each overflow window), which is
@@ -133,20 +217,3 @@ ENV_PREFIX: Final = "TOKENIZER_SERVICE_"
 URL_ENV: Final = ENV_PREFIX + "URL"
 #: The API key: the server requires it when set, the client sends it when set.
 API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
-
-
-def non_default_options(options: Mapping[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
-    """The options whose value differs from transformers' default (by value or by type: ``0`` is not
-    ``False``), in contract order: what a client needs to send. ``contract``: :data:`ENCODE_OPTIONS` or
-    :data:`LENGTHS_OPTIONS` or :data:`TOKENIZE_OPTIONS`."""
-    unknown = set(options) - set(contract)
-    if unknown:
-        what = "encode" if contract is ENCODE_OPTIONS else "lengths" if contract is LENGTHS_OPTIONS else "tokenize"
-        raise TypeError(f"unknown {what} option(s) {sorted(unknown)}; known: {list(contract)}")
-    sent = {}
-    for name, default in contract.items():
-        if name in options:
-            value = options[name]
-            if value != default or type(value) is not type(default):
-                sent[name] = value
-    return sent

@@ -32,7 +32,9 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m service serve`` in a subprocess. ``start()`` waits for /readyz; ``stop()`` ends it by PID.
 
-    ``python``: the interpreter to run it with (default: this one), e.g. a venv with the server extra only."""
+    ``python``: the interpreter to run it with (default: this one), e.g. a venv with the server extra only.
+    ``repo``: the checkout whose ``service`` package it runs (default: this one), e.g. a copy of main to
+    compare against."""
 
     def __init__(
         self,
@@ -41,9 +43,11 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         log_path: Path | None = None,
         python: str | None = None,
+        repo: Path | None = None,
     ) -> None:
         self.args = list(args)
         self.python = python or sys.executable
+        self.repo = repo or REPO
         self.port = port or free_port()
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
@@ -62,7 +66,7 @@ class ServerProcess:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [self.python, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
-            cwd=REPO,
+            cwd=self.repo,  # `python -m service` imports the package of its working directory first
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT if self.log_path else subprocess.PIPE,

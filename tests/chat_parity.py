@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from service.engine.chat import ChatOptions, ChatRenderer, ChatTemplates, encode_chats
 from service.engine.errors import ErrorKind, ServiceError
 from testkit.chat import DOCUMENTS, NAMED_TEMPLATES, TOOLS, conversation_strategy
+from testkit.engine import to_lists
 
 TOKENIZER_KWARGS = ("pad_to_multiple_of", "padding_side", "return_attention_mask")
 #: The kinds a chat refusal may carry: all answered 422 (or 413 for a size limit).
@@ -65,7 +66,7 @@ def engine_chat(
     arrays = [value for value in result.data.values() if isinstance(value, np.ndarray)]
     assert all(array.dtype == np.int64 for array in arrays)
     assert "offset_mapping" not in result.data
-    return result.to_lists()
+    return to_lists(result)
 
 
 def assert_chat_parity(ours: Any, theirs: Any, context: Any) -> None:

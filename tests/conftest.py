@@ -69,6 +69,14 @@ class EngineRunner:
     def run(self, coro: Any, timeout: float = 60.0) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
+    def result(self, submit: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``await submit(*args, **kwargs)`` on the engine's loop (``submit``: an ``engine.submit_*``)."""
+
+        async def submitted() -> Any:
+            return await submit(*args, **kwargs)
+
+        return self.run(submitted())
+
     def close(self) -> None:
         self.run(self.engine.astop())
         self.loop.call_soon_threadsafe(self.loop.stop)

@@ -20,6 +20,7 @@ import uvicorn
 
 from service.engine import LoadedTokenizer
 from service.http import Runtime, Settings, create_app
+from testkit.engine import queued_requests
 from testkit.servers import free_port
 
 HOLD = "\u2063hold the engine"  # starts with an invisible separator: no real text does
@@ -45,7 +46,12 @@ class _GatedBackend:
 class _GatedTokenizer:
     def __init__(self, tokenizer: Any, gate: Gate) -> None:
         self._tokenizer = tokenizer
+        self._gate = gate
         self.backend_tokenizer = _GatedBackend(tokenizer.backend_tokenizer, gate)
+
+    def batch_decode(self, sequences: Any, **kwargs: Any) -> Any:
+        self._gate.decoded.extend(sequences)
+        return self._tokenizer.batch_decode(sequences, **kwargs)
 
     def __len__(self) -> int:
         return len(self._tokenizer)
@@ -61,6 +67,7 @@ class Gate:
         self.entered = threading.Event()  # an encode carrying HOLD is on the tokenizer thread now
         self._open = threading.Event()
         self.calls: list[list[Any]] = []  # the inputs of every Rust encode call, in order
+        self.decoded: list[Any] = []  # every id list decoded, in order
 
     def gated(self, loaded: LoadedTokenizer) -> LoadedTokenizer:
         return replace(loaded, tokenizer=_GatedTokenizer(loaded.tokenizer, self))
@@ -112,7 +119,7 @@ class InThreadServer:
         return f"http://127.0.0.1:{self.port}"
 
     def queued(self) -> int:
-        return self.runtime.engine.batcher.queued_requests
+        return queued_requests(self.runtime.engine)
 
 
 @contextmanager

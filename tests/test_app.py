@@ -14,6 +14,7 @@ from safetensors.numpy import load as load_safetensors
 from service.engine.errors import ErrorKind
 from service.engine.loading import fingerprint, load_tokenizer
 from service.http.app import create_app
+from service.http.errors import HttpErrorKind
 from service.http.responses import STATUS_BY_KIND
 from service.http.settings import Settings
 from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
@@ -36,7 +37,7 @@ def reference(reference_tokenizers):
     return reference_tokenizers["wordpiece_default"]
 
 
-def assert_error(response, status: int, kind: ErrorKind, *words: str) -> None:
+def assert_error(response, status: int, kind: ErrorKind | HttpErrorKind, *words: str) -> None:
     assert response.status_code == status, response.text
     body = response.json()
     assert set(body) == {"error", "error_type"}, body
@@ -88,7 +89,7 @@ def test_encode_binary_is_safetensors_of_the_same_arrays(client, reference, corp
 
 def test_ragged_binary_is_406_saying_to_pad(client):
     response = client.post("/encode", json={"texts": ["a", "a b c d"]}, headers=BINARY)
-    assert_error(response, 406, ErrorKind.NOT_ACCEPTABLE, "padding")
+    assert_error(response, 406, HttpErrorKind.NOT_ACCEPTABLE, "padding")
     # equal lengths are a tensor without padding, as transformers' return_tensors allows
     assert client.post("/encode", json={"texts": ["a", "b"]}, headers=BINARY).status_code == 200
 
@@ -169,8 +170,33 @@ def test_refusals_of_transformers_are_4xx_with_its_reason(client):
             "return_overflowing_tokens": True,
         },
     )
-    assert_error(response, 422, ErrorKind.TOKENIZER, "stride")
+    assert_error(response, 422, ErrorKind.TOKENIZER, "stride", "send a smaller stride or a larger max_length")
+    assert "), ;" not in response.json()["error"] and "tokens), " not in response.json()["error"]
     assert client.get("/readyz").status_code == 200  # and the server carries on
+
+
+@pytest.mark.parametrize(
+    "path, body, words",
+    [
+        ("/encode", {"texts": ["a"], "paddding": True}, "paddding: unknown field; did you mean `padding`?"),
+        ("/encode", {"texts": ["a"], "return_offset_mapping": True}, "did you mean `return_offsets_mapping`?"),
+        ("/tokenize", {"texts": ["a"], "max_lenght": 3}, "max_lenght: unknown field; did you mean `max_length`?"),
+        ("/lengths", {"texts": ["a"], "add_special_token": False}, "did you mean `add_special_tokens`?"),
+        ("/decode", {"ids": [[5]], "skip_special_token": True}, "did you mean `skip_special_tokens`?"),
+        ("/lengths", {"texts": ["a"], "padding": True}, "padding: not an option of this route"),
+        ("/encode", {"texts": ["a"], "zzz": 1}, "zzz: unknown field; the fields are texts, text_pairs,"),
+    ],
+)
+def test_a_misspelt_or_unknown_field_is_422_naming_the_closest_known_one(client, path, body, words):
+    assert_error(client.post(path, json=body), 422, ErrorKind.INVALID_REQUEST, words)
+
+
+def test_a_value_outside_an_options_values_is_422_listing_them_once(client):
+    response = client.post("/encode", json={"texts": ["a"], "padding": "sideways", "padding_side": 1})
+    assert response.json()["error"] == (
+        'padding: must be one of false, true, "longest", "max_length", "do_not_pad", not "sideways"; '
+        'padding_side: must be one of "left", "right", null, not 1'
+    )
 
 
 def test_tokenize_pairs_and_truncation_give_one_token_per_encoded_id(client, reference):
@@ -271,18 +297,19 @@ def test_metrics_count_requests_texts_and_batches(client):
 
 
 def test_every_error_has_one_shape(client):
-    assert_error(client.get("/nope"), 404, ErrorKind.NOT_FOUND, "/nope")
-    assert_error(client.get("/encode"), 405, ErrorKind.METHOD_NOT_ALLOWED, "GET")
-    assert set(STATUS_BY_KIND) == set(ErrorKind)
+    assert_error(client.get("/nope"), 404, HttpErrorKind.NOT_FOUND, "/nope")
+    assert_error(client.get("/encode"), 405, HttpErrorKind.METHOD_NOT_ALLOWED, "GET")
+    assert set(STATUS_BY_KIND) == set(ErrorKind) | set(HttpErrorKind)  # one table for every kind
+    assert not {kind.value for kind in ErrorKind} & {kind.value for kind in HttpErrorKind}
 
 
 def test_api_key_guards_every_route_but_probes_and_metrics():
     with make_client(api_key="s3cret") as c:
         for path in ("/healthz", "/readyz", "/metrics"):
             assert c.get(path).status_code == 200
-        assert_error(c.post("/encode", json={"texts": ["a"]}), 401, ErrorKind.UNAUTHORIZED, "Bearer")
-        assert_error(c.get("/info", headers={"Authorization": "Bearer wrong"}), 401, ErrorKind.UNAUTHORIZED)
-        assert c.get("/docs").status_code == 401
+        assert_error(c.post("/encode", json={"texts": ["a"]}), 401, HttpErrorKind.UNAUTHORIZED, "Bearer")
+        assert_error(c.get("/info", headers={"Authorization": "Bearer wrong"}), 401, HttpErrorKind.UNAUTHORIZED)
+        assert c.get("/docs").status_code == 200  # open: the calls it makes need the key
         ok = c.post("/encode", json={"texts": ["a"]}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
 
@@ -425,7 +452,7 @@ def test_only_uncompressed_utf8_json_bodies_are_parsed(client, headers, accepted
         if accepted:
             assert response.status_code == 200, response.text
         else:
-            assert_error(response, 415, ErrorKind.UNSUPPORTED_MEDIA_TYPE)
+            assert_error(response, 415, HttpErrorKind.UNSUPPORTED_MEDIA_TYPE)
 
 
 def test_head_answers_on_every_get_route(client):
@@ -442,7 +469,7 @@ def test_the_auth_scheme_is_case_insensitive_and_the_key_is_not():
         for header in ("Bearer s3cret", "bearer s3cret", "BEARER s3cret", "Bearer  s3cret"):
             assert c.get("/info", headers={"Authorization": header}).status_code == 200, header
         for header in ("Bearer S3CRET", "Basic s3cret", "Bearers3cret", "s3cret", "Bearer"):
-            assert_error(c.get("/info", headers={"Authorization": header}), 401, ErrorKind.UNAUTHORIZED)
+            assert_error(c.get("/info", headers={"Authorization": header}), 401, HttpErrorKind.UNAUTHORIZED)
 
 
 @pytest.mark.parametrize("path", ["/encode", "/tokenize", "/decode"])

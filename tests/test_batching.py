@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 
@@ -256,18 +257,33 @@ def test_real_server_answers_504_past_the_queue_deadline_while_the_engine_is_bus
         assert "late" not in gate.encoded
 
 
+LEFT_BEHIND = "nobody waits for me"
+LEAVING = [  # every work route, with a body whose work would show in the gate's records
+    ("/encode", {"texts": [LEFT_BEHIND]}),
+    ("/lengths", {"texts": [LEFT_BEHIND]}),
+    ("/tokenize", {"texts": [LEFT_BEHIND]}),
+    ("/decode", {"ids": [[7592, 2088]]}),
+]
+
+
 @pytest.mark.timeout(120)
-def test_real_server_drops_a_queued_request_whose_client_left(default_tokenizer):
+@pytest.mark.parametrize("path, body", LEAVING, ids=[path for path, _ in LEAVING])
+def test_real_server_drops_a_queued_request_whose_client_left(default_tokenizer, path, body):
+    """On every work route: a client that closes its connection while its request waits behind a busy engine
+    withdraws the request, which is dropped before any work is done."""
     gate = Gate()
     with in_thread_server(default_tokenizer, gate) as server:
         answers: list = []
         holder = post_later(server.url, [HOLD], answers)
         assert gate.entered.wait(30)
-        body = b'{"texts": ["nobody waits for me"]}'
+        content = json.dumps(body).encode()
         with socket.create_connection(("127.0.0.1", server.port)) as sock:
             sock.sendall(
-                b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
+                + b"Content-Length: "
+                + str(len(content)).encode()
+                + b"\r\n\r\n"
+                + content
             )
             wait_until(lambda: server.queued() == 1, what="the request queued")
         wait_until(lambda: server.queued() == 0, what="the request withdrawn")  # the client closed its socket
@@ -275,5 +291,5 @@ def test_real_server_drops_a_queued_request_whose_client_left(default_tokenizer)
         gate.open()
         holder.join(30)
         assert answers[0].status_code == 200
-        assert "nobody waits for me" not in gate.encoded  # dropped before any work was done
+        assert LEFT_BEHIND not in gate.encoded and not gate.decoded  # dropped before any work was done
         assert httpx.get(server.url + "/readyz").status_code == 200

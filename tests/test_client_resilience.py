@@ -231,8 +231,9 @@ def test_request_shape_headers_and_url_sources(monkeypatch):
         from_env.tokenize("x")  # an answer that breaks the contract is a ProtocolError, not a KeyError
     assert "Authorization" not in recorder.requests[-1][1].headers
     monkeypatch.delenv("TOKENIZER_SERVICE_URL")
-    with pytest.raises(ValueError, match="TOKENIZER_SERVICE_URL"):
+    with pytest.raises(ValueError, match="TOKENIZER_SERVICE_URL") as missing:
         TokenizerClient()
+    assert "--url" in str(missing.value) and "url=" in str(missing.value)  # the CLI's words and Python's
     with pytest.raises(ValueError, match="http"):
         TokenizerClient("ftp://a:1")
 

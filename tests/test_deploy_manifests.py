@@ -18,8 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from service.engine.memory import MIB, CostModel, default_memory_budget, memory_limit_for_budget
+from service.engine.bounds import CostModel
+from service.engine.memory import MIB, default_memory_budget
 from service.http.settings import ENV_PREFIX, Settings
+from testkit.engine import memory_limit_for_budget
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -93,8 +95,12 @@ class Rendered:
         return values
 
     def grace_seconds(self) -> float:
-        value = self.settings().get(ENV_PREFIX + "GRACEFUL_SHUTDOWN_SECONDS")
-        return float(value) if value is not None else Settings.model_fields["graceful_shutdown_seconds"].default
+        return self.setting("graceful_shutdown_seconds")
+
+    def setting(self, name: str) -> float:
+        """A numeric setting as the server will read it: the rendered variable, else the default."""
+        value = self.settings().get(ENV_PREFIX + name.upper())
+        return float(value) if value is not None else float(Settings.model_fields[name].default)
 
 
 def render(target: Path) -> list[dict[str, Any]]:
@@ -238,6 +244,11 @@ def test_termination_grace_covers_prestop_and_the_drain(overlay: Rendered):
         f"{overlay.name}: terminationGracePeriodSeconds {spec['terminationGracePeriodSeconds']} <= preStop "
         f"{pause} + graceful shutdown {overlay.grace_seconds()} + 1"
     )
+    # The listen window (503s to clients still routed here) is the drain's first part: within the grace
+    # period, or the server would cut it short; preStop and the window together cover the endpoint removal.
+    window = overlay.setting("drain_listen_seconds")
+    assert 0 < window < overlay.grace_seconds(), f"{overlay.name}: drain listen window {window}s"
+    assert pause + window >= 5, f"{overlay.name}: preStop {pause}s + listen window {window}s"
 
 
 def test_rolling_updates_and_disruptions_never_drop_below_the_budget(overlay: Rendered):

@@ -1,14 +1,18 @@
-"""Graceful drain of a real server: SIGTERM under load loses no in-flight request.
+"""Graceful drain of a real server: SIGTERM under load loses no request that reached the server.
 
 The requests are held in flight by their own clients (headers sent, body not finished), so "in flight
-when the signal arrives" is a state the test sets, not a guess about how long an encode takes.
+when the signal arrives" is a state the test sets, not a guess about how long an encode takes. Clients
+speak raw HTTP/1.1 over sockets, so every close and reset the server causes is seen as a client sees it.
 """
 
 from __future__ import annotations
 
+import collections
 import json
+import os
 import signal
 import socket
+import threading
 import time
 
 import httpx
@@ -178,3 +182,158 @@ def test_sigterm_under_32_keep_alive_clients_loses_no_request(corpus):
         for client in clients:
             assert client.closed_by_server()  # EOF after the closing answer; a reset would raise here
         assert server.proc.wait(35) == 0
+
+
+class ReconnectingClient(threading.Thread):
+    """A client that keeps sending: one request after another on a keep-alive connection, and a new
+    connection after every ``Connection: close`` answer, until its connection is refused (the listener has
+    closed: a client fails over to another replica) or ``stop_at``. Every outcome is counted in ``tally``:
+    statuses, 503s without Retry-After, resets and answers lost (EOF) of requests it had sent."""
+
+    def __init__(self, port: int, tally: collections.Counter[object], lock: threading.Lock, stop_at: float) -> None:
+        super().__init__(daemon=True)
+        self.port, self.tally, self.lock, self.stop_at = port, tally, lock, stop_at
+        body = json.dumps({"texts": ["hello world"]}).encode()
+        head = f"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+        self.request = head.encode() + b"\r\n\r\n" + body
+
+    def count(self, outcome: object) -> None:
+        with self.lock:
+            self.tally[outcome] += 1
+
+    def run(self) -> None:
+        while time.monotonic() < self.stop_at:
+            try:
+                client = KeepAliveClient(self.port)
+            except ConnectionRefusedError:
+                self.count("refused")
+                return
+            with client.sock:
+                client.sock.settimeout(10)
+                while time.monotonic() < self.stop_at:
+                    try:
+                        client.sock.sendall(self.request)
+                        status, headers, _ = client.response()
+                    except ConnectionResetError:
+                        self.count("reset")
+                        break
+                    except (ConnectionError, OSError) as exc:  # EOF before the answer, broken pipe, timeout
+                        self.count(f"lost: {type(exc).__name__}")
+                        break
+                    self.count(status)
+                    if status == 503 and headers.get("retry-after") != "1":
+                        self.count("503 without Retry-After: 1")
+                    if headers.get("connection") == "close":
+                        break
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_under_32_reconnecting_clients_resets_nothing_and_exits_in_seconds():
+    """32 clients keep sending, each reconnecting after every Connection: close answer. After SIGTERM the
+    server answers 503 + Retry-After for the listen window, then closes its listener: every client is
+    refused a new connection, every request sent on a connection is answered (200 or 503, never reset),
+    and the process exits 0 seconds after the signal, not at the grace deadline."""
+    grace, window = 30, 1
+    args = ("--graceful-shutdown-seconds", str(grace), "--drain-listen-seconds", str(window))
+    with ServerProcess(*args) as server:
+        tally: collections.Counter[object] = collections.Counter()
+        lock = threading.Lock()
+        clients = [ReconnectingClient(server.port, tally, lock, time.monotonic() + 90) for _ in range(32)]
+        for client in clients:
+            client.start()
+        wait_until(lambda: tally[200] >= 320, 30, "the clients sending")
+        sent_at = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert server.proc.wait(grace) == 0
+        exited_after = time.monotonic() - sent_at
+        for client in clients:
+            client.join(30)
+    outcomes = dict(tally)
+    assert set(outcomes) == {200, 503, "refused"}, outcomes  # no reset, no lost answer, nothing else
+    assert outcomes["refused"] == 32, outcomes  # the listener closed: every client failed over
+    assert outcomes[503] >= 32, outcomes  # new requests were refused politely for the window
+    assert exited_after < window + 10, f"exited {exited_after:.1f}s after SIGTERM (window {window}s, grace {grace}s)"
+
+
+@pytest.mark.timeout(60)
+def test_connections_waiting_in_the_accept_queue_when_the_listener_closes_are_answered():
+    """The race between accept() and closing the listener, made certain: the server is stopped (SIGSTOP)
+    while 16 clients connect -- the kernel completes their handshakes into the accept queue -- and send a
+    request; then it gets SIGTERM and resumes, with no listen window, so it closes its listener at once.
+    Closing a listening socket resets the connections left in its queue: each must be accepted and
+    answered first. A connection attempted after the close is refused."""
+    with ServerProcess("--drain-listen-seconds", "0") as server:
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            queued = [KeepAliveClient(server.port) for _ in range(16)]
+            for client in queued:
+                client.send(["queued while the server was stopped"])
+            os.kill(server.pid, signal.SIGTERM)
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        answers = [client.response() for client in queued]  # a reset raises ConnectionResetError here
+        assert server.proc.wait(30) == 0
+        with pytest.raises(ConnectionRefusedError):
+            KeepAliveClient(server.port)
+    for status, headers, _ in answers:
+        assert status in (200, 503) and headers["connection"] == "close"
+        assert status == 200 or headers["retry-after"] == "1"
+
+
+def test_the_runtime_is_the_one_owner_of_the_draining_state():
+    """Draining was owned three times (engine, runtime, connection guard): the runtime owns it, the guard
+    and readiness ask it, and the engine has no drain of its own (it refuses work only once stopped)."""
+    from service.engine import Engine
+    from service.http.protocol import ConnectionGuard
+    from service.http.runtime import Runtime
+    from service.http.settings import Settings
+
+    runtime = Runtime(Settings())
+    guard = ConnectionGuard(
+        max_header_bytes=8192, header_timeout=1, body_timeout=1, max_connections=8, drain_state=runtime
+    )
+    assert not runtime.draining and not guard.draining
+    runtime.begin_drain()
+    assert runtime.draining and guard.draining and runtime.not_ready_reason() == "draining"
+    assert not hasattr(guard, "begin_drain") and not hasattr(Engine, "begin_drain") and not hasattr(Engine, "draining")
+
+
+@pytest.mark.timeout(30)
+def test_a_listener_refusing_new_handshakes_completes_none_and_keeps_its_queue():
+    """The first step of closing a listener (service.http.listening): from the moment the filter is on, no
+    new connection completes -- the client's connect waits, and is refused once the socket closes -- while
+    a connection already completed stays in the accept queue, counted, to be accepted and answered."""
+    from service.http.listening import accept_queue_length, refuse_new_handshakes
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        address = listener.getsockname()
+        early = socket.create_connection(address, timeout=5)
+        assert refuse_new_handshakes(listener)
+        with pytest.raises(TimeoutError):  # the SYN was dropped: no connection, nothing sent
+            socket.create_connection(address, timeout=0.5)
+        assert accept_queue_length(listener) == 1
+        accepted, _ = listener.accept()
+        assert accept_queue_length(listener) == 0
+        accepted.close()
+        early.close()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(address, timeout=5)
+
+
+@pytest.mark.timeout(60)
+def test_a_connection_that_never_sends_does_not_hold_the_drain():
+    """A client that connects and never sends: during the drain its connection is closed once silent for
+    the keep-alive timeout (uvicorn times out only connections that had an answer), cleanly (EOF), and the
+    process exits long before the grace deadline."""
+    args = ("--graceful-shutdown-seconds", "30", "--drain-listen-seconds", "0", "--keep-alive-seconds", "1")
+    with ServerProcess(*args) as server:
+        silent = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+        assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200  # accepted after the silent one
+        sent_at = time.monotonic()
+        server.proc.send_signal(signal.SIGTERM)
+        assert silent.recv(1) == b""  # closed by the server, cleanly
+        assert server.proc.wait(20) == 0
+        assert time.monotonic() - sent_at < 10
+        silent.close()

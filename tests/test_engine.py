@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from parity import TRICKY_TEXTS, assert_same, draw_calls, reaches_every_region, reference_call, regions_reached
 
-from service.engine.encoding import EncodeOptions
+from service.engine import DecodeOptions, EncodeOptions, TokenizeOptions
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.parallelism import ForkGuard, available_cpus
+from testkit.engine import queued_requests, to_lists, tokenizer_facts
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
@@ -58,12 +59,12 @@ FIXED_CASES = [
 
 def engine_call(runner, texts, pairs, options):
     try:
-        result = runner.run(runner.engine.encode(texts, pairs, EncodeOptions(**options)))
+        result = runner.result(runner.engine.submit_encode, texts, pairs, EncodeOptions(**options))
     except ServiceError as exc:
         return exc
     arrays = {key: value.dtype for key, value in result.data.items() if isinstance(value, np.ndarray)}
     assert all(dtype == np.int64 for dtype in arrays.values()), arrays  # lists would hide a float array
-    return result.to_lists()
+    return to_lists(result)
 
 
 def check_parity(runner, reference, texts, pairs, options):
@@ -160,24 +161,24 @@ def test_concurrent_mixed_options_are_batched_and_identical(corpus, reference_to
 
     async def queued_behind_a_held_encode():
         engine = runner.engine
-        held = asyncio.ensure_future(engine.encode([HOLD]))
+        held = engine.submit_encode([HOLD])
         await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 30)
-        waiting = [asyncio.ensure_future(engine.encode(t, None, EncodeOptions(**o))) for t, o in calls]
+        waiting = [engine.submit_encode(t, None, EncodeOptions(**o)) for t, o in calls]
         await asyncio.sleep(0)
-        assert engine.batcher.queued_requests == len(calls)
+        assert queued_requests(engine) == len(calls)
         gate.open()
         await held
         return await asyncio.gather(*waiting, return_exceptions=True)
 
     try:
         results = runner.run(queued_behind_a_held_encode(), timeout=60)
-        facts = runner.engine.facts
+        facts = tokenizer_facts(runner.engine)
     finally:
         gate.open()
         runner.close()
     for (texts, options), result in zip(calls, results, strict=True):
         assert not isinstance(result, Exception), result
-        assert_same(result.to_lists(), reference_call(reference, texts, None, options), options)
+        assert_same(to_lists(result), reference_call(reference, texts, None, options), options)
     # one Rust call per distinct batch key, each holding its requests' texts in arrival order
     expected_calls: dict = {}
     for texts, options in calls:
@@ -195,9 +196,9 @@ def test_one_bad_request_does_not_fail_its_batch_mates(engines, reference_tokeni
 
     async def together():
         return await asyncio.gather(
-            runner.engine.encode(texts, None, EncodeOptions(**good)),
-            runner.engine.encode(texts, None, EncodeOptions(**bad)),
-            runner.engine.encode(texts, None, EncodeOptions(**good)),
+            runner.engine.submit_encode(texts, None, EncodeOptions(**good)),
+            runner.engine.submit_encode(texts, None, EncodeOptions(**bad)),
+            runner.engine.submit_encode(texts, None, EncodeOptions(**good)),
             return_exceptions=True,
         )
 
@@ -205,21 +206,22 @@ def test_one_bad_request_does_not_fail_its_batch_mates(engines, reference_tokeni
     assert isinstance(reference_call(reference, texts, None, bad), BaseException)
     assert isinstance(second, ServiceError) and second.kind is ErrorKind.TOKENIZER
     expected = reference_call(reference, texts, None, good)
-    assert_same(first.to_lists(), expected)
-    assert_same(third.to_lists(), expected)
+    assert_same(to_lists(first), expected)
+    assert_same(to_lists(third), expected)
 
 
 def test_tokenize_and_decode_match_transformers(engines, reference_tokenizers, corpus):
     for family in FAMILIES:
         runner, reference = engines[family], reference_tokenizers[family]
         texts = corpus["zh"][:3] + corpus["en"][:3] + TRICKY_TEXTS
-        assert runner.run(runner.engine.tokenize(texts)) == [reference.tokenize(t) for t in texts]
+        assert runner.result(runner.engine.submit_tokenize, texts).tokens == [reference.tokenize(t) for t in texts]
         ids = reference(texts)["input_ids"]
         for skip in (False, True):
-            assert runner.run(runner.engine.decode(ids, skip)) == reference.batch_decode(ids, skip_special_tokens=skip)
+            decoded = runner.result(runner.engine.submit_decode, ids, DecodeOptions(skip_special_tokens=skip))
+            assert decoded == reference.batch_decode(ids, skip_special_tokens=skip)
 
 
-def test_tokenize_batch_gives_one_token_and_sequence_id_per_id_like_transformers(engines, reference_tokenizers):
+def test_tokenize_gives_one_token_and_sequence_id_per_id_like_transformers(engines, reference_tokenizers):
     """Pairs, special tokens and truncation: the tokens are BatchEncoding.tokens() of the same call (one per
     id of /encode), and without truncation exactly tokenizer.tokenize(text, pair, ...)."""
     texts = ["今天天气很好，我们去公园。", "👩‍👩‍👧‍👦 e\u0301 混合 English", "", "a " * 40]
@@ -235,7 +237,9 @@ def test_tokenize_batch_gives_one_token_and_sequence_id_per_id_like_transformers
     for family in FAMILIES:
         runner, reference = engines[family], reference_tokenizers[family]
         for options in cases:
-            got = runner.run(runner.engine.tokenize_batch(texts, pairs, sequence_ids=True, **options))
+            got = runner.result(
+                runner.engine.submit_tokenize, texts, pairs, TokenizeOptions(**options, return_sequence_ids=True)
+            )
             expected = reference(texts, pairs, **{"add_special_tokens": False, **options})
             assert got.tokens == [expected.tokens(i) for i in range(len(texts))], (family, options)
             assert got.sequence_ids == [expected.sequence_ids(i) for i in range(len(texts))], (family, options)
@@ -245,14 +249,14 @@ def test_tokenize_batch_gives_one_token_and_sequence_id_per_id_like_transformers
                 assert got.tokens == [
                     reference.tokenize(t, p, add_special_tokens=special) for t, p in zip(texts, pairs, strict=True)
                 ]
-        alone = runner.run(runner.engine.tokenize_batch(texts[:2], add_special_tokens=True))
+        alone = runner.result(runner.engine.submit_tokenize, texts[:2], None, TokenizeOptions(add_special_tokens=True))
         assert alone.tokens == [reference.tokenize(t, add_special_tokens=True) for t in texts[:2]]
         assert alone.sequence_ids is None  # not asked for
         with pytest.raises(ServiceError) as refused:  # options resolve (and are refused) as an encode's
-            runner.run(runner.engine.tokenize_batch(texts, pairs, truncation="sideways"))
+            runner.result(runner.engine.submit_tokenize, texts, pairs, TokenizeOptions(truncation="sideways"))
         assert refused.value.kind is ErrorKind.INVALID_REQUEST and "truncation must be one of" in refused.value.message
         with pytest.raises(ServiceError, match="they must match"):
-            runner.run(runner.engine.tokenize_batch(texts, pairs[:1]))
+            runner.result(runner.engine.submit_tokenize, texts, pairs[:1])
 
 
 def test_limits_are_enforced_with_their_names(tokenizer_dirs):
@@ -268,14 +272,14 @@ def test_limits_are_enforced_with_their_names(tokenizer_dirs):
         ]
         for texts, name in cases:
             with pytest.raises(ServiceError, match=name) as info:
-                runner.run(runner.engine.encode(texts))
+                runner.result(runner.engine.submit_encode, texts)
             assert info.value.kind is ErrorKind.TOO_LARGE
         with pytest.raises(ServiceError, match="max_response_tokens"):
-            runner.run(runner.engine.encode(["a"], None, EncodeOptions(padding="max_length", max_length=100)))
+            runner.result(runner.engine.submit_encode, ["a"], None, EncodeOptions(padding="max_length", max_length=100))
         with pytest.raises(ServiceError, match="at least one"):
-            runner.run(runner.engine.encode([]))
+            runner.result(runner.engine.submit_encode, [])
         with pytest.raises(ServiceError, match="must match"):
-            runner.run(runner.engine.encode(["a", "b"], ["c"]))
+            runner.result(runner.engine.submit_encode, ["a", "b"], ["c"])
     finally:
         runner.close()
 
@@ -290,9 +294,9 @@ def test_response_limit_holds_for_ragged_padded_results_too():
     try:
         options = EncodeOptions(padding="max_length", max_length=10, truncation=False)
         with pytest.raises(ServiceError, match="max_response_tokens") as info:
-            runner.run(runner.engine.encode(["一" * 60, "a", "a"], None, options))
+            runner.result(runner.engine.submit_encode, ["一" * 60, "a", "a"], None, options)
         assert info.value.kind is ErrorKind.TOO_LARGE
-        assert runner.run(runner.engine.encode(["一" * 20, "a"], None, options)).rectangular is False
+        assert runner.result(runner.engine.submit_encode, ["一" * 20, "a"], None, options).rectangular is False
     finally:
         runner.close()
 
@@ -314,18 +318,18 @@ def test_encode_tokenize_and_decode_share_one_admission_path():
 
     async def scenario():
         engine = runner.engine
-        held = asyncio.ensure_future(engine.encode([HOLD]))
+        held = engine.submit_encode([HOLD])
         await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 30)
-        queued = asyncio.ensure_future(engine.tokenize(["queued"]))
+        queued = engine.submit_tokenize(["queued"])
         await asyncio.sleep(0)
-        assert engine.batcher.queued_requests == 1
+        assert queued_requests(engine) == 1
         with pytest.raises(ServiceError) as refused:
-            await engine.decode([[1, 2]])  # no room: refused at once, not queued
+            engine.submit_decode([[1, 2]])  # no room: refused at once, not queued
         with pytest.raises(ServiceError) as late:
             await queued  # still waiting when the deadline passes: the gate is closed
         gate.open()
         await held
-        after = await engine.tokenize(["after"])  # the queue works again
+        after = (await engine.submit_tokenize(["after"])).tokens  # the queue works again
         return refused.value.kind, late.value.kind, after
 
     try:
@@ -344,7 +348,7 @@ def test_tokenize_shares_a_rust_call_with_encodes_of_the_same_settings():
     from conftest import EngineRunner
     from gates import HOLD, Gate
 
-    from service.engine import EncodeOptions, load_tokenizer
+    from service.engine import load_tokenizer
 
     gate = Gate()
     runner = EngineRunner(gate.gated(load_tokenizer(None)))
@@ -352,10 +356,12 @@ def test_tokenize_shares_a_rust_call_with_encodes_of_the_same_settings():
 
     async def scenario():
         engine = runner.engine
-        held = asyncio.ensure_future(engine.encode([HOLD]))
+        held = engine.submit_encode([HOLD])
         await asyncio.get_running_loop().run_in_executor(None, gate.entered.wait, 30)
-        waiting = [engine.encode(["一二"], options=full), engine.tokenize(["三四"], add_special_tokens=True)]
-        tasks = [asyncio.ensure_future(w) for w in waiting]
+        tasks = [
+            engine.submit_encode(["一二"], options=full),
+            engine.submit_tokenize(["三四"], options=TokenizeOptions(add_special_tokens=True)),
+        ]
         await asyncio.sleep(0)
         gate.open()
         await held
@@ -366,7 +372,7 @@ def test_tokenize_shares_a_rust_call_with_encodes_of_the_same_settings():
     finally:
         gate.open()
         runner.close()
-    assert tokens == [["[CLS]", "三", "四", "[SEP]"]]
+    assert tokens.tokens == [["[CLS]", "三", "四", "[SEP]"]]
     assert encoded.data["input_ids"].shape == (1, 4)
     assert ["一二", "三四"] in gate.calls  # one Rust call served both
 

@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from parity import assert_same, encode_calls, reference_call
 from test_engine import FIXED_CASES
 
-from service.engine import EngineLimits
-from service.engine.encoding import EncodeOptions
+from service.engine import EncodeOptions, EngineLimits
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.loading import load_tokenizer
-from service.engine.memory import MIB, cgroup_memory_limit, default_memory_budget, memory_limit_for_budget
+from service.engine.memory import MIB, cgroup_memory_limit, default_memory_budget
+from testkit.engine import encode_bound, memory_limit_for_budget, to_lists
 from testkit.servers import ServerProcess
 
 # -- the bounds -----------------------------------------------------------------------------------------
@@ -39,8 +39,8 @@ def test_the_bound_is_never_below_the_result(engines, family, call):
     texts, pairs, options = call
     engine = engines[family].engine
     try:
-        bound = engine.encode_bound(texts, pairs, EncodeOptions(**options))
-        result = engines[family].run(engine.encode(texts, pairs, EncodeOptions(**options)))
+        bound = encode_bound(engine, texts, pairs, EncodeOptions(**options))
+        result = engines[family].result(engine.submit_encode, texts, pairs, EncodeOptions(**options))
     except ServiceError:
         return  # refused options: nothing is reserved for them
     rows = result.data["input_ids"]
@@ -83,21 +83,21 @@ def short_texts(corpus) -> list[str]:
 def test_a_large_request_is_encoded_in_slices_exactly_as_at_once(sliced, reference_tokenizers, corpus, options):
     runner, gate = sliced
     texts = short_texts(corpus)
-    bound = runner.engine.encode_bound(texts, None, EncodeOptions(**options))
+    bound = encode_bound(runner.engine, texts, None, EncodeOptions(**options))
     assert len(bound.slices) >= 2
     calls_before = len(gate.calls)
-    result = runner.run(runner.engine.encode(texts, None, EncodeOptions(**options)))
+    result = runner.result(runner.engine.submit_encode, texts, None, EncodeOptions(**options))
     assert len(gate.calls) - calls_before == len(bound.slices)  # one Rust call per slice
     assert max(map(len, gate.calls[calls_before:])) < len(texts)
     expected = reference_call(reference_tokenizers["wordpiece_default"], texts, None, options)
-    assert_same(result.to_lists(), expected, options)
+    assert_same(to_lists(result), expected, options)
 
 
 def test_a_large_tokenize_is_sliced_too(sliced, reference_tokenizers, corpus):
     runner, gate = sliced
     texts = short_texts(corpus)
     calls_before = len(gate.calls)
-    tokens = runner.run(runner.engine.tokenize(texts))
+    tokens = runner.result(runner.engine.submit_tokenize, texts).tokens
     assert len(gate.calls) - calls_before >= 2
     reference = reference_tokenizers["wordpiece_default"]
     assert tokens == [reference.tokenize(text) for text in texts]
@@ -107,13 +107,14 @@ def test_a_request_that_can_never_fit_is_413_before_any_encoding(sliced):
     runner, gate = sliced
     calls_before = len(gate.calls)
     huge = ["!" * 200_000] * 100  # 20M token bound: ~2 GB of answer
-    for submit in (
-        lambda: runner.engine.encode(huge, None, EncodeOptions(padding=True)),
-        lambda: runner.engine.tokenize(huge),
-        lambda: runner.engine.decode([[5] * 200_000] * 100),
+    engine = runner.engine
+    for submit, args in (
+        (engine.submit_encode, (huge, None, EncodeOptions(padding=True))),
+        (engine.submit_tokenize, (huge,)),
+        (engine.submit_decode, ([[5] * 200_000] * 100,)),
     ):
         with pytest.raises(ServiceError) as refused:
-            runner.run(submit())
+            runner.result(submit, *args)
         assert refused.value.kind is ErrorKind.TOO_LARGE
         assert "memory budget" in refused.value.message
     assert len(gate.calls) == calls_before, "nothing reached the tokenizer"
@@ -125,24 +126,24 @@ def test_a_request_that_must_wait_gets_429_and_fits_once_the_memory_is_free(slic
     runner, gate = sliced
     engine = runner.engine
     big = [HOLD] + ["!" * 60_000] * 20  # over half the budget
-    assert BUDGET // 2 < engine.encode_bound(big, None, EncodeOptions(padding=True)).cost < BUDGET
+    assert BUDGET // 2 < encode_bound(engine, big, None, EncodeOptions(padding=True)).cost < BUDGET
     gate.close()
     held = runner.run(_submit(engine, big))
     try:
         assert gate.entered.wait(30)
-        for submit in (
-            lambda: engine.encode(["!" * 60_000] * 20, None, EncodeOptions(padding=True)),
-            lambda: engine.tokenize(["!" * 60_000] * 20),
+        for submit, args in (
+            (engine.submit_encode, (["!" * 60_000] * 20, None, EncodeOptions(padding=True))),
+            (engine.submit_tokenize, (["!" * 60_000] * 20,)),
         ):
             with pytest.raises(ServiceError) as refused:
-                runner.run(submit())
+                runner.result(submit, *args)
             assert refused.value.kind is ErrorKind.OVERLOADED and refused.value.retry_after
         assert engine.budget.in_use > BUDGET // 2
     finally:
         gate.open()
     runner.run(_wait(held))
     wait_until(lambda: engine.budget.in_use == 0, 10, "the memory given back")
-    assert runner.run(engine.encode(["!" * 60_000] * 20, None, EncodeOptions(padding=True))).rectangular
+    assert runner.result(engine.submit_encode, ["!" * 60_000] * 20, None, EncodeOptions(padding=True)).rectangular
 
 
 async def _submit(engine, texts):
@@ -282,6 +283,27 @@ print(kept, rss() - rest)
 """
 
 
+def test_a_stream_of_large_releases_trims_once_per_interval_and_after_the_last():
+    """A trim holds the allocator's locks: a steady stream of large answers gets one trim per interval, not one
+    each, and memory freed by the last of them is still trimmed."""
+    import itertools
+    import time
+
+    from service.engine.memory import _Trimmer
+
+    trims: list[float] = []
+    trimmer = _Trimmer(lambda pad: trims.append(time.monotonic()) or 0, interval=0.2)
+    started = time.monotonic()
+    for _ in range(40):  # 0.4 s of large releases
+        trimmer.trim_soon()
+        time.sleep(0.01)
+    last_release = time.monotonic()
+    wait_until(lambda: trims and trims[-1] >= last_release, 5, "a trim after the last release")
+    assert trims[0] - started < 0.1  # the first one at once
+    assert 2 <= len(trims) <= 4, trims
+    assert all(b - a >= 0.19 for a, b in itertools.pairwise(trims)), trims
+
+
 @pytest.mark.parametrize("trim", ["trim", "no-trim"])
 def test_releasing_a_large_reservation_returns_the_allocators_pages(trim):
     """glibc keeps the pages Rust's encodings were freed from in its arenas (~120 MB after 2M tokens);
@@ -307,7 +329,7 @@ def test_a_large_count_is_sliced_too(sliced, reference_tokenizers, corpus):
     texts = short_texts(corpus)
     texts = texts + texts[:100]  # repeats are counted once
     calls_before = len(gate.calls)
-    lengths = runner.run(runner.engine.lengths(texts))
+    lengths = runner.result(runner.engine.submit_lengths, texts)
     assert len(gate.calls) - calls_before >= 2
     reference = reference_tokenizers["wordpiece_default"]
     assert lengths == [len(ids) for ids in reference(texts)["input_ids"]]

@@ -182,6 +182,8 @@ def test_fingerprint_header_is_the_same_across_restarts(tokenizer_dirs):
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    if args[:1] == ("serve",) and "--port" not in args:  # serve binds its port first: never the shared 8000
+        args = (*args, "--port", "0")
     return subprocess.run(
         [sys.executable, "-m", "service", *args],
         cwd=REPO,

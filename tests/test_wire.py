@@ -1,20 +1,24 @@
-"""The wire contract (service/wire.py) is the one source: every typed copy of it must agree with it, and it
-must agree with transformers. A drift in option names, order, defaults or allowed values fails here."""
+"""The wire contract (service/wire.py) is the one source: the server's request models and the engine's options
+are derived from its option sets, the clients' spelled-out signatures must agree with them and send every
+option they take, and the declarations must agree with transformers. A drift in option names, order,
+defaults or allowed values fails here."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
+import json
 import types
 import typing
 from typing import Any, Literal, Union
 
 import pytest
 
-from service import wire
-from service.client import AsyncTokenizerClient, Collator, TokenizerClient
-from service.engine.encoding import EncodeOptions, LengthOptions
-from service.http.models import EncodeRequest, LengthsRequest, TokenizeRequest
+from service import engine, wire
+from service.client import AsyncTokenizerClient, Collator, InvalidRequest, TokenizerClient
+from service.client.transports import MockTransport, Response
+from service.http.models import DecodeRequest, EncodeRequest, LengthsRequest, TokenizeRequest
 from service.http.settings import Settings
 
 OPTIONS = list(wire.ENCODE_OPTIONS)
@@ -50,13 +54,31 @@ def test_wire_defaults_are_transformers_defaults():
     assert "return_tensors" in call  # the client's, never sent
 
 
-def test_engine_options_follow_the_wire():
-    fields = dataclasses.fields(EncodeOptions)
-    assert [f.name for f in fields] == OPTIONS
-    assert {f.name: f.default for f in fields} == dict(wire.ENCODE_OPTIONS)
+def test_the_engine_takes_the_wire_declarations_themselves():
+    """Derived, not copied: the engine's option classes are the wire's, and each request model gives one."""
+    assert engine.EncodeOptions is wire.EncodeOptions and engine.LengthOptions is wire.LengthOptions
+    assert engine.TokenizeOptions is wire.TokenizeOptions and engine.DecodeOptions is wire.DecodeOptions
+    for model, option_set, body in (
+        (EncodeRequest, wire.EncodeOptions, {"texts": ["a"], "padding": "longest", "max_length": 3}),
+        (LengthsRequest, wire.LengthOptions, {"texts": ["a"], "stride": 2}),
+        (TokenizeRequest, wire.TokenizeOptions, {"texts": ["a"], "return_sequence_ids": True}),
+        (DecodeRequest, wire.DecodeOptions, {"ids": [[1]], "skip_special_tokens": True}),
+    ):
+        options = model.model_validate(body).options()
+        assert type(options) is option_set
+        assert wire.changed_options(options) == {k: v for k, v in body.items() if k not in ("texts", "ids")}
 
 
-def test_server_request_model_follows_the_wire():
+def test_server_request_models_follow_the_wire():
+    for model, option_set in (
+        (EncodeRequest, wire.EncodeOptions),
+        (LengthsRequest, wire.LengthOptions),
+        (TokenizeRequest, wire.TokenizeOptions),
+        (DecodeRequest, wire.DecodeOptions),
+    ):
+        fields = {name: f for name, f in model.model_fields.items() if name not in ("texts", "text_pairs", "ids")}
+        assert list(fields) == [f.name for f in dataclasses.fields(option_set)], model
+        assert {name: f.default for name, f in fields.items()} == wire.option_defaults(option_set), model
     fields = {name: f for name, f in EncodeRequest.model_fields.items() if name not in ("texts", "text_pairs")}
     assert list(fields) == OPTIONS
     assert {name: f.default for name, f in fields.items()} == dict(wire.ENCODE_OPTIONS)
@@ -104,6 +126,65 @@ def test_encode_ragged_takes_exactly_the_wire_options(client_class):
     assert list(defaults) == OPTIONS and defaults == dict(wire.ENCODE_OPTIONS)
 
 
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+@pytest.mark.parametrize("method", ["decode", "batch_decode"])
+def test_client_decode_takes_exactly_the_wire_options(client_class, method):
+    defaults = keyword_defaults(getattr(client_class, method))
+    assert list(defaults) == list(wire.DECODE_OPTIONS) and defaults == dict(wire.DECODE_OPTIONS)
+
+
+# A value other than the default for every option whose default is not a bool (those are flipped).
+NOT_DEFAULT = {
+    "padding": "longest",
+    "truncation": "only_first",
+    "max_length": 7,
+    "stride": 3,
+    "pad_to_multiple_of": 8,
+    "padding_side": "left",
+    "return_token_type_ids": True,
+    "return_attention_mask": False,
+    "clean_up_tokenization_spaces": True,
+}
+
+
+def not_default(name: str, default: Any) -> Any:
+    return not default if isinstance(default, bool) else NOT_DEFAULT[name]
+
+
+CALLS = [  # client method, its input, the option set it sends
+    ("encode", ["a text"], wire.EncodeOptions),
+    ("encode_ragged", ["a text"], wire.EncodeOptions),
+    ("lengths", ["a text"], wire.LengthOptions),
+    ("tokenize", ["a text"], wire.TokenizeOptions),
+    ("decode", [5, 6], wire.DecodeOptions),
+    ("batch_decode", [[5, 6]], wire.DecodeOptions),
+]
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+@pytest.mark.parametrize("method, inputs, option_set", CALLS, ids=[c[0] for c in CALLS])
+def test_every_option_a_client_method_takes_reaches_the_body(client_class, method, inputs, option_set):
+    """The signatures are spelled out for IDEs; what they send is built from the declaration, by name: an
+    option forgotten or renamed on the way would be sent as its default (or not at all) and fail here."""
+    sent: list[dict] = []
+
+    def handler(request):
+        sent.append(json.loads(request.body))
+        return Response(422, {"content-type": "application/json"}, b'{"error": "recorded", "error_type": "x"}')
+
+    options = {name: not_default(name, default) for name, default in wire.option_defaults(option_set).items()}
+    client = client_class("http://a:1", transport=MockTransport(handler))
+    call = getattr(client, method)
+    with pytest.raises(InvalidRequest, match="recorded"):
+        if client_class is AsyncTokenizerClient:
+            asyncio.run(call(inputs, **options))
+        else:
+            call(inputs, **options)
+    body = sent[0]
+    assert {name: body.get(name) for name in options} == options
+    assert wire.changed_options(option_set(**options)) == options  # each value is one to send
+
+
 def test_ragged_layout_names_are_not_output_keys():
     assert wire.RAGGED_ROW_LENGTHS not in wire.OUTPUT_KEYS
     assert set(wire.PER_ROW_KEYS) < set(wire.OUTPUT_KEYS)
@@ -112,10 +193,11 @@ def test_ragged_layout_names_are_not_output_keys():
 
 
 def test_client_sends_only_what_differs_from_the_wire_defaults():
-    assert wire.non_default_options(dict(wire.ENCODE_OPTIONS)) == {}
-    assert wire.non_default_options({"padding": 0, "stride": 0}) == {"padding": 0}  # 0 is not False
-    with pytest.raises(TypeError, match="unknown encode option"):
-        wire.non_default_options({"paddding": True})
+    assert wire.changed_options(wire.EncodeOptions()) == {}
+    assert wire.changed_options(wire.EncodeOptions(padding=0, stride=0)) == {"padding": 0}  # 0 is not False
+    assert wire.changed_options(wire.TokenizeOptions(add_special_tokens=False)) == {}  # tokenize's own default
+    with pytest.raises(TypeError, match="paddding"):
+        wire.EncodeOptions(paddding=True)
 
 
 def test_collator_takes_exactly_the_wire_options():
@@ -152,11 +234,9 @@ def test_length_options_are_encode_options_with_their_defaults():
     assert not {"padding", "pad_to_multiple_of", "padding_side"} & set(LENGTH_OPTIONS)  # a count is unpadded
 
 
-def test_engine_length_options_follow_the_wire():
-    fields = dataclasses.fields(LengthOptions)
-    assert [f.name for f in fields] == LENGTH_OPTIONS
-    assert {f.name: f.default for f in fields} == dict(wire.LENGTHS_OPTIONS)
+def test_length_options_are_those_of_the_unpadded_encode():
     # a count is the length of the unpadded encode with the same options
+    LengthOptions = wire.LengthOptions
     assert dataclasses.asdict(LengthOptions().as_encode_options()) == dict(wire.ENCODE_OPTIONS)
     custom = LengthOptions(False, "only_first", 9, 2, True)
     assert {k: v for k, v in dataclasses.asdict(custom.as_encode_options()).items() if k in LENGTH_OPTIONS} == (
@@ -184,10 +264,16 @@ def test_client_lengths_signatures_follow_the_wire(client_class):
     assert defaults == dict(wire.LENGTHS_OPTIONS)
 
 
-def test_lengths_sends_only_length_options():
-    assert wire.non_default_options({"max_length": 8, "stride": 0}, wire.LENGTHS_OPTIONS) == {"max_length": 8}
-    with pytest.raises(TypeError, match="unknown lengths option"):
-        wire.non_default_options({"padding": True}, wire.LENGTHS_OPTIONS)
+def test_shared_options_are_declared_once_with_their_values_and_bounds():
+    """/lengths and /tokenize take some of /encode's options: declared there, so the same values and bounds."""
+    encode = {f.name: f for f in dataclasses.fields(wire.EncodeOptions)}
+    for option_set in (wire.LengthOptions, wire.TokenizeOptions):
+        for declared in dataclasses.fields(option_set):
+            if declared.name in encode:
+                assert {k: v for k, v in declared.metadata.items() if k != wire.DOC} == dict(
+                    encode[declared.name].metadata
+                ), declared.name
+    assert wire.TOKENIZE_OPTIONS["add_special_tokens"] is False  # tokenize's default, not __call__'s
 
 
 def test_the_documented_error_body_has_the_wire_fields():

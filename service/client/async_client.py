@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..wire import LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS, TOKENIZE_OPTIONS
+from ..wire import LENGTHS_BATCH_TEXTS, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .calls import (
     RETRY_STATUSES,
     Call,
@@ -23,7 +23,7 @@ from .calls import (
     rejection,
     tokenize_call,
 )
-from .clients import TokenizerClient, _ClientBase, _options
+from .clients import TokenizerClient, _ClientBase
 from .exceptions import TransportError
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, RetryPolicy
@@ -100,7 +100,21 @@ class AsyncTokenizerClient(_ClientBase):
         return_length: bool = False,
     ) -> EncodeResult:
         """As :meth:`TokenizerClient.encode`."""
-        options = _options(locals())
+        options = EncodeOptions(
+            add_special_tokens=add_special_tokens,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_token_type_ids=return_token_type_ids,
+            return_attention_mask=return_attention_mask,
+            return_overflowing_tokens=return_overflowing_tokens,
+            return_special_tokens_mask=return_special_tokens_mask,
+            return_offsets_mapping=return_offsets_mapping,
+            return_length=return_length,
+        )
         return await self._send(encode_call(text, text_pair, options, return_tensors))
 
     __call__ = encode
@@ -118,7 +132,14 @@ class AsyncTokenizerClient(_ClientBase):
         batch_size: int = LENGTHS_BATCH_TEXTS,
     ) -> Any:
         """As :meth:`TokenizerClient.lengths`."""
-        calls, batched = lengths_calls(text, text_pair, _options(locals(), LENGTHS_OPTIONS), batch_size)
+        options = LengthOptions(
+            add_special_tokens=add_special_tokens,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=return_overflowing_tokens,
+        )
+        calls, batched = lengths_calls(text, text_pair, options, batch_size)
         lengths = [n for call in calls for n in await self._send(call)]
         return lengths if batched else lengths[0]
 
@@ -142,20 +163,40 @@ class AsyncTokenizerClient(_ClientBase):
         return_length: bool = False,
     ) -> RaggedResult:
         """As :meth:`TokenizerClient.encode_ragged`."""
-        options = _options(locals())
+        options = EncodeOptions(
+            add_special_tokens=add_special_tokens,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_token_type_ids=return_token_type_ids,
+            return_attention_mask=return_attention_mask,
+            return_overflowing_tokens=return_overflowing_tokens,
+            return_special_tokens_mask=return_special_tokens_mask,
+            return_offsets_mapping=return_offsets_mapping,
+            return_length=return_length,
+        )
         return await self._send(encode_ragged_call(text, text_pair, options))
 
     async def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
     ) -> str:
         """As :meth:`TokenizerClient.decode`."""
-        return await self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
+        options = DecodeOptions(
+            skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+        )
+        return await self._send(decode_call(ids, options, single=True))
 
     async def batch_decode(
         self, sequences: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
     ) -> list[str]:
         """As :meth:`TokenizerClient.batch_decode`."""
-        return await self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
+        options = DecodeOptions(
+            skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+        )
+        return await self._send(decode_call(sequences, options, single=False))
 
     async def tokenize(
         self,
@@ -168,7 +209,13 @@ class AsyncTokenizerClient(_ClientBase):
         return_sequence_ids: bool = False,
     ) -> Any:
         """As :meth:`TokenizerClient.tokenize`."""
-        return await self._send(tokenize_call(text, pair, _options(locals(), TOKENIZE_OPTIONS)))
+        options = TokenizeOptions(
+            add_special_tokens=add_special_tokens,
+            truncation=truncation,
+            max_length=max_length,
+            return_sequence_ids=return_sequence_ids,
+        )
+        return await self._send(tokenize_call(text, pair, options))
 
     async def info(self) -> dict[str, Any]:
         """As :meth:`TokenizerClient.info`."""

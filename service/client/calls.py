@@ -20,15 +20,17 @@ from ..wire import (
     INFO_PATH,
     JSON_MEDIA_TYPE,
     LENGTHS_KEY,
-    LENGTHS_OPTIONS,
     LENGTHS_PATH,
     RAGGED_MEDIA_TYPE,
     RETRY_AFTER_HEADER,
     RETURN_TENSORS,
     SAFETENSORS_MEDIA_TYPE,
-    TOKENIZE_OPTIONS,
     TOKENIZE_PATH,
-    non_default_options,
+    DecodeOptions,
+    EncodeOptions,
+    LengthOptions,
+    TokenizeOptions,
+    changed_options,
 )
 from .exceptions import (
     FingerprintMismatch,
@@ -147,15 +149,20 @@ def split_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | None
     return texts, pairs, True
 
 
-def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tensors: str | None) -> Call[EncodeResult]:
-    if return_tensors not in RETURN_TENSORS:
-        raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
-    texts, pairs, batched = split_inputs(text, text_pair)
+def _texts_body(texts: list[str], pairs: list[str] | None, options: Any) -> bytes:
+    """The JSON body of a texts route: the texts (and pairs), then the options that differ from the defaults."""
     payload: dict[str, Any] = {"texts": texts}
     if pairs is not None:
         payload["text_pairs"] = pairs
-    payload.update(non_default_options(options))
-    overflowing = bool(options.get("return_overflowing_tokens"))
+    payload.update(changed_options(options))
+    return _dumps(payload)
+
+
+def encode_call(text: Any, text_pair: Any, options: EncodeOptions, return_tensors: str | None) -> Call[EncodeResult]:
+    if return_tensors not in RETURN_TENSORS:
+        raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
+    texts, pairs, batched = split_inputs(text, text_pair)
+    overflowing = bool(options.return_overflowing_tokens)
 
     if return_tensors is None:
 
@@ -174,17 +181,13 @@ def encode_call(text: Any, text_pair: Any, options: dict[str, Any], return_tenso
             return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
 
     accept = JSON_MEDIA_TYPE if return_tensors is None else SAFETENSORS_MEDIA_TYPE
-    return Call("POST", ENCODE_PATH, _dumps(payload), parse, accept=accept)
+    return Call("POST", ENCODE_PATH, _texts_body(texts, pairs, options), parse, accept=accept)
 
 
-def encode_ragged_call(text: Any, text_pair: Any, options: dict[str, Any]) -> Call[RaggedResult]:
+def encode_ragged_call(text: Any, text_pair: Any, options: EncodeOptions) -> Call[RaggedResult]:
     """An encode answered in the ragged binary layout (``service.wire.RAGGED_MEDIA_TYPE``); a JSON answer
     (a server that predates it) is read too."""
     texts, pairs, _ = split_inputs(text, text_pair)  # always rows: a single text is a batch of one
-    payload: dict[str, Any] = {"texts": texts}
-    if pairs is not None:
-        payload["text_pairs"] = pairs
-    payload.update(non_default_options(options))
 
     def parse(response: Response, url: str) -> RaggedResult:
         content_type = response.headers.get("content-type", "")
@@ -194,11 +197,11 @@ def encode_ragged_call(text: Any, text_pair: Any, options: dict[str, Any]) -> Ca
             return RaggedResult.from_lists(_json_body(response, url, "input_ids"))
         raise ProtocolError(f"{url}: asked for {RAGGED_MEDIA_TYPE}, got {content_type!r}", url=url)
 
-    return Call("POST", ENCODE_PATH, _dumps(payload), parse, accept=RAGGED_MEDIA_TYPE)
+    return Call("POST", ENCODE_PATH, _texts_body(texts, pairs, options), parse, accept=RAGGED_MEDIA_TYPE)
 
 
 def lengths_calls(
-    text: Any, text_pair: Any, options: dict[str, Any], batch_size: int
+    text: Any, text_pair: Any, options: LengthOptions, batch_size: int
 ) -> tuple[list[Call[list[Any]]], bool]:
     """The ``/lengths`` requests for ``text`` (a str, a batch, or pairs, read as ``encode`` reads them), at most
     ``batch_size`` texts each, and whether the input was a batch. Each call's answer is checked to hold one
@@ -208,15 +211,12 @@ def lengths_calls(
     texts, pairs, batched = split_inputs(text, text_pair)
     if not texts:
         return [], batched
-    sent = non_default_options(options, LENGTHS_OPTIONS)
-    overflowing = bool(options.get("return_overflowing_tokens"))
+    overflowing = bool(options.return_overflowing_tokens)
     calls = []
     for start in range(0, len(texts), batch_size):
-        payload: dict[str, Any] = {"texts": texts[start : start + batch_size]}
-        if pairs is not None:
-            payload["text_pairs"] = pairs[start : start + batch_size]
-        payload.update(sent)
-        calls.append(Call("POST", LENGTHS_PATH, _dumps(payload), _lengths_parser(len(payload["texts"]), overflowing)))
+        some = texts[start : start + batch_size]
+        body = _texts_body(some, None if pairs is None else pairs[start : start + batch_size], options)
+        calls.append(Call("POST", LENGTHS_PATH, body, _lengths_parser(len(some), overflowing)))
     return calls, batched
 
 
@@ -248,25 +248,17 @@ def _id_list(ids: Any, what: str) -> list[int]:
 
 
 @overload
-def decode_call(
-    sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None, single: Literal[True]
-) -> Call[str]: ...
+def decode_call(sequences: Any, options: DecodeOptions, single: Literal[True]) -> Call[str]: ...
 @overload
-def decode_call(
-    sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None, single: Literal[False]
-) -> Call[list[str]]: ...
-def decode_call(
-    sequences: Any, skip_special_tokens: bool, clean_up_tokenization_spaces: bool | None, single: bool
-) -> Call[str] | Call[list[str]]:
+def decode_call(sequences: Any, options: DecodeOptions, single: Literal[False]) -> Call[list[str]]: ...
+def decode_call(sequences: Any, options: DecodeOptions, single: bool) -> Call[str] | Call[list[str]]:
     if single:
         ids = [_id_list(sequences, "ids")]
     else:
         if hasattr(sequences, "tolist"):
             sequences = sequences.tolist()
         ids = [_id_list(row, f"sequences[{i}]") for i, row in enumerate(sequences)]
-    payload: dict[str, Any] = {"ids": ids, "skip_special_tokens": skip_special_tokens}
-    if clean_up_tokenization_spaces is not None:
-        payload["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+    payload: dict[str, Any] = {"ids": ids, **changed_options(options)}
 
     def parse(response: Response, url: str) -> Any:
         texts = _json_body(response, url, "texts")["texts"]
@@ -275,15 +267,11 @@ def decode_call(
     return Call("POST", DECODE_PATH, _dumps(payload), parse)
 
 
-def tokenize_call(text: Any, pair: Any, options: dict[str, Any]) -> Call[Any]:
+def tokenize_call(text: Any, pair: Any, options: TokenizeOptions) -> Call[Any]:
     """``/tokenize`` for ``text`` (and ``pair``), read as ``encode`` reads its inputs. The answer: the tokens
     (one list, or one per text); with ``return_sequence_ids``, ``{"tokens": ..., "sequence_ids": ...}``."""
     texts, pairs, batched = split_inputs(text, pair)
-    payload: dict[str, Any] = {"texts": texts}
-    if pairs is not None:
-        payload["text_pairs"] = pairs
-    payload.update(non_default_options(options, TOKENIZE_OPTIONS))
-    with_ids = bool(options.get("return_sequence_ids"))
+    with_ids = bool(options.return_sequence_ids)
 
     def parse(response: Response, url: str) -> Any:
         body = _json_body(response, url, "tokens")
@@ -303,7 +291,7 @@ def tokenize_call(text: Any, pair: Any, options: dict[str, Any]) -> Call[Any]:
             return {"tokens": tokens, "sequence_ids": sequence_ids}
         return {"tokens": tokens[0], "sequence_ids": sequence_ids[0]}
 
-    return Call("POST", TOKENIZE_PATH, _dumps(payload), parse)
+    return Call("POST", TOKENIZE_PATH, _texts_body(texts, pairs, options), parse)
 
 
 def info_call() -> Call[dict[str, Any]]:

@@ -18,14 +18,15 @@ from ..wire import (
     API_KEY_ENV,
     AUTH_SCHEME,
     AUTHORIZATION_HEADER,
-    ENCODE_OPTIONS,
     JSON_MEDIA_TYPE,
     LENGTHS_BATCH_TEXTS,
-    LENGTHS_OPTIONS,
     RAGGED_MEDIA_TYPE,
     SAFETENSORS_MEDIA_TYPE,
-    TOKENIZE_OPTIONS,
     URL_ENV,
+    DecodeOptions,
+    EncodeOptions,
+    LengthOptions,
+    TokenizeOptions,
 )
 from .calls import (
     RETRY_STATUSES,
@@ -50,21 +51,14 @@ T = TypeVar("T")
 _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 
-def _options(arguments: dict[str, Any], contract: Mapping[str, Any] = ENCODE_OPTIONS) -> dict[str, Any]:
-    """The options of ``contract`` among a method's arguments (its ``locals()``): the methods spell each
-    option out for IDEs and ``help()``, and ``tests/test_wire.py`` holds their names and defaults to
-    ``service.wire.ENCODE_OPTIONS`` (``encode``), ``LENGTHS_OPTIONS`` (``lengths``) and ``TOKENIZE_OPTIONS``
-    (``tokenize``)."""
-    return {name: arguments[name] for name in contract}
-
-
 def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
     """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``."""
     if url is None:
         url = os.environ.get(URL_ENV, "")
         if not url.strip():
             raise ValueError(
-                f"no service URL: pass url= (one URL, several, or a comma-separated string) or set {URL_ENV}"
+                f"no service URL: set {URL_ENV}, or give one (--url on the command line, url= in Python): "
+                "one URL, several, or a comma-separated list"
             )
     parts = url.split(",") if isinstance(url, str) else list(url)
     urls = []
@@ -79,7 +73,7 @@ def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
         if part not in urls:
             urls.append(part)
     if not urls:
-        raise ValueError(f"no service URL in {url!r}")
+        raise ValueError(f"no service URL in {url!r}: give an http(s) URL, e.g. http://127.0.0.1:8000")
     return tuple(urls)
 
 
@@ -233,7 +227,21 @@ class TokenizerClient(_ClientBase):
         from the binary answer without a copy and need rectangular rows (pass ``padding``), else
         :class:`NotAcceptable`. Invalid options raise :class:`InvalidRequest`, as transformers would raise.
         """
-        options = _options(locals())
+        options = EncodeOptions(
+            add_special_tokens=add_special_tokens,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_token_type_ids=return_token_type_ids,
+            return_attention_mask=return_attention_mask,
+            return_overflowing_tokens=return_overflowing_tokens,
+            return_special_tokens_mask=return_special_tokens_mask,
+            return_offsets_mapping=return_offsets_mapping,
+            return_length=return_length,
+        )
         return self._send(encode_call(text, text_pair, options, return_tensors))
 
     __call__ = encode
@@ -260,7 +268,14 @@ class TokenizerClient(_ClientBase):
         texts: they are sent ``batch_size`` per request (the server's ``max_texts_per_request``, 4,096 by
         default, is the most it takes); an empty batch gives ``[]`` without a request.
         """
-        calls, batched = lengths_calls(text, text_pair, _options(locals(), LENGTHS_OPTIONS), batch_size)
+        options = LengthOptions(
+            add_special_tokens=add_special_tokens,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            return_overflowing_tokens=return_overflowing_tokens,
+        )
+        calls, batched = lengths_calls(text, text_pair, options, batch_size)
         lengths = [n for call in calls for n in self._send(call)]
         return lengths if batched else lengths[0]
 
@@ -287,20 +302,40 @@ class TokenizerClient(_ClientBase):
         no padding, each key one flat int64 numpy array plus ``row_lengths`` (a :class:`RaggedResult`;
         ``result.tolist()`` equals the in-process lists). The fast path for pre-tokenization: neither JSON
         nor a Python int per token on the client. A single text is a batch of one row."""
-        options = _options(locals())
+        options = EncodeOptions(
+            add_special_tokens=add_special_tokens,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            stride=stride,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_token_type_ids=return_token_type_ids,
+            return_attention_mask=return_attention_mask,
+            return_overflowing_tokens=return_overflowing_tokens,
+            return_special_tokens_mask=return_special_tokens_mask,
+            return_offsets_mapping=return_offsets_mapping,
+            return_length=return_length,
+        )
         return self._send(encode_ragged_call(text, text_pair, options))
 
     def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
     ) -> str:
         """The text of one id sequence (list, 1-D array or tensor), as ``tokenizer.decode``."""
-        return self._send(decode_call(ids, skip_special_tokens, clean_up_tokenization_spaces, single=True))
+        options = DecodeOptions(
+            skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+        )
+        return self._send(decode_call(ids, options, single=True))
 
     def batch_decode(
         self, sequences: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
     ) -> list[str]:
         """The texts of several id sequences (lists, or a 2-D array or tensor), as ``tokenizer.batch_decode``."""
-        return self._send(decode_call(sequences, skip_special_tokens, clean_up_tokenization_spaces, single=False))
+        options = DecodeOptions(
+            skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+        )
+        return self._send(decode_call(sequences, options, single=False))
 
     def tokenize(
         self,
@@ -320,7 +355,13 @@ class TokenizerClient(_ClientBase):
         with the same options -- one per id, ``BatchEncoding.tokens()``. With ``return_sequence_ids=True``
         the answer is ``{"tokens": ..., "sequence_ids": ...}``: per token ``None`` (a special token), 0 (the
         text) or 1 (the pair), as ``BatchEncoding.sequence_ids()``."""
-        return self._send(tokenize_call(text, pair, _options(locals(), TOKENIZE_OPTIONS)))
+        options = TokenizeOptions(
+            add_special_tokens=add_special_tokens,
+            truncation=truncation,
+            max_length=max_length,
+            return_sequence_ids=return_sequence_ids,
+        )
+        return self._send(tokenize_call(text, pair, options))
 
     def info(self) -> dict[str, Any]:
         """What the server serves: tokenizer, ``fingerprint``, limits, batching, versions."""

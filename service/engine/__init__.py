@@ -2,24 +2,32 @@
 
     engine = Engine(load_tokenizer("path/or/hub-id"), threads=4)
     await engine.astart()
-    batch = await engine.encode(["a text"], options=EncodeOptions(padding=True))
+    batch = await engine.submit_encode(["a text"], options=EncodeOptions(padding=True))
     await engine.astop()
 
-The web layer (``service.http``) only translates requests into these calls and errors into statuses.
+Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request). The parts:
+``engine`` (the front: admission and lifecycle), ``batching`` (the queue), ``bounds`` (what a request may hold),
+``memory`` (the budget those bounds are reserved from), ``work`` (what runs on the tokenizer thread),
+``encoding`` (option resolution and shaping), ``loading``, ``parallelism``, ``info``, ``errors``. The web layer
+(``service.http``) only translates requests into these calls and errors into statuses.
 """
 
+from ..wire import DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .batching import BatchingConfig, BatchObserver
-from .encoding import EncodedBatch, EncodeOptions, LengthOptions
-from .engine import Engine, EngineLimits, TokenizedBatch
+from .encoding import EncodedBatch
+from .engine import Engine, EngineLimits
 from .errors import ErrorKind, ServiceError
 from .loading import DEFAULT_TOKENIZER_DIR, LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
 from .parallelism import ForkGuard, available_cpus, configure_rust_parallelism
+from .work import TokenizedBatch
 
 __all__ = [
     "Engine",
     "EngineLimits",
     "EncodeOptions",
     "LengthOptions",
+    "TokenizeOptions",
+    "DecodeOptions",
     "EncodedBatch",
     "TokenizedBatch",
     "BatchingConfig",

@@ -76,7 +76,7 @@ import numpy as np
 from ..wire import PADDING_SIDES
 from .encoding import EncodedBatch, EncodeOptions, TokenizerFacts, plan_encode
 from .errors import ErrorKind, ServiceError
-from .memory import utf8_length
+from .bounds import utf8_length
 
 __all__ = [
     "ASSISTANT_MASK_SOURCES",

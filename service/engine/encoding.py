@@ -20,50 +20,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..wire import OUTPUT_KEYS, PADDING_VALUES, TRUNCATION_VALUES
+from ..wire import OUTPUT_KEYS, PADDING_VALUES, TRUNCATION_VALUES, EncodeOptions
 from .errors import ErrorKind, ServiceError
-
-
-@dataclass(frozen=True)
-class EncodeOptions:
-    """The options of a transformers tokenizer call, with the same names and defaults
-    (``service.wire.ENCODE_OPTIONS``, which ``tests/test_wire.py`` holds this class to)."""
-
-    add_special_tokens: bool = True
-    padding: bool | str = False
-    truncation: bool | str | None = None
-    max_length: int | None = None
-    stride: int = 0
-    pad_to_multiple_of: int | None = None
-    padding_side: str | None = None
-    return_token_type_ids: bool | None = None
-    return_attention_mask: bool | None = None
-    return_overflowing_tokens: bool = False
-    return_special_tokens_mask: bool = False
-    return_offsets_mapping: bool = False
-    return_length: bool = False
-
-
-@dataclass(frozen=True)
-class LengthOptions:
-    """The options of a token count (``service.wire.LENGTHS_OPTIONS``): those of :class:`EncodeOptions` that
-    change how many tokens a text becomes, with the same names and defaults."""
-
-    add_special_tokens: bool = True
-    truncation: bool | str | None = None
-    max_length: int | None = None
-    stride: int = 0
-    return_overflowing_tokens: bool = False
-
-    def as_encode_options(self) -> EncodeOptions:
-        """The encode these counts are the lengths of: no padding (a length is the unpadded count)."""
-        return EncodeOptions(
-            add_special_tokens=self.add_special_tokens,
-            truncation=self.truncation,
-            max_length=self.max_length,
-            stride=self.stride,
-            return_overflowing_tokens=self.return_overflowing_tokens,
-        )
 
 
 @dataclass(frozen=True)
@@ -226,10 +184,6 @@ class EncodedBatch:
     rectangular: bool
     num_tokens: int = 0  # real (unpadded) tokens, for metrics
 
-    def to_lists(self) -> dict[str, Any]:
-        """Plain Python lists, as a transformers BatchEncoding holds them."""
-        return {key: _as_lists(value) for key, value in self.data.items()}
-
 
 def count_tokens(encodings: Sequence[Any], with_overflow: bool) -> list[Any]:
     """Token counts of one request's Rust encodings: ``len(input_ids)`` of each, or with overflow the counts of
@@ -237,14 +191,6 @@ def count_tokens(encodings: Sequence[Any], with_overflow: bool) -> list[Any]:
     if with_overflow:
         return [[len(e), *map(len, e.overflowing)] for e in encodings]
     return list(map(len, encodings))
-
-
-def _as_lists(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, list):
-        return [_as_lists(v) for v in value]
-    return value
 
 
 # Columns read from every row of a Rust encoding (attention_mask is made from the lengths, length and
@@ -320,11 +266,6 @@ def join_rows(parts: Sequence[EncodedRows]) -> EncodedRows:
         sample_map=np.concatenate(maps),
         inputs=offset,
     )
-
-
-def build_batch(encodings: Sequence[Any], plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:
-    """Shape one request's Rust encodings (one per input text or pair) into what transformers returns."""
-    return shape_rows(extract_rows(encodings, plan), plan, max_response_tokens)
 
 
 def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:

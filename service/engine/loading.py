@@ -9,9 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import socket
+import threading
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 logger = logging.getLogger(__name__)
 
@@ -34,22 +38,32 @@ class LoadedTokenizer:
 
 
 def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTokenizer:
-    """Load ``source`` (file, directory, hub id; None for the embedded default) as a fast tokenizer."""
+    """Load ``source`` (file, directory, hub id; None for the embedded default) as a fast tokenizer.
+
+    A source that looks like a path (``./dir``, ``/abs``, ``~/x``, ``a/b/c``, ``x.json``) is a path: if
+    nothing is there, the error says so rather than quoting the hub's rules for repo ids. Anything else is a
+    hub id (:func:`_from_hub`): it fails within seconds when the hub cannot be reached."""
     # Imported here: the client and the CLI's argument parsing must not pay for transformers.
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     display = DEFAULT_SOURCE if source is None else source
+    path = None if source is None else Path(source).expanduser()
     try:
-        if source is None:
+        if path is None:
             tokenizer = AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR), trust_remote_code=False)
-        elif Path(source).is_file():
+        elif path.is_file():
             if revision is not None:
                 raise TokenizerLoadError(f"--revision applies to hub ids, not to the file {source!r}")
-            tokenizer = PreTrainedTokenizerFast(tokenizer_file=source)
-        elif Path(source).is_dir():
-            tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+            tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        elif path.is_dir():
+            tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+        elif looks_like_a_path(display):
+            raise TokenizerLoadError(
+                f"cannot load tokenizer {source!r}: no such file or directory ({path.absolute()}); --model "
+                "takes a tokenizer.json file, a tokenizer directory or a hub model id (org/name)"
+            )
         else:
-            tokenizer = AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
+            tokenizer = _from_hub(display, revision)
     except TokenizerLoadError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for the same failures
@@ -57,14 +71,98 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
         raise TokenizerLoadError(f"cannot load tokenizer {display!r}: {first_line}") from exc
 
     tokenizer = _ensure_fast(tokenizer, display)
-    if source is not None and Path(source).is_dir():
-        display, revision = _baked_origin(Path(source), display, revision)
+    if path is not None and path.is_dir():
+        display, revision = _baked_origin(path, display, revision)
     backend = tokenizer.backend_tokenizer
     # transformers keeps no padding/truncation state between calls; start from the same clean slate.
     backend.no_padding()
     backend.no_truncation()
     backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
     return LoadedTokenizer(tokenizer, display, revision, fingerprint(tokenizer))
+
+
+def looks_like_a_path(source: str) -> bool:
+    """Whether ``source`` can only be meant as a local path: a hub id is ``name`` or ``org/name`` (letters,
+    digits, ``-_.``), never ``./x``, ``/x``, ``~/x``, ``a/b/c``, a backslash or a ``.json`` file. URLs
+    (``scheme://``) are not paths."""
+    if "://" in source:
+        return False
+    return (
+        source.startswith(("/", "./", "../", "~", ".\\"))
+        or source in (".", "..")
+        or source.count("/") > 1
+        or "\\" in source
+        or source.endswith(".json")
+    )
+
+
+#: The longest wait for the hub to answer a connection before a hub id is given up (or read from the cache).
+HUB_CONNECT_SECONDS = 5.0
+
+
+def _from_hub(source: str, revision: str | None) -> Any:
+    """A hub id: downloaded (or revalidated) through transformers, as the user's training code would.
+
+    huggingface_hub retries an unreachable hub for ~25 s per file (~50 s in all) before falling back to its
+    cache. So the hub is tried first with one connection bounded by ``HUB_CONNECT_SECONDS``: unreachable,
+    the tokenizer comes from the local cache if it is there, and otherwise the error says at once what to
+    do offline. ``HF_HUB_OFFLINE=1`` skips the hub altogether."""
+    from huggingface_hub import constants
+    from transformers import AutoTokenizer
+
+    offline_hint = (
+        "offline, serve a local copy with --model DIR (a tokenizer directory, or its tokenizer.json), or put it "
+        "in the HF cache (HF_HOME) and set HF_HUB_OFFLINE=1"
+    )
+    if constants.HF_HUB_OFFLINE:
+        try:
+            return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
+        except OSError as exc:
+            raise TokenizerLoadError(
+                f"cannot load tokenizer {source!r}: HF_HUB_OFFLINE is set and it is not in the HF cache "
+                f"({constants.HF_HUB_CACHE}); {offline_hint}"
+            ) from exc
+    unreachable = hub_unreachable(constants.ENDPOINT, HUB_CONNECT_SECONDS)
+    if unreachable is None:
+        return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            source, revision=revision, trust_remote_code=False, local_files_only=True
+        )
+    except OSError as exc:
+        raise TokenizerLoadError(
+            f"cannot load tokenizer {source!r}: the hub ({constants.ENDPOINT}) cannot be reached ({unreachable}) "
+            f"and it is not in the HF cache ({constants.HF_HUB_CACHE}); {offline_hint}"
+        ) from exc
+    logger.warning(
+        "the hub (%s) cannot be reached (%s): serving %r from the HF cache", constants.ENDPOINT, unreachable, source
+    )
+    return tokenizer
+
+
+def hub_unreachable(endpoint: str, timeout: float) -> str | None:
+    """Why a TCP connection to ``endpoint`` (through the HTTPS proxy, when one is set) fails, or None when
+    it opens; bounded by ``timeout`` even where name resolution hangs."""
+    url = urlsplit(endpoint)
+    host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
+    proxy = urllib.request.getproxies().get(url.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        proxied = urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        host, port = proxied.hostname or "", proxied.port or 80
+    outcome: list[str | None] = []
+
+    def connect() -> None:
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            outcome.append(None)
+        except OSError as exc:
+            outcome.append(exc.strerror or str(exc) or type(exc).__name__)
+
+    # getaddrinfo takes no timeout: resolve and connect on a thread, and wait for it no longer than that
+    attempt = threading.Thread(target=connect, name="hub-probe", daemon=True)
+    attempt.start()
+    attempt.join(timeout)
+    return outcome[0] if outcome else f"no answer from {host}:{port} within {timeout:g}s"
 
 
 def _baked_origin(directory: Path, display: str, revision: str | None) -> tuple[str, str | None]:

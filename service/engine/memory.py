@@ -8,15 +8,14 @@ is refused at once (OVERLOADED, 429 with Retry-After). Reservations are made thr
 admission (:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body
 not yet read), so one place decides.
 
-The bounds (:class:`CostModel`) rest on two facts: a text of ``n`` UTF-8 bytes yields at most ``n`` tokens
-plus the special tokens (every tokenizer consumes at least one byte per token), and padding holds rows x
-the padded length. The per-token and per-position byte costs were measured on the three tokenizer families
-(peak RSS over the process at rest, ``VmHWM``), and carry a margin; the engine encodes large requests in
-slices, so the Rust encodings a request holds at once are bounded by a slice, not by the request.
+The bounds themselves -- safe upper bounds, computed from a request's inputs and options before it runs, and
+the slices a large request is encoded in -- are :mod:`service.engine.bounds`.
 
 After a large answer the allocator keeps the freed pages in its arenas (glibc: ~120 MB kept after a 2M-token
 answer, whatever ``MALLOC_ARENA_MAX`` says); ``malloc_trim(0)`` hands them back in ~10 ms, so it runs, off
-the event loop, once a large reservation is released.
+the event loop, once a large reservation is released -- at most once per :data:`TRIM_INTERVAL_SECONDS`: a
+trim holds the allocator's locks while Rust's threads allocate, and a trim after every large answer of a
+steady stream of them cost the hot path ~15% (measured: ``benchmarks.checkouts``).
 """
 
 from __future__ import annotations
@@ -25,10 +24,9 @@ import ctypes
 import ctypes.util
 import logging
 import math
-import sys
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ErrorKind, ServiceError
@@ -43,8 +41,10 @@ RESTING_MEMORY = 256 * MIB
 #: Of what the limit leaves beside :data:`RESTING_MEMORY`, the share the budget takes: the bounds are upper
 #: bounds, but the allocator's fragmentation and the kernel's socket buffers are not in them.
 BUDGET_SHARE_OF_LIMIT = 0.75
-#: Releasing a reservation at least this large trims the allocator's arenas afterwards.
+#: Releasing a reservation at least this large trims the allocator's arenas afterwards...
 TRIM_AFTER_BYTES = 32 * MIB
+#: ... at once if the last trim is this long ago, else when it is (one trim for all released meanwhile).
+TRIM_INTERVAL_SECONDS = 1.0
 
 
 def cgroup_memory_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
@@ -74,53 +74,6 @@ def default_memory_budget(limit: int | None = None) -> int:
     return max(32 * MIB, int((limit - RESTING_MEMORY) * BUDGET_SHARE_OF_LIMIT))
 
 
-def memory_limit_for_budget(budget: int) -> int:
-    """The smallest container memory limit whose default budget is ``budget`` (what a pod needs)."""
-    return RESTING_MEMORY + math.ceil(budget / BUDGET_SHARE_OF_LIMIT)
-
-
-# -- bounds -----------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class CostModel:
-    """Safe upper bounds, in bytes, of what one request holds. Measured costs with a margin (see module doc)."""
-
-    #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
-    #: plus the Python-side transients of extracting them (measured 165-225 B).
-    rust_per_token: int = 288
-    #: Per output position and per int64 column: the array (8), the flat values before the scatter (8) and
-    #: the serialised answer (JSON up to 11 digits and a comma; safetensors 8), plus the padding mask.
-    out_per_position_column: int = 32
-    #: Python ``str`` per token of a /tokenize answer (object header and list slot), plus JSON quotes.
-    tokenize_per_token: int = 96
-    #: A parsed id of a /decode body (a list slot and an int object).
-    decode_per_id: int = 48
-    #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
-    per_text_byte: int = 12
-    #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
-    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- and 13x for id lists).
-    intake_texts_per_byte: int = 6
-    intake_ids_per_byte: int = 15
-    #: Parsing a small body of many tiny texts costs more per byte than the factor above says.
-    intake_floor: int = 512 * 1024
-
-    def intake(self, body_bytes: int, ids: bool) -> int:
-        """Reading and parsing a body of ``body_bytes`` (``ids``: a /decode body)."""
-        factor = self.intake_ids_per_byte if ids else self.intake_texts_per_byte
-        return self.intake_floor + factor * body_bytes
-
-
-def utf8_length(text: str) -> int:
-    """UTF-8 bytes of ``text`` without copying ASCII (the common case); lone surrogates count 3 bytes."""
-    if text.isascii():
-        return len(text)
-    return len(text.encode("utf-8", "surrogatepass"))
-
-
-def held_bytes(texts: Sequence[str]) -> int:
-    """What the parsed texts themselves occupy."""
-    return sum(map(sys.getsizeof, texts))
-
-
 # -- the budget -------------------------------------------------------------------------------------------
 class MemoryBudget:
     """Bytes that in-flight work may hold at once."""
@@ -133,10 +86,6 @@ class MemoryBudget:
         self._on_change = on_change
         self._lock = threading.Lock()  # the engine thread resizes reservations too
         self._trimmer = _Trimmer()
-
-    @property
-    def available(self) -> int:
-        return self.capacity - self.in_use
 
     def reserve(self, nbytes: int, what: str) -> Reservation:
         """Reserve ``nbytes`` for ``what`` (words for the error message), or raise TOO_LARGE / OVERLOADED."""
@@ -209,16 +158,21 @@ def _mib(nbytes: int) -> str:
 
 
 class _Trimmer:
-    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread (a no-op elsewhere). One thread at a time; a
-    request made while it runs makes it trim once more, so memory freed meanwhile is returned too."""
+    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread (a no-op elsewhere), at most once per
+    ``interval`` seconds. One thread at a time; a request made while it waits is served by its trim, and one
+    made while it trims makes it trim once more after the interval, so memory freed meanwhile is returned too.
+    ``function``: the trim to run (default: the C library's)."""
 
     _malloc_trim: Callable[[int], int] | None = None
     _loaded = False
 
-    def __init__(self) -> None:
+    def __init__(self, function: Callable[[int], int] | None = None, interval: float = TRIM_INTERVAL_SECONDS) -> None:
+        self._given = function
+        self._interval = interval
         self._lock = threading.Lock()
         self._running = False
         self._pending = False
+        self._last = -math.inf  # monotonic time the last trim ended
 
     @classmethod
     def _function(cls) -> Callable[[int], int] | None:
@@ -232,7 +186,7 @@ class _Trimmer:
         return cls._malloc_trim
 
     def trim_soon(self) -> None:
-        if self._function() is None:
+        if self._given is None and self._function() is None:
             return
         with self._lock:
             self._pending = True
@@ -242,12 +196,17 @@ class _Trimmer:
         threading.Thread(target=self._trim, name="malloc-trim", daemon=True).start()
 
     def _trim(self) -> None:
-        function = self._function()
+        function = self._given or self._function()
         while True:
             with self._lock:
                 if not self._pending:
                     self._running = False
                     return
-                self._pending = False
+            wait = self._last + self._interval - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            with self._lock:
+                self._pending = False  # this trim returns what was freed until now
             if function is not None:
                 function(0)
+            self._last = time.monotonic()

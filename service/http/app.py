@@ -1,7 +1,7 @@
 """The app factory: routes, error handlers and middleware around one :class:`~service.http.runtime.Runtime`.
 
-The web layer parses, authorises, counts and serialises; it never tokenizes. Engine errors become HTTP
-answers in one place (:mod:`service.http.responses`).
+The web layer parses, authorises, counts and serialises; it never tokenizes. The engine's errors and the web
+layer's own become answers through one status table and one body shape (:mod:`service.http.responses`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,13 @@ from starlette.responses import Response
 
 from .. import __version__
 from ..engine import ErrorKind, LoadedTokenizer, ServiceError
-from ..wire import PLAYGROUND_PATH
-from .middleware import BearerAuth, CatchAll, EncodeFastPath, ReleaseAfterSend, RequestMetrics
+from ..wire import AUTH_SCHEME, PLAYGROUND_PATH
+from .api_docs import DOCS_PATH, ApiDocs, declare_bearer_auth
+from .errors import HttpError
+from .middleware import OPEN_PATHS, BearerAuth, CatchAll, ReleaseAfterSend, RequestMetrics
 from .playground import Playground
-from .responses import KIND_BY_STATUS, error_response
-from .routes import Routes
+from .responses import KIND_BY_STATUS, answer_error, error_response
+from .routes import Routes, WorkRoutesFirst
 from .runtime import Runtime
 from .settings import Settings
 
@@ -51,16 +53,19 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
             "tokenizer cuts it (token spans, ids, counts, special tokens)."
         ),
         lifespan=runtime.lifespan,
+        docs_url=None,  # FastAPI's loads Swagger UI from a CDN: ApiDocs serves it from the package
+        redoc_url=None,
         **_NO_OPENTELEMETRY,
     )
     app.state.runtime = runtime
     routes = Routes(runtime)
-    paths = routes.install(app) | Playground(app.docs_url).install(app)
+    paths = routes.install(app) | Playground(DOCS_PATH).install(app) | ApiDocs().install(app)
 
     # -- errors: one shape for all ----------------------------------------------------------------------
     @app.exception_handler(ServiceError)
-    async def _service_error(request: Request, exc: ServiceError) -> Response:
-        return error_response(exc.kind, exc.message, exc.retry_after)
+    @app.exception_handler(HttpError)
+    async def _service_error(request: Request, exc: ServiceError | HttpError) -> Response:
+        return answer_error(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> Response:
@@ -70,10 +75,11 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
     # -- middleware, innermost first --------------------------------------------------------------------
     # Unexpected errors: CatchAll answers and logs them without their message (no exception handler for
     # Exception: Starlette would re-raise it to the server, which logs the message, request content and all).
-    app.add_middleware(EncodeFastPath, endpoint=routes.encode)  # auth and metrics still wrap it
+    app.add_middleware(WorkRoutesFirst, routes=routes)  # auth and metrics still wrap it
     app.add_middleware(ReleaseAfterSend)  # after the fast path and the routes have sent their answers
     if settings.api_key is not None:
         app.add_middleware(BearerAuth, api_key=settings.api_key.get_secret_value())
+        declare_bearer_auth(app, OPEN_PATHS, f"The service's API key (--api-key), sent as '{AUTH_SCHEME} <key>'.")
     app.add_middleware(CatchAll)
     app.add_middleware(RequestMetrics, runtime=runtime, routes=paths)  # outermost
     return app

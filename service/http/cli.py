@@ -73,17 +73,24 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         return 2
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .launcher import bind_listener, connection_guard, run
+
+    try:  # before the tokenizer loads (that can take minutes): a port in use fails at once
+        listener = bind_listener(settings.host, settings.port)
+    except OSError as exc:
+        print(f"{prog}: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     # Parallelism must be configured before tokenizers touches its rayon pool.
     threads = settings.threads or available_cpus()
     configure_rust_parallelism(threads)
     try:
         loaded = load_tokenizer(settings.model, settings.revision)
     except TokenizerLoadError as exc:
+        listener.close()
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
 
     from .app import create_app
-    from .launcher import connection_guard, run
     from .runtime import Runtime
 
     runtime = Runtime(settings.model_copy(update={"threads": threads}), loaded)
@@ -93,15 +100,16 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         max_header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout_seconds,
         body_timeout=settings.body_timeout_seconds,
+        drain_state=runtime,
     )
     run(
         app,
         runtime,
-        host=settings.host,
-        port=settings.port,
+        listener=listener,
         log_level=settings.log_level,
         access_log=settings.access_log,
         grace_seconds=settings.graceful_shutdown_seconds,
+        drain_listen_seconds=settings.drain_listen_seconds,
         guard=guard,
         keep_alive_seconds=settings.keep_alive_seconds,
         http_protocol=settings.http_protocol,

@@ -1,15 +1,29 @@
 """Running the app under uvicorn, with a graceful drain on SIGTERM.
 
-Plain uvicorn closes its listening socket the moment SIGTERM arrives (new connections are refused, not
-answered) and re-raises the signal at exit. For a rolling update we want: ``/readyz`` turns 503 at once,
-new work is refused politely (503 + Retry-After + Connection: close, which the client SDK fails over on),
-in-flight requests complete with ``Connection: close``, keep-alive connections close after an answer and
-never under a request (:mod:`service.http.protocol`), and the process exits 0 once no request and no
-connection is left -- all within ``grace_seconds``. A second SIGTERM, or SIGINT, falls back to uvicorn's
-own handling.
+Plain uvicorn closes its listening socket the moment SIGTERM arrives (resetting the connections waiting in
+its accept queue) and re-raises the signal at exit. For a rolling update we want, from the first SIGTERM:
+
+1. ``/readyz`` turns 503 at once; requests already being answered complete, with ``Connection: close``;
+   new requests get 503 + Retry-After + ``Connection: close`` (the client SDK retries elsewhere) while
+   clients may still be routed here: for ``drain_listen_seconds`` (the time a load balancer or kube-proxy
+   takes to stop sending new connections), or until nothing is in flight and no connection is open;
+2. then the listener closes so that new connections are refused -- clean for every client, the SDK fails
+   over at once -- without resetting the ones the kernel had already accepted (:mod:`.listening`);
+3. connections already accepted are answered (a keep-alive connection closes after an answer and never
+   under a request: :mod:`service.http.protocol`), and the process exits 0 as soon as no request and no
+   connection is left: seconds after the signal, even while clients keep reconnecting.
+
+All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM, or SIGINT, falls back
+to uvicorn's own handling.
 
 The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.protocol.ConnectionGuard`
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
+
+uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
+``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
+``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
+``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections``,
+``Server.should_exit`` and ``Config.timeout_graceful_shutdown`` (read by ``shutdown``).
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ import logging
 import os
 import resource
 import signal
+import socket
 import threading
 import time
 from types import FrameType
@@ -26,15 +41,17 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from .protocol import ConnectionGuard, uvicorn_protocol_settings
+from .listening import close_listeners
+from .protocol import ConnectionGuard, DrainState, uvicorn_protocol_settings
 
 logger = logging.getLogger(__name__)
 #: Descriptors kept for everything but client connections (listening socket, logs, tokenizer files...).
 SPARE_DESCRIPTORS = 64
+_POLL_SECONDS = 0.02
 
 
-class Drainable(Protocol):
-    """What the launcher drains (:class:`service.http.runtime.Runtime`)."""
+class Drainable(DrainState, Protocol):
+    """What the launcher drains (:class:`service.http.runtime.Runtime`, the owner of the draining state)."""
 
     @property
     def in_flight(self) -> int:
@@ -45,15 +62,21 @@ class Drainable(Protocol):
 
 
 class DrainingServer(uvicorn.Server):
-    """A uvicorn server whose first SIGTERM drains ``drain`` before shutting down."""
+    """A uvicorn server whose first SIGTERM drains ``drain`` before shutting down (see the module doc)."""
 
     def __init__(
-        self, config: uvicorn.Config, drain: Drainable, grace_seconds: float, guard: ConnectionGuard | None = None
+        self,
+        config: uvicorn.Config,
+        drain: Drainable,
+        grace_seconds: float,
+        guard: ConnectionGuard | None = None,
+        listen_seconds: float = 0.0,
     ) -> None:
         super().__init__(config)
         self.drain = drain
         self.guard = guard
         self.grace_seconds = grace_seconds
+        self.listen_seconds = min(listen_seconds, grace_seconds)
         self.drain_started: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -86,28 +109,57 @@ class DrainingServer(uvicorn.Server):
 
     async def _drain(self) -> None:
         assert self.drain_started is not None
-        self.drain.begin_drain()  # /readyz -> 503, new work -> 503 + Retry-After
-        if self.guard is not None:
-            self.guard.begin_drain()  # every answer closes its connection from now on
         deadline = self.drain_started + self.grace_seconds
+        self.drain.begin_drain()  # /readyz -> 503, new requests -> 503 + Retry-After
+        if self.guard is not None:
+            self.guard.drain_connections()  # every answer closes its connection from now on
         logger.info(
-            "SIGTERM: draining %d in-flight request(s), at most %.0fs", self.drain.in_flight, self.grace_seconds
+            "SIGTERM: draining %d in-flight request(s) and %d connection(s), at most %.0fs",
+            self.drain.in_flight,
+            self._open_connections(),
+            self.grace_seconds,
         )
-        # The drain itself holds no request; wait for those that were running to finish, and for the
-        # connections to close after their last answer (an idle one at its keep-alive timeout).
-        while (self.drain.in_flight > 0 or self._open_connections() > 0) and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        # 1. Clients still routed here are told to go elsewhere, politely, while the endpoint removal spreads.
+        await self._wait_until_idle(self.drain_started + self.listen_seconds)
+        # 2. New connections are refused from now on, without resetting one the kernel had accepted.
+        await close_listeners(getattr(self, "servers", ()))  # (none yet: SIGTERM during start-up)
+        # 3. What was accepted is answered: the drain itself holds no request; wait for those that were
+        # running to finish, and for the connections to close after their last answer.
+        await self._wait_until_idle(deadline)
         if self.drain.in_flight > 0:
             # A request still running at the deadline would be cut by uvicorn's shutdown and the process
             # would exit 0 as if nothing were lost: give up now, with the exit code that says so.
             self._give_up()
         # Connections still open are idle: uvicorn's shutdown closes them.
         self.config.timeout_graceful_shutdown = max(1, int(deadline - time.monotonic()))
-        logger.info("drained; shutting down")
+        logger.info("drained in %.1fs; shutting down", time.monotonic() - self.drain_started)
         self.should_exit = True
 
+    async def _wait_until_idle(self, until: float) -> None:
+        """Until no request is in flight and no connection is open, or ``until`` (monotonic) has passed."""
+        while (self.drain.in_flight > 0 or self._open_connections() > 0) and time.monotonic() < until:
+            await asyncio.sleep(_POLL_SECONDS)
+
     def _open_connections(self) -> int:
-        return self.guard.open_connections if self.guard is not None else 0
+        return len(self.server_state.connections)
+
+
+def bind_listener(host: str, port: int) -> socket.socket:
+    """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
+    not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
+    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``)."""
+    addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = addresses[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def raise_descriptor_limit() -> int:
@@ -125,9 +177,15 @@ def raise_descriptor_limit() -> int:
 
 
 def connection_guard(
-    *, max_connections: int, max_header_bytes: int, header_timeout: float, body_timeout: float
+    *,
+    max_connections: int,
+    max_header_bytes: int,
+    header_timeout: float,
+    body_timeout: float,
+    drain_state: DrainState,
 ) -> ConnectionGuard:
-    """The guard for this process: ``max_connections`` capped below the descriptor limit (raised first)."""
+    """The guard for this process: ``max_connections`` capped below the descriptor limit (raised first);
+    it asks ``drain_state`` (the runtime) whether the server is draining."""
     descriptors = raise_descriptor_limit()
     allowed = max(8, descriptors - SPARE_DESCRIPTORS)
     if max_connections > allowed:
@@ -143,6 +201,7 @@ def connection_guard(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         max_connections=max_connections,
+        drain_state=drain_state,
     )
 
 
@@ -150,20 +209,19 @@ def run(
     app: Any,
     drain: Drainable,
     *,
-    host: str,
-    port: int,
+    listener: socket.socket,
     log_level: str,
     access_log: bool,
     grace_seconds: float,
     guard: ConnectionGuard,
     keep_alive_seconds: float,
+    drain_listen_seconds: float = 0.0,
     http_protocol: str = "guarded",
 ) -> None:
-    """Serve ``app`` in this process (one uvicorn worker, never forking) until drained or interrupted."""
+    """Serve ``app`` on ``listener`` (:func:`bind_listener`) in this process (one uvicorn worker, never
+    forking) until drained or interrupted."""
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         workers=1,
         log_level=log_level,
         access_log=access_log,
@@ -172,7 +230,10 @@ def run(
         server_header=False,
         **protocol_settings(http_protocol, guard),
     )
-    DrainingServer(config, drain, grace_seconds, guard if http_protocol == "guarded" else None).run()
+    guarded = guard if http_protocol == "guarded" else None
+    host, port = listener.getsockname()[:2]
+    logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
+    DrainingServer(config, drain, grace_seconds, guarded, listen_seconds=drain_listen_seconds).run([listener])
 
 
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:

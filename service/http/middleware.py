@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: the encode fast path, bearer auth, request metrics with the in-flight count,
+"""Pure ASGI middleware: bearer auth, request metrics with the in-flight count,
 memory reservations released once the answer is sent, and the last line against unexpected errors.
 
 Pure ASGI (not Starlette's ``BaseHTTPMiddleware``) because every one of these runs on every request, and
@@ -11,26 +11,24 @@ import hmac
 import logging
 import time
 import traceback
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..engine.errors import ErrorKind, ServiceError
+from ..engine.errors import ErrorKind
 from ..engine.memory import Reservation
-from ..wire import AUTH_SCHEME, ENCODE_PATH, HEALTH_PATH, METRICS_PATH, READY_PATH
-from . import playground
+from ..wire import AUTH_SCHEME, HEALTH_PATH, METRICS_PATH, READY_PATH
+from . import api_docs, playground
+from .errors import HttpErrorKind
 from .responses import error_response
 from .runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, and the static
-# playground page and its assets (a browser cannot send the key when it opens a page; every API call the
-# page makes needs the key -- see service/http/playground.py).
-OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS})
+# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, the static
+# playground page and the API docs with their assets and the schema (a browser cannot send the key when it
+# opens a page; every API call the pages make needs the key -- see service/http/playground.py, api_docs.py).
+OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS, *api_docs.OPEN_PATHS})
 _RESERVATIONS = "tokenizer_service.reservations"
 
 
@@ -92,26 +90,6 @@ class CatchAll:
             await response(scope, receive, send)
 
 
-class EncodeFastPath:
-    """``POST /encode`` goes straight to its route function, skipping FastAPI's routing, dependency solving
-    and exit stacks, which cost more per small request than the route's own work. Same function, same
-    error shapes; the FastAPI route stays registered for the OpenAPI schema."""
-
-    def __init__(self, app: ASGIApp, endpoint: Callable[[Request], Awaitable[Response]]) -> None:
-        self.app = app
-        self.endpoint = endpoint
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] != ENCODE_PATH or scope["method"] != "POST":
-            await self.app(scope, receive, send)
-            return
-        try:
-            response = await self.endpoint(Request(scope, receive))
-        except ServiceError as exc:
-            response = error_response(exc.kind, exc.message, exc.retry_after)
-        await response(scope, receive, send)
-
-
 class BearerAuth:
     """Every path but :data:`OPEN_PATHS` needs ``Authorization: Bearer <api key>`` (compared in constant time)."""
 
@@ -130,7 +108,7 @@ class BearerAuth:
             given = dict(scope["headers"]).get(b"authorization", b"")
             if not self._authorised(given):
                 response = error_response(
-                    ErrorKind.UNAUTHORIZED, f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'"
+                    HttpErrorKind.UNAUTHORIZED, f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'"
                 )
                 await response(scope, receive, send)
                 return

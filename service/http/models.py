@@ -1,91 +1,139 @@
 """Request bodies of the HTTP contract, and how a body becomes one.
 
-Field names, defaults and meanings follow a transformers tokenizer call (``service.wire.ENCODE_OPTIONS``,
-which ``tests/test_wire.py`` holds these models to); unknown fields are rejected so a typo never silently
-changes the output.
+The option fields of every request model are derived from the option sets declared in :mod:`service.wire`
+(names, defaults, allowed values, bounds): nothing here repeats them. Unknown fields are rejected so a typo
+never silently changes the output -- with the closest known name in the message.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import json
-from typing import Annotated, Literal, TypeVar
+import typing
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from ..engine.encoding import EncodeOptions, LengthOptions
 from ..engine.errors import ErrorKind, ServiceError
-from ..wire import MAX_U32
+from ..wire import (
+    DOC,
+    ENCODE_OPTIONS,
+    MAX_U32,
+    MINIMUM,
+    VALUES,
+    DecodeOptions,
+    EncodeOptions,
+    LengthOptions,
+    TokenizeOptions,
+)
 
 Model = TypeVar("Model", bound=BaseModel)
+Options = TypeVar("Options")
+RequestModel = TypeVar("RequestModel", bound="OptionsRequest[Any]")
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-class EncodeRequest(_Strict):
-    """``POST /encode``: the arguments of ``tokenizer(texts, text_pairs, **options)``."""
+class OptionsRequest(_Strict, Generic[Options]):
+    """A request body: its inputs, then the options of one :mod:`service.wire` option set."""
 
-    texts: list[str] = Field(description="The texts to encode (the first sequences of pairs).")
+    #: The option set the option fields are derived from, and its names.
+    option_set: typing.ClassVar[type[Any]]
+    option_names: typing.ClassVar[tuple[str, ...]]
+
+    def options(self) -> Options:
+        """The body's options, as the engine takes them."""
+        values = self.__dict__
+        result: Options = self.option_set(**{name: values[name] for name in self.option_names})
+        return result
+
+
+class TextsRequest(OptionsRequest[Options]):
+    """A body of texts (or pairs), and the options of one option set."""
+
+    texts: list[str] = Field(description="The texts (the first sequences of pairs).")
     text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
-    add_special_tokens: bool = True
-    padding: bool | Literal["longest", "max_length", "do_not_pad"] = False
-    truncation: bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"] | None = None
-    max_length: int | None = Field(None, ge=0, le=MAX_U32)
-    stride: int = Field(0, ge=0, le=MAX_U32)
-    pad_to_multiple_of: int | None = Field(None, ge=1, le=MAX_U32)
-    padding_side: Literal["left", "right"] | None = None
-    return_token_type_ids: bool | None = None
-    return_attention_mask: bool | None = None
-    return_overflowing_tokens: bool = False
-    return_special_tokens_mask: bool = False
-    return_offsets_mapping: bool = False
-    return_length: bool = False
-
-    def options(self) -> EncodeOptions:
-        return EncodeOptions(**self.model_dump(exclude={"texts", "text_pairs"}))
 
 
-class LengthsRequest(_Strict):
-    """``POST /lengths``: the token count of each text (or pair) under ``tokenizer(texts, text_pairs, **options)``,
-    without the ids."""
-
-    texts: list[str] = Field(description="The texts to count (the first sequences of pairs).")
-    text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
-    add_special_tokens: bool = True
-    truncation: bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"] | None = None
-    max_length: int | None = Field(None, ge=0, le=MAX_U32)
-    stride: int = Field(0, ge=0, le=MAX_U32)
-    return_overflowing_tokens: bool = Field(
-        False, description="Count every row: each entry becomes the list of its rows' counts (first, then overflow)."
-    )
-
-    def options(self) -> LengthOptions:
-        return LengthOptions(**self.model_dump(exclude={"texts", "text_pairs"}))
-
-
-class TokenizeRequest(_Strict):
-    """``POST /tokenize``: ``tokenizer.tokenize(text, pair, add_special_tokens=...)`` for each text; with
-    truncation, the tokens of the encoding ``/encode`` makes with the same options, one per id."""
-
-    texts: list[str] = Field(description="The texts to split (the first sequences of pairs).")
-    text_pairs: list[str] | None = Field(None, description="Second sequences, one per text.")
-    add_special_tokens: bool = False
-    truncation: bool | Literal["longest_first", "only_first", "only_second", "do_not_truncate"] | None = None
-    max_length: int | None = Field(None, ge=0, le=MAX_U32)
-    return_sequence_ids: bool = Field(
-        False, description="Also answer sequence_ids: per token None (special), 0 (text) or 1 (pair)."
-    )
-
-
-class DecodeRequest(_Strict):
-    """``POST /decode``: ``tokenizer.batch_decode(ids, ...)``."""
+class IdsRequest(OptionsRequest[Options]):
+    """A body of id lists, and the options of one option set."""
 
     ids: list[list[Annotated[int, Field(ge=0, le=MAX_U32)]]] = Field(
         description="Token id lists; ids the vocabulary lacks decode as in-process (skipped)."
     )
-    skip_special_tokens: bool = False
-    clean_up_tokenization_spaces: bool | None = None
+
+
+def _annotation(declared: dataclasses.Field[Any], hints: dict[str, Any]) -> Any:
+    """The pydantic type of a declared option: its closed set of values as ``bool``/``Literal``/``None``
+    parts, else its declared type."""
+    values = declared.metadata.get(VALUES)
+    if values is None:
+        return hints[declared.name]
+    strings = tuple(v for v in values if isinstance(v, str))
+    parts: list[Any] = []
+    if True in values and False in values:
+        parts.append(bool)
+    if strings:
+        parts.append(Literal[strings])
+    if None in values:
+        parts.append(type(None))
+    annotation = parts[0]
+    for part in parts[1:]:
+        annotation = annotation | part
+    return annotation
+
+
+def _option_fields(option_set: type[Any]) -> dict[str, Any]:
+    """pydantic field definitions of an option set, in declaration order."""
+    hints = typing.get_type_hints(option_set)
+    definitions: dict[str, Any] = {}
+    for declared in dataclasses.fields(option_set):
+        constraints: dict[str, Any] = {}
+        if MINIMUM in declared.metadata:
+            constraints.update(ge=declared.metadata[MINIMUM], le=MAX_U32)
+        if DOC in declared.metadata:
+            constraints["description"] = declared.metadata[DOC]
+        field = Field(declared.default, **constraints) if constraints else declared.default
+        definitions[declared.name] = (_annotation(declared, hints), field)
+    return definitions
+
+
+def _request_model(name: str, doc: str, base: type[RequestModel], option_set: type[Any]) -> type[RequestModel]:
+    model = create_model(name, __base__=base, __doc__=doc, __module__=__name__, **_option_fields(option_set))
+    model.option_set = option_set
+    model.option_names = tuple(f.name for f in dataclasses.fields(option_set))
+    return model
+
+
+EncodeRequest = _request_model(
+    "EncodeRequest",
+    "``POST /encode``: the arguments of ``tokenizer(texts, text_pairs, **options)``.",
+    TextsRequest[EncodeOptions],
+    EncodeOptions,
+)
+LengthsRequest = _request_model(
+    "LengthsRequest",
+    "``POST /lengths``: the token count of each text (or pair) under ``tokenizer(texts, text_pairs, **options)``, "
+    "without the ids.",
+    TextsRequest[LengthOptions],
+    LengthOptions,
+)
+TokenizeRequest = _request_model(
+    "TokenizeRequest",
+    "``POST /tokenize``: ``tokenizer.tokenize(text, pair, add_special_tokens=...)`` for each text; with "
+    "truncation, the tokens of the encoding ``/encode`` makes with the same options, one per id.",
+    TextsRequest[TokenizeOptions],
+    TokenizeOptions,
+)
+DecodeRequest = _request_model(
+    "DecodeRequest",
+    "``POST /decode``: ``tokenizer.batch_decode(ids, **options)``.",
+    IdsRequest[DecodeOptions],
+    DecodeOptions,
+)
 
 
 class ErrorBody(BaseModel):
@@ -93,7 +141,7 @@ class ErrorBody(BaseModel):
     ``ERROR_TYPE_FIELD``). 429 and 503 carry ``Retry-After``; 401 carries ``WWW-Authenticate``."""
 
     error: str = Field(description="What went wrong and what to change.")
-    error_type: str = Field(description="The kind of error (service.engine.errors.ErrorKind).")
+    error_type: str = Field(description="The kind of error (service.http.responses.STATUS_BY_KIND lists them all).")
 
 
 def parse_body(body: bytes | bytearray, model: type[Model]) -> Model:
@@ -108,12 +156,55 @@ def parse_body(body: bytes | bytearray, model: type[Model]) -> Model:
                 return model.model_validate(json.loads(body))
             except (ValueError, ValidationError, RecursionError):
                 pass
-        raise ServiceError(ErrorKind.INVALID_REQUEST, describe_validation_error(exc)) from None
+        raise ServiceError(ErrorKind.INVALID_REQUEST, describe_validation_error(exc, model)) from None
 
 
-def describe_validation_error(exc: ValidationError, most: int = 5) -> str:
-    """The first few problems, each as ``field: what is wrong``."""
-    errors = exc.errors(include_url=False)
-    parts = [f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}" for err in errors[:most]]
-    more = len(errors) - most
-    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+def describe_validation_error(exc: ValidationError, model: type[BaseModel], most: int = 5) -> str:
+    """The first few problems, each as ``field: what is wrong``: an unknown field with the closest known name,
+    a field of a closed set of values with the values it takes (once, not once per part of its type)."""
+    known = list(model.model_fields)
+    option_set = getattr(model, "option_set", None)
+    allowed = (
+        {f.name: f.metadata[VALUES] for f in dataclasses.fields(option_set) if VALUES in f.metadata}
+        if option_set
+        else {}
+    )
+    parts: list[str] = []
+    seen: set[str] = set()
+    for err in exc.errors(include_url=False):
+        location = err["loc"]
+        name = str(location[0]) if location else ""
+        where = ".".join(str(p) for p in location) or "body"
+        if err["type"] == "extra_forbidden" and len(location) == 1:
+            parts.append(f"{where}: {_unknown_field(name, known)}")
+        elif name in allowed and len(location) >= 1:
+            if name in seen:
+                continue
+            seen.add(name)
+            parts.append(f"{name}: must be one of {_listed(allowed[name])}, not {_shown(err.get('input'))}")
+        else:
+            parts.append(f"{where}: {err['msg']}")
+    shown = parts[:most]
+    more = len(parts) - most
+    return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
+
+
+def _unknown_field(name: str, known: list[str]) -> str:
+    if name in ENCODE_OPTIONS:  # an option this route leaves out on purpose (a count is never padded...)
+        return f"not an option of this route (it is one of /encode's); the fields are {', '.join(known)}"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+    if close:
+        return f"unknown field; did you mean `{close[0]}`?"
+    return f"unknown field; the fields are {', '.join(known)}"
+
+
+def _listed(values: tuple[Any, ...]) -> str:
+    return ", ".join(_shown(v) for v in values)
+
+
+def _shown(value: Any) -> str:
+    """A value as the JSON body writes it."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return repr(value)

@@ -7,8 +7,8 @@ JSON by accident (a form or a UTF-16 body would otherwise fail later with a conf
 
 from __future__ import annotations
 
-from ..engine.errors import ErrorKind, ServiceError
 from ..wire import JSON_MEDIA_TYPE, RAGGED_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
+from .errors import HttpError, HttpErrorKind
 
 _JSON_SUFFIX = "+json"
 
@@ -72,8 +72,8 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
     """Refuse (415) a body that is not JSON in UTF-8 without compression. No ``Content-Type`` is taken as
     JSON; ``application/json``, any ``+json`` type and ``charset=utf-8`` are accepted."""
     if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):
-        raise ServiceError(
-            ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+        raise HttpError(
+            HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
             f"Content-Encoding {content_encoding.strip()!r} is not supported: send the JSON body uncompressed",
         )
     if content_type is None:
@@ -81,15 +81,30 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
     media, *params = content_type.split(";")
     media = media.strip().lower()
     if media != JSON_MEDIA_TYPE and not media.endswith(_JSON_SUFFIX):
-        raise ServiceError(
-            ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+        raise HttpError(
+            HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
             f"the body must be JSON: send 'Content-Type: {JSON_MEDIA_TYPE}' (curl: -H 'Content-Type: "
             f"{JSON_MEDIA_TYPE}' or --json), not {media or 'an empty type'!r}",
         )
     for param in params:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-            raise ServiceError(
-                ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+            raise HttpError(
+                HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
                 f"the body must be UTF-8 JSON, not charset={value.strip()}",
             )
+
+
+def encode_answer_type(accept: str | None) -> str:
+    """The media type ``/encode`` answers in, as ``Accept`` asks: the ragged binary layout, safetensors, or
+    JSON (also when ``Accept`` accepts none of them: the error, if any, is JSON)."""
+    if wants_ragged(accept):
+        return RAGGED_MEDIA_TYPE
+    if wants_safetensors(accept):
+        return SAFETENSORS_MEDIA_TYPE
+    return JSON_MEDIA_TYPE
+
+
+def json_answer_type(accept: str | None) -> str:
+    """The media type of a route that answers JSON only, whatever ``Accept`` says."""
+    return JSON_MEDIA_TYPE

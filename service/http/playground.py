@@ -54,7 +54,7 @@ CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
-_HEADERS = {
+STATIC_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -115,12 +115,12 @@ class Playground:
 
     async def serve_page(self) -> Response:
         """The tokenizer playground (HTML)."""
-        return Response(self.page, media_type="text/html; charset=utf-8", headers=_HEADERS)
+        return Response(self.page, media_type="text/html; charset=utf-8", headers=STATIC_HEADERS)
 
     def _asset_endpoint(self, path: str) -> Callable[[], Awaitable[Response]]:
         body, media_type = self.assets[path]
 
         async def serve_asset() -> Response:
-            return Response(body, media_type=media_type, headers=_HEADERS)
+            return Response(body, media_type=media_type, headers=STATIC_HEADERS)
 
         return serve_asset

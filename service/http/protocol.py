@@ -9,17 +9,37 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - header and body read deadlines: 408 and close when the headers are not complete ``header_timeout`` after
   the request's first byte, or the body ``body_timeout`` after the headers (time spent with reading paused
   by the server itself does not count);
+- every close after an answer is lingering: half-close, then read and drop what the client still sends
+  for up to ``LINGER_SECONDS``, so a client still sending (an 8 MB header block) reads its 431 instead of
+  a reset;
 - most open connections: beyond ``max_connections`` a new connection is closed at once, and logged;
 - a malformed request (or bytes past a request's Content-Length) answered with 400 only after the
   responses to the requests pipelined before it, never instead of them;
 - ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
-- a drain that loses nothing (:meth:`ConnectionGuard.begin_drain`): every answer from then on carries
+- a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every answer from then on carries
   ``Connection: close``, a connection is closed after an answer -- never under a request that has
   arrived, even partly, and never while idle (its client may be sending) -- and a connection closed with
   request bytes still unread is half-closed and drained first ("lingering close"), so the client reads
   its answer instead of a reset.
 
 Deadlines cost nothing per request beyond two clock reads: one sweep a second checks every connection.
+
+This subclass relies on uvicorn internals that are not its public API. ``pyproject.toml`` caps uvicorn
+below its next minor release, and ``tests/test_protocol.py`` checks each of these against the installed
+uvicorn (a test fails on an upgrade that changes one):
+
+- ``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``: the methods overridden or called --
+  ``connection_made``, ``connection_lost``, ``data_received``, ``on_message_begin``, ``on_headers_complete``,
+  ``on_body``, ``on_message_complete``, ``on_response_complete``, ``shutdown``, ``pause_writing``,
+  ``resume_writing``, ``_start_asgi_task(cycle, app)``, ``_unset_keepalive_if_required()``,
+  ``timeout_keep_alive_handler()`` -- and the attributes ``transport``, ``flow`` (``read_paused``,
+  ``write_paused``, ``pause_reading``, ``resume_reading``), ``parser``, ``pipeline`` (a deque of
+  ``(cycle, app)``), ``cycle``, ``url``, ``headers``, ``loop``, ``server_state.total_requests``,
+  ``timeout_keep_alive`` and ``timeout_keep_alive_task``;
+- ``RequestResponseCycle``: ``cycle.transport`` (replaced, so that the close after an answer lingers),
+  ``keep_alive``, ``response_started``, ``response_complete``, ``disconnected``, ``more_body`` and
+  ``message_event``;
+- ``uvicorn.Config(http=<protocol class>, ws="none")``.
 """
 
 from __future__ import annotations
@@ -29,12 +49,12 @@ import http
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from ..engine.errors import ErrorKind
+from .errors import HttpErrorKind
 from .responses import STATUS_BY_KIND, error_body
 
 logger = logging.getLogger(__name__)
@@ -47,8 +67,18 @@ SWEEP_SECONDS = 0.5
 REFUSAL_LOG_SECONDS = 10.0
 
 
+class DrainState(Protocol):
+    """Who owns the draining state (:class:`service.http.runtime.Runtime`); the guard only asks it."""
+
+    @property
+    def draining(self) -> bool: ...
+
+
 class ConnectionGuard:
-    """The limits every connection of one server obeys, the drain flag, and the deadline sweep."""
+    """The limits every connection of one server obeys, the open connections, and the deadline sweep.
+
+    Whether the server is draining is not the guard's to hold: it asks ``drain_state`` (the runtime); a
+    guard without one never drains (the protocol benchmark)."""
 
     def __init__(
         self,
@@ -57,12 +87,13 @@ class ConnectionGuard:
         header_timeout: float,
         body_timeout: float,
         max_connections: int,
+        drain_state: DrainState | None = None,
     ) -> None:
         self.max_header_bytes = max_header_bytes
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
         self.max_connections = max_connections
-        self.draining = False
+        self._drain_state = drain_state
         self.connections: set[GuardedHttpToolsProtocol] = set()
         self.refused = 0
         self._refused_unlogged = 0
@@ -98,12 +129,12 @@ class ConnectionGuard:
         self.connections.discard(protocol)
 
     @property
-    def open_connections(self) -> int:
-        return len(self.connections)
+    def draining(self) -> bool:
+        return self._drain_state is not None and self._drain_state.draining
 
-    def begin_drain(self) -> None:
-        """From now on every answer closes its connection, and idle connections close between requests."""
-        self.draining = True
+    def drain_connections(self) -> None:
+        """The drain has begun (:attr:`draining` is true): every connection open now closes after its
+        answer; those accepted later close after their first (``on_headers_complete`` asks :attr:`draining`)."""
         for protocol in list(self.connections):
             protocol.drain()
 
@@ -119,7 +150,7 @@ class ConnectionGuard:
         self._sweeper = loop.call_later(SWEEP_SECONDS, self._sweep, loop) if self.connections else None
 
 
-def _raw_error(kind: ErrorKind, message: str) -> bytes:
+def _raw_error(kind: HttpErrorKind, message: str) -> bytes:
     status = STATUS_BY_KIND[kind]
     body = error_body(kind, message)
     head = (
@@ -179,6 +210,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             transport.abort()  # refused: nothing was read, nothing is owed
             return
         super().connection_made(transport)
+        if self.guard.draining:
+            self._close_if_silent()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._refused:
@@ -199,7 +232,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
-            if not self.transport.is_closing():  # (else: refused by a callback, answered already)
+            if not (self.transport.is_closing() or self._lingering):  # (else: refused by a callback, answered)
                 self._malformed()
             return
         except httptools.HttpParserUpgrade as upgrade:
@@ -223,7 +256,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self._feeding + self._header_bytes_seen + self._partial_header_bytes > limit and (
             self._header_size() > limit
         ):
-            self._refuse_now(ErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
+            self._refuse_now(HttpErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
             raise _Refused  # stops the parser: nothing more is read on this connection
         super().on_headers_complete()
         if self.guard.draining:
@@ -258,7 +291,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._partial_header_bytes += received
         limit = self.guard.max_header_bytes
         if seen + self._partial_header_bytes > limit:
-            self._refuse_now(ErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
+            self._refuse_now(HttpErrorKind.HEADERS_TOO_LARGE, _headers_too_large(limit))
 
     def _header_size(self) -> int:
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
@@ -282,7 +315,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return
             cycle.disconnected = True  # the app sees the client gone and lets go of the request
             cycle.message_event.set()
-        self._refuse_now(ErrorKind.REQUEST_TIMEOUT, f"{what}; the connection is closed")
+        self._refuse_now(HttpErrorKind.REQUEST_TIMEOUT, f"{what}; the connection is closed")
 
     def pause_writing(self) -> None:
         super().pause_writing()
@@ -299,15 +332,18 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             logger.info("closed a connection: its client read nothing of its answer for %gs", self.guard.body_timeout)
             self.transport.abort()
 
-    def _refuse_now(self, kind: ErrorKind, message: str) -> None:
+    def _refuse_now(self, kind: HttpErrorKind, message: str) -> None:
+        """Answer ``kind`` now and close. Lingeringly: the client may still be sending (the rest of an 8 MB
+        header block); a plain close with its bytes unread would reset the connection, and the client,
+        still writing, would never read the answer."""
         self.deadline = None
         logger.info("closed a connection: %s", message)
-        self._send_and_close(_raw_error(kind, message), linger=False)
+        self._send_and_close(_raw_error(kind, message))
 
     # -- pipelining and malformed requests --------------------------------------------------------------
     def _malformed(self) -> None:
         """A request the parser refuses: 400, but only after the answers to the requests before it."""
-        message = _raw_error(ErrorKind.MALFORMED_HTTP, "malformed HTTP request; the connection is closed")
+        message = _raw_error(HttpErrorKind.MALFORMED_HTTP, "malformed HTTP request; the connection is closed")
         broken = self.cycle if self.cycle is not None and self.cycle.more_body else None
         if broken is not None:  # its body was being read when the stream broke
             if any(c is broken for c, _ in self.pipeline):  # queued behind others: it never starts
@@ -364,6 +400,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         now would race a request the client may be sending at this moment."""
         if self._in_headers:
             return  # on_headers_complete will mark its cycle
+        if self.cycle is None:
+            self._close_if_silent()
         for cycle, _ in self.pipeline:
             self._close_after(cycle)
         cycle = self.cycle
@@ -371,6 +409,15 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close_after(cycle)
         if self._running is not None and not self._running.response_complete:
             self._close_after(self._running)
+
+    def _close_if_silent(self) -> None:
+        """Draining, on a connection that has sent nothing yet: close it if it stays silent for the keep-alive
+        timeout, as an idle keep-alive connection is (uvicorn arms that timer only after an answer), so a
+        client that connects and never sends cannot hold the drain to its deadline."""
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self.timeout_keep_alive_handler
+            )
 
     def _close_after(self, cycle: RequestResponseCycle) -> None:
         cycle.keep_alive = False  # the answer carries Connection: close, and the connection then closes
@@ -388,7 +435,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close_after(self.cycle)
 
     def close_lingering(self) -> None:
-        """Close after the client's end: half-close now, drop what it still sends, cut after a moment."""
+        """Close after the client's end: half-close now (the answer, then EOF), read and drop what it still
+        sends (``data_received``), and cut after ``LINGER_SECONDS`` at most. The client's EOF ends it sooner."""
         transport = self.transport
         if self._lingering or transport.is_closing():
             return
@@ -396,18 +444,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = None
         if transport.can_write_eof():
             transport.write_eof()
+            self.flow.resume_reading()  # reading paused (pipelining) would leave the client's bytes unread
             self.loop.call_later(LINGER_SECONDS, transport.close)
         else:
             transport.close()
 
-    def _send_and_close(self, data: bytes, linger: bool = True) -> None:
-        if self.transport.is_closing():
+    def _send_and_close(self, data: bytes) -> None:
+        if self.transport.is_closing() or self._lingering:
             return
         self.transport.write(data)
-        if linger:
-            self.close_lingering()
-        else:
-            self.transport.close()
+        self.close_lingering()
 
 
 def uvicorn_protocol_settings(guard: ConnectionGuard) -> dict[str, Any]:

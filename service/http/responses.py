@@ -10,7 +10,7 @@ import orjson
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..engine.errors import ErrorKind
+from ..engine.errors import ErrorKind, ServiceError
 from ..wire import (
     AUTH_SCHEME,
     ERROR_FIELD,
@@ -20,48 +20,49 @@ from ..wire import (
     RAGGED_ROW_LENGTHS,
     RETRY_AFTER_HEADER,
 )
+from .errors import AnyErrorKind, HttpError, HttpErrorKind
 
-# The one status table: every error the service sends has one of these kinds.
-STATUS_BY_KIND: dict[ErrorKind, int] = {
+# The one status table: every error the service sends has one of these kinds (the engine's, then HTTP's own).
+STATUS_BY_KIND: dict[AnyErrorKind, int] = {
     ErrorKind.INVALID_REQUEST: 422,
-    ErrorKind.MALFORMED_HTTP: 400,
     ErrorKind.TOKENIZER: 422,
     ErrorKind.TOO_LARGE: 413,
-    ErrorKind.NOT_ACCEPTABLE: 406,
-    ErrorKind.UNSUPPORTED_MEDIA_TYPE: 415,
-    ErrorKind.HEADERS_TOO_LARGE: 431,
-    ErrorKind.REQUEST_TIMEOUT: 408,
-    ErrorKind.UNAUTHORIZED: 401,
-    ErrorKind.NOT_FOUND: 404,
-    ErrorKind.METHOD_NOT_ALLOWED: 405,
     ErrorKind.OVERLOADED: 429,
     ErrorKind.UNAVAILABLE: 503,
     ErrorKind.TIMEOUT: 504,
-    ErrorKind.CLIENT_GONE: 499,  # nginx's "client closed request": logged nowhere, sent to nobody
     ErrorKind.INTERNAL: 500,
+    HttpErrorKind.MALFORMED_HTTP: 400,
+    HttpErrorKind.HEADERS_TOO_LARGE: 431,
+    HttpErrorKind.REQUEST_TIMEOUT: 408,
+    HttpErrorKind.UNAUTHORIZED: 401,
+    HttpErrorKind.NOT_FOUND: 404,
+    HttpErrorKind.METHOD_NOT_ALLOWED: 405,
+    HttpErrorKind.NOT_ACCEPTABLE: 406,
+    HttpErrorKind.UNSUPPORTED_MEDIA_TYPE: 415,
+    HttpErrorKind.CLIENT_GONE: 499,  # nginx's "client closed request": logged nowhere, sent to nobody
 }
 # Statuses Starlette raises itself (unknown path, wrong method, ...), read back as kinds.
-KIND_BY_STATUS: dict[int, ErrorKind] = {
-    404: ErrorKind.NOT_FOUND,
-    405: ErrorKind.METHOD_NOT_ALLOWED,
+KIND_BY_STATUS: dict[int, AnyErrorKind] = {
+    404: HttpErrorKind.NOT_FOUND,
+    405: HttpErrorKind.METHOD_NOT_ALLOWED,
     413: ErrorKind.TOO_LARGE,
-    415: ErrorKind.UNSUPPORTED_MEDIA_TYPE,
+    415: HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
 }
 
 
-def error_body(kind: ErrorKind, message: str) -> bytes:
+def error_body(kind: AnyErrorKind, message: str) -> bytes:
     """The one error body shape, as bytes: ``{"error": message, "error_type": kind}``."""
     return orjson.dumps({ERROR_FIELD: message, ERROR_TYPE_FIELD: kind.value})
 
 
 def error_response(
-    kind: ErrorKind, message: str, retry_after: float | None = None, headers: Mapping[str, str] | None = None
+    kind: AnyErrorKind, message: str, retry_after: float | None = None, headers: Mapping[str, str] | None = None
 ) -> Response:
     """The one error body shape: ``{"error": message, "error_type": kind}``."""
     headers = dict(headers or {})
     if retry_after is not None:
         headers[RETRY_AFTER_HEADER] = str(max(1, round(retry_after)))
-    if kind is ErrorKind.UNAUTHORIZED:
+    if kind is HttpErrorKind.UNAUTHORIZED:
         headers["WWW-Authenticate"] = AUTH_SCHEME
     if kind is ErrorKind.UNAVAILABLE:  # not ready or draining: the client should reconnect (elsewhere)
         headers["Connection"] = "close"
@@ -71,6 +72,11 @@ def error_response(
         media_type=JSON_MEDIA_TYPE,
         headers=headers,
     )
+
+
+def answer_error(error: ServiceError | HttpError) -> Response:
+    """The answer to an error the engine or the web layer raised."""
+    return error_response(error.kind, error.message, error.retry_after)
 
 
 #: A body larger than this is sent in pieces of this size.
@@ -94,12 +100,15 @@ class BodyResponse(Response):
             await send({"type": "http.response.body", "body": bytes(view[start:end]), "more_body": end < len(body)})
 
 
-def json_response(payload: Any, headers: dict[str, str] | None = None) -> Response:
-    """A JSON answer serialised by orjson (numpy arrays included): FastAPI's default encoding of a dict
+def json_bytes(payload: Any) -> bytes:
+    """``payload`` as JSON, serialised by orjson (numpy arrays included): FastAPI's default encoding of a dict
     response was measured at a third of the in-process speed."""
-    return BodyResponse(
-        orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY), media_type=JSON_MEDIA_TYPE, headers=headers
-    )
+    return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def json_response(payload: Any, headers: dict[str, str] | None = None) -> Response:
+    """A JSON answer (:func:`json_bytes`)."""
+    return BodyResponse(json_bytes(payload), media_type=JSON_MEDIA_TYPE, headers=headers)
 
 
 def ragged_arrays(data: Mapping[str, Any]) -> dict[str, np.ndarray]:

@@ -1,17 +1,37 @@
-"""The routes: each reads a request, calls the engine, and writes the answer. None of them tokenizes."""
+"""The routes. Every POST route hands work to the engine along one path; none of them tokenizes.
+
+A work route (:class:`WorkRoute`) is its request model, how it submits a body to the engine, and how it shapes
+the result into an answer. :meth:`Routes.serve` does the rest for every one of them, in this order: refuse
+while draining; read ``Accept``; reserve memory for the body before reading it, then read and parse it under
+that reservation; submit the work (admission: the queue and the memory budget); await it, cancelling it if
+the client disconnects first (a queued request is then dropped unencoded); answer with the tokenizer's
+fingerprint. Errors on that path are answered there, in the one error shape.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI
 from pydantic import BaseModel
 from safetensors.numpy import save as save_safetensors
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..engine import EncodedBatch, ErrorKind, ForkGuard, ServiceError
+from ..engine import (
+    EncodedBatch,
+    EncodeOptions,
+    Engine,
+    ErrorKind,
+    ForkGuard,
+    ServiceError,
+    TokenizedBatch,
+    TokenizeOptions,
+)
 from ..engine.memory import Reservation
 from ..wire import (
     DECODE_PATH,
@@ -28,15 +48,142 @@ from ..wire import (
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
 )
+from .errors import HttpError, HttpErrorKind
+from .metrics import Metrics
 from .middleware import hold_until_sent
-from .models import DecodeRequest, EncodeRequest, ErrorBody, LengthsRequest, Model, TokenizeRequest, parse_body
-from .negotiation import check_json_body, wants_ragged, wants_safetensors
-from .responses import STATUS_BY_KIND, BodyResponse, error_response, json_response, ragged_arrays
+from .models import (
+    DecodeRequest,
+    EncodeRequest,
+    ErrorBody,
+    LengthsRequest,
+    Model,
+    TextsRequest,
+    TokenizeRequest,
+    parse_body,
+)
+from .negotiation import check_json_body, encode_answer_type, json_answer_type
+from .responses import (
+    STATUS_BY_KIND,
+    BodyResponse,
+    answer_error,
+    error_response,
+    json_bytes,
+    json_response,
+    ragged_arrays,
+)
 from .runtime import Runtime
 
 # A request still waiting for the engine after this long gets a task watching for its client's
 # disconnect; most requests are answered sooner, and the watcher costs a task per request.
 DISCONNECT_WATCH_AFTER = 0.05  # seconds
+
+Body = TypeVar("Body", bound=BaseModel)
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class Answering:
+    """What shaping an answer may use beside the body and the result."""
+
+    media_type: str  # chosen from Accept by the route's ``answer_type``
+    fingerprint: str  # the served tokenizer's
+    metrics: Metrics
+
+
+@dataclass(frozen=True)
+class WorkRoute(Generic[Body, Result]):
+    """A POST route that hands its body to the engine (see the module docstring for the path it takes).
+
+    ``submit`` queues the parsed body (its memory reservation passed on) and returns the engine's future;
+    ``answer`` shapes the result into the answer's bytes, in ``answering.media_type``; ``answer_type`` picks that
+    media type from ``Accept`` (one of ``media_types``). ``ids``: the body holds id lists (its intake costs more
+    per byte). ``doc`` is the operation's description in the OpenAPI schema; ``errors``, statuses it can answer
+    beyond those of every work route."""
+
+    path: str
+    name: str
+    doc: str
+    request: type[Body]
+    submit: Callable[[Engine, Body, Reservation], asyncio.Future[Result]]
+    answer: Callable[[Body, Result, Answering], bytes]
+    media_types: tuple[str, ...] = (JSON_MEDIA_TYPE,)
+    answer_type: Callable[[str | None], str] = json_answer_type
+    ids: bool = False
+    errors: tuple[int, ...] = ()
+
+
+# -- the work routes: request model, engine submit, answer shaping ----------------------------------------
+def _encode_answer(body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: Answering) -> bytes:
+    answering.metrics.texts.inc(len(body.texts))
+    answering.metrics.tokens.inc(result.num_tokens)
+    metadata = {"fingerprint": answering.fingerprint}
+    if answering.media_type == JSON_MEDIA_TYPE:
+        return json_bytes(result.data)
+    if answering.media_type == RAGGED_MEDIA_TYPE:
+        blob: bytes = save_safetensors(ragged_arrays(result.data), metadata=metadata)
+        return blob
+    if not result.rectangular:
+        raise HttpError(
+            HttpErrorKind.NOT_ACCEPTABLE,
+            "the rows have different lengths, which a tensor cannot hold: ask for padding "
+            "(padding='longest' or 'max_length'), or accept application/json",
+        )
+    blob = save_safetensors(result.data, metadata=metadata)
+    return blob
+
+
+def _tokenize_answer(body: TextsRequest[TokenizeOptions], result: TokenizedBatch, answering: Answering) -> bytes:
+    answer: dict[str, Any] = {"tokens": result.tokens}
+    if result.sequence_ids is not None:
+        answer["sequence_ids"] = result.sequence_ids
+    return json_bytes(answer)
+
+
+WORK_ROUTES: tuple[WorkRoute[Any, Any], ...] = (
+    WorkRoute(
+        ENCODE_PATH,
+        "encode",
+        "Encode texts (or pairs) exactly as the in-process transformers tokenizer call would.\n\n"
+        "JSON by default; with ``Accept: application/vnd.safetensors``, a safetensors blob of int64 arrays; with "
+        "``Accept: application/vnd.tokenizer-service.ragged+safetensors``, the same with each row-major key flat "
+        "(rows concatenated) and the rows' lengths, so ragged results need no padding.",
+        EncodeRequest,
+        lambda engine, body, r: engine.submit_encode(body.texts, body.text_pairs, body.options(), reservation=r),
+        _encode_answer,
+        media_types=(JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE),
+        answer_type=encode_answer_type,
+        errors=(406,),
+    ),
+    WorkRoute(
+        LENGTHS_PATH,
+        "lengths",
+        'Token counts without the ids: ``{"lengths": [n, ...]}``, one per text (or pair), each '
+        '``len(tokenizer(text, text_pair, **options)["input_ids"])``; with ``return_overflowing_tokens``, one list '
+        "per text holding the count of each of its rows.",
+        LengthsRequest,
+        lambda engine, body, r: engine.submit_lengths(body.texts, body.text_pairs, body.options(), reservation=r),
+        lambda body, lengths, answering: json_bytes({LENGTHS_KEY: lengths}),
+    ),
+    WorkRoute(
+        TOKENIZE_PATH,
+        "tokenize",
+        'Split texts (or pairs) into tokens: ``{"tokens": [[...], ...]}``, and ``"sequence_ids"`` if asked.\n\n'
+        "As ``tokenizer.tokenize(text, pair, add_special_tokens=...)``; with ``truncation``/``max_length``, the "
+        "tokens of the encoding ``/encode`` makes with the same options: one token per id.",
+        TokenizeRequest,
+        lambda engine, body, r: engine.submit_tokenize(body.texts, body.text_pairs, body.options(), reservation=r),
+        _tokenize_answer,
+    ),
+    WorkRoute(
+        DECODE_PATH,
+        "decode",
+        'Turn id lists back into texts: ``{"texts": [...]}``.',
+        DecodeRequest,
+        lambda engine, body, r: engine.submit_decode(body.ids, body.options(), reservation=r),
+        lambda body, texts, answering: json_bytes({"texts": texts}),
+        ids=True,
+    ),
+)
 
 
 def _openapi_body(model: type[BaseModel]) -> dict[str, Any]:
@@ -79,37 +226,29 @@ _WORK_ROUTE = (*_ANY_ROUTE, 413, 415, 422, 429, 504)
 class Routes:
     """The route functions of one app, bound to its :class:`Runtime`."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, work_routes: Sequence[WorkRoute[Any, Any]] = WORK_ROUTES) -> None:
         self.runtime = runtime
         self.settings = runtime.settings
         self.metrics = runtime.metrics
+        #: path -> work route: what :class:`WorkRoutesFirst` dispatches
+        self.work_routes = {route.path: route for route in work_routes}
 
     def install(self, app: FastAPI) -> set[str]:
         """Register every route on ``app``; returns their paths."""
         router = app.router
-        router.add_api_route(
-            ENCODE_PATH,
-            self.encode,
-            methods=["POST"],
-            response_class=Response,
-            openapi_extra=_openapi_body(EncodeRequest),
-            responses={
-                200: {"content": {JSON_MEDIA_TYPE: {}, SAFETENSORS_MEDIA_TYPE: {}, RAGGED_MEDIA_TYPE: {}}},
-                **_error_responses(*_WORK_ROUTE, 406),
-            },
-        )
-        for path, endpoint, model in (
-            (LENGTHS_PATH, self.lengths, LengthsRequest),
-            (TOKENIZE_PATH, self.tokenize, TokenizeRequest),
-            (DECODE_PATH, self.decode, DecodeRequest),
-        ):
+        for route in self.work_routes.values():
             router.add_api_route(
-                path,
-                endpoint,
+                route.path,
+                self._endpoint(route),
                 methods=["POST"],
+                name=route.name,
+                description=route.doc,
                 response_class=Response,
-                openapi_extra=_openapi_body(model),
-                responses={200: {"content": {JSON_MEDIA_TYPE: {}}}, **_error_responses(*_WORK_ROUTE)},
+                openapi_extra=_openapi_body(route.request),
+                responses={
+                    200: {"content": {media_type: {} for media_type in route.media_types}},
+                    **_error_responses(*_WORK_ROUTE, *route.errors),
+                },
             )
         for path, get, media_type in (
             (INFO_PATH, self.info, JSON_MEDIA_TYPE),
@@ -122,80 +261,28 @@ class Routes:
             # HEAD answers as GET without the body (RFC 9110 9.3.2); left out of the schema as FastAPI would
             # give both operations one id
             router.add_api_route(path, get, methods=["HEAD"], response_class=Response, include_in_schema=False)
-        return {ENCODE_PATH, LENGTHS_PATH, TOKENIZE_PATH, DECODE_PATH, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
+        return {*self.work_routes, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
 
-    # -- tokenizer routes -------------------------------------------------------------------------------
-    async def encode(self, request: Request) -> Response:
-        """Encode texts (or pairs) exactly as the in-process transformers tokenizer call would.
+    def _endpoint(self, route: WorkRoute[Any, Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Response:
+            return await self.serve(route, request)
 
-        JSON by default; with ``Accept: application/vnd.safetensors``, a safetensors blob of int64 arrays; with
-        ``Accept: application/vnd.tokenizer-service.ragged+safetensors``, the same with each row-major key
-        flat (rows concatenated) and the rows' lengths, so ragged results need no padding."""
-        self.runtime.check_accepting()
-        engine = self.runtime.engine
-        accept = request.headers.get("accept")
-        ragged = wants_ragged(accept)
-        binary = ragged or wants_safetensors(accept)
-        body, reservation = await self._parse(request, EncodeRequest)
-        future = engine.submit_encode(body.texts, body.text_pairs, body.options(), reservation)
-        result: EncodedBatch = await _unless_client_leaves(request, future)
-        self.metrics.texts.inc(len(body.texts))
-        self.metrics.tokens.inc(result.num_tokens)
-        headers = {FINGERPRINT_HEADER: engine.loaded.fingerprint}
-        if not binary:
-            return json_response(result.data, headers)
-        if ragged:
-            blob = save_safetensors(ragged_arrays(result.data), metadata={"fingerprint": engine.loaded.fingerprint})
-            return BodyResponse(blob, media_type=RAGGED_MEDIA_TYPE, headers=headers)
-        if not result.rectangular:
-            raise ServiceError(
-                ErrorKind.NOT_ACCEPTABLE,
-                "the rows have different lengths, which a tensor cannot hold: ask for padding "
-                "(padding='longest' or 'max_length'), or accept application/json",
-            )
-        blob = save_safetensors(result.data, metadata={"fingerprint": engine.loaded.fingerprint})
-        return BodyResponse(blob, media_type=SAFETENSORS_MEDIA_TYPE, headers=headers)
+        return endpoint
 
-    async def lengths(self, request: Request) -> Response:
-        """Token counts without the ids: ``{"lengths": [n, ...]}``, one per text (or pair), each
-        ``len(tokenizer(text, text_pair, **options)["input_ids"])``; with ``return_overflowing_tokens``, one list
-        per text holding the count of each of its rows."""
-        self.runtime.check_accepting()
-        engine = self.runtime.engine
-        body, reservation = await self._parse(request, LengthsRequest)
-        future = engine.submit_lengths(body.texts, body.text_pairs, body.options(), reservation)
-        lengths = await _unless_client_leaves(request, future)
-        return json_response({LENGTHS_KEY: lengths}, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
-
-    async def tokenize(self, request: Request) -> Response:
-        """Split texts (or pairs) into tokens: ``{"tokens": [[...], ...]}``, and ``"sequence_ids"`` if asked.
-
-        As ``tokenizer.tokenize(text, pair, add_special_tokens=...)``; with ``truncation``/``max_length``, the
-        tokens of the encoding ``/encode`` makes with the same options: one token per id."""
-        self.runtime.check_accepting()
-        engine = self.runtime.engine
-        body, reservation = await self._parse(request, TokenizeRequest)
-        result = await engine.tokenize_batch(
-            body.texts,
-            body.text_pairs,
-            add_special_tokens=body.add_special_tokens,
-            truncation=body.truncation,
-            max_length=body.max_length,
-            sequence_ids=body.return_sequence_ids,
-            reservation=reservation,
-        )
-        answer: dict[str, Any] = {"tokens": result.tokens}
-        if result.sequence_ids is not None:
-            answer["sequence_ids"] = result.sequence_ids
-        return json_response(answer, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
-
-    async def decode(self, request: Request) -> Response:
-        """Turn id lists back into texts: ``{"texts": [...]}``."""
-        self.runtime.check_accepting()
-        engine = self.runtime.engine
-        body, reservation = await self._parse(request, DecodeRequest, ids=True)
-        texts = await engine.decode(body.ids, body.skip_special_tokens, body.clean_up_tokenization_spaces, reservation)
-        return json_response({"texts": texts}, {FINGERPRINT_HEADER: engine.loaded.fingerprint})
+    # -- the one path of every work route ---------------------------------------------------------------
+    async def serve(self, route: WorkRoute[Body, Result], request: Request) -> Response:
+        """Answer ``request`` on ``route`` (see the module docstring); errors are answered here too."""
+        try:
+            self.runtime.check_accepting()
+            engine = self.runtime.engine
+            media_type = route.answer_type(request.headers.get("accept"))
+            body, reservation = await self._parse(request, route.request, route.ids)
+            result = await _unless_client_leaves(request, route.submit(engine, body, reservation))
+            fingerprint = engine.loaded.fingerprint
+            content = route.answer(body, result, Answering(media_type, fingerprint, self.metrics))
+            return BodyResponse(content, media_type=media_type, headers={FINGERPRINT_HEADER: fingerprint})
+        except (ServiceError, HttpError) as error:
+            return answer_error(error)
 
     # -- operations -------------------------------------------------------------------------------------
     async def info(self) -> Response:
@@ -274,13 +361,33 @@ class Routes:
                     chunks.append(chunk)
                 received = end
         except ClientDisconnect:
-            raise ServiceError(ErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
+            raise HttpError(HttpErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
         if buffer is not None:
             return buffer if received == len(buffer) else buffer[:received]
         return b"".join(chunks)
 
 
-async def _unless_client_leaves(request: Request, future: asyncio.Future[Any]) -> Any:
+class WorkRoutesFirst:
+    """Every work route's POST goes straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependency
+    solving and exit stacks, which cost more per small request than the route's own work. Same path, same
+    answers; the FastAPI routes stay registered for the OpenAPI schema."""
+
+    def __init__(self, app: ASGIApp, routes: Routes) -> None:
+        self.app = app
+        self.routes = routes
+        self.work_routes = routes.work_routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            route = self.work_routes.get(scope["path"])
+            if route is not None:
+                response = await self.routes.serve(route, Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _unless_client_leaves(request: Request, future: asyncio.Future[Result]) -> Result:
     """Await the engine's ``future``; if the client disconnects first, cancel it (the batcher then drops
     the request unencoded) and raise CLIENT_GONE. The watcher starts only for requests still waiting
     after ``DISCONNECT_WATCH_AFTER``."""
@@ -290,7 +397,7 @@ async def _unless_client_leaves(request: Request, future: asyncio.Future[Any]) -
         return await future
     except asyncio.CancelledError:
         if watch.client_left:
-            raise ServiceError(ErrorKind.CLIENT_GONE, "the client disconnected before its answer") from None
+            raise HttpError(HttpErrorKind.CLIENT_GONE, "the client disconnected before its answer") from None
         raise  # the handler itself was cancelled: the future went with it
     finally:
         timer.cancel()

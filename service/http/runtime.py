@@ -1,8 +1,10 @@
 """What the HTTP layer serves from, and what the launcher drains: one object per app.
 
 :class:`Runtime` holds the settings, the metrics, the count of requests being answered, and the engine
-once the lifespan has started it. The launcher is handed the runtime and drains it through its two seams,
-:meth:`Runtime.begin_drain` and :attr:`Runtime.in_flight`; nothing reaches into the app's state.
+once the lifespan has started it. It is the one owner of the draining state: the launcher begins the drain
+through :meth:`Runtime.begin_drain` and watches :attr:`Runtime.in_flight`; the routes, ``/readyz`` and the
+connection guard (:mod:`service.http.protocol`) ask :attr:`Runtime.draining`. The engine has no drain of
+its own: it refuses work only once stopped, after the launcher has seen the admitted requests finish.
 """
 
 from __future__ import annotations
@@ -58,9 +60,10 @@ class Runtime:
             await engine.astop()
 
     def begin_drain(self) -> None:
-        """Readiness turns 503 and requests arriving from now on are refused with 503 + Retry-After; those
-        already being answered -- their bodies still arriving, queued or encoding -- complete. The engine is
-        stopped (``Engine.astop``) only once the launcher has seen them finish."""
+        """Readiness turns 503 and requests arriving from now on are refused with 503 + Retry-After (and,
+        through the connection guard, ``Connection: close``); those already being answered -- their bodies
+        still arriving, queued or encoding -- complete. The engine is stopped (``Engine.astop``) only once the
+        launcher has seen them finish."""
         self._draining = True
 
     def check_accepting(self) -> None:
@@ -72,6 +75,7 @@ class Runtime:
 
     @property
     def draining(self) -> bool:
+        """Whether :meth:`begin_drain` was called: the one answer to "is this server draining?"."""
         return self._draining
 
     # -- what routes use --------------------------------------------------------------------------------

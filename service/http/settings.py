@@ -123,8 +123,9 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(
         None,
         description=(
-            "When set, every route but /healthz, /readyz, /metrics and the static playground page needs "
-            "'Authorization: Bearer <key>' (the page asks for the key before its first call)."
+            "When set, every route but /healthz, /readyz, /metrics, the static playground page and the API "
+            "docs (/docs, /openapi.json) needs 'Authorization: Bearer <key>' (the playground asks for the key "
+            "before its first call; the docs' Authorize button takes it)."
         ),
     )
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
@@ -132,7 +133,19 @@ class Settings(BaseSettings):
         False, description="Log every request. Costs CPU per request on the hot path; off by default."
     )
     graceful_shutdown_seconds: float = Field(
-        30.0, gt=0, description="On SIGTERM, how long in-flight requests may take before the process exits."
+        30.0,
+        gt=0,
+        description="On SIGTERM, the most time the drain may take: in-flight requests finish within it, or the "
+        "process exits 1. It exits 0 as soon as nothing is left (seconds, under steady load).",
+    )
+    drain_listen_seconds: float = Field(
+        5.0,
+        ge=0,
+        description="On SIGTERM, how long the server keeps accepting connections to answer new requests with "
+        "503 + Retry-After + Connection: close (clients retry elsewhere) before it closes its listener and new "
+        "connections are refused; shorter when nothing is in flight and no connection is open, and at most "
+        "--graceful-shutdown-seconds. Cover the time the load balancer (kube-proxy) takes to stop routing "
+        "here, beyond any preStop pause.",
     )
 
     def engine_limits(self) -> EngineLimits:

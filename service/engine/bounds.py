@@ -1,0 +1,219 @@
+"""What one request may hold at most, computed before it runs: the bounds admission reserves.
+
+Pure arithmetic on a request's inputs and resolved options: no Rust call, no state. The bounds rest on two
+facts: a text of ``n`` UTF-8 bytes yields at most ``n`` tokens plus the special tokens (every tokenizer
+consumes at least one byte per token), and padding holds rows x the padded length. The per-token and
+per-position byte costs (:class:`CostModel`) were measured on the three tokenizer families (peak RSS over the
+process at rest, ``VmHWM``), and carry a margin. A request whose Rust encodings would exceed a slice
+(:attr:`RequestBounds.slice_tokens`) is encoded in slices, so the encodings it holds at once are bounded by a
+slice rather than by the request; the bounds say where the slices end.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .encoding import EncodePlan
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Safe upper bounds, in bytes, of what one request holds. Measured costs with a margin (see module doc)."""
+
+    #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
+    #: plus the Python-side transients of extracting them (measured 165-225 B).
+    rust_per_token: int = 288
+    #: Per output position and per int64 column: the array (8), the flat values before the scatter (8) and
+    #: the serialised answer (JSON up to 11 digits and a comma; safetensors 8), plus the padding mask.
+    out_per_position_column: int = 32
+    #: Python ``str`` per token of a /tokenize answer (object header and list slot), plus JSON quotes.
+    tokenize_per_token: int = 96
+    #: A parsed id of a /decode body (a list slot and an int object).
+    decode_per_id: int = 48
+    #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
+    per_text_byte: int = 12
+    #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
+    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- and 13x for id lists).
+    intake_texts_per_byte: int = 6
+    intake_ids_per_byte: int = 15
+    #: Parsing a small body of many tiny texts costs more per byte than the factor above says.
+    intake_floor: int = 512 * 1024
+
+    def intake(self, body_bytes: int, ids: bool) -> int:
+        """Reading and parsing a body of ``body_bytes`` (``ids``: a /decode body)."""
+        factor = self.intake_ids_per_byte if ids else self.intake_texts_per_byte
+        return self.intake_floor + factor * body_bytes
+
+
+def utf8_length(text: str) -> int:
+    """UTF-8 bytes of ``text`` without copying ASCII (the common case); lone surrogates count 3 bytes."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def held_bytes(texts: Sequence[str]) -> int:
+    """What the parsed texts themselves occupy."""
+    return sum(map(sys.getsizeof, texts))
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A safe upper bound of the bytes one request holds, from parsed inputs to the serialised answer, and
+    the ends of the slices it is encoded in (empty: in one Rust call)."""
+
+    cost: int
+    slices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EncodeBound(Bound):
+    """An encode's bound, with the result's size: token positions (rows x padded length) and rows (overflow
+    rows included), at most."""
+
+    positions: int = 0
+    rows: int = 0
+
+
+class RequestBounds:
+    """The bounds of one tokenizer's requests: the cost model, the special tokens the tokenizer adds to one
+    sequence and to a pair, the byte length of its longest token, and the Rust encodings one slice may hold."""
+
+    def __init__(self, costs: CostModel, specials: tuple[int, int], longest_token_bytes: int, slice_tokens: int):
+        self.costs = costs
+        self.specials = specials
+        self.longest_token_bytes = longest_token_bytes
+        self.slice_tokens = slice_tokens
+
+    def intake(self, body_bytes: int, ids: bool) -> int:
+        """Reading and parsing a request body of ``body_bytes`` (``ids``: a /decode body)."""
+        return self.costs.intake(body_bytes, ids)
+
+    def encode(
+        self, texts: Sequence[str], pairs: Sequence[str] | None, plan: EncodePlan, output: bool = True
+    ) -> EncodeBound:
+        """The bound of ``tokenizer(texts, pairs)`` under ``plan`` (``output=False``: a count, whose answer is
+        one int per row, not the rows).
+
+        Tokens per input are bounded by its UTF-8 bytes plus the special tokens (and one for a prefix
+        some pre-tokenizers add per sequence); truncation caps a row; overflow adds at most one row per
+        ``max_length - stride - special tokens`` tokens; padding makes every row the padded length."""
+        costs = self.costs
+        sequences = 1 if pairs is None else 2
+        specials = self.specials[sequences - 1] if plan.add_special_tokens else 0
+        truncation = plan.truncation
+        first = list(map(utf8_length, texts))
+        second = list(map(utf8_length, pairs)) if pairs is not None else None
+        untruncated = [b + specials + sequences for b in first]
+        if second is not None:
+            untruncated = [u + b for u, b in zip(untruncated, second, strict=True)]
+        rows = [1] * len(untruncated)
+        row_length = untruncated
+        if truncation is not None:
+            most = truncation.max_length
+            # truncation never drops the special tokens, and an overflow row holds at least one token more
+            row_length = [min(u, max(most, specials + 1)) for u in untruncated]
+            if plan.with_overflow:
+                fixed: list[int] | None = None
+                if second is not None and truncation.strategy == "only_second":
+                    fixed = first
+                elif second is not None and truncation.strategy == "only_first":
+                    fixed = second
+                rows = []
+                for i, u in enumerate(untruncated):
+                    if second is not None and fixed is None:
+                        rows.append(longest_first_pair_rows(first[i], second[i], most - specials, truncation.stride))
+                        continue
+                    step = most - specials - truncation.stride - (fixed[i] if fixed is not None else 0)
+                    rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))
+        held = [r * n for r, n in zip(rows, row_length, strict=True)]  # the encodings Rust keeps
+        positions = sum(held)
+        if plan.padded:
+            target = plan.pad_target or 0
+            target = max(target, max(row_length, default=0))
+            multiple = plan.pad_to_multiple_of
+            if multiple and target % multiple:
+                target += multiple - target % multiple
+            positions = max(positions, sum(rows) * target)
+        columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key not in ("length",))
+        if not output:  # a count answers one int per row, not the rows
+            columns = 0
+        # Rust holds, per input, the encodings it keeps plus (while it works) the untruncated one
+        rust = [h + u for h, u in zip(held, untruncated, strict=True)]
+        slices, largest_slice = self.slices(rust)
+        inputs = held_bytes(texts) + (held_bytes(pairs) if pairs is not None else 0)
+        cost = (
+            inputs
+            + largest_slice * costs.rust_per_token
+            + positions * columns * costs.out_per_position_column
+            + sum(rows) * 256
+        )
+        return EncodeBound(cost, slices, positions, sum(rows))
+
+    def tokenize(
+        self, texts: Sequence[str], pairs: Sequence[str] | None, add_special_tokens: bool, sequence_ids: bool
+    ) -> Bound:
+        """The bound of a /tokenize: the inputs, one slice of Rust encodings, and the token strings answered."""
+        costs = self.costs
+        sequences = 1 if pairs is None else 2
+        specials = self.specials[sequences - 1] if add_special_tokens else 0
+        text_bytes = list(map(utf8_length, texts))
+        if pairs is not None:
+            text_bytes = [b + utf8_length(pair) for b, pair in zip(text_bytes, pairs, strict=True)]
+        tokens = [b + specials + sequences for b in text_bytes]
+        slices, largest_slice = self.slices(tokens)
+        total = sum(tokens)
+        # token strings: at most the text's bytes twice over (byte-level alphabets, "##" continuation
+        # prefixes) plus the special tokens' own text
+        token_bytes = 2 * sum(text_bytes) + 2 * total + specials * len(texts) * 32
+        cost = (
+            held_bytes(texts)
+            + (held_bytes(pairs) if pairs is not None else 0)
+            + largest_slice * costs.rust_per_token
+            + total * (costs.tokenize_per_token + (16 if sequence_ids else 0))  # (a list slot, "null,")
+            + token_bytes * costs.per_text_byte
+        )
+        return Bound(cost, slices)
+
+    def decode(self, ids: Sequence[Sequence[int]]) -> Bound:
+        """The bound of a /decode: the parsed ids, the decoded text (at most the longest token per id) and
+        its JSON."""
+        count = sum(map(len, ids))
+        costs = self.costs
+        return Bound(count * costs.decode_per_id + count * (self.longest_token_bytes + 1) * costs.per_text_byte)
+
+    def slices(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], int]:
+        """Cut inputs of ``tokens`` bound each into consecutive slices of at most :attr:`slice_tokens`
+        (an input above it is a slice of its own): the slice ends (empty if one slice) and the largest."""
+        if sum(tokens) <= self.slice_tokens:
+            return (), sum(tokens)
+        ends: list[int] = []
+        current = largest = 0
+        for i, count in enumerate(tokens):
+            if current and current + count > self.slice_tokens:
+                ends.append(i)
+                largest = max(largest, current)
+                current = 0
+            current += count
+        largest = max(largest, current)
+        ends.append(len(tokens))
+        return tuple(ends), largest
+
+
+def longest_first_pair_rows(first_bytes: int, second_bytes: int, room: int, stride: int) -> int:
+    """At most how many rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8
+    lengths (each bounds its token count, plus one for a prefix some pre-tokenizers add).
+
+    tokenizers truncates a pair so that a side it cuts keeps at least half of ``room`` (``max_length``
+    minus the special tokens), and more than ``stride`` tokens (else it refuses the call); each cut side is
+    split into windows that advance by what it keeps minus ``stride``; the pair's rows combine each window
+    of the first with each of the second."""
+    keeps = max(room // 2, stride + 1)
+    step = max(keeps - stride, 1)
+
+    def windows(text_bytes: int) -> int:
+        return 1 + -(-max(0, text_bytes + 1 - keeps) // step)
+
+    return windows(first_bytes) * windows(second_bytes)

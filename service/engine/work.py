@@ -1,0 +1,296 @@
+"""What runs on the tokenizer thread: the kinds of work, and the one thread that runs them.
+
+Concurrency model: every call into the Rust tokenizer -- setting truncation, encoding, decoding -- runs on
+one dedicated thread (:class:`TokenizerThread`), so its mutable state is never touched from two threads
+("Already borrowed", tokenizers #537). Inside each ``encode_batch`` the Rust pool spreads the texts over all
+its threads with the GIL released, so the event loop keeps serving while a batch is encoded.
+
+Each kind of work -- :class:`EncodeWork`, :class:`LengthsWork`, :class:`TokenizeWork`, :class:`DecodeWork` --
+names the Rust call it needs and turns encodings into its own answer: it accumulates the encodings of its
+inputs, either as its share of one Rust call made for a whole batch or slice by slice for a large request,
+and then gives its result. The thread runs every kind the same way and knows nothing of what each answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..wire import DecodeOptions
+from .encoding import (
+    EncodedBatch,
+    EncodedRows,
+    EncodePlan,
+    RustCall,
+    TruncationSetting,
+    count_tokens,
+    extract_rows,
+    join_rows,
+    shape_rows,
+)
+from .errors import ErrorKind, ServiceError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class TokenizedBatch:
+    """What a tokenize answers: per text, its tokens and (when asked for) the sequence each token belongs to
+    (``None`` for special tokens, 0 for the text, 1 for the pair)."""
+
+    tokens: list[list[str]]
+    sequence_ids: list[list[int | None]] | None = None
+
+
+class Work(ABC):
+    """One request's work for the tokenizer thread.
+
+    ``inputs`` are what Rust encodes (a str, or a (str, str) pair, each); ``call`` the Rust call they need
+    (requests with equal calls can share one; None: no encode at all); ``slices`` the ends of the slices a
+    large request is encoded in (empty: at once, possibly beside other requests). A kind of work implements
+    :meth:`accumulate` and :meth:`result`; an error in either is this work's alone.
+    """
+
+    inputs: Sequence[Any] = ()
+    call: RustCall | None = None
+    slices: tuple[int, ...] = ()
+    _error: ServiceError | None = None
+
+    @abstractmethod
+    def accumulate(self, encodings: Sequence[Any]) -> None:
+        """Keep what the answer needs of the encodings of the next ``len(encodings)`` inputs (they are freed
+        afterwards). Raises ServiceError when the answer can already be refused."""
+
+    @abstractmethod
+    def result(self) -> Any:
+        """The answer, once the encodings of every input were accumulated."""
+
+    @property
+    def failed(self) -> bool:
+        return self._error is not None
+
+    def take(self, encodings: Sequence[Any]) -> None:
+        if self._error is None:
+            try:
+                self.accumulate(encodings)
+            except ServiceError as exc:
+                self._error = exc
+
+    def outcome(self) -> Any:
+        """The result, or the error for this work alone."""
+        if self._error is not None:
+            return self._error
+        try:
+            return self.result()
+        except ServiceError as exc:
+            return exc
+
+
+class EncodeWork(Work):
+    """``tokenizer(texts, text_pairs, **options)``: the rows ``plan`` asks for, padded and shaped."""
+
+    def __init__(self, inputs: Sequence[Any], plan: EncodePlan, slices: tuple[int, ...], max_response_tokens: int):
+        self.inputs = inputs
+        self.call = plan.rust_call
+        self.slices = slices
+        self._plan = plan
+        self._limit = max_response_tokens
+        self._parts: list[EncodedRows] = []
+        self._held = 0
+
+    def accumulate(self, encodings: Sequence[Any]) -> None:
+        part = extract_rows(encodings, self._plan)
+        self._held += part.num_tokens
+        if self._held > self._limit:  # fail early: even unpadded, the result is over the limit
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"the result would hold at least {self._held} token positions, over max_response_tokens="
+                f"{self._limit}; send fewer texts or a smaller max_length",
+            )
+        self._parts.append(part)
+
+    def result(self) -> EncodedBatch:
+        return shape_rows(join_rows(self._parts), self._plan, self._limit)
+
+
+class LengthsWork(Work):
+    """Token counts: ``len(input_ids)`` of each input's encoding, or with overflow the counts of its rows.
+    ``inputs`` hold each distinct input once; ``positions`` give each requested input's place among them
+    (None: no repeats)."""
+
+    def __init__(
+        self,
+        inputs: Sequence[Any],
+        call: RustCall,
+        with_overflow: bool,
+        positions: Sequence[int] | None,
+        slices: tuple[int, ...],
+    ):
+        self.inputs = inputs
+        self.call = call
+        self.slices = slices
+        self._with_overflow = with_overflow
+        self._positions = positions
+        self._counts: list[Any] = []
+
+    def accumulate(self, encodings: Sequence[Any]) -> None:
+        self._counts.extend(count_tokens(encodings, self._with_overflow))
+
+    def result(self) -> list[Any]:
+        counts = self._counts
+        return counts if self._positions is None else [counts[i] for i in self._positions]
+
+
+class TokenizeWork(Work):
+    """The tokens of each encoding (``BatchEncoding.tokens()``), and its ``sequence_ids`` if asked for."""
+
+    def __init__(self, inputs: Sequence[Any], call: RustCall, sequence_ids: bool, slices: tuple[int, ...]):
+        self.inputs = inputs
+        self.call = call
+        self.slices = slices
+        self._tokens: list[list[str]] = []
+        self._sequence_ids: list[list[int | None]] | None = [] if sequence_ids else None
+
+    def accumulate(self, encodings: Sequence[Any]) -> None:
+        self._tokens.extend(e.tokens for e in encodings)
+        if self._sequence_ids is not None:
+            self._sequence_ids.extend(e.sequence_ids for e in encodings)
+
+    def result(self) -> TokenizedBatch:
+        return TokenizedBatch(self._tokens, self._sequence_ids)
+
+
+class DecodeWork(Work):
+    """``tokenizer.batch_decode(ids, **options)``: no encode (``call`` is None), always alone."""
+
+    def __init__(self, tokenizer: Any, ids: Sequence[Sequence[int]], options: DecodeOptions):
+        self._tokenizer = tokenizer
+        self._ids = ids
+        self._options = options
+
+    def accumulate(self, encodings: Sequence[Any]) -> None:
+        raise TypeError("a decode encodes nothing: it has no encodings to accumulate")
+
+    def result(self) -> list[str]:
+        try:
+            texts: list[str] = self._tokenizer.batch_decode(
+                list(self._ids),
+                skip_special_tokens=self._options.skip_special_tokens,
+                clean_up_tokenization_spaces=self._options.clean_up_tokenization_spaces,
+            )
+            return texts
+        except Exception as exc:
+            raise ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}") from exc
+
+
+class TokenizerThread:
+    """The one thread that calls the Rust tokenizer, and the truncation state it has set there."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self._backend = tokenizer.backend_tokenizer
+        self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
+        self._executor: ThreadPoolExecutor | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._executor is not None
+
+    def start(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tokenizer")
+
+    async def stop(self) -> None:
+        if self._executor is not None:
+            executor, self._executor = self._executor, None
+            # a running Rust call is waited for off the loop
+            await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+
+    async def run(self, works: list[Work]) -> list[Any]:
+        """Run ``works`` (a batch: equal calls; or one work alone) on the thread: one outcome per work, its
+        result or its error."""
+        return await self._call(self._run, works)
+
+    async def warm_up(self, texts: list[str]) -> None:
+        """Spin up the Rust pool before the first real request."""
+        await self._call(self._encode, texts, RustCall(None, True, False))
+
+    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._executor is None:
+            raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- on the thread ----------------------------------------------------------------------------------
+    def _run(self, works: list[Work]) -> list[Any]:
+        """One Rust call for the whole batch (a sliced work: one per slice); if Rust refuses it, each work
+        alone, so a bad one fails alone."""
+        call = works[0].call
+        if call is not None:
+            try:
+                self._encode_into(works, call)
+            except ServiceError as exc:
+                if len(works) == 1:
+                    return [exc]
+                return [self._run([work])[0] for work in works]
+        return [work.outcome() for work in works]
+
+    def _encode_into(self, works: list[Work], call: RustCall) -> None:
+        """Encode the inputs of ``works`` and hand each work its encodings: a batch in one Rust call, a
+        sliced work one slice at a time (stopping at the first slice it refuses)."""
+        if len(works) > 1:
+            encodings = self._encode([item for work in works for item in work.inputs], call)
+            start = 0
+            for work in works:
+                end = start + len(work.inputs)
+                work.take(encodings[start:end])
+                start = end
+            return
+        work = works[0]
+        start = 0
+        for end in work.slices or (len(work.inputs),):
+            encodings = self._encode(list(work.inputs[start:end]), call)
+            work.take(encodings)
+            del encodings  # before the next slice is encoded
+            if work.failed:
+                return
+            start = end
+
+    def _encode(self, inputs: list[Any], call: RustCall) -> list[Any]:
+        """Set the Rust truncation state (this thread only) and encode. Padding is never set in Rust."""
+        backend = self._backend
+        try:
+            if call.truncation != self._truncation:
+                if call.truncation is None:
+                    backend.no_truncation()
+                else:
+                    backend.enable_truncation(**call.truncation.as_kwargs())
+                self._truncation = call.truncation
+            encode = backend.encode_batch if call.full_encode else backend.encode_batch_fast
+            encodings: list[Any] = encode(inputs, add_special_tokens=call.add_special_tokens)
+            return encodings
+        except BaseException as exc:
+            # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics
+            # (e.g. a stride too large for the room left after truncation), which pyo3 raises as
+            # PanicException -- a BaseException, so `except Exception` would let them crash the batch.
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            self._truncation = _read_truncation(backend)
+            raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {_refusal(exc)}") from exc
+
+
+def _refusal(exc: BaseException) -> str:
+    """Rust's reason, on one line, without the separator some of its messages end with; for a stride too
+    large for the room truncation leaves, what to change."""
+    message = str(exc).split("\n")[0].strip().rstrip(",;:").rstrip()
+    if "stride" in message:
+        message += "; send a smaller stride or a larger max_length"
+    return message
+
+
+def _read_truncation(backend: Any) -> TruncationSetting | None:
+    current = backend.truncation
+    if current is None:
+        return None
+    return TruncationSetting(current["max_length"], current["stride"], current["strategy"], current["direction"])

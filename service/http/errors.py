@@ -1,0 +1,44 @@
+"""The errors only the web layer raises: what goes wrong with a request as HTTP -- a malformed request line,
+headers over the limit or too slow to arrive, a missing API key, an unknown path or method, a body or answer
+in a media type the route cannot read or give, a client that left -- which the engine never meets.
+
+The engine's kinds (:class:`service.engine.errors.ErrorKind`) and these share one status table and one error
+body shape (:mod:`service.http.responses`); a kind's value is the ``error_type`` a client reads.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from ..engine.errors import ErrorKind
+
+
+class HttpErrorKind(str, enum.Enum):
+    """What went wrong with a request as HTTP, in terms a caller can act on."""
+
+    MALFORMED_HTTP = "malformed_http"  # not HTTP/1.1 the parser accepts (the connection is closed)
+    HEADERS_TOO_LARGE = "headers_too_large"  # the request line and headers exceed the limit
+    REQUEST_TIMEOUT = "request_timeout"  # the client took too long to send its headers or body
+    UNAUTHORIZED = "unauthorized"  # missing or wrong API key
+    NOT_FOUND = "not_found"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NOT_ACCEPTABLE = "not_acceptable"  # the result cannot be represented in the requested format
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"  # a body that is not (uncompressed, UTF-8) JSON
+    CLIENT_GONE = "client_gone"  # the client disconnected before the answer: nobody to tell
+
+
+#: Every kind of error the service answers with.
+AnyErrorKind = ErrorKind | HttpErrorKind
+
+
+class HttpError(Exception):
+    """An HTTP-level error with a kind and a message that tells the caller what to fix."""
+
+    def __init__(self, kind: HttpErrorKind, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retry_after = retry_after
+
+    def __repr__(self) -> str:
+        return f"HttpError({self.kind.value!r}, {self.message!r})"
