@@ -109,6 +109,7 @@ def test_exported_members():
             "TokenizerClient",
             "AsyncTokenizerClient",
             "Collator",
+            "ChatCollator",
             "TokenBudgetBatchSampler",
             "EncodeResult",
             "RaggedResult",

@@ -20,6 +20,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..wire import API_KEY_ENV, URL_ENV
+from .chat import ChatCollator
 from .clients import TokenizerClient
 from .collate import Collator
 from .exceptions import (
@@ -51,6 +52,7 @@ __all__ = [
     "TokenizerClient",
     "AsyncTokenizerClient",
     "Collator",
+    "ChatCollator",
     "TokenBudgetBatchSampler",
     "EncodeResult",
     "RaggedResult",

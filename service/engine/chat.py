@@ -14,7 +14,7 @@ we do them as three steps, each where it belongs:
    ``encode_batch`` (which releases the GIL) the render thread renders the next request: the two overlap. One
    thread, because rendering is GIL-bound: a second would only contend for the GIL with the event loop.
 2. **Encode** the rendered texts as ``tokenizer(texts, add_special_tokens=False, padding=..., truncation=...,
-   max_length=..., **tokenizer_kwargs)``: a plain encode (:meth:`ChatOptions.encode_options`), which the engine's
+   max_length=..., **tokenizer_kwargs)``: a plain encode (:meth:`ChatOptions.as_encode_options`), which the engine's
    batched encode path serves like any ``/encode`` (same admission, memory budget, micro-batching), asking for
    character offsets when masks are wanted.
 3. **Mask** (:func:`add_assistant_masks`): the tokens overlapping the assistant's character spans, marked exactly
@@ -65,6 +65,9 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
+import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -73,10 +76,11 @@ from typing import Any
 
 import numpy as np
 
-from ..wire import PADDING_SIDES
-from .encoding import EncodedBatch, EncodeOptions, TokenizerFacts, plan_encode
-from .errors import ErrorKind, ServiceError
+from ..wire import ASSISTANT_MASK_SOURCES, ASSISTANT_MASKS_KEY, PADDING_SIDES, ChatOptions, EncodeOptions
 from .bounds import utf8_length
+from .encoding import EncodedBatch, TokenizerFacts, plan_encode
+from .errors import ErrorKind, ServiceError
+from .memory import Reservation
 
 __all__ = [
     "ASSISTANT_MASK_SOURCES",
@@ -92,8 +96,6 @@ __all__ = [
     "encode_chats",
 ]
 
-#: Where assistant masks come from: the template's generation markers, or the rendered turns.
-ASSISTANT_MASK_SOURCES = ("generation", "turns")
 #: transformers' test for generation markers in a template (``render_jinja_template``).
 _GENERATION_MARKER = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
 #: What transformers passes to every template itself: a template variable of that name cannot come from
@@ -124,60 +126,98 @@ _MAX_ERROR_DETAIL = 300
 
 
 @dataclass(frozen=True)
-class ChatOptions:
-    """The options of ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True, ...)`` with
-    transformers 5's names and defaults, plus ``assistant_masks_from`` (see the module docstring).
-
-    ``chat_template_kwargs`` are the template variables transformers takes as ``**kwargs``;
-    ``pad_to_multiple_of``, ``padding_side`` and ``return_attention_mask`` are what it takes in
-    ``tokenizer_kwargs``. ``chat_template`` names one of the tokenizer's templates (a template body only where
-    the server allows bodies).
-    """
-
-    tools: Sequence[Mapping[str, Any]] | None = None
-    documents: Sequence[Mapping[str, Any]] | None = None
-    chat_template: str | None = None
-    add_generation_prompt: bool = False
-    continue_final_message: bool | str = False
-    chat_template_kwargs: Mapping[str, Any] | None = None
-    return_assistant_tokens_mask: bool = False
-    assistant_masks_from: str = "generation"
-    padding: bool | str = False
-    truncation: bool | str | None = False
-    max_length: int | None = None
-    pad_to_multiple_of: int | None = None
-    padding_side: str | None = None
-    return_attention_mask: bool | None = None
-
-    def encode_options(self) -> EncodeOptions:
-        """The encode of the rendered texts, as ``apply_chat_template`` calls the tokenizer: no special tokens
-        added (the template wrote them), and character offsets when masks are to be made from them."""
-        return EncodeOptions(
-            add_special_tokens=False,
-            padding=self.padding,
-            truncation=self.truncation,
-            max_length=self.max_length,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            padding_side=self.padding_side,
-            return_attention_mask=self.return_attention_mask,
-            return_offsets_mapping=self.return_assistant_tokens_mask,
-        )
-
-
-@dataclass(frozen=True)
 class RenderLimits:
     """Bounds of one request's rendering, checked while it renders (a template can make a small conversation
     huge): ``max_chars`` per rendered conversation (the engine's ``max_text_chars``), ``max_total_chars`` for all
-    of a request's renderings together. A render holds at most ``max_total_chars`` characters of finished
-    renderings plus two renderings in progress (:meth:`held_bytes_bound`)."""
+    of a request's renderings together (None: no count of its own; the engine's memory budget then bounds it,
+    see :class:`RenderWatch`), ``max_conversations`` per request."""
 
     max_chars: int = 200_000
-    max_total_chars: int = 16 * 1024 * 1024
+    max_total_chars: int | None = 16 * 1024 * 1024
     max_conversations: int = 4096
 
+    def in_progress_bytes(self) -> int:
+        """Bytes the renderings in progress hold at most, beside the finished ones: two at once (``"turns"``
+        renders a prefix beside the whole), each its blocks and the joined copies made of them (a tracked
+        generation block joins the blocks so far), Python strings taking up to 4 bytes per character, plus the
+        block objects between compactions."""
+        return 2 * (3 * 4 * self.max_chars + _COMPACT_BLOCKS * 128)
+
     def held_bytes_bound(self) -> int:
-        """Bytes a render holds at most: Python strings take up to 4 bytes per character."""
-        return 4 * (self.max_total_chars + 2 * self.max_chars)
+        """Bytes a render holds at most (with ``max_total_chars`` set): its finished renderings and those in
+        progress."""
+        return 4 * (self.max_total_chars or 0) + self.in_progress_bytes()
+
+
+#: A rendering's blocks are joined into one every this many blocks: a template yielding tiny blocks (or a loop
+#: of them) holds no more than this many block objects at once.
+_COMPACT_BLOCKS = 4096
+
+
+class RenderWatch:
+    """What a render in progress answers to, checked as it goes (on the render thread): its caller leaving
+    (:meth:`cancel`), its ``deadline`` (``time.monotonic()``: TIMEOUT past it), and the memory its finished
+    renderings hold (``charge(nbytes)``, called as they accumulate; it raises to stop the render, e.g. when the
+    memory budget has no room). A template that computes for long without writing anything is only stopped at
+    its next output."""
+
+    def __init__(self, deadline: float | None = None, charge: Callable[[int], None] | None = None) -> None:
+        self.deadline = deadline
+        self._charge = charge
+        self._cancelled = False
+
+    def cancel(self) -> None:
+        """The caller has gone: the render stops at its next check."""
+        self._cancelled = True
+
+    def check(self) -> None:
+        if self._cancelled:
+            raise _RenderCancelled
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise ServiceError(
+                ErrorKind.TIMEOUT,
+                "rendering the conversations took past the queue deadline; send fewer or shorter conversations",
+            )
+
+    def hold(self, nbytes: int) -> None:
+        """The finished renderings now hold ``nbytes``."""
+        if self._charge is not None:
+            self._charge(nbytes)
+
+
+class RenderCharge:
+    """A render's ``charge`` (:class:`RenderWatch`): keeps ``reservation`` at ``base`` plus what the finished
+    renderings hold, grown ahead in steps, from the render thread. :meth:`close` (on the loop, before the
+    reservation can be released) stops any later charge from touching it: a render still running then stops."""
+
+    STEP = 1 << 20
+
+    def __init__(self, reservation: Reservation, base: int, what: str) -> None:
+        self.reservation = reservation
+        self.base = base
+        self.what = what
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def __call__(self, held: int) -> None:
+        with self._lock:
+            if self._closed:
+                raise _RenderCancelled
+            need = self.base + held
+            if need <= self.reservation.nbytes:
+                return
+            try:
+                self.reservation.resize(need + max(self.STEP, held // 2), self.what)
+            except ServiceError:
+                self.reservation.resize(need, self.what)  # the refusal, if even this does not fit
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+
+class _RenderCancelled(Exception):
+    """The caller of a render has gone: nobody waits for its result."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +259,12 @@ class RenderedChats:
         """UTF-8 bytes of the rendered texts: what the encode's memory bound is computed from."""
         return sum(map(utf8_length, self.texts))
 
+    @property
+    def held_bytes(self) -> int:
+        """What the rendered texts and their spans occupy."""
+        spans = sum(map(len, self.spans)) if self.spans is not None else 0
+        return sum(map(sys.getsizeof, self.texts)) + 8 * len(self.texts) + _SPAN_BYTES * spans
+
 
 class ChatTemplates:
     """The served tokenizer's chat templates and the variables transformers gives every template, read once at
@@ -240,13 +286,16 @@ class ChatTemplates:
         self.allow_template_bodies = allow_template_bodies
 
     @classmethod
-    def of(cls, tokenizer: Any, *, allow_template_bodies: bool = False) -> ChatTemplates:
-        """The templates of a loaded transformers tokenizer (call it where the tokenizer is loaded)."""
+    def of(
+        cls, tokenizer: Any, *, facts: TokenizerFacts | None = None, allow_template_bodies: bool = False
+    ) -> ChatTemplates:
+        """The templates of a loaded transformers tokenizer (call it where the tokenizer is loaded; ``facts``:
+        what option resolution reads of it, when already read)."""
         special = {key: value for key, value in tokenizer.special_tokens_map.items()}
         return cls(
             tokenizer.chat_template,
             special,
-            TokenizerFacts.of(tokenizer),
+            facts or TokenizerFacts.of(tokenizer),
             allow_template_bodies=allow_template_bodies,
         )
 
@@ -274,10 +323,23 @@ class ChatTemplates:
 
     # -- checking a request (on the event loop: cheap, no rendering) --------------------------------------
     def prepare(
-        self, conversations: Sequence[Any], options: ChatOptions, limits: RenderLimits = RenderLimits()
+        self,
+        conversations: Sequence[Any],
+        options: ChatOptions,
+        limits: RenderLimits = RenderLimits(),
+        *,
+        tokenize: bool = True,
     ) -> PreparedChats:
         """Check a batch of conversations and its options, resolve the template, or raise a ServiceError
-        (INVALID_REQUEST: fix the request; TOKENIZER: this tokenizer's template cannot serve it)."""
+        (INVALID_REQUEST: fix the request; TOKENIZER: this tokenizer's template cannot serve it).
+        ``tokenize=False``: for the rendered texts alone, where transformers ignores the encode's options and
+        refuses masks."""
+        if not tokenize and options.return_assistant_tokens_mask:
+            raise ServiceError(
+                ErrorKind.INVALID_REQUEST,
+                "return_assistant_tokens_mask marks tokens, and rendering alone makes none (transformers refuses it "
+                "with tokenize=False): ask for the encode of the conversations",
+            )
         _check_options(options)
         if not conversations:
             raise ServiceError(ErrorKind.INVALID_REQUEST, "conversations must hold at least one conversation")
@@ -289,7 +351,8 @@ class ChatTemplates:
             )
         for i, conversation in enumerate(conversations):
             _check_conversation(i, conversation, options)
-        plan_encode(self.facts, options.encode_options())  # the encode's refusals, before anything is rendered
+        if tokenize:  # the encode's refusals, before anything is rendered
+            plan_encode(self.facts, options.as_encode_options())
         template = self._resolve(options.chat_template, options.tools)
         if options.return_assistant_tokens_mask and options.assistant_masks_from == "generation":
             if not template.has_markers:
@@ -302,7 +365,7 @@ class ChatTemplates:
                     "template with generation markers",
                 )
         variables = {**self.special_tokens, **(options.chat_template_kwargs or {})}
-        return PreparedChats(conversations, options, template, variables, limits, options.encode_options())
+        return PreparedChats(conversations, options, template, variables, limits, options.as_encode_options())
 
     def _resolve(self, name: str | None, tools: Sequence[Any] | None) -> _Template:
         """transformers' ``get_chat_template``, refusing where it would silently render a name as a template."""
@@ -426,12 +489,13 @@ class _RenderRefused(Exception):
         self.reason = reason
 
 
-def render_chats(prepared: PreparedChats) -> RenderedChats:
+def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
     """Render every conversation (and, for ``"turns"`` masks, their prefixes) as transformers'
     ``render_jinja_template`` would, or raise a ServiceError naming the conversation. Pure Python: call it on
-    the render thread (see the module docstring)."""
+    the render thread (see the module docstring). ``watch``: the caller's deadline, departure and memory."""
     from transformers.utils import chat_template_utils as ctu
 
+    watch = watch or RenderWatch()
     options = prepared.options
     limits = prepared.limits
     template = prepared.template
@@ -445,12 +509,14 @@ def render_chats(prepared: PreparedChats) -> RenderedChats:
     tools = ctu._plain_template_data(list(options.tools) if options.tools is not None else None)
     documents = ctu._plain_template_data(list(options.documents) if options.documents is not None else None)
     variables = ctu._plain_template_data(dict(prepared.template_variables))
-    renderer = _Renderer(compiled, tools, documents, variables, limits.max_chars)
+    renderer = _Renderer(compiled, tools, documents, variables, limits.max_chars, watch)
 
     texts: list[str] = []
     all_spans: list[list[tuple[int, int]]] = []
     total = 0
+    held = 0
     for i, conversation in enumerate(prepared.conversations):
+        watch.check()
         try:
             messages = _messages(ctu, conversation)
             text, spans = renderer.render(
@@ -465,15 +531,21 @@ def render_chats(prepared: PreparedChats) -> RenderedChats:
         except _RenderRefused as refused:
             raise ServiceError(refused.kind, f"conversations[{i}]: {refused.reason}") from None
         total += len(text)
-        if total > limits.max_total_chars:
+        if limits.max_total_chars is not None and total > limits.max_total_chars:
             raise ServiceError(
                 ErrorKind.TOO_LARGE,
                 f"the conversations render to over {limits.max_total_chars} characters together (at "
                 f"conversations[{i}]); send fewer conversations per request",
             )
+        held += sys.getsizeof(text) + 8 + _SPAN_BYTES * len(spans)
+        watch.hold(held)
         texts.append(text)
         all_spans.append(spans)
     return RenderedChats(texts, all_spans if masks else None)
+
+
+#: What one assistant span held by a rendered conversation costs (a tuple of two ints, a list slot).
+_SPAN_BYTES = 128
 
 
 def _messages(ctu: Any, conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -486,12 +558,21 @@ def _messages(ctu: Any, conversation: Sequence[Mapping[str, Any]]) -> list[dict[
 class _Renderer:
     """One compiled template with the arguments every rendering of a request shares."""
 
-    def __init__(self, compiled: Any, tools: Any, documents: Any, variables: dict[str, Any], max_chars: int) -> None:
+    def __init__(
+        self,
+        compiled: Any,
+        tools: Any,
+        documents: Any,
+        variables: dict[str, Any],
+        max_chars: int,
+        watch: RenderWatch | None = None,
+    ) -> None:
         self.compiled = compiled
         self.tools = tools
         self.documents = documents
         self.variables = variables
         self.max_chars = max_chars
+        self.watch = watch or RenderWatch()
 
     def render(
         self,
@@ -509,7 +590,6 @@ class _Renderer:
             messages, final_text = _tag_final_message(messages, continue_final_message, template_body)
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
-        length = 0
         compiled = self.compiled
         arguments = {
             "messages": messages,
@@ -521,18 +601,10 @@ class _Renderer:
         try:
             if track:  # transformers' tracker records each generation block's span from the blocks so far
                 with compiled.environment.activate_tracker(blocks, spans):
-                    for block in compiled.generate(**arguments):
-                        blocks.append(block)
-                        length += len(block)
-                        if length > self.max_chars:
-                            raise self._too_long()
+                    self._collect(compiled.generate(**arguments), blocks)
             else:
-                for block in compiled.generate(**arguments):
-                    blocks.append(block)
-                    length += len(block)
-                    if length > self.max_chars:
-                        raise self._too_long()
-        except _RenderRefused:
+                self._collect(compiled.generate(**arguments), blocks)
+        except (_RenderRefused, _RenderCancelled, ServiceError):
             raise
         except Exception as exc:  # noqa: BLE001 -- a template can raise anything (TemplateError, TypeError...)
             raise _template_failure(exc) from None
@@ -540,6 +612,22 @@ class _Renderer:
         if continue_final_message:
             text = _cut_at_final_message(text, final_text)
         return text, spans
+
+    def _collect(self, generated: Any, blocks: list[str]) -> None:
+        """Append the rendered blocks, stopping past ``max_chars``; empty blocks are skipped and the blocks are
+        joined in place every :data:`_COMPACT_BLOCKS` (the tracker reads only their joined length), each time
+        checking the watch."""
+        length = 0
+        for block in generated:
+            if not block:
+                continue
+            blocks.append(block)
+            length += len(block)
+            if length > self.max_chars:
+                raise self._too_long()
+            if len(blocks) >= _COMPACT_BLOCKS:
+                blocks[:] = ["".join(blocks)]
+                self.watch.check()
 
     def _too_long(self) -> _RenderRefused:
         return _RenderRefused(
@@ -726,9 +814,9 @@ def add_assistant_masks(encoded: EncodedBatch, rendered: RenderedChats) -> Encod
             width = array.shape[1] if array.ndim > 1 else 0
             per_row = list(array.reshape(rows, width, 2)) if width else [np.zeros((0, 2), np.int64)] * rows
             masks = assistant_masks(per_row, rendered.spans)
-            data["assistant_masks"] = np.stack(masks) if width else np.zeros((rows, 0), dtype=np.int64)
+            data[ASSISTANT_MASKS_KEY] = np.stack(masks) if width else np.zeros((rows, 0), dtype=np.int64)
         else:
-            data["assistant_masks"] = assistant_masks(list(offsets), rendered.spans)
+            data[ASSISTANT_MASKS_KEY] = assistant_masks(list(offsets), rendered.spans)
     return EncodedBatch(data=data, rectangular=encoded.rectangular, num_tokens=encoded.num_tokens)
 
 
@@ -737,7 +825,8 @@ class ChatRenderer:
     """The render thread: renders (and marks masks) off the event loop, one request after another.
 
     ``astart()`` inside the running loop, ``astop()`` when done. Cancelling an awaiting caller withdraws its
-    render if it has not started. Nothing run here calls into the Rust tokenizer (module docstring)."""
+    render if it has not started, and stops it at its next check if it has (:class:`RenderWatch`). Nothing run
+    here calls into the Rust tokenizer (module docstring)."""
 
     def __init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
@@ -750,9 +839,18 @@ class ChatRenderer:
             executor, self._executor = self._executor, None
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
-    async def render(self, prepared: PreparedChats) -> RenderedChats:
+    @property
+    def running(self) -> bool:
+        return self._executor is not None
+
+    async def render(self, prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
         """:func:`render_chats` on the render thread."""
-        rendered: RenderedChats = await self._run(render_chats, prepared)
+        watch = watch or RenderWatch()
+        try:
+            rendered: RenderedChats = await self._run(render_chats, prepared, watch)
+        except asyncio.CancelledError:
+            watch.cancel()
+            raise
         return rendered
 
     async def add_masks(self, encoded: EncodedBatch, rendered: RenderedChats) -> EncodedBatch:
@@ -765,7 +863,10 @@ class ChatRenderer:
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._executor is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the chat renderer is not running")
-        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+        except _RenderCancelled:  # (only when the caller has gone, so nobody reads this)
+            raise asyncio.CancelledError from None
 
 
 #: How the chat path hands rendered texts to the engine's batched encode: ``(texts, options) -> EncodedBatch``.
