@@ -47,8 +47,7 @@ from .calls import (
     rejection,
     tokenize_call,
 )
-from .chat import ChatCollator
-from .collate import Collator
+from .collate import ChatCollator, Collator
 from .exceptions import TransportError
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, Endpoints, RetryPolicy
