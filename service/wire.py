@@ -180,7 +180,8 @@ CHAT_TOKENIZER_KWARGS: Final = ("pad_to_multiple_of", "padding_side", "return_at
 class ChatOptions:
     """The options of ``POST /chat/encode`` (and ``/chat/render``), beside ``conversations``: those of
     ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True, ...)`` with transformers 5's
-    names and defaults, in the order of its signature, plus ``assistant_masks_from``.
+    names and defaults, in the order of its signature (``tokenizer_kwargs``' keys, then ``**kwargs``, last), plus
+    ``assistant_masks_from`` beside ``return_assistant_tokens_mask``.
 
     ``chat_template_kwargs`` are the template variables transformers takes as ``**kwargs``;
     ``pad_to_multiple_of``, ``padding_side`` and ``return_attention_mask`` those it takes in ``tokenizer_kwargs``.
@@ -203,9 +204,9 @@ class ChatOptions:
         doc="Leave the final (assistant) message open to be continued; a string names the field to continue "
         "(e.g. reasoning_content).",
     )
-    chat_template_kwargs: Mapping[str, Any] | None = _option(
-        None, doc="Variables the template reads (e.g. enable_thinking): transformers' **kwargs."
-    )
+    padding: bool | str = _as_in(EncodeOptions, "padding")
+    truncation: bool | str | None = _as_in(EncodeOptions, "truncation", default=False)
+    max_length: int | None = _as_in(EncodeOptions, "max_length")
     return_assistant_tokens_mask: bool = _option(
         False, doc="Also answer assistant_masks: 1 for each token the assistant wrote, else 0."
     )
@@ -216,12 +217,12 @@ class ChatOptions:
         "answer all zeros); turns: each assistant message's rendered turn (exact, or refused where the template "
         "rewrites earlier turns).",
     )
-    padding: bool | str = _as_in(EncodeOptions, "padding")
-    truncation: bool | str | None = _as_in(EncodeOptions, "truncation", default=False)
-    max_length: int | None = _as_in(EncodeOptions, "max_length")
     pad_to_multiple_of: int | None = _as_in(EncodeOptions, "pad_to_multiple_of")
     padding_side: str | None = _as_in(EncodeOptions, "padding_side")
     return_attention_mask: bool | None = _as_in(EncodeOptions, "return_attention_mask")
+    chat_template_kwargs: Mapping[str, Any] | None = _option(
+        None, doc="Variables the template reads (e.g. enable_thinking): transformers' **kwargs."
+    )
 
     def as_encode_options(self) -> EncodeOptions:
         """The encode of the rendered texts, as ``apply_chat_template`` calls the tokenizer: no special tokens

@@ -69,6 +69,16 @@ def engine_chat(
     return to_lists(result)
 
 
+def client_arguments(options: dict[str, Any]) -> dict[str, Any]:
+    """Wire-named options as a client's ``apply_chat_template`` takes them -- transformers' arguments:
+    ``tokenizer_kwargs`` for the tokenizer's, template variables as keywords (plus ``assistant_masks_from``)."""
+    kwargs = {k: v for k, v in options.items() if k not in TOKENIZER_KWARGS and k != "chat_template_kwargs"}
+    tokenizer_kwargs = {k: options[k] for k in TOKENIZER_KWARGS if k in options}
+    if tokenizer_kwargs:
+        kwargs["tokenizer_kwargs"] = tokenizer_kwargs
+    return {**kwargs, **(options.get("chat_template_kwargs") or {})}
+
+
 def assert_chat_parity(ours: Any, theirs: Any, context: Any) -> None:
     """Both refuse, or both answer the same keys, in the same order, with the same values."""
     if isinstance(theirs, BaseException):

@@ -277,15 +277,15 @@ class AsyncTokenizerClient(_ClientBase):
         chat_template: str | None = None,
         add_generation_prompt: bool = False,
         continue_final_message: bool | str = False,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-        return_assistant_tokens_mask: bool = False,
-        assistant_masks_from: str = "generation",
         padding: bool | str = False,
         truncation: bool | str | None = False,
         max_length: int | None = None,
+        return_assistant_tokens_mask: bool = False,
+        assistant_masks_from: str = "generation",
         pad_to_multiple_of: int | None = None,
         padding_side: str | None = None,
         return_attention_mask: bool | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> RaggedResult:
         """As :meth:`TokenizerClient.chat_encode_ragged`."""
         options = ChatOptions(
