@@ -38,12 +38,17 @@ def features(tokenizer: Any, conversations: list, masks: bool) -> list[dict[str,
     return rows
 
 
-def trl_batch(trl: Any, rows: list[dict[str, list[int]]], **collator_options: Any) -> dict[str, Any]:
-    """TRL's SFTTrainer._prepare_dataset on the features (labels from the masks), then its collator."""
+def trl_batch(
+    trl: Any, rows: list[dict[str, list[int]]], max_length: int | None = None, **collator_options: Any
+) -> dict[str, Any]:
+    """TRL's SFTTrainer._prepare_dataset on the features (labels from the masks; truncated to ``max_length``,
+    keeping the start, as its default), then its collator."""
     import datasets
 
     trainer = types.SimpleNamespace(completion_only_loss=False)  # what _prepare_dataset reads of the trainer
-    args = types.SimpleNamespace(max_length=None, dataset_num_proc=None, shuffle_dataset=False)
+    args = types.SimpleNamespace(
+        max_length=max_length, truncation_mode="keep_start", dataset_num_proc=None, shuffle_dataset=False
+    )
     prepared = trl.SFTTrainer._prepare_dataset(
         trainer, datasets.Dataset.from_list(rows), None, args, False, None, "train"
     )

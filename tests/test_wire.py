@@ -344,7 +344,8 @@ def test_client_apply_chat_template_has_transformers_signature(client_class):
     theirs = apply_chat_template_parameters()
     ours = dict(inspect.signature(client_class.apply_chat_template).parameters)
     assert ours.pop("assistant_masks_from").kind is inspect.Parameter.KEYWORD_ONLY
-    assert [(p.name, p.kind, p.default) for p in ours.values()] == [(p.name, p.kind, p.default) for p in theirs.values()]
+    described = [(p.name, p.kind, p.default) for p in ours.values()]
+    assert described == [(p.name, p.kind, p.default) for p in theirs.values()]
 
 
 @pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
