@@ -133,21 +133,13 @@ def measure_loader(
     }
 
 
-def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Namespace, texts: list[str]) -> list[dict]:
+def check_identical_batches(
+    variants: dict[str, tuple[Callable, int | None]], texts: list[str], batch_sizes: list[int]
+) -> None:
+    """Every variant's collate_fn gives the in-process tensors (same keys, same order, same values)."""
     import torch
-    from transformers import AutoTokenizer
 
-    from service.client import TokenizerClient
-    from service.engine.loading import DEFAULT_TOKENIZER_DIR
-
-    tokenizer = AutoTokenizer.from_pretrained(str(args.tokenizer or DEFAULT_TOKENIZER_DIR))
-    clients = {name: TokenizerClient(server.url) for name, server in servers.items()}
-    # name -> (collate_fn, pid of the server doing the work, if any)
-    variants: dict[str, tuple[Callable, int | None]] = {
-        name: (client.collator(**OPTIONS), servers[name].pid) for name, client in clients.items()
-    }
-    variants["in-process"] = (InProcessCollate(tokenizer), None)
-    for batch_size in args.batch_sizes:  # same batches, same tensors
+    for batch_size in batch_sizes:
         sample = texts[:batch_size]
         theirs = variants["in-process"][0](sample)
         for name, (collate, _) in variants.items():
@@ -155,6 +147,12 @@ def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Name
             if list(ours) != list(theirs) or not all(torch.equal(ours[k], theirs[k]) for k in theirs):
                 raise AssertionError(f"{name} and in-process batches differ (batch size {batch_size})")
 
+
+def measure_cells(
+    variants: dict[str, tuple[Callable, int | None]], texts: list[str], args: argparse.Namespace
+) -> list[dict[str, Any]]:
+    """One cell per (workers, batch size): each variant's medians over ``args.rounds`` rounds that rotate
+    the variants' order. ``variants``: name -> (collate_fn, pid of the server doing the work, if any)."""
     cells = []
     for workers in args.workers:
         for batch_size in args.batch_sizes:
@@ -170,24 +168,42 @@ def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Name
             cell: dict[str, Any] = {"workers": workers, "batch_size": batch_size, "identical_batches": True}
             for name, values in runs.items():
                 cell[name] = {
-                    "batches_per_s": statistics.median(v["batches_per_s"] for v in values),
-                    "collate_cpu_ms_per_batch": statistics.median(v["collate_cpu_ms_per_batch"] for v in values),
-                    "server_cpu_ms_per_batch": statistics.median(v["server_cpu_ms_per_batch"] for v in values),
-                    "rounds": values,
-                }
-            local = cell["in-process"]
-            cell["ratios_vs_inprocess"] = {
-                name: {
-                    "batches_per_s": cell[name]["batches_per_s"] / local["batches_per_s"],
-                    "collate_cpu": cell[name]["collate_cpu_ms_per_batch"] / local["collate_cpu_ms_per_batch"],
-                }
-                for name in clients
-            }
+                    field: statistics.median(v[field] for v in values)
+                    for field in ("batches_per_s", "collate_cpu_ms_per_batch", "server_cpu_ms_per_batch")
+                } | {"rounds": values}
             log(
                 f"workers={workers} batch={batch_size}: "
                 + ", ".join(f"{name} {cell[name]['batches_per_s']:.1f} b/s" for name in variants)
             )
             cells.append(cell)
+    return cells
+
+
+def dataloader_comparison(servers: dict[str, ServerProcess], args: argparse.Namespace, texts: list[str]) -> list[dict]:
+    from transformers import AutoTokenizer
+
+    from service.client import TokenizerClient
+    from service.engine.loading import DEFAULT_TOKENIZER_DIR
+
+    tokenizer = AutoTokenizer.from_pretrained(str(args.tokenizer or DEFAULT_TOKENIZER_DIR))
+    clients = {name: TokenizerClient(server.url) for name, server in servers.items()}
+    # name -> (collate_fn, pid of the server doing the work, if any)
+    variants: dict[str, tuple[Callable, int | None]] = {
+        name: (client.collator(**OPTIONS), servers[name].pid) for name, client in clients.items()
+    }
+    variants["in-process"] = (InProcessCollate(tokenizer), None)
+    check_identical_batches(variants, texts, args.batch_sizes)
+    cells = []
+    for cell in measure_cells(variants, texts, args):
+        local = cell["in-process"]
+        cell["ratios_vs_inprocess"] = {
+            name: {
+                "batches_per_s": cell[name]["batches_per_s"] / local["batches_per_s"],
+                "collate_cpu": cell[name]["collate_cpu_ms_per_batch"] / local["collate_cpu_ms_per_batch"],
+            }
+            for name in clients
+        }
+        cells.append(cell)
     for client in clients.values():
         client.close()
     return cells

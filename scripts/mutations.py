@@ -30,6 +30,8 @@ MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
 API_DOCS = "tests/test_api_docs.py"
 EDGES = "tests/test_serve_edges.py"
+UNIX = "tests/test_unix_sockets.py"
+LAUNCH = "tests/test_launch.py"
 
 
 @dataclass(frozen=True)
@@ -350,7 +352,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chat: padding_side dropped on the way to the encode (ids and masks padded on the default side)",
-        CHAT,
+        "service/wire.py",
         "padding_side=self.padding_side,",
         "padding_side=None,",
         (CHAT_PARITY,),
@@ -439,5 +441,55 @@ MUTATIONS: tuple[Mutation, ...] = (
         "unreachable = hub_unreachable(constants.ENDPOINT, HUB_CONNECT_SECONDS)",
         "unreachable = None",
         (EDGES,),
+    ),
+    # -- Unix sockets and launched services (issue 21) --------------------------------------------------------
+    Mutation(
+        "a socket URL leaves the slashes of its path unencoded (the path becomes the route)",
+        "service/wire.py",
+        "return f\"{UNIX_SCHEME}://{quote(os.path.abspath(path), safe='')}\"",
+        'return f"{UNIX_SCHEME}://{quote(os.path.abspath(path))}"',
+        (UNIX,),
+    ),
+    Mutation(
+        "the drain keeps a Unix socket's file (new connections reach a closing listener)",
+        "service/http/listening.py",
+        "socket_file.remove()  # a Unix socket's step 1",
+        "pass",
+        (UNIX,),
+    ),
+    Mutation(
+        "serve --uds refuses the socket file a dead server left",
+        "service/http/launcher.py",
+        "os.unlink(path)  # stale: left by a server that died",
+        'raise OSError(errno.EADDRINUSE, "in use")',
+        (UNIX,),
+    ),
+    Mutation(
+        "the server never sees its owners gone (a SIGKILLed job leaves it running)",
+        "service/http/owners.py",
+        "fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
+        "raise BlockingIOError",
+        (UNIX, LAUNCH),
+    ),
+    Mutation(
+        "a forked child keeps its copy of the owners lock (the service outlives a killed parent)",
+        "service/client/launching.py",
+        "os.close(inherited.owners_fd)",
+        "pass",
+        (LAUNCH,),
+    ),
+    Mutation(
+        "a reused pid is taken for the service's (a stale socket is connected to)",
+        "service/client/rendezvous.py",
+        "return os.fsencode(marker) in file.read()",
+        "return True",
+        (LAUNCH,),
+    ),
+    Mutation(
+        "a service that keeps dying is relaunched for ever",
+        "service/client/launching.py",
+        "if launches >= MAX_LAUNCHES:",
+        "if False:",
+        (LAUNCH,),
     ),
 )

@@ -3,18 +3,21 @@
 Both sides import this module and nothing else of each other, so what one sends is what the other reads:
 route paths, the options of every route (declared once, as dataclasses: names, transformers' defaults, the
 values and bounds they take), the output keys in the order a ``BatchEncoding`` holds them, media types, header
-names, the error body's fields, and the environment variables both read. Standard library only: importing it
-costs the training process nothing. The server's request models and the engine's options are these
-declarations (derived from them, never rewritten); ``tests/test_wire.py`` fails when the clients' spelled-out
-signatures drift from them.
+names, the error body's fields, the environment variables both read, and how a service URL (Unix sockets
+included) is written and read. Standard library only: importing it costs the training process nothing. The
+server's request models and the engine's options are these declarations (derived from them, never
+rewritten); ``tests/test_wire.py`` fails when the clients' spelled-out signatures drift from them.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Final
+from urllib.parse import quote, unquote, urlsplit
 
 # -- routes ----------------------------------------------------------------------------------------------
 ENCODE_PATH: Final = "/encode"
@@ -297,3 +300,81 @@ ENV_PREFIX: Final = "TOKENIZER_SERVICE_"
 URL_ENV: Final = ENV_PREFIX + "URL"
 #: The API key: the server requires it when set, the client sends it when set.
 API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
+
+
+# -- where a service is: URLs, Unix domain sockets included -------------------------------------------------
+#: The scheme of a service on a Unix domain socket: ``http+unix://``, then the socket's path percent-encoded
+#: as one component (``/`` as ``%2F``), then a route as in any URL: ``http+unix://%2Ftmp%2Fts.sock/encode``.
+#: The convention of requests-unixsocket and Docker's clients; chosen because a base URL plus a route stays a
+#: URL, and a comma-separated list of URLs (``$TOKENIZER_SERVICE_URL``, pretokenize ``--url``) stays one.
+UNIX_SCHEME: Final = "http+unix"
+#: The ``Host`` header sent to a service on a Unix socket (it has no host name).
+UNIX_HOST: Final = "localhost"
+#: The longest Unix socket path, in bytes: ``sun_path`` holds 108 with its final NUL on Linux (104 on macOS).
+MAX_SOCKET_PATH_BYTES: Final = 107
+#: The directory ``TokenizerClient.launch`` keeps its sockets, locks and logs in (default:
+#: ``$XDG_RUNTIME_DIR/tokenizer-service``, else ``/tmp/tokenizer-service-<uid>``; private: mode 0700).
+LAUNCH_DIR_ENV: Final = ENV_PREFIX + "LAUNCH_DIR"
+
+
+@dataclass(frozen=True)
+class ServiceAddress:
+    """Where one request goes, read from an absolute service URL by :func:`parse_service_url`."""
+
+    scheme: str  # "http", "https" or UNIX_SCHEME
+    host: str  # the host name (UNIX_HOST for a socket): what the Host header names
+    port: int  # the TCP port (0 for a socket)
+    socket_path: str | None  # the Unix socket's path, or None for TCP
+    target: str  # the request target: path and query ("/" when the URL has none)
+
+    @property
+    def origin(self) -> tuple[str, str, int]:
+        """What a connection pool keys on: connections to the same origin are interchangeable."""
+        return (self.scheme, self.socket_path or self.host, self.port)
+
+
+def unix_socket_url(path: str) -> str:
+    """The base URL of a service listening on the Unix socket at ``path`` (made absolute)."""
+    return f"{UNIX_SCHEME}://{quote(os.path.abspath(path), safe='')}"
+
+
+@lru_cache(maxsize=256)
+def parse_service_url(url: str) -> ServiceAddress:
+    """Read an absolute ``http://``, ``https://`` or ``http+unix://`` URL; ValueError saying what to write
+    instead (a socket's path written any other way gets its ``http+unix://`` form in the message)."""
+    parts = urlsplit(url)
+    target = parts.path or "/"
+    if parts.query:
+        target += "?" + parts.query
+    if parts.scheme == UNIX_SCHEME and parts.netloc:
+        path = unquote(parts.netloc)
+        if not path.startswith("/"):
+            raise ValueError(f"{url!r}: the socket path must be absolute, as in {unix_socket_url(path)!r}")
+        return ServiceAddress(UNIX_SCHEME, UNIX_HOST, 0, path, target)
+    if parts.scheme in ("http", "https") and parts.hostname:
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise ValueError(f"{url!r}: {exc}") from None
+        return ServiceAddress(parts.scheme, parts.hostname, port, None, target)
+    socket_path = _socket_path_written_otherwise(url, parts.scheme)
+    if socket_path is not None:
+        raise ValueError(
+            f"{url!r} is not a service URL: a Unix socket is written {UNIX_SCHEME}://<its path percent-encoded>, "
+            f"here {unix_socket_url(socket_path)!r}"
+        )
+    raise ValueError(
+        f"not a service URL: {url!r}; write http://HOST:PORT, https://HOST:PORT or "
+        f"{UNIX_SCHEME}://<socket path percent-encoded>"
+    )
+
+
+def _socket_path_written_otherwise(url: str, scheme: str) -> str | None:
+    """The socket path of ``unix:/p``, ``unix:///p``, ``http+unix:///p`` or a bare ``/p``, else None."""
+    if scheme in ("unix", UNIX_SCHEME):
+        rest = url.split(":", 1)[1]
+        path = "/" + rest.lstrip("/") if rest.startswith("/") else rest
+        return path if path.strip("/") else None
+    if url.startswith("/"):
+        return url
+    return None

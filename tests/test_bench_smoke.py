@@ -112,3 +112,31 @@ def test_train_compare_smoke_run_writes_its_figures_and_checks_the_result(tmp_pa
     assert all(count["mb_per_s"] > 0 and count["peak_rss_mb"] > 0 for count in figures["count"].values())
     assert figures["merge"]["train_seconds"] > 0 and figures["baseline"]["peak_rss_mb"] > 0
     assert "count (best) + merge+train vs baseline" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_launch_benchmark_smoke_run_measures_every_part(tmp_path):
+    """benchmarks.launch_compare --smoke: round trips over both sockets, the three DataLoader variants (their
+    batches checked identical before measuring), and the start-up cost."""
+    out = tmp_path / "launch.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.launch_compare", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    for kind in ("encode 1 text", "GET /healthz"):
+        assert {f"{kind} | unix socket | 1 thread(s)", f"{kind} | tcp loopback | 8 thread(s)"} <= set(
+            results["round_trips"]
+        )
+    cell = results["dataloader"][0]
+    assert cell["identical_batches"] and set(cell["ratios"]) == {
+        "launched / in-process",
+        "tcp / in-process",
+        "launched / tcp",
+    }
+    assert all(figures["launch_seconds"] > 0 for figures in results["startup"].values())

@@ -108,6 +108,9 @@ def test_exported_members():
         [
             "TokenizerClient",
             "AsyncTokenizerClient",
+            "LaunchedTokenizerClient",
+            "LaunchedAsyncTokenizerClient",
+            "LaunchedService",
             "Collator",
             "ChatCollator",
             "TokenBudgetBatchSampler",
@@ -140,6 +143,7 @@ def test_exported_members():
             "RequestTimeout",
             "FingerprintMismatch",
             "RetriesExhausted",
+            "LaunchError",
         ]
     )
     for name in client_module.__all__:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -51,3 +53,29 @@ def test_readme_token_budget_example_runs_as_written(servers, tmp_path):
     paddings = [float(re.search(r"padding ([\d.]+)%", line).group(1)) for line in lines if line.startswith("epoch")]
     assert len(paddings) == 2 and max(paddings) < 10  # grouped: little padding
     assert lines[2].startswith("torch.Size([1, ") and "batches for rank 0 of 2" in lines[3]
+
+
+@pytest.mark.timeout(120)
+def test_readme_first_dataloader_example_launches_and_runs_as_written(tmp_path):
+    """The first DataLoader example is the launched form: it runs as written, and leaves no server behind."""
+    block = re.search(r"<!-- launch-example:start -->\n```python\n(.*?)```\n<!-- launch-example:end -->", README, re.S)
+    assert block, "README lost its launch example markers"
+    code = block.group(1)
+    assert "TokenizerClient.launch()" in code and "http" not in code
+    launch_dir = Path(tempfile.mkdtemp(prefix="tsd-", dir="/tmp"))  # short: a socket path holds 107 bytes
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=script_env(TOKENIZER_SERVICE_LAUNCH_DIR=str(launch_dir)),
+            capture_output=True,
+            text=True,
+            timeout=100,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.startswith("torch.Size([32, ") and "torch.Size([32, " in done.stdout.split(")", 1)[1]
+        assert not list(launch_dir.glob("*.sock")), "the launched service outlived the example"
+    finally:
+        shutil.rmtree(launch_dir, ignore_errors=True)

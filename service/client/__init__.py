@@ -2,7 +2,8 @@
 
     from service.client import TokenizerClient
 
-    client = TokenizerClient("http://127.0.0.1:8000")       # or several URLs, or $TOKENIZER_SERVICE_URL
+    client = TokenizerClient.launch()                       # a private service on this machine (Unix socket)
+    client = TokenizerClient("http://127.0.0.1:8000")       # or a deployed one: several URLs, $TOKENIZER_SERVICE_URL
     batch = client(["text a", "text b"], padding="longest", truncation=True, max_length=128, return_tensors="pt")
     loader = DataLoader(texts, batch_size=32, num_workers=2,
                         collate_fn=client.collator(padding="longest", truncation=True, max_length=128))
@@ -31,6 +32,7 @@ from .exceptions import (
     ConnectError,
     FingerprintMismatch,
     InvalidRequest,
+    LaunchError,
     NotAcceptable,
     PayloadTooLarge,
     ProtocolError,
@@ -49,12 +51,18 @@ from .transports import AsyncTransport, HTTPTransport, MockTransport, Request, R
 
 if TYPE_CHECKING:
     from .async_client import AsyncTokenizerClient
+    from .launched import LaunchedTokenizerClient
+    from .launched_async import LaunchedAsyncTokenizerClient
+    from .launching import LaunchedService
     from .sampling import TokenBudgetBatchSampler
     from .transports import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
 
 __all__ = [
     "TokenizerClient",
     "AsyncTokenizerClient",
+    "LaunchedTokenizerClient",
+    "LaunchedAsyncTokenizerClient",
+    "LaunchedService",
     "Collator",
     "ChatCollator",
     "TokenBudgetBatchSampler",
@@ -89,6 +97,7 @@ __all__ = [
     "RequestTimeout",
     "FingerprintMismatch",
     "RetriesExhausted",
+    "LaunchError",
 ]
 
 
@@ -96,6 +105,9 @@ __all__ = [
 # nor httpx (nor torch, which the sampler subclasses where it is installed).
 _LAZY = {
     "AsyncTokenizerClient": "service.client.async_client",
+    "LaunchedTokenizerClient": "service.client.launched",
+    "LaunchedAsyncTokenizerClient": "service.client.launched_async",
+    "LaunchedService": "service.client.launching",
     "TokenBudgetBatchSampler": "service.client.sampling",  # imports torch, where installed
     "AsyncHTTPTransport": "service.client.transports",
     "HTTPXTransport": "service.client.transports",

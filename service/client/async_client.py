@@ -310,6 +310,14 @@ class AsyncTokenizerClient(_ClientBase):
         """As :meth:`TokenizerClient.info`."""
         return await self._send(info_call())
 
+    @classmethod
+    def launch(cls, model: str | None = None, **options: Any) -> Any:
+        """As :meth:`TokenizerClient.launch`: ``client = await AsyncTokenizerClient.launch(...)``, or
+        ``async with AsyncTokenizerClient.launch(...) as client:`` (start-up runs off the event loop)."""
+        from .launched_async import launch_async
+
+        return launch_async(model, **options)
+
     async def aclose(self) -> None:
         """Close this process's connections on the running event loop."""
         await self._transport.aclose()

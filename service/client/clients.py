@@ -28,6 +28,7 @@ from ..wire import (
     EncodeOptions,
     LengthOptions,
     TokenizeOptions,
+    parse_service_url,
 )
 from .calls import (
     RETRY_STATUSES,
@@ -59,7 +60,8 @@ _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 
 def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``."""
+    """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``:
+    ``http://``, ``https://`` or ``http+unix://`` (a Unix socket, :data:`service.wire.UNIX_SCHEME`)."""
     if url is None:
         url = os.environ.get(URL_ENV, "")
         if not url.strip():
@@ -75,8 +77,7 @@ def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
         part = part.strip().rstrip("/")
         if not part:
             continue
-        if not part.startswith(("http://", "https://")):
-            raise ValueError(f"not an http(s) URL: {part!r}")
+        parse_service_url(part)  # ValueError saying what to write instead
         if part not in urls:
             urls.append(part)
     if not urls:
@@ -513,6 +514,26 @@ class TokenizerClient(_ClientBase):
     def info(self) -> dict[str, Any]:
         """What the server serves: tokenizer, ``fingerprint``, limits, batching, versions."""
         return self._send(info_call())
+
+    @classmethod
+    def launch(cls, model: str | None = None, **options: Any) -> TokenizerClient:
+        """Start a private service for ``model`` (a tokenizer file or folder, a hub id, None for the embedded
+        default) on this machine, on a Unix socket, and return a client bound to it; nothing to deploy:
+
+            with TokenizerClient.launch("path/to/tokenizer", threads=8) as client:
+                loader = DataLoader(rows, num_workers=4, collate_fn=client.collator(padding=True))
+
+        ``options``: the client's (``timeout``, ``retry``, ``headers``, ``transport``, ``api_key``,
+        ``expected_fingerprint``), ``start_timeout`` (seconds to wait for a ready service, default 300),
+        ``python`` (the interpreter that runs the server, default this one), and every setting of
+        ``tokenizer-service serve`` by its name (``threads=8``, ``memory_budget_mib=2048``, ``revision=...``).
+        One service per tokenizer and settings per machine: the local ranks of a torchrun job share one.
+        It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the
+        ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log; a
+        service that dies is relaunched once. Details: ``service/client/launching.py``."""
+        from .launched import launch
+
+        return launch(model, **options)
 
     def close(self) -> None:
         """Close this process's idle connections."""

@@ -17,7 +17,8 @@ into :class:`TransportError` subclasses at the boundary, and every error status 
     │   ├── ServerBusy            429 overloaded, 503 unavailable/draining, 504 queue timeout (retried)
     │   └── RequestTimeout        408: the request reached the server too slowly, it was not run (retried)
     ├── FingerprintMismatch       the server's tokenizer is not the one the client was pinned to
-    └── RetriesExhausted          every allowed try failed: names the URL(s), the tries and the last cause
+    ├── RetriesExhausted          every allowed try failed: names the URL(s), the tries and the last cause
+    └── LaunchError               TokenizerClient.launch could not start (or restart) its private service
 
 Every class can be built from its message alone (other attributes are keyword-only), so an error raised in
 a DataLoader worker is re-raised in the training process as the same class.
@@ -43,6 +44,7 @@ __all__ = [
     "ServerBusy",
     "FingerprintMismatch",
     "RetriesExhausted",
+    "LaunchError",
 ]
 
 
@@ -169,3 +171,14 @@ class RetriesExhausted(TokenizerServiceError):
         self, message: str, *, urls: Sequence[str] = (), attempts: int = 0, last_error: BaseException | None = None
     ) -> None:
         super().__init__(message, urls=tuple(urls), attempts=attempts, last_error=last_error)
+
+
+class LaunchError(TokenizerServiceError):
+    """:meth:`TokenizerClient.launch <service.client.TokenizerClient.launch>` could not start its service, or
+    the launched service died again after its one relaunch. The message leads with the server's own one-line
+    error and quotes the last lines of its log; ``log_path`` is the whole log (None when no server ran)."""
+
+    log_path: str | None
+
+    def __init__(self, message: str, *, log_path: str | None = None) -> None:
+        super().__init__(message, log_path=log_path)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import types
 import typing
@@ -73,20 +74,39 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         return 2
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .launcher import bind_listener, connection_guard, run
+    from .launcher import bind_listener, bind_unix_listener, connection_guard, run
+    from .listening import SocketFile
+    from .owners import OwnersWatch
 
+    socket_file: SocketFile | None = None
+    where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
     try:  # before the tokenizer loads (that can take minutes): a port in use fails at once
-        listener = bind_listener(settings.host, settings.port)
+        if settings.uds is not None:
+            listener, socket_file = bind_unix_listener(settings.uds)
+        else:
+            listener = bind_listener(settings.host, settings.port)
     except OSError as exc:
-        print(f"{prog}: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+
+    def leave_unserved() -> None:
+        listener.close()
+        if socket_file is not None:
+            socket_file.remove()
+
+    def stop_loading() -> None:  # the owners left while the tokenizer was loading: nothing to drain
+        leave_unserved()
+        logging.shutdown()
+        os._exit(0)
+
+    owners = OwnersWatch(settings.owners_file, stop_loading).start() if settings.owners_file else None
     # Parallelism must be configured before tokenizers touches its rayon pool.
     threads = settings.threads or available_cpus()
     configure_rust_parallelism(threads)
     try:
         loaded = load_tokenizer(settings.model, settings.revision)
     except TokenizerLoadError as exc:
-        listener.close()
+        leave_unserved()
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
 
@@ -102,16 +122,22 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         body_timeout=settings.body_timeout_seconds,
         drain_state=runtime,
     )
-    run(
-        app,
-        runtime,
-        listener=listener,
-        log_level=settings.log_level,
-        access_log=settings.access_log,
-        grace_seconds=settings.graceful_shutdown_seconds,
-        drain_listen_seconds=settings.drain_listen_seconds,
-        guard=guard,
-        keep_alive_seconds=settings.keep_alive_seconds,
-        http_protocol=settings.http_protocol,
-    )
+    try:
+        run(
+            app,
+            runtime,
+            listener=listener,
+            log_level=settings.log_level,
+            access_log=settings.access_log,
+            grace_seconds=settings.graceful_shutdown_seconds,
+            drain_listen_seconds=settings.drain_listen_seconds,
+            guard=guard,
+            keep_alive_seconds=settings.keep_alive_seconds,
+            http_protocol=settings.http_protocol,
+            socket_file=socket_file,
+            owners=owners,
+        )
+    finally:
+        if socket_file is not None:
+            socket_file.remove()  # (the drain removed it already, unless interrupted otherwise)
     return 0

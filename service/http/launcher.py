@@ -19,6 +19,10 @@ to uvicorn's own handling.
 The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.protocol.ConnectionGuard`
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
+It listens on TCP (:func:`bind_listener`) or on a Unix domain socket (:func:`bind_unix_listener`, ``--uds``),
+whose drain removes the socket file first (:mod:`.listening`). With ``--owners-file`` the same drain also
+starts when the last process using the server has gone (:mod:`.owners`).
+
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
 ``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
@@ -29,11 +33,13 @@ uvicorn internals used here (``tests/test_protocol.py`` checks they still exist 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import resource
 import signal
 import socket
+import stat
 import threading
 import time
 from types import FrameType
@@ -41,7 +47,9 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from .listening import close_listeners
+from ..wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
+from .listening import SocketFile, close_listeners
+from .owners import OwnersWatch
 from .protocol import ConnectionGuard, DrainState, uvicorn_protocol_settings
 
 logger = logging.getLogger(__name__)
@@ -71,10 +79,12 @@ class DrainingServer(uvicorn.Server):
         grace_seconds: float,
         guard: ConnectionGuard | None = None,
         listen_seconds: float = 0.0,
+        socket_files: tuple[SocketFile, ...] = (),
     ) -> None:
         super().__init__(config)
         self.drain = drain
         self.guard = guard
+        self.socket_files = socket_files
         self.grace_seconds = grace_seconds
         self.listen_seconds = min(listen_seconds, grace_seconds)
         self.drain_started: float | None = None
@@ -97,6 +107,10 @@ class DrainingServer(uvicorn.Server):
             watchdog.start()
             return
         super().handle_exit(sig, frame)
+
+    def stop_gracefully(self) -> None:
+        """Drain and stop as on SIGTERM; callable from any thread (the owners watch calls it)."""
+        self.handle_exit(signal.SIGTERM, None)
 
     def _start_drain(self) -> None:
         assert self._loop is not None
@@ -122,7 +136,8 @@ class DrainingServer(uvicorn.Server):
         # 1. Clients still routed here are told to go elsewhere, politely, while the endpoint removal spreads.
         await self._wait_until_idle(self.drain_started + self.listen_seconds)
         # 2. New connections are refused from now on, without resetting one the kernel had accepted.
-        await close_listeners(getattr(self, "servers", ()))  # (none yet: SIGTERM during start-up)
+        # (none yet: SIGTERM during start-up)
+        await close_listeners(getattr(self, "servers", ()), self.socket_files)
         # 3. What was accepted is answered: the drain itself holds no request; wait for those that were
         # running to finish, and for the connections to close after their last answer.
         await self._wait_until_idle(deadline)
@@ -160,6 +175,47 @@ def bind_listener(host: str, port: int) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
+    """Bind a Unix domain socket at ``path`` (mode 0660), as :func:`bind_listener` binds TCP: before the load,
+    not listening yet. A socket file left by a server that died (a connect is refused) is replaced; a live
+    one, or a file that is not a socket, is refused with an OSError that says so."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+        raise OSError(errno.ENAMETOOLONG, f"a Unix socket path holds at most {MAX_SOCKET_PATH_BYTES} bytes")
+    try:
+        existing = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(existing.st_mode):
+            raise OSError(errno.EEXIST, "the path exists and is not a socket")
+        if socket_is_live(path):
+            raise OSError(errno.EADDRINUSE, "a server is listening on that socket")
+        os.unlink(path)  # stale: left by a server that died
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o660)
+        return sock, SocketFile.of(path)
+    except OSError:
+        sock.close()
+        raise
+
+
+def socket_is_live(path: str) -> bool:
+    """Whether something accepts connections on the Unix socket at ``path`` (a full queue counts as live)."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True  # a timeout or EAGAIN: a server too busy to accept at once is still a server
+    finally:
+        probe.close()
+    return True
 
 
 def raise_descriptor_limit() -> int:
@@ -217,9 +273,12 @@ def run(
     keep_alive_seconds: float,
     drain_listen_seconds: float = 0.0,
     http_protocol: str = "guarded",
+    socket_file: SocketFile | None = None,
+    owners: OwnersWatch | None = None,
 ) -> None:
-    """Serve ``app`` on ``listener`` (:func:`bind_listener`) in this process (one uvicorn worker, never
-    forking) until drained or interrupted."""
+    """Serve ``app`` on ``listener`` (:func:`bind_listener`, or :func:`bind_unix_listener` with its
+    ``socket_file``) in this process (one uvicorn worker, never forking) until drained or interrupted, or
+    until ``owners`` sees the last process using the server gone."""
     config = uvicorn.Config(
         app,
         workers=1,
@@ -231,9 +290,18 @@ def run(
         **protocol_settings(http_protocol, guard),
     )
     guarded = guard if http_protocol == "guarded" else None
-    host, port = listener.getsockname()[:2]
-    logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
-    DrainingServer(config, drain, grace_seconds, guarded, listen_seconds=drain_listen_seconds).run([listener])
+    if listener.family == socket.AF_UNIX:
+        logger.info("serving on %s", unix_socket_url(listener.getsockname()))
+    else:
+        host, port = listener.getsockname()[:2]
+        logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
+    socket_files = (socket_file,) if socket_file is not None else ()
+    server = DrainingServer(
+        config, drain, grace_seconds, guarded, listen_seconds=drain_listen_seconds, socket_files=socket_files
+    )
+    if owners is not None:
+        owners.on_gone = server.stop_gracefully
+    server.run([listener])
 
 
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:

@@ -17,6 +17,10 @@ it refused before it could send anything:
 
 Where the filter is unavailable (not Linux), steps 2 and 3 still narrow the race to the moment between
 the last look at the queue and the close; where ``TCP_INFO`` is too, the listener is simply closed.
+
+A Unix domain socket needs no filter: step 1 is removing its file (:class:`SocketFile`), after which a
+connect() by its path fails at once (no such file), having sent nothing. Its accept queue cannot be read,
+so step 2 waits the settle time, in which the event loop accepts what was queued before the removal.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import logging
+import os
 import socket
 import struct
 import sys
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 logger = logging.getLogger(__name__)
@@ -81,6 +87,33 @@ def accept_queue_length(sock: Any) -> int | None:
     return length
 
 
+@dataclass(frozen=True)
+class SocketFile:
+    """The file a Unix listening socket is bound to, known by its identity (device and inode) so that it is
+    removed only while it is still this server's: a newer server may have replaced it since."""
+
+    path: str
+    device: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: str) -> SocketFile:
+        """The socket file at ``path`` now (just after ``bind``)."""
+        status = os.lstat(path)
+        return cls(path, status.st_dev, status.st_ino)
+
+    def remove(self) -> bool:
+        """Remove the file if it is still this one: new connections by its path then fail at once."""
+        try:
+            status = os.lstat(self.path)
+            if (status.st_dev, status.st_ino) != (self.device, self.inode):
+                return False
+            os.unlink(self.path)
+        except FileNotFoundError:
+            return False
+        return True
+
+
 class Listener(Protocol):
     """What :func:`close_listeners` closes: an asyncio (or uvloop) server."""
 
@@ -90,12 +123,17 @@ class Listener(Protocol):
     def close(self) -> None: ...
 
 
-async def close_listeners(servers: Iterable[Listener]) -> None:
+async def close_listeners(servers: Iterable[Listener], socket_files: Sequence[SocketFile] = ()) -> None:
     """Close the listening sockets of ``servers`` (see the module doc): after this, a new connection is
-    refused; every one the kernel completed before was accepted and is the server's to answer."""
+    refused; every one the kernel completed before was accepted and is the server's to answer.
+    ``socket_files``: the files of the Unix sockets among them, removed first."""
     servers = list(servers)
     sockets = [sock for server in servers for sock in server.sockets]
-    filtered = bool(sockets) and all([refuse_new_handshakes(sock) for sock in sockets])
+    for socket_file in socket_files:
+        socket_file.remove()  # a Unix socket's step 1
+    tcp = [sock for sock in sockets if sock.family != socket.AF_UNIX]
+    unix_refusing = len(socket_files) >= len(sockets) - len(tcp)
+    filtered = bool(sockets) and all([refuse_new_handshakes(sock) for sock in tcp]) and unix_refusing
     started = time.monotonic()
     settled = started + (HANDSHAKE_SETTLE_SECONDS if filtered else 0.0)
     while (now := time.monotonic()) < started + QUEUE_WAIT_LIMIT_SECONDS:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Protocol, runtime_checkable
-from urllib.parse import urlsplit
 
-__all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport"]
+from ...wire import ServiceAddress, parse_service_url
+
+__all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport", "address_of"]
 
 
 @dataclass(frozen=True)
@@ -80,17 +80,9 @@ class AsyncTransport(Protocol):
 Transport = SyncTransport | AsyncTransport
 
 
-@lru_cache(maxsize=256)
-def split_url(url: str) -> tuple[str, str, int, str]:
-    """(scheme, host, port, request target) of an absolute http(s) URL."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"not an http(s) URL: {url!r}")
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    return parts.scheme, parts.hostname, port, target
+def address_of(request: Request) -> ServiceAddress:
+    """Where ``request`` goes: scheme, host and port, or a Unix socket's path (``service.wire.parse_service_url``)."""
+    return parse_service_url(request.url)
 
 
 class StaleConnection(Exception):

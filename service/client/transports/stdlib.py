@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import http.client
 import os
+import socket
 import ssl
 import threading
 import time
 from typing import Any
 
+from ...wire import UNIX_HOST, ServiceAddress
 from ..exceptions import ConnectError, ProtocolError, TransportTimeout
-from .base import Request, Response, StaleConnection, split_url, ssl_context
+from .base import Request, Response, StaleConnection, address_of, ssl_context
 
 __all__ = ["HTTPTransport"]
 
@@ -57,12 +59,31 @@ class _Pools:
                 conn.close()
 
 
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """``http.client`` over a Unix domain socket (``http+unix://`` URLs): the same HTTP on another socket."""
+
+    def __init__(self, socket_path: str, timeout: float | None) -> None:
+        super().__init__(UNIX_HOST, timeout=timeout)
+        self.socket_path = socket_path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self.socket_path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
 class HTTPTransport:
     """The default sync transport: stdlib ``http.client`` with keep-alive, per process, thread-safe.
 
     ``max_idle_connections`` bounds the idle connections kept per origin (one per thread that uses the
     client at once is enough); ``keepalive_expiry`` drops an idle connection before the server would
     (uvicorn closes idle ones after 5 s). ``verify`` is for https: True, False or a CA bundle path.
+    ``http+unix://`` URLs go over the Unix domain socket they name.
     """
 
     def __init__(
@@ -87,31 +108,34 @@ class HTTPTransport:
         return pools
 
     def handle_request(self, request: Request) -> Response:
-        scheme, host, port, target = split_url(request.url)
-        key = (scheme, host, port)
+        address = address_of(request)
+        key = address.origin
         pools = self._current_pools()
         conn = pools.take(key, self.keepalive_expiry)
         if conn is not None:
             try:
-                return self._exchange(conn, key, target, request, pools)
+                return self._exchange(conn, key, address.target, request, pools)
             except StaleConnection:
                 pass  # the server closed it while idle; the request never ran: one fresh try
-        conn = self._connect(scheme, host, port, request)
+        conn = self._connect(address, request)
         try:
-            return self._exchange(conn, key, target, request, pools)
+            return self._exchange(conn, key, address.target, request, pools)
         except StaleConnection as exc:
             raise ProtocolError(
                 f"{request.url}: the server closed the connection without answering ({exc.__cause__})", url=request.url
             ) from exc.__cause__
 
-    def _connect(self, scheme: str, host: str, port: int, request: Request) -> http.client.HTTPConnection:
+    def _connect(self, address: ServiceAddress, request: Request) -> http.client.HTTPConnection:
         timeout = request.timeout.connect
-        if scheme == "https":
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                host, port, timeout=timeout, context=self._https_context()
+        conn: http.client.HTTPConnection
+        if address.socket_path is not None:
+            conn = _UnixHTTPConnection(address.socket_path, timeout)
+        elif address.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                address.host, address.port, timeout=timeout, context=self._https_context()
             )
         else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            conn = http.client.HTTPConnection(address.host, address.port, timeout=timeout)
         try:
             conn.connect()
         except TimeoutError as exc:

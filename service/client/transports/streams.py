@@ -14,8 +14,9 @@ import ssl
 import time
 from typing import Any
 
+from ...wire import ServiceAddress
 from ..exceptions import ConnectError, ProtocolError, TransportTimeout
-from .base import Request, Response, StaleConnection, split_url, ssl_context
+from .base import Request, Response, StaleConnection, address_of, ssl_context
 
 __all__ = ["AsyncHTTPTransport"]
 
@@ -59,7 +60,8 @@ class AsyncHTTPTransport:
     """The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams, one pool per
     process and event loop. About a fifth of the client CPU per request of ``httpx.AsyncClient`` under
     32-way concurrency (``benchmarks/dataloader_compare.py``); it speaks only what the service speaks
-    (Content-Length or chunked bodies, no redirects, no proxies). Arguments as :class:`HTTPTransport`."""
+    (Content-Length or chunked bodies, no redirects, no proxies). Arguments as :class:`HTTPTransport`;
+    ``http+unix://`` URLs go over the Unix domain socket they name."""
 
     def __init__(
         self, *, max_idle_connections: int = 64, keepalive_expiry: float = 4.0, verify: bool | str = True
@@ -87,10 +89,10 @@ class AsyncHTTPTransport:
         return pools
 
     async def handle_async_request(self, request: Request) -> Response:
-        scheme, host, port, target = split_url(request.url)
-        key = (scheme, host, port)
+        address = address_of(request)
+        key = address.origin
         pools = self._current_pools()
-        head = _request_head(request, host, port, target)
+        head = _request_head(request, address)
         conn = pools.take(key, self.keepalive_expiry)
         if conn is not None:
             try:
@@ -98,10 +100,7 @@ class AsyncHTTPTransport:
             except StaleConnection:
                 pass  # closed by the server while idle; the request never ran: one fresh try
         try:
-            conn = await asyncio.wait_for(
-                asyncio.open_connection(host, port, ssl=self._https_context() if scheme == "https" else None),
-                request.timeout.connect,
-            )
+            conn = await asyncio.wait_for(self._open(address), request.timeout.connect)
         except asyncio.TimeoutError as exc:
             raise ConnectError(
                 f"timed out after {request.timeout.connect}s connecting to {request.url}", url=request.url
@@ -114,6 +113,13 @@ class AsyncHTTPTransport:
             raise ProtocolError(
                 f"{request.url}: the server closed the connection without answering ({exc.__cause__})", url=request.url
             ) from exc.__cause__
+
+    async def _open(self, address: ServiceAddress) -> _Connection:
+        """A new connection to ``address``: TCP (TLS for https) or a Unix domain socket."""
+        if address.socket_path is not None:
+            return await asyncio.open_unix_connection(address.socket_path)
+        tls = self._https_context() if address.scheme == "https" else None
+        return await asyncio.open_connection(address.host, address.port, ssl=tls)
 
     async def _exchange(
         self, conn: _Connection, key: tuple[str, str, int], head: bytes, request: Request, pools: _AsyncPools
@@ -146,9 +152,13 @@ class AsyncHTTPTransport:
         self._pools = None
 
 
-def _request_head(request: Request, host: str, port: int, target: str) -> bytes:
-    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 literals in brackets
-    lines = [f"{request.method} {target} HTTP/1.1", f"Host: {authority}"]
+def _request_head(request: Request, address: ServiceAddress) -> bytes:
+    host, port = address.host, address.port
+    if address.socket_path is not None:
+        authority = host
+    else:
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"  # IPv6 literals in brackets
+    lines = [f"{request.method} {address.target} HTTP/1.1", f"Host: {authority}"]
     lines.extend(f"{name}: {value}" for name, value in request.headers.items())
     if request.body is not None:
         lines.append(f"Content-Length: {len(request.body)}")

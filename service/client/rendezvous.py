@@ -1,0 +1,227 @@
+"""Where launched services meet the processes that use them: one private directory per user on this machine.
+
+For each launch key (:func:`launch_key`: this machine, the tokenizer's identity, the serve settings, the
+interpreter) the directory holds five files, named by the key's first 16 hex digits:
+
+- ``<key>.sock``: the service's Unix socket;
+- ``<key>.lock``: the rendezvous lock, held exclusively by the one process deciding whether to attach to the
+  running service or to launch one, so that the local ranks of a torchrun job start exactly one;
+- ``<key>.owners``: the owners lock, held *shared* by every process using the service for as long as it does;
+  the service stops once nobody holds it (``service/http/owners.py``), and holds it exclusively while it
+  stops, so that a process that comes meanwhile waits, then launches a new one;
+- ``<key>.json``: the record: the server's pid, its fingerprint, how many times it was launched;
+- ``<key>.log``: the server's output.
+
+The directory is ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else ``$XDG_RUNTIME_DIR/tokenizer-service``, else
+``/tmp/tokenizer-service-<uid>``: short, because a Unix socket path holds at most 107 bytes, and private
+(mode 0700, owned by this user), because whoever can reach a socket can use the service. Locks are
+``flock`` locks, which the kernel drops when their process dies, however it dies.
+
+Standard library only, and nothing here starts a process: ``launching.py`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
+from .exceptions import LaunchError
+
+__all__ = [
+    "launch_directory",
+    "launch_key",
+    "ServicePaths",
+    "Record",
+    "exclusive_lock",
+    "hold_shared",
+    "nobody_holds",
+    "process_alive",
+]
+
+_POLL_SECONDS = 0.05
+
+
+def launch_directory() -> Path:
+    """The private directory of launched services (see the module doc), created if missing; LaunchError
+    saying what to do when it cannot be used."""
+    configured = os.environ.get(LAUNCH_DIR_ENV)
+    if configured:
+        folder = Path(configured)
+    else:
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK | os.X_OK):
+            folder = Path(runtime) / "tokenizer-service"
+        else:
+            folder = Path("/tmp") / f"tokenizer-service-{os.getuid()}"
+    _make_private(folder, configured=bool(configured))
+    return folder
+
+
+def _make_private(folder: Path, *, configured: bool) -> None:
+    advice = f"set {LAUNCH_DIR_ENV} to a private directory you can write" if not configured else "choose another"
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise LaunchError(f"cannot create the launch directory {folder}: {exc.strerror or exc}; {advice}") from exc
+    status = os.lstat(folder)
+    if not stat.S_ISDIR(status.st_mode):
+        raise LaunchError(f"the launch directory {folder} is not a directory (a symlink or a file); {advice}")
+    if status.st_uid != os.getuid():
+        raise LaunchError(f"the launch directory {folder} belongs to another user (uid {status.st_uid}); {advice}")
+    if status.st_mode & 0o077:
+        raise LaunchError(
+            f"the launch directory {folder} is open to other users (mode {stat.S_IMODE(status.st_mode):o}): "
+            f"whoever reaches a socket there can use the service; chmod 700 it, or {advice}"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise LaunchError(f"the launch directory {folder} is not writable; {advice}")
+
+
+def launch_key(model_identity: Any, arguments: list[str], secrets: Mapping[str, str], python: str) -> str:
+    """The rendezvous key: equal for two launches on this machine exactly when they would serve the same
+    tokenizer files with the same settings on the same interpreter (secrets enter as a hash)."""
+    identity = {
+        "host": socket.gethostname(),  # a launch directory on a shared disk is still one per machine
+        "python": os.path.realpath(python),
+        "model": model_identity,
+        "arguments": arguments,
+        "secrets": {name: hashlib.sha256(value.encode()).hexdigest() for name, value in sorted(secrets.items())},
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ServicePaths:
+    """The files of one launch key in the launch directory."""
+
+    socket: str
+    lock: str
+    owners: str
+    record: str
+    log: str
+
+    @classmethod
+    def of(cls, folder: Path, key: str) -> ServicePaths:
+        stem = str(folder / key[:16])
+        paths = cls(stem + ".sock", stem + ".lock", stem + ".owners", stem + ".json", stem + ".log")
+        size = len(os.fsencode(paths.socket))
+        if size > MAX_SOCKET_PATH_BYTES:
+            raise LaunchError(
+                f"the socket path {paths.socket} is {size} bytes, and a Unix socket path holds at most "
+                f"{MAX_SOCKET_PATH_BYTES}: set {LAUNCH_DIR_ENV} to a shorter private directory (e.g. /tmp/ts-$USER)"
+            )
+        return paths
+
+
+@dataclass
+class Record:
+    """What the launcher of the running service wrote down (``<key>.json``)."""
+
+    pid: int
+    fingerprint: str
+    launches: int  # 1 when first launched, 2 after its one relaunch
+    description: str
+    started_at: float
+
+    @classmethod
+    def read(cls, path: str) -> Record | None:
+        try:
+            with open(path, encoding="utf-8") as file:
+                return cls(**json.load(file))
+        except (OSError, ValueError, TypeError):
+            return None  # missing, half-written by a launcher that died, or from another version: none
+
+    def write(self, path: str) -> None:
+        partial = f"{path}.{os.getpid()}.part"
+        with open(partial, "w", encoding="utf-8") as file:
+            json.dump(asdict(self), file)
+        os.replace(partial, path)
+
+
+def _open_lock(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _flock_within(fd: int, operation: int, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise LaunchError(f"gave up after {timeout:g}s {what}") from None
+            time.sleep(_POLL_SECONDS)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str, timeout: float, what: str) -> Iterator[None]:
+    """Hold the lock file ``path`` exclusively for the block (LaunchError after ``timeout`` seconds)."""
+    fd = _open_lock(path)
+    try:
+        _flock_within(fd, fcntl.LOCK_EX, timeout, what)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def hold_shared(path: str, timeout: float, what: str) -> int:
+    """A descriptor holding a shared lock on ``path`` (the caller closes it to let go). Waits while a
+    service that is stopping holds it exclusively."""
+    fd = _open_lock(path)
+    try:
+        _flock_within(fd, fcntl.LOCK_SH, timeout, what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def nobody_holds(path: str) -> bool:
+    """Whether no process holds ``path``'s lock at all (this process's own descriptors count)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
+def process_alive(pid: int, marker: str) -> bool:
+    """Whether process ``pid`` is running and is the one whose command line holds ``marker`` (its socket
+    path): a pid reused by another process, or a zombie, is not it. Without /proc, whether it exists."""
+    if not os.path.isdir("/proc/self"):
+        return _pid_exists(pid)
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as file:
+            return os.fsencode(marker) in file.read()
+    except OSError:
+        return False
+
+
+def _pid_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,429 @@
+"""``TokenizerClient.launch``: a private service on a Unix socket, owned by the processes that use it.
+
+Training processes run in fresh interpreters (this pytest process imports tokenizers through conftest): the
+launched DataLoader against the in-process tokenizer (fork and spawn, TOKENIZERS_PARALLELISM=true, a Rust
+tokenizer used in the parent first), two torchrun-style local ranks sharing one server, a SIGKILLed parent
+leaving no server, a forked child's exit stopping nothing. The faults run in-process: a stale socket and
+record replaced, a dead service relaunched once and then reported, a model that cannot load, the launch
+directory's edges, two launches in one process. Every test has a launch directory of its own (short, under
+/tmp: a socket path holds at most 107 bytes), so nothing here meets another run's services."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, launching
+from service.client.launching import ServeCommand
+from service.client.rendezvous import Record, ServicePaths
+from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
+from testkit.servers import REPO, script_env
+
+TEXTS = ["今天天气很好", "The weather is nice today.", "质量太差了，不推荐", "一般般吧 so-so"]
+
+
+def alive(pid: int) -> bool:
+    """Running, and not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def serves(pid: int, socket_path: Path) -> bool:
+    """Whether ``pid`` is a server on ``socket_path`` (read here, not with the code under test)."""
+    try:
+        return str(socket_path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def wait_gone(pid: int, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not alive(pid)
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.fixture
+def launch_dir(monkeypatch) -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="tsl-", dir="/tmp"))
+    monkeypatch.setenv(LAUNCH_DIR_ENV, str(folder))
+    yield folder
+    launching._let_go_of_everything()  # a failed test must not leave this process owning a service
+    for record in folder.glob("*.json"):  # nor a server running (a record's pid is killed only if it serves)
+        data = Record.read(str(record))
+        if data is not None and data.pid != os.getpid() and serves(data.pid, record.with_suffix(".sock")):
+            kill(data.pid)
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+
+
+def run_script(source: str, *args: str, env: dict[str, str], timeout: float = 150) -> dict:
+    done = subprocess.run(
+        [sys.executable, "-c", source, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- a training script that launches ---------------------------------------------------------------------
+LAUNCH_AND_FORK = textwrap.dedent("""
+    import json, os, sys, time
+    from service.client import TokenizerClient
+
+    def alive(pid):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    texts = json.loads(sys.argv[1])
+    with TokenizerClient.launch() as client:
+        service = client.service
+        ids = client(texts, padding=True)["input_ids"]
+        child = os.fork()
+        if child == 0:
+            # a forked child that inherited the launched client: uses it, lets go of it, and leaves through
+            # sys.exit, so the with-block's exit and atexit both run here; none of it may stop the service
+            client(texts)
+            client.shutdown()
+            sys.exit(0)
+        os.waitpid(child, 0)
+        served_after_child = alive(service.pid) and client(texts, padding=True)["input_ids"] == ids
+    deadline = time.monotonic() + 10
+    while alive(service.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    print(json.dumps({
+        "ids": ids, "pid": service.pid, "launched": service.launched, "log": service.log_path,
+        "socket": service.socket_path, "url": service.url, "startup_seconds": service.startup_seconds,
+        "served_after_child": served_after_child, "gone_after_with": not alive(service.pid),
+        "imported": sorted({m.split(".")[0] for m in sys.modules}
+                           & {"tokenizers", "transformers", "fastapi", "pydantic", "uvicorn", "starlette"}),
+    }))
+""")
+
+
+def test_launch_serves_from_a_private_socket_and_stops_with_its_with_block(launch_dir, reference_tokenizers):
+    report = run_script(LAUNCH_AND_FORK, json.dumps(TEXTS), env=script_env(**{LAUNCH_DIR_ENV: str(launch_dir)}))
+    assert report["ids"] == reference_tokenizers["wordpiece_default"](TEXTS, padding=True)["input_ids"]
+    assert report["imported"] == [], "launching must not import the server's stack into the training process"
+    assert report["launched"] and report["url"].startswith("http+unix://%2Ftmp%2Ftsl-")
+    assert Path(report["socket"]).parent == launch_dir and (launch_dir.stat().st_mode & 0o777) == 0o700
+    assert report["served_after_child"], "a forked child's exit stopped the service"
+    assert report["gone_after_with"], "the service outlived the with-block of the only process using it"
+    assert not Path(report["socket"]).exists()
+    log = Path(report["log"]).read_text()
+    assert "serving on http+unix://" in log and "launched by pid" in log
+
+
+# -- DataLoader workers, fork and spawn ------------------------------------------------------------------
+TRAINING_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+
+    import torch
+    from torch.utils.data import DataLoader
+    from transformers import AutoTokenizer
+
+    from service.client import TokenizerClient
+    from testkit.datasets import IndexedTexts
+
+
+    def main():
+        model, context, texts_path, out_path = sys.argv[1:5]
+        with open(texts_path, encoding="utf-8") as f:
+            texts = json.load(f)
+        # the very situation that freezes forked workers: a Rust tokenizer used in the parent, parallelism on
+        local = AutoTokenizer.from_pretrained(model if model != "default" else "service/default_tokenizer")
+        warm = local(texts[:64], padding=True)
+        client = TokenizerClient.launch(None if model == "default" else model)
+        generator = torch.Generator().manual_seed(1234)
+        loader = DataLoader(IndexedTexts(texts, labels=3), batch_size=16, shuffle=True, generator=generator,
+                            num_workers=2, multiprocessing_context=context,
+                            collate_fn=client.collator(padding="longest", truncation=True, max_length=64))
+        epochs = [[batch for batch in loader] for _ in range(2)]
+        torch.save({"epochs": epochs}, out_path)
+        print(json.dumps({"parallelism": os.environ.get("TOKENIZERS_PARALLELISM"), "server_pid": client.service.pid,
+                          "warm": len(warm["input_ids"])}))
+
+
+    if __name__ == "__main__":
+        main()
+""")
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("start_method,family", [("fork", "wordpiece_default"), ("spawn", "sentencepiece")])
+def test_a_launched_service_feeds_dataloader_workers_the_in_process_tensors(
+    start_method, family, launch_dir, tokenizer_dirs, reference_tokenizers, corpus, tmp_path
+):
+    texts = corpus["zh"][:60] + corpus["en"][:20]
+    script = tmp_path / "train.py"
+    script.write_text(TRAINING_SCRIPT)
+    texts_path = tmp_path / "texts.json"
+    texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    model = "default" if family == "wordpiece_default" else str(tokenizer_dirs[family])
+    env = script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0", **{LAUNCH_DIR_ENV: str(launch_dir)})
+    done = subprocess.run(
+        [sys.executable, str(script), model, start_method, str(texts_path), str(tmp_path / "batches.pt")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["parallelism"] == "true"
+    assert wait_gone(report["server_pid"]), "the service outlived the training script (stopped at its exit)"
+    tokenizer = reference_tokenizers[family]
+    seen = []
+    for epoch in torch.load(tmp_path / "batches.pt")["epochs"]:
+        workers = set()
+        for batch in epoch:
+            idx = batch["idx"].tolist()
+            expected = tokenizer(
+                [texts[i] for i in idx], padding="longest", truncation=True, max_length=64, return_tensors="pt"
+            )
+            for key, value in expected.items():
+                assert torch.equal(batch[key], value), key
+            workers.update(batch["worker_pid"].tolist())
+            seen.extend(idx)
+        assert len(workers) == 2
+    assert sorted(seen) == sorted(list(range(len(texts))) * 2)
+
+
+# -- two local ranks, one service ------------------------------------------------------------------------
+RANK_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    from service.client import TokenizerClient
+
+    client = TokenizerClient.launch()
+    print(json.dumps({"rank": os.environ["LOCAL_RANK"], "pid": client.service.pid, "launched": client.service.launched,
+                      "socket": client.service.socket_path}), flush=True)
+    for line in sys.stdin:
+        if line.strip() == "encode":
+            print(json.dumps(client(["rank says hello"])["input_ids"]), flush=True)
+        else:
+            break
+""")
+
+
+@pytest.mark.timeout(120)
+def test_two_local_ranks_share_one_service_that_lives_until_the_last_has_gone(launch_dir):
+    def rank(local_rank: int) -> subprocess.Popen[str]:
+        env = script_env(
+            LOCAL_RANK=str(local_rank),
+            RANK=str(local_rank),
+            LOCAL_WORLD_SIZE="2",
+            WORLD_SIZE="2",
+            **{LAUNCH_DIR_ENV: str(launch_dir)},
+        )
+        return subprocess.Popen(
+            [sys.executable, "-c", RANK_SCRIPT],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    ranks = [rank(0), rank(1)]  # started together: they race for the rendezvous lock
+    try:
+        reports = [json.loads(r.stdout.readline()) for r in ranks]  # type: ignore[union-attr]
+        assert reports[0]["pid"] == reports[1]["pid"] and reports[0]["socket"] == reports[1]["socket"]
+        assert sorted(r["launched"] for r in reports) == [False, True]  # one launched, one attached
+        server = reports[0]["pid"]
+        launcher = ranks[[r["launched"] for r in reports].index(True)]
+        other = ranks[[r["launched"] for r in reports].index(False)]
+        os.kill(launcher.pid, signal.SIGKILL)  # the rank that started the server dies first, without a word
+        launcher.wait(10)
+        time.sleep(1.0)  # four times the server's owner checks
+        assert alive(server), "the service died with its launcher while another rank still used it"
+        other.stdin.write("encode\n")  # type: ignore[union-attr]
+        other.stdin.flush()  # type: ignore[union-attr]
+        assert json.loads(other.stdout.readline())[0][0] == 2  # type: ignore[union-attr]
+        other.stdin.write("exit\n")  # type: ignore[union-attr]
+        other.stdin.flush()  # type: ignore[union-attr]
+        assert other.wait(30) == 0
+        assert wait_gone(server), "the service outlived the last rank"
+    finally:
+        for r in ranks:
+            kill(r.pid)
+            r.wait(10)
+
+
+# -- a parent killed with SIGKILL ------------------------------------------------------------------------
+KILLED_PARENT = textwrap.dedent("""
+    import json, multiprocessing, os, time
+    from service.client import TokenizerClient
+
+    def linger():
+        time.sleep(120)
+
+    if __name__ == "__main__":
+        client = TokenizerClient.launch()
+        client(["used before the fork"])
+        child = multiprocessing.get_context("fork").Process(target=linger)
+        child.start()  # holds every descriptor the parent had at the fork, but owns nothing
+        print(json.dumps({"server": client.service.pid, "child": child.pid}), flush=True)
+        time.sleep(120)
+""")
+
+
+@pytest.mark.timeout(90)
+def test_a_parent_killed_with_sigkill_leaves_no_server(launch_dir):
+    parent = subprocess.Popen(
+        [sys.executable, "-c", KILLED_PARENT],
+        cwd=REPO,
+        text=True,
+        stdout=subprocess.PIPE,
+        env=script_env(**{LAUNCH_DIR_ENV: str(launch_dir)}),
+    )
+    report = {}
+    try:
+        report = json.loads(parent.stdout.readline())  # type: ignore[union-attr]
+        assert alive(report["server"]) and alive(report["child"])
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        assert wait_gone(report["server"], 10), "a SIGKILLed parent left its server running"
+        assert alive(report["child"]), "the forked child should still be there: it must not hold the service"
+    finally:
+        kill(parent.pid)
+        for pid in report.values():
+            kill(pid)
+
+
+# -- faults, in this process -----------------------------------------------------------------------------
+def paths_of_default(launch_dir: Path) -> ServicePaths:
+    return ServicePaths.of(launch_dir, ServeCommand.build(None, {}, None, sys.executable).key())
+
+
+def test_a_stale_socket_and_record_are_replaced_never_used(launch_dir):
+    paths = paths_of_default(launch_dir)
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(paths.socket)
+    dead.close()  # a crashed run's socket: the file stays, nothing listens
+    # its record names a pid that runs, but is not a server (this very process): a pid reused since
+    Record(os.getpid(), "sha256:stale", 1, "a crashed run", time.time()).write(paths.record)
+    with TokenizerClient.launch() as client:
+        assert client.service.launched and client.service.pid != os.getpid()
+        assert client.service.fingerprint != "sha256:stale" and client(TEXTS)["input_ids"]
+        record = Record.read(paths.record)
+        assert record is not None and record.pid == client.service.pid
+
+
+def test_a_service_that_dies_is_relaunched_once_then_its_death_is_reported(launch_dir, reference_tokenizers):
+    expected = reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]
+    with TokenizerClient.launch(retry=RetryPolicy(max_attempts=3, deadline=30)) as client:
+        first = client.service.pid
+        os.kill(first, signal.SIGKILL)  # mid-training: an OOM kill, say
+        assert wait_gone(first)
+        assert client(TEXTS)["input_ids"] == expected  # relaunched, the call goes on
+        second = client.service.pid
+        assert second != first and alive(second)
+        assert "relaunched (launch 2 of 2)" in Path(client.service.log_path).read_text()
+        os.kill(second, signal.SIGKILL)
+        assert wait_gone(second)
+        with pytest.raises(LaunchError, match="died again after its one relaunch") as info:
+            client(TEXTS)
+        assert info.value.log_path == client.service.log_path and "last lines" in str(info.value)
+        assert "wrote no error (killed by a signal?" in str(info.value).splitlines()[0]
+
+
+def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
+    started = time.monotonic()
+    with pytest.raises(LaunchError) as info:
+        TokenizerClient.launch("/no/such/tokenizer")
+    message = str(info.value)
+    assert message.splitlines()[0].endswith("no such file or directory") or "no such file" in message.splitlines()[0]
+    assert "tokenizer-service serve:" in message.splitlines()[0] and info.value.log_path
+    assert time.monotonic() - started < 60
+    with pytest.raises(LaunchError, match="unrecognized arguments: --thredas"):
+        TokenizerClient.launch(thredas=2)  # a setting's name misspelt: the server's parser says which
+    with pytest.raises(ValueError, match="chooses where its service listens"):
+        TokenizerClient.launch(port=9000)
+
+
+def test_two_launches_in_one_process_share_or_are_refused(launch_dir):
+    with TokenizerClient.launch(max_texts_per_request=8, batching=False) as first:
+        info = first.info()
+        assert info["limits"]["max_texts_per_request"] == 8 and info["batching"]["enabled"] is False
+        with TokenizerClient.launch(max_texts_per_request=8, batching=False) as second:
+            assert second.service.pid == first.service.pid and second.urls == first.urls
+        assert alive(first.service.pid) and first(TEXTS)  # the second's exit left the first's service alone
+        with pytest.raises(LaunchError, match="the same tokenizer with other settings"):
+            TokenizerClient.launch(max_texts_per_request=16)
+        with pytest.raises(LaunchError, match="another tokenizer"):
+            TokenizerClient.launch(str(REPO / "service" / "default_tokenizer"))
+    assert wait_gone(first.service.pid, 5)
+
+
+def test_the_async_twin_launches_and_its_collator_uses_the_same_service(launch_dir, reference_tokenizers):
+    async def main() -> tuple[list[list[int]], int, torch.Tensor]:
+        async with AsyncTokenizerClient.launch() as client:
+            ids = (await client(TEXTS))["input_ids"]
+            batch = client.collator(padding=True)(TEXTS)  # DataLoaders call collate_fn synchronously
+            return ids, client.service.pid, batch["input_ids"]
+
+    ids, pid, tensor = asyncio.run(main())
+    reference = reference_tokenizers["wordpiece_default"]
+    assert ids == reference(TEXTS)["input_ids"]
+    assert tensor.tolist() == reference(TEXTS, padding=True)["input_ids"]
+    assert wait_gone(pid, 5)
+
+
+# -- the launch directory --------------------------------------------------------------------------------
+def test_a_launch_directory_that_cannot_be_used_is_named_with_what_to_do(monkeypatch, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(LAUNCH_DIR_ENV, str(blocker / "launches"))
+    with pytest.raises(LaunchError, match="cannot create the launch directory"):
+        TokenizerClient.launch()
+    open_folder = Path(tempfile.mkdtemp(prefix="tsl-", dir="/tmp"))
+    try:
+        open_folder.chmod(0o755)
+        monkeypatch.setenv(LAUNCH_DIR_ENV, str(open_folder))
+        with pytest.raises(LaunchError, match="open to other users"):
+            TokenizerClient.launch()
+    finally:
+        open_folder.rmdir()
+    long_folder = Path("/tmp") / ("l" * (MAX_SOCKET_PATH_BYTES - 20))
+    monkeypatch.setenv(LAUNCH_DIR_ENV, str(long_folder))
+    try:
+        with pytest.raises(LaunchError, match=f"at most {MAX_SOCKET_PATH_BYTES}: set {LAUNCH_DIR_ENV}"):
+            TokenizerClient.launch()
+    finally:
+        long_folder.rmdir()
+
+
+def test_an_interpreter_without_the_server_extra_is_told_what_to_install(launch_dir, monkeypatch):
+    monkeypatch.setattr(launching, "SERVER_MODULES", ("uvicorn", "no_such_server_dependency"))
+    with pytest.raises(
+        LaunchError, match=r"lacks no_such_server_dependency: pip install 'tokenizer-service\[server\]'"
+    ):
+        TokenizerClient.launch()
