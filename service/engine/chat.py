@@ -69,7 +69,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -830,6 +830,8 @@ class ChatRenderer:
 
     def __init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._submitted: set[Future[Any]] = set()
 
     async def astart(self) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chat-render")
@@ -842,6 +844,12 @@ class ChatRenderer:
     @property
     def running(self) -> bool:
         return self._executor is not None
+
+    @property
+    def waiting(self) -> int:
+        """Renders (and mask markings) waiting for the render thread: submitted, not started, not withdrawn."""
+        with self._lock:
+            return sum(not future.running() and not future.done() for future in self._submitted)
 
     async def render(self, prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
         """:func:`render_chats` on the render thread."""
@@ -863,10 +871,18 @@ class ChatRenderer:
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._executor is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the chat renderer is not running")
+        future = self._executor.submit(fn, *args)
+        with self._lock:
+            self._submitted.add(future)
+        future.add_done_callback(self._forget)
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+            return await asyncio.wrap_future(future)  # cancelling this withdraws a render not yet started
         except _RenderCancelled:  # (only when the caller has gone, so nobody reads this)
             raise asyncio.CancelledError from None
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._submitted.discard(future)
 
 
 #: How the chat path hands rendered texts to the engine's batched encode: ``(texts, options) -> EncodedBatch``.
