@@ -25,6 +25,9 @@ CHAT_MASKS = "tests/test_chat_masks.py"
 CHAT_PARITY = "tests/test_chat_parity.py"
 CHAT_REFUSALS = "tests/test_chat_refusals.py"
 CHAT_COLLATE = "tests/test_chat_collate.py"
+CHAT_SERVER = "tests/test_chat_server.py"
+CHAT_APP = "tests/test_chat_app.py"
+CHAT_DATALOADER = "tests/test_chat_dataloader.py"
 WIRE = "tests/test_wire.py"
 MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
@@ -491,5 +494,64 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if launches >= MAX_LAUNCHES:",
         "if False:",
         (LAUNCH,),
+    ),
+    # -- conversations on the one route path, the clients and the collator (issue 20, phase 2) --------------------
+    Mutation(
+        "chat route: the generation prompt is ignored (the request's add_generation_prompt never reaches the engine)",
+        "service/http/routes.py",
+        "lambda engine, body, r: engine.submit_chat_encode(body.conversations, body.options(), reservation=r),",
+        "lambda engine, body, r: engine.submit_chat_encode(body.conversations, __import__('dataclasses').replace("
+        "body.options(), add_generation_prompt=False), reservation=r),",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat client: tokenizer_kwargs lose padding_side (ids and masks padded on the default side over HTTP)",
+        "service/client/calls.py",
+        "extra = dict(tokenizer_kwargs or {})",
+        'extra = {k: v for k, v in (tokenizer_kwargs or {}).items() if k != "padding_side"}',
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat client: one conversation answered as a batch of one (transformers gives flat lists)",
+        "service/client/calls.py",
+        "encode = encode_call_for(body, CHAT_ENCODE_PATH, batched, False, return_tensors)",
+        "encode = encode_call_for(body, CHAT_ENCODE_PATH, True, False, return_tensors)",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat client: lengths of conversations sent as texts",
+        "service/client/clients.py",
+        "if is_conversations(text) and text_pair is None:",
+        "if False:",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat collator: rows fetched padded, so padding counts as tokens (labels and attention on padding)",
+        "service/client/collate.py",
+        "conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, **self.chat_options",
+        "conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, padding=True, "
+        "**self.chat_options",
+        (CHAT_DATALOADER,),
+    ),
+    Mutation(
+        "chat engine: renders are not charged to the memory budget (a render bomb is held in full)",
+        CHAT,
+        "if need <= self.reservation.nbytes:",
+        "if True:",
+        (MEMORY,),
+    ),
+    Mutation(
+        "chat engine: a render runs past the queue deadline (no 504: the render thread is held)",
+        CHAT,
+        "if self.deadline is not None and time.monotonic() > self.deadline:",
+        "if False:",
+        (CHAT_APP,),
+    ),
+    Mutation(
+        "chat engine: a render waiting for the render thread is not withdrawn with its client",
+        CHAT,
+        "return await asyncio.wrap_future(future)  # cancelling this withdraws a render not yet started",
+        "return await asyncio.shield(asyncio.wrap_future(future))",
+        (BATCHING,),
     ),
 )
