@@ -1,10 +1,11 @@
 """One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
 
     python -m benchmarks.pretokenize_runs METHOD CORPUS OUT [--url URL] [--tokenizer DIR] [--format flat]
+                                         [--storage-options JSON]   # CORPUS and OUT may be URLs (scenario 7)
 
 Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
 
-- ``service``: ``tokenizer-service pretokenize`` (``service.pipeline.pretokenize``) against ``--url``: the
+- ``service``: ``tokenizer-service pretokenize`` (``service.pretokenize.pretokenize``) against ``--url``: the
   async client, 8 requests in flight, the ragged binary answer. This process imports no tokenizer.
 - ``encode_batch`` / ``encode_batch_fast``: the very same reading and shard writing (``pretokenize`` with an
   in-process encoder), the texts encoded by the Rust tokenizer's ``encode_batch`` (or ``encode_batch_fast``)
@@ -58,9 +59,9 @@ class InProcessEncoder:
         self.encode_batch = backend.encode_batch_fast if fast else backend.encode_batch
 
     async def facts(self) -> Any:
-        from service.pipeline import TokenizerFacts
+        from service.pretokenize import ServedTokenizer
 
-        return TokenizerFacts(
+        return ServedTokenizer(
             fingerprint=self.loaded.fingerprint,
             vocab_size=len(self.loaded.tokenizer),
             source=self.loaded.source,
@@ -81,13 +82,17 @@ class InProcessEncoder:
         return f"in-process {self.encode_batch.__name__}"
 
 
-def run_pipeline(method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str) -> dict:
-    from service.pipeline import PretokenizeConfig, pretokenize
+def run_pipeline(
+    method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str, storage_options: str
+) -> dict:
+    from service.corpus.storage import is_url, storage_options_from_json
+    from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"
     config = PretokenizeConfig(
         inputs=(corpus,),
-        out=Path(out),
+        out=out if is_url(out) else Path(out),
+        storage_options=storage_options_from_json(storage_options),
         url=url,
         output_format=output_format,
         progress="none",
@@ -137,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url")
     parser.add_argument("--tokenizer", help="tokenizer directory (in-process methods)")
     parser.add_argument("--format", dest="output_format", default="flat", choices=("flat", "parquet"))
+    parser.add_argument("--storage-options", default="{}", help="for URL corpora and outputs (scenario 7)")
     args = parser.parse_args(argv)
     if args.method != "service":
         os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
@@ -144,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.method == "datasets_map":
         result = run_datasets_map(args.corpus, args.out, args.tokenizer)
     else:
-        result = run_pipeline(args.method, args.corpus, args.out, args.url, args.tokenizer, args.output_format)
+        result = run_pipeline(
+            args.method, args.corpus, args.out, args.url, args.tokenizer, args.output_format, args.storage_options
+        )
     result.update(
         method=args.method,
         format=args.output_format if args.method != "datasets_map" else "arrow cache",

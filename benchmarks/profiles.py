@@ -40,6 +40,7 @@ class Profile:
     pretok_rounds: int = 2
     pretok_rss_bytes: int = 2**30  # scenario 6, memory case: the service worker alone on this much input
     pretok_timeout: float = 3600.0  # per run
+    storage_rss_bytes: int = 256 * 2**20  # scenario 7, memory case: local and s3:// (uploaded to moto first)
     smoke: bool = False  # passed on to dataloader_compare and padding_compare as --smoke
 
     def with_tokenizers(self, tokenizers: tuple[str, ...]) -> Profile:
@@ -91,4 +92,5 @@ SMOKE = Profile(
     pretok_rounds=1,
     pretok_rss_bytes=2 * 2**20,
     pretok_timeout=120.0,
+    storage_rss_bytes=2 * 2**20,
 )

@@ -86,6 +86,7 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
         *_scenario4(results["scenario4"], profile),
         *_scenario5(results["scenario5"]),
         *_scenario6(results["scenario6"]),
+        *_scenario7(results.get("scenario7", {})),
         *_memory(results),
         *_targets(results["targets"]),
     ]
@@ -365,6 +366,49 @@ def _scenario6(s6: dict[str, Any]) -> list[Row]:
                 "note": f"peak RSS {memory['peak_rss_mb']:.0f} MB",
             }
         )
+    return rows
+
+
+def _scenario7(s7: dict[str, Any]) -> list[Row]:
+    medians = s7.get("medians", {})
+    if not medians:
+        return (
+            [{"scenario": "7", "variant": "object storage", "note": f"skipped: {s7['skipped']}"}]
+            if "skipped" in s7
+            else []
+        )
+    corpus = s7["corpus"]
+    rows: list[Row] = []
+    for where in ("local", "s3"):
+        m = medians[where]
+        busy = _busy(m["other_cpu_cores"])
+        rows.append(
+            {
+                "scenario": "7",
+                "tokenizer": corpus["tokenizer"],
+                "texts": f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs",
+                "variant": m["label"],
+                "tokens_rate": human(m["tokens_per_s"]),
+                "ratio": f"{m['tokens_per_s'] / medians['local']['tokens_per_s']:.2f}x local"
+                if where == "s3"
+                else "baseline",
+                "note": f"peak RSS {m['peak_rss_mb']:.0f} MB" + (f"; {busy}" if busy else ""),
+            }
+        )
+    memory = s7.get("memory", {})
+    for where in ("local", "s3"):
+        if where in memory:
+            m = memory[where]
+            rows.append(
+                {
+                    "scenario": "7",
+                    "tokenizer": corpus["tokenizer"],
+                    "texts": f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL",
+                    "variant": f"worker alone, {memory['format']}, {where}",
+                    "tokens_rate": human(m["tokens"] / m["seconds"]),
+                    "note": f"peak RSS {m['peak_rss_mb']:.0f} MB",
+                }
+            )
     return rows
 
 

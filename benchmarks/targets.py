@@ -28,6 +28,8 @@ THRESHOLDS = {
     "s6_service_vs_encode_batch": 0.8,
     "s6_service_vs_datasets_map": 1.0,
     "s6_worker_peak_rss_mb": 500.0,
+    "s7_s3_vs_local": 0.8,
+    "s7_s3_worker_peak_rss_mb": 500.0,
     "s5_real_tokens_vs_random": 1.3,
     "s5_lengths_vs_encode": 3.0,
 }
@@ -103,6 +105,7 @@ def evaluate_targets(results: dict[str, Any], profile: Profile) -> list[dict[str
     _scenario3(targets, results["scenario3"])
     _scenario5(targets, results["scenario5"])
     _scenario6(targets, results["scenario6"])
+    _scenario7(targets, results.get("scenario7", {}))
     return targets.items
 
 
@@ -326,4 +329,27 @@ def _scenario6(targets: Targets, s6: dict[str, Any]) -> None:
             higher_is_better=False,
             tokens=memory["tokens"],
             seconds=round(memory["seconds"], 1),
+        )
+
+
+def _scenario7(targets: Targets, s7: dict[str, Any]) -> None:
+    medians = s7.get("medians", {})
+    if {"local", "s3"} <= set(medians):
+        targets.add(
+            "s7_s3_vs_local",
+            f"scenario 7: pre-tokenizing {s7['corpus']['bytes'] / 2**20:.0f} MiB of JSON Lines, tokens/s of the "
+            "pretokenize worker from and to s3:// (loopback moto) / the same job on local files",
+            ratio(medians["s3"]["tokens_per_s"], medians["local"]["tokens_per_s"]),
+            THRESHOLDS["s7_s3_vs_local"],
+        )
+    memory = s7.get("memory", {})
+    if "s3" in memory:
+        targets.add(
+            "s7_s3_worker_peak_rss_mb",
+            f"scenario 7: peak RSS (VmHWM) of the pretokenize worker from and to s3:// on "
+            f"{memory['input_bytes'] / 2**20:.0f} MiB of JSON Lines, {memory['format']} format (local: "
+            f"{memory['local']['peak_rss_mb']:.0f} MB)",
+            memory["s3"]["peak_rss_mb"],
+            THRESHOLDS["s7_s3_worker_peak_rss_mb"],
+            higher_is_better=False,
         )

@@ -165,10 +165,10 @@ validate_manifests() {
 
 lint() {
     "$TOOLS/bin/yamllint" --strict -c deploy/yamllint.yaml deploy docker-compose.yml
-    "$TOOLS/bin/hadolint" Dockerfile
+    "$TOOLS/bin/hadolint" Dockerfile deploy/sagemaker/Dockerfile
     docker-compose -f docker-compose.yml config --quiet
     shellcheck deploy/check.sh requirements/update-lock.sh
-    echo "yamllint, hadolint, docker-compose config, shellcheck: clean"
+    echo "yamllint, hadolint (both Dockerfiles), docker-compose config, shellcheck: clean"
 }
 
 run_checkov() {

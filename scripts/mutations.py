@@ -35,6 +35,9 @@ API_DOCS = "tests/test_api_docs.py"
 EDGES = "tests/test_serve_edges.py"
 UNIX = "tests/test_unix_sockets.py"
 LAUNCH = "tests/test_launch.py"
+CORPUS = "tests/test_corpus.py"
+PRETOKENIZE = "tests/test_pretokenize.py"
+OBJECT_STORAGE = "tests/test_object_storage.py"
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,9 @@ class Mutation:
 ENCODING = "service/engine/encoding.py"
 CHAT = "service/engine/chat.py"
 CHAT_CLIENT = "service/client/chat.py"
+EXECUTOR = "service/corpus/executor.py"
+STORAGE = "service/corpus/storage.py"
+ENCODERS = "service/pretokenize/encoders.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the parity table: what the property tests must catch at every tier ----------------------------------
@@ -553,5 +559,104 @@ MUTATIONS: tuple[Mutation, ...] = (
         "return await asyncio.wrap_future(future)  # cancelling this withdraws a render not yet started",
         "return await asyncio.shield(asyncio.wrap_future(future))",
         (BATCHING,),
+    ),
+    # -- the offline jobs: the sharded-job executor, storage, the pre-tokenizer's outages --------------------
+    Mutation(
+        "a .done record is written though an output it lists is missing",
+        EXECUTOR,
+        "if size is None:",
+        "if False:",
+        (CORPUS,),
+    ),
+    Mutation(
+        "a record is trusted without checking the sizes it lists",
+        EXECUTOR,
+        "return all(name in expected and listing.get(name) == expected[name] for name in self.outputs(unit))",
+        "return all(name in expected for name in self.outputs(unit))",
+        (CORPUS,),
+    ),
+    Mutation(
+        "worker 0 trusts every record it waited for without checking it",
+        EXECUTOR,
+        "if record is None or not self.check(record, unit, listing):",
+        "if record is None:",
+        (CORPUS,),
+    ),
+    Mutation(
+        "outputs made with other settings are mixed in",
+        EXECUTOR,
+        "if record.settings != self.settings:",
+        "if False:",
+        (CORPUS,),
+    ),
+    Mutation(
+        "records of units outside this run's plan are ignored",
+        EXECUTOR,
+        "if foreign:",
+        "if False:",
+        (CORPUS,),
+    ),
+    Mutation(
+        "SageMaker hosts ordered as strings (algo-10 before algo-2)",
+        "service/corpus/workers.py",
+        "ordered = sorted(hosts, key=_host_order)",
+        "ordered = sorted(hosts)",
+        (CORPUS,),
+    ),
+    Mutation(
+        "a local output is written in place, visible before it is whole",
+        STORAGE,
+        'partial = path.with_name(f".{path.name}{_PARTIAL_MARK}{os.getpid()}")',
+        "partial = path",
+        (CORPUS,),
+    ),
+    Mutation(
+        "a write to a missing bucket is not named as such",
+        STORAGE,
+        "if writing:",
+        "if False:",
+        (CORPUS,),
+    ),
+    Mutation(
+        "a store's refusal is retried until the deadline",
+        STORAGE,
+        "if not transient(exc):",
+        "if False:",
+        (CORPUS,),
+    ),
+    Mutation(
+        "a ranged read resumed after a dropped connection starts at byte 0",
+        STORAGE,
+        "self._stream.seek(self._position)",
+        "pass",
+        (CORPUS,),
+    ),
+    Mutation(
+        "an upload to S3 is read whole (one PUT below 100 MiB, 10 parts at once above)",
+        STORAGE,
+        '"s3": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},',
+        '"s3": {},',
+        (OBJECT_STORAGE,),
+    ),
+    Mutation(
+        "a remote input is read whole instead of in blocks",
+        STORAGE,
+        'self._stream = self._fs.open(self._path, "rb", block_size=READ_BLOCK, cache_type="readahead")',
+        'self._stream = self._fs.open(self._path, "rb", block_size=READ_BLOCK, cache_type="all")',
+        (OBJECT_STORAGE,),
+    ),
+    Mutation(
+        "a service outage stays silent until the deadline",
+        ENCODERS,
+        "if now - self._last_line >= OUTAGE_LINE_SECONDS and (not busy or waited >= OUTAGE_LINE_SECONDS):",
+        "if False:",
+        (PRETOKENIZE,),
+    ),
+    Mutation(
+        "a service outage is retried past --retry-deadline",
+        ENCODERS,
+        "if left <= 0:",
+        "if False:",
+        (PRETOKENIZE,),
     ),
 )

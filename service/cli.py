@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "server",
     ),
     "pretokenize": (
-        "service.pipeline.cli",
+        "service.pretokenize.cli",
         "pre-tokenize a corpus through the service into token shards, one worker of many (client side)",
         "pipeline",
     ),

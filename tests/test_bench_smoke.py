@@ -27,6 +27,7 @@ SECTIONS = (
     "scenario4",
     "scenario5",
     "scenario6",
+    "scenario7",
     "servers",
     "rss_soak",
     "targets",
@@ -78,6 +79,12 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     assert set(scenario6["medians"]) == {"service", "encode_batch", "encode_batch_fast", "datasets_map"}
     assert len({m["tokens"] for m in scenario6["medians"].values()}) == 1  # every method, the same tokens
     assert scenario6["memory"]["peak_rss_mb"] > 0
+    scenario7 = results["scenario7"]  # object storage: the same job on local files and on s3://
+    assert "failed" not in scenario7, scenario7
+    assert set(scenario7["medians"]) == {"local", "s3"}
+    assert len({m["tokens"] for m in scenario7["medians"].values()}) == 1
+    assert scenario7["memory"]["s3"]["peak_rss_mb"] > 0 and scenario7["memory"]["local"]["peak_rss_mb"] > 0
+    assert {"s7_s3_vs_local", "s7_s3_worker_peak_rss_mb"} <= {t["target"] for t in results["targets"]}
     assert all({"target", "met"} <= set(t) for t in results["targets"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name

@@ -4,9 +4,13 @@ exactly once, bad records named by file and line, worker index resolution, atomi
 from __future__ import annotations
 
 import gzip
+import io
 import itertools
 import json
 import os
+import re
+import uuid
+from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -15,20 +19,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from service.corpus import (
+    RESOURCE_CONFIG_ENV,
     BadRecord,
     CorpusError,
     DocumentReader,
+    DoneRecord,
+    JobError,
+    OutputConflict,
+    OutputFile,
+    ShardedJob,
+    Storage,
+    StorageError,
+    UnitsMissing,
     Worker,
-    atomic_file,
-    done_path,
     find_inputs,
     plan_units,
-    read_done,
-    remove_partial,
     resolve_worker,
-    wait_for_done,
-    write_done,
 )
+from service.corpus.storage import _ResumingReader
 
 
 def read_all(units, **options) -> list:
@@ -61,6 +69,22 @@ def test_inputs_from_files_directories_and_globs(tmp_path):
         find_inputs([str(tmp_path / "*.csv")])
     with pytest.raises(CorpusError, match="unsupported input format"):
         find_inputs([str(tmp_path / "a" / "notes.md")])
+
+
+def test_urls_of_a_store_whose_package_is_missing_name_the_extra_and_an_empty_remote_glob_its_pattern():
+    import importlib.util
+
+    for url, package, extra in (("gs://corpus/*.jsonl", "gcsfs", "gcs"), ("az://corpus/a.jsonl", "adlfs", "azure")):
+        if importlib.util.find_spec(package) is not None:
+            continue  # installed here: nothing to name
+        named = re.escape(f"{url}: ") + r".*" + re.escape(f"tokenizer-service[{extra}]")
+        with pytest.raises(StorageError, match=named):
+            find_inputs([url])
+    folder = f"memory://empty-{uuid.uuid4().hex}"
+    Storage().folder(folder).write_bytes("notes.txt", b"hello\n")
+    with pytest.raises(CorpusError, match=re.escape(f"no input matches '{folder}/*.jsonl'")):
+        find_inputs([f"{folder}/*.jsonl"])
+    assert [f.name for f in find_inputs([f"{folder}/*.txt"])] == ["notes.txt"]
 
 
 # -- units -----------------------------------------------------------------------------------------------
@@ -229,42 +253,218 @@ def test_worker_index_mistakes_are_named(flags, env, message):
         resolve_worker(*flags, environ=env)
 
 
-# -- completion ------------------------------------------------------------------------------------------
-def test_atomic_outputs_and_done_records(tmp_path):
-    target = tmp_path / "sub" / "shard.bin"
-    with pytest.raises(RuntimeError), atomic_file(target) as stream:
+def test_sagemaker_resource_config_gives_the_index_when_nothing_else_does(tmp_path):
+    """SageMaker names its instances algo-1 .. algo-N: the index is the place of current_host among them in
+    SageMaker's order (algo-10 after algo-9, not after algo-1); any other source wins over the file."""
+    hosts = [f"algo-{n}" for n in range(1, 12)]
+    config = tmp_path / "resourceconfig.json"
+    for current, index in (("algo-1", 0), ("algo-2", 1), ("algo-10", 9), ("algo-11", 10)):
+        config.write_text(json.dumps({"current_host": current, "hosts": list(reversed(hosts))}))
+        worker = resolve_worker(environ={RESOURCE_CONFIG_ENV: str(config)})
+        assert (worker.index, worker.count) == (index, 11) and current in worker.source
+    assert resolve_worker(environ={RESOURCE_CONFIG_ENV: str(config), "RANK": "0", "WORLD_SIZE": "2"}).count == 2
+    config.write_text(json.dumps({"current_host": "algo-99", "hosts": hosts}))
+    with pytest.raises(CorpusError, match="not among hosts"):
+        resolve_worker(environ={RESOURCE_CONFIG_ENV: str(config)})
+    assert resolve_worker(environ={RESOURCE_CONFIG_ENV: str(tmp_path / "absent.json")}).count == 1
+
+
+# -- storage and the executor ----------------------------------------------------------------------------
+@pytest.fixture(params=["local", "memory"])
+def folder(request, tmp_path):
+    """A local folder, and an object-store prefix (fsspec's in-memory store) behind the same interface."""
+    if request.param == "local":
+        yield Storage().folder(tmp_path / "work")
+        return
+    location = f"memory://test-{uuid.uuid4().hex}/work"
+    yield Storage().folder(location)
+    import fsspec
+
+    fsspec.filesystem("memory").rm(location.removeprefix("memory://").split("/")[0], recursive=True)
+
+
+def test_outputs_are_whole_or_absent(folder):
+    with pytest.raises(RuntimeError), folder.writer("sub/shard.bin") as stream:
         stream.write(b"half")
         raise RuntimeError("died mid-write")
-    assert not target.exists() and list(target.parent.iterdir()) == []  # nothing, not even the temporary
-    with atomic_file(target) as stream:
+    assert folder.listing() == {}  # nothing, not even a temporary file
+    with folder.writer("sub/shard.bin") as stream:
         stream.write(b"whole")
-        assert not target.exists()  # only at the end
-    assert target.read_bytes() == b"whole"
-
-    base = tmp_path / "sub" / "shard"
-    assert read_done(base) is None
-    write_done(base, {"documents": 3})
-    assert read_done(base) == {"documents": 3} and done_path(base).name == "shard.done"
-    done_path(base).write_text("{not json")
-    assert read_done(base) is None  # unreadable: not done, redone
-
-    (target.parent / f".{target.name}.partial-12345").write_bytes(b"left by a killed worker")
-    remove_partial([target])
-    assert list(target.parent.iterdir()) == [done_path(base)]
+        assert folder.size("sub/shard.bin") is None  # only at the end
+    folder.write_bytes("sub/small.json", b"{}")
+    assert folder.listing() == {"sub/shard.bin": 5, "sub/small.json": 2}
+    assert folder.read_bytes("sub/shard.bin") == b"whole"
+    assert folder.open_read("sub/shard.bin").read() == b"whole"
+    folder.remove("sub/small.json")
+    folder.remove("sub/small.json")  # twice: nothing there is fine
+    assert list(folder.listing()) == ["sub/shard.bin"]
 
 
-def test_waiting_for_done_units_gives_up_only_when_nothing_moves(tmp_path):
-    bases = [tmp_path / f"u{i}" for i in range(3)]
-    now = [0.0]
+class DroppingStore:
+    """A remote file whose connection drops once, after ``drop_at`` bytes have been served: the file object
+    it was read through stays broken (as a dropped connection's does) until it is opened again."""
+
+    def __init__(self, data: bytes, drop_at: int) -> None:
+        self.data, self.drop_at, self.opens, self.served = data, drop_at, 0, 0
+
+    def open(self, path, mode, **options):
+        self.opens += 1
+        store, stream = self, io.BytesIO(self.data)
+
+        class Connection:
+            broken = False
+
+            def seek(self, position):
+                stream.seek(position)
+
+            def read(self, size):
+                if self.broken or (store.served < store.drop_at <= store.served + size and store.opens == 1):
+                    self.broken = True
+                    raise ConnectionResetError("connection reset by peer")
+                chunk = stream.read(size)
+                store.served += len(chunk)
+                return chunk
+
+            def close(self):
+                pass
+
+        return Connection()
+
+
+def test_a_remote_read_that_drops_resumes_at_the_byte_it_stopped_at():
+    data = b"".join(b"line %d\n" % n for n in range(20_000))
+    store = DroppingStore(data, drop_at=len(data) // 3)
+    reader = io.BufferedReader(
+        _ResumingReader(Storage(retry_deadline=30), store, "bucket/key", len(data), "s3://bucket/key"), 4096
+    )
+    assert reader.read() == data and store.opens == 2  # one reconnection, nothing read twice or skipped
+
+
+def test_storage_goes_to_counting_processes_whole_but_a_log_that_cannot():
+    import pickle
+
+    from service.corpus.progress import log_to_stderr
+
+    options = {"endpoint_url": "http://127.0.0.1:9000"}
+    sent = pickle.loads(pickle.dumps(Storage(options, retry_deadline=7, log=log_to_stderr)))
+    assert (sent.options, sent.retry_deadline, sent.log) == (options, 7, log_to_stderr)
+    assert pickle.loads(pickle.dumps(Storage(log=lambda message: None))).log is None  # a lambda stays here
+
+
+def test_refusals_stop_at_once_and_failures_are_retried_until_the_deadline():
+    storage = Storage(retry_deadline=0.5)
     calls = []
+
+    def refused():
+        calls.append(1)
+        raise PermissionError("Access Denied")
+
+    with pytest.raises(StorageError, match=r"s3://b/k: the store refused: PermissionError: Access Denied; check the"):
+        storage.call("s3://b/k", refused)
+    assert len(calls) == 1  # never retried
+
+    def no_bucket():
+        raise FileNotFoundError("NoSuchBucket")
+
+    with pytest.raises(StorageError, match=r"s3://absent/k: cannot write there .* does the bucket exist\?"):
+        storage.call("s3://absent/k", no_bucket, writing=True)
+    with pytest.raises(FileNotFoundError):  # reading: a missing object is the caller's to handle
+        storage.call("s3://absent/k", no_bucket)
+
+    lines = []
+    flaky = Storage(retry_deadline=0.5, log=lines.append)
+
+    def unreachable():
+        calls.append(1)
+        raise ConnectionRefusedError("connection refused")
+
+    calls.clear()
+    with pytest.raises(StorageError, match=r"s3://b/k: failed after retrying for 0 s \(--retry-deadline\)"):
+        flaky.call("s3://b/k", unreachable)
+    assert len(calls) > 1
+    assert lines[0].startswith("storage: s3://b/k: ConnectionRefusedError: connection refused; retrying")
+
+
+@dataclass(frozen=True)
+class Stats:
+    documents: int
+
+
+def make_job(folder, units, worker=None, settings=None, **options):
+    return ShardedJob(
+        step="test",
+        folder=folder,
+        units=units,
+        worker=worker,
+        settings=settings or {"tokenizer": "sha256:a"},
+        stats_type=Stats,
+        outputs=lambda unit: [unit.name + ".bin"],
+        log=options.pop("log", lambda message: None),
+        **options,
+    )
+
+
+def write_unit(job, unit, content=b"tokens"):
+    job.clear(unit)
+    job.folder.write_bytes(unit.name + ".bin", content)
+    return job.commit(unit, Stats(len(content)))
+
+
+def test_records_vouch_only_for_what_they_list_and_refuse_another_runs_outputs(folder, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a\n" * 100)
+    units = plan_units(find_inputs([str(source)]), unit_bytes=50)
+    assert len(units) == 4
+    job = make_job(folder, units, Worker(0, 2, "test"))
+    assert job.pending() == units[0::2]
+    record = write_unit(job, units[0])
+    assert record.files == (OutputFile("in.txt.00000.bin", 6),) and record.stats == Stats(6)
+    assert DoneRecord.from_json(folder.read_bytes("in.txt.00000.done"), Stats) == record
+    assert make_job(folder, units, Worker(0, 2, "test")).pending() == [units[2]]
+    job.clear(units[2])
+    with pytest.raises(JobError, match=r"an output of in\.txt\.00002 is missing at its commit"):
+        job.commit(units[2], Stats(0))  # a record is never written before the outputs it lists
+    assert "in.txt.00002.done" not in folder.listing()
+    folder.write_bytes("in.txt.00000.bin", b"torn")  # another size than its record says: redone
+    assert make_job(folder, units, Worker(0, 2, "test")).pending() == units[0::2]
+    folder.write_bytes("in.txt.00000.done", b"{not json")  # a damaged record: not done
+    assert make_job(folder, units, Worker(0, 2, "test")).pending() == units[0::2]
+    write_unit(job, units[0])
+
+    other = make_job(folder, units, Worker(1, 2, "test"), settings={"tokenizer": "sha256:b"})
+    with pytest.raises(OutputConflict, match="tokenizer: 'sha256:a' then, 'sha256:b' now"):
+        other.pending()  # worker 1 refuses worker 0's record made with another tokenizer
+    replanned = plan_units(find_inputs([str(source)]), unit_bytes=100)
+    with pytest.raises(OutputConflict, match=r"in\.txt\.00000 was made from"):
+        make_job(folder, replanned).pending()
+    with pytest.raises(OutputConflict, match="plan does not have"):
+        make_job(folder, units[1:]).pending()
+
+
+def test_worker_0_waits_while_units_get_done_and_names_what_never_came(folder, tmp_path):
+    source = tmp_path / "in.txt"
+    source.write_text("a\n" * 100)
+    units = plan_units(find_inputs([str(source)]), unit_bytes=50)
+    lines = []
+    now = [0.0]
+    job = make_job(folder, units, Worker(0, 4, "test"), clock=lambda: now[0], log=lines.append)
+    polls = []
 
     def sleep(seconds):  # another worker finishes one unit per poll, then stalls
         now[0] += seconds
-        if len(calls) < 2:
-            write_done(bases[len(calls)], {})
-        calls.append(now[0])
+        if len(polls) < 2:
+            write_unit(job, units[len(polls)])
+        polls.append(now[0])
 
-    missing = wait_for_done(bases, stall_timeout=5, poll_interval=1, clock=lambda: now[0], sleep=sleep)
-    assert missing == [bases[2]]
+    job.sleep = sleep
+    with pytest.raises(UnitsMissing, match=r"2 of 4 units are not done .*in.txt.00002 \(worker 2\), in.txt.00003 "):
+        job.wait_for_all(stall_timeout=5, poll=1)
     assert now[0] == 7  # two units came 1 s apart, then 5 s of nothing
-    assert wait_for_done(bases[:2], stall_timeout=5, clock=lambda: now[0], sleep=sleep) == []
+    assert len(lines) == 3  # a line when the count changed, not one per poll
+    write_unit(job, units[2])
+    write_unit(job, units[3])
+    folder.write_bytes("in.txt.00003.bin", b"torn")  # its record says 6 bytes: not trusted
+    with pytest.raises(UnitsMissing, match=r"1 of 4 units are not done .*in\.txt\.00003"):
+        job.wait_for_all(stall_timeout=5, poll=1)
+    write_unit(job, units[3])
+    assert [r.name for r in job.wait_for_all(stall_timeout=5, poll=1)] == [u.name for u in units]

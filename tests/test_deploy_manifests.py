@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +20,7 @@ import yaml
 from service.engine.bounds import CostModel
 from service.engine.memory import MIB, default_memory_budget
 from service.http.settings import ENV_PREFIX, Settings
+from testkit import jobs
 from testkit.engine import memory_limit_for_budget
 
 REPO = Path(__file__).resolve().parent.parent
@@ -418,7 +418,7 @@ def job_container(job: Rendered) -> dict[str, Any]:
 
 
 def test_the_pretokenize_job_is_an_indexed_job_that_knows_its_total(pretokenize_job: Rendered):
-    assert JOBS == ["pretokenize", "train"]
+    assert JOBS == ["pretokenize", "pretokenize-s3", "train", "train-s3"]
     assert {doc["kind"] for doc in pretokenize_job.docs} == {"Job", "NetworkPolicy"}
     namespaces = {doc["metadata"].get("namespace") for doc in pretokenize_job.docs}
     assert len(namespaces) == 1 and None not in namespaces and "default" not in namespaces
@@ -497,16 +497,7 @@ class LocalPods:
         for index in range(self.spec["completions"]):
             pod_env = {**os.environ, **env, "JOB_COMPLETION_INDEX": str(index)}
             args = [self.path(expand(arg, pod_env)) for arg in self.container["args"]]
-            workers.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "service", *args],
-                    cwd=REPO,
-                    env=pod_env,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
+            workers.append(jobs.start(args, pod_env))
         errors = [worker.communicate(timeout=240)[1] for worker in workers]
         assert [w.returncode for w in workers] == [0] * len(workers), [err[-2000:] for err in errors]
         for index, err in enumerate(errors):
@@ -611,3 +602,105 @@ def test_the_train_jobs_container_command_trains_one_tokenizer_from_every_index(
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["counts"]["documents"] == documents and manifest["counts"]["units"] == 6
     assert (out / "tokenizer.json").exists() and (out / "tokenizer_config.json").exists()
+
+
+# -- the object-storage variants (deploy/jobs/pretokenize-s3, deploy/jobs/train-s3) ----------------------
+OBJECT_STORAGE_JOBS = {"pretokenize-s3": "pretokenize", "train-s3": "train"}
+
+
+@pytest.fixture(scope="module", params=sorted(OBJECT_STORAGE_JOBS))
+def object_storage_job(request: pytest.FixtureRequest) -> tuple[Rendered, Rendered]:
+    """An object-storage Job and the shared-volume Job it is a variant of, rendered."""
+    if KUBECTL is None:
+        pytest.skip(needs_kubectl.kwargs["reason"])
+    base = OBJECT_STORAGE_JOBS[request.param]
+    return Rendered(f"jobs/{request.param}", render(DEPLOY / "jobs" / request.param)), Rendered(
+        f"jobs/{base}", render(DEPLOY / "jobs" / base)
+    )
+
+
+def job_args(job: Rendered) -> Any:
+    from service.pretokenize.cli import build_parser as pretokenize_parser
+    from service.training.cli import build_parser as train_parser
+
+    args = job_container(job)["args"]
+    return {"pretokenize": pretokenize_parser, "train": train_parser}[args[0]](args[0]).parse_args(args[1:])
+
+
+def test_object_storage_jobs_are_their_base_jobs_without_claims_and_with_an_identity(object_storage_job):
+    import json
+
+    job, base = object_storage_job
+    spec, base_spec = job.one("Job")["spec"], base.one("Job")["spec"]
+    for key in ("completionMode", "completions", "parallelism", "backoffLimitPerIndex", "maxFailedIndexes"):
+        assert spec[key] == base_spec[key], key
+    assert spec["podFailurePolicy"] == base_spec["podFailurePolicy"]
+    pod, container, base_container = spec["template"]["spec"], job_container(job), job_container(base)
+    assert pod["securityContext"] == base_spec["template"]["spec"]["securityContext"]
+    assert container["securityContext"] == base_container["securityContext"]
+    assert container["resources"] == base_container["resources"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert int(env["JOB_COMPLETIONS"]) == spec["completions"] == spec["parallelism"]
+    # no shared volume: every path is a URL, /tmp (spool, spills) the only volume
+    assert [v for v in pod["volumes"] if "emptyDir" not in v] == []
+    assert [m["mountPath"] for m in container["volumeMounts"]] == ["/tmp"]
+    args = job_args(job)
+    assert all(path.startswith("s3://") for path in [*args.inputs, args.out])
+    assert args.progress == "log" and args.shard_index is None and args.num_shards is None
+    assert json.loads(env["TOKENIZER_SERVICE_STORAGE_OPTIONS"]) == {}  # the options, never credentials
+    # credentials: the pods' identity (a ServiceAccount with IRSA / Workload Identity annotations) or the
+    # optional Secret; none in the manifest
+    [account] = job.all("ServiceAccount")
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert account["metadata"]["namespace"] == job.one("Job")["metadata"]["namespace"]
+    assert {"eks.amazonaws.com/role-arn", "iam.gke.io/gcp-service-account"} <= set(account["metadata"]["annotations"])
+    assert account["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False
+    assert container["envFrom"] == [{"secretRef": {"name": "object-store-credentials", "optional": True}}]
+    assert set(env) <= {"JOB_COMPLETIONS", "TOKENIZER_SERVICE_URL", "TOKENIZER_SERVICE_STORAGE_OPTIONS"}
+    assert container["image"].rsplit(":", 1)[0].endswith("/tokenizer-service-jobs")
+    # the network: what the base allows, plus HTTPS to the store
+    policy, base_policy = job.one("NetworkPolicy"), base.one("NetworkPolicy")
+    assert policy["spec"]["podSelector"] == base_policy["spec"]["podSelector"]
+    assert not policy["spec"].get("ingress")
+    assert all(rule in policy["spec"]["egress"] for rule in base_policy["spec"].get("egress") or [])
+    assert {"ports": [{"port": 443, "protocol": "TCP"}]} in policy["spec"]["egress"]
+
+
+@pytest.mark.timeout(300)
+def test_the_object_storage_jobs_container_commands_run_against_a_loopback_store(object_storage_job, tmp_path):
+    """Every index of each object-storage Job, run as its container would (command, args, env, Kubernetes'
+    JOB_COMPLETION_INDEX), against a real S3-protocol server on 127.0.0.1 holding the corpus at the Job's
+    input URL, with the credentials the Secret would give and the store's endpoint in the options variable:
+    worker 0 writes the manifest (pre-tokenize, against a live service) or the tokenizer (train) at --out."""
+    import json
+
+    from testkit import corpora
+    from testkit.objectstore import LoopbackS3
+    from testkit.servers import ServerProcess
+
+    job, _ = object_storage_job
+    pods = LocalPods(job, tmp_path)
+    args = job_args(job)
+    local = tmp_path / "corpus"
+    local.mkdir()
+    documents = sum(corpora.write_jsonl(local / f"part-{i}.jsonl", 12_000, seed=i) for i in range(4))
+    with LoopbackS3() as s3:
+        fs = s3.filesystem()
+        [inputs] = args.inputs
+        for bucket in {url.removeprefix("s3://").split("/")[0] for url in (inputs, args.out)}:
+            if not fs.exists(bucket):  # moto's buckets outlive a server in this process
+                fs.mkdir(bucket)
+        for path in sorted(local.iterdir()):
+            fs.put_file(str(path), f"{inputs.removeprefix('s3://').rstrip('/')}/{path.name}")
+        env = {**s3.client_env(), "TOKENIZER_SERVICE_STORAGE_OPTIONS": s3.options_json}
+        out = args.out.removeprefix("s3://")
+        if job_container(job)["args"][0] == "pretokenize":
+            with ServerProcess(log_path=tmp_path / "server.log") as server:
+                pods.run_every_index({**env, "TOKENIZER_SERVICE_URL": server.url})
+            manifest = json.loads(s3.tree(out)["manifest.json"])
+            assert manifest["totals"]["documents"] == documents and manifest["format"] == "flat"
+        else:
+            pods.run_every_index(env)
+            written = s3.tree(out)
+            assert set(written) == {"tokenizer.json", "tokenizer_config.json", "manifest.json"}
+            assert json.loads(written["manifest.json"])["counts"]["documents"] == documents

@@ -21,12 +21,53 @@ import pytest
 from gates import wait_until
 
 from service.corpus import CorpusError
-from service.pipeline import PretokenizeConfig, pretokenize, read_manifest
+from service.pretokenize import PretokenizeConfig, pretokenize, read_manifest
 from testkit import corpora
+from testkit.jobs import Tail
 from testkit.servers import REPO, ServerProcess, free_port
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 UNIT = "48K"
+
+
+def test_an_outage_is_said_at_once_counted_down_and_past_the_deadline_names_the_url():
+    """The service's failures as every request in flight reports them: the first is said at once (which URL,
+    how), then a line every 10 s however many requests fail, a line when it answers again; a busy service is
+    said only once it has stayed busy 10 s; past the deadline, one error naming the URL and the cause."""
+    from service.client import ConnectError, RetriesExhausted, ServerBusy
+    from service.pretokenize.encoders import ServiceOutage
+
+    now, lines = [100.0], []
+    outage = ServiceOutage(30, lines.append, clock=lambda: now[0])
+    down = RetriesExhausted(
+        "POST /encode failed", urls=["http://tok:8000"], attempts=3, last_error=ConnectError("cannot connect")
+    )
+    for _ in range(5):  # five requests in flight fail within the same second
+        assert 0 < outage.failed(down, started=98.0) <= 10
+    assert lines == [
+        "pretokenize: the service at http://tok:8000 fails (ConnectError: cannot connect); retrying for 28 s more "
+        "(--retry-deadline)"
+    ]
+    now[0] = 109.0
+    outage.failed(down, started=107.0)
+    assert len(lines) == 1  # 9 s since the last line
+    now[0] = 111.0
+    outage.failed(down, started=109.0)
+    assert lines[-1].startswith("pretokenize: the service at http://tok:8000 still fails") and "17 s more" in lines[-1]
+    outage.answered()
+    assert lines[-1] == "pretokenize: the service answers again after 13 s" and len(lines) == 3
+    outage.answered()
+    assert len(lines) == 3
+
+    busy = RetriesExhausted("busy", urls=["http://tok:8000"], last_error=ServerBusy("429 overloaded", retry_after=3))
+    outage.failed(busy, started=110.0)
+    assert len(lines) == 3  # busy for a second: not an outage worth a line
+    now[0] = 121.0
+    assert outage.failed(busy, started=120.0) == 3  # its Retry-After
+    assert "fails (ServerBusy: 429 overloaded)" in lines[-1] or "still fails (ServerBusy" in lines[-1]
+    now[0] = 141.0
+    with pytest.raises(RetriesExhausted, match=r"the service at http://tok:8000 failed after retrying for 31 s "):
+        outage.failed(busy, started=140.0)
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +163,7 @@ def test_parquet_ids_positions_and_fields_equal_in_process(servers, reference_to
         progress="none",
     )
     summary = run(config)
-    assert summary.manifest is not None and summary.written > 3 and summary.missing == []
+    assert summary.manifest is not None and summary.written > 3
     expected = input_documents(corpus_dir, names)
     ids = reference_tokenizers[family]([text for text, _ in expected])["input_ids"]
     written = shard_documents(tmp_path / "out")
@@ -171,7 +212,7 @@ def test_flat_ids_with_options_and_eos_equal_in_process(servers, reference_token
     assert [ids for ids, _ in shard_documents(tmp_path / "out")] == theirs
     manifest = read_manifest(tmp_path / "out")
     assert manifest.data["settings"]["eos_token_id"] == eos and manifest.tokens == sum(map(len, theirs))
-    assert {path.suffix for shard in manifest.shards for path in shard.files} == {".ds", ".index"}
+    assert {Path(path).suffix for shard in manifest.shards for path in shard.files} == {".ds", ".index", ".metadata"}
 
 
 # -- workers and reruns ----------------------------------------------------------------------------------
@@ -194,8 +235,15 @@ def with_out(args: list[str], out: Path) -> list[str]:
 
 
 def test_three_workers_write_the_bytes_of_one(reference_run, tmp_path):
+    """Worker 0 alone first: it does its units, waits --wait seconds for units that never come, and exits 3
+    naming them and their workers (no manifest). Then the three workers: the bytes of one."""
     args, expected = reference_run
     out = tmp_path / "out"
+    alone = cli(*with_out(args, out), "--shard-index", "0", "--num-shards", "3", "--wait", "1")
+    assert alone.returncode == 3, alone.stderr
+    missing = r"units are not done after waiting 1s without progress: \S+ \(worker 1\), \S+ \(worker 2\)"
+    assert re.search(missing, alone.stderr), alone.stderr
+    assert "No manifest yet" in alone.stderr and not (out / "manifest.json").exists()
     workers = [
         start_cli(*with_out(args, out), "--shard-index", "0", "--num-shards", "3", "--wait", "120"),
         start_cli(*with_out(args, out), env={"SLURM_ARRAY_TASK_ID": "1", "SLURM_ARRAY_TASK_COUNT": "3"}),
@@ -246,9 +294,10 @@ def test_a_killed_worker_reruns_to_the_same_bytes(reference_run, tmp_path):
 
 def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finishes(reference_run, tmp_path):
     """Two workers lose the service mid-run (it is killed while they are paused with units left to do).
-    The one with a short retry deadline fails, naming the service, leaving its done shards and no partial
-    file; the other retries until the service is back on the same address and finishes. The failed one's
-    rerun finishes too. Both give the reference bytes."""
+    Each says at once which URL failed and how, then counts down. The one with a short retry deadline
+    fails, naming the service, leaving its done shards and no partial file; the other retries until the
+    service is back on the same address, says so, and finishes. The failed one's rerun finishes too. Both
+    give the reference bytes."""
     args, expected = reference_run
     port = free_port()
     server = ServerProcess(port=port, log_path=tmp_path / "server.log").start()
@@ -265,6 +314,7 @@ def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finish
             impatient: start_cli(*worker_args(impatient), "--retry-deadline", "3"),
             patient: start_cli(*worker_args(patient), "--retry-deadline", "120"),
         }
+        tail = Tail(workers[patient])
         for out, worker in workers.items():
             wait_until(lambda out=out: any(out.rglob("*.done")), timeout=120, what="a first shard")
             os.kill(worker.pid, signal.SIGSTOP)
@@ -275,14 +325,18 @@ def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finish
 
         _, stderr = workers[impatient].communicate(timeout=120)
         assert workers[impatient].returncode == 1, stderr
-        assert "failed after" in stderr and url in stderr, stderr
+        assert f"the service at {url} fails (ConnectError: " in stderr, stderr  # at once: which URL, and how
+        assert f"the service at {url} failed after retrying" in stderr and "--retry-deadline 3" in stderr, stderr
         assert len(list(impatient.rglob("*.done"))) >= done_before  # done shards stay done
         assert not (impatient / "manifest.json").exists()
         assert not [p for p in impatient.rglob(".*") if ".partial-" in p.name]  # the shard in progress left nothing
 
+        # the patient one says so while the service is still down, and counts down
+        wait_until(lambda: f"the service at {url} fails" in tail.text(), timeout=30, what="the outage said")
+        assert re.search(r"retrying for \d+ s more \(--retry-deadline\)", tail.text()), tail.text()
         server = ServerProcess(port=port, log_path=tmp_path / "server.log").start()  # back, same address
-        _, stderr = workers[patient].communicate(timeout=240)
-        assert workers[patient].returncode == 0, stderr
+        assert workers[patient].wait(240) == 0, tail.rest()
+        assert "the service answers again after" in tail.rest()
         assert tree(patient) == expected
         rerun = cli(*worker_args(impatient))
         assert rerun.returncode == 0, rerun.stderr
@@ -317,8 +371,8 @@ def test_bad_records_stop_the_run_naming_file_and_line_or_are_counted(servers, t
     manifest = read_manifest(tmp_path / "lenient")
     assert manifest.data["totals"]["skipped"] == 2 and manifest.documents == 48
     record = json.loads((tmp_path / "lenient" / "bad.jsonl.00000.done").read_text())
-    assert record["skipped"] == 2
-    assert record["skipped_examples"] == [
+    assert record["stats"]["skipped"] == 2
+    assert record["stats"]["skipped_examples"] == [
         f"{source}:21: malformed JSON (Unterminated string starting at: line 1 column 10 (char 9))",
         f"{source}:31: field 'text' is null, not a string",
     ]
@@ -380,6 +434,13 @@ def test_arguments_are_checked_before_any_work(servers, tmp_path):
     assert no_eos.returncode == 1 and "has no eos_token" in no_eos.stderr and "--eos-id" in no_eos.stderr
     half = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url, env={"RANK": "1"})
     assert half.returncode == 1 and "WORLD_SIZE is not set" in half.stderr
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: said at once, then the deadline
+    unreachable = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", dead, "--retry-deadline", "2")
+    assert unreachable.returncode == 1, unreachable.stderr
+    assert f"the service at {dead} fails (ConnectError: cannot connect to {dead}/info" in unreachable.stderr
+    assert f"{dead} failed after retrying" in unreachable.stderr
+    wrong = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url + "/not-the-service")
+    assert wrong.returncode == 1 and f"{url}/not-the-service/info" in wrong.stderr and "404" in wrong.stderr
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 
@@ -396,11 +457,11 @@ def test_an_output_folder_among_the_inputs_is_not_read_back(servers, corpus_dir,
 
 
 def test_encode_options_the_service_refuses_are_named_before_any_work(corpus_dir, tmp_path):
-    from service.pipeline import TextsRefused, TokenizerFacts
+    from service.pretokenize import ServedTokenizer, TextsRefused
 
     class Refusing:  # stands for a service whose tokenizer refuses the options; the runner is under test
         async def facts(self):
-            return TokenizerFacts(fingerprint="sha256:x", vocab_size=100, source="stub")
+            return ServedTokenizer(fingerprint="sha256:x", vocab_size=100, source="stub")
 
         async def encode(self, texts):
             raise TextsRefused("stride 9 is too large for max_length 4")
@@ -477,7 +538,7 @@ def test_documents_and_blocks_read_back_in_dataloader_workers(reference_run, par
     import torch
     from torch.utils.data import DataLoader
 
-    from service.pipeline import TokenBlocks, TokenizedDocuments
+    from service.pretokenize import TokenBlocks, TokenizedDocuments
 
     flat_out = tmp_path / "flat"
     flat_out.mkdir()

@@ -10,11 +10,13 @@ here with the tokenizers API directly, as a user would, not with the package's t
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -25,7 +27,8 @@ from typing import Any
 import pytest
 from gates import wait_until
 
-from service.training import CountConflict, CountsMissing, RecipeError, TrainConfig, VocabularyTooSmall, preset, train
+from service.corpus import OutputConflict, UnitsMissing
+from service.training import RecipeError, TrainConfig, VocabularyTooSmall, preset, train
 from testkit import assets
 from testkit.servers import REPO, ServerProcess
 from testkit.training import pretokens, reference_tokenizer
@@ -38,6 +41,17 @@ QUIET = {"progress": "none"}
 
 def silent(message: str) -> None:
     pass
+
+
+def counts_of(out: Path) -> Path:
+    """Where ``train --out OUT`` keeps its counts by default: ``OUT.counts``, beside the tokenizer."""
+    return Path(f"{out}.counts")
+
+
+def spills_of(unit: str) -> list[Path]:
+    """The spill directories of ``unit`` in every counting process's private spool (under the temp dir)."""
+    digest = hashlib.sha256(unit.encode()).hexdigest()[:16]
+    return list(Path(tempfile.gettempdir()).glob(f"tokenizer-service-spool-*/spill-*-{digest}"))
 
 
 @pytest.fixture(scope="module")
@@ -185,16 +199,16 @@ def test_merge_never_trains_on_part_of_the_counts_and_names_the_missing_units(co
     out = tmp_path / "out"
     options = {"model": "bpe", "vocab_size": 3400, "num_shards": 3}
     train(config(corpus, out, phase="count", shard_index=1, **options), log=silent)
-    with pytest.raises(CountsMissing) as missing:
+    with pytest.raises(UnitsMissing) as missing:
         train(config(corpus, out, phase="all", shard_index=0, wait_seconds=0.3, **options), log=silent)
     message = str(missing.value)
     assert "(worker 2)" in message and "(worker 1)" not in message and "never trained" in message
     assert not (out / "tokenizer.json").exists() and not (out / "manifest.json").exists()
     train(config(corpus, out, phase="count", shard_index=2, **options), log=silent)
-    counts = sorted((out / "counts").rglob("*.counts"))
+    counts = sorted(counts_of(out).rglob("*.counts"))
     with open(counts[-1], "r+b") as damaged:  # a unit whose file lost its end: not done, whatever its record says
         damaged.truncate(counts[-1].stat().st_size - 10)
-    with pytest.raises(CountsMissing, match=counts[-1].name.removesuffix(".counts")):
+    with pytest.raises(UnitsMissing, match=counts[-1].name.removesuffix(".counts")):
         train(config(corpus, out, phase="merge", wait_seconds=0.3, model="bpe", vocab_size=3400), log=silent)
     assert not (out / "tokenizer.json").exists()
 
@@ -222,7 +236,7 @@ def stuck_in_a_fifo(fifo: Path, args: list[str], data: bytes, out: Path) -> Iter
         assert writer, worker.stderr.read() if worker.stderr else ""
         os.set_blocking(writer[0], True)
         os.write(writer[0], data)
-        wait_until(lambda: any(out.glob(f"counts/{fifo.name}.00000.spill-*/*.counts")), timeout=60, what="a spill")
+        wait_until(lambda: any(p.glob("*.counts") for p in spills_of(f"{fifo.name}.00000")), timeout=60, what="a spill")
         yield worker
     finally:
         for descriptor in writer:
@@ -262,7 +276,11 @@ def test_a_killed_worker_is_rerun_for_its_unfinished_units_only(texts, tmp_path)
     with stuck_in_a_fifo(fifo, [*args, "--phase", "count"], whole[: len(whole) // 2], out) as worker:
         worker.kill()  # SIGKILL: no clean-up at all
         worker.wait(30)
-    done = {path.name: (path.stat().st_mtime_ns, json.loads(path.read_text())["pid"]) for path in out.rglob("*.done")}
+    counts = counts_of(out)
+    done = {
+        path.name: (path.stat().st_mtime_ns, json.loads(path.read_text())["stats"]["pid"])
+        for path in counts.rglob("*.done")
+    }
     assert len(done) >= 3 and "z.txt.gz.00000.done" not in done
     fifo.unlink()
     fifo.write_bytes(whole)
@@ -270,9 +288,10 @@ def test_a_killed_worker_is_rerun_for_its_unfinished_units_only(texts, tmp_path)
     assert rerun.returncode == 0, rerun.stderr
     assert "1 to count" in rerun.stderr
     for name, (mtime, pid) in done.items():  # the finished units were not counted again
-        path = next(out.rglob(name))
-        assert (path.stat().st_mtime_ns, json.loads(path.read_text())["pid"]) == (mtime, pid)
-    assert not list(out.rglob("*spill-*")) and not list(out.rglob("*.partial-*"))
+        path = next(counts.rglob(name))
+        assert (path.stat().st_mtime_ns, json.loads(path.read_text())["stats"]["pid"]) == (mtime, pid)
+    assert not spills_of("z.txt.gz.00000") and not list(counts.rglob("*.partial-*"))  # the killed one's spills too
+    assert not (out / "counts").exists()  # the coordination files stay apart from the tokenizer
     clean = train_workers(corpus, tmp_path / "clean", 1, model="bpe", vocab_size=3400)
     assert json.loads((out / "tokenizer.json").read_text("utf-8")) == clean
 
@@ -292,9 +311,9 @@ def test_sigterm_stops_the_counting_processes_and_leaves_no_temporary_file(texts
         worker.send_signal(signal.SIGTERM)
         _, err = worker.communicate(timeout=60)
     assert worker.returncode == 130 and "interrupted" in err
-    assert not list(out.rglob("*spill-*")) and not list(out.rglob(".*partial-*"))
-    assert not (out / "counts" / "z.txt.gz.00000.done").exists()
-    for done in out.rglob("*.done"):  # every unit marked done is whole
+    assert not spills_of("z.txt.gz.00000") and not list(counts_of(out).rglob(".*partial-*"))
+    assert not (counts_of(out) / "z.txt.gz.00000.done").exists()
+    for done in counts_of(out).rglob("*.done"):  # every unit marked done is whole
         record = json.loads(done.read_text())
         for entry in record["files"]:
             assert (done.parent / entry["name"]).stat().st_size == entry["bytes"]
@@ -310,7 +329,7 @@ def test_a_rerun_retrains_only_what_changed_and_refuses_counts_of_another_recipe
     bigger = train(config(corpus, out, model="byte-level-bpe", vocab_size=800), log=silent)
     assert bigger.count is not None and bigger.count.counted == 0  # the counts do not depend on the vocab size
     assert bigger.training is not None and bigger.training.vocab_size == 800 and not bigger.training.already_trained
-    with pytest.raises(CountConflict, match="normalizer, pre_tokenizer"):
+    with pytest.raises(OutputConflict, match=r"other settings \(.*normalizer: .* then, .* now; pre_tokenizer: "):
         train(config(corpus, out, model="wordpiece", vocab_size=5000), log=silent)
 
 
@@ -467,8 +486,8 @@ def test_counting_memory_is_bounded_by_spilling_and_the_counts_stay_exact(tmp_pa
             "none",
         )
         assert done.returncode == 0, done.stderr
-        [record] = [json.loads(p.read_text()) for p in out.rglob("*.done")]
-        runs[name] = (record, next(out.rglob("*.counts")).read_bytes())
+        [record] = [json.loads(p.read_text())["stats"] for p in counts_of(out).rglob("*.done")]
+        runs[name] = (record, next(counts_of(out).rglob("*.counts")).read_bytes())
     idle, held, spilled = (runs[name][0] for name in ("idle", "held", "spilled"))
     assert held["spills"] == 0 and spilled["spills"] >= 10
     assert runs["spilled"][1] == runs["held"][1] and spilled["distinct"] == held["distinct"] == len(set(words))

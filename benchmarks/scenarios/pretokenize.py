@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +49,15 @@ def empty_results() -> dict[str, Any]:
 def run(profile: Profile, log_dir: Path, work_dir: Path) -> dict[str, Any]:
     """Every round of the comparison, then the memory case; the scenario's results (with ``failed`` and the
     reason if a run crashed or timed out: the whole benchmark then fails)."""
-    results = empty_results()
+    return guarded("6", empty_results(), lambda results: _run(results, profile, log_dir, work_dir))
+
+
+def guarded(scenario: str, results: dict[str, Any], body: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """``body(results)``, then ``results``; a run that crashed or timed out is recorded as ``failed``."""
     try:
-        _run(results, profile, log_dir, work_dir)
+        body(results)
     except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        log(f"scenario 6 failed: {exc}")
+        log(f"scenario {scenario} failed: {exc}")
         results["failed"] = str(exc)
     return results
 
@@ -72,17 +77,7 @@ def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Pat
             shift = round_ % len(METHODS)
             for method in METHODS[shift:] + METHODS[:shift]:
                 results["runs"].append(_one_run(method, corpus, folder / f"{method}-{round_}", url, "flat", profile))
-        for method in METHODS:
-            runs = [r for r in results["runs"] if r["method"] == method]
-            results["medians"][method] = {
-                "label": LABELS[method],
-                "seconds": statistics.median(r["seconds"] for r in runs),
-                "tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in runs),
-                "documents_per_s": statistics.median(r["documents"] / r["seconds"] for r in runs),
-                "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
-                "other_cpu_cores": max(r["other_cpu_cores"] for r in runs),
-                "tokens": runs[0]["tokens"],
-            }
+        results["medians"] = medians(results["runs"], "method", LABELS)
         corpus.unlink()
         results["memory"] = _memory_case(profile, folder, url)
         server.sample_memory("end")
@@ -93,19 +88,44 @@ def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Pat
 
 def _one_run(method: str, corpus: Path, out: Path, url: str, output_format: str, profile: Profile) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "benchmarks.pretokenize_runs", method, str(corpus), str(out)]
-    command += ["--url", url, "--tokenizer", str(tokenizer_dir("default")), "--format", output_format]
-    noise = machine_noise(0.3)  # other work on the machine just before (the run itself busies every core)
+    args = [method, str(corpus), str(out), "--url", url, "--tokenizer", str(tokenizer_dir("default"))]
+    result = measured_run(f"scenario 6: {method}", [*args, "--format", output_format], profile)
+    shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def medians(runs: list[dict[str, Any]], key: str, labels: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per variant (``run[key]``, in ``labels``' order): the median time and rates over its rounds, the most
+    memory and the busiest machine seen."""
+    result = {}
+    for variant, label in labels.items():
+        mine = [r for r in runs if r[key] == variant]
+        result[variant] = {
+            "label": label,
+            "seconds": statistics.median(r["seconds"] for r in mine),
+            "tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in mine),
+            "documents_per_s": statistics.median(r["documents"] / r["seconds"] for r in mine),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in mine),
+            "other_cpu_cores": max(r["other_cpu_cores"] for r in mine),
+            "tokens": mine[0]["tokens"],
+        }
+    return result
+
+
+def measured_run(what: str, args: list[str], profile: Profile) -> dict[str, Any]:
+    """One ``python -m benchmarks.pretokenize_runs ARGS`` in its own process: its JSON line, with the CPU
+    other processes used just before (the run itself busies every core)."""
+    noise = machine_noise(0.3)
+    command = [sys.executable, "-m", "benchmarks.pretokenize_runs", *args]
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=profile.pretok_timeout)
     if done.returncode != 0:
-        raise RuntimeError(f"scenario 6, {method}: exit {done.returncode}: {done.stderr[-2000:]}")
+        raise RuntimeError(f"{what}: exit {done.returncode}: {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["other_cpu_cores"] = noise
     log(
-        f"scenario 6: {method}: {result['tokens'] / result['seconds'] / 1e6:.2f}M tokens/s, "
+        f"{what}: {result['tokens'] / result['seconds'] / 1e6:.2f}M tokens/s, "
         f"{result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB"
     )
-    shutil.rmtree(out, ignore_errors=True)
     return result
 
 

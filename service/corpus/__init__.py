@@ -1,51 +1,52 @@
-"""A corpus, read by offline jobs that are sharded across workers: inputs, work units, which units a worker
-takes, documents, and completion records.
+"""Offline jobs sharded across workers over a corpus: inputs, work units, which units a worker takes,
+documents, storage (local or object stores), and the one executor every job runs on.
 
 Shared by every job that walks a corpus on many nodes -- ``tokenizer-service pretokenize`` (client side) and
-the tokenizer trainer (server side) -- so that both read the same files the same way and split them into the
-same units. It imports only the standard library (and pyarrow, when a Parquet file is read), never the
-client nor the server.
+``tokenizer-service train`` (server side) -- so that both read the same files the same way, split them into
+the same units, and record, refuse and wait the same way. It imports only the standard library (fsspec for
+URLs, pyarrow for Parquet, when asked), never the client nor the server.
 
 The pieces, in the order a job uses them::
 
-    from service.corpus import find_inputs, plan_units, resolve_worker, DocumentReader
+    from service.corpus import JobConfig, ShardedJob, DocumentReader
 
-    files = find_inputs(["data/*.jsonl.gz", "more/"])        # files and globs -> sorted InputFile list
-    units = plan_units(files)                                 # whole small files, byte ranges, row groups
-    worker = resolve_worker()                                 # flags, or the scheduler's environment
-    for unit in worker.take(units):                           # units[index::count]
-        reader = DocumentReader(unit, text_field="text", on_bad_record="skip")
-        for document in reader:                               # .text, .position, .fields
-            ...
-        reader.skipped                                        # bad records skipped, with examples
+    storage = config.storage(log)                             # --storage-options, --retry-deadline
+    files, units, worker = config.plan(storage)               # inputs (paths, globs, URLs) -> units; the worker
+    job = ShardedJob(step=..., folder=storage.folder(config.out), units=units, worker=worker, ...)
+    for unit in job.pending():                                # units[index::count] not done yet
+        job.clear(unit)
+        for document in DocumentReader(unit, storage=storage):   # .text, .position, .fields (streamed)
+            ...                                               # write the unit's outputs into the folder
+        job.commit(unit, stats)                               # its .done record, written last
+    records = job.wait_for_all(stall_timeout=600)             # worker 0
 
 Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
-with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``completion``
-writes outputs atomically and keeps a ``.done`` record per unit, so a rerun skips finished units.
-``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory; ``flags`` defines the
-command-line flags the jobs share.
+with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``storage`` writes
+every output whole (rename on a disk, a whole upload to a store); ``executor`` keeps a ``.done`` record per
+unit, so a rerun skips finished units; ``jobcli`` holds the flags and the exit statuses the jobs share;
+``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory.
 """
 
-from .completion import (
-    DONE_SUFFIX,
-    atomic_file,
-    atomic_write_bytes,
-    done_path,
-    interrupt_on_sigterm,
-    read_done,
-    remove_partial,
-    wait_for_done,
-    write_done,
-)
-from .errors import BadRecord, CorpusError
+from .errors import BadRecord, CorpusError, JobError, OutputConflict, StorageError, UnitsMissing
+from .executor import DONE_SUFFIX, DoneRecord, JobConfig, OutputFile, ShardedJob
 from .inputs import FORMATS, InputFile, find_inputs
 from .records import BAD_RECORD_POLICIES, Document, DocumentReader
+from .storage import Folder, LocalFolder, ObjectFolder, Storage, fetch_tokenizer, is_url
 from .units import DEFAULT_UNIT_BYTES, WorkUnit, parse_size, plan_units
-from .workers import TOTAL_ENV, Worker, resolve_worker
+from .workers import RESOURCE_CONFIG_ENV, TOTAL_ENV, Worker, resolve_worker
 
 __all__ = [
+    "JobError",
     "CorpusError",
     "BadRecord",
+    "OutputConflict",
+    "UnitsMissing",
+    "StorageError",
+    "JobConfig",
+    "ShardedJob",
+    "DoneRecord",
+    "OutputFile",
+    "DONE_SUFFIX",
     "FORMATS",
     "InputFile",
     "find_inputs",
@@ -54,18 +55,16 @@ __all__ = [
     "plan_units",
     "parse_size",
     "TOTAL_ENV",
+    "RESOURCE_CONFIG_ENV",
     "Worker",
     "resolve_worker",
     "BAD_RECORD_POLICIES",
     "Document",
     "DocumentReader",
-    "DONE_SUFFIX",
-    "atomic_file",
-    "atomic_write_bytes",
-    "done_path",
-    "interrupt_on_sigterm",
-    "read_done",
-    "write_done",
-    "remove_partial",
-    "wait_for_done",
+    "Storage",
+    "Folder",
+    "LocalFolder",
+    "ObjectFolder",
+    "fetch_tokenizer",
+    "is_url",
 ]

@@ -1,9 +1,24 @@
-"""What goes wrong reading a corpus: one error for the job's set-up, one for a record."""
+"""What goes wrong in an offline job: one root, :class:`JobError`, whose message always says what to change.
+
+=========================  ====================================================================================
+:class:`CorpusError`       the inputs, the plan or the worker set-up cannot work
+:class:`BadRecord`         one record cannot be read as a document (``where``: ``path:line`` or ``path row N``)
+:class:`OutputConflict`    the work folder holds outputs of another run (other settings, inputs, tokenizer)
+:class:`UnitsMissing`      worker 0 stopped waiting: some units are not done (the message names them)
+:class:`StorageError`      a store refused or stayed unreachable past the retry deadline (names the URL)
+=========================  ====================================================================================
+
+The command-line skeleton (:mod:`.jobcli`) maps them to exit codes: :class:`UnitsMissing` 3, the others 1.
+"""
 
 from __future__ import annotations
 
 
-class CorpusError(Exception):
+class JobError(Exception):
+    """An offline job cannot go on; the message says what to change."""
+
+
+class CorpusError(JobError):
     """The inputs, the plan or the worker set-up cannot work; the message says what to change."""
 
 
@@ -18,3 +33,24 @@ class BadRecord(CorpusError):
 
     def __reduce__(self) -> tuple[type[BadRecord], tuple[str, str]]:
         return type(self), (self.where, self.reason)
+
+
+class OutputConflict(JobError):
+    """The work folder holds outputs that must not be mixed with this run's (another tokenizer, other
+    settings, other inputs); the message names one and says what to do."""
+
+
+class UnitsMissing(JobError):
+    """Worker 0 stopped waiting: some units are not done; the message names them (and their workers)."""
+
+    def __init__(self, message: str, missing: list[str]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+    def __reduce__(self) -> tuple[type[UnitsMissing], tuple[str, list[str]]]:
+        return type(self), (str(self), self.missing)
+
+
+class StorageError(JobError):
+    """A store refused a request (no credentials, access denied, no such bucket) or stayed unreachable past
+    the retry deadline; the message names the URL and what the store answered, never a secret."""

@@ -1,13 +1,16 @@
-"""Which files a job reads: paths, directories and globs, resolved to a sorted list with their formats."""
+"""Which files a job reads: paths, directories, globs and URLs, resolved to a sorted list with their formats."""
 
 from __future__ import annotations
 
 import glob
 import os
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import CorpusError
+from .storage import Storage, is_url
 
 #: Supported formats by file suffix. Text and JSON Lines hold one document per line; gzip-compressed files
 #: cannot be split, so each is one unit; Parquet splits by row groups.
@@ -33,10 +36,11 @@ def format_of(path: str) -> str | None:
 
 @dataclass(frozen=True)
 class InputFile:
-    """One input file. ``name`` is its path relative to the common directory of all inputs (``/``-separated):
-    the same on every node whatever the mount point, it names the outputs made from it."""
+    """One input file. ``path`` is an absolute local path or a URL; ``name`` is its path relative to the
+    common directory of all inputs (``/``-separated): the same on every node whatever the mount point or
+    bucket, it names the outputs made from it."""
 
-    path: str  # absolute
+    path: str
     name: str
     format: str
     size: int
@@ -45,52 +49,104 @@ class InputFile:
         return {"name": self.name, "format": self.format, "size": self.size}
 
 
-def find_inputs(patterns: Sequence[str], *, exclude: Sequence[str] = ()) -> list[InputFile]:
-    """Resolve files, directories (every supported file under them) and globs (``**`` recurses) to input
-    files, without duplicates, sorted by name so that every worker sees the same list. Nothing under the
-    ``exclude`` directories is an input (a job's own output folder, when it lies among its inputs).
+def find_inputs(
+    patterns: Sequence[str], *, exclude: Sequence[str] = (), storage: Storage | None = None
+) -> list[InputFile]:
+    """Resolve files, directories (every supported file under them), globs (``**`` recurses) and URLs of
+    any of these (``s3://bucket/corpus/*.jsonl.gz``) to input files, without duplicates, sorted by name so
+    that every worker sees the same list. Nothing under the ``exclude`` folders is an input (a job's own
+    output folder, when it lies among its inputs).
 
     Raises :class:`CorpusError` for a pattern that matches nothing or a file named explicitly (or by a
     glob) whose format is not supported.
     """
     if not patterns:
-        raise CorpusError("no inputs given: name files, directories or globs")
-    excluded = [os.path.realpath(folder) + os.sep for folder in exclude]
-
-    def wanted(path: str) -> bool:
-        return os.path.exists(path) and not (os.path.realpath(path) + os.sep).startswith(tuple(excluded))
-
-    found: dict[str, str] = {}  # real path -> format
+        raise CorpusError("no inputs given: name files, directories, globs or URLs")
+    storage = storage if storage is not None else Storage()
+    excluded = tuple(_key(folder) + "/" for folder in exclude)
+    found: dict[str, tuple[str, int]] = {}  # path or URL -> (format, size)
     for pattern in patterns:
-        matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
-        matches = [m for m in matches if wanted(m)]
+        matches = _remote_matches(pattern, storage) if is_url(pattern) else _local_matches(pattern)
+        matches = [(path, kind, size) for path, kind, size in matches if not (_key(path) + "/").startswith(excluded)]
         if not matches:
             raise CorpusError(f"no input matches {pattern!r}")
-        for match in matches:
-            if os.path.isdir(match):
-                inside = [
-                    os.path.join(root, name)
-                    for root, _, names in os.walk(match)
-                    for name in names
-                    if format_of(name) is not None and not name.startswith(".") and wanted(os.path.join(root, name))
-                ]
-                if not inside:
-                    raise CorpusError(f"directory {match!r} holds no {'/'.join(FORMATS)} file")
-                for path in inside:
-                    found.setdefault(os.path.realpath(path), format_of(path) or "")
-                continue
-            file_format = format_of(match)
+        for path, kind, size in matches:
+            if kind == "directory":
+                raise CorpusError(f"directory {pattern!r} holds no {'/'.join(FORMATS)} file")
+            file_format = format_of(path)
             if file_format is None:
-                raise CorpusError(f"{match!r}: unsupported input format; supported: {', '.join(FORMATS)}")
-            found.setdefault(os.path.realpath(match), file_format)
-    root = os.path.commonpath([os.path.dirname(path) for path in found])
+                raise CorpusError(f"{path!r}: unsupported input format; supported: {', '.join(FORMATS)}")
+            found.setdefault(path, (file_format, size))
+    keys = {path: _key(path) for path in found}
+    root = posixpath.commonpath([posixpath.dirname(key) for key in keys.values()])
     files = [
-        InputFile(
-            path=path,
-            name=os.path.relpath(path, root).replace(os.sep, "/"),
-            format=file_format,
-            size=os.path.getsize(path),
-        )
-        for path, file_format in found.items()
+        InputFile(path=path, name=posixpath.relpath(keys[path], root), format=file_format, size=size)
+        for path, (file_format, size) in found.items()
     ]
     return sorted(files, key=lambda f: f.name)
+
+
+def _key(path: str) -> str:
+    """A path that names ``path`` among all inputs, local or remote: the real path, or ``/<scheme>/<bucket
+    and key>`` for a URL (so that inputs of one bucket share a root, and names never hold a scheme)."""
+    if is_url(path):
+        scheme, rest = path.split("://", 1)
+        return posixpath.normpath(f"/{scheme.lower()}/{rest}")
+    return os.path.realpath(path).replace(os.sep, "/")
+
+
+def _local_matches(pattern: str) -> list[tuple[str, str, int]]:
+    matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
+    result: list[tuple[str, str, int]] = []
+    for match in matches:
+        if not os.path.exists(match):
+            continue
+        if os.path.isdir(match):
+            inside = [
+                os.path.join(root, name)
+                for root, _, names in os.walk(match)
+                for name in names
+                if format_of(name) is not None and not name.startswith(".")
+            ]
+            result.extend((os.path.realpath(path), "file", os.path.getsize(path)) for path in inside)
+            if not inside:
+                result.append((os.path.realpath(match), "directory", 0))
+            continue
+        result.append((os.path.realpath(match), "file", os.path.getsize(match)))
+    return result
+
+
+def _remote_matches(pattern: str, storage: Storage) -> list[tuple[str, str, int]]:
+    fs, path = storage.filesystem(pattern)
+    scheme = pattern.split("://", 1)[0]
+
+    def url(found: str) -> str:
+        return f"{scheme}://{found.split('://', 1)[-1].lstrip('/') if '://' in found else found.lstrip('/')}"
+
+    def listing() -> list[tuple[str, str, int]]:
+        fs.invalidate_cache()
+        if glob.has_magic(path):
+            entries: dict[str, Any] = fs.glob(path, detail=True)
+        else:
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:
+                return []
+            if info.get("type") != "directory":
+                return [(url(path), "file", int(info.get("size") or 0))]
+            entries = fs.find(path, detail=True)
+            inside = [
+                (url(name), "file", int(entry.get("size") or 0))
+                for name, entry in sorted(entries.items())
+                if entry.get("type") != "directory"
+                and format_of(name) is not None
+                and not posixpath.basename(name).startswith(".")
+            ]
+            return inside or [(url(path), "directory", 0)]
+        return [
+            (url(name), "file", int(entry.get("size") or 0))
+            for name, entry in sorted(entries.items())
+            if entry.get("type") != "directory"
+        ]
+
+    return storage.call(pattern, listing)

@@ -21,10 +21,10 @@ import gzip
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from io import BufferedReader, FileIO
-from typing import Any
+from typing import IO, Any
 
 from .errors import BadRecord, CorpusError
+from .storage import Storage
 from .units import WorkUnit, parquet_file
 
 #: What to do with a record that cannot be read as a document.
@@ -65,6 +65,7 @@ class DocumentReader:
         keep_fields: Sequence[str] = (),
         on_bad_record: str = "error",
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        storage: Storage | None = None,
     ) -> None:
         if on_bad_record not in BAD_RECORD_POLICIES:
             raise CorpusError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {on_bad_record!r}")
@@ -78,6 +79,7 @@ class DocumentReader:
         self.keep_fields = tuple(keep_fields)
         self.on_bad_record = on_bad_record
         self.max_record_bytes = max_record_bytes
+        self.storage = storage if storage is not None else Storage()
         self.consumed = 0
         self.skipped = 0
         self._examples: list[tuple[int, str]] = []  # (position, reason): the first few by position
@@ -88,7 +90,7 @@ class DocumentReader:
         """``path:line`` (text formats) or ``path row N`` (Parquet) of the record at ``position``."""
         if self.unit.file.format == "parquet":
             return f"{self.path} row {position}"
-        return f"{self.path}:{line_number(self.path, self.unit.file.format, position)}"
+        return f"{self.path}:{line_number(self._open(), self.unit.file.format, position)}"
 
     def reject(self, position: int, reason: str) -> None:
         """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records
@@ -115,10 +117,14 @@ class DocumentReader:
             return self._parquet()
         return self._lines(json_lines=file_format.startswith("jsonl"))
 
-    def _open(self) -> gzip.GzipFile | BufferedReader:
+    def _open(self) -> IO[bytes]:
+        """The unit's file as a stream (decompressed as it is read, for gzip): a local file, or ranged GETs."""
+        stream = self.storage.open_input(self.path)
         if self.unit.file.format.endswith(".gz"):
-            return gzip.GzipFile(self.path, "rb")
-        return BufferedReader(FileIO(self.path, "rb"), buffer_size=_READ_CHUNK)
+            decompressed = gzip.GzipFile(fileobj=stream, mode="rb")
+            decompressed.myfileobj = stream  # type: ignore[assignment]  # closed with it, as if it had opened it
+            return decompressed  # type: ignore[return-value]
+        return stream
 
     def _lines(self, json_lines: bool) -> Iterator[Document]:
         start, end = self.unit.start, self.unit.end
@@ -191,7 +197,7 @@ class DocumentReader:
     def _parquet(self) -> Iterator[Document]:
         import pyarrow as pa
 
-        parquet: Any = parquet_file(self.path)
+        parquet: Any = parquet_file(self.path, self.storage)
         schema = parquet.schema_arrow
         for name in (self.text_field, *self.keep_fields):
             if schema.get_field_index(name) < 0:
@@ -238,7 +244,7 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
-def _skip_line(stream: gzip.GzipFile | BufferedReader) -> int:
+def _skip_line(stream: IO[bytes]) -> int:
     """Read up to and including the next newline (or the end) in bounded chunks; the bytes read."""
     skipped = 0
     while True:
@@ -248,12 +254,12 @@ def _skip_line(stream: gzip.GzipFile | BufferedReader) -> int:
             return skipped
 
 
-def line_number(path: str, file_format: str, position: int) -> int:
-    """The 1-based line number of the line starting at byte ``position`` (of the decompressed stream):
-    the newlines before it, counted in bounded chunks. For messages only: it rereads the file's head."""
-    opener = gzip.open if file_format.endswith(".gz") else open
+def line_number(stream: IO[bytes], file_format: str, position: int) -> int:
+    """The 1-based line number of the line starting at byte ``position`` of ``stream`` (the decompressed
+    stream for gzip): the newlines before it, counted in bounded chunks. For messages only: it rereads the
+    file's head."""
     newlines = 0
-    with opener(path, "rb") as stream:
+    with stream:
         remaining = position
         while remaining > 0:
             chunk = stream.read(min(_READ_CHUNK, remaining))

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import CorpusError
+from .errors import CorpusError, JobError
 from .inputs import SPLITTABLE, InputFile
+from .storage import Storage, is_url
 
 #: Default size of a unit: big enough that per-unit overhead vanishes, small enough that a rerun after a
 #: failure redoes little and that many workers get work.
@@ -54,14 +55,17 @@ class WorkUnit:
         return {**self.file.describe(), "part": self.part, "kind": self.kind, "start": self.start, "end": self.end}
 
 
-def plan_units(files: Sequence[InputFile], unit_bytes: int = DEFAULT_UNIT_BYTES) -> list[WorkUnit]:
-    """Cut ``files`` into units (see the module docstring), in file order."""
+def plan_units(
+    files: Sequence[InputFile], unit_bytes: int = DEFAULT_UNIT_BYTES, storage: Storage | None = None
+) -> list[WorkUnit]:
+    """Cut ``files`` into units (see the module docstring), in file order (Parquet footers are read through
+    ``storage`` when remote)."""
     if unit_bytes < 1:
         raise CorpusError(f"unit_bytes must be positive, not {unit_bytes}")
     units: list[WorkUnit] = []
     for file in files:
         if file.format == "parquet":
-            units.extend(_parquet_units(file, unit_bytes))
+            units.extend(_parquet_units(file, unit_bytes, storage or Storage()))
         elif file.format in SPLITTABLE and file.size > unit_bytes:
             count = -(-file.size // unit_bytes)
             bounds = [file.size * k // count for k in range(count + 1)]
@@ -74,8 +78,8 @@ def plan_units(files: Sequence[InputFile], unit_bytes: int = DEFAULT_UNIT_BYTES)
     return units
 
 
-def _parquet_units(file: InputFile, unit_bytes: int) -> list[WorkUnit]:
-    metadata = parquet_file(file.path).metadata
+def _parquet_units(file: InputFile, unit_bytes: int, storage: Storage) -> list[WorkUnit]:
+    metadata = parquet_file(file.path, storage).metadata
     sizes = [metadata.row_group(i).total_byte_size for i in range(metadata.num_row_groups)]
     if not sizes:
         return [WorkUnit(file, 0, 0, 0, 0)]
@@ -90,14 +94,17 @@ def _parquet_units(file: InputFile, unit_bytes: int) -> list[WorkUnit]:
     return units
 
 
-def parquet_file(path: str) -> Any:
-    """``pyarrow.parquet.ParquetFile(path)``, or a CorpusError saying which extra installs pyarrow."""
+def parquet_file(path: str, storage: Storage | None = None) -> Any:
+    """``pyarrow.parquet.ParquetFile`` over a local path, or over a remote file read by ranged GETs (its footer,
+    then only the row groups asked for), or a CorpusError saying which extra installs pyarrow."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
         raise CorpusError(f"{path}: reading Parquet needs pyarrow: pip install 'tokenizer-service[pipeline]'") from None
     try:
-        return pq.ParquetFile(path)
+        return pq.ParquetFile((storage or Storage()).open_input(path) if is_url(path) else path)
+    except JobError:
+        raise
     except Exception as exc:
         raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from exc
 

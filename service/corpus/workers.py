@@ -10,6 +10,10 @@ The first of these that is present wins:
                                       and ``SLURM_ARRAY_TASK_STEP`` are honoured)
 ``RANK`` / ``WORLD_SIZE``             torchrun and most launchers
 ``NODE_INDEX`` / ``NUM_NODES``        multi-node jobs that start one worker per node
+SageMaker's resource config           ``/opt/ml/config/resourceconfig.json`` (a SageMaker Processing or Training
+                                      instance): ``current_host`` among ``hosts``, sorted as SageMaker numbers
+                                      them (``algo-1``, ``algo-2``, ... ``algo-10``); ``$`` :data:`RESOURCE_CONFIG_ENV`
+                                      names another file
 ====================================  ==========================================================================
 
 Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess.
@@ -17,9 +21,12 @@ Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``)
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from .errors import CorpusError
@@ -27,6 +34,10 @@ from .errors import CorpusError
 #: The total number of workers of a Kubernetes Indexed Job (its ``spec.completions``), which Kubernetes
 #: does not put in the environment itself.
 TOTAL_ENV = "JOB_COMPLETIONS"
+#: Where SageMaker describes the instances of a job to each of them.
+SAGEMAKER_RESOURCE_CONFIG = "/opt/ml/config/resourceconfig.json"
+#: Names another resource config file (a test, or a container that mounts it elsewhere).
+RESOURCE_CONFIG_ENV = "TOKENIZER_SERVICE_RESOURCE_CONFIG"
 
 T = TypeVar("T")
 
@@ -80,7 +91,28 @@ def resolve_worker(
     for index_name, count_name in (("RANK", "WORLD_SIZE"), ("NODE_INDEX", "NUM_NODES")):
         if index_name in env or count_name in env:
             return _checked(_int_env(env, index_name), _int_env(env, count_name), f"{index_name}/{count_name}")
+    config = Path(env.get(RESOURCE_CONFIG_ENV) or SAGEMAKER_RESOURCE_CONFIG)
+    if config.is_file():
+        return sagemaker_worker(config)
     return Worker(0, 1, "no index given: a single worker")
+
+
+def sagemaker_worker(path: Path) -> Worker:
+    """The worker of a SageMaker instance: the place of ``current_host`` among ``hosts`` in its resource
+    config, hosts sorted by their number (``algo-2`` before ``algo-10``)."""
+    try:
+        config = json.loads(path.read_text("utf-8"))
+        current, hosts = str(config["current_host"]), [str(host) for host in config["hosts"]]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CorpusError(f"{path}: not a SageMaker resource config with current_host and hosts ({exc})") from None
+    ordered = sorted(hosts, key=_host_order)
+    if current not in ordered:
+        raise CorpusError(f"{path}: current_host {current!r} is not among hosts {ordered}")
+    return _checked(ordered.index(current), len(ordered), f"SageMaker {current} of {', '.join(ordered)}")
+
+
+def _host_order(host: str) -> list[tuple[int, int, str]]:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", host)]
 
 
 def _int_env(env: Mapping[str, str], name: str) -> int:

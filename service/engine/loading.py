@@ -47,6 +47,7 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
     display = DEFAULT_SOURCE if source is None else source
+    source = _fetched(source)
     path = None if source is None else Path(source).expanduser()
     try:
         if path is None:
@@ -163,6 +164,19 @@ def hub_unreachable(endpoint: str, timeout: float) -> str | None:
     attempt.start()
     attempt.join(timeout)
     return outcome[0] if outcome else f"no answer from {host}:{port} within {timeout:g}s"
+
+
+def _fetched(source: str | None) -> str | None:
+    """A tokenizer under an object-store URL (``s3://bucket/tokenizers/mine/``), downloaded whole into a
+    private local directory, then loaded exactly as a local one (hub ids and local paths pass through)."""
+    if source is None or "://" not in source or source.startswith(("hf://", "file://")):
+        return source
+    from ..corpus.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
+
+    try:
+        return fetch_tokenizer(source)
+    except Exception as exc:  # the store's refusal (a StorageError naming the URL), as any load failure
+        raise TokenizerLoadError(f"cannot load tokenizer {source!r}: {exc}") from exc
 
 
 def _baked_origin(directory: Path, display: str, revision: str | None) -> tuple[str, str | None]:

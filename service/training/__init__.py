@@ -8,16 +8,17 @@ imports the web layer or the client. It reads the corpus with :mod:`service.corp
 - :mod:`.counting`: phase 1, every worker counts the pre-tokens of its units (processes, spills, exact).
 - :mod:`.countfiles`: sorted count files and their exact streaming merge.
 - :mod:`.vocabulary`: alphabet, fixed ids, the smallest vocabulary, checked before training.
-- :mod:`.learning`: phase 2, wait for every unit, replay the summed counts into the trainer, train once.
+- :mod:`.learning`: phase 2, replay the summed counts into the trainer, train once.
 - :mod:`.assembly`: the whole tokenizer, written atomically with its manifest.
-- :mod:`.runner` / :mod:`.cli`: ``tokenizer-service train`` (:func:`train` with a :class:`TrainConfig`).
+- :mod:`.runner` / :mod:`.cli`: ``tokenizer-service train`` (:func:`train` with a :class:`TrainConfig`): the
+  counting step and worker 0's merge on the sharded-job executor of :mod:`service.corpus` (records, refusals,
+  waiting for every unit).
 """
 
 from .assembly import MANIFEST_NAME, read_manifest
-from .counting import CountConflict
-from .learning import CountsMissing
+from .counting import CountStats
 from .options import MODELS, PHASES, TrainConfig
-from .recipes import Recipe, RecipeError, build_recipe, preset
+from .recipes import PRESETS, Recipe, RecipeError, build_recipe, preset
 from .runner import Summary, describe_summary, train
 from .vocabulary import VocabularyTooSmall
 
@@ -32,9 +33,9 @@ __all__ = [
     "RecipeError",
     "build_recipe",
     "preset",
+    "PRESETS",
     "MANIFEST_NAME",
     "read_manifest",
-    "CountConflict",
-    "CountsMissing",
+    "CountStats",
     "VocabularyTooSmall",
 ]

@@ -2,22 +2,23 @@
 
 The trained model gets the recipe's normalizer, pre-tokenizer, decoder and post-processor (its special
 tokens' ids looked up in the new vocabulary), the recipe's added tokens, and the call config in
-``tokenizer_config.json``. The files are written under temporary names, loaded back exactly as the server
-loads a directory (:func:`service.engine.loading.load_tokenizer`) to check them and to compute the
-fingerprint the service will report, then moved into place one by one; ``manifest.json`` is written last
-and names every file with its SHA-256, so a directory with a manifest is whole.
+``tokenizer_config.json``. The files are saved into a local staging directory, loaded back exactly as the
+server loads a directory (:func:`service.engine.loading.load_tokenizer`) to check them and to compute the
+fingerprint the service will report, then put into ``--out`` one by one, each whole (renamed on a disk,
+uploaded whole to a store); ``manifest.json`` is written last and names every file with its size and
+SHA-256, so a folder with a manifest is whole.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..corpus import atomic_write_bytes
+from ..corpus import Folder, LocalFolder, ObjectFolder
 from .recipes import Recipe, with_ids
 from .vocabulary import VocabularyPlan
 
@@ -54,16 +55,14 @@ def _sha256(path: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
-def save(tokenizer: Any, recipe: Recipe, out: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def save(tokenizer: Any, recipe: Recipe, out: Folder, manifest: dict[str, Any]) -> dict[str, Any]:
     """Save ``tokenizer`` with the recipe's config into ``out`` (see the module docstring); returns the
     manifest written, completed with the files, the vocabulary size and the fingerprint."""
     from transformers import PreTrainedTokenizerFast
 
     from ..engine.loading import load_tokenizer
 
-    out.mkdir(parents=True, exist_ok=True)
-    staging = out / f".tokenizer.partial-{os.getpid()}"
-    shutil.rmtree(staging, ignore_errors=True)
+    staging = Path(tempfile.mkdtemp(prefix="tokenizer-service-tokenizer-"))
     try:
         wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, **recipe.config)
         written = [Path(name) for name in wrapped.save_pretrained(str(staging))]
@@ -80,25 +79,33 @@ def save(tokenizer: Any, recipe: Recipe, out: Path, manifest: dict[str, Any]) ->
                 "files": files,
             },
         }
-        (out / MANIFEST_NAME).unlink(missing_ok=True)  # from here on, no manifest until every file is in place
+        out.remove(MANIFEST_NAME)  # from here on, no manifest until every file is in place
         for path in written:
-            os.replace(path, out / path.name)
-        atomic_write_bytes(out / MANIFEST_NAME, (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode())
+            _put(out, path)
+        out.write_bytes(MANIFEST_NAME, (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
 
 
-def read_manifest(out: Path) -> dict[str, Any] | None:
+def _put(out: Folder, path: Path) -> None:
+    if isinstance(out, ObjectFolder):
+        out.upload(path, path.name)
+    elif isinstance(out, LocalFolder):
+        with out.writer(path.name) as stream, open(path, "rb") as source:
+            shutil.copyfileobj(source, stream)
+
+
+def read_manifest(out: Folder) -> dict[str, Any] | None:
     """The manifest of a finished training in ``out``, or None (none, or a file it names is not whole)."""
     try:
-        manifest = json.loads((out / MANIFEST_NAME).read_bytes())
-    except (OSError, ValueError):
+        manifest = json.loads(out.read_bytes(MANIFEST_NAME))
+    except (FileNotFoundError, ValueError):
         return None
     if not isinstance(manifest, dict) or manifest.get("format_version") != MANIFEST_VERSION:
         return None
+    listing = out.listing()
     for name, entry in manifest.get("tokenizer", {}).get("files", {}).items():
-        path = out / name
-        if not path.exists() or path.stat().st_size != entry["bytes"]:
+        if listing.get(name) != entry["bytes"]:
             return None
     return manifest

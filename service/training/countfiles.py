@@ -26,6 +26,8 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
+from ..corpus import JobError
+
 MAGIC = b"TSCOUNTS1\n"
 BLOCK_WORDS = 1 << 10
 #: Most files merged at once: the open files and their buffers stay bounded whatever the number of units.
@@ -37,7 +39,7 @@ _LITTLE = struct.pack("=H", 1) == struct.pack("<H", 1)
 Count = tuple[str, int]
 
 
-class CountFileError(Exception):
+class CountFileError(JobError):
     """A count file is not whole or not sorted; the message names it."""
 
 

@@ -8,7 +8,9 @@ runs on raw text, after which the trainer's state holds each pre-token's count (
 the unit the spills and what is left are merged (:mod:`.countfiles`), adding equal pre-tokens, into the
 unit's count file. Nothing is pruned, so the counts are exact whatever the memory budget. Beside it,
 ``.chars.json`` holds each character's total count and the positions it takes in pre-tokens (what the
-trainer's alphabet and affixed pieces need), and the ``.done`` record is written last.
+trainer's alphabet and affixed pieces need). Both are written whole into the counts folder (a local
+directory or an object-store prefix; spills stay on local disk), and the executor's ``.done`` record
+(:class:`CountStats` inside) is written last, by the worker that ran the unit.
 
 The units of a worker are counted by ``processes`` processes of a ``spawn`` pool (the offline job may
 use processes; a forked child would inherit a Rust pool that was already used, so it is never forked).
@@ -32,17 +34,8 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from ..corpus import (
-    DocumentReader,
-    WorkUnit,
-    atomic_file,
-    atomic_write_bytes,
-    done_path,
-    interrupt_on_sigterm,
-    read_done,
-    remove_partial,
-    write_done,
-)
+from ..corpus import DocumentReader, Folder, Storage, WorkUnit
+from ..corpus.jobcli import interrupt_on_sigterm
 from ..corpus.progress import Progress, peak_rss_bytes
 from .countfiles import CountWriter, merge_files, write_counts
 
@@ -59,9 +52,20 @@ FIRST, MIDDLE, LAST, ALONE = 1, 2, 4, 8
 Report = Callable[[int, int, int], None]  # (documents, pre-tokens) since the last call, input consumed
 
 
-class CountConflict(Exception):
-    """Counts in the directory were made differently (another normalizer or pre-tokenizer, another input)
-    and must not be mixed with this run's; the message names one and says what to do."""
+@dataclass(frozen=True)
+class CountStats:
+    """What counting a unit found, in its ``.done`` record."""
+
+    documents: int
+    pretokens: int
+    distinct: int
+    alphabet: int
+    skipped: int
+    skipped_examples: list[str]
+    spills: int
+    seconds: float
+    peak_rss_bytes: int
+    pid: int
 
 
 @dataclass(frozen=True)
@@ -97,13 +101,9 @@ class CountingSpec:
         return {"key": self.key(), **self.settings()}
 
 
-def unit_base(counts_dir: Path, unit: WorkUnit) -> Path:
-    """The path, without suffix, of a unit's outputs."""
-    return counts_dir / unit.name
-
-
-def unit_files(base: Path) -> list[Path]:
-    return [base.with_name(base.name + COUNTS_SUFFIX), base.with_name(base.name + CHARS_SUFFIX)]
+def count_files(unit: WorkUnit) -> list[str]:
+    """The names of a unit's outputs in the counts folder: its count file and its characters."""
+    return [unit.name + COUNTS_SUFFIX, unit.name + CHARS_SUFFIX]
 
 
 class PreTokenCounter:
@@ -192,8 +192,8 @@ class CharStats:
         return (json.dumps({"chars": table}, ensure_ascii=False, separators=(",", ":")) + "\n").encode()
 
     @classmethod
-    def read(cls, path: Path) -> CharStats:
-        table = json.loads(path.read_bytes())["chars"]
+    def from_json(cls, data: bytes) -> CharStats:
+        table = json.loads(data)["chars"]
         return cls({c: int(v[0]) for c, v in table.items()}, {c: int(v[1]) for c, v in table.items()})
 
 
@@ -212,17 +212,15 @@ def _counter(spec: CountingSpec) -> PreTokenCounter:
     return _COUNTERS[key]
 
 
-def count_unit(unit: WorkUnit, base: Path, spec: CountingSpec, report: Report | None = None) -> dict[str, Any]:
-    """Count one unit into ``base.counts`` + ``base.chars.json`` and mark it done; returns its record.
-    Whatever an earlier attempt left of the unit is removed first."""
+def count_unit(
+    unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, report: Report | None = None
+) -> CountStats:
+    """Count one unit into ``<unit>.counts`` + ``<unit>.chars.json`` of ``folder`` (each written whole); its
+    statistics, for the record the caller commits. Spills go to a private local directory, removed after."""
     started = time.monotonic()
-    remove_partial([done_path(base), *unit_files(base)])
-    for leftover in base.parent.glob(f"{_glob_escape(base.name)}{SPILL_MARK}*") if base.parent.is_dir() else []:
-        shutil.rmtree(leftover, ignore_errors=True)
-    base.parent.mkdir(parents=True, exist_ok=True)
     counter = _counter(spec)
-    reader = DocumentReader(unit, text_field=spec.text_field, on_bad_record=spec.on_bad_record)
-    spill_dir = base.with_name(f"{base.name}{SPILL_MARK}{os.getpid()}")
+    reader = DocumentReader(unit, text_field=spec.text_field, on_bad_record=spec.on_bad_record, storage=storage)
+    spill_dir = storage.spool() / f"spill-{os.getpid()}-{hashlib.sha256(unit.name.encode()).hexdigest()[:16]}"
     spills: list[Path] = []
     counts: Counter[str] = Counter()
     documents = pretokens = reported_documents = reported_pretokens = 0
@@ -240,41 +238,35 @@ def count_unit(unit: WorkUnit, base: Path, spec: CountingSpec, report: Report | 
                 report(documents - reported_documents, pretokens - reported_pretokens, reader.consumed)
                 reported_documents, reported_pretokens, last_report = documents, pretokens, time.monotonic()
         stats = CharStats()
-        counts_path, chars_path = unit_files(base)
-        with atomic_file(counts_path) as stream:
+        counts_name, chars_name = count_files(unit)
+        with folder.writer(counts_name) as stream:
             if spills:
                 spills.append(_spill(counts, spill_dir, len(spills)))
                 counts = Counter()
                 merged = merge_files(spills, spill_dir)
             else:
                 merged = ((word, counts[word]) for word in sorted(counts))
-            writer = CountWriter(stream, str(counts_path))
+            writer = CountWriter(stream, folder.url(counts_name))
             writer.write_all(stats.add_words(merged))
             writer.close()
         del counts
-        atomic_write_bytes(chars_path, stats.to_json())
+        folder.write_bytes(chars_name, stats.to_json())
     finally:
         shutil.rmtree(spill_dir, ignore_errors=True)
     if report is not None:
         report(documents - reported_documents, pretokens - reported_pretokens, unit.weight)
-    record = {
-        "unit": unit.describe(),
-        "name": unit.name,
-        "counting": spec.describe(),
-        "files": [{"name": path.name, "bytes": path.stat().st_size} for path in unit_files(base)],
-        "documents": documents,
-        "pretokens": pretokens,
-        "distinct": writer.distinct,
-        "alphabet": len(stats.counts),
-        "skipped": reader.skipped,
-        "skipped_examples": reader.skipped_examples,
-        "spills": max(0, len(spills) - 1),
-        "seconds": round(time.monotonic() - started, 3),
-        "peak_rss_bytes": peak_rss_bytes(),
-        "pid": os.getpid(),
-    }
-    write_done(base, record)
-    return record
+    return CountStats(
+        documents=documents,
+        pretokens=pretokens,
+        distinct=writer.distinct,
+        alphabet=len(stats.counts),
+        skipped=reader.skipped,
+        skipped_examples=reader.skipped_examples,
+        spills=max(0, len(spills) - 1),
+        seconds=round(time.monotonic() - started, 3),
+        peak_rss_bytes=peak_rss_bytes(),
+        pid=os.getpid(),
+    )
 
 
 def _batches(reader: DocumentReader, chars: int) -> Iterator[list[str]]:
@@ -298,41 +290,6 @@ def _spill(counts: Counter[str], spill_dir: Path, number: int) -> Path:
     return path
 
 
-def _glob_escape(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
-
-
-def check_record(record: dict[str, Any], unit: WorkUnit, base: Path, counting: dict[str, Any]) -> bool:
-    """Whether a done unit can be used: True when its files are whole, False when it must be counted again.
-    Raises :class:`CountConflict` when it was counted from another input or with another recipe
-    (``counting``: this run's :meth:`CountingSpec.settings` and key)."""
-    theirs = record.get("counting", {})
-    if theirs.get("key") != counting["key"]:
-        changed = [name for name in counting if name != "key" and theirs.get(name) != counting[name]]
-        raise CountConflict(
-            f"{base.parent}: unit {unit.name} was counted differently ({', '.join(changed) or 'another recipe'} "
-            "changed); counts made differently are never mixed: use another --counts directory, or delete the "
-            "old counts"
-        )
-    if record.get("unit") != unit.describe():
-        raise CountConflict(
-            f"{base.parent}: unit {unit.name} was counted from {record.get('unit')}, but the input is now "
-            f"{unit.describe()}: the input changed; use another --counts directory, or delete the old counts"
-        )
-    expected = {entry["name"]: entry["bytes"] for entry in record.get("files", [])}
-    for path in unit_files(base):
-        if path.name not in expected or not path.exists() or path.stat().st_size != expected[path.name]:
-            return False
-    return True
-
-
-def done_record(unit: WorkUnit, counts_dir: Path, counting: dict[str, Any]) -> dict[str, Any] | None:
-    """The record of a unit that is done and usable, or None when it must be counted (again)."""
-    base = unit_base(counts_dir, unit)
-    record = read_done(base)
-    return record if record is not None and check_record(record, unit, base, counting) else None
-
-
 # -- a worker's units, on its processes -------------------------------------------------------------------
 _progress_queue: Any = None
 
@@ -346,44 +303,50 @@ def _init_process(progress_queue: Any) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the pool
 
 
-def _count_in_process(task: tuple[WorkUnit, Path, CountingSpec]) -> dict[str, Any]:
-    unit, base, spec = task
+def _count_in_process(task: tuple[WorkUnit, Folder, CountingSpec, Storage]) -> tuple[str, CountStats]:
+    unit, folder, spec, storage = task
 
     def report(documents: int, pretokens: int, consumed: int) -> None:
         _progress_queue.put((unit.name, documents, pretokens, consumed))
 
-    return count_unit(unit, base, spec, report)
+    return unit.name, count_unit(unit, folder, spec, storage, report)
 
 
 def count_units(
     units: Sequence[WorkUnit],
-    counts_dir: Path,
+    folder: Folder,
     spec: CountingSpec,
+    storage: Storage,
     *,
     processes: int,
     progress: Progress,
-) -> list[dict[str, Any]]:
-    """Count ``units`` on ``processes`` processes (in this one when 1); their records, in unit order. The
-    first failure stops the others (their unfinished units stay not done) and is raised."""
+    commit: Callable[[WorkUnit, CountStats], object],
+) -> list[CountStats]:
+    """Count ``units`` on ``processes`` processes (in this one when 1), calling ``commit(unit, stats)`` as
+    each finishes; their statistics, in unit order. The first failure stops the others (their unfinished
+    units stay not done) and is raised."""
     if processes <= 1 or len(units) <= 1:
-        return [
-            _count_here(unit, counts_dir, spec, progress, sum(u.weight for u in units[:i]))
-            for i, unit in enumerate(units)
-        ]
+        results = []
+        for i, unit in enumerate(units):
+            stats = _count_here(unit, folder, spec, storage, progress, sum(u.weight for u in units[:i]))
+            commit(unit, stats)
+            results.append(stats)
+        return results
     context = multiprocessing.get_context("spawn")
     messages: Any = context.Queue()  # progress, from the counting processes
-    outcomes: queue.Queue[tuple[str, Any]] = queue.Queue()  # records or the first error, from the pool
-    records: dict[str, dict[str, Any]] = {}
+    outcomes: queue.Queue[tuple[str, Any]] = queue.Queue()  # results or the first error, from the pool
+    records: dict[str, CountStats] = {}
+    by_name = {unit.name: unit for unit in units}
     consumed: dict[str, int] = {}
     weights = {unit.name: unit.weight for unit in units}
     finished_weight = 0
     pool = context.Pool(min(processes, len(units)), initializer=_init_process, initargs=(messages,))
     try:
-        results = pool.imap_unordered(_count_in_process, [(u, unit_base(counts_dir, u), spec) for u in units])
+        answers = pool.imap_unordered(_count_in_process, [(u, folder, spec, storage) for u in units])
 
         def collect() -> None:
             try:
-                for record in results:
+                for record in answers:
                     outcomes.put(("done", record))
             except BaseException as exc:  # noqa: BLE001 -- a counting process's exception, re-raised in the main loop
                 outcomes.put(("error", exc))
@@ -400,9 +363,11 @@ def count_units(
                 kind, outcome = outcomes.get()
                 if kind == "error":
                     raise outcome
-                records[outcome["name"]] = outcome
-                consumed.pop(outcome["name"], None)
-                finished_weight += weights[outcome["name"]]
+                name, stats = outcome
+                commit(by_name[name], stats)
+                records[name] = stats
+                consumed.pop(name, None)
+                finished_weight += weights[name]
                 progress.advance(0, 0, finished_weight + sum(consumed.values()))
         pool.close()
     except BaseException:
@@ -414,31 +379,13 @@ def count_units(
 
 
 def _count_here(
-    unit: WorkUnit, counts_dir: Path, spec: CountingSpec, progress: Progress, weight_before: int
-) -> dict[str, Any]:
+    unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, progress: Progress, weight_before: int
+) -> CountStats:
     def report(documents: int, pretokens: int, consumed: int) -> None:
         progress.advance(documents, pretokens, weight_before + consumed)
 
-    return count_unit(unit, unit_base(counts_dir, unit), spec, report)
+    return count_unit(unit, folder, spec, storage, report)
 
 
-def read_chars(counts_dir: Path, unit: WorkUnit) -> CharStats:
-    return CharStats.read(unit_files(unit_base(counts_dir, unit))[1])
-
-
-def unit_counts(counts_dir: Path, unit: WorkUnit) -> Path:
-    return unit_files(unit_base(counts_dir, unit))[0]
-
-
-def check_not_foreign(counts_dir: Path, units: Sequence[WorkUnit]) -> None:
-    """Done records of units outside this plan (other inputs, another --unit-bytes) would make a mixed
-    result: refuse before any work."""
-    if not counts_dir.is_dir():
-        return
-    planned = {done_path(unit_base(counts_dir, unit)) for unit in units}
-    for path in sorted(counts_dir.rglob("*.done")):
-        if path not in planned:
-            raise CountConflict(
-                f"{counts_dir} holds counts of {path.relative_to(counts_dir)}, which this run's plan does not have "
-                "(other inputs, or another --unit-bytes): use another --counts directory, or delete the old counts"
-            )
+def read_chars(folder: Folder, unit: WorkUnit) -> CharStats:
+    return CharStats.from_json(folder.read_bytes(count_files(unit)[1]))

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..corpus import WorkUnit, read_done, wait_for_done
-from ..corpus.progress import Log, duration, human
+from ..corpus import DoneRecord, Folder, WorkUnit
+from ..corpus.progress import Log, human
 from .countfiles import merge_files
-from .counting import CharStats, check_record, read_chars, unit_base, unit_counts
+from .counting import CharStats, CountStats, count_files, read_chars
 from .recipes import Recipe
 from .vocabulary import VocabularyPlan
 
@@ -37,8 +37,11 @@ from .vocabulary import VocabularyPlan
 REPLAY_CHARS = 1 << 16
 
 
-class CountsMissing(Exception):
-    """Some units were not counted in time; the message names them (and their workers when known)."""
+#: What worker 0 says when it gives up waiting for counts (with the missing units before it).
+MISSING_HINT = (
+    "Rerun their workers (a rerun counts only the unfinished units), then the merge (--phase merge, or worker 0 "
+    "again); the tokenizer is never trained on part of the counts."
+)
 
 
 @dataclass
@@ -62,70 +65,21 @@ class CountTotals:
         }
 
 
-def wait_for_counts(
-    units: Sequence[WorkUnit],
-    counts_dir: Path,
-    counting: dict[str, Any],
-    *,
-    wait_seconds: float,
-    log: Log,
-    workers: int | None = None,
-) -> list[dict[str, Any]]:
-    """Every unit's record, once all are done and whole; waits as long as some unit gets done at least
-    every ``wait_seconds``. Raises :class:`CountsMissing` naming the units still missing."""
-    bases = [unit_base(counts_dir, unit) for unit in units]
-    owner = {base: index % workers for index, base in enumerate(bases)} if workers else {}
-    last_line = [0.0]
-
-    def on_wait(done: int, total: int, missing: list[Path]) -> None:
-        if time.monotonic() - last_line[0] < 10:
-            return
-        last_line[0] = time.monotonic()
-        log(f"train: waiting for counts: {done} of {total} units done (missing {_names(missing, counts_dir, owner)})")
-
-    poll = min(5.0, max(wait_seconds / 10, 0.1))
-    wait_for_done(bases, stall_timeout=wait_seconds, poll_interval=poll, on_wait=on_wait)
-    records: list[dict[str, Any]] = []
-    missing: list[Path] = []
-    for unit, base in zip(units, bases, strict=True):
-        record = read_done(base)
-        if record is None or not check_record(record, unit, base, counting):
-            missing.append(base)
-        else:
-            records.append(record)
-    if missing:
-        raise CountsMissing(
-            f"{len(missing)} of {len(units)} units are not counted after waiting {duration(wait_seconds)} without "
-            f"progress: {_names(missing, counts_dir, owner)}. Rerun their workers (a rerun counts only the "
-            "unfinished units), then the merge (--phase merge, or worker 0 again); the tokenizer is never "
-            "trained on part of the counts"
-        )
-    return records
-
-
-def _names(missing: list[Path], counts_dir: Path, owner: dict[Path, int]) -> str:
-    shown = [
-        str(base.relative_to(counts_dir)) + (f" (worker {owner[base]})" if base in owner else "")
-        for base in missing[:5]
-    ]
-    return ", ".join(shown) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
-
-
 def gather(
-    records: Sequence[dict[str, Any]], units: Sequence[WorkUnit], counts_dir: Path
+    records: Sequence[DoneRecord[CountStats]], units: Sequence[WorkUnit], folder: Folder
 ) -> tuple[CharStats, CountTotals]:
     """The characters of the whole corpus and the sums of the units' records."""
     stats = CharStats()
     totals = CountTotals()
     for record, unit in zip(records, units, strict=True):
-        stats.update(read_chars(counts_dir, unit))
+        stats.update(read_chars(folder, unit))
         totals.units += 1
-        totals.documents += record["documents"]
-        totals.pretokens += record["pretokens"]
-        totals.skipped += record["skipped"]
-        totals.distinct_upper_bound += record["distinct"]
-        totals.count_seconds += record["seconds"]
-        totals.count_peak_rss_bytes = max(totals.count_peak_rss_bytes, record.get("peak_rss_bytes", 0))
+        totals.documents += record.stats.documents
+        totals.pretokens += record.stats.pretokens
+        totals.skipped += record.stats.skipped
+        totals.distinct_upper_bound += record.stats.distinct
+        totals.count_seconds += record.stats.seconds
+        totals.count_peak_rss_bytes = max(totals.count_peak_rss_bytes, record.stats.peak_rss_bytes)
     return stats, totals
 
 
@@ -236,7 +190,7 @@ class Learnt:
 def learn(
     recipe: Recipe,
     plan: VocabularyPlan,
-    count_files: Sequence[Path],
+    files: Sequence[Path],
     scratch: Path,
     *,
     vocab_size: int,
@@ -256,7 +210,7 @@ def learn(
             log(f"train: fed {human(fed)} of at most {human(distinct_upper_bound)} distinct pre-tokens to the trainer")
 
     replay = Replay(
-        merge_files(count_files, scratch),
+        merge_files(files, scratch),
         plan.separator,
         min_count=min_frequency if recipe.family == "unigram" else 0,
         on_word=on_word,
@@ -267,5 +221,7 @@ def learn(
     return Learnt(tokenizer, replay.distinct, replay.pretokens, replay.left_out, time.monotonic() - started)
 
 
-def unit_count_files(counts_dir: Path, units: Sequence[WorkUnit]) -> list[Path]:
-    return [unit_counts(counts_dir, unit) for unit in units]
+def local_count_files(folder: Folder, units: Sequence[WorkUnit], scratch: Path) -> list[Path]:
+    """Each unit's count file as a local file: the file itself on a local disk, else downloaded whole into
+    ``scratch`` (the merge then reads local files only, and a dropped connection costs one download)."""
+    return [folder.fetch(name, scratch / f"{i:06d}.counts") for i, name in enumerate(count_files(u)[0] for u in units)]

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..corpus import BAD_RECORD_POLICIES, DEFAULT_UNIT_BYTES
-from ..corpus.progress import PROGRESS_MODES, human
+from ..corpus import JobConfig, is_url
+from ..corpus.progress import human
+from .recipes import PRESETS
 
-#: Model families: a character-level BPE (SentencePiece style), a byte-level BPE (GPT-2 style), a WordPiece
-#: (BERT style) and a Unigram (SentencePiece style).
-MODELS = ("bpe", "byte-level-bpe", "wordpiece", "unigram")
+#: Model families, one per preset (:data:`.recipes.PRESETS`): a WordPiece (BERT style), a byte-level BPE (GPT-2
+#: style), a character-level BPE (SentencePiece style) and a Unigram (SentencePiece style).
+MODELS = tuple(PRESETS)
 #: ``count``: this worker counts its units; ``merge``: sum every unit's counts and train (one process);
 #: ``all``: count, then worker 0 merges and trains once every unit is counted.
 PHASES = ("count", "merge", "all")
@@ -22,16 +23,16 @@ BYTES_PER_PRETOKEN = 256
 DEFAULT_COUNT_MEMORY = 1 << 30
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """Every knob of ``tokenizer-service train``; the CLI flags map one to one (see ``--help``).
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(JobConfig):
+    """Every knob of ``tokenizer-service train``; the CLI flags map one to one (see ``--help``). The fields
+    shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
 
     ``model`` is None only with ``like``: the family is then the source tokenizer's. ``special_tokens``
-    None keeps the preset's (or the source's) list; given, it is the whole list, in id order.
+    None keeps the preset's (or the source's) list; given, it is the whole list, in id order. ``counts_dir``
+    None: ``<out>.counts`` beside the tokenizer (the coordination files stay apart from the deliverable).
     """
 
-    inputs: tuple[str, ...]
-    out: Path
     model: str | None = None
     vocab_size: int = 32000
     min_frequency: int = 0
@@ -41,37 +42,22 @@ class TrainConfig:
     limit_alphabet: int | None = None
     model_max_length: int | None = None
     phase: str = "all"
-    counts_dir: Path | None = None  # None: <out>/counts
-    # the corpus, as pretokenize reads it
-    text_field: str = "text"
-    on_bad_record: str = "error"
-    unit_bytes: int = DEFAULT_UNIT_BYTES
-    # how the work is spread
-    shard_index: int | None = None
-    num_shards: int | None = None
+    counts_dir: str | Path | None = None
     processes: int | None = None  # None: the CPUs this process may use
     count_memory: int = DEFAULT_COUNT_MEMORY  # per counting process
-    wait_seconds: float = 600.0
-    progress: str = "auto"
-    log_every: float = 10.0
-    environ: dict[str, str] | None = field(default=None, compare=False)  # None: os.environ (tests pass one)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.model is None and self.like is None:
             raise ValueError(f"name the model family with --model ({', '.join(MODELS)}), or a tokenizer with --like")
         if self.model is not None and self.model not in MODELS:
             raise ValueError(f"model must be one of {', '.join(MODELS)}, not {self.model!r}")
         if self.phase not in PHASES:
             raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {self.phase!r}")
-        if self.on_bad_record not in BAD_RECORD_POLICIES:
-            raise ValueError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {self.on_bad_record!r}")
-        if self.progress not in PROGRESS_MODES:
-            raise ValueError(f"progress must be one of {PROGRESS_MODES}, not {self.progress!r}")
         if self.revision is not None and self.like is None:
             raise ValueError("--revision applies to --like (a hub tokenizer to take the recipe from)")
-        for name in ("vocab_size", "unit_bytes"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.vocab_size < 1:
+            raise ValueError(f"vocab_size must be at least 1, not {self.vocab_size}")
         for name in ("limit_alphabet", "model_max_length", "processes"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -88,9 +74,12 @@ class TrainConfig:
                 raise ValueError(f"special tokens named twice: {', '.join(repeated)}")
 
     @property
-    def counts(self) -> Path:
-        """Where the per-unit counts go (shared by every worker)."""
-        return self.counts_dir if self.counts_dir is not None else self.out / "counts"
+    def counts(self) -> str:
+        """Where the per-unit counts go (shared by every worker): ``--counts``, else ``<out>.counts``."""
+        if self.counts_dir is not None:
+            return str(self.counts_dir)
+        out = self.out_location.rstrip("/")
+        return out + ".counts" if is_url(out) else str(Path(out).resolve()) + ".counts"
 
     @property
     def max_words(self) -> int:

@@ -26,8 +26,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+from ..corpus import JobError, Storage, fetch_tokenizer, is_url
 
 #: Roles transformers knows special tokens by, in the order its config lists them.
 ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -38,7 +41,7 @@ FAMILY_OF_MODEL = {"BPE": "bpe", "WordPiece": "wordpiece", "Unigram": "unigram"}
 BYTE_PIECES = tuple(f"<0x{byte:02X}>" for byte in range(256))
 
 
-class RecipeError(Exception):
+class RecipeError(JobError):
     """The recipe cannot work (an unknown source, a post-processor naming a missing token...); the message
     says what to change."""
 
@@ -146,110 +149,147 @@ def _model_options(model: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if key not in ("vocab", "merges")}
 
 
+#: The preset of each model family, by name (see the module docstring); :func:`preset` builds one.
+PRESETS: dict[str, Callable[[], Recipe]] = {}
+
+
+def _registered(family: str) -> Callable[[Callable[[], Recipe]], Callable[[], Recipe]]:
+    def register(build: Callable[[], Recipe]) -> Callable[[], Recipe]:
+        PRESETS[family] = build
+        return build
+
+    return register
+
+
 def preset(family: str) -> Recipe:
     """The preset recipe of a model family (see the module docstring)."""
-    from tokenizers import Regex, decoders, models, normalizers, pre_tokenizers, processors
+    build = PRESETS.get(family)
+    if build is None:
+        raise RecipeError(f"no preset for model family {family!r} (presets: {', '.join(PRESETS)})")
+    return build()
 
-    if family == "wordpiece":
-        specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-        parts = _components(
-            normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True),
-            pre_tokenizers.BertPreTokenizer(),
-            processors.TemplateProcessing(
-                single="[CLS] $A [SEP]",
-                pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-                special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
-            ),
-            decoders.WordPiece(prefix="##"),
-        )
-        return Recipe(
-            family=family,
-            model=_model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
-            unk_token="[UNK]",
-            special_tokens=tuple(map(_special, specials)),
-            config={
-                "unk_token": "[UNK]",
-                "sep_token": "[SEP]",
-                "pad_token": "[PAD]",
-                "cls_token": "[CLS]",
-                "mask_token": "[MASK]",
-                "model_max_length": 512,
-                "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
-                "clean_up_tokenization_spaces": True,
-            },
-            origin={"preset": family},
-            **parts,
-        )
-    if family == "byte-level-bpe":
-        parts = _components(
-            None,
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
-            processors.ByteLevel(trim_offsets=False),
-            decoders.ByteLevel(),
-        )
-        return Recipe(
-            family=family,
-            model=_model_options(models.BPE()),
-            unk_token=None,
-            special_tokens=(_special("<|endoftext|>"),),
-            initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
-            config={
-                "bos_token": "<|endoftext|>",
-                "eos_token": "<|endoftext|>",
-                "unk_token": "<|endoftext|>",
-                "pad_token": "<|endoftext|>",
-                "model_max_length": 1024,
-                "model_input_names": ["input_ids", "attention_mask"],
-            },
-            origin={"preset": family},
-            **parts,
-        )
-    if family == "bpe":
-        parts = _components(
-            normalizers.NFKC(),
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
-            processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)]),
-            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-        )
-        return Recipe(
-            family=family,
-            model=_model_options(models.BPE(unk_token="<unk>")),
-            unk_token="<unk>",
-            special_tokens=tuple(map(_special, ["<unk>", "<s>", "</s>", "<pad>"])),
-            config={
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-                "unk_token": "<unk>",
-                "pad_token": "<pad>",
-                "model_max_length": 2048,
-                "model_input_names": ["input_ids", "attention_mask"],
-            },
-            origin={"preset": family},
-            **parts,
-        )
-    if family == "unigram":
-        parts = _components(
-            normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]),
-            pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
-            processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)]),
-            decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-        )
-        return Recipe(
-            family=family,
-            model={"type": "Unigram", "byte_fallback": False},
-            unk_token="<unk>",
-            special_tokens=tuple(map(_special, ["<pad>", "</s>", "<unk>"])),
-            config={
-                "eos_token": "</s>",
-                "unk_token": "<unk>",
-                "pad_token": "<pad>",
-                "model_max_length": 512,
-                "model_input_names": ["input_ids", "attention_mask"],
-            },
-            origin={"preset": family},
-            **parts,
-        )
-    raise RecipeError(f"no preset for model family {family!r}")
+
+@_registered("wordpiece")
+def _wordpiece() -> Recipe:
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+    family = "wordpiece"
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    parts = _components(
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True),
+        pre_tokenizers.BertPreTokenizer(),
+        processors.TemplateProcessing(
+            single="[CLS] $A [SEP]",
+            pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+            special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
+        ),
+        decoders.WordPiece(prefix="##"),
+    )
+    return Recipe(
+        family=family,
+        model=_model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
+        unk_token="[UNK]",
+        special_tokens=tuple(map(_special, specials)),
+        config={
+            "unk_token": "[UNK]",
+            "sep_token": "[SEP]",
+            "pad_token": "[PAD]",
+            "cls_token": "[CLS]",
+            "mask_token": "[MASK]",
+            "model_max_length": 512,
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
+            "clean_up_tokenization_spaces": True,
+        },
+        origin={"preset": family},
+        **parts,
+    )
+
+
+@_registered("byte-level-bpe")
+def _byte_level_bpe() -> Recipe:
+    from tokenizers import decoders, models, pre_tokenizers, processors
+
+    family = "byte-level-bpe"
+    parts = _components(
+        None,
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        processors.ByteLevel(trim_offsets=False),
+        decoders.ByteLevel(),
+    )
+    return Recipe(
+        family=family,
+        model=_model_options(models.BPE()),
+        unk_token=None,
+        special_tokens=(_special("<|endoftext|>"),),
+        initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
+        config={
+            "bos_token": "<|endoftext|>",
+            "eos_token": "<|endoftext|>",
+            "unk_token": "<|endoftext|>",
+            "pad_token": "<|endoftext|>",
+            "model_max_length": 1024,
+            "model_input_names": ["input_ids", "attention_mask"],
+        },
+        origin={"preset": family},
+        **parts,
+    )
+
+
+@_registered("bpe")
+def _bpe() -> Recipe:
+    from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
+
+    family = "bpe"
+    parts = _components(
+        normalizers.NFKC(),
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+        processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)]),
+        decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+    )
+    return Recipe(
+        family=family,
+        model=_model_options(models.BPE(unk_token="<unk>")),
+        unk_token="<unk>",
+        special_tokens=tuple(map(_special, ["<unk>", "<s>", "</s>", "<pad>"])),
+        config={
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            "model_max_length": 2048,
+            "model_input_names": ["input_ids", "attention_mask"],
+        },
+        origin={"preset": family},
+        **parts,
+    )
+
+
+@_registered("unigram")
+def _unigram() -> Recipe:
+    from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
+
+    family = "unigram"
+    parts = _components(
+        normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]),
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
+        processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)]),
+        decoders.Metaspace(replacement="▁", prepend_scheme="always"),
+    )
+    return Recipe(
+        family=family,
+        model={"type": "Unigram", "byte_fallback": False},
+        unk_token="<unk>",
+        special_tokens=tuple(map(_special, ["<pad>", "</s>", "<unk>"])),
+        config={
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+            "model_max_length": 512,
+            "model_input_names": ["input_ids", "attention_mask"],
+        },
+        origin={"preset": family},
+        **parts,
+    )
 
 
 # -- --like -----------------------------------------------------------------------------------------------
@@ -262,12 +302,16 @@ def _uses_byte_level(component: dict[str, Any] | None) -> bool:
     return any(_uses_byte_level(part) for part in inner)
 
 
-def recipe_like(source: str, revision: str | None = None, family: str | None = None) -> Recipe:
-    """The recipe of an existing tokenizer (file, directory or hub id), loaded as the server loads it."""
+def recipe_like(
+    source: str, revision: str | None = None, family: str | None = None, storage: Storage | None = None
+) -> Recipe:
+    """The recipe of an existing tokenizer (file, directory, hub id, or a directory or file under an
+    object-store URL, fetched first), loaded as the server loads it."""
     from ..engine.loading import TokenizerLoadError, load_tokenizer
 
     try:
-        loaded = load_tokenizer(source, revision)
+        local = fetch_tokenizer(source, storage) if is_url(source) and not source.startswith("hf://") else source
+        loaded = load_tokenizer(local, revision)
     except TokenizerLoadError as exc:
         raise RecipeError(f"--like: {exc}") from exc
     tokenizer = loaded.tokenizer
@@ -327,7 +371,11 @@ def recipe_like(source: str, revision: str | None = None, family: str | None = N
         added_tokens=tuple(token for token in strip_id if not token.get("special")),
         initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())) if byte_level else (),
         config=config,
-        origin={"like": loaded.source, "revision": loaded.revision, "fingerprint": loaded.fingerprint},
+        origin={
+            "like": source if local != source else loaded.source,
+            "revision": loaded.revision,
+            "fingerprint": loaded.fingerprint,
+        },
     )
 
 
@@ -413,10 +461,11 @@ def build_recipe(
     revision: str | None,
     special_tokens: tuple[str, ...] | None,
     model_max_length: int | None,
+    storage: Storage | None = None,
 ) -> Recipe:
     """The recipe for these flags: the preset of ``family``, or the recipe of ``like``; then the overrides."""
     if like is not None:
-        recipe = recipe_like(like, revision, family)
+        recipe = recipe_like(like, revision, family, storage)
     elif family is not None:
         recipe = preset(family)
     else:

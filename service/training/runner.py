@@ -1,37 +1,29 @@
-"""One process's part of a training run: count its units (phase 1), and -- on worker 0, or with
-``--phase merge`` -- wait for every unit, sum the counts and train once (phase 2)."""
+"""One process's part of a training run, on the sharded-job executor: count its units (phase 1, the ``train:
+count`` step), and -- on worker 0, or with ``--phase merge`` -- wait for every unit, sum the counts and train
+once (phase 2)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..corpus import CorpusError, InputFile, Worker, WorkUnit, find_inputs, plan_units, read_done, resolve_worker
+from ..corpus import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Storage, Worker
 from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .assembly import assemble, read_manifest, save
-from .counting import (
-    CharStats,
-    CountingSpec,
-    check_not_foreign,
-    check_record,
-    count_units,
-    done_record,
-    read_chars,
-    unit_base,
-)
-from .learning import gather, learn, unit_count_files, wait_for_counts
+from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
+from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn, local_count_files
 from .options import TrainConfig
 from .recipes import Recipe, RecipeError, build_recipe
-from .vocabulary import check_lower_bound, plan_vocabulary
+from .vocabulary import VocabularyPlan, check_lower_bound, plan_vocabulary
 
 
 @dataclass
@@ -52,14 +44,17 @@ class CountSummary:
 
 @dataclass
 class TrainSummary:
-    """What the merge and training did (or found done already)."""
+    """What the merge and training did (or found done already). ``shortfall``: why the vocabulary is
+    smaller than ``--vocab-size`` asked (None when it reached it)."""
 
-    out: Path
+    out: str
     fingerprint: str
     vocab_size: int
     documents: int
     pretokens: int
     distinct: int
+    target_vocab_size: int = 0
+    shortfall: str | None = None
     already_trained: bool = False
     waited_seconds: float = 0.0
     train_seconds: float = 0.0
@@ -81,26 +76,37 @@ class Summary:
 def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
     """Run this process's part of ``config`` (see :class:`TrainConfig`). Everything that can be refused is
     refused before any work: the recipe, the vocabulary size against the special tokens and the initial
-    alphabet, the inputs, the worker index, counts made differently in the counts directory."""
+    alphabet, the inputs, the worker index, counts made differently in the counts folder."""
     started = time.monotonic()
-    recipe = build_recipe(config.model, config.like, config.revision, config.special_tokens, config.model_max_length)
+    storage = config.storage(log)
+    recipe = build_recipe(
+        config.model, config.like, config.revision, config.special_tokens, config.model_max_length, storage
+    )
     if config.limit_alphabet is not None and recipe.family == "unigram":
         raise RecipeError("--limit-alphabet applies to BPE and WordPiece; the Unigram trainer keeps every character")
     check_lower_bound(recipe, config.vocab_size)
-    files = find_inputs(config.inputs)
-    units = plan_units(files, config.unit_bytes)
-    worker = resolve_worker(config.shard_index, config.num_shards, config.environ)
+    files, units, worker = config.plan(storage, exclude=[config.out_location, config.counts])
     spec = CountingSpec(
         recipe.normalizer, recipe.pre_tokenizer, config.text_field, config.on_bad_record, config.max_words
     )
-    counting = spec.describe()
-    check_not_foreign(config.counts, units)
+    job = ShardedJob(
+        step="train",
+        folder=storage.folder(config.counts),
+        units=units,
+        worker=worker if config.phase != "merge" else None,
+        settings=spec.describe(),
+        stats_type=CountStats,
+        outputs=count_files,
+        log=log,
+        conflict_hint="use another --counts folder, or delete the old counts",
+    )
     summary = Summary(worker, config.phase, len(units))
     if config.phase in ("count", "all"):
-        summary.count = _count(config, recipe, worker, units, spec, counting, log)
+        summary.count = _count(config, recipe, job, spec, storage, log)
+    elif config.phase == "merge":
+        job.refuse_foreign(job.folder.listing())
     if config.phase == "merge" or (config.phase == "all" and worker.index == 0):
-        workers = worker.count if config.phase == "all" else None
-        summary.training = _merge_and_train(config, recipe, files, units, counting, workers, log)
+        summary.training = _merge_and_train(config, recipe, files, job, storage, log)
     elif config.phase == "all":
         summary.notes.append("worker 0 merges the counts and trains")
     summary.seconds = time.monotonic() - started
@@ -109,30 +115,25 @@ def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
 
 # -- phase 1 ----------------------------------------------------------------------------------------------
 def _count(
-    config: TrainConfig,
-    recipe: Recipe,
-    worker: Worker,
-    units: list[WorkUnit],
-    spec: CountingSpec,
-    counting: dict[str, Any],
-    log: Log,
+    config: TrainConfig, recipe: Recipe, job: ShardedJob[CountStats], spec: CountingSpec, storage: Storage, log: Log
 ) -> CountSummary:
     from ..engine.parallelism import available_cpus
 
     started = time.monotonic()
-    mine = worker.take(units)
-    for unit in units:  # counts made differently, by any worker, stop the run now
-        if unit not in mine and (record := read_done(unit_base(config.counts, unit))) is not None:
-            check_record(record, unit, unit_base(config.counts, unit), counting)
-    todo = [unit for unit in mine if done_record(unit, config.counts, counting) is None]
+    mine = job.mine()
+    todo = job.pending()  # counts made differently, by any worker, stop the run now
     report = CountSummary(units=len(mine), already_done=len(mine) - len(todo))
     processes = max(1, min(config.processes or available_cpus(), len(todo)))
+    units = job.units
+    assert job.worker is not None
     log(
-        f"train: {worker.describe()}: {len(mine)} of {len(units)} units ({human(sum(u.weight for u in mine), 'B')} of "
-        f"{human(sum(u.weight for u in units), 'B')}), {report.already_done} counted already; "
-        f"{len(todo)} to count on {processes} process{'es' if processes > 1 else ''}, into {config.counts}"
+        f"train: {job.worker.describe()}: {len(mine)} of {len(units)} units ({human(sum(u.weight for u in mine), 'B')} "
+        f"of {human(sum(u.weight for u in units), 'B')}), {report.already_done} counted already; "
+        f"{len(todo)} to count on {processes} process{'es' if processes > 1 else ''}, into {job.folder.url()}"
     )
     if todo:
+        for unit in todo:
+            job.clear(unit)
         progress = Progress(
             sum(unit.weight for unit in todo),
             mode=config.progress,
@@ -141,20 +142,22 @@ def _count(
             counted="pre-tokens",
         )
         try:
-            records = count_units(todo, config.counts, spec, processes=processes, progress=progress)
+            counted = count_units(
+                todo, job.folder, spec, storage, processes=processes, progress=progress, commit=job.commit
+            )
         finally:
             progress.close()
-        report.counted = len(records)
+        report.counted = len(counted)
         report.processes = processes
-        report.documents = sum(r["documents"] for r in records)
-        report.pretokens = sum(r["pretokens"] for r in records)
-        report.skipped = sum(r["skipped"] for r in records)
+        report.documents = sum(stats.documents for stats in counted)
+        report.pretokens = sum(stats.pretokens for stats in counted)
+        report.skipped = sum(stats.skipped for stats in counted)
         report.input_bytes = sum(unit.weight for unit in todo)
-        report.peak_rss_bytes = max(r["peak_rss_bytes"] for r in records)
+        report.peak_rss_bytes = max(stats.peak_rss_bytes for stats in counted)
         if config.limit_alphabet is None:  # this share's alphabet alone can show the vocabulary is too small
             local = CharStats()
             for unit in mine:
-                local.update(read_chars(config.counts, unit))
+                local.update(read_chars(job.folder, unit))
             plan_vocabulary(recipe, local, config.vocab_size, None)
     report.seconds = time.monotonic() - started
     report.peak_rss_bytes = max(report.peak_rss_bytes, peak_rss_bytes())
@@ -184,125 +187,189 @@ def versions() -> dict[str, str]:
     }
 
 
-def _request_key(recipe: Recipe, units: list[WorkUnit], counting: dict[str, Any], options: dict[str, Any]) -> str:
-    request = {
-        "recipe": recipe.key(),
-        "counting": counting["key"],
-        "units": [unit.describe() for unit in units],
-        "options": options,
-        "versions": versions(),
-    }
-    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+@dataclass
+class _Counted:
+    """Every unit's counts, gathered and checked: what training needs besides the recipe."""
+
+    records: list[DoneRecord[CountStats]]
+    stats: CharStats
+    totals: CountTotals
+    plan: VocabularyPlan
+    options: dict[str, Any]
+    request: str  # the key of everything that goes into the tokenizer
+    waited: float
 
 
 def _merge_and_train(
-    config: TrainConfig,
-    recipe: Recipe,
-    files: list[InputFile],
-    units: list[WorkUnit],
-    counting: dict[str, Any],
-    workers: int | None,
-    log: Log,
+    config: TrainConfig, recipe: Recipe, files: list[InputFile], job: ShardedJob[CountStats], storage: Storage, log: Log
 ) -> TrainSummary:
     started = time.monotonic()
     reset_peak_rss()
-    for scratch in config.counts.glob(".merge-*") if config.counts.is_dir() else []:
-        shutil.rmtree(scratch, ignore_errors=True)  # what an interrupted merge left (one merge runs at a time)
-    records = wait_for_counts(
-        units, config.counts, counting, wait_seconds=config.wait_seconds, log=log, workers=workers
-    )
-    waited = time.monotonic() - started
-    stats, totals = gather(records, units, config.counts)
-    if totals.pretokens == 0:
-        raise CorpusError(f"the corpus holds no text to learn from ({totals.documents:,} documents, all empty)")
-    plan = plan_vocabulary(recipe, stats, config.vocab_size, config.limit_alphabet)
-    options = {"model": recipe.family, **config.training_options()}
-    request = _request_key(recipe, units, counting, options)
-    existing = read_manifest(config.out)
-    if existing is not None and existing.get("request") == request:
-        log(f"train: {config.out} already holds this tokenizer ({existing['tokenizer']['fingerprint']}); nothing to do")
-        counts = existing["counts"]
-        return TrainSummary(
-            config.out,
-            existing["tokenizer"]["fingerprint"],
-            existing["tokenizer"]["vocab_size"],
-            counts["documents"],
-            counts["pretokens"],
-            counts["distinct_pretokens"],
-            already_trained=True,
-            waited_seconds=waited,
-            seconds=time.monotonic() - started,
-        )
-    show_progress = config.progress == "bar" or (config.progress == "auto" and sys.stderr.isatty())
-    log(
-        f"train: every unit is counted: {totals.documents:,} documents, {totals.pretokens:,} pre-tokens, alphabet of "
-        f"{len(plan.alphabet):,} characters; training a {recipe.family} of {config.vocab_size:,} tokens"
-    )
-    learnt = learn(
-        recipe,
-        plan,
-        unit_count_files(config.counts, units),
-        config.counts / f".merge-{os.getpid()}",
-        vocab_size=config.vocab_size,
-        min_frequency=config.min_frequency,
-        show_progress=show_progress,
-        log=log,
-        distinct_upper_bound=totals.distinct_upper_bound,
-    )
-    tokenizer = assemble(learnt.tokenizer, recipe, plan)
+    counted = _gather_counts(config, recipe, job, log)
+    out = storage.folder(config.out_location)
+    done = _already_trained(out, counted, started, log)
+    if done is not None:
+        return done
+    learnt = _learn(config, recipe, job, counted, log)
+    tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
     peak = peak_rss_bytes()
+    shortfall = _shortfall(recipe, config, tokenizer.get_vocab_size())
     manifest = save(
         tokenizer,
         recipe,
-        config.out,
-        {
-            "created_by": f"tokenizer-service {__version__}",
-            "request": request,
-            "inputs": {
-                "files": [file.describe() for file in files],
-                "units": len(units),
-                "unit_bytes": config.unit_bytes,
-                "text_field": config.text_field,
-                "on_bad_record": config.on_bad_record,
-            },
-            "counts": {
-                **totals.describe(),
-                "distinct_pretokens": learnt.distinct + learnt.left_out,
-                "left_out_under_min_frequency": learnt.left_out,
-                "counting_key": counting["key"],
-            },
-            "options": options,
-            "recipe": recipe.describe(),
-            "vocabulary": plan.describe(),
-            "versions": versions(),
-            "phases": {
-                "count": {
-                    "unit_seconds_summed": round(totals.count_seconds, 3),
-                    "peak_rss_bytes": totals.count_peak_rss_bytes,
-                },
-                "merge": {
-                    "waited_seconds": round(waited, 3),
-                    "train_seconds": round(learnt.seconds, 3),
-                    "peak_rss_bytes": peak,
-                },
-            },
-        },
+        out,
+        _manifest(config, recipe, files, job, counted, learnt, peak, shortfall),
     )
     result = TrainSummary(
-        config.out,
+        out.url(),
         manifest["tokenizer"]["fingerprint"],
         manifest["tokenizer"]["vocab_size"],
-        totals.documents,
-        totals.pretokens,
+        counted.totals.documents,
+        counted.totals.pretokens,
         learnt.distinct + learnt.left_out,
-        waited_seconds=waited,
+        target_vocab_size=config.vocab_size,
+        shortfall=shortfall,
+        waited_seconds=counted.waited,
         train_seconds=learnt.seconds,
         seconds=time.monotonic() - started,
         peak_rss_bytes=peak,
     )
-    log(f"train: wrote {config.out} ({result.vocab_size:,} tokens, {result.fingerprint})")
+    log(f"train: wrote {out.url()} ({result.vocab_size:,} tokens, {result.fingerprint})")
+    if shortfall:
+        log(f"train: {shortfall}")
     return result
+
+
+def _gather_counts(config: TrainConfig, recipe: Recipe, job: ShardedJob[CountStats], log: Log) -> _Counted:
+    """Wait for every unit's counts (the executor's wait), sum their records and characters, and plan the
+    vocabulary (refusing a --vocab-size below the alphabet and the special tokens)."""
+    started = time.monotonic()
+    waiting = config.wait_seconds
+    records = job.wait_for_all(stall_timeout=waiting, poll=min(5.0, max(waiting / 10, 0.1)), missing_hint=MISSING_HINT)
+    waited = time.monotonic() - started
+    stats, totals = gather(records, job.units, job.folder)
+    if totals.pretokens == 0:
+        raise CorpusError(f"the corpus holds no text to learn from ({totals.documents:,} documents, all empty)")
+    plan = plan_vocabulary(recipe, stats, config.vocab_size, config.limit_alphabet)
+    options = {"model": recipe.family, **config.training_options()}
+    request = {
+        "recipe": recipe.key(),
+        "counting": job.settings["key"],
+        "units": [unit.describe() for unit in job.units],
+        "options": options,
+        "versions": versions(),
+    }
+    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return _Counted(records, stats, totals, plan, options, key, waited)
+
+
+def _already_trained(out: Folder, counted: _Counted, started: float, log: Log) -> TrainSummary | None:
+    """The summary of the tokenizer ``out`` already holds when it was made from this very request, else None."""
+    existing = read_manifest(out)
+    if existing is None or existing.get("request") != counted.request:
+        return None
+    log(f"train: {out.url()} already holds this tokenizer ({existing['tokenizer']['fingerprint']}); nothing to do")
+    counts, vocabulary = existing["counts"], existing.get("vocabulary", {})
+    return TrainSummary(
+        out.url(),
+        existing["tokenizer"]["fingerprint"],
+        existing["tokenizer"]["vocab_size"],
+        counts["documents"],
+        counts["pretokens"],
+        counts["distinct_pretokens"],
+        target_vocab_size=vocabulary.get("target_vocab_size", 0),
+        shortfall=vocabulary.get("shortfall"),
+        already_trained=True,
+        waited_seconds=counted.waited,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _learn(config: TrainConfig, recipe: Recipe, job: ShardedJob[CountStats], counted: _Counted, log: Log) -> Learnt:
+    """Merge every unit's count file (local copies of remote ones) and train once."""
+    show_progress = config.progress == "bar" or (config.progress == "auto" and sys.stderr.isatty())
+    log(
+        f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
+        f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {recipe.family} of "
+        f"{config.vocab_size:,} tokens"
+    )
+    scratch = Path(tempfile.mkdtemp(prefix="tokenizer-service-merge-"))
+    try:
+        return learn(
+            recipe,
+            counted.plan,
+            local_count_files(job.folder, job.units, scratch / "counts"),
+            scratch / "rounds",
+            vocab_size=config.vocab_size,
+            min_frequency=config.min_frequency,
+            show_progress=show_progress,
+            log=log,
+            distinct_upper_bound=counted.totals.distinct_upper_bound,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _shortfall(recipe: Recipe, config: TrainConfig, reached: int) -> str | None:
+    """Why the vocabulary stopped short of ``--vocab-size`` (None when it did not)."""
+    if reached >= config.vocab_size:
+        return None
+    if recipe.family == "unigram":
+        why = "the corpus holds no more distinct pieces"
+    else:
+        cut = f" counted at least --min-frequency {config.min_frequency} times" if config.min_frequency > 1 else ""
+        why = f"the corpus has no more pairs to merge{cut} (every pre-token is one token already)"
+    return (
+        f"the vocabulary has {reached:,} tokens, not the {config.vocab_size:,} asked for (--vocab-size): {why}; "
+        "train on a bigger corpus, or ask for fewer tokens"
+    )
+
+
+def _manifest(
+    config: TrainConfig,
+    recipe: Recipe,
+    files: list[InputFile],
+    job: ShardedJob[CountStats],
+    counted: _Counted,
+    learnt: Learnt,
+    peak: int,
+    shortfall: str | None,
+) -> dict[str, Any]:
+    """What ``manifest.json`` records besides the tokenizer's files and fingerprint."""
+    totals = counted.totals
+    return {
+        "created_by": f"tokenizer-service {__version__}",
+        "request": counted.request,
+        "inputs": {
+            "files": [file.describe() for file in files],
+            "units": len(job.units),
+            "unit_bytes": config.unit_bytes,
+            "text_field": config.text_field,
+            "on_bad_record": config.on_bad_record,
+        },
+        "counts": {
+            **totals.describe(),
+            "distinct_pretokens": learnt.distinct + learnt.left_out,
+            "left_out_under_min_frequency": learnt.left_out,
+            "counting_key": job.settings["key"],
+        },
+        "options": counted.options,
+        "recipe": recipe.describe(),
+        "vocabulary": {**counted.plan.describe(), "target_vocab_size": config.vocab_size, "shortfall": shortfall},
+        "versions": versions(),
+        "phases": {
+            "count": {
+                "unit_seconds_summed": round(totals.count_seconds, 3),
+                "peak_rss_bytes": totals.count_peak_rss_bytes,
+            },
+            "merge": {
+                "waited_seconds": round(counted.waited, 3),
+                "train_seconds": round(learnt.seconds, 3),
+                "peak_rss_bytes": peak,
+            },
+        },
+    }
 
 
 def describe_summary(summary: Summary) -> str:
@@ -329,5 +396,7 @@ def describe_summary(summary: Summary) -> str:
                 f"peak RSS {trained.peak_rss_bytes / 2**20:.0f} MiB"
             )
             lines.append(f"  tokenizer: {trained.out} ({trained.fingerprint})")
+        if trained.shortfall:
+            lines.append(f"  note: {trained.shortfall}")
     lines.extend(f"  {note}" for note in summary.notes)
     return "\n".join(lines)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..corpus import JobError
 from .counting import ALONE, LAST, MIDDLE, CharStats
 from .recipes import BYTE_PIECES, Recipe
 
@@ -31,7 +32,7 @@ SEPARATOR_CANDIDATES = (
 )
 
 
-class VocabularyTooSmall(Exception):
+class VocabularyTooSmall(JobError):
     """``--vocab-size`` cannot hold the alphabet and the special tokens; the message names both numbers."""
 
 

@@ -1,25 +1,26 @@
 """Pre-tokenization through the service, and reading its shards back in training.
 
 Client side: it talks to the service with :mod:`service.client` and reads the corpus with
-:mod:`service.corpus`; it never imports tokenizers, transformers or the server.
+:mod:`service.corpus` (its executor, its storage); it never imports tokenizers, transformers or the server.
 
 - ``tokenizer-service pretokenize`` (:mod:`.cli`) or :func:`pretokenize` (a :class:`PretokenizeConfig`):
-  one worker's share of a corpus, written as token shards; worker 0 writes the manifest.
+  one worker's share of a corpus, written as token shards (Parquet, datatrove's flat layout, or Megatron-LM's
+  indexed dataset); worker 0 writes the manifest.
 - :func:`read_manifest`: what a finished run holds.
-- :class:`TokenizedDocuments` and :class:`TokenBlocks` (torch, imported when first asked for): map-style
-  datasets over a manifest, safe in forked or spawned DataLoader workers.
+- :class:`TokenizedDocuments` and :class:`TokenBlocks` (:mod:`.torch_datasets`, imported when first asked
+  for): map-style torch datasets over a manifest, safe in forked or spawned DataLoader workers.
 """
 
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .encoders import Encoder, ServiceEncoder, TextsRefused, TokenizerFacts
-from .manifest import MANIFEST_NAME, Manifest, OutputConflict, read_manifest
+from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
+from .manifest import MANIFEST_NAME, Manifest, ShardStats, read_manifest
 from .runner import Summary, pretokenize
 from .settings import OUTPUT_FORMATS, PretokenizeConfig
 
 if TYPE_CHECKING:
-    from .training import TokenBlocks, TokenizedDocuments
+    from .torch_datasets import TokenBlocks, TokenizedDocuments
 
 __all__ = [
     "PretokenizeConfig",
@@ -29,16 +30,19 @@ __all__ = [
     "Encoder",
     "ServiceEncoder",
     "TextsRefused",
-    "TokenizerFacts",
+    "ServedTokenizer",
     "MANIFEST_NAME",
     "Manifest",
+    "ShardStats",
     "read_manifest",
-    "OutputConflict",
     "TokenizedDocuments",
     "TokenBlocks",
 ]
 
-_LAZY = {"TokenizedDocuments": "service.pipeline.training", "TokenBlocks": "service.pipeline.training"}
+_LAZY = {
+    "TokenizedDocuments": "service.pretokenize.torch_datasets",
+    "TokenBlocks": "service.pretokenize.torch_datasets",
+}
 
 
 def __getattr__(name: str) -> Any:

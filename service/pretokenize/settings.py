@@ -3,68 +3,51 @@ the output (which every shard records, so that shards made differently are never
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from ..corpus import BAD_RECORD_POLICIES, DEFAULT_UNIT_BYTES
-from ..corpus.progress import PROGRESS_MODES
+from ..corpus import JobConfig
 
-#: Output formats: Parquet (a list column of ids per document, the document's position, kept fields) or
-#: flat (one memory-mappable token array plus document ends per shard: datatrove's ``.ds`` layout).
-OUTPUT_FORMATS = ("parquet", "flat")
+#: Output formats, each the layout a trainer reads itself: Parquet (a list column of ids per document, the
+#: document's position, kept fields), flat (datatrove's ``.ds`` + ``.ds.index`` + ``.ds.metadata``) and
+#: megatron (Megatron-LM's indexed dataset, ``.bin`` + ``.idx``).
+OUTPUT_FORMATS = ("parquet", "flat", "megatron")
 
 
-@dataclass(frozen=True)
-class PretokenizeConfig:
-    """Every knob of ``tokenizer-service pretokenize``; the CLI flags map one to one (see ``--help``).
+@dataclass(frozen=True, kw_only=True)
+class PretokenizeConfig(JobConfig):
+    """Every knob of ``tokenizer-service pretokenize``; the CLI flags map one to one (see ``--help``). The
+    fields shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
 
     Encode options are those of a transformers tokenizer call (``add_special_tokens``, ``truncation``,
     ``max_length``): each document's ids equal ``tokenizer(text, **options)["input_ids"]``, followed by the
     end-of-sequence id when ``append_eos`` is set (``eos_token_id``, default the tokenizer's ``eos_token``).
     """
 
-    inputs: tuple[str, ...]
-    out: Path
     url: str | tuple[str, ...] | None = None  # None: $TOKENIZER_SERVICE_URL
     output_format: str = "parquet"
-    text_field: str = "text"
     keep_fields: tuple[str, ...] = ()
     add_special_tokens: bool = True
     truncation: bool | None = None
     max_length: int | None = None
     append_eos: bool = False
     eos_token_id: int | None = None
-    on_bad_record: str = "error"
-    # how the work is cut and spread
-    unit_bytes: int = DEFAULT_UNIT_BYTES
-    shard_index: int | None = None
-    num_shards: int | None = None
     # how hard the service is driven
     concurrency: int = 8
     request_texts: int = 256
     request_chars: int = 256 * 1024
     api_key: str | None = None
     expected_fingerprint: str | None = None
-    retry_deadline: float = 300.0
-    # index 0: how long to wait, without any shard finishing, for the other workers before giving up
-    wait_seconds: float = 600.0
-    progress: str = "auto"
-    log_every: float = 10.0
-    environ: dict[str, str] | None = field(default=None, compare=False)  # None: os.environ (tests pass one)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.output_format not in OUTPUT_FORMATS:
             raise ValueError(f"format must be one of {OUTPUT_FORMATS}, not {self.output_format!r}")
-        if self.on_bad_record not in BAD_RECORD_POLICIES:
-            raise ValueError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {self.on_bad_record!r}")
-        if self.progress not in PROGRESS_MODES:
-            raise ValueError(f"progress must be one of {PROGRESS_MODES}, not {self.progress!r}")
         if self.keep_fields and self.output_format != "parquet":
-            raise ValueError("kept fields need --format parquet: the flat format holds token ids only")
+            raise ValueError("kept fields need --format parquet: the flat and megatron formats hold token ids only")
         if self.eos_token_id is not None and not self.append_eos:
             raise ValueError("an eos token id is only used with append_eos")
-        for name in ("concurrency", "request_texts", "request_chars", "unit_bytes"):
+        for name in ("concurrency", "request_texts", "request_chars"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if self.max_length is not None and self.max_length < 1:
@@ -80,10 +63,11 @@ class PretokenizeConfig:
             "return_token_type_ids": False,
         }
 
-    def output_settings(self, eos_token_id: int | None) -> dict[str, Any]:
-        """What decides the bytes of a shard besides its input and the tokenizer: recorded in every ``.done``
-        record and the manifest; a shard made with other settings is never mixed in."""
+    def output_settings(self, fingerprint: str, eos_token_id: int | None) -> dict[str, Any]:
+        """What decides the bytes of a shard besides its input: the tokenizer and the settings; recorded in
+        every ``.done`` record and the manifest; a shard made with another is never mixed in."""
         return {
+            "tokenizer": fingerprint,
             "format": self.output_format,
             "text_field": self.text_field,
             "keep_fields": list(self.keep_fields),

@@ -1,14 +1,15 @@
-"""One worker's pre-tokenization run: its units, many requests in flight, shards written in order.
+"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor.
 
 The flow, for each of this worker's units that is not done yet::
 
     read documents (streamed) -> batches of texts -> encode, up to `concurrency` batches in flight
-                              -> results taken in order -> shard writer -> commit -> .done record
+                              -> results taken in order -> shard writer -> files put whole -> .done record
 
 Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents,
 ``request_chars`` characters each) and their answers exist at once, plus one Parquet row group; files are
-never held whole. Batches continue across unit boundaries, so the service never idles between units.
-Worker 0 then waits for the other workers' shards and writes the manifest.
+never held whole (an object store's shard is spooled to local disk and uploaded whole). Batches continue
+across unit boundaries, so the service never idles between units. Worker 0 then waits for the other
+workers' shards (:meth:`ShardedJob.wait_for_all`) and writes the manifest.
 """
 
 from __future__ import annotations
@@ -18,71 +19,54 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from ..client import RetryPolicy
-from ..corpus import (
-    CorpusError,
-    Document,
-    DocumentReader,
-    Worker,
-    WorkUnit,
-    done_path,
-    find_inputs,
-    plan_units,
-    read_done,
-    remove_partial,
-    resolve_worker,
-    wait_for_done,
-    write_done,
-)
-from ..corpus.progress import Log, log_to_stderr, peak_rss_bytes
-from .encoders import Encoder, ServiceEncoder, TextsRefused, TokenizerFacts
-from .manifest import OutputConflict, build_manifest, check_record, shard_record, write_manifest
-from .progress import Progress, duration, human
+from ..corpus import CorpusError, Document, DocumentReader, ShardedJob, Storage, Worker, WorkUnit
+from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
+from .manifest import ShardStats, build_manifest, write_manifest
 from .settings import PretokenizeConfig
-from .shards import (
-    FlatShardWriter,
-    ParquetShardWriter,
-    ShardWriter,
-    import_pyarrow,
-    shard_base,
-    shard_files,
-    token_dtype,
+from .shards import FlatShardWriter, MegatronShardWriter, ParquetShardWriter, ShardWriter, shard_files, token_dtype
+
+#: What worker 0 says when it gives up waiting (with the missing units before it).
+MISSING_HINT = (
+    "No manifest yet: run worker 0 again once the other workers have finished; it skips done shards and writes "
+    "the manifest."
 )
 
 
 @dataclass
 class Summary:
-    """What a worker did. ``missing`` (worker 0 only): shards not done when it stopped waiting, so the
-    manifest was not written."""
+    """What a worker did; ``manifest`` (worker 0): where the manifest was written."""
 
     worker: Worker
     units: int  # in the whole plan
     mine: int
-    already_done: int
+    already_done: int = 0
     written: int = 0
     documents: int = 0
     tokens: int = 0
     skipped: int = 0
     seconds: float = 0.0
-    manifest: Path | None = None
-    missing: list[str] = field(default_factory=list)
+    manifest: str | None = None
     peak_rss_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 async def pretokenize(
     config: PretokenizeConfig, *, encoder: Encoder | None = None, log: Log = log_to_stderr
 ) -> Summary:
-    """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also writes the
-    manifest. ``encoder``: where ids come from (default: the service at ``config.url``)."""
+    """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also waits for the
+    others and writes the manifest (else :class:`~service.corpus.UnitsMissing`). ``encoder``: where ids come
+    from (default: the service at ``config.url``)."""
     started = time.monotonic()
     if config.output_format == "parquet":
+        from .shards import import_pyarrow
+
         import_pyarrow()  # a client-only install learns which extra it needs before any work
-    units = plan_units(find_inputs(config.inputs, exclude=[str(config.out)]), config.unit_bytes)
-    worker = resolve_worker(config.shard_index, config.num_shards, config.environ)
+    storage = config.storage(log)
+    _, units, worker = config.plan(storage, exclude=[config.out_location])
     mine = worker.take(units)
     log(
         f"pretokenize: {worker.describe()}: {len(mine)} of {len(units)} units "
@@ -95,13 +79,14 @@ async def pretokenize(
             config.encode_options(),
             api_key=config.api_key,
             expected_fingerprint=config.expected_fingerprint,
-            retry=RetryPolicy(max_attempts=1000, deadline=config.retry_deadline, backoff_max=10.0),
+            retry_deadline=config.retry_deadline,
+            log=log,
         )
+    summary = Summary(worker, len(units), len(mine))
     try:
-        run = _Run(config, encoder, worker, units, log)
+        run = _Run(config, encoder, worker, units, storage, log)
         await run.prepare()
-        summary = Summary(worker, len(units), len(mine), already_done=0)
-        await run.execute(mine, summary)
+        await run.execute(summary)
         if worker.index == 0:
             run.finalize(summary)
     finally:
@@ -115,7 +100,6 @@ async def pretokenize(
 @dataclass
 class _UnitJob:
     unit: WorkUnit
-    base: Path
     reader: DocumentReader
     weight_before: int  # input weight of this worker's earlier units in this run, for progress
     writer: ShardWriter | None = None
@@ -131,14 +115,21 @@ class _Encoded:
 
 class _Run:
     def __init__(
-        self, config: PretokenizeConfig, encoder: Encoder, worker: Worker, units: list[WorkUnit], log: Log
+        self,
+        config: PretokenizeConfig,
+        encoder: Encoder,
+        worker: Worker,
+        units: list[WorkUnit],
+        storage: Storage,
+        log: Log,
     ) -> None:
         self.config = config
         self.encoder = encoder
         self.worker = worker
         self.units = units
+        self.storage = storage
         self.log = log
-        self.out = Path(config.out)
+        self.out = storage.folder(config.out_location)
 
     # -- before any work --------------------------------------------------------------------------------
     async def prepare(self) -> None:
@@ -146,10 +137,10 @@ class _Run:
         text_files = sorted({unit.file.path for unit in self.units if unit.file.format.startswith("txt")})
         if config.keep_fields and text_files:
             raise CorpusError(f"--keep-field: text files have no fields ({', '.join(text_files[:3])})")
-        self.facts: TokenizerFacts = await self.encoder.facts()
+        self.facts: ServedTokenizer = await self.encoder.facts()
         facts = self.facts
-        self.dtype = token_dtype(facts.vocab_size)
-        self.max_id = np.iinfo(self.dtype).max
+        self.dtype = token_dtype(facts.vocab_size, config.output_format)
+        self.max_id = int(np.iinfo(self.dtype).max)
         self.eos: int | None = None
         if config.append_eos:
             self.eos = config.eos_token_id if config.eos_token_id is not None else facts.special_token_id("eos_token")
@@ -164,48 +155,30 @@ class _Run:
             await self.encoder.encode(["tokenizer-service pretokenize: checking the encode options"])
         except TextsRefused as exc:
             raise CorpusError(f"the service refuses these encode options: {exc}") from exc
-        self.settings = config.output_settings(self.eos)
+        self.settings = config.output_settings(facts.fingerprint, self.eos)
         self.max_texts = min(config.request_texts, facts.max_texts_per_request or config.request_texts)
         self.log(
             f"pretokenize: {self.encoder.describe()}: tokenizer {facts.source} ({facts.fingerprint}), "
-            f"{facts.vocab_size:,} tokens -> {self.dtype.name}; format {config.output_format}, out {self.out}"
+            f"{facts.vocab_size:,} tokens -> {self.dtype.name}; format {config.output_format}, out {self.out.url()}"
         )
-        self.out.mkdir(parents=True, exist_ok=True)
-        self._refuse_foreign_records()
-
-    def _refuse_foreign_records(self) -> None:
-        """Done records of units outside this plan (other inputs, another --unit-bytes) would make a mixed
-        output: refuse before any work."""
-        planned = {done_path(shard_base(self.out, unit)) for unit in self.units}
-        for path in sorted(self.out.rglob("*.done")):
-            if path not in planned:
-                raise OutputConflict(
-                    f"{self.out} holds shard {path.relative_to(self.out)}, which this run's plan does not have "
-                    "(other inputs, or another --unit-bytes): use another --out, or delete the old shards"
-                )
-
-    def _is_done(self, unit: WorkUnit) -> bool:
-        record = read_done(shard_base(self.out, unit))
-        if record is None:
-            return False
-        return check_record(
-            record,
-            unit,
-            self.out,
-            fingerprint=self.facts.fingerprint,
+        self.job = ShardedJob(
+            step="pretokenize",
+            folder=self.out,
+            units=self.units,
+            worker=self.worker,
             settings=self.settings,
-            output_format=self.config.output_format,
+            stats_type=ShardStats,
+            outputs=lambda unit: shard_files(unit, config.output_format),
+            log=self.log,
+            conflict_hint="use another --out, or delete the old shards",
         )
 
     # -- this worker's units ----------------------------------------------------------------------------
-    async def execute(self, mine: list[WorkUnit], summary: Summary) -> None:
-        for unit in self.units:  # any shard made differently, by any worker, stops the run now
-            if unit not in mine and read_done(shard_base(self.out, unit)) is not None:
-                self._is_done(unit)
-        todo = [unit for unit in mine if not self._is_done(unit)]
-        summary.already_done = len(mine) - len(todo)
+    async def execute(self, summary: Summary) -> None:
+        todo = self.job.pending()
+        summary.already_done = summary.mine - len(todo)
         if summary.already_done:
-            self.log(f"pretokenize: {summary.already_done} of this worker's {len(mine)} units are done already")
+            self.log(f"pretokenize: {summary.already_done} of this worker's {summary.mine} units are done already")
         if not todo:
             return
         config = self.config
@@ -224,15 +197,15 @@ class _Run:
     def _jobs(self, todo: list[WorkUnit]) -> Iterator[_UnitJob]:
         before = 0
         for unit in todo:
-            base = shard_base(self.out, unit)
-            remove_partial([done_path(base), *shard_files(base, self.config.output_format)])
+            self.job.clear(unit)
             reader = DocumentReader(
                 unit,
                 text_field=self.config.text_field,
                 keep_fields=self.config.keep_fields,
                 on_bad_record=self.config.on_bad_record,
+                storage=self.storage,
             )
-            yield _UnitJob(unit, base, reader, before)
+            yield _UnitJob(unit, reader, before)
             before += unit.weight
 
     def _events(self, jobs: Iterator[_UnitJob]) -> Iterator[tuple[_UnitJob, list[Document] | None, int]]:
@@ -279,7 +252,7 @@ class _Run:
                 waiting.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             if self._open_writer is not None:
-                self._open_writer.abort()  # its temporary files go; the unit stays not done
+                self._open_writer.abort()  # nothing of it appears; the unit stays not done
             raise
 
     async def _consume(
@@ -298,24 +271,12 @@ class _Run:
                 self.progress.advance(len(encoded.documents), len(ids), job.weight_before + consumed)
             return
         writer = job.writer
-        writer.commit()
+        # Uploading (an object store) blocks: off the event loop, so the requests in flight are answered.
+        await asyncio.get_running_loop().run_in_executor(None, writer.commit)
         self._open_writer = None
         reader = job.reader
-        write_done(
-            job.base,
-            shard_record(
-                job.unit,
-                self.out,
-                shard_files(job.base, self.config.output_format),
-                documents=writer.documents,
-                tokens=writer.tokens,
-                skipped=reader.skipped,
-                skipped_examples=reader.skipped_examples,
-                fingerprint=self.facts.fingerprint,
-                settings=self.settings,
-                dtype=self.dtype.name,
-            ),
-        )
+        stats = ShardStats(writer.documents, writer.tokens, reader.skipped, reader.skipped_examples, self.dtype.name)
+        await asyncio.get_running_loop().run_in_executor(None, self.job.commit, job.unit, stats)
         summary.written += 1
         summary.documents += writer.documents
         summary.tokens += writer.tokens
@@ -323,10 +284,15 @@ class _Run:
         self.progress.advance(0, 0, job.weight_before + job.unit.weight)
 
     def _writer(self, job: _UnitJob) -> ShardWriter:
-        if self.config.output_format == "flat":
-            return FlatShardWriter(job.base, self.dtype)
+        output_format = self.config.output_format
+        if output_format == "flat":
+            return FlatShardWriter(self.out, job.unit, self.dtype, self.facts.source)
+        if output_format == "megatron":
+            return MegatronShardWriter(self.out, job.unit, self.dtype)
         metadata = {"fingerprint": self.facts.fingerprint, "shard": job.unit.name}
-        return ParquetShardWriter(job.base, self.dtype, self.config.keep_fields, job.reader.field_types, metadata)
+        return ParquetShardWriter(
+            self.out, job.unit, self.dtype, self.config.keep_fields, job.reader.field_types, metadata
+        )
 
     def _finish_ids(self, encoded: _Encoded, job: _UnitJob) -> tuple[np.ndarray, np.ndarray]:
         ids, lengths = encoded.ids, encoded.lengths.astype(np.int64, copy=False)
@@ -366,30 +332,11 @@ class _Run:
 
     # -- worker 0: the manifest -------------------------------------------------------------------------
     def finalize(self, summary: Summary) -> None:
-        """Wait for every shard (as long as some shard gets done every ``wait_seconds``), check them all
-        against this run, and write the manifest; or leave ``summary.missing`` when some are not done."""
-        bases = [shard_base(self.out, unit) for unit in self.units]
+        """Wait for every shard, check them all against this run, and write the manifest."""
         waiting = self.config.wait_seconds
-
-        def on_wait(done: int, total: int, missing: list[Path]) -> None:
-            names = ", ".join(str(base.relative_to(self.out)) for base in missing[:3])
-            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            self.log(
-                f"pretokenize: waiting for the other workers: {done} of {total} shards done (missing {names}{more})"
-            )
-
-        poll = min(2.0, max(waiting / 10, 0.1))
-        wait_for_done(bases, stall_timeout=waiting, poll_interval=poll, on_wait=on_wait)
-        records, missing = [], []
-        for unit, base in zip(self.units, bases, strict=True):
-            record = read_done(base)
-            if record is None or not self._is_done(unit):
-                missing.append(str(base.relative_to(self.out)))
-            else:
-                records.append(record)
-        if missing:
-            summary.missing = missing
-            return
+        records = self.job.wait_for_all(
+            stall_timeout=waiting, poll=min(2.0, max(waiting / 10, 0.1)), missing_hint=MISSING_HINT
+        )
         manifest = build_manifest(
             records, tokenizer=self.facts.describe(), settings=self.settings, dtype=self.dtype.name
         )

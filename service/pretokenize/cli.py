@@ -11,25 +11,19 @@ import asyncio
 import sys
 import textwrap
 from collections.abc import Sequence
-from pathlib import Path
 
-from ..client import TokenizerServiceError
-from ..corpus import TOTAL_ENV, CorpusError, flags, interrupt_on_sigterm
+from ..corpus import jobcli
 from ..wire import URL_ENV
-from .manifest import MANIFEST_NAME, OutputConflict
+from .manifest import MANIFEST_NAME
 from .settings import OUTPUT_FORMATS, PretokenizeConfig
-
-#: Worker 0 did its units but other shards are not done: no manifest yet.
-EXIT_INCOMPLETE = 3
 
 DESCRIPTION = """\
 Pre-tokenize a corpus through the service into token shards for training: one shard per work unit
 (a small file, a line-aligned byte range of a big text/JSONL file, or Parquet row groups), so any number
-of workers write the same files as one. Each worker takes units[index::count]; its index comes from
---shard-index/--num-shards, else JOB_COMPLETION_INDEX (with --num-shards or ${total}), else
-SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, else RANK/WORLD_SIZE, else NODE_INDEX/NUM_NODES. Shards are
-written atomically with a .done record; a rerun skips done shards and redoes the rest. Worker 0 waits for
-the others and writes {manifest} (exit {incomplete} if they are still not done).
+of workers write the same files as one. Inputs and --out are local paths or URLs (s3://, gs://, az://,
+hf://...). Each worker takes units[index::count]; its index comes from {sources}. Every shard file is
+written whole, then a .done record; a rerun skips done shards and redoes the rest. Worker 0 waits for the
+others and writes {manifest} (exit {incomplete} if they are still not done).
 Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (plus the eos id with
 --append-eos).
 """
@@ -39,16 +33,17 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=DESCRIPTION.format(total=TOTAL_ENV, manifest=MANIFEST_NAME, incomplete=EXIT_INCOMPLETE),
+        description=DESCRIPTION.format(
+            sources=jobcli.WORKER_SOURCES, manifest=MANIFEST_NAME, incomplete=jobcli.EXIT_INCOMPLETE
+        ),
         epilog=textwrap.dedent(f"""\
-            exit status: 0 done; 1 failed (bad record, service unreachable after retries, conflicting output);
-            2 wrong arguments; {EXIT_INCOMPLETE} worker 0 finished but other shards are missing (no manifest yet).
-            example: {prog} 'data/*.jsonl.gz' --out tokens/ --url http://tok:8000 --format flat --append-eos"""),
+            exit status: 0 done; 1 failed (bad record, service or store unreachable after retries, conflicting
+            output); 2 wrong arguments; {jobcli.EXIT_INCOMPLETE} worker 0 finished but other shards are missing
+            (no manifest yet).
+            example: {prog} 's3://corpus/*.jsonl.gz' --out s3://tokens/run1 --url http://tok:8000 --format flat"""),
     )
-    flags.add_inputs(parser)
-    parser.add_argument(
-        "--out", required=True, type=Path, metavar="DIR", help="output directory (shared by all workers)"
-    )
+    jobcli.add_inputs(parser)
+    jobcli.add_out(parser, "output folder (shared by all workers)")
     parser.add_argument(
         "--url",
         action="append",
@@ -61,10 +56,11 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         choices=OUTPUT_FORMATS,
         default="parquet",
         help="parquet: ids, position and kept fields per document (needs the pipeline extra); "
-        "flat: one uint16/uint32 token array + uint64 document ends per shard (default: parquet)",
+        "flat: datatrove's .ds + .ds.index + .ds.metadata (one uint16/uint32 token array per shard); "
+        "megatron: Megatron-LM's .bin + .idx (default: parquet)",
     )
     content = parser.add_argument_group("what each document becomes")
-    flags.add_text_field(content)
+    jobcli.add_text_field(content)
     content.add_argument(
         "--keep-field",
         dest="keep_fields",
@@ -89,13 +85,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         metavar="ID",
         help="the id --append-eos appends (default: eos_token's)",
     )
-    flags.add_bad_records(content)
-    flags.add_workers(
+    jobcli.add_bad_records(content)
+    jobcli.add_workers(
         parser.add_argument_group("how the work is spread"),
         wait_help="worker 0: stop waiting for the others after this many seconds without a shard finishing "
         "(default 600; 0: do not wait)",
     )
-    service = parser.add_argument_group("how the service is driven")
+    service = parser.add_argument_group("how the service and the stores are driven")
     service.add_argument("--concurrency", type=int, default=8, metavar="N", help="requests in flight (default 8)")
     service.add_argument(
         "--request-texts", type=int, default=256, metavar="N", help="most documents per request (default 256)"
@@ -111,74 +107,41 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     service.add_argument(
         "--expected-fingerprint", metavar="SHA", help="refuse a service whose tokenizer has another fingerprint"
     )
-    service.add_argument(
-        "--retry-deadline",
-        metavar="SECONDS",
-        type=float,
-        default=300.0,
-        help="seconds a request keeps retrying an unreachable or busy service before the worker fails (default 300)",
+    jobcli.add_storage(
+        service,
+        retry_help="seconds an unreachable or busy service or store is retried -- said at once, naming the URL, "
+        "then counted down -- before the worker fails (default 300)",
     )
-    flags.add_progress(parser.add_argument_group("progress"))
+    jobcli.add_progress(parser.add_argument_group("progress"))
     return parser
 
 
 def config_from_args(args: argparse.Namespace) -> PretokenizeConfig:
     urls = tuple(part for value in args.url for part in value.split(",") if part.strip()) if args.url else None
     return PretokenizeConfig(
-        inputs=tuple(args.inputs),
-        out=args.out,
+        **jobcli.job_fields(args),
         url=urls,
         output_format=args.output_format,
-        text_field=args.text_field,
         keep_fields=tuple(args.keep_fields),
         add_special_tokens=args.add_special_tokens,
         truncation=args.truncation,
         max_length=args.max_length,
         append_eos=args.append_eos,
         eos_token_id=args.eos_token_id,
-        on_bad_record=args.on_bad_record,
-        unit_bytes=args.unit_bytes,
-        shard_index=args.shard_index,
-        num_shards=args.num_shards,
         concurrency=args.concurrency,
         request_texts=args.request_texts,
         request_chars=args.request_chars,
         api_key=args.api_key,
         expected_fingerprint=args.expected_fingerprint,
-        retry_deadline=args.retry_deadline,
-        wait_seconds=args.wait_seconds,
-        progress=args.progress,
-        log_every=args.log_every,
     )
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    try:
-        config = config_from_args(args)
-    except ValueError as exc:
-        parser.error(str(exc))
-    from .runner import describe_summary, pretokenize  # numpy and the async client: after argument checks
+    config = jobcli.parse(build_parser(prog), argv, config_from_args)
+    from ..client import TokenizerServiceError  # numpy and the async client: after argument checks
+    from .runner import describe_summary, pretokenize
 
-    interrupt_on_sigterm()  # the shard being written leaves no temporary file; done shards stay done
-    try:
-        summary = asyncio.run(pretokenize(config))
-    except (CorpusError, OutputConflict, TokenizerServiceError, ValueError, OSError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; done shards stay done, a rerun finishes the rest", file=sys.stderr)
-        return 130
-    print(describe_summary(summary), file=sys.stderr)
-    if summary.missing:
-        names = ", ".join(summary.missing[:5]) + (
-            f" and {len(summary.missing) - 5} more" if len(summary.missing) > 5 else ""
-        )
-        print(
-            f"{prog}: {len(summary.missing)} shards are not done ({names}): no manifest yet. Run worker 0 again once "
-            "the other workers have finished: it skips done shards and writes the manifest.",
-            file=sys.stderr,
-        )
-        return EXIT_INCOMPLETE
-    return 0
+    status, summary = jobcli.run_job(prog, lambda: asyncio.run(pretokenize(config)), failures=(TokenizerServiceError,))
+    if summary is not None:
+        print(describe_summary(summary), file=sys.stderr)
+    return status

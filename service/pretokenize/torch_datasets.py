@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from ..corpus import is_url
 from .manifest import Manifest, ShardEntry, read_manifest
 from .shards import import_pyarrow, numpy_view
 
@@ -29,7 +30,15 @@ _CACHED_ROW_GROUPS = 4
 
 
 def _manifest(source: str | Path | Manifest) -> Manifest:
-    return source if isinstance(source, Manifest) else read_manifest(source)
+    manifest = source if isinstance(source, Manifest) else read_manifest(source)
+    if is_url(manifest.root):
+        raise ValueError(
+            f"{manifest.root}: the torch datasets read local shards (memory maps); copy the run to a local disk "
+            "first (aws s3 sync, gcloud storage rsync...)"
+        )
+    if manifest.format == "megatron":
+        raise ValueError(f"{manifest.root}: a megatron run is read by megatron-core's IndexedDataset")
+    return manifest
 
 
 class _PerProcess:
@@ -108,13 +117,13 @@ class TokenizedDocuments(_ManifestDataset):
         return {"input_ids": tensor, **values}
 
     def _flat_document(self, shard: ShardEntry, local: int) -> np.ndarray:
-        tokens_path, index_path = shard.files
+        tokens_path, index_path = Path(shard.files[0]), Path(shard.files[1])
         ends = self._map(index_path, np.dtype("<u8"))
         start = int(ends[local - 1]) if local else 0
         return np.asarray(self._map(tokens_path, self.dtype)[start : int(ends[local])])
 
     def _parquet_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, dict[str, Any]]:
-        (path,) = shard.files
+        path = Path(shard.files[0])
         files = self._open()
         parquet = files.parquet.get(path)
         if parquet is None:
@@ -177,7 +186,7 @@ class TokenBlocks(_ManifestDataset):
             offset = int(self._starts[shard_number])
             stop = min(end, int(self._starts[shard_number + 1]))
             if stop > start:
-                tokens = self._map(shard.files[0], self.dtype)
+                tokens = self._map(Path(shard.files[0]), self.dtype)
                 pieces.append(tokens[start - offset : stop - offset])
                 start = stop
             shard_number += 1

@@ -1,0 +1,602 @@
+"""Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface.
+
+Every path of a job -- inputs and globs, ``--out``, the count and coordination files, the manifest -- is a
+local path or a URL (``s3://``, ``gs://``, ``az://``, ``hf://``, ``memory://``...). Local paths use the
+standard library only (a client-only install needs nothing more); URLs go through fsspec and the store's own
+package (``s3fs`` for ``s3://``: the ``s3`` extra), whose absence is named with the extra that installs it.
+
+Object stores have no rename and no append, so nothing is ever written in place: an output is written to a
+local spool file and uploaded whole (one PUT, or a multipart upload that the store's package aborts on
+failure), so no partial object is ever visible; on a local disk it is written under a temporary name and
+renamed. A job's ``.done`` record, written last, is its only commit (:mod:`.executor`).
+
+Reads stream: a remote file is read through ranged GETs in bounded blocks, and a dropped connection is resumed
+at the byte it stopped at. Every request to a store is retried with backoff on throttling and dropped
+connections until the retry deadline (``--retry-deadline``), with a line saying which URL failed and how, then
+a countdown; a refusal (no credentials, access denied, no such bucket) stops at once naming the URL. Credentials
+come only from each store's standard chain (environment, profile, instance or pod identity); ``--storage-options``
+(JSON: an endpoint, a region...) goes to the filesystem and is never printed nor recorded.
+"""
+
+from __future__ import annotations
+
+import atexit
+import io
+import json
+import os
+import pickle
+import random
+import re
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from .errors import StorageError
+
+T = TypeVar("T")
+Log = Callable[[str], None]
+
+#: The environment variable the server reads ``serve --model URL``'s storage options from (JSON).
+STORAGE_OPTIONS_ENV = "TOKENIZER_SERVICE_STORAGE_OPTIONS"
+#: The extra that installs each store's package (``fsspec`` comes with every one of them).
+EXTRAS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "adl": "azure",
+    "hf": "server",
+}
+#: Bytes fetched per ranged GET of a remote input, and the read buffer of any input.
+READ_BLOCK = 4 << 20
+#: Bytes per part of an upload to S3 or GCS (a file of more than two parts goes multipart), and how many parts
+#: s3fs holds and sends at once (its default, 10, would hold 10 parts): an upload's memory, whatever the file.
+UPLOAD_PART = 8 << 20
+UPLOAD_PARTS_AT_ONCE = 2
+_UPLOAD_OPTIONS: dict[str, dict[str, int]] = {
+    "s3": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},
+    "s3a": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},
+    "gs": {"chunksize": UPLOAD_PART},
+    "gcs": {"chunksize": UPLOAD_PART},
+}
+_URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+# Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores,
+# and botocore's (or another client's) errors whose class name says it is about credentials or set-up.
+_PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, ValueError)
+_PERMANENT_NAMES = ("Credential", "NoRegion", "ParamValidation", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+_CLIENT_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google", "azure", "s3fs", "gcsfs")
+
+
+def is_url(location: str | Path) -> bool:
+    """Whether ``location`` names a store (``scheme://...``) rather than a local path (``file://`` is local)."""
+    match = _URL.match(str(location))
+    return match is not None and match.group(1).lower() != "file"
+
+
+def local_path(location: str | Path) -> Path:
+    text = str(location)
+    return Path(text[len("file://") :] if text.lower().startswith("file://") else text)
+
+
+def join(location: str, name: str) -> str:
+    """``location/name`` for a URL or a local path (``name`` is ``/``-separated)."""
+    if not name:
+        return location
+    return f"{location.rstrip('/')}/{name}" if is_url(location) else str(Path(location) / name)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether retrying may cure ``exc``: a dropped or refused connection, a timeout, throttling or a server
+    error -- not a missing object, a refusal, missing credentials or a wrong argument."""
+    if isinstance(exc, _PERMANENT):
+        return False
+    name = type(exc).__name__
+    if any(part in name for part in _PERMANENT_NAMES):
+        return False
+    if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
+        return True
+    return type(exc).__module__.split(".")[0] in _CLIENT_MODULES
+
+
+#: What a refusal about credentials or permissions adds: where the credentials come from.
+CREDENTIALS_HINT = (
+    "; check the credentials (the store's own chain: environment variables, a profile, the instance's or pod's "
+    "identity) and that they may access this URL"
+)
+
+
+def _about_credentials(exc: BaseException) -> bool:
+    return any(part in type(exc).__name__ for part in ("Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch"))
+
+
+def describe_error(exc: BaseException) -> str:
+    """What the store answered, in one line (class and first line of the message; never the options)."""
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+@dataclass
+class Storage:
+    """How a job reaches its stores: the filesystem options (``--storage-options``), how long a failing
+    request is retried (``retry_deadline`` seconds, counted from its first failure) and where retry lines go.
+    Picklable (filesystems are made again in each process), so counting processes get it whole."""
+
+    options: Mapping[str, Any] = field(default_factory=dict)
+    retry_deadline: float = 300.0
+    log: Log | None = None
+    _filesystems: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Filesystems are made again in each process; a log that cannot go along (a lambda) stays here: the
+        # other process then retries without its lines.
+        return {**self.__dict__, "_filesystems": {}, "log": self.log if _picklable(self.log) else None}
+
+    # -- filesystems ----------------------------------------------------------------------------------------
+    def filesystem(self, url: str) -> tuple[Any, str]:
+        """``(fsspec filesystem, path within it)`` for ``url``; a missing package is named with its extra."""
+        protocol = _URL.match(url).group(1).lower()  # type: ignore[union-attr]
+        extra = EXTRAS.get(protocol, "s3")
+        try:
+            from fsspec.core import url_to_fs
+        except ImportError:
+            raise StorageError(
+                f"{url}: reading and writing {protocol}:// needs fsspec and the store's package: "
+                f"pip install 'tokenizer-service[{extra}]'"
+            ) from None
+        fs = self._filesystems.get(protocol)
+        try:
+            if fs is None:
+                fs, path = url_to_fs(url, **_defaults(protocol, dict(self.options)))
+                self._filesystems[protocol] = fs
+            else:
+                path = fs._strip_protocol(url)
+        except ImportError as exc:
+            raise StorageError(
+                f"{url}: {protocol}:// needs a package that is not installed ({exc}): "
+                f"pip install 'tokenizer-service[{extra}]'"
+            ) from None
+        except (ValueError, TypeError) as exc:
+            raise StorageError(
+                f"{url}: cannot open this store ({describe_error(exc)}); check --storage-options"
+            ) from None
+        return fs, str(path)
+
+    # -- retries --------------------------------------------------------------------------------------------
+    def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
+        """``action()``, retried with backoff while it fails transiently (see :func:`transient`), until
+        ``retry_deadline`` seconds after its first failure. ``what`` names the URL in messages. A missing
+        object propagates as FileNotFoundError (``writing``: a missing bucket, a StorageError); any other
+        refusal, or the deadline, is a StorageError."""
+        first_failure: float | None = None
+        last_line = 0.0
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            try:
+                return action()
+            except FileNotFoundError as exc:
+                if writing:
+                    raise StorageError(
+                        f"{what}: cannot write there ({describe_error(exc)}): does the bucket exist?"
+                    ) from None
+                raise
+            except Exception as exc:  # noqa: BLE001 -- every store's errors: sorted by transient() below
+                if not transient(exc):
+                    hint = CREDENTIALS_HINT if isinstance(exc, PermissionError) or _about_credentials(exc) else ""
+                    raise StorageError(f"{what}: the store refused: {describe_error(exc)}{hint}") from None
+                now = time.monotonic()
+                first_failure = started if first_failure is None else first_failure
+                left = self.retry_deadline - (now - first_failure)
+                if left <= 0:
+                    raise StorageError(
+                        f"{what}: failed after retrying for {self.retry_deadline:.0f} s (--retry-deadline): "
+                        f"{describe_error(exc)}"
+                    ) from None
+                if self.log is not None and (attempt == 0 or now - last_line >= 10):
+                    last_line = now
+                    self.log(f"storage: {what}: {describe_error(exc)}; retrying, {left:.0f} s left (--retry-deadline)")
+                time.sleep(min(left, min(5.0, 0.25 * 2**attempt) * (0.5 + random.random() / 2)))
+                attempt += 1
+
+    # -- folders and files ------------------------------------------------------------------------------------
+    def folder(self, location: str | Path) -> Folder:
+        """The folder at ``location`` (a URL or a local path)."""
+        if is_url(location):
+            return ObjectFolder(str(location).rstrip("/"), self)
+        return LocalFolder(local_path(location))
+
+    def open_input(self, location: str) -> IO[bytes]:
+        """A buffered, seekable binary stream over an input file (ranged GETs for a remote one)."""
+        if not is_url(location):
+            return io.BufferedReader(io.FileIO(location, "rb"), buffer_size=READ_BLOCK // 4)
+        fs, path = self.filesystem(location)
+        size = self.call(location, lambda: int(fs.size(path)))
+        return io.BufferedReader(_ResumingReader(self, fs, path, size, location), buffer_size=READ_BLOCK // 4)
+
+    def spool(self) -> Path:
+        """This process's private local directory for files on their way to a store (removed at exit)."""
+        spool = _SPOOL.get(os.getpid())
+        if spool is None:
+            _remove_orphan_spools()
+            spool = Path(tempfile.mkdtemp(prefix=f"{_SPOOL_PREFIX}{os.getpid()}-"))
+            _SPOOL[os.getpid()] = spool
+            atexit.register(shutil.rmtree, spool, True)
+        return spool
+
+
+def _picklable(value: object) -> bool:
+    try:
+        pickle.dumps(value)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return False
+    return True
+
+
+_SPOOL: dict[int, Path] = {}
+_SPOOL_PREFIX = "tokenizer-service-spool-"
+
+
+def _remove_orphan_spools() -> None:
+    """Remove the spool directories of processes that are gone (a worker killed with SIGKILL leaves its
+    spills there): each is named after its process id."""
+    for path in Path(tempfile.gettempdir()).glob(f"{_SPOOL_PREFIX}*-*"):
+        pid = path.name[len(_SPOOL_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:  # another user's live process
+            pass
+
+
+def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
+    """S3, unless ``--storage-options`` says otherwise: a connection attempt gives up after 10 s, and botocore
+    tries a request once (s3fs still retries a few times within ~2 s): the job's own retry then runs, saying
+    which URL failed and counting down, instead of botocore backing off silently for up to a minute."""
+    if protocol in ("s3", "s3a"):
+        config = dict(options.get("config_kwargs") or {})
+        config.setdefault("connect_timeout", 10)
+        config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
+        options["config_kwargs"] = config
+    return options
+
+
+def storage_options_from_json(text: str | None) -> dict[str, Any]:
+    """``--storage-options`` (or ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``) parsed: a JSON object."""
+    if not text:
+        return {}
+    try:
+        options = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"--storage-options is not JSON ({exc.args[0]})") from None
+    if not isinstance(options, dict):
+        raise ValueError('--storage-options must be a JSON object, e.g. \'{"endpoint_url": "http://..."}\'')
+    return options
+
+
+class _ResumingReader(io.RawIOBase):
+    """A remote file read by ranged GETs (the store's file object, in blocks of READ_BLOCK); a read that
+    fails transiently is retried from the byte it stopped at, within the storage's retry deadline."""
+
+    def __init__(self, storage: Storage, fs: Any, path: str, size: int, url: str) -> None:
+        super().__init__()
+        self._storage, self._fs, self._path, self._size, self._url = storage, fs, path, size, url
+        self._position = 0
+        self._stream: Any = None
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
+        self._position = max(0, base + offset)
+        return self._position
+
+    def readinto(self, buffer: Any) -> int:
+        want = min(len(buffer), max(0, self._size - self._position))
+        if want == 0:
+            return 0
+
+        def read() -> bytes:
+            try:
+                if self._stream is None:
+                    self._stream = self._fs.open(self._path, "rb", block_size=READ_BLOCK, cache_type="readahead")
+                self._stream.seek(self._position)
+                return bytes(self._stream.read(want))
+            except BaseException:
+                self._drop()
+                raise
+
+        data = self._storage.call(self._url, read)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def _drop(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            try:
+                stream.close()
+            except Exception:  # noqa: BLE001 -- a broken connection's file: nothing to keep
+                pass
+
+    def close(self) -> None:
+        self._drop()
+        super().close()
+
+
+class Folder:
+    """A directory (local) or a prefix (object store) holding a job's outputs and records. Names are
+    ``/``-separated paths relative to it. Every write is whole-or-absent; see the module docstring."""
+
+    location: str
+
+    def url(self, name: str = "") -> str:
+        """How ``name`` is shown in messages: the folder's location joined with it."""
+        return join(self.location, name)
+
+    def listing(self) -> dict[str, int]:
+        """Every file under the folder (recursively), by name, with its size; {} when the folder is absent."""
+        raise NotImplementedError
+
+    def size(self, name: str) -> int | None:
+        raise NotImplementedError
+
+    def read_bytes(self, name: str) -> bytes:
+        """The content of ``name``; FileNotFoundError when it does not exist."""
+        raise NotImplementedError
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        """Write ``name`` whole (atomically)."""
+        with self.writer(name) as stream:
+            stream.write(data)
+
+    def writer(self, name: str) -> Any:
+        """A context manager giving a binary stream whose content appears at ``name`` whole when the block
+        ends without an error, and not at all otherwise."""
+        raise NotImplementedError
+
+    def open_read(self, name: str) -> IO[bytes]:
+        raise NotImplementedError
+
+    def fetch(self, name: str, target: Path) -> Path:
+        """A local file holding ``name``: the file itself on a local disk, else a download into ``target``."""
+        raise NotImplementedError
+
+    def remove(self, name: str) -> None:
+        """Remove ``name`` (nothing when it does not exist)."""
+        raise NotImplementedError
+
+    def remove_partial(self, names: list[str]) -> None:
+        """Remove ``names`` and whatever an interrupted writer left of them."""
+        for name in names:
+            self.remove(name)
+
+
+_PARTIAL_MARK = ".partial-"
+
+
+class LocalFolder(Folder):
+    """A local directory (shared file systems included): temporary name in the final directory, then rename."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.location = str(path)
+
+    def __reduce__(self) -> tuple[type[LocalFolder], tuple[Path]]:
+        return type(self), (self.path,)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    def listing(self) -> dict[str, int]:
+        if not self.path.is_dir():
+            return {}
+        found = {}
+        for root, _, names in os.walk(self.path):
+            for file_name in names:
+                full = Path(root) / file_name
+                try:
+                    found[full.relative_to(self.path).as_posix()] = full.stat().st_size
+                except FileNotFoundError:  # renamed away meanwhile (another worker's temporary file)
+                    pass
+        return found
+
+    def size(self, name: str) -> int | None:
+        try:
+            return self.file(name).stat().st_size
+        except FileNotFoundError:
+            return None
+
+    def read_bytes(self, name: str) -> bytes:
+        return self.file(name).read_bytes()
+
+    @contextmanager
+    def writer(self, name: str) -> Iterator[IO[bytes]]:
+        path = self.file(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}{_PARTIAL_MARK}{os.getpid()}")
+        stream = open(partial, "wb")
+        try:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+            stream.close()
+            os.replace(partial, path)
+        except BaseException:
+            stream.close()
+            partial.unlink(missing_ok=True)
+            raise
+
+    def open_read(self, name: str) -> IO[bytes]:
+        return open(self.file(name), "rb", buffering=READ_BLOCK // 4)
+
+    def fetch(self, name: str, target: Path) -> Path:
+        return self.file(name)
+
+    def remove(self, name: str) -> None:
+        self.file(name).unlink(missing_ok=True)
+
+    def remove_partial(self, names: list[str]) -> None:
+        for name in names:
+            path = self.file(name)
+            path.unlink(missing_ok=True)
+            if path.parent.is_dir():
+                for leftover in path.parent.glob(f".{_escape_glob(path.name)}{_PARTIAL_MARK}*"):
+                    leftover.unlink(missing_ok=True)
+
+
+def _escape_glob(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+class ObjectFolder(Folder):
+    """A prefix of an object store, through fsspec: every object is uploaded whole from a local spool file
+    (or put in one request), every request retried per the :class:`Storage`."""
+
+    def __init__(self, location: str, storage: Storage) -> None:
+        self.location = location
+        self.storage = storage
+        self._fs: Any = None
+        self._root = ""
+
+    def __reduce__(self) -> tuple[type[ObjectFolder], tuple[str, Storage]]:
+        return type(self), (self.location, self.storage)
+
+    def _resolve(self) -> tuple[Any, str]:
+        if self._fs is None:
+            self._fs, self._root = self.storage.filesystem(self.location)
+            self._root = self._root.rstrip("/")
+        return self._fs, self._root
+
+    def _path(self, name: str) -> str:
+        return f"{self._resolve()[1]}/{name}" if name else self._resolve()[1]
+
+    def listing(self) -> dict[str, int]:
+        fs, root = self._resolve()
+
+        def find() -> dict[str, int]:
+            fs.invalidate_cache(root)
+            try:
+                found = fs.find(root, detail=True)
+            except FileNotFoundError:
+                return {}
+            prefix = root + "/"
+            return {
+                path[len(prefix) :]: int(info.get("size") or 0)
+                for path, info in found.items()
+                if path.startswith(prefix) and info.get("type") != "directory"
+            }
+
+        return self.storage.call(self.url(), find)
+
+    def size(self, name: str) -> int | None:
+        fs, _ = self._resolve()
+        path = self._path(name)
+
+        def info() -> int | None:
+            fs.invalidate_cache(path)
+            try:
+                return int(fs.info(path)["size"])
+            except FileNotFoundError:
+                return None
+
+        return self.storage.call(self.url(name), info)
+
+    def read_bytes(self, name: str) -> bytes:
+        fs, _ = self._resolve()
+        path = self._path(name)
+        return self.storage.call(self.url(name), lambda: bytes(fs.cat_file(path)))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        fs, _ = self._resolve()
+        path = self._path(name)
+        self.storage.call(self.url(name), lambda: fs.pipe_file(path, data), writing=True)
+
+    @contextmanager
+    def writer(self, name: str) -> Iterator[IO[bytes]]:
+        spool = self.storage.spool() / uuid.uuid4().hex
+        try:
+            with open(spool, "wb") as stream:
+                yield stream
+            self.upload(spool, name)
+        finally:
+            spool.unlink(missing_ok=True)
+
+    def upload(self, local: Path, name: str) -> None:
+        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure).
+        S3 and GCS send it in parts of :data:`UPLOAD_PART` bytes, a few at a time, so memory does not grow with
+        the file (their packages would otherwise read a file of up to 100 MiB whole for a single PUT, and s3fs
+        10 parts at once)."""
+        fs, _ = self._resolve()
+        path = self._path(name)
+        parts = _UPLOAD_OPTIONS.get(self.location.split("://", 1)[0].lower(), {})
+        self.storage.call(self.url(name), lambda: fs.put_file(str(local), path, **parts), writing=True)
+
+    def open_read(self, name: str) -> IO[bytes]:
+        fs, _ = self._resolve()
+        path = self._path(name)
+        size = self.size(name)
+        if size is None:
+            raise FileNotFoundError(self.url(name))
+        return io.BufferedReader(_ResumingReader(self.storage, fs, path, size, self.url(name)), READ_BLOCK // 4)
+
+    def fetch(self, name: str, target: Path) -> Path:
+        fs, _ = self._resolve()
+        path = self._path(name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.storage.call(self.url(name), lambda: fs.get_file(path, str(target)))
+        return target
+
+    def remove(self, name: str) -> None:
+        fs, _ = self._resolve()
+        path = self._path(name)
+
+        def remove() -> None:
+            try:
+                fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+
+        self.storage.call(self.url(name), remove)
+
+
+def fetch_tokenizer(url: str, storage: Storage | None = None) -> str:
+    """A tokenizer under an object-store URL -- a directory (prefix) or a single ``tokenizer.json`` --
+    downloaded whole into a private local directory (mode 0700, removed at exit) and returned as a local
+    path, to be loaded exactly as a local one (and fingerprinted the same: the fingerprint is of the
+    content). Storage options come from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
+    if storage is None:
+        storage = Storage(storage_options_from_json(os.environ.get(STORAGE_OPTIONS_ENV)))
+    folder = storage.folder(url)
+    if not isinstance(folder, ObjectFolder):
+        return url
+    target = Path(tempfile.mkdtemp(prefix="tokenizer-service-model-"))
+    atexit.register(shutil.rmtree, target, True)
+    files = folder.listing()
+    if not files:  # not a prefix: a single object
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        parent = ObjectFolder(url.rstrip("/").rsplit("/", 1)[0], storage)
+        if parent.size(name) is None:
+            raise StorageError(f"{url}: no such object, and no object under it")
+        return str(parent.fetch(name, target / name))
+    for name in files:
+        folder.fetch(name, target / name)
+    return str(target)

@@ -1,0 +1,120 @@
+"""Every ``train`` option changes the result as documented, for each model family it applies to: each test
+compares a run with the option against the same run without it (so an option that is ignored fails it),
+and against what the option promises, read from the trained files with transformers or tokenizers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.training import TrainConfig, train
+from testkit import assets
+
+FAMILIES = ("bpe", "byte-level-bpe", "wordpiece", "unigram")
+VOCAB = 700
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("corpus")
+    (root / "docs.txt").write_text("\n".join(assets.english_paragraphs()[:250]) + "\n", encoding="utf-8")
+    return root
+
+
+def trained(corpus: Path, out: Path, **options: Any) -> dict[str, Any]:
+    config = TrainConfig(inputs=(str(corpus),), out=out, processes=1, progress="none", **options)
+    train(config, log=lambda message: None)
+    return {
+        name: json.loads((out / f"{name}.json").read_text("utf-8"))
+        for name in ("tokenizer", "tokenizer_config", "manifest")
+    }
+
+
+@pytest.fixture(scope="module")
+def baseline(corpus, tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """Each family's preset with no option: what every option must change."""
+    root = tmp_path_factory.mktemp("baseline")
+    return {family: trained(corpus, root / family, model=family, vocab_size=VOCAB) for family in FAMILIES}
+
+
+def vocab(result: dict[str, Any]) -> dict[str, Any]:
+    model = result["tokenizer"]["model"]["vocab"]
+    return dict(model) if isinstance(model, dict) else {piece: i for i, (piece, _) in enumerate(model)}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_model_max_length_lands_in_the_tokenizer_config(corpus, tmp_path, baseline, family):
+    from transformers import AutoTokenizer
+
+    result = trained(corpus, tmp_path / "out", model=family, vocab_size=VOCAB, model_max_length=77)
+    assert baseline[family]["tokenizer_config"]["model_max_length"] != 77
+    assert AutoTokenizer.from_pretrained(str(tmp_path / "out")).model_max_length == 77
+    assert set(vocab(result)) == set(vocab(baseline[family]))  # the vocabulary is untouched (Unigram: scores float)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_special_tokens_are_the_whole_list_in_id_order(corpus, tmp_path, baseline, family):
+    from transformers import AutoTokenizer
+
+    preset = [token["content"] for token in baseline[family]["tokenizer"]["added_tokens"]]
+    wanted = [*preset, "<extra_a>", "<extra_b>"]
+    trained(corpus, tmp_path / "out", model=family, vocab_size=VOCAB, special_tokens=tuple(wanted))
+    loaded = AutoTokenizer.from_pretrained(str(tmp_path / "out"))
+    assert loaded.convert_tokens_to_ids(wanted) == list(range(len(wanted)))
+    assert "<extra_a>" not in vocab(baseline[family])
+    assert loaded("x <extra_b> y")["input_ids"].count(len(wanted) - 1) == 1  # one token, never split
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_min_frequency_applies_to_the_counts_of_the_whole_corpus(corpus, tmp_path, baseline, family):
+    """BPE and WordPiece: no pair counted fewer times is merged, so fewer merges happen (here the vocabulary
+    stops short, and says so); Unigram: pre-tokens counted fewer times are left out of training."""
+    result = trained(corpus, tmp_path / "out", model=family, vocab_size=VOCAB, min_frequency=40)
+    assert vocab(result) != vocab(baseline[family])
+    if family == "unigram":
+        assert result["manifest"]["counts"]["left_out_under_min_frequency"] > 0
+        assert baseline[family]["manifest"]["counts"]["left_out_under_min_frequency"] == 0
+    else:
+        assert len(vocab(result)) < len(vocab(baseline[family])) == VOCAB
+        assert "--min-frequency 40" in result["manifest"]["vocabulary"]["shortfall"]
+
+
+@pytest.mark.parametrize("family", ["bpe", "wordpiece"])
+def test_limit_alphabet_keeps_only_the_most_frequent_characters(corpus, tmp_path, baseline, family):
+    def characters(result: dict[str, Any]) -> set[str]:
+        specials = {token["content"] for token in result["tokenizer"]["added_tokens"]}
+        return {token for token in vocab(result) if len(token) == 1 and token not in specials}
+
+    result = trained(corpus, tmp_path / "out", model=family, vocab_size=VOCAB, limit_alphabet=30)
+    assert len(characters(result)) == 30 < len(characters(baseline[family]))
+
+
+@pytest.mark.parametrize("source", ["wordpiece_default", "bytelevel_bpe", "sentencepiece", "unigram"])
+def test_like_keeps_the_pipeline_and_specials_of_its_source(corpus, tmp_path, tokenizer_dirs, source):
+    """The source's normalizer, pre-tokenizer, post-processor and decoder, its special tokens with their ids,
+    and its model options, whatever the family's preset holds (a Unigram source is trained here with its own
+    special tokens, since no Unigram tokenizer ships in the test assets)."""
+    if source == "unigram":
+        source_dir = tmp_path / "unigram-source"
+        trained(corpus, source_dir, model="unigram", vocab_size=VOCAB, special_tokens=("<pad>", "</s>", "<unk>", "<x>"))
+    else:
+        source_dir = tokenizer_dirs[source]
+    theirs = json.loads((Path(source_dir) / "tokenizer.json").read_text("utf-8")) if source != "sentencepiece" else None
+    vocab_size = 4000 if source == "sentencepiece" else 900 if source == "bytelevel_bpe" else VOCAB
+    if source == "wordpiece_default":
+        vocab_size = 3000
+    result = trained(corpus, tmp_path / "out", like=str(source_dir), vocab_size=vocab_size, unit_bytes=1 << 20)
+    from transformers import AutoTokenizer
+
+    reference = AutoTokenizer.from_pretrained(str(source_dir))
+    theirs = json.loads(reference.backend_tokenizer.to_str())
+    ours = result["tokenizer"]
+    for part in ("normalizer", "pre_tokenizer", "post_processor", "decoder"):
+        assert ours[part] == theirs[part], part
+    assert [t["content"] for t in ours["added_tokens"] if t["special"]] == [
+        t["content"] for t in theirs["added_tokens"] if t["special"]
+    ]
+    assert result["manifest"]["recipe"]["origin"]["like"] == str(source_dir)
