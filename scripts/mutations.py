@@ -28,6 +28,7 @@ CHAT_COLLATE = "tests/test_chat_collate.py"
 CHAT_SERVER = "tests/test_chat_server.py"
 CHAT_APP = "tests/test_chat_app.py"
 CHAT_DATALOADER = "tests/test_chat_dataloader.py"
+PRETOKENIZE_CHAT = "tests/test_pretokenize_chat.py"
 WIRE = "tests/test_wire.py"
 MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
@@ -658,5 +659,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if left <= 0:",
         "if False:",
         (PRETOKENIZE,),
+    ),
+    # -- pre-tokenizing conversations with loss masks (issue 20, item 5) -------------------------------------------
+    Mutation(
+        "pretokenize chat: datatrove's loss file holds the inverted mask (the prompt trains)",
+        "service/pretokenize/shards.py",
+        "return np.ascontiguousarray(masks != 0, dtype=np.uint8).data",
+        "return np.ascontiguousarray(masks == 0, dtype=np.uint8).data",
+        (PRETOKENIZE_CHAT,),
+    ),
+    Mutation(
+        "pretokenize chat: a record whose messages are not a conversation is not named as a bad record",
+        "service/corpus/records.py",
+        "problem = conversation_problem(value)",
+        "problem = None",
+        (PRETOKENIZE_CHAT,),
     ),
 )
