@@ -660,6 +660,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if False:",
         (PRETOKENIZE,),
     ),
+    Mutation(
+        "chat engine: a refused render's traceback keeps its renderings (memory given back to the budget, not freed)",
+        CHAT,
+        "future = self._executor.submit(_without_frames, fn, *args)",
+        "future = self._executor.submit(fn, *args)",
+        (MEMORY,),
+    ),
     # -- pre-tokenizing conversations with loss masks (issue 20, item 5) -------------------------------------------
     Mutation(
         "pretokenize chat: datatrove's loss file holds the inverted mask (the prompt trains)",

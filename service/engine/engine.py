@@ -268,25 +268,41 @@ class Engine:
         base = reservation.nbytes
         in_progress = self._render_limits.in_progress_bytes()
         charge = RenderCharge(reservation, base + in_progress, "rendering these conversations")
+        error = None
         try:
-            charge(0)  # the renders in progress, before any starts
-            deadline = time.monotonic() + self._batcher.config.queue_timeout_seconds
-            rendered = await self._renderer.render(prepared, RenderWatch(deadline, charge))
-            charge.close()
-            if plan is None:
-                answer = rendered.utf8_bytes * self._bounds.costs.per_text_byte
-                reservation.resize(base + rendered.held_bytes + answer, "these rendered conversations")
-                return rendered.texts
-            texts = rendered.texts
-            work, bound = self._encode_work(texts, texts, None, plan)
-            cost = base + bound.cost + rendered.held_bytes - held_bytes(texts)  # (the bound holds the texts)
-            chars = rendered.chars
-            encoded = await self._submit(work, len(texts), chars, cost, reservation, "these conversations' encode")
-            return await self._renderer.add_masks(encoded, rendered)
+            try:
+                return await self._render_and_encode(prepared, plan, reservation, base, charge)
+            except ServiceError as exc:
+                # a copy without the traceback, whose frames hold the renderings: a task keeps its exception in
+                # a reference cycle, so they would stay until the garbage collector runs (chat.py: the same)
+                error = ServiceError(exc.kind, exc.message, retry_after=exc.retry_after)
+            raise error
         finally:
             charge.close()
             if own:
                 reservation.release()
+
+    async def _render_and_encode(
+        self,
+        prepared: PreparedChats,
+        plan: EncodePlan | None,
+        reservation: Reservation,
+        base: int,
+        charge: RenderCharge,
+    ) -> Any:
+        charge(0)  # the renders in progress, before any starts
+        deadline = time.monotonic() + self._batcher.config.queue_timeout_seconds
+        rendered = await self._renderer.render(prepared, RenderWatch(deadline, charge))
+        charge.close()
+        if plan is None:
+            answer = rendered.utf8_bytes * self._bounds.costs.per_text_byte
+            reservation.resize(base + rendered.held_bytes + answer, "these rendered conversations")
+            return rendered.texts
+        texts = rendered.texts
+        work, bound = self._encode_work(texts, texts, None, plan)
+        cost = base + bound.cost + rendered.held_bytes - held_bytes(texts)  # (the bound holds the texts)
+        encoded = await self._submit(work, len(texts), rendered.chars, cost, reservation, "these conversations' encode")
+        return await self._renderer.add_masks(encoded, rendered)
 
     def reserve_intake(self, body_bytes: int, *, body: BodyKind = BodyKind.TEXTS) -> Reservation:
         """Reserve memory for reading and parsing a request ``body`` of ``body_bytes``
