@@ -12,7 +12,8 @@ measures, stops the server by PID (also on error, Ctrl-C or SIGTERM), and writes
   answers -- ``chat_encode_ragged`` (unpadded rows, the chat collator's path) and ``apply_chat_template(...,
   padding=True, return_tensors="pt")`` (safetensors) -- against ``tokenizer.apply_chat_template(...)`` in this
   process (lists, and padded ``"pt"``), ``TOKENIZERS_PARALLELISM=true`` with as many Rust threads as the
-  server. Where the time goes: each side's parts measured alone -- rendering (``/chat/render``;
+  server; and the ragged answer asked by two clients at once (as DataLoader workers ask: one request renders
+  while another encodes). Where the time goes: each side's parts measured alone -- rendering (``/chat/render``;
   ``tokenize=False`` in-process), encoding the rendered texts (``/encode`` binary; the tokenizer call), and
   without masks (ids only). Rounds interleave the variants; medians are reported.
 - **DataLoader** (batches/s, fork, 2 workers, 32 conversations per batch, ``max_length=1024``): the chat collator
@@ -28,6 +29,7 @@ paragraphs as assistant turns, a system message in one of three), 2 to 3 exchang
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -35,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -80,6 +83,25 @@ def rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int) ->
     return items * calls / (time.perf_counter() - started)
 
 
+def concurrent_rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int, streams: int) -> float:
+    """Items per second of ``call`` made by ``streams`` threads at once (each at most ``max_calls``)."""
+    call()  # warm
+    counts = [0] * streams
+    started = time.perf_counter()
+
+    def stream(index: int) -> None:
+        while counts[index] < max_calls and time.perf_counter() - started < seconds:
+            call()
+            counts[index] += 1
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return items * sum(counts) / (time.perf_counter() - started)
+
+
 def throughput(url: str, model: Path, args: argparse.Namespace) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
@@ -91,14 +113,21 @@ def throughput(url: str, model: Path, args: argparse.Namespace) -> dict[str, Any
     for size in args.batch_sizes:
         batch = conversations(size)
         texts = tokenizer.apply_chat_template(batch, tokenize=False)
-        variants = throughput_variants(client, tokenizer, batch, texts)
+        calls = throughput_variants(client, tokenizer, batch, texts)
+        measures: dict[str, Callable[[], float]] = {
+            name: functools.partial(rate, call, size, args.seconds, args.max_calls) for name, call in calls.items()
+        }
+        # two clients at once, as DataLoader workers ask: one request's render overlaps another's encode
+        measures["service binary ragged, 2 clients"] = functools.partial(
+            concurrent_rate, calls["service binary ragged"], size, args.seconds, args.max_calls, 2
+        )
         check_identical(client, tokenizer, batch)
-        runs: dict[str, list[float]] = {name: [] for name in variants}
+        runs: dict[str, list[float]] = {name: [] for name in measures}
         for round_ in range(args.rounds):
-            order = list(variants)
+            order = list(measures)
             order = order[round_ % len(order) :] + order[: round_ % len(order)]
             for name in order:
-                runs[name].append(rate(variants[name], size, args.seconds, args.max_calls))
+                runs[name].append(measures[name]())
         medians = {name: statistics.median(values) for name, values in runs.items()}
         results[str(size)] = {
             "conversations_per_s": medians,
@@ -108,6 +137,8 @@ def throughput(url: str, model: Path, args: argparse.Namespace) -> dict[str, Any
                 / medians["in-process apply_chat_template"],
                 "pt_vs_apply_chat_template_pt": medians["service binary padded (pt)"]
                 / medians["in-process apply_chat_template padded (pt)"],
+                "ragged_2_clients_vs_apply_chat_template": medians["service binary ragged, 2 clients"]
+                / medians["in-process apply_chat_template"],
             },
             "characters_rendered": sum(map(len, texts)),
         }
