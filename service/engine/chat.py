@@ -12,11 +12,15 @@ we do them as three steps, each where it belongs:
    snapshot of the special tokens taken at load, never the Rust tokenizer, so it cannot touch the tokenizer's
    mutable padding/truncation state from a second thread; and while the tokenizer thread is inside a Rust
    ``encode_batch`` (which releases the GIL) the render thread renders the next request: the two overlap. One
-   thread, because rendering is GIL-bound: a second would only contend for the GIL with the event loop.
+   thread, because rendering is GIL-bound: a second would only contend for the GIL with the event loop. A render
+   answers to a :class:`RenderWatch` as it goes: its caller leaving, its deadline, and the memory its finished
+   renderings hold, charged to the request's reservation (:class:`RenderCharge`) -- so a template that makes a
+   small body huge is refused by the memory budget as it renders, never after.
 2. **Encode** the rendered texts as ``tokenizer(texts, add_special_tokens=False, padding=..., truncation=...,
    max_length=..., **tokenizer_kwargs)``: a plain encode (:meth:`ChatOptions.as_encode_options`), which the engine's
-   batched encode path serves like any ``/encode`` (same admission, memory budget, micro-batching), asking for
-   character offsets when masks are wanted.
+   batched encode path serves like any ``/encode`` (same admission, memory budget -- its bound computed from the
+   rendered texts before it queues -- micro-batching), asking for character offsets when masks are wanted.
+   ``Engine.submit_chat_encode`` and ``submit_chat_render`` are these steps on the engine.
 3. **Mask** (:func:`add_assistant_masks`): the tokens overlapping the assistant's character spans, marked exactly
    as transformers marks its generation spans (a token counts if it overlaps a span, scanning spans and tokens in
    order); the offsets are then dropped from the answer, as transformers never returns them.
