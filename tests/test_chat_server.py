@@ -227,3 +227,24 @@ def test_the_server_logs_nothing_of_a_conversation(chat_servers, chat_clients, c
         assert secret not in str(refused.value)
     log = chat_servers["bytelevel_bpe"].log_path
     assert log is not None and secret not in log.read_text()
+
+
+def test_the_chat_collators_token_budget_sampler_counts_conversations(chat_clients, named_chat_tokenizers):
+    """collator.batch_sampler counts every conversation through the service, with the collator's chat options
+    (truncation included), in chunks; its batches keep rows x longest within the budget and cover the dataset."""
+    tokenizer = named_chat_tokenizers["bytelevel_bpe"]
+    rows = [{"messages": conversation, "n": i} for i, conversation in enumerate(fixed_conversations() * 5)]
+    collator = chat_clients("bytelevel_bpe").chat_collator(truncation=True, max_length=64, pad_to_multiple_of=8)
+    sampler = collator.batch_sampler(rows, max_tokens=512, batch_size=7, shuffle=False)
+    expected = [
+        len(ids)
+        for ids in tokenizer.apply_chat_template([row["messages"] for row in rows], truncation=True, max_length=64)[
+            "input_ids"
+        ]
+    ]
+    assert sampler.lengths.tolist() == expected
+    batches = list(sampler)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(rows)))
+    assert all(sampler.batch_cost(batch) <= 512 for batch in batches)
+    batch = collator([rows[i] for i in batches[0]])
+    assert batch["input_ids"].shape[1] % 8 == 0 and batch["n"].tolist() == batches[0]
