@@ -14,7 +14,7 @@ import httpx
 import pytest
 from conftest import FAMILIES, EngineRunner
 from gates import HOLD, Gate, wait_until
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from parity import assert_same, encode_calls, reference_call
 from test_engine import FIXED_CASES
 
@@ -35,6 +35,8 @@ from testkit.servers import ServerProcess
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(call=encode_calls())
+# max_length=0 truncates nothing; a whitespace text can be more tokens than bytes + specials (Metaspace's ▁)
+@example(call=(["\t", " \t\n"], None, {"truncation": True, "max_length": 0}))
 def test_the_bound_is_never_below_the_result(engines, family, call):
     """Admission reserves from a bound computed before encoding: it must hold for any text and options."""
     texts, pairs, options = call
@@ -295,13 +297,16 @@ def test_a_stream_of_large_releases_trims_once_per_interval_and_after_the_last()
     trims: list[float] = []
     trimmer = _Trimmer(lambda pad: trims.append(time.monotonic()) or 0, interval=0.2)
     started = time.monotonic()
-    for _ in range(40):  # 0.4 s of large releases
-        last_release = time.monotonic()  # before the call: a trim that covers it starts after it
+    last_release = started
+    for _ in range(40):  # 0.4 s of large releases (longer on a busy machine)
+        last_release = time.monotonic()
         trimmer.trim_soon()
         time.sleep(0.01)
+    releasing = time.monotonic() - started
     wait_until(lambda: trims and trims[-1] >= last_release, 5, "a trim after the last release")
-    assert trims[0] - started < 0.1  # the first one at once
-    assert 2 <= len(trims) <= 4, trims
+    assert trims[0] - started < 0.1 + (releasing - 0.4)  # the first one at once
+    # one per interval while releases come, and one after the last: never one per release
+    assert 2 <= len(trims) <= 2 + releasing / 0.2, (releasing, trims)
     assert all(b - a >= 0.19 for a, b in itertools.pairwise(trims)), trims
 
 

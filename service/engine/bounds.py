@@ -128,8 +128,10 @@ class RequestBounds:
         row_length = untruncated
         if truncation is not None:
             most = truncation.max_length
-            # truncation never drops the special tokens, and an overflow row holds at least one token more
-            row_length = [min(u, max(most, specials + 1)) for u in untruncated]
+            # truncation never drops the special tokens, and an overflow row holds at least one token more;
+            # max_length=0 truncates nothing (tokenizers' own reading of 0)
+            if most > 0:
+                row_length = [min(u, max(most, specials + 1)) for u in untruncated]
             if plan.with_overflow:
                 fixed: list[int] | None = None
                 if second is not None and truncation.strategy == "only_second":
