@@ -48,6 +48,11 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
 7. Pre-tokenizing from and to object storage (``benchmarks/scenarios/object_storage.py``): the same pretokenize
    worker on local files and on ``s3://`` of a real S3-protocol server on 127.0.0.1 (moto), tokens/s side by
    side (32 MiB, rounds interleaved), then its peak RSS on 256 MiB, local and s3:// (smoke: 512 KiB, 2 MiB).
+8. Conversations (``benchmarks/chat_compare.py``, in its own process): conversations/s of ``/chat/encode``
+   (batches of 64 and 256, binary: ragged, and padded as safetensors tensors; masks asked for) vs in-process
+   ``apply_chat_template`` on the same conversations, with each side's parts alone (render, encode, ids only)
+   to say where the time goes; and the chat collator in DataLoader workers vs ``apply_chat_template`` in the
+   collate_fn.
 Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
 soak ("rss"): the default tokenizer's server in a real ``[server]``-only venv (``benchmarks.server_venv``, made
 once under .cache/; torch absent -- in this venv transformers would import it, +180 MB), under rounds of the
@@ -84,6 +89,7 @@ from benchmarks.progress import log
 from benchmarks.report import write_report
 from benchmarks.scenarios import (
     batch_sizes,
+    chat,
     concurrency,
     dataloader,
     long_texts,
@@ -129,8 +135,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        default="1,2,3,4,5,6,7,rss",
-        help="comma-separated subset of 1,2,3,4,5,6,7,rss (rss: the memory soak; default: all)",
+        default="1,2,3,4,5,6,7,8,rss",
+        help="comma-separated subset of 1,2,3,4,5,6,7,8,rss (rss: the memory soak; default: all)",
     )
     parser.add_argument(
         "--rounds",
@@ -174,7 +180,7 @@ def select_profile(args: argparse.Namespace) -> Profile:
 class Bench:
     """One run's measurements, in order: per tokenizer scenarios 1, 4 and 2 on the same servers; then the RSS
     soak on its own server; then scenarios 3 and 5, each in its own process; then scenarios 6 and 7 (each its
-    own server and processes)."""
+    own server and processes); then scenario 8 in its own process."""
 
     def __init__(self, profile: Profile, out_dir: Path, scenarios: set[str], work_dir: Path) -> None:
         self.profile = profile
@@ -195,6 +201,7 @@ class Bench:
             "scenario5": {},
             "scenario6": pretokenize.empty_results(),
             "scenario7": object_storage.empty_results(),
+            "scenario8": {},
             "servers": {},
             "rss_soak": {},
         }
@@ -224,6 +231,9 @@ class Bench:
             object_storage.run(self.profile, self.log_dir, self.work_dir)
             if "7" in self.scenarios
             else {**object_storage.empty_results(), "skipped": NOT_SELECTED}
+        )
+        self.results["scenario8"] = (
+            chat.run(self.out_dir, self.profile) if "8" in self.scenarios else {"skipped": NOT_SELECTED}
         )
         return self.results
 
@@ -308,7 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         f"\nwrote {out_dir / 'benchmark.json'}, benchmark.txt and "
         f"{', '.join(Path(p).name for p in results['plots'].values())}"
     )
-    sections = (("3", "scenario3"), ("5", "scenario5"), ("6", "scenario6"), ("7", "scenario7"), ("rss", "rss_soak"))
+    sections = (
+        ("3", "scenario3"),
+        ("5", "scenario5"),
+        ("6", "scenario6"),
+        ("7", "scenario7"),
+        ("8", "scenario8"),
+        ("rss", "rss_soak"),
+    )
     failed = {name: results[key]["failed"] for name, key in sections if "failed" in results[key]}
     for name, reason in failed.items():
         log(f"failed: scenario {name}: {reason}")

@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks import corpus, loadgen
 from benchmarks.machine import BUSY_CORES
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import batch_sizes, concurrency, dataloader, long_texts, padding, pretokenize
+from benchmarks.scenarios import batch_sizes, chat, concurrency, dataloader, long_texts, padding, pretokenize
 
 COLUMNS = (
     ("scenario", "#"),
@@ -87,6 +87,7 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
         *_scenario5(results["scenario5"]),
         *_scenario6(results["scenario6"]),
         *_scenario7(results.get("scenario7", {})),
+        *_scenario8(results.get("scenario8", {})),
         *_memory(results),
         *_targets(results["targets"]),
     ]
@@ -201,6 +202,51 @@ def _scenario2(s2: dict[str, Any], profile: Profile) -> list[Row]:
                     "ratio": "baseline",
                     "cpu": f"{figures['cpu_ms_per_text']:.3g} per text",
                     "note": _busy(figures["other_cpu_cores"]),
+                }
+            )
+    return rows
+
+
+def _scenario8(s8: dict[str, Any]) -> list[Row]:
+    for outcome in ("skipped", "failed"):
+        if outcome in s8:
+            note = f"{outcome}: {s8[outcome]}"
+            return [{"scenario": "8", "variant": "conversations (chat_compare.py)", "note": note}]
+    rows: list[Row] = []
+    baselines = {
+        "service binary ragged": "in-process apply_chat_template",
+        "service binary ragged, 2 clients": "in-process apply_chat_template",
+        "service binary padded (pt)": "in-process apply_chat_template padded (pt)",
+        "service ids only (no masks)": "in-process ids only (no masks)",
+        "service render (/chat/render)": "in-process render (tokenize=False)",
+        "service encode of the rendered texts": "in-process encode of the rendered texts",
+    }
+    for size, figures in chat.throughput(s8).items():
+        rates = figures["conversations_per_s"]
+        for name, value in rates.items():
+            baseline = baselines.get(name)
+            rows.append(
+                {
+                    "scenario": "8",
+                    "texts": f"{size} conversations",
+                    "variant": name,
+                    "rate": human(value) + " conv/s",
+                    "ratio": f"{value / rates[baseline]:.2f}x in-proc" if baseline else "baseline",
+                }
+            )
+    for cell in chat.loader_cells(s8):
+        label = f"DataLoader {cell['workers']} workers, batch {cell['batch_size']}"
+        for name in ("in-process", "chat collator"):
+            figures = cell[name]
+            rows.append(
+                {
+                    "scenario": "8",
+                    "texts": label,
+                    "variant": name,
+                    "rate": human(figures["batches_per_s"]) + " b/s",
+                    "ratio": "baseline" if name == "in-process" else f"{cell['ratio_vs_inprocess']:.2f}x in-proc",
+                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g} + srv "
+                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
                 }
             )
     return rows

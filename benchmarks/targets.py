@@ -11,7 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import dataloader, padding
+from benchmarks.scenarios import chat, dataloader, padding
 
 THRESHOLDS = {
     "s1_binary_vs_encode_batch": 0.9,
@@ -32,6 +32,8 @@ THRESHOLDS = {
     "s7_s3_worker_peak_rss_mb": 500.0,
     "s5_real_tokens_vs_random": 1.3,
     "s5_lengths_vs_encode": 3.0,
+    "s8_chat_encode_vs_apply_chat_template": 1.0,
+    "s8_chat_collator_vs_collate_fn": 1.0,
 }
 S1_RATIOS = (  # target, service variant, baseline variant, baseline in the description
     ("s1_binary_vs_encode_batch", "service binary", "in-process encode_batch", "encode_batch"),
@@ -106,6 +108,7 @@ def evaluate_targets(results: dict[str, Any], profile: Profile) -> list[dict[str
     _scenario5(targets, results["scenario5"])
     _scenario6(targets, results["scenario6"])
     _scenario7(targets, results.get("scenario7", {}))
+    _scenario8(targets, results.get("scenario8", {}))
     return targets.items
 
 
@@ -353,3 +356,42 @@ def _scenario7(targets: Targets, s7: dict[str, Any]) -> None:
             THRESHOLDS["s7_s3_worker_peak_rss_mb"],
             higher_is_better=False,
         )
+
+
+def _scenario8(targets: Targets, s8: dict[str, Any]) -> None:
+    figures, cells = chat.throughput(s8), chat.loader_cells(s8)
+    if not figures or not cells:
+        for name in ("s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"):
+            targets.items.append(
+                {
+                    "target": name,
+                    "description": f"scenario 8: >= {THRESHOLDS[name]:g}",
+                    "threshold": THRESHOLDS[name],
+                    "measured": None,
+                    "met": None,
+                    "reason": s8.get("skipped") or s8.get("failed") or "not run",
+                }
+            )
+        return
+    per_cell = {
+        f"batch {size}, {form}": figures[size]["ratios"][key]
+        for size in figures
+        for form, key in (
+            ("tensors (pt vs pt)", "pt_vs_apply_chat_template_pt"),
+            ("ragged vs lists", "ragged_vs_apply_chat_template"),
+        )
+    }
+    targets.add_per_cell(
+        "s8_chat_encode_vs_apply_chat_template",
+        "scenario 8: conversations/s of /chat/encode (binary, with masks) / in-process apply_chat_template on the "
+        f"same conversations, one client (geometric mean over the {len(per_cell)} cells)",
+        per_cell,
+        THRESHOLDS["s8_chat_encode_vs_apply_chat_template"],
+    )
+    targets.add_per_cell(
+        "s8_chat_collator_vs_collate_fn",
+        "scenario 8: DataLoader batches/s through the chat collator / apply_chat_template with masks and TRL's "
+        "labels in the collate_fn (TOKENIZERS_PARALLELISM=false)",
+        {f"{c['workers']} workers, batch {c['batch_size']}": c["ratio_vs_inprocess"] for c in cells},
+        THRESHOLDS["s8_chat_collator_vs_collate_fn"],
+    )

@@ -21,6 +21,14 @@ SERVER = "tests/test_server.py"
 CLIENT = "tests/test_client.py"
 RESILIENCE = "tests/test_client_resilience.py"
 PROTOCOL = "tests/test_protocol.py"
+CHAT_MASKS = "tests/test_chat_masks.py"
+CHAT_PARITY = "tests/test_chat_parity.py"
+CHAT_REFUSALS = "tests/test_chat_refusals.py"
+CHAT_COLLATE = "tests/test_chat_collate.py"
+CHAT_SERVER = "tests/test_chat_server.py"
+CHAT_APP = "tests/test_chat_app.py"
+CHAT_DATALOADER = "tests/test_chat_dataloader.py"
+PRETOKENIZE_CHAT = "tests/test_pretokenize_chat.py"
 WIRE = "tests/test_wire.py"
 MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
@@ -54,6 +62,8 @@ class Mutation:
 
 
 ENCODING = "service/engine/encoding.py"
+CHAT = "service/engine/chat.py"
+CHAT_CLIENT = "service/client/chat.py"
 EXECUTOR = "service/corpus/executor.py"
 STORAGE = "service/corpus/storage.py"
 ENCODERS = "service/pretokenize/encoders.py"
@@ -314,6 +324,91 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if False:",
         (RESILIENCE, CLIENT),
     ),
+    # -- conversations (issue 20): masks never silently wrong ------------------------------------------------
+    Mutation(
+        "chat: a turn's mask starts one character early (off by one)",
+        CHAT,
+        "spans.append((len(prompt), len(turn)))",
+        "spans.append((len(prompt) - 1, len(turn)))",
+        (CHAT_MASKS,),
+    ),
+    Mutation(
+        "chat: a token ending where a span starts is marked (overlap off by one)",
+        CHAT,
+        "marked[inside] = ends[inside] > span_starts[current[inside]]",
+        "marked[inside] = ends[inside] >= span_starts[current[inside]]",
+        (CHAT_MASKS, CHAT_PARITY),
+    ),
+    Mutation(
+        "chat: turns ignore the generation prompt (the cue is marked as the assistant's)",
+        CHAT,
+        "prompt, _ = renderer.render(messages[:k], True)",
+        "prompt, _ = renderer.render(messages[:k], False)",
+        (CHAT_MASKS,),
+    ),
+    Mutation(
+        "chat: a template that rewrites earlier turns is not refused",
+        CHAT,
+        "if not whole.startswith(turn) or (spans and len(prompt) < spans[-1][1]):",
+        "if False:",
+        (CHAT_MASKS,),
+    ),
+    Mutation(
+        "chat: masks from a template without generation markers are not refused (all zeros)",
+        CHAT,
+        "if not template.has_markers:",
+        "if False:",
+        (CHAT_MASKS, CHAT_PARITY),
+    ),
+    Mutation(
+        "chat: padding_side dropped on the way to the encode (ids and masks padded on the default side)",
+        "service/wire.py",
+        "padding_side=self.padding_side,",
+        "padding_side=None,",
+        (CHAT_PARITY,),
+    ),
+    Mutation(
+        "chat: templates no longer see the special tokens (bos_token...)",
+        CHAT,
+        "variables = {**self.special_tokens, **(options.chat_template_kwargs or {})}",
+        "variables = {**(options.chat_template_kwargs or {})}",
+        (CHAT_PARITY,),
+    ),
+    Mutation(
+        "chat: tools no longer select the tool_use template",
+        CHAT,
+        'if tools is not None and "tool_use" in self._named:',
+        'if False and "tool_use" in self._named:',
+        (CHAT_REFUSALS, CHAT_PARITY),
+    ),
+    Mutation(
+        "chat: continue_final_message no longer cuts the rendering where the final message ends",
+        CHAT,
+        "return text[:at]",
+        "return text[:at] + _CONTINUE_TAG",
+        (CHAT_PARITY,),
+    ),
+    Mutation(
+        "chat client: labels on padding are the pad token, not -100",
+        CHAT_CLIENT,
+        '"labels": fill(labels, IGNORE_INDEX),',
+        '"labels": fill(labels, pad_token_id),',
+        (CHAT_COLLATE,),
+    ),
+    Mutation(
+        "chat client: left padding of ids, labels and masks becomes right",
+        CHAT_CLIENT,
+        "real = columns >= (width - lengths)[:, None] if left else columns < lengths[:, None]",
+        "real = columns < lengths[:, None]",
+        (CHAT_COLLATE,),
+    ),
+    Mutation(
+        "chat client: padding-free labels predict across conversations (first tokens kept)",
+        CHAT_CLIENT,
+        "label_row[positions == 0] = IGNORE_INDEX  # each sequence's first token (and the padding)",
+        "pass",
+        (CHAT_COLLATE,),
+    ),
     # -- the server's edges: drain, lingering close, docs, loading (issue 18) --------------------------------
     Mutation(
         "the drain closes its listener without stopping new handshakes first",
@@ -406,6 +501,65 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if launches >= MAX_LAUNCHES:",
         "if False:",
         (LAUNCH,),
+    ),
+    # -- conversations on the one route path, the clients and the collator (issue 20, phase 2) --------------------
+    Mutation(
+        "chat route: the generation prompt is ignored (the request's add_generation_prompt never reaches the engine)",
+        "service/http/routes.py",
+        "lambda engine, body, r: engine.submit_chat_encode(body.conversations, body.options(), reservation=r),",
+        "lambda engine, body, r: engine.submit_chat_encode(body.conversations, __import__('dataclasses').replace("
+        "body.options(), add_generation_prompt=False), reservation=r),",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat client: tokenizer_kwargs lose padding_side (ids and masks padded on the default side over HTTP)",
+        "service/client/calls.py",
+        "extra = dict(tokenizer_kwargs or {})",
+        'extra = {k: v for k, v in (tokenizer_kwargs or {}).items() if k != "padding_side"}',
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat client: one conversation answered as a batch of one (transformers gives flat lists)",
+        "service/client/calls.py",
+        "encode = encode_call_for(body, CHAT_ENCODE_PATH, batched, False, return_tensors)",
+        "encode = encode_call_for(body, CHAT_ENCODE_PATH, True, False, return_tensors)",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat client: lengths of conversations sent as texts",
+        "service/client/clients.py",
+        "if is_conversations(text) and text_pair is None:",
+        "if False:",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "chat collator: rows fetched padded, so padding counts as tokens (labels and attention on padding)",
+        "service/client/collate.py",
+        "conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, **self.chat_options",
+        "conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, padding=True, "
+        "**self.chat_options",
+        (CHAT_DATALOADER,),
+    ),
+    Mutation(
+        "chat engine: renders are not charged to the memory budget (a render bomb is held in full)",
+        CHAT,
+        "if need <= self.reservation.nbytes:",
+        "if True:",
+        (MEMORY,),
+    ),
+    Mutation(
+        "chat engine: a render runs past the queue deadline (no 504: the render thread is held)",
+        CHAT,
+        "if self.deadline is not None and time.monotonic() > self.deadline:",
+        "if False:",
+        (CHAT_APP,),
+    ),
+    Mutation(
+        "chat engine: a render waiting for the render thread is not withdrawn with its client",
+        CHAT,
+        "return await asyncio.wrap_future(future)  # cancelling this withdraws a render not yet started",
+        "return await asyncio.shield(asyncio.wrap_future(future))",
+        (BATCHING,),
     ),
     # -- the offline jobs: the sharded-job executor, storage, the pre-tokenizer's outages --------------------
     Mutation(
@@ -505,5 +659,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if left <= 0:",
         "if False:",
         (PRETOKENIZE,),
+    ),
+    Mutation(
+        "chat engine: a refused render's traceback keeps its renderings (memory given back to the budget, not freed)",
+        CHAT,
+        "future = self._executor.submit(_without_frames, fn, *args)",
+        "future = self._executor.submit(fn, *args)",
+        (MEMORY,),
+    ),
+    # -- pre-tokenizing conversations with loss masks (issue 20, item 5) -------------------------------------------
+    Mutation(
+        "pretokenize chat: datatrove's loss file holds the inverted mask (the prompt trains)",
+        "service/pretokenize/shards.py",
+        "return np.ascontiguousarray(masks != 0, dtype=np.uint8).data",
+        "return np.ascontiguousarray(masks == 0, dtype=np.uint8).data",
+        (PRETOKENIZE_CHAT,),
+    ),
+    Mutation(
+        "pretokenize chat: a record whose messages are not a conversation is not named as a bad record",
+        "service/corpus/records.py",
+        "problem = conversation_problem(value)",
+        "problem = None",
+        (PRETOKENIZE_CHAT,),
     ),
 )

@@ -12,7 +12,7 @@ rewritten); ``tests/test_wire.py`` fails when the clients' spelled-out signature
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from types import MappingProxyType
@@ -24,6 +24,9 @@ ENCODE_PATH: Final = "/encode"
 TOKENIZE_PATH: Final = "/tokenize"
 DECODE_PATH: Final = "/decode"
 LENGTHS_PATH: Final = "/lengths"
+#: Conversations: ``apply_chat_template(..., tokenize=True, return_dict=True)``, and its rendered texts alone.
+CHAT_ENCODE_PATH: Final = "/chat/encode"
+CHAT_RENDER_PATH: Final = "/chat/render"
 INFO_PATH: Final = "/info"
 HEALTH_PATH: Final = "/healthz"
 READY_PATH: Final = "/readyz"
@@ -164,6 +167,83 @@ def changed_options(options: Any) -> dict[str, Any]:
         if value != default or type(value) is not type(default):
             sent[declared.name] = value
     return sent
+
+
+# -- conversations: POST /chat/encode and /chat/render -------------------------------------------------
+#: Where assistant masks come from: the template's ``{% generation %}`` markers, or the rendered turns.
+ASSISTANT_MASK_SOURCES: Final = ("generation", "turns")
+#: The key of the assistant masks in a ``/chat/encode`` answer (after the other keys, as transformers adds it).
+ASSISTANT_MASKS_KEY: Final = "assistant_masks"
+#: The options transformers 5's ``apply_chat_template`` takes in ``tokenizer_kwargs=`` (passed as plain keywords
+#: they would become template variables): on the wire they are options of their own.
+CHAT_TOKENIZER_KWARGS: Final = ("pad_to_multiple_of", "padding_side", "return_attention_mask")
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """The options of ``POST /chat/encode`` (and ``/chat/render``), beside ``conversations``: those of
+    ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True, ...)`` with transformers 5's
+    names and defaults, in the order of its signature (``tokenizer_kwargs``' keys, then ``**kwargs``, last), plus
+    ``assistant_masks_from`` beside ``return_assistant_tokens_mask``.
+
+    ``chat_template_kwargs`` are the template variables transformers takes as ``**kwargs``;
+    ``pad_to_multiple_of``, ``padding_side`` and ``return_attention_mask`` those it takes in ``tokenizer_kwargs``.
+    The server's request model, the engine's chat path and the clients' payloads are all this declaration."""
+
+    tools: Sequence[Mapping[str, Any]] | None = _option(
+        None, doc="Tools (JSON schemas) the template may show the model; with tools, a tool_use template is chosen."
+    )
+    documents: Sequence[Mapping[str, Any]] | None = _option(
+        None, doc="Documents (e.g. title and text) for RAG templates."
+    )
+    chat_template: str | None = _option(
+        None,
+        doc="The name of one of the tokenizer's chat templates (GET /info lists them); a template body only where "
+        "the server allows bodies (--allow-chat-template-bodies).",
+    )
+    add_generation_prompt: bool = _option(False, doc="End with the cue that opens an assistant message.")
+    continue_final_message: bool | str = _option(
+        False,
+        doc="Leave the final (assistant) message open to be continued; a string names the field to continue "
+        "(e.g. reasoning_content).",
+    )
+    padding: bool | str = _as_in(EncodeOptions, "padding")
+    truncation: bool | str | None = _as_in(EncodeOptions, "truncation", default=False)
+    max_length: int | None = _as_in(EncodeOptions, "max_length")
+    return_assistant_tokens_mask: bool = _option(
+        False, doc="Also answer assistant_masks: 1 for each token the assistant wrote, else 0."
+    )
+    assistant_masks_from: str = _option(
+        "generation",
+        values=ASSISTANT_MASK_SOURCES,
+        doc="generation: the template's {% generation %} markers (refused without them, where transformers would "
+        "answer all zeros); turns: each assistant message's rendered turn (exact, or refused where the template "
+        "rewrites earlier turns).",
+    )
+    pad_to_multiple_of: int | None = _as_in(EncodeOptions, "pad_to_multiple_of")
+    padding_side: str | None = _as_in(EncodeOptions, "padding_side")
+    return_attention_mask: bool | None = _as_in(EncodeOptions, "return_attention_mask")
+    chat_template_kwargs: Mapping[str, Any] | None = _option(
+        None, doc="Variables the template reads (e.g. enable_thinking): transformers' **kwargs."
+    )
+
+    def as_encode_options(self) -> EncodeOptions:
+        """The encode of the rendered texts, as ``apply_chat_template`` calls the tokenizer: no special tokens
+        added (the template wrote them), and character offsets when masks are to be made from them."""
+        return EncodeOptions(
+            add_special_tokens=False,
+            padding=self.padding,
+            truncation=self.truncation,
+            max_length=self.max_length,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            padding_side=self.padding_side,
+            return_attention_mask=self.return_attention_mask,
+            return_offsets_mapping=self.return_assistant_tokens_mask,
+        )
+
+
+#: Name -> default of the chat options, in declaration order.
+CHAT_OPTIONS: Final = option_defaults(ChatOptions)
 
 
 # -- what /encode answers --------------------------------------------------------------------------------

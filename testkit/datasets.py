@@ -1,5 +1,6 @@
-"""A map-style dataset for DataLoader tests and benchmarks: every item says which text it is and which process
-read it, so a test can compare each collated batch with the in-process tokenizer and see the worker processes.
+"""Map-style datasets for DataLoader tests and benchmarks: every item says which text (or conversation) it is and
+which process read it, so a test can compare each collated batch with the in-process tokenizer and see the worker
+processes.
 Plain Python (a DataLoader needs only ``len`` and indexing): importing it loads no torch."""
 
 from __future__ import annotations
@@ -25,3 +26,17 @@ class IndexedTexts:
             item["label"] = i % self.labels
         item.update(idx=i, worker_pid=os.getpid())
         return item
+
+
+class IndexedConversations:
+    """Item ``i``: ``{"messages": conversations[i], "idx": i, "worker_pid": <reading process>}`` -- a chat dataset
+    as TRL reads one (a messages field), plus what a test needs to check each batch."""
+
+    def __init__(self, conversations: list[list[dict[str, Any]]]) -> None:
+        self.conversations = conversations
+
+    def __len__(self) -> int:
+        return len(self.conversations)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return {"messages": self.conversations[i], "idx": i, "worker_pid": os.getpid()}

@@ -8,6 +8,7 @@ carries no public API for them.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,20 @@ def tokenizer_facts(engine: Engine) -> TokenizerFacts:
 def queued_requests(engine: Engine) -> int:
     """Requests waiting in the engine's queue now."""
     return engine._batcher.queued_requests
+
+
+def hold_render_thread(engine: Engine) -> threading.Event:
+    """Occupy the engine's chat render thread until the returned event is set (renders queue behind it)."""
+    release = threading.Event()
+    executor = engine._renderer._executor
+    assert executor is not None, "the engine is not started"
+    executor.submit(release.wait, 60)
+    return release
+
+
+def pending_renders(engine: Engine) -> int:
+    """Renders waiting for the chat render thread (not yet started, nor withdrawn)."""
+    return engine._renderer.waiting
 
 
 def memory_limit_for_budget(budget: int) -> int:

@@ -162,3 +162,52 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("parity option regions reached")
         for tally in TALLIES:
             terminalreporter.write_line(tally.summary())
+
+
+# -- conversations (tests/test_chat_*.py) ----------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def chat_renderer() -> Iterator[Any]:
+    """The chat core's render thread (service.engine.chat.ChatRenderer), for every engine's loop."""
+    from service.engine.chat import ChatRenderer
+
+    renderer = ChatRenderer()
+    asyncio.run(renderer.astart())
+    yield renderer
+    asyncio.run(renderer.astop())
+
+
+@pytest.fixture(scope="session")
+def named_chat_tokenizers(reference_tokenizers: dict[str, Any]) -> dict[str, Any]:
+    """family -> the in-process tokenizer carrying every named template of testkit.chat.NAMED_TEMPLATES."""
+    from testkit.chat import NAMED_TEMPLATES, TEMPLATES, with_template
+
+    named = {name: TEMPLATES[template] for name, template in NAMED_TEMPLATES.items()}
+    return {family: with_template(tokenizer, named) for family, tokenizer in reference_tokenizers.items()}
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer_dirs(tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """family -> a copy of its tokenizer directory with our chat templates, as transformers saves them (the default
+    ChatML with markers in chat_template.jinja; llama3, rewriting and tool_use in additional_chat_templates/)."""
+    from testkit.chat import chat_tokenizer_dirs as make
+
+    return make(dict(tokenizer_dirs), tmp_path_factory.mktemp("chat-tokenizers"))
+
+
+@pytest.fixture(scope="session")
+def chat_servers(
+    chat_tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Mapping[str, ServerProcess]]:
+    """family -> a real server process on 127.0.0.1 serving that family with the chat templates."""
+    logs = tmp_path_factory.mktemp("chat-server-logs")
+
+    def start(name: str) -> ServerProcess:
+        limits = ("--max-text-chars", "1000000", "--memory-budget-mib", "2048", "--drain-listen-seconds", "0")
+        return ServerProcess("--model", str(chat_tokenizer_dirs[name]), *limits, log_path=logs / f"{name}.log").start()
+
+    started = MadeOnUse(FAMILIES, start)
+    try:
+        yield started
+    finally:
+        for server in started.made():
+            server.stop()

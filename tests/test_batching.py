@@ -198,9 +198,14 @@ def test_stop_fails_waiting_requests_instead_of_hanging():
 
 @pytest.fixture(scope="module")
 def default_tokenizer():
-    from service.engine import load_tokenizer
+    """The embedded default tokenizer, carrying our ChatML template so that the chat routes serve too."""
+    from dataclasses import replace
 
-    return load_tokenizer(None)
+    from service.engine import load_tokenizer
+    from testkit.chat import TEMPLATES, with_template
+
+    loaded = load_tokenizer(None)
+    return replace(loaded, tokenizer=with_template(loaded.tokenizer, TEMPLATES["chatml_generation"]))
 
 
 def post_later(url: str, texts: list[str], results: list) -> threading.Thread:
@@ -263,6 +268,7 @@ LEAVING = [  # every work route, with a body whose work would show in the gate's
     ("/lengths", {"texts": [LEFT_BEHIND]}),
     ("/tokenize", {"texts": [LEFT_BEHIND]}),
     ("/decode", {"ids": [[7592, 2088]]}),
+    ("/chat/encode", {"conversations": [[{"role": "user", "content": LEFT_BEHIND}]]}),
 ]
 
 
@@ -291,5 +297,103 @@ def test_real_server_drops_a_queued_request_whose_client_left(default_tokenizer,
         gate.open()
         holder.join(30)
         assert answers[0].status_code == 200
-        assert LEFT_BEHIND not in gate.encoded and not gate.decoded  # dropped before any work was done
+        assert not any(LEFT_BEHIND in str(item) for item in gate.encoded) and not gate.decoded  # no work was done
         assert httpx.get(server.url + "/readyz").status_code == 200
+
+
+# -- conversations: renders on the render thread, encodes in the one queue --------------------------------------
+CHAT = {"conversations": [[{"role": "user", "content": LEFT_BEHIND}, {"role": "assistant", "content": "ok"}]]}
+
+
+class RecordedRenders:
+    """Wraps the chat core's render function: which renders started, and how each ended."""
+
+    def __init__(self, monkeypatch) -> None:
+        from service.engine import chat
+
+        self.started = threading.Event()
+        self.outcomes: list[str] = []
+        real = chat.render_chats
+
+        def render_chats(prepared, watch=None):
+            self.started.set()
+            try:
+                rendered = real(prepared, watch)
+            except BaseException as exc:
+                self.outcomes.append(type(exc).__name__)
+                raise
+            self.outcomes.append("rendered")
+            return rendered
+
+        monkeypatch.setattr(chat, "render_chats", render_chats)
+
+
+def send_and_leave(port: int, path: str, body: dict, leave_when) -> None:
+    """POST ``body`` on a raw socket and close it once ``leave_when()`` holds."""
+    content = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n".encode()
+            + f"Content-Length: {len(content)}\r\n\r\n".encode()
+            + content
+        )
+        wait_until(leave_when, what="the moment to leave")
+
+
+@pytest.mark.timeout(120)
+def test_a_client_leaving_withdraws_its_render_before_it_starts(default_tokenizer, monkeypatch):
+    """A render waiting for the render thread is withdrawn with its client: it never runs."""
+    from testkit.engine import hold_render_thread, pending_renders
+
+    renders = RecordedRenders(monkeypatch)
+    with in_thread_server(default_tokenizer, Gate()) as server:
+        release = hold_render_thread(server.runtime.engine)
+        try:
+            send_and_leave(server.port, "/chat/render", CHAT, lambda: pending_renders(server.runtime.engine) == 1)
+            wait_until(lambda: pending_renders(server.runtime.engine) == 0, what="the render withdrawn")
+        finally:
+            release.set()
+        assert httpx.post(server.url + "/chat/render", json=CHAT, timeout=30).status_code == 200
+        assert renders.outcomes == ["rendered"]  # only the second request's render ran
+
+
+@pytest.mark.timeout(120)
+def test_a_client_leaving_stops_its_render_midway(default_tokenizer, monkeypatch):
+    """A render under way stops at its next check once its client has gone, instead of rendering to the end."""
+    renders = RecordedRenders(monkeypatch)
+    slow = "{% for i in range(20000) %}{% if i % 1000 == 0 %}z{% endif %}{% endfor %}"  # seconds for 4,096
+    body = {"conversations": CHAT["conversations"] * 4096, "chat_template": slow}
+    with in_thread_server(default_tokenizer, Gate(), allow_chat_template_bodies=True) as server:
+        send_and_leave(server.port, "/chat/render", body, renders.started.is_set)
+        wait_until(lambda: renders.outcomes, timeout=60, what="the render ended")
+        assert renders.outcomes == ["_RenderCancelled"]
+        assert httpx.get(server.url + "/info", timeout=30).json()["memory"]["reserved_bytes"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_conversations_and_texts_share_one_rust_call(default_tokenizer):
+    """A chat encode's texts queue as an encode like any other: waiting behind a busy engine beside a plain encode
+    with the same Rust call, the two are encoded in one call."""
+    gate = Gate()
+    with in_thread_server(default_tokenizer, gate) as server:
+        answers: list = []
+        holder = post_later(server.url, [HOLD], answers)
+        assert gate.entered.wait(30)
+        results: dict[str, httpx.Response] = {}
+
+        def post(path: str, body: dict) -> None:
+            results[path] = httpx.post(server.url + path, json=body, timeout=60)
+
+        threads = [
+            threading.Thread(target=post, args=("/chat/encode", CHAT)),
+            threading.Thread(target=post, args=("/encode", {"texts": ["plain text"], "add_special_tokens": False})),
+        ]
+        for thread in threads:
+            thread.start()
+        wait_until(lambda: server.queued() == 2, what="both queued")
+        gate.open()
+        for thread in (holder, *threads):
+            thread.join(30)
+        assert all(response.status_code == 200 for response in results.values())
+        shared = [call for call in gate.calls if "plain text" in call]
+        assert len(shared) == 1 and any(LEFT_BEHIND in str(item) for item in shared[0]), gate.calls

@@ -28,6 +28,7 @@ SECTIONS = (
     "scenario5",
     "scenario6",
     "scenario7",
+    "scenario8",
     "servers",
     "rss_soak",
     "targets",
@@ -60,7 +61,7 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     assert results["scenario2"]["runs"] and results["scenario2"]["inprocess"]
     assert results["scenario4"]["points"]
     assert results["rss_soak"]["memory"]
-    for name in ("scenario3", "scenario5"):  # the scenarios that run in their own process
+    for name in ("scenario3", "scenario5", "scenario8"):  # the scenarios that run in their own process
         section = results[name]
         assert "failed" not in section, section
         if importlib.util.find_spec("torch") is None:  # the one acceptable skip
@@ -86,6 +87,15 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     assert scenario7["memory"]["s3"]["peak_rss_mb"] > 0 and scenario7["memory"]["local"]["peak_rss_mb"] > 0
     assert {"s7_s3_vs_local", "s7_s3_worker_peak_rss_mb"} <= {t["target"] for t in results["targets"]}
     assert all({"target", "met"} <= set(t) for t in results["targets"])
+    if "data" in results["scenario8"]:  # conversations: /chat/encode vs apply_chat_template, and the collator
+        throughput = results["scenario8"]["data"]["throughput"]
+        assert all(
+            {"ragged_vs_apply_chat_template", "pt_vs_apply_chat_template_pt"} <= set(figures["ratios"])
+            for figures in throughput.values()
+        )
+        assert {"s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"} <= {
+            t["target"] for t in results["targets"]
+        }
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name
 

@@ -112,6 +112,7 @@ def test_exported_members():
             "LaunchedAsyncTokenizerClient",
             "LaunchedService",
             "Collator",
+            "ChatCollator",
             "TokenBudgetBatchSampler",
             "EncodeResult",
             "RaggedResult",

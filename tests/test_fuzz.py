@@ -24,6 +24,8 @@ from schemathesis.checks import (
 )
 
 from service.wire import (
+    CHAT_ENCODE_PATH,
+    CHAT_RENDER_PATH,
     DECODE_PATH,
     ENCODE_PATH,
     HEALTH_PATH,
@@ -46,9 +48,11 @@ CHECKS = [
 
 
 @pytest.fixture(scope="module")
-def api_schema(tmp_path_factory):
+def api_schema(tmp_path_factory, chat_tokenizer_dirs):
     log = tmp_path_factory.mktemp("fuzz") / "server.log"
-    with ServerProcess("--api-key", "fuzz-key", "--memory-budget-mib", "256", log_path=log) as server:
+    # the default tokenizer with chat templates (named ones too), so that fuzzed conversations are rendered
+    model = ("--model", str(chat_tokenizer_dirs["wordpiece_default"]))
+    with ServerProcess(*model, "--api-key", "fuzz-key", "--memory-budget-mib", "256", log_path=log) as server:
         schema = schemathesis.openapi.from_url(
             server.url + "/openapi.json", headers={"Authorization": "Bearer fuzz-key"}
         )
@@ -98,6 +102,8 @@ OPERATIONS = [
     ("POST", LENGTHS_PATH),
     ("POST", TOKENIZE_PATH),
     ("POST", DECODE_PATH),
+    ("POST", CHAT_ENCODE_PATH),
+    ("POST", CHAT_RENDER_PATH),
     ("GET", INFO_PATH),
     ("GET", HEALTH_PATH),
     ("GET", READY_PATH),

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -338,3 +339,53 @@ def test_a_large_count_is_sliced_too(sliced, reference_tokenizers, corpus):
     assert len(gate.calls) - calls_before >= 2
     reference = reference_tokenizers["wordpiece_default"]
     assert lengths == [len(ids) for ids in reference(texts)["input_ids"]]
+
+
+# -- conversations: the parsed body, the renders, the encode of their texts, all within the budget ---------------
+def test_conversations_hold_at_most_the_budget(chat_tokenizer_dirs, tmp_path):
+    """A real server with a 128 MiB budget: concurrent chat encodes with masks (each fits alone: answered, after
+    429s while the others hold the room), and a render bomb that would render 144 MB from a 16 kB body (413 as it
+    renders, never rendered in full; 429 while others hold part of the budget): the process's peak over its rest
+    stays within the budget, and nothing stays reserved."""
+    budget_mib = 128
+    args = ("--model", str(chat_tokenizer_dirs["bytelevel_bpe"]), "--memory-budget-mib", str(budget_mib))
+    flags = ("--allow-chat-template-bodies", "--max-text-chars", "1000000", "--queue-timeout-seconds", "120")
+    conversation = [
+        {"role": "user", "content": "今天天气怎么样？ What's the weather like today? " * 8},
+        {"role": "assistant", "content": "It is sunny, 21 °C. ☀️ 天气晴朗。" * 12},
+    ]
+    chats = {"conversations": [conversation] * 256, "return_assistant_tokens_mask": True, "padding": True}
+    bomb = {
+        "conversations": [[{"role": "user", "content": "y" * 100}]] * 160,
+        "chat_template": "{% for i in range(9000) %}{{ messages[0].content }}{% endfor %}",
+    }
+    with ServerProcess(*args, *flags, log_path=tmp_path / "server.log") as server:
+        pid = server.pid
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            assert http.post("/chat/encode", json=chats).status_code == 200  # warm
+        rest = proc_status(pid)["VmRSS"]
+        reset_peak(pid)
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            for _ in range(3):  # each refused bomb gives back what it rendered, at once
+                refused = http.post("/chat/encode", json=bomb)
+                assert refused.status_code == 413 and "rendering these conversations" in refused.json()["error"]
+        statuses: list[int] = []
+
+        def client(body: dict) -> None:
+            with httpx.Client(base_url=server.url, timeout=120) as http:
+                for _ in range(100):  # as the SDK does: a 429 is retried once others have freed their memory
+                    status = http.post("/chat/encode", json=body).status_code
+                    if status != 429:
+                        break
+                    time.sleep(0.1)
+                statuses.append(status)
+
+        threads = [threading.Thread(target=client, args=(body,)) for body in [chats] * 4 + [bomb]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+        peak = proc_status(pid)["VmHWM"] - rest
+        assert sorted(statuses) == [200, 200, 200, 200, 413], statuses  # every chat answered, the bomb refused
+        assert peak < budget_mib * MIB, f"peak {peak / MIB:.0f} MiB over rest, budget {budget_mib} MiB"
+        wait_until(lambda: reserved(server.url) == 0, 30, "every reservation released")

@@ -64,6 +64,8 @@ def test_the_page_reads_the_wire_contract_from_the_server(client):
         "info": wire.INFO_PATH,
         "encode": wire.ENCODE_PATH,
         "tokenize": wire.TOKENIZE_PATH,
+        "chat_render": wire.CHAT_RENDER_PATH,
+        "chat_encode": wire.CHAT_ENCODE_PATH,
         "docs": "/docs",
     }
     assert config["auth_scheme"] == wire.AUTH_SCHEME
@@ -71,9 +73,12 @@ def test_the_page_reads_the_wire_contract_from_the_server(client):
     assert (config["error_field"], config["error_type_field"]) == (wire.ERROR_FIELD, wire.ERROR_TYPE_FIELD)
     # what the page sends is in the contract (a renamed option would be refused as an unknown field)
     script = (STATIC / "playground.js").read_text()
-    sent = set(re.findall(r"\b(return_\w+|add_special_tokens|truncation|max_length|text_pairs)\b", script))
-    assert sent <= set(wire.ENCODE_OPTIONS) | set(wire.TOKENIZE_OPTIONS) | {"text_pairs"}
+    words = r"return_\w+|add_special_tokens|truncation|max_length|text_pairs"
+    words += r"|add_generation_prompt|chat_template|assistant_masks_from"
+    sent = set(re.findall(rf"\b({words})\b", script))
+    assert sent <= set(wire.ENCODE_OPTIONS) | set(wire.TOKENIZE_OPTIONS) | set(wire.CHAT_OPTIONS) | {"text_pairs"}
     assert {"return_offsets_mapping", "return_special_tokens_mask", "return_sequence_ids"} <= sent
+    assert {"add_generation_prompt", "return_assistant_tokens_mask", "assistant_masks_from"} <= sent
 
 
 def test_the_page_is_self_contained_and_sends_texts_nowhere_else(client):

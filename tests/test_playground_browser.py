@@ -470,3 +470,121 @@ def test_with_an_api_key_the_page_asks_once_and_keeps_it_in_the_tab(driver, keye
     driver.close()
     driver.switch_to.window(driver.window_handles[0])
     assert API_KEY not in Path(str(server.log_path)).read_text(errors="replace")
+
+
+# -- conversation mode -----------------------------------------------------------------------------------------
+CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "天气怎么样？ How is the weather? 😀"},
+    {"role": "assistant", "content": "晴朗 and sunny ☀️"},
+]
+
+
+def edit_conversation(browser: Any, messages: list[dict[str, str]]) -> None:
+    """Make the page's conversation ``messages``: add rows as needed, pick each role, type each content."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    while len(browser.find_elements(By.CSS_SELECTOR, "#messages .message")) > len(messages):
+        browser.find_elements(By.CSS_SELECTOR, "#messages .message .remove")[-1].click()
+    while len(browser.find_elements(By.CSS_SELECTOR, "#messages .message")) < len(messages):
+        browser.find_element(By.ID, "add-message").click()
+    rows = browser.find_elements(By.CSS_SELECTOR, "#messages .message")
+    for k, (row, message) in enumerate(zip(rows, messages, strict=True)):
+        Select(row.find_element(By.TAG_NAME, "select")).select_by_value(message["role"])
+        browser.execute_script("arguments[0].id = arguments[1]", row.find_element(By.TAG_NAME, "textarea"), f"m{k}")
+        type_text(browser, f"m{k}", message["content"])
+
+
+def chat_view(server: ServerProcess, messages: list[dict[str, str]], **options: Any) -> dict[str, Any]:
+    """What the page must show for a conversation: its rendered text, the tokens of that text (the encode's view,
+    without added special tokens), and /chat/encode's ids and assistant masks (or its refusal)."""
+    body = {"conversations": [messages], **options}
+    text = post(server, wire.CHAT_RENDER_PATH, body)["texts"][0]
+    plain: dict[str, Any] = {"texts": [text], "add_special_tokens": False}
+    encoded = post(
+        server, wire.ENCODE_PATH, {**plain, "return_offsets_mapping": True, "return_special_tokens_mask": True}
+    )
+    tokenized = post(server, wire.TOKENIZE_PATH, {**plain, "return_sequence_ids": True})
+    view = {
+        "text": text,
+        "ids": encoded["input_ids"][0],
+        "offsets": [tuple(o) for o in encoded["offset_mapping"][0]],
+        "special": encoded["special_tokens_mask"][0],
+        "tokens": tokenized["tokens"][0],
+        "sequences": tokenized["sequence_ids"][0],
+    }
+    try:
+        chat = post(server, wire.CHAT_ENCODE_PATH, {**body, "return_assistant_tokens_mask": True})
+    except urllib.error.HTTPError as exc:
+        view["refusal"] = json.load(exc)["error"]
+        return view
+    assert chat["input_ids"][0] == view["ids"]  # apply_chat_template's tokens are those of its rendered text
+    view["masks"] = chat["assistant_masks"][0]
+    return view
+
+
+def trained(browser: Any) -> list[int]:
+    return browser.execute_script(
+        "return [...document.querySelectorAll('#tokens .tok[data-i]')].map(s => s.classList.contains('trains') ? 1 : 0)"
+    )
+
+
+def test_conversation_mode_draws_the_rendered_tokens_and_marks_those_that_train(driver, chat_servers):
+    """A conversation typed into the editor: the page draws the template's rendering token by token (as the text
+    mode draws a text), marks exactly the tokens /chat/encode's assistant mask marks, and counts them; on a
+    template without generation markers it shows the service's refusal and the switch to "turns", which marks
+    the assistant's turns."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.select import Select
+
+    server = chat_servers["bytelevel_bpe"]
+    open_page(driver, server.url + wire.PLAYGROUND_PATH)
+    driver.find_element(By.ID, "mode-chat").click()
+    templates = [o.get_attribute("value") for o in Select(driver.find_element(By.ID, "chat-template")).options]
+    assert templates == ["default", "llama3", "rewriting", "tool_use"]
+    edit_conversation(driver, CONVERSATION)
+    view = chat_view(server, CONVERSATION, chat_template="default")
+    assert_page_shows(driver, view, view["text"], None)
+    wait_until(driver, lambda: trained(driver) == view["masks"], "mark the tokens /chat/encode marks")
+    assert 0 < sum(view["masks"]) < len(view["masks"])
+    stat = driver.execute_script("return document.getElementById('trains').textContent")
+    assert stat == str(sum(view["masks"]))
+    first = view["masks"].index(1)
+    assert "yes (the assistant's)" in hover(driver, first)
+    screenshot(driver, "chat-mode")
+
+    # a template without markers: the service refuses the masks, the page says so and offers "turns"
+    Select(driver.find_element(By.ID, "chat-template")).select_by_value("llama3")
+    refused = chat_view(server, CONVERSATION, chat_template="llama3")
+    assert "has no {% generation %} markers" in refused["refusal"]
+    wait_until(
+        driver,
+        lambda: driver.execute_script("return document.getElementById('error').textContent") == refused["refusal"],
+        "show the refusal",
+    )
+    assert not driver.execute_script("return document.getElementById('switch-turns-row').hidden")
+    assert_page_shows_tokens_only(driver, refused)
+    screenshot(driver, "chat-refusal")
+    driver.find_element(By.ID, "switch-turns").click()
+    turns = chat_view(server, CONVERSATION, chat_template="llama3", assistant_masks_from="turns")
+    wait_until(driver, lambda: trained(driver) == turns["masks"], "mark the assistant's turns")
+    assert sum(turns["masks"]) > 0
+    assert driver.execute_script("return document.getElementById('switch-turns-row').hidden")
+
+    # the generation prompt and a new user message: nothing of the prompt trains
+    driver.find_element(By.ID, "generation-prompt").click()
+    longer = [*CONVERSATION, {"role": "user", "content": "And tomorrow?"}]
+    edit_conversation(driver, longer)
+    prompted = chat_view(
+        server, longer, chat_template="llama3", assistant_masks_from="turns", add_generation_prompt=True
+    )
+    assert_page_shows(driver, prompted, prompted["text"], None)
+    wait_until(driver, lambda: trained(driver) == prompted["masks"], "mark the turns of the longer conversation")
+    assert_nothing_logged_and_nothing_sent_elsewhere(driver, server, CONVERSATION[1]["content"])
+
+
+def assert_page_shows_tokens_only(browser: Any, view: dict[str, Any]) -> None:
+    """The rendered tokens are drawn even where the masks were refused, none marked."""
+    wait_until(browser, lambda: page_ids(browser) == view["ids"], "show the rendered tokens")
+    assert trained(browser) == [0] * min(len(view["ids"]), RENDER_CAP)

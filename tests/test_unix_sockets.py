@@ -32,6 +32,7 @@ from service.client import (
     ConnectError,
     HTTPTransport,
     HTTPXTransport,
+    InvalidRequest,
     TokenizerClient,
 )
 from service.client.clients import resolve_urls
@@ -97,7 +98,7 @@ def test_uds_serves_every_route(uds_server, reference_tokenizers):
     schema = json.loads(body)
     posts = {path for path, methods in schema["paths"].items() if "post" in methods}
     gets = {path for path, methods in schema["paths"].items() if "get" in methods}
-    assert posts == {"/encode", "/tokenize", "/decode", "/lengths"}  # a new route: add its call below
+    assert posts == {"/encode", "/tokenize", "/decode", "/lengths", "/chat/encode", "/chat/render"}  # add its call
     client = TokenizerClient(url)
     expected = reference(TEXTS, padding=True, truncation=True, max_length=16)
     assert client(TEXTS, padding=True, truncation=True, max_length=16).data == dict(expected)
@@ -107,6 +108,9 @@ def test_uds_serves_every_route(uds_server, reference_tokenizers):
     assert client.tokenize(TEXTS[1]) == reference.tokenize(TEXTS[1])
     assert client.batch_decode(expected["input_ids"]) == reference.batch_decode(expected["input_ids"])
     assert client.lengths(TEXTS) == [len(ids) for ids in reference(TEXTS)["input_ids"]]
+    for tokenize in (True, False):  # the chat routes answer over the socket (this tokenizer has no template)
+        with pytest.raises(InvalidRequest, match="this tokenizer has no chat template"):
+            client.apply_chat_template([{"role": "user", "content": TEXTS[0]}], tokenize=tokenize)
     for path in [*sorted(gets), "/", "/playground", "/docs"]:
         status, _, body = get(url, path)
         assert status == 200, (path, body[:200])

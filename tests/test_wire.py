@@ -280,3 +280,166 @@ def test_the_documented_error_body_has_the_wire_fields():
     from service.http.models import ErrorBody
 
     assert list(ErrorBody.model_fields) == [wire.ERROR_FIELD, wire.ERROR_TYPE_FIELD]
+
+
+# -- conversations: /chat/encode and /chat/render ---------------------------------------------------------
+CHAT_OPTIONS = list(wire.CHAT_OPTIONS)
+
+
+def apply_chat_template_parameters() -> dict[str, inspect.Parameter]:
+    from transformers.tokenization_utils_base import PreTrainedTokenizerBase
+
+    return dict(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters)
+
+
+def test_chat_options_are_apply_chat_templates_with_its_defaults():
+    """Every chat option is apply_chat_template's (its own argument, or a key of its tokenizer_kwargs, or its
+    **kwargs as chat_template_kwargs), with its default, in its order; plus assistant_masks_from, ours."""
+    theirs = apply_chat_template_parameters()
+    in_signature = [name for name in CHAT_OPTIONS if name in theirs]
+    assert in_signature == [name for name in theirs if name in wire.CHAT_OPTIONS]  # the same order
+    for name in in_signature:
+        assert theirs[name].default == wire.CHAT_OPTIONS[name], name
+        assert type(theirs[name].default) is type(wire.CHAT_OPTIONS[name]), name
+    rest = set(CHAT_OPTIONS) - set(in_signature)
+    assert rest == {*wire.CHAT_TOKENIZER_KWARGS, "chat_template_kwargs", "assistant_masks_from"}
+    call = inspect.signature(__import__("transformers").PreTrainedTokenizerBase.__call__).parameters
+    for name in wire.CHAT_TOKENIZER_KWARGS:  # tokenizer_kwargs: the tokenizer call's, with its defaults
+        assert call[name].default == wire.CHAT_OPTIONS[name], name
+    assert wire.ASSISTANT_MASK_SOURCES[0] == wire.CHAT_OPTIONS["assistant_masks_from"]
+
+
+def test_chat_request_model_follows_the_wire():
+    from service.http.models import ChatRequest
+
+    fields = {name: f for name, f in ChatRequest.model_fields.items() if name != "conversations"}
+    assert list(fields) == CHAT_OPTIONS
+    assert {name: f.default for name, f in fields.items()} == dict(wire.CHAT_OPTIONS)
+    assert allowed_values(fields["assistant_masks_from"].annotation) == set(wire.ASSISTANT_MASK_SOURCES)
+    for name in ("padding", "max_length", "pad_to_multiple_of", "padding_side", "return_attention_mask"):
+        assert fields[name].annotation == EncodeRequest.model_fields[name].annotation, name
+        assert fields[name].metadata == EncodeRequest.model_fields[name].metadata, name
+    assert allowed_values(fields["truncation"].annotation) == set(wire.TRUNCATION_VALUES)
+    body = {"conversations": [[{"role": "user", "content": "hi"}]], "tools": [], "padding_side": "left"}
+    options = ChatRequest.model_validate(body).options()
+    assert type(options) is wire.ChatOptions and options is not None
+    assert wire.changed_options(options) == {"tools": [], "padding_side": "left"}  # [] is not None: tool_use
+
+
+def test_the_engine_takes_the_chat_declaration_itself():
+    from service.engine import chat
+
+    assert engine.ChatOptions is wire.ChatOptions and chat.ChatOptions is wire.ChatOptions
+    assert chat.ASSISTANT_MASK_SOURCES is wire.ASSISTANT_MASK_SOURCES
+    masked = wire.ChatOptions(return_assistant_tokens_mask=True, padding="longest", max_length=9, truncation=True)
+    encode = masked.as_encode_options()
+    assert encode.add_special_tokens is False and encode.return_offsets_mapping is True  # the template wrote them
+    assert (encode.padding, encode.truncation, encode.max_length) == ("longest", True, 9)
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_client_apply_chat_template_has_transformers_signature(client_class):
+    """Drop-in: the same parameters, kinds, order and defaults as transformers 5's apply_chat_template, plus
+    assistant_masks_from (keyword-only)."""
+    theirs = apply_chat_template_parameters()
+    ours = dict(inspect.signature(client_class.apply_chat_template).parameters)
+    assert ours.pop("assistant_masks_from").kind is inspect.Parameter.KEYWORD_ONLY
+    described = [(p.name, p.kind, p.default) for p in ours.values()]
+    assert described == [(p.name, p.kind, p.default) for p in theirs.values()]
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_chat_encode_ragged_takes_exactly_the_wire_options(client_class):
+    defaults = keyword_defaults(client_class.chat_encode_ragged)
+    assert list(defaults) == CHAT_OPTIONS and defaults == dict(wire.CHAT_OPTIONS)
+
+
+CHAT_NOT_DEFAULT = {
+    "tools": [{"type": "function", "function": {"name": "f"}}],
+    "documents": [{"title": "t", "text": "x"}],
+    "chat_template": "llama3",
+    "continue_final_message": "reasoning_content",
+    "chat_template_kwargs": {"enable_thinking": False},
+    "assistant_masks_from": "turns",
+    "padding": "longest",
+    "truncation": "only_first",
+    "max_length": 7,
+    "pad_to_multiple_of": 8,
+    "padding_side": "left",
+    "return_attention_mask": False,
+}
+
+
+def chat_not_default(name: str, default: Any) -> Any:
+    return not default if isinstance(default, bool) else CHAT_NOT_DEFAULT[name]
+
+
+def recorded_bodies() -> tuple[list[dict], MockTransport]:
+    sent: list[dict] = []
+
+    def handler(request):
+        sent.append(json.loads(request.body))
+        return Response(422, {"content-type": "application/json"}, b'{"error": "recorded", "error_type": "x"}')
+
+    return sent, MockTransport(handler)
+
+
+def called(client: Any, method: str, *args: Any, **kwargs: Any) -> None:
+    call = getattr(client, method)
+    with pytest.raises(InvalidRequest, match="recorded"):
+        if isinstance(client, AsyncTokenizerClient):
+            asyncio.run(call(*args, **kwargs))
+        else:
+            call(*args, **kwargs)
+
+
+CONVERSATION = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_every_chat_option_reaches_the_body(client_class):
+    """chat_encode_ragged sends each option by its wire name; apply_chat_template maps transformers' arguments
+    to the same body: its own as they are, tokenizer_kwargs as options of their own, other keywords as template
+    variables -- the mapping transformers itself makes."""
+    sent, transport = recorded_bodies()
+    client = client_class("http://a:1", transport=transport)
+    options = {name: chat_not_default(name, default) for name, default in wire.CHAT_OPTIONS.items()}
+    called(client, "chat_encode_ragged", [CONVERSATION], **options)
+    assert {name: sent[-1].get(name) for name in options} == options
+    assert sent[-1]["conversations"] == [CONVERSATION]
+    assert wire.changed_options(wire.ChatOptions(**options)) == options  # each value is one to send
+
+    tokenizer_kwargs = {name: options[name] for name in wire.CHAT_TOKENIZER_KWARGS}
+    ours = ("chat_template_kwargs", "assistant_masks_from", *wire.CHAT_TOKENIZER_KWARGS)
+    own = {name: value for name, value in options.items() if name not in ours}
+    called(
+        client,
+        "apply_chat_template",
+        CONVERSATION,
+        **own,
+        tokenizer_kwargs=tokenizer_kwargs,
+        assistant_masks_from="turns",
+        **options["chat_template_kwargs"],
+    )
+    assert sent[-1]["conversations"] == [CONVERSATION]  # one conversation: a batch of one
+    assert {name: sent[-1].get(name) for name in options} == options
+
+
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_apply_chat_template_refuses_what_the_service_cannot_do_as_transformers_does(client_class):
+    client = client_class("http://a:1", transport=MockTransport(lambda request: Response(500, {}, b"")))
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        call = client.apply_chat_template(*args, **kwargs)
+        return asyncio.run(call) if client_class is AsyncTokenizerClient else call
+
+    with pytest.raises(ValueError, match="empty conversation"):
+        run([])
+    with pytest.raises(ValueError, match="requires `return_dict=True` and `tokenize=True`"):
+        run(CONVERSATION, tokenize=False, return_assistant_tokens_mask=True)
+    with pytest.raises(ValueError, match="sanitize_control_tokens is not supported"):
+        run(CONVERSATION, sanitize_control_tokens=True)
+    with pytest.raises(ValueError, match=r"tokenizer_kwargs \['stride'\] are not supported"):
+        run(CONVERSATION, tokenizer_kwargs={"stride": 2})
+    with pytest.raises(TypeError, match="tools\\[0\\] is a function"):
+        run(CONVERSATION, tools=[len])

@@ -12,6 +12,11 @@
     collate = client.collator(truncation=True, max_length=512)
     loader = DataLoader(texts, batch_sampler=collate.batch_sampler(texts, max_tokens=8192), collate_fn=collate)
 
+    # conversations: what apply_chat_template gives in-process, and TRL's SFT batches in DataLoader workers
+    batch = client.apply_chat_template(conversations, return_assistant_tokens_mask=True)
+    loader = DataLoader(rows, batch_size=8, num_workers=2, collate_fn=client.chat_collator(max_length=2048,
+                                                                                           truncation=True))
+
 Importing or using this package never imports ``tokenizers``, ``transformers``, ``fastapi`` or
 ``pydantic``, nor httpx with the default transports (stdlib ``http.client`` for the sync client, asyncio
 streams for the async one); numpy and torch are imported only when arrays or tensors are asked for.
@@ -22,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..wire import API_KEY_ENV, URL_ENV
 from .clients import TokenizerClient
-from .collate import Collator
+from .collate import ChatCollator, Collator
 from .exceptions import (
     ConnectError,
     FingerprintMismatch,
@@ -59,6 +64,7 @@ __all__ = [
     "LaunchedAsyncTokenizerClient",
     "LaunchedService",
     "Collator",
+    "ChatCollator",
     "TokenBudgetBatchSampler",
     "EncodeResult",
     "RaggedResult",

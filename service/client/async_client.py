@@ -10,16 +10,22 @@ import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from ..wire import LENGTHS_BATCH_TEXTS, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
+from ..wire import LENGTHS_BATCH_TEXTS, ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .calls import (
     RETRY_STATUSES,
     Call,
+    apply_chat_template_call,
+    chat_lengths_request,
+    chat_options,
+    chat_ragged_call,
     decode_call,
     encode_call,
     encode_ragged_call,
     finish,
     info_call,
+    is_conversations,
     lengths_calls,
+    read_conversations,
     rejection,
     tokenize_call,
 )
@@ -139,7 +145,10 @@ class AsyncTokenizerClient(_ClientBase):
             stride=stride,
             return_overflowing_tokens=return_overflowing_tokens,
         )
-        calls, batched = lengths_calls(text, text_pair, options, batch_size)
+        if is_conversations(text) and text_pair is None:
+            calls, batched = chat_lengths_request(text, options, batch_size)
+        else:
+            calls, batched = lengths_calls(text, text_pair, options, batch_size)
         lengths = [n for call in calls for n in await self._send(call)]
         return lengths if batched else lengths[0]
 
@@ -216,6 +225,86 @@ class AsyncTokenizerClient(_ClientBase):
             return_sequence_ids=return_sequence_ids,
         )
         return await self._send(tokenize_call(text, pair, options))
+
+    async def apply_chat_template(
+        self,
+        conversation: Any,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        tokenize: bool = True,
+        sanitize_control_tokens: bool = False,
+        padding: bool | str = False,
+        truncation: bool | str | None = False,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        return_dict: bool = True,
+        return_assistant_tokens_mask: bool = False,
+        tokenizer_kwargs: dict[str, Any] | None = None,
+        *,
+        assistant_masks_from: str = "generation",
+        **kwargs: Any,
+    ) -> Any:
+        """As :meth:`TokenizerClient.apply_chat_template`."""
+        options = chat_options(
+            tools=tools,
+            documents=documents,
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            sanitize_control_tokens=sanitize_control_tokens,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            return_assistant_tokens_mask=return_assistant_tokens_mask,
+            tokenizer_kwargs=tokenizer_kwargs,
+            assistant_masks_from=assistant_masks_from,
+            template_variables=kwargs,
+        )
+        call = apply_chat_template_call(
+            conversation, options, tokenize=tokenize, return_tensors=return_tensors, return_dict=return_dict
+        )
+        return await self._send(call)
+
+    async def chat_encode_ragged(
+        self,
+        conversations: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        padding: bool | str = False,
+        truncation: bool | str | None = False,
+        max_length: int | None = None,
+        return_assistant_tokens_mask: bool = False,
+        assistant_masks_from: str = "generation",
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> RaggedResult:
+        """As :meth:`TokenizerClient.chat_encode_ragged`."""
+        options = ChatOptions(
+            tools=tools,
+            documents=documents,
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            chat_template_kwargs=chat_template_kwargs,
+            return_assistant_tokens_mask=return_assistant_tokens_mask,
+            assistant_masks_from=assistant_masks_from,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+        )
+        return await self._send(chat_ragged_call(read_conversations(conversations)[0], options))
 
     async def info(self) -> dict[str, Any]:
         """As :meth:`TokenizerClient.info`."""

@@ -3,15 +3,19 @@ into results or exceptions. Shared by the sync and async clients; the contract i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import operator
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from ..wire import (
+    CHAT_ENCODE_PATH,
+    CHAT_RENDER_PATH,
+    CHAT_TOKENIZER_KWARGS,
     DECODE_PATH,
     ENCODE_PATH,
     ERROR_FIELD,
@@ -26,6 +30,7 @@ from ..wire import (
     RETURN_TENSORS,
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
+    ChatOptions,
     DecodeOptions,
     EncodeOptions,
     LengthOptions,
@@ -162,8 +167,15 @@ def encode_call(text: Any, text_pair: Any, options: EncodeOptions, return_tensor
     if return_tensors not in RETURN_TENSORS:
         raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
     texts, pairs, batched = split_inputs(text, text_pair)
-    overflowing = bool(options.return_overflowing_tokens)
+    body = _texts_body(texts, pairs, options)
+    return encode_call_for(body, ENCODE_PATH, batched, bool(options.return_overflowing_tokens), return_tensors)
 
+
+def encode_call_for(
+    body: bytes, path: str, batched: bool, overflowing: bool, return_tensors: str | None
+) -> Call[EncodeResult]:
+    """An encode of ``body`` on ``path`` (``/encode`` or ``/chat/encode``): JSON lists shaped as transformers
+    gives them (``batched``: a batch was asked for), or a safetensors blob as numpy arrays or torch tensors."""
     if return_tensors is None:
 
         def parse(response: Response, url: str) -> EncodeResult:
@@ -181,13 +193,18 @@ def encode_call(text: Any, text_pair: Any, options: EncodeOptions, return_tensor
             return EncodeResult(to_torch(arrays) if return_tensors == "pt" else arrays)
 
     accept = JSON_MEDIA_TYPE if return_tensors is None else SAFETENSORS_MEDIA_TYPE
-    return Call("POST", ENCODE_PATH, _texts_body(texts, pairs, options), parse, accept=accept)
+    return Call("POST", path, body, parse, accept=accept)
 
 
 def encode_ragged_call(text: Any, text_pair: Any, options: EncodeOptions) -> Call[RaggedResult]:
     """An encode answered in the ragged binary layout (``service.wire.RAGGED_MEDIA_TYPE``); a JSON answer
     (a server that predates it) is read too."""
     texts, pairs, _ = split_inputs(text, text_pair)  # always rows: a single text is a batch of one
+    return ragged_call_for(_texts_body(texts, pairs, options), ENCODE_PATH)
+
+
+def ragged_call_for(body: bytes, path: str) -> Call[RaggedResult]:
+    """An encode of ``body`` on ``path``, answered in the ragged binary layout (or JSON, read as rows)."""
 
     def parse(response: Response, url: str) -> RaggedResult:
         content_type = response.headers.get("content-type", "")
@@ -197,7 +214,7 @@ def encode_ragged_call(text: Any, text_pair: Any, options: EncodeOptions) -> Cal
             return RaggedResult.from_lists(_json_body(response, url, "input_ids"))
         raise ProtocolError(f"{url}: asked for {RAGGED_MEDIA_TYPE}, got {content_type!r}", url=url)
 
-    return Call("POST", ENCODE_PATH, _texts_body(texts, pairs, options), parse, accept=RAGGED_MEDIA_TYPE)
+    return Call("POST", path, body, parse, accept=RAGGED_MEDIA_TYPE)
 
 
 def lengths_calls(
@@ -292,6 +309,186 @@ def tokenize_call(text: Any, pair: Any, options: TokenizeOptions) -> Call[Any]:
         return {"tokens": tokens[0], "sequence_ids": sequence_ids[0]}
 
     return Call("POST", TOKENIZE_PATH, _texts_body(texts, pairs, options), parse)
+
+
+# -- conversations -----------------------------------------------------------------------------------------
+
+
+def read_conversations(conversation: Any) -> tuple[list[Any], bool]:
+    """(conversations, batched) as transformers' ``apply_chat_template`` reads its first argument: one conversation
+    (a list of messages) or a batch of them (a list of lists, or of objects with ``.messages``)."""
+    if isinstance(conversation, (str, bytes)) or not isinstance(conversation, (list, tuple)):
+        raise TypeError(
+            "conversation must be a list of messages (dicts with role and content), or a list of such lists, not "
+            + type(conversation).__name__
+        )
+    if len(conversation) == 0:
+        raise ValueError("Cannot apply chat template to an empty conversation. Provide at least one message.")
+    first = conversation[0]
+    if isinstance(first, (list, tuple)) or hasattr(first, "messages"):
+        return [_messages_of(item) for item in conversation], True
+    return [_messages_of(conversation)], False
+
+
+def _messages_of(conversation: Any) -> list[Any]:
+    messages = getattr(conversation, "messages", conversation)
+    return [_plain_message(message) for message in messages]
+
+
+def _plain_message(message: Any) -> Any:
+    """A message as JSON takes it: a mapping as it is; a dataclass or pydantic model as its fields (as
+    transformers normalises them; None-valued fields are dropped by the server, as there)."""
+    if isinstance(message, dict):
+        return message
+    if hasattr(message, "model_dump"):
+        return message.model_dump()
+    import dataclasses
+
+    if dataclasses.is_dataclass(message) and not isinstance(message, type):
+        return dataclasses.asdict(message)
+    return message  # the server names what is wrong with it
+
+
+def _chat_body(conversations: list[Any], options: ChatOptions) -> bytes:
+    if options.tools is not None:
+        for i, tool in enumerate(options.tools):
+            if callable(tool) and not isinstance(tool, dict):
+                raise TypeError(
+                    f"tools[{i}] is a function: the service takes tools as JSON schemas (make one in-process with "
+                    "transformers.utils.get_json_schema(function))"
+                )
+    payload: dict[str, Any] = {"conversations": conversations, **changed_options(options)}
+    try:
+        return _dumps(payload)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"conversations and their options must hold JSON values only ({exc})") from None
+
+
+def chat_options(
+    *,
+    tools: Any,
+    documents: Any,
+    chat_template: str | None,
+    add_generation_prompt: bool,
+    continue_final_message: bool | str,
+    sanitize_control_tokens: bool,
+    padding: bool | str,
+    truncation: bool | str | None,
+    max_length: int | None,
+    return_assistant_tokens_mask: bool,
+    tokenizer_kwargs: dict[str, Any] | None,
+    assistant_masks_from: str,
+    template_variables: dict[str, Any],
+) -> ChatOptions:
+    """The wire's :class:`ChatOptions` from ``apply_chat_template``'s arguments, mapped as transformers maps them:
+    ``tokenizer_kwargs`` to the tokenizer's options, every other keyword to a template variable."""
+    if sanitize_control_tokens:
+        raise ValueError(
+            "sanitize_control_tokens is not supported by the service yet: control tokens in messages are encoded "
+            "as the template writes them (as transformers does with sanitize_control_tokens=False)"
+        )
+    extra = dict(tokenizer_kwargs or {})
+    unknown = sorted(set(extra) - set(CHAT_TOKENIZER_KWARGS))
+    if unknown:
+        raise ValueError(
+            f"tokenizer_kwargs {unknown} are not supported by the service; it takes {list(CHAT_TOKENIZER_KWARGS)}"
+        )
+    return ChatOptions(
+        tools=tools,
+        documents=documents,
+        chat_template=chat_template,
+        add_generation_prompt=add_generation_prompt,
+        continue_final_message=continue_final_message,
+        chat_template_kwargs=template_variables or None,
+        return_assistant_tokens_mask=return_assistant_tokens_mask,
+        assistant_masks_from=assistant_masks_from,
+        padding=padding,
+        truncation=truncation,
+        max_length=max_length,
+        **extra,
+    )
+
+
+def apply_chat_template_call(
+    conversation: Any, options: ChatOptions, *, tokenize: bool, return_tensors: str | None, return_dict: bool
+) -> Call[Any]:
+    """The call ``apply_chat_template`` makes: ``/chat/render`` for strings, else ``/chat/encode``, its answer
+    shaped as transformers returns it (a BatchEncoding-like :class:`EncodeResult`, or the ids alone)."""
+    if return_tensors not in RETURN_TENSORS:
+        raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
+    if not tokenize:
+        return_dict = False  # as transformers: dicts come from the tokenizer only
+    if options.return_assistant_tokens_mask and not (return_dict and tokenize):
+        raise ValueError("`return_assistant_tokens_mask=True` requires `return_dict=True` and `tokenize=True`")
+    conversations, batched = read_conversations(conversation)
+    body = _chat_body(conversations, options)
+    if not tokenize:
+
+        def texts(response: Response, url: str) -> Any:
+            rendered = _json_body(response, url, "texts")["texts"]
+            if not isinstance(rendered, list) or len(rendered) != len(conversations):
+                raise ProtocolError(
+                    f"{url}: expected {len(conversations)} texts under 'texts', got {rendered!r:.200}", url=url
+                )
+            return rendered if batched else rendered[0]
+
+        return Call("POST", CHAT_RENDER_PATH, body, texts)
+    encode = encode_call_for(body, CHAT_ENCODE_PATH, batched, False, return_tensors)
+
+    def parse(response: Response, url: str) -> Any:
+        result = encode.parse(response, url)
+        return result if return_dict else result["input_ids"]
+
+    return Call("POST", CHAT_ENCODE_PATH, body, parse, accept=encode.accept)
+
+
+def is_conversations(text: Any) -> bool:
+    """Whether ``text`` is a conversation (a list of message dicts) or a batch of them, rather than texts."""
+    if not isinstance(text, (list, tuple)) or not text:
+        return False
+    first = text[0]
+    if isinstance(first, Mapping) or hasattr(first, "messages"):
+        return True
+    return isinstance(first, (list, tuple)) and bool(first) and isinstance(first[0], Mapping)
+
+
+def chat_lengths_request(
+    conversation: Any, options: LengthOptions, batch_size: int
+) -> tuple[list[Call[list[int]]], bool]:
+    """``client.lengths`` of conversations: each count ``len(apply_chat_template(conversation, truncation=...,
+    max_length=...)["input_ids"])`` with the tokenizer's default template; the options that only texts have are
+    refused when set."""
+    if options.stride or options.return_overflowing_tokens:
+        raise ValueError(
+            "stride and return_overflowing_tokens do not apply to conversations (apply_chat_template has none)"
+        )
+    conversations, batched = read_conversations(conversation)
+    chat = ChatOptions(truncation=options.truncation, max_length=options.max_length)
+    return chat_lengths_calls(conversations, chat, batch_size), batched
+
+
+def chat_ragged_call(conversations: list[Any], options: ChatOptions) -> Call[RaggedResult]:
+    """``/chat/encode`` of a batch of conversations, answered in the ragged binary layout."""
+    return ragged_call_for(_chat_body(conversations, options), CHAT_ENCODE_PATH)
+
+
+def chat_lengths_calls(conversations: list[Any], options: ChatOptions, batch_size: int) -> list[Call[list[int]]]:
+    """Token counts of conversations, ``batch_size`` per request: the row lengths of their ragged encode (ids
+    only: no attention mask, no masks, no padding)."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    counted = dataclasses.replace(
+        options, padding=False, return_attention_mask=False, return_assistant_tokens_mask=False, pad_to_multiple_of=None
+    )
+    calls = []
+    for start in range(0, len(conversations), batch_size):
+        ragged = chat_ragged_call(conversations[start : start + batch_size], counted)
+
+        def parse(response: Response, url: str, ragged: Call[RaggedResult] = ragged) -> list[int]:
+            return [int(n) for n in ragged.parse(response, url).row_lengths.tolist()]
+
+        calls.append(Call("POST", CHAT_ENCODE_PATH, ragged.body, parse, accept=ragged.accept))
+    return calls
 
 
 def info_call() -> Call[dict[str, Any]]:

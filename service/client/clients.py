@@ -23,6 +23,7 @@ from ..wire import (
     RAGGED_MEDIA_TYPE,
     SAFETENSORS_MEDIA_TYPE,
     URL_ENV,
+    ChatOptions,
     DecodeOptions,
     EncodeOptions,
     LengthOptions,
@@ -32,16 +33,22 @@ from ..wire import (
 from .calls import (
     RETRY_STATUSES,
     Call,
+    apply_chat_template_call,
+    chat_lengths_request,
+    chat_options,
+    chat_ragged_call,
     decode_call,
     encode_call,
     encode_ragged_call,
     finish,
     info_call,
+    is_conversations,
     lengths_calls,
+    read_conversations,
     rejection,
     tokenize_call,
 )
-from .collate import Collator
+from .collate import ChatCollator, Collator
 from .exceptions import TransportError
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, Endpoints, RetryPolicy
@@ -135,6 +142,39 @@ class _ClientBase:
         gives the batches a token budget (see :class:`Collator`).
         """
         return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
+
+    def chat_collator(
+        self,
+        *,
+        messages_field: str = "messages",
+        pad_token_id: int | None = None,
+        assistant_only_loss: bool = True,
+        padding_free: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str = "right",
+        return_position_ids: bool = False,
+        **chat_options: Any,
+    ) -> ChatCollator:
+        """A picklable ``collate_fn`` for supervised fine-tuning on conversations, equal to TRL's SFT collation
+        (its ``labels`` from the assistant masks, then ``DataCollatorForLanguageModeling``), tokenized through this
+        service: rows whose ``messages_field`` holds a conversation -> ``input_ids``, ``labels`` (-100 where the
+        assistant did not write the token, and on padding; every real token with ``assistant_only_loss=False``),
+        ``attention_mask``; ``padding_free=True`` packs the batch into one row with ``position_ids`` and no padding.
+        Other fields are collated as ``default_collate`` does. ``chat_options``: ``tools``, ``documents``,
+        ``chat_template``, ``chat_template_kwargs``, ``assistant_masks_from``, ``truncation``, ``max_length``.
+        ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget (see
+        :class:`ChatCollator`)."""
+        return ChatCollator(
+            self._sync_client(),
+            messages_field=messages_field,
+            pad_token_id=pad_token_id,
+            assistant_only_loss=assistant_only_loss,
+            padding_free=padding_free,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_position_ids=return_position_ids,
+            **chat_options,
+        )
 
     def _sync_client(self) -> TokenizerClient:
         raise NotImplementedError
@@ -306,6 +346,12 @@ class TokenizerClient(_ClientBase):
         ``encode``). Much cheaper than encoding: the service answers one small int per text. Any number of
         texts: they are sent ``batch_size`` per request (the server's ``max_texts_per_request``, 4,096 by
         default, is the most it takes); an empty batch gives ``[]`` without a request.
+
+        ``text`` may also be a conversation (a list of message dicts) or a batch of them: each count is then
+        ``len(tokenizer.apply_chat_template(conversation, truncation=..., max_length=...)["input_ids"])`` with the
+        tokenizer's default template (the template writes the special tokens, so ``add_special_tokens`` does
+        not apply; ``stride`` and overflow are refused). A chat collator's :meth:`~ChatCollator.batch_sampler`
+        counts with all of its chat options.
         """
         options = LengthOptions(
             add_special_tokens=add_special_tokens,
@@ -314,7 +360,10 @@ class TokenizerClient(_ClientBase):
             stride=stride,
             return_overflowing_tokens=return_overflowing_tokens,
         )
-        calls, batched = lengths_calls(text, text_pair, options, batch_size)
+        if is_conversations(text) and text_pair is None:
+            calls, batched = chat_lengths_request(text, options, batch_size)
+        else:
+            calls, batched = lengths_calls(text, text_pair, options, batch_size)
         lengths = [n for call in calls for n in self._send(call)]
         return lengths if batched else lengths[0]
 
@@ -401,6 +450,104 @@ class TokenizerClient(_ClientBase):
             return_sequence_ids=return_sequence_ids,
         )
         return self._send(tokenize_call(text, pair, options))
+
+    def apply_chat_template(
+        self,
+        conversation: Any,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        tokenize: bool = True,
+        sanitize_control_tokens: bool = False,
+        padding: bool | str = False,
+        truncation: bool | str | None = False,
+        max_length: int | None = None,
+        return_tensors: str | None = None,
+        return_dict: bool = True,
+        return_assistant_tokens_mask: bool = False,
+        tokenizer_kwargs: dict[str, Any] | None = None,
+        *,
+        assistant_masks_from: str = "generation",
+        **kwargs: Any,
+    ) -> Any:
+        """Conversations through the served tokenizer's chat template -- same arguments, same result as
+        ``tokenizer.apply_chat_template`` in-process (transformers 5): one conversation (a list of message dicts)
+        or a batch of them; ``tokenize=False`` gives the rendered string(s); otherwise an :class:`EncodeResult` with
+        ``input_ids``, ``attention_mask`` and, with ``return_assistant_tokens_mask=True``, ``assistant_masks``
+        (lists, or ``return_tensors="np"``/``"pt"``), or the ids alone with ``return_dict=False``.
+
+        As in transformers, ``tokenizer_kwargs`` go to the tokenizer (the service takes ``pad_to_multiple_of``,
+        ``padding_side`` and ``return_attention_mask``) and every other keyword is a template variable (e.g.
+        ``enable_thinking=False``). ``chat_template`` names one of the tokenizer's templates (``info()["chat"]``
+        lists them). ``tools`` are JSON schemas (functions cannot travel).
+
+        Masks are never silently wrong: on a template without ``{% generation %}`` markers, transformers answers an
+        all-zero mask, the service raises :class:`InvalidRequest` saying so; ``assistant_masks_from="turns"`` (not
+        a transformers argument) marks each assistant message's rendered turn instead, exactly, or refuses a
+        template that rewrites earlier turns. ``sanitize_control_tokens`` is not supported yet.
+        """
+        options = chat_options(
+            tools=tools,
+            documents=documents,
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            sanitize_control_tokens=sanitize_control_tokens,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            return_assistant_tokens_mask=return_assistant_tokens_mask,
+            tokenizer_kwargs=tokenizer_kwargs,
+            assistant_masks_from=assistant_masks_from,
+            template_variables=kwargs,
+        )
+        call = apply_chat_template_call(
+            conversation, options, tokenize=tokenize, return_tensors=return_tensors, return_dict=return_dict
+        )
+        return self._send(call)
+
+    def chat_encode_ragged(
+        self,
+        conversations: Sequence[Any],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        chat_template: str | None = None,
+        add_generation_prompt: bool = False,
+        continue_final_message: bool | str = False,
+        padding: bool | str = False,
+        truncation: bool | str | None = False,
+        max_length: int | None = None,
+        return_assistant_tokens_mask: bool = False,
+        assistant_masks_from: str = "generation",
+        pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
+        return_attention_mask: bool | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
+    ) -> RaggedResult:
+        """Encode a batch of conversations as :meth:`apply_chat_template` does, with the options as the service
+        names them (``service.wire.ChatOptions``), answered in the binary ragged layout: each key one flat int64
+        numpy array plus ``row_lengths`` (a :class:`RaggedResult`). The fast path of the chat collator and of
+        pre-tokenizing conversations. A single conversation is a batch of one row."""
+        options = ChatOptions(
+            tools=tools,
+            documents=documents,
+            chat_template=chat_template,
+            add_generation_prompt=add_generation_prompt,
+            continue_final_message=continue_final_message,
+            chat_template_kwargs=chat_template_kwargs,
+            return_assistant_tokens_mask=return_assistant_tokens_mask,
+            assistant_masks_from=assistant_masks_from,
+            padding=padding,
+            truncation=truncation,
+            max_length=max_length,
+            pad_to_multiple_of=pad_to_multiple_of,
+            padding_side=padding_side,
+            return_attention_mask=return_attention_mask,
+        )
+        return self._send(chat_ragged_call(read_conversations(conversations)[0], options))
 
     def info(self) -> dict[str, Any]:
         """What the server serves: tokenizer, ``fingerprint``, limits, batching, versions."""

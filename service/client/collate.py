@@ -1,22 +1,23 @@
-"""A DataLoader ``collate_fn`` that tokenizes through the service: padded batches, or padding-free packed ones.
+"""DataLoader ``collate_fn`` s that tokenize through the service: :class:`Collator` for texts (padded batches, or
+padding-free packed ones) and :class:`ChatCollator` for conversations (supervised fine-tuning batches, as TRL's).
 
-The class lives at module level so spawned DataLoader workers can unpickle it; it holds a
+The classes live at module level so spawned DataLoader workers can unpickle them; each holds a
 :class:`~service.client.TokenizerClient`, which pickles without connections and opens its own in each
-worker process. torch is imported only when a batch is collated.
+worker process. numpy and torch are imported only when a batch is collated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-from ..wire import ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
+from ..wire import CHAT_OPTIONS, ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
 from .packing import PACKING_OPTIONS, flatten
 
 if TYPE_CHECKING:
     from .sampling import TokenBudgetBatchSampler
 
-__all__ = ["Collator"]
+__all__ = ["Collator", "ChatCollator"]
 
 # With packing, only the options that decide which tokens a text becomes: nothing is padded, and the packed
 # batch holds input_ids, labels and positions only.
@@ -214,3 +215,154 @@ class Collator:
             f"Collator({self.client!r}, text_field={self.text_field!r}, pair_field={self.pair_field!r}{packing}, "
             f"{options})"
         )
+
+
+#: The chat options a chat collator takes (those of TRL's tokenize step); the others are the collator's own doing:
+#: it encodes without padding and pads itself, and asks for masks when the loss is the assistant's only.
+COLLATOR_CHAT_OPTIONS: Final = (
+    "tools",
+    "documents",
+    "chat_template",
+    "chat_template_kwargs",
+    "assistant_masks_from",
+    "truncation",
+    "max_length",
+)
+
+
+class ChatCollator:
+    """``collate_fn(batch) -> dict`` of tensors for supervised fine-tuning on conversations: what TRL's
+    ``SFTTrainer`` makes of them (its dataset preparation, then ``DataCollatorForLanguageModeling``), with the
+    tokenizing done by the service.
+
+    A batch is a list of dict rows whose ``messages_field`` holds a conversation (a list of messages), or of bare
+    conversations; every other field of the rows is collated as ``default_collate`` does and added to the result.
+    Each batch's conversations are encoded by ``/chat/encode`` in one request (ragged binary: ids and, with
+    ``assistant_only_loss``, masks), then :func:`service.client.chat.collate_sft` makes ``input_ids``, ``labels``
+    (-100 where the token does not count, and on padding) and ``attention_mask``, or with ``padding_free=True``
+    one row with ``position_ids`` and flash-attention's boundaries.
+
+    ``chat_options``: those of TRL's tokenize step (:data:`COLLATOR_CHAT_OPTIONS`): ``tools``, ``documents``,
+    ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
+    ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens). ``pad_token_id``:
+    default the served tokenizer's pad token, else its eos token (as TRL), read from ``/info`` once per process.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        messages_field: str = "messages",
+        pad_token_id: int | None = None,
+        assistant_only_loss: bool = True,
+        padding_free: bool = False,
+        pad_to_multiple_of: int | None = None,
+        padding_side: str = "right",
+        return_position_ids: bool = False,
+        **chat_options: Any,
+    ) -> None:
+        unknown = set(chat_options) - set(COLLATOR_CHAT_OPTIONS)
+        if unknown:
+            known = set(CHAT_OPTIONS)
+            why = (
+                "the collator encodes without padding and pads each batch itself, and asks for assistant masks "
+                "when assistant_only_loss is set"
+                if unknown <= known
+                else "unknown option(s)"
+            )
+            raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(COLLATOR_CHAT_OPTIONS)}")
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
+        if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
+            raise ValueError("pad_to_multiple_of must be a positive integer")
+        self.client = client
+        self.messages_field = messages_field
+        self.pad_token_id = pad_token_id
+        self.sft_options: dict[str, Any] = {
+            "assistant_only_loss": bool(assistant_only_loss),
+            "padding_free": bool(padding_free),
+            "pad_to_multiple_of": pad_to_multiple_of,
+            "padding_side": padding_side,
+            "return_position_ids": bool(return_position_ids),
+        }
+        self.chat_options = dict(chat_options)
+
+    def __call__(self, batch: Sequence[Any]) -> dict[str, Any]:
+        if not batch:
+            raise ValueError("cannot collate an empty batch")
+        from .chat import split_conversations
+
+        conversations, others = split_conversations(batch, self.messages_field)
+        masks = self.sft_options["assistant_only_loss"]
+        encoded = self.client.chat_encode_ragged(
+            conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, **self.chat_options
+        )
+        ids = encoded.rows("input_ids")
+        rows: list[dict[str, Any]] = [{"input_ids": row} for row in ids]
+        if masks:
+            for row, mask in zip(rows, encoded.rows("assistant_masks"), strict=True):
+                row["assistant_masks"] = mask
+        from .chat import collate_fields, collate_sft
+
+        collated = collate_sft(rows, pad_token_id=self._pad_token_id(), **self.sft_options)
+        collated.update(collate_fields(others, taken=list(collated)))
+        return collated
+
+    def _pad_token_id(self) -> int:
+        if self.pad_token_id is None:
+            info = self.client.info()
+            pad = info.get("pad_token_id")
+            if pad is None:
+                pad = info.get("special_token_ids", {}).get("eos_token")
+            if pad is None:
+                raise ValueError(
+                    "the served tokenizer has neither a pad token nor an eos token: pass pad_token_id= to the collator"
+                )
+            self.pad_token_id = int(pad)
+        return self.pad_token_id
+
+    def batch_sampler(
+        self,
+        dataset: Any,
+        *,
+        max_tokens: int,
+        batch_size: int = LENGTHS_BATCH_TEXTS,
+        share_counting: bool = True,
+        **sampler_options: Any,
+    ) -> TokenBudgetBatchSampler:
+        """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
+        :meth:`service.client.Collator.batch_sampler` makes one: every item's conversation is counted through the
+        service once (``batch_size`` per request, with this collator's chat options, truncation included), each
+        rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
+        ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""
+        from .chat import split_conversations
+        from .sampling import TokenBudgetBatchSampler, count_across_ranks
+
+        for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
+            if name in sampler_options:
+                raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+        counted = {**self.chat_options, "return_attention_mask": False}
+
+        def count(start: int, step: int) -> list[int]:
+            indices = range(start, len(dataset), step)
+            lengths: list[int] = []
+            for first in range(0, len(indices), batch_size):  # a chunk of items at a time: none is kept
+                chunk = [dataset[i] for i in indices[first : first + batch_size]]
+                conversations, _ = split_conversations(chunk, self.messages_field)
+                encoded = self.client.chat_encode_ragged(conversations, **counted)
+                lengths.extend(int(n) for n in encoded.row_lengths.tolist())
+            return lengths
+
+        lengths = count_across_ranks(count, len(dataset), share_counting)
+        packing = self.sft_options["padding_free"]
+        if not packing:
+            sampler_options["pad_to_multiple_of"] = self.sft_options["pad_to_multiple_of"]
+        return TokenBudgetBatchSampler(
+            lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options
+        )
+
+    def __repr__(self) -> str:
+        options = ", ".join(f"{k}={v!r}" for k, v in {**self.sft_options, **self.chat_options}.items())
+        return f"ChatCollator({self.client!r}, messages_field={self.messages_field!r}, {options})"

@@ -6,6 +6,10 @@
   ``keep_fields`` are carried along (missing ones as None). Blank lines are not records.
 - ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
 
+With ``messages_field`` (conversations, for chat templates), a record's document is the conversation that field
+holds instead of a text: a non-empty list of message objects, each with a string ``role`` (JSON Lines: a JSON
+array; Parquet: a list-of-structs column). Text files hold no conversations.
+
 A UTF-8 byte order mark at the start of a text file is not part of its first document. JSON is parsed by
 the standard library only, so what a record holds never depends on which optional packages are installed.
 
@@ -43,11 +47,20 @@ _PARQUET_BATCH_ROWS = 1024
 class Document:
     """One document. ``position`` locates it in its file: the byte offset where its line starts (in the
     decompressed stream for gzip files), or its row number in a Parquet file. ``fields`` holds the kept
-    fields, in the order asked for (empty when none were asked for)."""
+    fields, in the order asked for (empty when none were asked for). ``conversation``: with a messages field,
+    the document's messages (its ``text`` is then empty)."""
 
     text: str
     position: int
     fields: tuple[Any, ...] = ()
+    conversation: list[dict[str, Any]] | None = None
+
+    @property
+    def size(self) -> int:
+        """Characters of the document: its text's, or the string values of its conversation's messages."""
+        if self.conversation is None:
+            return len(self.text)
+        return sum(_chars(value) for message in self.conversation for value in message.values())
 
 
 class DocumentReader:
@@ -66,13 +79,19 @@ class DocumentReader:
         on_bad_record: str = "error",
         max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
         storage: Storage | None = None,
+        messages_field: str | None = None,
     ) -> None:
         if on_bad_record not in BAD_RECORD_POLICIES:
             raise CorpusError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {on_bad_record!r}")
         if keep_fields and unit.file.format.startswith("txt"):
             raise CorpusError(f"{unit.file.path}: a text file has no fields to keep ({', '.join(keep_fields)})")
+        if messages_field is not None and unit.file.format.startswith("txt"):
+            raise CorpusError(f"{unit.file.path}: a text file holds no conversations (--messages-field)")
+        if messages_field is not None:
+            text_field = messages_field  # the field each document is read from
         if text_field in keep_fields:
             raise CorpusError(f"the text field {text_field!r} cannot also be a kept field")
+        self.messages = messages_field is not None
         self.unit = unit
         self.path = unit.file.path
         self.text_field = text_field
@@ -188,11 +207,21 @@ class DocumentReader:
         if text is _MISSING:
             self.reject(position, f"no field {self.text_field!r} (fields: {', '.join(list(record)[:10])})")
             return None
+        fields = tuple(record.get(name) for name in self.keep_fields)
+        if self.messages:
+            return self._conversation(text, position, fields)
         if not isinstance(text, str):
             self.reject(position, f"field {self.text_field!r} is {_json_type(text)}, not a string")
             return None
-        fields = tuple(record.get(name) for name in self.keep_fields)
         return Document(text, position, fields)
+
+    def _conversation(self, value: Any, position: int, fields: tuple[Any, ...]) -> Document | None:
+        """A document holding the conversation ``value`` of the messages field, or None (rejected)."""
+        problem = conversation_problem(value)
+        if problem is not None:
+            self.reject(position, f"field {self.text_field!r} {problem}")
+            return None
+        return Document("", position, fields, value)
 
     def _parquet(self) -> Iterator[Document]:
         import pyarrow as pa
@@ -203,7 +232,12 @@ class DocumentReader:
             if schema.get_field_index(name) < 0:
                 raise CorpusError(f"{self.path}: no column {name!r} (columns: {', '.join(schema.names[:20])})")
         text_type = schema.field(self.text_field).type
-        if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type) or _is_string_view(text_type)):
+        if self.messages:
+            if not (pa.types.is_list(text_type) or pa.types.is_large_list(text_type)):
+                raise CorpusError(
+                    f"{self.path}: column {self.text_field!r} is {text_type}, not a list of messages (structs)"
+                )
+        elif not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type) or _is_string_view(text_type)):
             raise CorpusError(f"{self.path}: column {self.text_field!r} is {text_type}, not a string column")
         self.field_types = {name: schema.field(name).type for name in self.keep_fields}
         metadata = parquet.metadata
@@ -223,13 +257,44 @@ class DocumentReader:
                 if text is None:
                     self.reject(row + i, f"column {self.text_field!r} is null")
                     continue
-                yield Document(text, row + i, tuple(column[i] for column in kept))
+                fields = tuple(column[i] for column in kept)
+                if self.messages:
+                    document = self._conversation(text, row + i, fields)
+                    if document is not None:
+                        yield document
+                    continue
+                yield Document(text, row + i, fields)
             row += len(texts)
             self.consumed = self.unit.weight * (row - first_row) // rows_in_unit
         self.consumed = self.unit.weight
 
 
 _MISSING = object()
+
+
+def conversation_problem(value: Any) -> str | None:
+    """What keeps ``value`` from being a conversation (a non-empty list of objects with a string role), or None."""
+    if not isinstance(value, list):
+        return f"is {_json_type(value)}, not a list of messages"
+    if not value:
+        return "is an empty conversation: it needs at least one message"
+    for j, message in enumerate(value):
+        if not isinstance(message, dict):
+            return f"message {j} is {_json_type(message)}, not an object"
+        if not isinstance(message.get("role"), str):
+            return f"message {j} has no role (a string)"
+    return None
+
+
+def _chars(value: Any) -> int:
+    """Characters of the strings in a message's value (content as a string, or a list of parts)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return sum(_chars(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_chars(item) for item in value.values())
+    return 0
 
 
 def _is_string_view(arrow_type: Any) -> bool:

@@ -8,12 +8,14 @@
 Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request). The parts:
 ``engine`` (the front: admission and lifecycle), ``batching`` (the queue), ``bounds`` (what a request may hold),
 ``memory`` (the budget those bounds are reserved from), ``work`` (what runs on the tokenizer thread),
-``encoding`` (option resolution and shaping), ``loading``, ``parallelism``, ``info``, ``errors``. The web layer
-(``service.http``) only translates requests into these calls and errors into statuses.
+``encoding`` (option resolution and shaping), ``chat`` (conversations: templates, the render thread, masks),
+``loading``, ``parallelism``, ``info``, ``errors``. The web layer (``service.http``) only translates requests
+into these calls and errors into statuses.
 """
 
-from ..wire import DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
+from ..wire import ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .batching import BatchingConfig, BatchObserver
+from .bounds import BodyKind
 from .encoding import EncodedBatch
 from .engine import Engine, EngineLimits
 from .errors import ErrorKind, ServiceError
@@ -28,9 +30,11 @@ __all__ = [
     "LengthOptions",
     "TokenizeOptions",
     "DecodeOptions",
+    "ChatOptions",
     "EncodedBatch",
     "TokenizedBatch",
     "BatchingConfig",
+    "BodyKind",
     "BatchObserver",
     "ErrorKind",
     "ServiceError",

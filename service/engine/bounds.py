@@ -11,11 +11,20 @@ slice rather than by the request; the bounds say where the slices end.
 
 from __future__ import annotations
 
+import enum
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .encoding import EncodePlan
+
+
+class BodyKind(enum.Enum):
+    """What a request body holds, for what reading and parsing it costs per byte."""
+
+    TEXTS = "texts"
+    IDS = "ids"  # id lists (/decode)
+    MESSAGES = "messages"  # conversations: an object per message (/chat/encode, /chat/render)
 
 
 @dataclass(frozen=True)
@@ -35,15 +44,21 @@ class CostModel:
     #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
     per_text_byte: int = 12
     #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
-    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- and 13x for id lists).
+    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- 13x for id lists, and 23x
+    #: for conversations, whose every ``{}`` or ``[]`` in a message becomes a Python object of 56-64 bytes).
     intake_texts_per_byte: int = 6
     intake_ids_per_byte: int = 15
+    intake_messages_per_byte: int = 26
     #: Parsing a small body of many tiny texts costs more per byte than the factor above says.
     intake_floor: int = 512 * 1024
 
-    def intake(self, body_bytes: int, ids: bool) -> int:
-        """Reading and parsing a body of ``body_bytes`` (``ids``: a /decode body)."""
-        factor = self.intake_ids_per_byte if ids else self.intake_texts_per_byte
+    def intake(self, body_bytes: int, kind: BodyKind) -> int:
+        """Reading and parsing a body of ``body_bytes`` holding ``kind``."""
+        factor = {
+            BodyKind.TEXTS: self.intake_texts_per_byte,
+            BodyKind.IDS: self.intake_ids_per_byte,
+            BodyKind.MESSAGES: self.intake_messages_per_byte,
+        }[kind]
         return self.intake_floor + factor * body_bytes
 
 
@@ -87,9 +102,9 @@ class RequestBounds:
         self.longest_token_bytes = longest_token_bytes
         self.slice_tokens = slice_tokens
 
-    def intake(self, body_bytes: int, ids: bool) -> int:
-        """Reading and parsing a request body of ``body_bytes`` (``ids``: a /decode body)."""
-        return self.costs.intake(body_bytes, ids)
+    def intake(self, body_bytes: int, kind: BodyKind) -> int:
+        """Reading and parsing a request body of ``body_bytes`` holding ``kind``."""
+        return self.costs.intake(body_bytes, kind)
 
     def encode(
         self, texts: Sequence[str], pairs: Sequence[str] | None, plan: EncodePlan, output: bool = True

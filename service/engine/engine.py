@@ -1,23 +1,27 @@
 """The engine front: admission and lifecycle. No HTTP in here.
 
-Every operation is one call of the same style: ``submit_encode``, ``submit_lengths``, ``submit_tokenize`` and
-``submit_decode`` check the request, resolve its options, bound what it will hold (:mod:`.bounds`) and queue
-it in the one bounded queue (:class:`~service.engine.batching.Batcher`), returning a future. Await the future
-for the answer; cancel it to withdraw the request (one not yet started is dropped unencoded). The work itself
-runs on the one tokenizer thread (:mod:`.work`).
+Every operation is one call of the same style: ``submit_encode``, ``submit_lengths``, ``submit_tokenize``,
+``submit_decode``, ``submit_chat_encode`` and ``submit_chat_render`` check the request, resolve its options,
+bound what it will hold (:mod:`.bounds`) and queue it in the one bounded queue
+(:class:`~service.engine.batching.Batcher`), returning a future. Await the future for the answer; cancel it to
+withdraw the request (one not yet started is dropped unencoded). The work itself runs on the one tokenizer
+thread (:mod:`.work`); conversations are rendered first on the render thread (:mod:`.chat`), and their texts
+then queue as an encode like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..wire import DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
+from ..wire import ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .batching import Batcher, BatchingConfig, BatchObserver, Job
-from .bounds import CostModel, RequestBounds, utf8_length
+from .bounds import BodyKind, CostModel, EncodeBound, RequestBounds, held_bytes, utf8_length
+from .chat import ChatRenderer, ChatTemplates, PreparedChats, RenderCharge, RenderLimits, RenderWatch
 from .encoding import EncodedBatch, EncodePlan, RustCall, TokenizerFacts, plan_encode
 from .errors import ErrorKind, ServiceError
 from .info import describe, tokenizer_facts
@@ -60,7 +64,10 @@ class Engine:
         limits: EngineLimits = EngineLimits(),
         batching: BatchingConfig = BatchingConfig(),
         observer: BatchObserver | None = None,
+        allow_chat_template_bodies: bool = False,
     ) -> None:
+        """``allow_chat_template_bodies``: chat requests may send a jinja template to render with instead of
+        naming one of the tokenizer's (see the server's ``--allow-chat-template-bodies`` for the risk)."""
         self.loaded = loaded
         tokenizer = loaded.tokenizer
         self._tokenizer = tokenizer
@@ -79,6 +86,13 @@ class Engine:
             slice_tokens=max(4096, limits.memory_budget // 8 // costs.rust_per_token),
         )
         self._plans: dict[EncodeOptions, EncodePlan] = {}
+        # conversations: the templates (read now, with the special tokens they see) and the render thread
+        self.chat = ChatTemplates.of(tokenizer, facts=self._facts, allow_template_bodies=allow_chat_template_bodies)
+        self._renderer = ChatRenderer()
+        # the rendered characters of a request are bounded by the memory budget as they accumulate
+        self._render_limits = RenderLimits(
+            max_chars=limits.max_text_chars, max_total_chars=None, max_conversations=limits.max_texts_per_request
+        )
         self.budget = MemoryBudget(limits.memory_budget, observer.memory_changed if observer is not None else None)
         self._thread = TokenizerThread(tokenizer)
         self._batcher = Batcher(batching, self._run_batch, observer, self.budget)
@@ -89,11 +103,13 @@ class Engine:
         self._thread.start()
         ForkGuard.arm()
         self._batcher.start()
+        await self._renderer.astart()
         await self._thread.warm_up(["warm up", "the pool"] * max(2, self._threads))
 
     async def astop(self) -> None:
         self._stopping = True  # callers get UNAVAILABLE ("retry elsewhere"); admitted work still runs
         await self._batcher.stop()
+        await self._renderer.astop()
         if self._thread.running:
             await self._thread.stop()
             ForkGuard.disarm()
@@ -105,7 +121,7 @@ class Engine:
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
         limits = self._limits
-        return describe(
+        described = describe(
             self._description,
             {
                 "max_texts_per_request": limits.max_texts_per_request,
@@ -116,6 +132,7 @@ class Engine:
             self._batcher,
             self._threads,
         )
+        return {**described, "chat": self.chat.info()}
 
     # -- the operations ---------------------------------------------------------------------------------
     def submit_encode(
@@ -129,16 +146,7 @@ class Engine:
         """Encode a batch exactly as ``tokenizer(texts, text_pairs, **options)`` would."""
         self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
-        plan = self._plan(options)
-        limit = self._limits.max_response_tokens
-        if plan.pad_target is not None and len(texts) * plan.pad_target > limit:
-            raise ServiceError(
-                ErrorKind.TOO_LARGE,
-                f"{len(texts)} texts padded to max_length={plan.pad_target} would hold over max_response_tokens="
-                f"{limit} token positions; send fewer texts or a smaller max_length",
-            )
-        bound = self._bounds.encode(texts, text_pairs, plan)
-        work = EncodeWork(inputs, plan, bound.slices, limit)
+        work, bound = self._encode_work(inputs, texts, text_pairs, self._plan(options))
         return self._submit(work, len(inputs), chars, bound.cost, reservation, "this encode")
 
     def submit_lengths(
@@ -220,17 +228,93 @@ class Engine:
         work = DecodeWork(self._tokenizer, ids, options)
         return self._submit(work, len(ids), sum(map(len, ids)), bound.cost, reservation, "this decode")
 
-    def reserve_intake(self, body_bytes: int, *, ids: bool = False) -> Reservation:
-        """Reserve memory for reading and parsing a request body of ``body_bytes`` (``ids``: a decode body)
+    def submit_chat_encode(
+        self,
+        conversations: Sequence[Any],
+        options: ChatOptions = ChatOptions(),
+        *,
+        reservation: Reservation | None = None,
+    ) -> asyncio.Future[EncodedBatch]:
+        """Encode conversations exactly as ``tokenizer.apply_chat_template(conversations, tokenize=True,
+        return_dict=True, **options)`` would (:mod:`.chat`): rendered on the render thread, bounded by the
+        memory budget as they render, then encoded as one encode of the rendered texts, which queues and batches
+        like any other (its bound computed from the texts before it queues), and masked."""
+        self._check_accepting()
+        prepared = self.chat.prepare(conversations, options, self._render_limits)
+        plan = self._plan(prepared.encode_options)
+        return asyncio.ensure_future(self._chat(prepared, plan, reservation))
+
+    def submit_chat_render(
+        self,
+        conversations: Sequence[Any],
+        options: ChatOptions = ChatOptions(),
+        *,
+        reservation: Reservation | None = None,
+    ) -> asyncio.Future[list[str]]:
+        """The rendered texts of conversations, exactly ``tokenizer.apply_chat_template(conversations,
+        tokenize=False, **options)`` (one per conversation); the encode's options are ignored, as there."""
+        self._check_accepting()
+        prepared = self.chat.prepare(conversations, options, self._render_limits, tokenize=False)
+        return asyncio.ensure_future(self._chat(prepared, None, reservation))
+
+    async def _chat(self, prepared: PreparedChats, plan: EncodePlan | None, reservation: Reservation | None) -> Any:
+        """Render (charging the reservation as the renderings accumulate), then encode and mask when ``plan``
+        is given, else answer the texts. The reservation (one of its own without the caller's) holds, beside
+        what it held when submitted (the parsed body), the renders in progress and the finished texts, then
+        the encode's bound of those texts."""
+        own = reservation is None
+        if reservation is None:
+            reservation = self.budget.reserve(0, "these conversations")
+        base = reservation.nbytes
+        in_progress = self._render_limits.in_progress_bytes()
+        charge = RenderCharge(reservation, base + in_progress, "rendering these conversations")
+        error = None
+        try:
+            try:
+                return await self._render_and_encode(prepared, plan, reservation, base, charge)
+            except ServiceError as exc:
+                # a copy without the traceback, whose frames hold the renderings: a task keeps its exception in
+                # a reference cycle, so they would stay until the garbage collector runs (chat.py: the same)
+                error = ServiceError(exc.kind, exc.message, retry_after=exc.retry_after)
+            raise error
+        finally:
+            charge.close()
+            if own:
+                reservation.release()
+
+    async def _render_and_encode(
+        self,
+        prepared: PreparedChats,
+        plan: EncodePlan | None,
+        reservation: Reservation,
+        base: int,
+        charge: RenderCharge,
+    ) -> Any:
+        charge(0)  # the renders in progress, before any starts
+        deadline = time.monotonic() + self._batcher.config.queue_timeout_seconds
+        rendered = await self._renderer.render(prepared, RenderWatch(deadline, charge))
+        charge.close()
+        if plan is None:
+            answer = rendered.utf8_bytes * self._bounds.costs.per_text_byte
+            reservation.resize(base + rendered.held_bytes + answer, "these rendered conversations")
+            return rendered.texts
+        texts = rendered.texts
+        work, bound = self._encode_work(texts, texts, None, plan)
+        cost = base + bound.cost + rendered.held_bytes - held_bytes(texts)  # (the bound holds the texts)
+        encoded = await self._submit(work, len(texts), rendered.chars, cost, reservation, "these conversations' encode")
+        return await self._renderer.add_masks(encoded, rendered)
+
+    def reserve_intake(self, body_bytes: int, *, body: BodyKind = BodyKind.TEXTS) -> Reservation:
+        """Reserve memory for reading and parsing a request ``body`` of ``body_bytes``
         before it is read, or refuse at once: UNAVAILABLE once stopping, OVERLOADED when the queue is
         full or the budget has no room now, TOO_LARGE when it never will. Pass the reservation on to the
         ``submit_*`` call; release it once the answer is sent."""
         self._check_accepting()
-        return self._batcher.reserve_intake(self._bounds.intake(body_bytes, ids), "this request's body")
+        return self._batcher.reserve_intake(self._bounds.intake(body_bytes, body), "this request's body")
 
-    def resize_intake(self, reservation: Reservation, body_bytes: int, *, ids: bool = False) -> None:
+    def resize_intake(self, reservation: Reservation, body_bytes: int, *, body: BodyKind = BodyKind.TEXTS) -> None:
         """Grow an intake reservation while a body of unannounced length arrives (raises as above)."""
-        reservation.resize(self._bounds.intake(body_bytes, ids), "this request's body")
+        reservation.resize(self._bounds.intake(body_bytes, body), "this request's body")
 
     # -- admission: the one path into the tokenizer thread ----------------------------------------------
     def _submit(
@@ -253,6 +337,21 @@ class Engine:
 
     async def _run_batch(self, batch: list[Job]) -> list[Any]:
         return await self._thread.run([job.payload for job in batch])
+
+    def _encode_work(
+        self, inputs: Sequence[Any], texts: Sequence[str], text_pairs: Sequence[str] | None, plan: EncodePlan
+    ) -> tuple[EncodeWork, EncodeBound]:
+        """The work of an encode of checked ``inputs`` and its bound (refused at once when padding alone would
+        make the answer too large)."""
+        limit = self._limits.max_response_tokens
+        if plan.pad_target is not None and len(texts) * plan.pad_target > limit:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{len(texts)} texts padded to max_length={plan.pad_target} would hold over max_response_tokens="
+                f"{limit} token positions; send fewer texts or a smaller max_length",
+            )
+        bound = self._bounds.encode(texts, text_pairs, plan)
+        return EncodeWork(inputs, plan, bound.slices, limit), bound
 
     def _plan(self, options: EncodeOptions) -> EncodePlan:
         """Resolved options, memoised: clients send the same few option sets over and over."""

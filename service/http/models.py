@@ -13,15 +13,17 @@ import json
 import typing
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, create_model
 
 from ..engine.errors import ErrorKind, ServiceError
 from ..wire import (
+    CHAT_TOKENIZER_KWARGS,
     DOC,
     ENCODE_OPTIONS,
     MAX_U32,
     MINIMUM,
     VALUES,
+    ChatOptions,
     DecodeOptions,
     EncodeOptions,
     LengthOptions,
@@ -63,6 +65,35 @@ class IdsRequest(OptionsRequest[Options]):
 
     ids: list[list[Annotated[int, Field(ge=0, le=MAX_U32)]]] = Field(
         description="Token id lists; ids the vocabulary lacks decode as in-process (skipped)."
+    )
+
+
+#: A message, as the schema shows it: an object with a role, its other fields passed to the template untouched.
+Message = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "A message: its role, its content (a string, a list of parts, or null) and any other "
+            "field the template reads (tool_calls, name, reasoning_content...), passed to it untouched.",
+            "properties": {
+                "role": {"type": "string"},
+                "content": {
+                    "anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "object"}}, {"type": "null"}]
+                },
+            },
+            "required": ["role"],
+            "additionalProperties": True,
+        }
+    ),
+]
+
+
+class ConversationsRequest(OptionsRequest[Options]):
+    """A body of conversations, and the options of one option set."""
+
+    conversations: list[list[Message]] = Field(
+        description="The conversations: each a list of messages (transformers' batched `conversation`)."
     )
 
 
@@ -135,6 +166,14 @@ DecodeRequest = _request_model(
     DecodeOptions,
 )
 
+ChatRequest = _request_model(
+    "ChatRequest",
+    "``POST /chat/encode`` and ``/chat/render``: the arguments of ``tokenizer.apply_chat_template(conversations, "
+    "**options)`` (``tokenize=True, return_dict=True`` for the encode, ``tokenize=False`` for the render).",
+    ConversationsRequest[ChatOptions],
+    ChatOptions,
+)
+
 
 class ErrorBody(BaseModel):
     """Every error answer: what to fix, and the kind of error (``service.wire.ERROR_FIELD`` and
@@ -176,7 +215,9 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel], most
         name = str(location[0]) if location else ""
         where = ".".join(str(p) for p in location) or "body"
         if err["type"] == "extra_forbidden" and len(location) == 1:
-            parts.append(f"{where}: {_unknown_field(name, known)}")
+            parts.append(f"{where}: {_unknown_field(name, known, option_set)}")
+        elif name == "conversations" and err["type"] in ("list_type", "dict_type"):
+            parts.append(_conversations_problem(location, err["type"]))
         elif name in allowed and len(location) >= 1:
             if name in seen:
                 continue
@@ -189,13 +230,39 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel], most
     return "; ".join(shown) + (f"; and {more} more" if more > 0 else "")
 
 
-def _unknown_field(name: str, known: list[str]) -> str:
+def _unknown_field(name: str, known: list[str], option_set: type[Any] | None = None) -> str:
+    if option_set is ChatOptions:
+        hint = _CHAT_FIELD_HINTS.get(name)
+        if hint is not None:
+            return hint
     if name in ENCODE_OPTIONS:  # an option this route leaves out on purpose (a count is never padded...)
         return f"not an option of this route (it is one of /encode's); the fields are {', '.join(known)}"
     close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
     if close:
         return f"unknown field; did you mean `{close[0]}`?"
     return f"unknown field; the fields are {', '.join(known)}"
+
+
+#: Fields of transformers' ``apply_chat_template`` call that the chat routes spell otherwise.
+_CHAT_FIELD_HINTS = {
+    "conversation": "unknown field; send `conversations`: a list of conversations (one conversation is a list of one)",
+    "messages": "unknown field; send `conversations`: a list of conversations, each a list of messages",
+    "tokenizer_kwargs": f"not a field here: its keys are options of their own ({', '.join(CHAT_TOKENIZER_KWARGS)})",
+    "tokenize": "not a field here: POST /chat/encode tokenizes, POST /chat/render does not",
+    "return_dict": "not a field here: /chat/encode always answers the dict (input_ids, attention_mask, ...)",
+    "return_tensors": "not a field here: ask for tensors with Accept (application/vnd.safetensors), as /encode",
+    "sanitize_control_tokens": "not supported yet: control tokens in messages are encoded as the template writes them",
+}
+
+
+def _conversations_problem(location: tuple[Any, ...], kind: str) -> str:
+    """A conversation that is not a list, or a message that is not an object, named by its indices."""
+    where = "conversations" + "".join(f"[{i}]" for i in location[1:])
+    if len(location) <= 1:
+        return "conversations: must be a list of conversations, each a list of messages"
+    if len(location) == 2:
+        return f"{where} must be a list of messages"
+    return f'{where} is not an object: a message is {{"role": ..., "content": ...}}'
 
 
 def _listed(values: tuple[Any, ...]) -> str:

@@ -2,8 +2,15 @@
 
 Plain HTML, CSS and JavaScript shipped in the package (``service/http/static/``): no CDN, no build step,
 no framework, so it works offline and in an air-gapped cluster. The page calls ``/info``, ``/encode`` and
-``/tokenize`` of the service that served it, and nothing else: its Content-Security-Policy allows no other
-origin for scripts, styles or requests, and it logs nothing.
+``/tokenize`` of the service that served it -- in its conversation mode also ``/chat/render`` and
+``/chat/encode`` -- and nothing else: its Content-Security-Policy allows no other origin for scripts, styles or
+requests, and it logs nothing.
+
+Conversation mode: an editor of messages (role, content), the conversation rendered by the tokenizer's chat
+template with each token drawn over the rendered text (``/encode`` of that text without added special tokens:
+the very tokens ``/chat/encode`` makes of it), and the tokens that would train -- ``assistant_masks`` -- marked.
+A template without generation markers is refused by the service; the page shows that refusal and offers the
+switch to ``"turns"``.
 
 The API key: the page and its two assets are the same static bytes for every install and hold nothing of
 the service, so they are served without the key (a browser cannot send a bearer token when it navigates
@@ -23,6 +30,8 @@ from starlette.responses import Response
 
 from ..wire import (
     AUTH_SCHEME,
+    CHAT_ENCODE_PATH,
+    CHAT_RENDER_PATH,
     ENCODE_PATH,
     ERROR_FIELD,
     ERROR_TYPE_FIELD,
@@ -76,6 +85,8 @@ def page_config(docs_path: str | None) -> dict[str, object]:
             "info": INFO_PATH.lstrip("/"),
             "encode": ENCODE_PATH.lstrip("/"),
             "tokenize": TOKENIZE_PATH.lstrip("/"),
+            "chat_render": CHAT_RENDER_PATH.lstrip("/"),
+            "chat_encode": CHAT_ENCODE_PATH.lstrip("/"),
             "docs": docs_path.lstrip("/") if docs_path else None,
         },
         "auth_scheme": AUTH_SCHEME,

@@ -23,6 +23,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine import (
+    BodyKind,
+    ChatOptions,
     EncodedBatch,
     EncodeOptions,
     Engine,
@@ -34,6 +36,8 @@ from ..engine import (
 )
 from ..engine.memory import Reservation
 from ..wire import (
+    CHAT_ENCODE_PATH,
+    CHAT_RENDER_PATH,
     DECODE_PATH,
     ENCODE_PATH,
     FINGERPRINT_HEADER,
@@ -52,6 +56,8 @@ from .errors import HttpError, HttpErrorKind
 from .metrics import Metrics
 from .middleware import hold_until_sent
 from .models import (
+    ChatRequest,
+    ConversationsRequest,
     DecodeRequest,
     EncodeRequest,
     ErrorBody,
@@ -96,9 +102,9 @@ class WorkRoute(Generic[Body, Result]):
 
     ``submit`` queues the parsed body (its memory reservation passed on) and returns the engine's future;
     ``answer`` shapes the result into the answer's bytes, in ``answering.media_type``; ``answer_type`` picks that
-    media type from ``Accept`` (one of ``media_types``). ``ids``: the body holds id lists (its intake costs more
-    per byte). ``doc`` is the operation's description in the OpenAPI schema; ``errors``, statuses it can answer
-    beyond those of every work route."""
+    media type from ``Accept`` (one of ``media_types``). ``body``: what the body holds (id lists and conversations
+    cost more per byte to parse than texts). ``doc`` is the operation's description in the OpenAPI schema; ``errors``,
+    statuses it can answer beyond those of every work route."""
 
     path: str
     name: str
@@ -108,13 +114,22 @@ class WorkRoute(Generic[Body, Result]):
     answer: Callable[[Body, Result, Answering], bytes]
     media_types: tuple[str, ...] = (JSON_MEDIA_TYPE,)
     answer_type: Callable[[str | None], str] = json_answer_type
-    ids: bool = False
+    body: BodyKind = BodyKind.TEXTS
     errors: tuple[int, ...] = ()
 
 
 # -- the work routes: request model, engine submit, answer shaping ----------------------------------------
 def _encode_answer(body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: Answering) -> bytes:
-    answering.metrics.texts.inc(len(body.texts))
+    return _encoded_answer(len(body.texts), result, answering)
+
+
+def _chat_encode_answer(body: ConversationsRequest[ChatOptions], result: EncodedBatch, answering: Answering) -> bytes:
+    return _encoded_answer(len(body.conversations), result, answering)
+
+
+def _encoded_answer(rows: int, result: EncodedBatch, answering: Answering) -> bytes:
+    """An encode's answer (JSON, safetensors, or the ragged binary), whatever its inputs were."""
+    answering.metrics.texts.inc(rows)
     answering.metrics.tokens.inc(result.num_tokens)
     metadata = {"fingerprint": answering.fingerprint}
     if answering.media_type == JSON_MEDIA_TYPE:
@@ -181,7 +196,35 @@ WORK_ROUTES: tuple[WorkRoute[Any, Any], ...] = (
         DecodeRequest,
         lambda engine, body, r: engine.submit_decode(body.ids, body.options(), reservation=r),
         lambda body, texts, answering: json_bytes({"texts": texts}),
-        ids=True,
+        body=BodyKind.IDS,
+    ),
+    WorkRoute(
+        CHAT_ENCODE_PATH,
+        "chat_encode",
+        "Encode conversations exactly as ``tokenizer.apply_chat_template(conversations, tokenize=True, "
+        "return_dict=True, **options)`` would: ``input_ids``, ``attention_mask`` and, with "
+        "``return_assistant_tokens_mask``, ``assistant_masks`` (1 for each token the assistant wrote).\n\n"
+        "Masks come from the template's ``{% generation %}`` markers, and a template without them is refused "
+        '(422) rather than answered with transformers\' all-zero mask; ``"assistant_masks_from": "turns"`` marks '
+        "each assistant message's rendered turn instead, exactly, or refuses a template that rewrites earlier turns. "
+        "Answered as ``/encode`` answers: JSON, safetensors or the ragged binary.",
+        ChatRequest,
+        lambda engine, body, r: engine.submit_chat_encode(body.conversations, body.options(), reservation=r),
+        _chat_encode_answer,
+        media_types=(JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE),
+        answer_type=encode_answer_type,
+        body=BodyKind.MESSAGES,
+        errors=(406,),
+    ),
+    WorkRoute(
+        CHAT_RENDER_PATH,
+        "chat_render",
+        'The rendered conversations: ``{"texts": [...]}``, exactly ``tokenizer.apply_chat_template(conversations, '
+        "tokenize=False, **options)``, what the model sees (the encode's options are ignored there).",
+        ChatRequest,
+        lambda engine, body, r: engine.submit_chat_render(body.conversations, body.options(), reservation=r),
+        lambda body, texts, answering: json_bytes({"texts": texts}),
+        body=BodyKind.MESSAGES,
     ),
 )
 
@@ -276,7 +319,7 @@ class Routes:
             self.runtime.check_accepting()
             engine = self.runtime.engine
             media_type = route.answer_type(request.headers.get("accept"))
-            body, reservation = await self._parse(request, route.request, route.ids)
+            body, reservation = await self._parse(request, route.request, route.body)
             result = await _unless_client_leaves(request, route.submit(engine, body, reservation))
             fingerprint = engine.loaded.fingerprint
             content = route.answer(body, result, Answering(media_type, fingerprint, self.metrics))
@@ -318,7 +361,9 @@ class Routes:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
     # -- reading bodies ---------------------------------------------------------------------------------
-    async def _parse(self, request: Request, model: type[Model], ids: bool = False) -> tuple[Model, Reservation]:
+    async def _parse(
+        self, request: Request, model: type[Model], kind: BodyKind = BodyKind.TEXTS
+    ) -> tuple[Model, Reservation]:
         """The body as ``model``, and the memory reservation made for it before it was read (held until
         the answer is sent; the engine resizes it to the request's bound)."""
         headers = request.headers
@@ -330,13 +375,13 @@ class Routes:
             raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
         engine = self.runtime.engine
         # before reading: an overloaded server refuses without taking in the body
-        reservation = engine.reserve_intake(size or 0, ids=ids)
+        reservation = engine.reserve_intake(size or 0, body=kind)
         hold_until_sent(request.scope, reservation)
-        body = await self._read_body(request, size, reservation, ids)
+        body = await self._read_body(request, size, reservation, kind)
         return parse_body(body, model), reservation
 
     async def _read_body(
-        self, request: Request, size: int | None, reservation: Reservation, ids: bool
+        self, request: Request, size: int | None, reservation: Reservation, kind: BodyKind
     ) -> bytes | bytearray:
         """The body, in one buffer: with a Content-Length, copied into place as it arrives (never the
         chunks and a joined copy at once); without one, the reservation grows as the body comes."""
@@ -357,7 +402,7 @@ class Routes:
                 else:
                     if end > reserved:
                         reserved = min(limit, max(2 * end, 64 * 1024))
-                        self.runtime.engine.resize_intake(reservation, reserved, ids=ids)
+                        self.runtime.engine.resize_intake(reservation, reserved, body=kind)
                     chunks.append(chunk)
                 received = end
         except ClientDisconnect:

@@ -49,6 +49,7 @@ class Runtime:
             limits=settings.engine_limits(),
             batching=settings.batching_config(),
             observer=self.metrics,
+            allow_chat_template_bodies=settings.allow_chat_template_bodies,
         )
         await engine.astart()
         self._engine = engine

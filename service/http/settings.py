@@ -142,6 +142,14 @@ class Settings(BaseSettings):
             "before its first call; the docs' Authorize button takes it)."
         ),
     )
+    allow_chat_template_bodies: bool = Field(
+        False,
+        description="Let /chat/encode and /chat/render requests send a jinja template body as chat_template instead "
+        "of naming one of the tokenizer's templates. Risk: a body is code run by the server (in transformers' jinja "
+        "sandbox) on its one render thread: a hostile one can loop for as long as it likes (stopped only at its next "
+        "output, 504 at the queue deadline) and delay every chat request meanwhile. Turn on only for trusted "
+        "clients; off, bodies are refused with 422.",
+    )
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
     access_log: bool = Field(
         False, description="Log every request. Costs CPU per request on the hot path; off by default."

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import textwrap
 from collections.abc import Sequence
 
 from ..corpus import jobcli
-from ..wire import URL_ENV
+from ..wire import ASSISTANT_MASK_SOURCES, URL_ENV
 from .manifest import MANIFEST_NAME
 from .settings import OUTPUT_FORMATS, PretokenizeConfig
 
@@ -25,7 +26,7 @@ hf://...). Each worker takes units[index::count]; its index comes from {sources}
 written whole, then a .done record; a rerun skips done shards and redoes the rest. Worker 0 waits for the
 others and writes {manifest} (exit {incomplete} if they are still not done).
 Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (plus the eos id with
---append-eos).
+--append-eos); with --messages-field, conversations: apply_chat_template's ids, and loss masks beside them.
 """
 
 
@@ -86,6 +87,34 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         help="the id --append-eos appends (default: eos_token's)",
     )
     jobcli.add_bad_records(content)
+    chat = parser.add_argument_group(
+        "conversations: apply_chat_template, and loss masks beside the ids",
+        "With --messages-field, each record's document is a conversation (a JSON array or a Parquet list of "
+        "messages, each with a role) rendered by the served tokenizer's chat template; every document's ids equal "
+        'apply_chat_template(messages, ...)["input_ids"] in-process, and its loss mask (1 = the token counts '
+        "toward the loss: the assistant wrote it) is written beside them: Parquet an assistant_masks column, flat a "
+        "<shard>.ds.loss file (datatrove's), megatron a <shard>.loss.bin/.idx indexed dataset of uint8.",
+    )
+    chat.add_argument(
+        "--messages-field", metavar="FIELD", help="the JSON field or Parquet column holding each conversation"
+    )
+    chat.add_argument("--chat-template", metavar="NAME", help="one of the tokenizer's named templates (GET /info)")
+    chat.add_argument(
+        "--chat-template-kwargs",
+        type=_json_object,
+        metavar="JSON",
+        help="template variables, as a JSON object (e.g. '{\"enable_thinking\": false}')",
+    )
+    chat.add_argument(
+        "--assistant-masks-from",
+        choices=ASSISTANT_MASK_SOURCES,
+        default="generation",
+        help="generation: the template's {%% generation %%} markers (a template without them is refused, never an "
+        "all-zero mask); turns: each assistant message's rendered turn (exact, or the conversation is refused)",
+    )
+    chat.add_argument(
+        "--no-loss-masks", dest="loss_masks", action="store_false", help="write the ids of conversations only"
+    )
     jobcli.add_workers(
         parser.add_argument_group("how the work is spread"),
         wait_help="worker 0: stop waiting for the others after this many seconds without a shard finishing "
@@ -133,7 +162,22 @@ def config_from_args(args: argparse.Namespace) -> PretokenizeConfig:
         request_chars=args.request_chars,
         api_key=args.api_key,
         expected_fingerprint=args.expected_fingerprint,
+        messages_field=args.messages_field,
+        chat_template=args.chat_template,
+        chat_template_kwargs=args.chat_template_kwargs,
+        assistant_masks_from=args.assistant_masks_from,
+        loss_masks=args.loss_masks,
     )
+
+
+def _json_object(value: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object of template variables")
+    return parsed
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:

@@ -1,4 +1,5 @@
-"""Where the token ids come from: an :class:`Encoder` turns a batch of texts into flat ids and row lengths.
+"""Where the token ids come from: an :class:`Encoder` turns a batch of texts (or conversations, with their loss
+masks) into flat ids and row lengths.
 
 :class:`ServiceEncoder` asks the service (the async client, several URLs, the ragged binary answer). The
 pre-tokenization runner only knows the protocol, so the benchmark can run the very same reading and writing
@@ -84,6 +85,12 @@ class Encoder(Protocol):
     async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(flat ids, lengths)``: every text's ids concatenated, and each text's number of ids. Raises
         :class:`TextsRefused` when a text of the batch is refused."""
+
+    async def encode_conversations(
+        self, conversations: Sequence[list[dict[str, Any]]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``(flat ids, lengths, flat loss masks or None)`` of a batch of conversations (a conversations run
+        only). Raises :class:`TextsRefused` when a conversation of the batch is refused."""
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -172,8 +179,10 @@ class ServiceEncoder:
         expected_fingerprint: str | None = None,
         retry_deadline: float = 300.0,
         log: Callable[[str], None] | None = None,
+        chat_options: dict[str, Any] | None = None,
     ) -> None:
         self.options = options
+        self.chat_options = chat_options or {}
         self.outage = ServiceOutage(retry_deadline, log or (lambda message: None))
         # Each request tries every URL for a few seconds (the client's failover), then the outage is said and
         # the request tried again, rather than the client retrying silently for the whole deadline.
@@ -206,6 +215,22 @@ class ServiceEncoder:
         except UnicodeEncodeError as exc:
             raise TextsRefused(f"the text cannot be sent as UTF-8 ({exc.reason}: a lone surrogate?)") from exc
         return result["input_ids"], result.row_lengths
+
+    async def encode_conversations(
+        self, conversations: Sequence[list[dict[str, Any]]]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """:meth:`AsyncTokenizerClient.chat_encode_ragged` with the run's chat options: flat ids, lengths and,
+        when masks are asked for, the flat ``assistant_masks``."""
+        try:
+            result = await self._patiently(
+                lambda: self.client.chat_encode_ragged(list(conversations), **self.chat_options)
+            )
+        except (InvalidRequest, PayloadTooLarge) as exc:
+            raise TextsRefused(exc.error or str(exc)) from exc
+        except (TypeError, UnicodeEncodeError) as exc:
+            raise TextsRefused(f"the conversation cannot be sent as JSON ({exc})") from exc
+        masks = result["assistant_masks"] if "assistant_masks" in result else None
+        return result["input_ids"], result.row_lengths, masks
 
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -2,7 +2,7 @@
 
 The flow, for each of this worker's units that is not done yet::
 
-    read documents (streamed) -> batches of texts -> encode, up to `concurrency` batches in flight
+    read documents (streamed) -> batches of texts (or conversations) -> encode, `concurrency` batches in flight
                               -> results taken in order -> shard writer -> files put whole -> .done record
 
 Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents,
@@ -29,6 +29,12 @@ from .manifest import ShardStats, build_manifest, write_manifest
 from .settings import PretokenizeConfig
 from .shards import FlatShardWriter, MegatronShardWriter, ParquetShardWriter, ShardWriter, shard_files, token_dtype
 
+#: A conversation sent once before any work: options the service refuses for every conversation (no generation
+#: markers for the masks, an unknown template) are said up front, not once per document.
+PROBE_CONVERSATION = [
+    {"role": "user", "content": "tokenizer-service pretokenize: checking the chat options"},
+    {"role": "assistant", "content": "ok"},
+]
 #: What worker 0 says when it gives up waiting (with the missing units before it).
 MISSING_HINT = (
     "No manifest yet: run worker 0 again once the other workers have finished; it skips done shards and writes "
@@ -81,6 +87,7 @@ async def pretokenize(
             expected_fingerprint=config.expected_fingerprint,
             retry_deadline=config.retry_deadline,
             log=log,
+            chat_options=config.chat_options() if config.chat else None,
         )
     summary = Summary(worker, len(units), len(mine))
     try:
@@ -111,6 +118,7 @@ class _Encoded:
     ids: np.ndarray
     lengths: np.ndarray
     rejected: list[tuple[int, str]]  # (position, reason) of documents the service refused
+    masks: np.ndarray | None = None  # a conversations run's loss masks, one per id
 
 
 class _Run:
@@ -152,9 +160,15 @@ class _Run:
             if not 0 <= self.eos < facts.vocab_size:
                 raise CorpusError(f"--eos-id {self.eos} is not an id of the vocabulary (0..{facts.vocab_size - 1})")
         try:  # options the tokenizer refuses are refused for every document: say so once, up front
-            await self.encoder.encode(["tokenizer-service pretokenize: checking the encode options"])
+            if config.chat:
+                await self.encoder.encode_conversations([PROBE_CONVERSATION])
+            else:
+                await self.encoder.encode(["tokenizer-service pretokenize: checking the encode options"])
         except TextsRefused as exc:
-            raise CorpusError(f"the service refuses these encode options: {exc}") from exc
+            # (a refusal of the probe conversation itself names it, conversations[0]: documents are checked each)
+            if not str(exc).startswith("conversations[0]"):
+                what = "chat options" if config.chat else "encode options"
+                raise CorpusError(f"the service refuses these {what}: {exc}") from exc
         self.settings = config.output_settings(facts.fingerprint, self.eos)
         self.max_texts = min(config.request_texts, facts.max_texts_per_request or config.request_texts)
         self.log(
@@ -168,7 +182,7 @@ class _Run:
             worker=self.worker,
             settings=self.settings,
             stats_type=ShardStats,
-            outputs=lambda unit: shard_files(unit, config.output_format),
+            outputs=lambda unit: shard_files(unit, config.output_format, config.writes_masks),
             log=self.log,
             conflict_hint="use another --out, or delete the old shards",
         )
@@ -204,6 +218,7 @@ class _Run:
                 keep_fields=self.config.keep_fields,
                 on_bad_record=self.config.on_bad_record,
                 storage=self.storage,
+                messages_field=self.config.messages_field,
             )
             yield _UnitJob(unit, reader, before)
             before += unit.weight
@@ -217,8 +232,9 @@ class _Run:
             batch: list[Document] = []
             chars = 0
             for document in reader:
-                size = len(document.text)
-                if max_chars is not None and size > max_chars:
+                size = document.size
+                # (a conversation's rendering is checked by the service: its size is only known there)
+                if max_chars is not None and size > max_chars and document.conversation is None:
                     reader.reject(
                         document.position,
                         f"the document has {size:,} characters, over the service's max_text_chars={max_chars:,} "
@@ -267,7 +283,7 @@ class _Run:
                 job.reader.reject(position, reason)
             if encoded.documents:
                 ids, lengths = self._finish_ids(encoded, job)
-                job.writer.write(ids, lengths, encoded.documents)
+                job.writer.write(ids, lengths, encoded.documents, encoded.masks)
                 self.progress.advance(len(encoded.documents), len(ids), job.weight_before + consumed)
             return
         writer = job.writer
@@ -285,13 +301,14 @@ class _Run:
 
     def _writer(self, job: _UnitJob) -> ShardWriter:
         output_format = self.config.output_format
+        masks = self.config.writes_masks
         if output_format == "flat":
-            return FlatShardWriter(self.out, job.unit, self.dtype, self.facts.source)
+            return FlatShardWriter(self.out, job.unit, self.dtype, self.facts.source, masks)
         if output_format == "megatron":
-            return MegatronShardWriter(self.out, job.unit, self.dtype)
+            return MegatronShardWriter(self.out, job.unit, self.dtype, masks)
         metadata = {"fingerprint": self.facts.fingerprint, "shard": job.unit.name}
         return ParquetShardWriter(
-            self.out, job.unit, self.dtype, self.config.keep_fields, job.reader.field_types, metadata
+            self.out, job.unit, self.dtype, self.config.keep_fields, job.reader.field_types, metadata, masks
         )
 
     def _finish_ids(self, encoded: _Encoded, job: _UnitJob) -> tuple[np.ndarray, np.ndarray]:
@@ -308,27 +325,37 @@ class _Run:
 
     async def _encode(self, documents: list[Document]) -> _Encoded:
         """Encode a batch; a refused batch is halved until the refused document is alone (then rejected)."""
+        masks: np.ndarray | None = None
         try:
-            ids, lengths = await self.encoder.encode([d.text for d in documents])
+            if self.config.chat:
+                conversations = [d.conversation or [] for d in documents]
+                ids, lengths, masks = await self.encoder.encode_conversations(conversations)
+            else:
+                ids, lengths = await self.encoder.encode([d.text for d in documents])
         except TextsRefused as exc:
             if len(documents) == 1:
                 empty = np.zeros(0, dtype=np.int64)
-                return _Encoded([], empty, empty, [(documents[0].position, f"refused by the service: {exc}")])
+                reason = str(exc).removeprefix("conversations[0]: ")  # (the one conversation sent)
+                return _Encoded([], empty, empty, [(documents[0].position, f"refused by the service: {reason}")])
             middle = len(documents) // 2
             first = await self._encode(documents[:middle])
             second = await self._encode(documents[middle:])
+            both = [part.masks for part in (first, second) if part.masks is not None]
             return _Encoded(
                 first.documents + second.documents,
                 np.concatenate([first.ids, second.ids]),
                 np.concatenate([first.lengths, second.lengths]),
                 first.rejected + second.rejected,
+                np.concatenate(both) if both else None,
             )
+        if self.config.writes_masks and (masks is None or len(masks) != len(ids)):
+            raise RuntimeError(f"{self.encoder.describe()} answered no loss mask for each of the {len(ids)} ids")
         if len(lengths) != len(documents) or int(lengths.sum()) != len(ids):
             raise RuntimeError(
                 f"{self.encoder.describe()} answered {len(lengths)} rows of {int(lengths.sum())} ids in all, with "
                 f"{len(ids)} ids, for {len(documents)} texts"
             )
-        return _Encoded(documents, ids, lengths, [])
+        return _Encoded(documents, ids, lengths, [], masks if self.config.writes_masks else None)
 
     # -- worker 0: the manifest -------------------------------------------------------------------------
     def finalize(self, summary: Summary) -> None:

@@ -15,6 +15,17 @@
     (one sequence per non-empty document; uint16 below 65,500 tokens, else int32, its ``optimal_dtype``),
     read by megatron-core's ``IndexedDataset``; the manifest's ``megatron-data-args.txt`` lists the prefixes.
 
+Conversations with loss masks (``--messages-field``) add, beside the ids, one mask value per token -- 1 where
+the token counts toward the loss (the assistant wrote it), else 0:
+
+- Parquet: an ``assistant_masks`` column (a list of uint8 per document, aligned with ``input_ids``);
+- flat: ``<unit name>.ds.loss``, datatrove's loss file (one byte per token, 1 = counts toward the loss), which
+  its ``DocumentTokenizerMerger`` (``save_loss_metadata=True``) merges and shuffles with the tokens;
+- megatron: ``<unit name>.loss.bin`` and ``.loss.idx``, a second indexed dataset of uint8 with the same
+  sequences, read by megatron-core's ``IndexedDataset`` like the ids (Megatron-LM's own GPT datasets build their
+  loss mask from the end-of-document token and read no mask: a trainer that wants the assistant's tokens only
+  reads this sidecar beside the ids).
+
 A shard's bytes depend only on its unit's content, the tokenizer and the output settings -- never on the
 number of workers, the request sizes or the timing -- so N workers write the same bytes as one.
 """
@@ -32,11 +43,15 @@ from ..corpus import CorpusError, Document, Folder, WorkUnit
 from ..corpus.progress import human
 
 SUFFIXES = {"parquet": (".parquet",), "flat": (".ds", ".ds.index", ".ds.metadata"), "megatron": (".bin", ".idx")}
+#: The loss masks' files, beside the ids (Parquet holds them in a column of the same file).
+MASK_SUFFIXES = {"parquet": (), "flat": (".ds.loss",), "megatron": (".loss.bin", ".loss.idx")}
+#: The Parquet column of the loss masks (a conversations run), named as transformers names them.
+MASKS_COLUMN = "assistant_masks"
 GROUP_ROWS = 8192
 GROUP_TOKENS = 256 * 1024  # ~0.5-1 MB of ids: the Parquet writer then needs ~60 MB, not ~110 MB
 #: Megatron's index: header, version, dtype code; its dtype codes (``DType`` of ``indexed_dataset.py``).
 MEGATRON_HEADER = b"MMIDIDX\x00\x00"
-MEGATRON_DTYPE_CODES = {"uint16": 8, "int32": 4}
+MEGATRON_DTYPE_CODES = {"uint8": 1, "uint16": 8, "int32": 4}
 
 
 def token_dtype(vocab_size: int, output_format: str) -> np.dtype[Any]:
@@ -47,9 +62,15 @@ def token_dtype(vocab_size: int, output_format: str) -> np.dtype[Any]:
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
-def shard_files(unit: WorkUnit, output_format: str) -> list[str]:
-    """The names of a unit's shard files in the output folder."""
-    return [unit.name + suffix for suffix in SUFFIXES[output_format]]
+def shard_files(unit: WorkUnit, output_format: str, masks: bool = False) -> list[str]:
+    """The names of a unit's shard files in the output folder (with the loss masks' files, when ``masks``)."""
+    suffixes = SUFFIXES[output_format] + (MASK_SUFFIXES[output_format] if masks else ())
+    return [unit.name + suffix for suffix in suffixes]
+
+
+def loss_bytes(masks: np.ndarray) -> memoryview:
+    """Mask values as datatrove's loss files hold them: one byte per token, 1 where it counts toward the loss."""
+    return np.ascontiguousarray(masks != 0, dtype=np.uint8).data
 
 
 class _Aborted(Exception):
@@ -60,10 +81,11 @@ class ShardWriter:
     """Writes one shard: ``write()`` documents in order, then ``commit()`` (every file appears whole) or
     ``abort()`` (nothing appears)."""
 
-    def __init__(self, folder: Folder, unit: WorkUnit, output_format: str) -> None:
+    def __init__(self, folder: Folder, unit: WorkUnit, output_format: str, masks: bool = False) -> None:
         self.folder = folder
         self.unit = unit
-        self.names = shard_files(unit, output_format)
+        self.masks = masks
+        self.names = shard_files(unit, output_format, masks)
         self.documents = 0
         self.tokens = 0
         self._stack = ExitStack()
@@ -72,7 +94,11 @@ class ShardWriter:
         stream: IO[bytes] = self._stack.enter_context(self.folder.writer(name))
         return stream
 
-    def write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document]) -> None:
+    def write(
+        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
+    ) -> None:
+        """Append documents: their ids back to back, each one's length, and (a writer made with ``masks``) the
+        loss mask of every id."""
         raise NotImplementedError
 
     def _finish(self) -> None:
@@ -89,16 +115,23 @@ class ShardWriter:
 class FlatShardWriter(ShardWriter):
     """datatrove's format: tokens and document ends, streamed to their files; the metadata at the end."""
 
-    def __init__(self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], tokenizer: str) -> None:
-        super().__init__(folder, unit, "flat")
+    def __init__(
+        self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], tokenizer: str, masks: bool = False
+    ) -> None:
+        super().__init__(folder, unit, "flat", masks)
         self.dtype = dtype
         self.tokenizer = tokenizer.replace("|", "_")  # datatrove splits the first line at "|"
-        tokens_name, index_name, self._metadata_name = self.names
+        tokens_name, index_name, self._metadata_name = self.names[:3]
         self._tokens = self._file(tokens_name)
         self._index = self._file(index_name)
+        self._loss = self._file(self.names[3]) if masks else None
 
-    def write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document]) -> None:
+    def write(
+        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
+    ) -> None:
         self._tokens.write(np.ascontiguousarray(ids, dtype=self.dtype).data)
+        if self._loss is not None:
+            self._loss.write(loss_bytes(_given(masks, len(ids))))
         ends = np.cumsum(lengths, dtype=np.uint64)
         ends += np.uint64(self.tokens)
         self._index.write(ends.astype("<u8", copy=False).data)
@@ -111,25 +144,22 @@ class FlatShardWriter(ShardWriter):
         self._file(self._metadata_name).write("\n".join(lines).encode())
 
 
-class MegatronShardWriter(ShardWriter):
-    """Megatron-LM's indexed dataset: the ids streamed to ``.bin``; ``.idx`` written at the end from the
-    sequence lengths (4 + 8 + 8 bytes per document are held: bounded by the unit), exactly as
+class _IndexedDataset:
+    """One Megatron-LM indexed dataset (``.bin`` + ``.idx``): values streamed to ``.bin``; ``.idx`` written at
+    the end from the sequence lengths (4 + 8 + 8 bytes per document are held: bounded by the unit), exactly as
     ``IndexedDatasetBuilder.add_document`` + ``finalize`` write them."""
 
-    def __init__(self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any]) -> None:
-        super().__init__(folder, unit, "megatron")
+    def __init__(self, writer: ShardWriter, bin_name: str, index_name: str, dtype: np.dtype[Any]) -> None:
         self.dtype = dtype
-        bin_name, self._index_name = self.names
-        self._bin = self._file(bin_name)
+        self._bin = writer._file(bin_name)
+        self._index = (writer, index_name)
         self._lengths: list[np.ndarray] = []
 
-    def write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document]) -> None:
-        self._bin.write(np.ascontiguousarray(ids, dtype=self.dtype).data)
+    def write(self, values: np.ndarray, lengths: np.ndarray) -> None:
+        self._bin.write(np.ascontiguousarray(values, dtype=self.dtype).data)
         self._lengths.append(lengths.astype(np.int64, copy=True))
-        self.tokens += int(lengths.sum())
-        self.documents += len(lengths)
 
-    def _finish(self) -> None:
+    def finish(self) -> None:
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
         # preprocess_data.py adds no sequence for a document without ids: it only closes the document.
         sequences = lengths[lengths > 0]
@@ -137,7 +167,8 @@ class MegatronShardWriter(ShardWriter):
         np.cumsum(sequences[:-1] * self.dtype.itemsize, out=pointers[1:])
         document_indices = np.zeros(len(lengths) + 1, dtype="<i8")
         np.cumsum(lengths > 0, out=document_indices[1:])
-        index = self._file(self._index_name)
+        writer, name = self._index
+        index = writer._file(name)
         index.write(MEGATRON_HEADER)
         index.write(struct.pack("<Q", 1))
         index.write(struct.pack("<B", MEGATRON_DTYPE_CODES[self.dtype.name]))
@@ -146,6 +177,31 @@ class MegatronShardWriter(ShardWriter):
         index.write(sequences.astype("<i4").tobytes())
         index.write(pointers.tobytes())
         index.write(document_indices.tobytes())
+
+
+class MegatronShardWriter(ShardWriter):
+    """Megatron-LM's indexed dataset of the ids, and (with ``masks``) a second one of uint8 loss masks with the
+    same sequences (``<unit name>.loss.bin``/``.idx``)."""
+
+    def __init__(self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], masks: bool = False) -> None:
+        super().__init__(folder, unit, "megatron", masks)
+        self.dtype = dtype
+        self._ids = _IndexedDataset(self, self.names[0], self.names[1], dtype)
+        self._masks = _IndexedDataset(self, self.names[2], self.names[3], np.dtype("u1")) if masks else None
+
+    def write(
+        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
+    ) -> None:
+        self._ids.write(ids, lengths)
+        if self._masks is not None:
+            self._masks.write(np.asarray(_given(masks, len(ids)) != 0, dtype=np.uint8), lengths)
+        self.tokens += int(lengths.sum())
+        self.documents += len(lengths)
+
+    def _finish(self) -> None:
+        self._ids.finish()
+        if self._masks is not None:
+            self._masks.finish()
 
 
 class ParquetShardWriter(ShardWriter):
@@ -159,8 +215,9 @@ class ParquetShardWriter(ShardWriter):
         keep_fields: tuple[str, ...],
         field_types: dict[str, Any],
         metadata: dict[str, Any],
+        masks: bool = False,
     ) -> None:
-        super().__init__(folder, unit, "parquet")
+        super().__init__(folder, unit, "parquet", masks)
         pa, pq = import_pyarrow()
         self._pa, self._pq = pa, pq
         self.dtype = dtype
@@ -172,11 +229,16 @@ class ParquetShardWriter(ShardWriter):
         self._writer: Any = None
         self._schema: Any = None
         self._ids: list[np.ndarray] = []
+        self._masks: list[np.ndarray] = []
         self._lengths: list[np.ndarray] = []
         self._documents: list[Document] = []
         self._buffered_tokens = 0
 
-    def write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document]) -> None:
+    def write(
+        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
+    ) -> None:
+        if self.masks:
+            self._masks.append(np.asarray(_given(masks, len(ids)) != 0, dtype=np.uint8))
         self._ids.append(np.ascontiguousarray(ids, dtype=self.dtype))
         self._lengths.append(lengths.astype(np.int64, copy=False))
         self._documents.extend(documents)
@@ -201,8 +263,12 @@ class ParquetShardWriter(ShardWriter):
         positions = np.fromiter((d.position for d in documents[:count]), np.uint64, count)
         columns: dict[str, Any] = {
             "input_ids": pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, ids[:taken])),
-            "position": arrow_view(pa, positions),
         }
+        masks = None
+        if self.masks:
+            masks = np.concatenate(self._masks) if len(self._masks) != 1 else self._masks[0]
+            columns[MASKS_COLUMN] = pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, masks[:taken]))
+        columns["position"] = arrow_view(pa, positions)
         for i, name in enumerate(self.keep_fields):
             values = [d.fields[i] for d in documents[:count]]
             try:
@@ -219,6 +285,8 @@ class ParquetShardWriter(ShardWriter):
         self.documents += count
         self.tokens += taken
         self._ids = [ids[taken:]]
+        if masks is not None:
+            self._masks = [masks[taken:]]
         self._lengths = [lengths[count:]]
         self._documents = documents[count:]
         self._buffered_tokens -= taken
@@ -237,13 +305,19 @@ class ParquetShardWriter(ShardWriter):
             self._write_group(self._group_size())
         if self._writer is None:  # no document at all: a valid file with the columns and no row
             pa = self._pa
-            fields = [
-                pa.field("input_ids", pa.list_(pa.from_numpy_dtype(self.dtype))),
-                pa.field("position", pa.uint64()),
-            ]
+            fields = [pa.field("input_ids", pa.list_(pa.from_numpy_dtype(self.dtype)))]
+            if self.masks:
+                fields.append(pa.field(MASKS_COLUMN, pa.list_(pa.uint8())))
+            fields.append(pa.field("position", pa.uint64()))
             fields += [pa.field(name, self.field_types.get(name) or pa.null()) for name in self.keep_fields]
             self._open(pa.schema(fields))
         self._writer.close()
+
+
+def _given(masks: np.ndarray | None, count: int) -> np.ndarray:
+    if masks is None or len(masks) != count:
+        raise CorpusError(f"a shard with loss masks needs one mask value per id ({count} ids)")
+    return masks
 
 
 def arrow_view(pa: Any, values: np.ndarray) -> Any:

@@ -15,8 +15,17 @@
   const PALETTE = 6; // classes c0..c5 in style.css
   const INVISIBLE = /^[\s\u00ad\u180e\u200b-\u200f\u2060-\u2064\ufeff]+$/;
 
+  const ROLES = ["system", "user", "assistant", "tool"];
+  const FIRST_CONVERSATION = [
+    ["system", "You are a concise assistant."],
+    ["user", "What is the capital of France? 用一个词回答。"],
+    ["assistant", "Paris. 巴黎 🇫🇷"],
+  ];
+
   const state = {
     info: null,
+    mode: "text", // or "chat": a conversation through the tokenizer's chat template
+    trains: null, // in chat mode, per token: 1 when it counts toward the loss (assistant_masks), else null
     generation: 0, // the newest request; older answers are dropped
     controller: null, // aborts the request in flight when a newer one starts
     timer: 0,
@@ -131,6 +140,25 @@
       : "";
     $("info-link").hidden = Boolean(info.auth); // a browser tab cannot send the key when it opens a link
     $("docs-link").hidden = !config.paths.docs || Boolean(info.auth);
+    showTemplates(info.chat || { chat_template: false, chat_template_names: [], generation_markers: {} });
+  }
+
+  // The tokenizer's chat templates: its named ones (the default first), or its one unnamed template ("").
+  function showTemplates(chat) {
+    const select = $("chat-template");
+    const names = chat.chat_template_names.length ? chat.chat_template_names : chat.chat_template ? [""] : [];
+    const ordered = names.includes("default") ? ["default", ...names.filter((n) => n !== "default")] : names;
+    select.replaceChildren(
+      ...ordered.map((name) => {
+        const option = document.createElement("option");
+        option.value = name;
+        const markers = chat.generation_markers[name] ? "" : " (no generation markers)";
+        option.textContent = (name || "the tokenizer's template") + markers;
+        return option;
+      }),
+    );
+    $("no-template").hidden = Boolean(chat.chat_template);
+    $("messages").hidden = $("add-message").disabled = !chat.chat_template;
   }
 
   // -- encoding as the user types -----------------------------------------------------------------------------
@@ -152,6 +180,11 @@
 
   async function run() {
     if (!state.info) return;
+    if (state.mode === "chat") {
+      await runChat();
+      return;
+    }
+    state.trains = null;
     const text = $("text").value;
     const pair = $("pair-on").checked ? $("pair").value : null;
     const chosen = options();
@@ -188,6 +221,127 @@
       $("status").textContent = "";
       showError(error instanceof ApiError ? error.message : `Could not reach the service: ${error.message}`);
     }
+  }
+
+  // -- conversations: rendered by the chat template, each token drawn, the ones that train marked ---------------
+  function conversation() {
+    return [...$("messages").children].map((row) => ({
+      role: row.querySelector("select").value,
+      content: row.querySelector("textarea").value,
+    }));
+  }
+
+  async function runChat() {
+    const messages = conversation();
+    if (!state.info.chat || !state.info.chat.chat_template) return;
+    if (messages.length === 0) {
+      showError("Add a message: a conversation needs at least one.");
+      return;
+    }
+    const template = $("chat-template").value;
+    const rendering = { conversations: [messages], add_generation_prompt: $("generation-prompt").checked };
+    if (template) rendering.chat_template = template;
+    const masked = { ...rendering, return_assistant_tokens_mask: true, assistant_masks_from: $("masks-from").value };
+
+    if (state.controller) state.controller.abort();
+    const controller = new AbortController();
+    state.controller = controller;
+    const generation = ++state.generation;
+    $("status").textContent = "rendering…";
+    try {
+      const rendered = await call("POST", config.paths.chat_render, rendering, controller.signal);
+      const text = rendered.payload.texts[0];
+      // the tokens of the rendered text: apply_chat_template encodes it without adding special tokens
+      const plain = { texts: [text], add_special_tokens: false };
+      const [encoded, tokenized, chat] = await Promise.all([
+        call(
+          "POST",
+          config.paths.encode,
+          { ...plain, return_offsets_mapping: true, return_special_tokens_mask: true },
+          controller.signal,
+        ),
+        call("POST", config.paths.tokenize, { ...plain, return_sequence_ids: true }, controller.signal),
+        call("POST", config.paths.chat_encode, masked, controller.signal).catch((error) => error),
+      ]);
+      if (generation !== state.generation) return;
+      const refused = chat instanceof Error ? chat : null;
+      if (refused && !(refused instanceof ApiError)) throw refused;
+      const ids = encoded.payload.input_ids[0];
+      state.trains = refused ? null : chat.payload.assistant_masks[0];
+      if (!refused && chat.payload.input_ids[0].join() !== ids.join()) {
+        showError("/chat/encode and /encode of the rendered text disagree; reload the page.");
+        return;
+      }
+      render(text, null, encoded, tokenized);
+      showTrains(refused, template);
+    } catch (error) {
+      if (generation !== state.generation || error.name === "AbortError") return;
+      if (error.status === 401) {
+        askForKey("The service refused the API key; enter the right one.");
+        return;
+      }
+      $("status").textContent = "";
+      $("tokens").replaceChildren();
+      showError(error instanceof ApiError ? error.message : `Could not reach the service: ${error.message}`);
+    }
+  }
+
+  // Marks the drawn tokens that train; or shows why the service refused the masks (and the way out).
+  function showTrains(refused, template) {
+    const markers = (state.info.chat.generation_markers || {})[template];
+    $("switch-turns-row").hidden = !(refused && markers === false && $("masks-from").value === "generation");
+    $("trains-stat").hidden = $("legend-trains").hidden = Boolean(refused);
+    if (refused) {
+      showError(refused.message);
+      return;
+    }
+    let count = 0;
+    for (const span of $("tokens").querySelectorAll(".tok[data-i]")) {
+      const trains = state.trains[Number(span.dataset.i)] === 1;
+      span.classList.toggle("trains", trains);
+    }
+    for (const bit of state.trains) count += bit;
+    $("trains").textContent = count.toLocaleString("en");
+  }
+
+  function addMessage(role, content) {
+    const row = document.createElement("div");
+    row.className = "message";
+    const select = document.createElement("select");
+    select.setAttribute("aria-label", "role");
+    for (const name of ROLES) {
+      const option = document.createElement("option");
+      option.value = option.textContent = name;
+      select.append(option);
+    }
+    select.value = role;
+    const box = document.createElement("textarea");
+    box.rows = 2;
+    box.spellcheck = false;
+    box.value = content;
+    box.setAttribute("aria-label", "content");
+    const remove = document.createElement("button");
+    remove.type = "button";
+    remove.className = "link remove";
+    remove.textContent = "remove";
+    select.addEventListener("change", () => schedule(0));
+    box.addEventListener("input", () => schedule(config.debounce_ms));
+    remove.addEventListener("click", () => {
+      row.remove();
+      schedule(0);
+    });
+    row.append(select, box, remove);
+    $("messages").append(row);
+  }
+
+  function setMode(mode) {
+    state.mode = mode;
+    $("text-inputs").hidden = mode !== "text";
+    $("chat-inputs").hidden = mode !== "chat";
+    $("switch-turns-row").hidden = true;
+    $("trains-stat").hidden = $("legend-trains").hidden = true;
+    $("error").hidden = true;
+    schedule(0);
   }
 
   function showError(message) {
@@ -350,6 +504,7 @@
     if (info.special) lines.push(["special", "yes"]);
     else lines.push([`characters ${span.dataset.start}–${span.dataset.end}`, visible(info.covers)]);
     if (span.classList.contains("shared")) lines.push(["shared", "its characters are drawn with the token before"]);
+    if (state.trains) lines.push(["trains", state.trains[info.i] === 1 ? "yes (the assistant's)" : "no"]);
     tip.replaceChildren(
       ...lines.map(([key, value]) => {
         const row = document.createElement("div");
@@ -398,6 +553,20 @@
     });
     $("tokens").addEventListener("mouseleave", hideTooltip);
     $("copy-ids").addEventListener("click", copyIds);
+    for (const radio of document.querySelectorAll('input[name="mode"]')) {
+      radio.addEventListener("change", () => radio.checked && setMode(radio.value));
+    }
+    for (const [role, content] of FIRST_CONVERSATION) addMessage(role, content);
+    $("add-message").addEventListener("click", () => {
+      const last = conversation().at(-1);
+      addMessage(last && last.role === "user" ? "assistant" : "user", "");
+      schedule(0);
+    });
+    for (const id of ["chat-template", "generation-prompt", "masks-from"]) $(id).addEventListener("change", () => schedule(0));
+    $("switch-turns").addEventListener("click", () => {
+      $("masks-from").value = "turns";
+      schedule(0);
+    });
     $("forget-key").addEventListener("click", () => askForKey("Enter an API key."));
     $("key-form").addEventListener("submit", (event) => {
       event.preventDefault();
