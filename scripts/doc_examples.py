@@ -15,7 +15,9 @@ on GitHub and on the site). What the comment may say:
     runs as one script with the blocks it continues.
 ``<!-- example: given: NAME -->``
     The block needs something the reader has and the page does not make: ``corpus`` (a folder
-    ``corpus/`` of JSON Lines files with a ``text`` field). The tests make it first.
+    ``corpus/`` of JSON Lines files with a ``text`` field; ``chat_model``, a tokenizer folder ``chat-model/``
+    whose chat template has generation markers, made as the conversations guide makes it). The tests make it
+    first.
 ``<!-- example: output -->``
     On a ```` ```text ```` block: what the runnable block before it prints, compared line by line.
 
@@ -32,7 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = ("python", "bash")
 #: What ``given:`` may name, and what it means to a reader.
-GIVENS = {"corpus": "a folder corpus/ of JSON Lines files, one document per line in a 'text' field"}
+GIVENS = {
+    "corpus": "a folder corpus/ of JSON Lines files, one document per line in a 'text' field",
+    "chat_model": "a tokenizer folder chat-model/ whose chat template has {% generation %} markers",
+}
 #: The address the examples use for a service the reader started; the tests substitute the one they started.
 EXAMPLE_ADDRESS = "127.0.0.1:8000"
 

@@ -109,9 +109,19 @@ def reader_env(folder: Path, launch_dir: Path) -> dict[str, str]:
     return env
 
 
+#: Where a reader learns to make the chat model a ``given: chat_model`` block assumes: its first python block.
+CHAT_MODEL_PAGE = Path("docs/guides/conversations.md")
+
+
 def make_given(name: str, folder: Path) -> None:
     """What a ``given:`` block assumes the reader has (:data:`scripts.doc_examples.GIVENS`)."""
     assert name in GIVENS
+    if name == "chat_model":
+        if not (folder / "chat-model").exists():  # made by the very block the guide shows
+            making = next(b for b in blocks(CHAT_MODEL_PAGE) if b.kind == "run" and b.language == "python")
+            assert "chat-model" in making.code, f"{making.where} no longer makes chat-model/"
+            subprocess.run([sys.executable, "-c", making.code], cwd=folder, check=True, timeout=BLOCK_TIMEOUT)
+        return
     if name == "corpus":
         corpus = folder / "corpus"
         if corpus.exists():
