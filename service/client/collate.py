@@ -246,6 +246,38 @@ class ChatCollator:
     ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
     ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens). ``pad_token_id``:
     default the served tokenizer's pad token, else its eos token (as TRL), read from ``/info`` once per process.
+
+    Made by ``client.chat_collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
+    workers each use their own connections.
+
+    Args:
+        client: the :class:`TokenizerClient` that encodes (the async client gives its sync twin).
+        messages_field: the dict key holding a row's conversation.
+        pad_token_id: the id padding and ``padding_free`` boundaries use (default: from ``/info``, above).
+        assistant_only_loss: labels only where the assistant wrote the token (TRL's default for this
+            collator); False: every real token.
+        padding_free: one row per batch with ``position_ids`` instead of padded rows.
+        pad_to_multiple_of: pad each batch's length up to a multiple of this.
+        padding_side: ``"right"`` (TRL's default) or ``"left"``.
+        return_position_ids: add ``position_ids`` to padded batches too.
+        **chat_options: ``tools``, ``documents``, ``chat_template``, ``chat_template_kwargs``,
+            ``assistant_masks_from``, ``truncation``, ``max_length``.
+
+    Raises:
+        TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a
+            conversation.
+        KeyError: a row without ``messages_field``.
+        ValueError: a ``padding_side`` or ``pad_to_multiple_of`` out of range, an empty batch, or a field that
+            clashes with an output key.
+        InvalidRequest: when a batch is collated, what the service refuses (a template without generation
+            markers with masks from ``"generation"``, a conversation the template refuses), naming the row.
+
+    Example:
+        ```python
+        collate = client.chat_collator(truncation=True, max_length=2048)
+        loader = DataLoader(rows, batch_size=16, num_workers=2, collate_fn=collate)  # rows: {"messages": [...]}
+        batch = next(iter(loader))  # input_ids, labels (-100 where the loss does not count), attention_mask
+        ```
     """
 
     def __init__(
