@@ -3,6 +3,7 @@
 #   make test    -- create .venv, install, run the whole test suite (what CI runs)
 # And for maintainers:
 #   make lint    -- ruff (lint + format check), mypy, import boundaries (CI runs it too)
+#   make docs    -- build the docs site into build/site/ (--strict; open build/site/index.html, offline too)
 #   make fmt     -- apply ruff's fixes and formatting
 #   make bench   -- the side-by-side benchmark (ARGS=--smoke for a quick check)
 #   make fuzz    -- the OpenAPI fuzzer with 2,000 examples per operation (the suite runs 40)
@@ -13,7 +14,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LINTED := service tests testkit benchmarks scripts examples deploy
 
-.PHONY: serve test lint fmt bench fuzz mutants install clean
+.PHONY: serve test lint fmt docs bench fuzz mutants install clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +37,9 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix $(LINTED)

@@ -1,6 +1,7 @@
-"""Print the README's configuration table from the one settings object (tests/test_docs.py keeps them equal).
+"""Print the settings table from the one settings object: the docs site's Settings page is built from the same
+function (scripts/docs_reference.py; tests/test_docs_site.py checks it against the object).
 
-.venv/bin/python scripts/settings_table.py
+python scripts/settings_table.py
 """
 
 from service.http.settings import settings_table

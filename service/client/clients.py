@@ -199,6 +199,26 @@ class TokenizerClient(_ClientBase):
 
     Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
     connections (a later call reconnects).
+
+    Args:
+        url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several, or None.
+        api_key: the service's API key, if it has one.
+        timeout: per request: seconds, or a :class:`Timeout`.
+        retry: when and how long to retry, and fail over.
+        expected_fingerprint: the tokenizer this client accepts answers from.
+        headers: extra headers sent with every request.
+        transport: how requests are sent (tests pass a :class:`MockTransport`).
+
+    Raises:
+        ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, or a URL that is not a service URL
+            (the message says how to write it).
+
+    Example:
+        ```python
+        client = TokenizerClient("http://127.0.0.1:8000")
+        batch = client(["今天天气很好", "The weather is nice today."], padding=True, return_tensors="pt")
+        loader = DataLoader(rows, batch_size=32, num_workers=2, collate_fn=client.collator(padding=True))
+        ```
     """
 
     def __init__(
@@ -267,6 +287,24 @@ class TokenizerClient(_ClientBase):
         ``return_tensors``: None (lists), ``"np"`` (numpy int64) or ``"pt"`` (torch int64); tensors come
         from the binary answer without a copy and need rectangular rows (pass ``padding``), else
         :class:`NotAcceptable`. Invalid options raise :class:`InvalidRequest`, as transformers would raise.
+        Every other option has transformers' name, default and meaning (the HTTP reference lists them).
+
+        Returns:
+            An :class:`EncodeResult`: the keys and values of the ``BatchEncoding`` the in-process tokenizer
+            returns (for a single text, unbatched lists).
+
+        Raises:
+            InvalidRequest: options the tokenizer refuses, with its reason (e.g. padding without a pad token).
+            NotAcceptable: tensors asked for rows of different lengths (pass ``padding``).
+            PayloadTooLarge: a request over one of the server's limits (send fewer or shorter texts).
+            FingerprintMismatch: the server serves another tokenizer than ``expected_fingerprint``.
+            RetriesExhausted: the service stayed unreachable or busy past the retry policy.
+
+        Example:
+            ```python
+            batch = client(["你好", "hello"], padding="longest", truncation=True, max_length=8, return_tensors="pt")
+            batch["input_ids"].shape  # torch.Size([2, 4])
+            ```
         """
         options = EncodeOptions(
             add_special_tokens=add_special_tokens,

@@ -41,6 +41,29 @@ class Collator:
     ``position_ids``, and optionally ``cu_seq_lens_q/k``, ``max_length_q/k`` and ``seq_idx``. The encode options
     are then ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride``. Use it with
     :meth:`batch_sampler` so that each batch packs up to a token budget.
+
+    Made by ``client.collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
+    workers each use their own connections.
+
+    Args:
+        client: the :class:`TokenizerClient` (or async client) that encodes.
+        text_field: the dict key holding the text, for batches of dicts.
+        pair_field: the dict key holding the second text of a pair, if any.
+        packing: one padding-free row per batch instead of padded rows (above).
+        **options: encode options (``padding``, ``truncation``, ``max_length``...), and with ``packing`` the
+            ``DataCollatorWithFlattening`` options (``return_flash_attn_kwargs``, ``return_seq_idx``...).
+
+    Raises:
+        TypeError: an unknown option, ``return_tensors`` (always torch), or an option packing has no use for.
+        InvalidRequest: when a batch is collated, options the tokenizer refuses (its reason).
+        ValueError: an empty batch, or a dict field that clashes with an output key.
+
+    Example:
+        ```python
+        collate = client.collator(padding="longest", truncation=True, max_length=128)
+        loader = DataLoader(rows, batch_size=32, num_workers=2, collate_fn=collate)  # rows: dicts with "text"
+        batch = next(iter(loader))  # input_ids, token_type_ids, attention_mask, and the rows' other fields
+        ```
     """
 
     def __init__(
@@ -223,6 +246,38 @@ class ChatCollator:
     ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
     ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens). ``pad_token_id``:
     default the served tokenizer's pad token, else its eos token (as TRL), read from ``/info`` once per process.
+
+    Made by ``client.chat_collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
+    workers each use their own connections.
+
+    Args:
+        client: the :class:`TokenizerClient` that encodes (the async client gives its sync twin).
+        messages_field: the dict key holding a row's conversation.
+        pad_token_id: the id padding and ``padding_free`` boundaries use (default: from ``/info``, above).
+        assistant_only_loss: labels only where the assistant wrote the token (TRL's default for this
+            collator); False: every real token.
+        padding_free: one row per batch with ``position_ids`` instead of padded rows.
+        pad_to_multiple_of: pad each batch's length up to a multiple of this.
+        padding_side: ``"right"`` (TRL's default) or ``"left"``.
+        return_position_ids: add ``position_ids`` to padded batches too.
+        **chat_options: ``tools``, ``documents``, ``chat_template``, ``chat_template_kwargs``,
+            ``assistant_masks_from``, ``truncation``, ``max_length``.
+
+    Raises:
+        TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a
+            conversation.
+        KeyError: a row without ``messages_field``.
+        ValueError: a ``padding_side`` or ``pad_to_multiple_of`` out of range, an empty batch, or a field that
+            clashes with an output key.
+        InvalidRequest: when a batch is collated, what the service refuses (a template without generation
+            markers with masks from ``"generation"``, a conversation the template refuses), naming the row.
+
+    Example:
+        ```python
+        collate = client.chat_collator(truncation=True, max_length=2048)
+        loader = DataLoader(rows, batch_size=16, num_workers=2, collate_fn=collate)  # rows: {"messages": [...]}
+        batch = next(iter(loader))  # input_ids, labels (-100 where the loss does not count), attention_mask
+        ```
     """
 
     def __init__(

@@ -48,33 +48,59 @@ def _positive_int(value: Any, name: str, *, allow_none: bool = False, minimum: i
 class TokenBudgetBatchSampler(_SamplerBase):
     """Yields lists of dataset indices whose cost stays within ``max_tokens``; pass it as ``batch_sampler=``.
 
-    ``lengths``: one token count per dataset item (a list, tuple, numpy array or 1-D tensor of ints), counted
-    with the options the collator encodes with (special tokens included). Cost of a batch: rows x its longest
-    length (rounded up to ``pad_to_multiple_of``), what ``padding="longest"`` makes of it; with
-    ``packing=True``, the sum of its lengths, what a padding-free packed batch holds. ``max_batch_size`` caps
-    the rows as well. An item counts at least one token.
+    Cost of a batch: rows x its longest length (rounded up to ``pad_to_multiple_of``), what
+    ``padding="longest"`` makes of it; with ``packing=True``, the sum of its lengths, what a padding-free packed
+    batch holds. An item counts at least one token.
 
-    Each epoch: the indices are shuffled (``seed`` and the epoch, see :meth:`set_epoch`), cut into mega-batches
-    (``mega_batch_size`` items; default: about 50 batches' worth, as transformers' ``LengthGroupedSampler``),
+    Each epoch: the indices are shuffled (``seed`` and the epoch, see :meth:`set_epoch`), cut into mega-batches,
     sorted by length within each, and cut into batches greedily under the budget; the order of the batches
     is shuffled too, with the batch holding the longest item first (an out-of-memory shows at once).
-    ``shuffle=False`` keeps the dataset order for the mega-batches and the batches (for evaluation).
 
-    Distributed: ``num_replicas`` and ``rank`` (default: from ``torch.distributed`` when it is initialised,
-    else 1 and 0). Every rank computes the same batches and takes every ``num_replicas``-th one; when their
+    Distributed: every rank computes the same batches and takes every ``num_replicas``-th one; when their
     number does not divide evenly, the batches with the most rows are split in two until it does, so every
     rank gets the same number of batches (DDP never waits on a rank that has run out) and every index comes
     exactly once per epoch across the ranks. Only when nearly every item is a batch of its own can splitting
     not get there: then up to ``num_replicas - 1`` batches repeat, as ``DistributedSampler`` pads.
-    ``drop_last=True`` drops the last batches instead.
-
-    ``max_length``: when the collator truncates (``truncation=True, max_length=...``) but ``lengths`` are
-    counts of the whole texts, a length above it costs ``max_length``. Without it, an item longer than
-    ``max_tokens`` on its own is refused here, at construction, naming it. ``dataset``: if given, ``lengths``
-    must hold one count per item of it.
 
     ``len(sampler)`` is this rank's number of batches in the current epoch (it can differ by a few between
-    epochs, as the grouping does).
+    epochs, as the grouping does). It imports without torch, and is a ``torch.utils.data.Sampler`` where
+    torch is installed. :meth:`Collator.batch_sampler` and :meth:`from_client` count the texts for you.
+
+    Args:
+        lengths: one token count per dataset item (a list, tuple, numpy array or 1-D tensor of ints), counted
+            with the options the collator encodes with (special tokens included): ``client.lengths(...)``.
+        max_tokens: the budget of one batch, in token positions (its cost, above).
+        max_batch_size: the most rows in a batch, beside the budget.
+        packing: cost a batch as the sum of its lengths (for ``client.collator(packing=True)``).
+        max_length: when the collator truncates (``truncation=True, max_length=...``) but ``lengths`` are
+            counts of the whole texts, a length above it costs ``max_length``.
+        pad_to_multiple_of: as the collator's: the padded length is rounded up to a multiple of it.
+        shuffle: False keeps the dataset order for the mega-batches and the batches (for evaluation).
+        seed: the shuffles' seed; the same on every rank.
+        mega_batch_size: items sorted together (default: about 50 batches' worth, as transformers'
+            ``LengthGroupedSampler``).
+        num_replicas: ranks sharing the batches (default: from ``torch.distributed`` when it is initialised,
+            else 1).
+        rank: this rank (default: from ``torch.distributed``, else 0).
+        drop_last: drop the batches that do not divide evenly over the ranks instead of splitting batches.
+        dataset: if given, ``lengths`` must hold one count per item of it.
+
+    Raises:
+        ValueError: at construction, naming what to fix: an item longer than ``max_tokens`` on its own (which
+            item, how long; count with truncation, or pass ``max_length``), ``max_tokens < 1``, lengths that
+            are not one int per item (nested counts of ``return_overflowing_tokens``), a count that differs
+            from ``len(dataset)``, fewer items than ranks, ``pad_to_multiple_of`` with ``packing``.
+
+    Example:
+        ```python
+        lengths = client.lengths(texts, truncation=True, max_length=512)
+        sampler = TokenBudgetBatchSampler(lengths, max_tokens=4096, max_batch_size=64)
+        loader = DataLoader(texts, batch_sampler=sampler, collate_fn=client.collator(padding="longest",
+                            truncation=True, max_length=512))
+        for epoch in range(3):
+            sampler.set_epoch(epoch)
+            for batch in loader: ...
+        ```
     """
 
     def __init__(

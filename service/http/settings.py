@@ -219,8 +219,9 @@ class Settings(BaseSettings):
 
 
 def settings_table() -> str:
-    """The README's configuration table, made from the fields above (``tests/test_docs.py`` keeps them equal;
-    ``python scripts/settings_table.py`` prints it)."""
+    """The settings table, made from the fields above: the docs site's Settings page (built by
+    ``scripts/docs_reference.py``; ``tests/test_docs_site.py`` checks it against these fields) and
+    ``python scripts/settings_table.py``."""
     rows = ["| flag | environment variable | default | what it does, and the trade-off |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = "unset" if field.default is None else f"`{field.default}`"

@@ -85,7 +85,28 @@ class TokenizedDocuments(_ManifestDataset):
     1-D int64 tensor (``input_ids``), or with ``fields`` a dict ``{"input_ids": tensor, field: value...}`` of
     the kept fields (Parquet runs only).
 
-    ``manifest``: the output directory, its ``manifest.json``, or a :class:`Manifest`.
+    Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads them (or packs them);
+    define it at module level, so spawned workers can unpickle it.
+
+    Args:
+        manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
+        fields: columns kept by the run (``pretokenize --keep-field``) to return beside the ids.
+
+    Raises:
+        ValueError: the run is on object storage (copy it to a local disk first), in the megatron format (read
+            by megatron-core's ``IndexedDataset``), or did not keep one of ``fields``.
+        FileNotFoundError: no finished run there (worker 0 writes ``manifest.json`` last).
+
+    Example:
+        ```python
+        from torch.nn.utils.rnn import pad_sequence
+        from torch.utils.data import DataLoader
+
+        def pad(documents):
+            return pad_sequence(documents, batch_first=True, padding_value=0)
+
+        loader = DataLoader(TokenizedDocuments("tokens/"), batch_size=8, num_workers=2, collate_fn=pad)
+        ```
     """
 
     def __init__(self, manifest: str | Path | Manifest, *, fields: Sequence[str] = ()) -> None:
@@ -158,6 +179,21 @@ class TokenBlocks(_ManifestDataset):
     eos id between documents if the run appended it), shard after shard in manifest order. ``dataset[i]``
     is tokens ``[i * block_size, (i + 1) * block_size)`` as a 1-D int64 tensor; the last partial block is
     left out. For next-token prediction take ``block_size = context + 1`` and ``x, y = block[:-1], block[1:]``.
+
+    Args:
+        manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
+        block_size: tokens per block.
+
+    Raises:
+        ValueError: the run is not in the flat format (``pretokenize --format flat``), is on object storage,
+            or ``block_size`` is below 1.
+
+    Example:
+        ```python
+        loader = DataLoader(TokenBlocks("tokens/", block_size=1025), batch_size=32, shuffle=True, num_workers=4)
+        for block in loader:
+            x, y = block[:, :-1], block[:, 1:]
+        ```
     """
 
     def __init__(self, manifest: str | Path | Manifest, block_size: int) -> None:

@@ -1,0 +1,307 @@
+"""Every code example of the README and the docs site runs as a reader pastes it.
+
+A page's ```python and ```bash blocks run in order, as one reader goes through the page in one folder: a
+fresh folder laid out as the clone's root (its files linked, ``.venv`` the venv these tests run in), with
+that venv activated (as the docs say, once) and nothing else of this process's environment that could
+help: no ``TOKENIZER_SERVICE_*`` variable, no ``PYTHONPATH`` to the repository. A python block is saved to a
+file and run with ``python FILE``; a bash block runs in ``bash -e``. What the tests do beyond running the
+text (``scripts/doc_examples.py`` describes the directives a page may give a block):
+
+- The address ``127.0.0.1:8000`` -- where the examples say a started service listens -- is replaced by the
+  address of a real server on a free port: the one the page's ``serve`` block started (run as written,
+  ``TOKENIZER_SERVICE_PORT`` choosing the port), else a shared server of the embedded default tokenizer.
+- A block that starts worker processes (``num_workers=``, ``num_proc=``) runs twice: with the ``fork`` and
+  with the ``spawn`` start method (``spawn`` is the default on macOS and Windows), set by a
+  ``sitecustomize`` module -- the text is the same.
+- ``pip install`` resolves without installing (a ``pip`` first on ``PATH`` adds ``--dry-run``; the build of
+  the package itself is real): the command, its path and its extras must be right, and the venv stays as it
+  is.
+- A launched service (``TokenizerClient.launch()``) meets its users in a folder of the test's own.
+- ``skip`` blocks are not run; :func:`test_skipped_examples_are_few_and_say_why` lists and bounds them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from scripts.doc_examples import EXAMPLE_ADDRESS, GIVENS, Block, blocks, check_directive, pages
+from testkit.servers import REPO, free_port
+
+#: The most blocks the docs may leave unrun (each with its reason): raise it only for a block no test can run.
+MOST_SKIPPED = 17
+WORKERS = re.compile(r"\bnum_workers=[1-9]|\bnum_proc=[1-9]")
+BLOCK_TIMEOUT = 240  # seconds
+# `pip install ...` as `pip install --dry-run ...` (pip's own subprocesses, which install build dependencies,
+# run `python -m pip` and are not affected)
+PIP_DRY_RUN = """\
+#!/bin/bash
+if [ "$1" = install ]; then shift; exec python -m pip install --dry-run "$@"; fi
+exec python -m pip "$@"
+"""
+SITECUSTOMIZE = """\
+import os
+
+_method = os.environ.get("DOCS_EXAMPLE_START_METHOD")
+if _method:
+    import multiprocessing
+
+    multiprocessing.set_start_method(_method, force=True)
+"""
+
+
+def runnable_pages() -> list[Path]:
+    return [page for page in pages() if any(b.kind in ("run", "serve", "continues") for b in blocks(page))]
+
+
+# -- a reader's folder and environment ---------------------------------------------------------------------
+def clone_root(folder: Path) -> Path:
+    """A folder laid out as the clone's root: its tracked top-level files and folders linked, ``.venv`` the
+    venv of this interpreter (where the examples' ``pip`` and ``tokenizer-service`` come from)."""
+    tracked = subprocess.run(
+        ["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    for name in sorted({path.split("/")[0] for path in tracked}):
+        if (REPO / name).exists():
+            (folder / name).symlink_to(REPO / name)
+    (folder / ".venv").symlink_to(Path(sys.prefix))
+    return folder
+
+
+def reader_env(folder: Path, launch_dir: Path) -> dict[str, str]:
+    """The environment of a reader with the venv activated, in ``folder``."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("TOKENIZER_SERVICE_", "PYTHON", "VIRTUAL_ENV", "PIP_"))
+    }
+    bin_dir = str(Path(sys.prefix) / "bin")
+    customize = folder / ".sitecustomize"
+    customize.mkdir(exist_ok=True)
+    (customize / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    shims = folder / ".shims"
+    shims.mkdir(exist_ok=True)
+    (shims / "pip").write_text(PIP_DRY_RUN)
+    (shims / "pip").chmod(0o755)
+    env.update(
+        PATH=os.pathsep.join([str(shims), bin_dir, env.get("PATH", "/usr/bin:/bin")]),
+        VIRTUAL_ENV=sys.prefix,
+        PYTHONPATH=str(customize),  # only the start-method switch: the repository comes from the install
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        HF_HUB_OFFLINE="1",
+        HF_HOME=str(folder / ".hf-home"),
+        TOKENIZER_SERVICE_LAUNCH_DIR=str(launch_dir),
+        MPLBACKEND="Agg",
+    )
+    return env
+
+
+#: Where a reader learns to make the chat model a ``given: chat_model`` block assumes: its first python block.
+CHAT_MODEL_PAGE = Path("docs/guides/conversations.md")
+
+
+def make_given(name: str, folder: Path) -> None:
+    """What a ``given:`` block assumes the reader has (:data:`scripts.doc_examples.GIVENS`)."""
+    assert name in GIVENS
+    if name == "chat_model":
+        if not (folder / "chat-model").exists():  # made by the very block the guide shows
+            making = next(b for b in blocks(CHAT_MODEL_PAGE) if b.kind == "run" and b.language == "python")
+            assert "chat-model" in making.code, f"{making.where} no longer makes chat-model/"
+            subprocess.run([sys.executable, "-c", making.code], cwd=folder, check=True, timeout=BLOCK_TIMEOUT)
+        return
+    if name == "corpus":
+        corpus = folder / "corpus"
+        if corpus.exists():
+            return
+        corpus.mkdir()
+        sentences = ["这个手机很好用，电池也耐用。", "质量太差了，不推荐。", "The weather is nice today.", "物流很快"]
+        for part in range(2):
+            lines = [json.dumps({"text": sentences[(i + part) % 4] * (1 + i % 7), "label": i % 2}) for i in range(300)]
+            (corpus / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+# -- running a page ------------------------------------------------------------------------------------------
+class PageRun:
+    """One reader going through one page: the folder, the server the page talks to, what ran."""
+
+    def __init__(self, page: Path, folder: Path, launch_dir: Path, shared_server: object) -> None:
+        self.page = page
+        self.folder = folder
+        self.env = reader_env(folder, launch_dir)
+        self.shared_server = shared_server  # the `servers` fixture: its default server, started on first use
+        self.address: str | None = None
+        self.served: list[subprocess.Popen[bytes]] = []
+        self.python_chain: list[Block] = []
+        self.last_stdout: str | None = None
+        self.start_methods: dict[str, list[str]] = {}
+
+    def address_for(self, block: Block) -> str:
+        if self.address is None:
+            server = self.shared_server["wordpiece_default"]  # type: ignore[index]
+            self.address = server.url.removeprefix("http://")
+        return self.address
+
+    def text_of(self, block: Block, code: str) -> str:
+        assert "localhost:8000" not in code, f"{block.where}: the examples write {EXAMPLE_ADDRESS}"
+        if EXAMPLE_ADDRESS in code:
+            code = code.replace(EXAMPLE_ADDRESS, self.address_for(block))
+        return code
+
+    def run(self, block: Block) -> None:
+        for name in block.given:
+            make_given(name, self.folder)
+        if block.kind == "serve":
+            self.serve(block)
+        elif block.kind == "output":
+            self.compare_output(block)
+        elif block.language == "python":
+            chain = [*self.python_chain, block] if block.kind == "continues" else [block]
+            self.python_chain = chain
+            code = "\n".join(b.code for b in chain)
+            self.run_python(block, code)
+        elif block.language == "bash":
+            self.run_process(block, ["bash", "-e", "-c", self.text_of(block, block.code)])
+
+    def run_python(self, block: Block, code: str) -> None:
+        script = self.folder / f"example_{block.page.stem.replace('-', '_')}_{block.line}.py"
+        script.write_text(self.text_of(block, code))
+        methods = ["fork", "spawn"] if WORKERS.search(code) else [""]
+        for method in methods:
+            self.run_process(block, [str(Path(sys.prefix) / "bin" / "python"), script.name], method)
+            self.start_methods.setdefault(block.where, []).append(method or "none")
+
+    def run_process(self, block: Block, argv: list[str], start_method: str = "") -> None:
+        env = {**self.env, "DOCS_EXAMPLE_START_METHOD": start_method}
+        done = subprocess.run(
+            argv,
+            cwd=self.folder,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT,
+        )
+        how = f" under {start_method}" if start_method else ""
+        assert done.returncode == 0, (
+            f"{block.where} ({block.language}) failed{how}, exit {done.returncode}:\n"
+            f"--- code ---\n{block.code}--- stderr ---\n{done.stderr[-4000:]}\n--- stdout ---\n{done.stdout[-2000:]}"
+        )
+        self.last_stdout = done.stdout
+
+    def serve(self, block: Block) -> None:
+        assert "--port" not in block.code, f"{block.where}: serve on the default port (the tests choose it)"
+        port = free_port()
+        log = self.folder / f"serve_{block.line}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(
+                ["bash", "-e", "-c", block.code],
+                cwd=self.folder,
+                env={**self.env, "TOKENIZER_SERVICE_PORT": str(port)},
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: stopped as a whole at the page's end
+            )
+        self.served.append(proc)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, f"{block.where}: the server exited {proc.returncode}:\n{log.read_text()}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as answer:
+                    if answer.status == 200:
+                        self.address = f"127.0.0.1:{port}"
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        pytest.fail(f"{block.where}: the server was not ready in 90 s:\n{log.read_text()[-3000:]}")
+
+    def compare_output(self, block: Block) -> None:
+        assert self.last_stdout is not None, f"{block.where}: an output block follows no block that ran"
+        printed = [line.rstrip() for line in self.last_stdout.rstrip("\n").splitlines()]
+        shown = [line.rstrip() for line in block.code.rstrip("\n").splitlines()]
+        assert printed == shown, f"{block.where}: the block before prints\n" + "\n".join(printed)
+
+    def stop(self) -> None:
+        for proc in self.served:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)  # the group this test started for the block
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(5)
+
+
+@pytest.fixture
+def launch_dir() -> Iterator[Path]:
+    folder = Path(tempfile.mkdtemp(prefix="tsx-", dir="/tmp"))  # short: a socket path holds 107 bytes
+    try:
+        yield folder
+    finally:
+        leftover = list(folder.glob("*.sock"))
+        shutil.rmtree(folder, ignore_errors=True)
+        assert not leftover, f"a launched service outlived its example: {leftover}"
+
+
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("page", runnable_pages(), ids=str)
+def test_page_examples_run_as_written(page, tmp_path, launch_dir, servers):
+    run = PageRun(page, clone_root(tmp_path), launch_dir, servers)
+    try:
+        for block in blocks(page):
+            if block.kind in ("skip", "text"):
+                continue
+            run.run(block)
+    finally:
+        run.stop()
+    print(f"{page}: start methods per block {run.start_methods}")
+
+
+# -- the rules every page keeps ----------------------------------------------------------------------------
+def all_blocks() -> list[Block]:
+    return [block for page in pages() for block in blocks(page)]
+
+
+def test_every_directive_is_known():
+    problems = [f"{b.where}: {problem}" for b in all_blocks() if (problem := check_directive(b))]
+    assert not problems, "\n".join(problems)
+
+
+def test_skipped_examples_are_few_and_say_why():
+    skipped = [b for b in all_blocks() if b.kind == "skip"]
+    listing = "\n".join(f"{b.where}: {b.skip_reason}" for b in skipped)
+    print(f"examples not run ({len(skipped)}):\n{listing}")
+    assert all(b.skip_reason for b in skipped)
+    assert len(skipped) <= MOST_SKIPPED, f"{len(skipped)} examples are not run:\n{listing}"
+
+
+def test_one_way_to_run_commands():
+    """Every example runs commands the same way: in the activated venv (``source .venv/bin/activate``, said
+    once), never ``.venv/bin/...``; and every python or bash block is one the tests run or skip by name."""
+    for block in all_blocks():
+        if block.language in ("python", "bash"):
+            assert ".venv/bin/" not in block.code.replace("source .venv/bin/activate", ""), (
+                f"{block.where}: run commands in the activated venv, without .venv/bin/"
+            )
+        assert block.language not in ("sh", "shell", "console", "py", "python3"), (
+            f"{block.where}: write ```bash or ```python, so the tests find and run it"
+        )
+
+
+def test_workers_examples_run_under_spawn_too():
+    """Some page shows a DataLoader with workers: the harness must see it (else its spawn run is silently off)."""
+    assert any(WORKERS.search(b.code) for b in all_blocks() if b.kind in ("run", "continues"))

@@ -1,0 +1,334 @@
+"""The docs site: it builds with ``--strict``, its reference pages hold exactly what the code has, it loads
+nothing from another origin, and it renders -- home page and a guide, opened from disk -- in headless
+Chromium, search included, with screenshots kept in ``test-results/docs/`` (``TOKENIZER_SERVICE_TEST_RESULTS``
+moves it) so the look can be judged.
+
+The reference pages are generated at build time (``scripts/docs_reference.py``); these tests read the *built*
+HTML and compare it with the code itself -- the settings object, the app's routes, the option sets of
+``service/wire.py``, the status table, every command's parser, ``service.client.__all__`` -- both ways: what
+the code has is in the reference, and what the reference names is in the code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from html import unescape
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from scripts import docs_reference
+from testkit.servers import REPO
+
+RESULTS = Path(os.environ.get("TOKENIZER_SERVICE_TEST_RESULTS", REPO / "test-results")) / "docs"
+WAIT = 20.0
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built as ``make docs`` builds it (``--strict``), into a folder of the test's own."""
+    out = tmp_path_factory.mktemp("site")
+    mkdocs = Path(sys.prefix) / "bin" / "mkdocs"
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stderr[-4000:]}"
+    return out
+
+
+# -- reading the built pages ---------------------------------------------------------------------------------
+class Page(HTMLParser):
+    """A built page as the tests read it: its headings and tables in order, its code blocks, and the ids."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.items: list[tuple[str, Any]] = []  # ("heading", text) | ("table", rows) | ("pre", text)
+        self.ids: set[str] = set()
+        self._text: list[str] | None = None
+        self._kind = ""
+        self._rows: list[list[str]] = []
+        self._cell: list[str] | None = None
+        self.feed(path.read_text(encoding="utf-8"))
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs).get("id")
+        if found:
+            self.ids.add(found)
+        if tag in ("h1", "h2", "h3", "h4", "pre") and self._text is None:
+            self._text, self._kind = [], tag
+        elif tag == "table":
+            self._rows = []
+        elif tag == "tr":
+            self._rows.append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == self._kind and self._text is not None:
+            text = "".join(self._text)
+            self.items.append(("pre" if tag == "pre" else "heading", text.strip("¶ \n") if tag != "pre" else text))
+            self._text = None
+        elif tag in ("td", "th") and self._cell is not None:
+            self._rows[-1].append("".join(self._cell).strip())
+            self._cell = None
+        elif tag == "table":
+            self.items.append(("table", self._rows))
+
+    def handle_data(self, data: str) -> None:
+        if self._text is not None:
+            self._text.append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+    def tables_under(self, heading: str) -> list[list[list[str]]]:
+        """The tables between the heading whose text is ``heading`` and the next heading."""
+        tables, inside = [], False
+        for kind, value in self.items:
+            if kind == "heading":
+                inside = value == heading
+            elif kind == "table" and inside:
+                tables.append(value)
+        return tables
+
+    def first_column(self, heading: str) -> list[str]:
+        return [row[0] for table in self.tables_under(heading) for row in table[1:]]
+
+
+def page(site: Path, name: str) -> Page:
+    return Page(site / name)
+
+
+def assert_same(in_code: set[str], in_reference: set[str], what: str) -> None:
+    assert in_code - in_reference == set(), f"{what} in the code but not in the built reference"
+    assert in_reference - in_code == set(), f"{what} in the built reference but not in the code"
+
+
+# -- the reference holds what the code has, both ways --------------------------------------------------------
+def test_settings_reference_is_the_settings_object(site):
+    from service.http.settings import Settings
+    from service.wire import ENV_PREFIX
+
+    rows = [row for table in page(site, "reference/settings.html").tables_under("Settings") for row in table[1:]]
+    flags = {row[0].replace("--[no-]", "--") for row in rows}
+    envs = {row[1] for row in rows}
+    assert_same({"--" + name.replace("_", "-") for name in Settings.model_fields}, flags, "settings (flags)")
+    assert_same({ENV_PREFIX + name.upper() for name in Settings.model_fields}, envs, "settings (variables)")
+
+
+def test_http_reference_is_the_route_table(site):
+    built = page(site, "reference/http.html")
+    listed = set()
+    for cell in built.first_column("Routes"):
+        listed.add(cell.split()[-1])
+    after = (site / "reference/http.html").read_text().split("static files", 1)[1].split("</p>", 1)[0]
+    listed |= set(re.findall(r"<code>(/[^<]*)</code>", after))
+    assert_same({route["path"] for route in docs_reference.routes()}, listed, "routes")
+
+
+def test_http_reference_has_every_option_of_every_route(site):
+    from service.http.routes import WORK_ROUTES
+
+    built = page(site, "reference/http.html")
+    sections = [value for kind, value in built.items if kind == "heading" and value.startswith("POST /")]
+    assert_same({f"POST {route.path}" for route in WORK_ROUTES}, set(sections), "work routes")
+    for route in WORK_ROUTES:
+        declared = {f.name for f in dataclasses.fields(route.request.option_set)}
+        fields = set(built.first_column(f"POST {route.path}"))
+        assert_same(set(route.request.model_fields), fields, f"fields of POST {route.path}")
+        assert declared <= fields
+
+
+def test_http_reference_has_every_error_kind_and_its_status(site):
+    from service.http.responses import STATUS_BY_KIND
+
+    rows = [row for table in page(site, "reference/http.html").tables_under("Errors") for row in table[1:]]
+    assert_same({f"{k.value} {s}" for k, s in STATUS_BY_KIND.items()}, {f"{r[0]} {r[1]}" for r in rows}, "errors")
+
+
+def test_cli_reference_has_every_flag_of_every_command(site):
+    built = page(site, "reference/cli.html")
+    helps = [value for kind, value in built.items if kind == "pre"]
+    parsers = docs_reference.command_parsers()
+    assert len(helps) == len(parsers), "one --help per command"
+    every_flag = {
+        option for parser in parsers.values() for action in parser._actions for option in action.option_strings
+    }
+    for (prog, parser), text in zip(parsers.items(), helps, strict=True):
+        assert text.startswith(f"usage: {prog} "), text[:80]
+        # every long flag of the command (--no-* forms included) is shown; a flag the text names is one that
+        # exists (its own, or another command's, as "the same as serve --model")
+        flags = {option for action in parser._actions for option in action.option_strings if option.startswith("--")}
+        unwrapped = re.sub(r"(?<=\w-)\n\s+", "", unescape(text))  # argparse wraps lines at hyphens too
+        shown = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", unwrapped))
+        assert flags - shown == set(), f"flags of {prog} in the code but not in the built reference"
+        assert shown - every_flag == set(), f"the reference of {prog} names flags no command has"
+
+
+def test_python_reference_has_the_public_client(site):
+    import service.client
+
+    built = page(site, "reference/python.html")
+    documented = {found.rsplit(".", 1)[-1] for found in built.ids if found.startswith("service.")}
+    text = (site / "reference/python.html").read_text()
+    for name in service.client.__all__:
+        if name.endswith("_ENV"):
+            assert f"service.client.{name}" in text, name
+        else:
+            assert name in documented, f"service.client.{name} is not in the Python reference"
+    for found in built.ids:  # every documented object exists
+        if found.startswith("service."):
+            assert _resolves(found), f"the Python reference documents {found}, which the code does not have"
+
+
+def _resolves(dotted: str) -> bool:
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for attribute in parts[cut:]:
+            if not hasattr(obj, attribute):
+                return False
+            obj = getattr(obj, attribute)
+        return True
+    return False
+
+
+def test_every_guide_is_in_the_site_and_the_readme_links_resolve(site):
+    for md in (REPO / "docs").rglob("*.md"):
+        built = site / md.relative_to(REPO / "docs").with_suffix(".html")
+        assert built.exists(), f"{md} was not built"
+    readme = (REPO / "README.md").read_text()
+    for target in re.findall(r"\]\(((?:docs|deploy)/[^)#\s]+)", readme):
+        assert (REPO / target).exists(), f"README links to {target}, which does not exist"
+
+
+def test_the_site_loads_nothing_from_another_origin(site):
+    """No script, style, font or image from elsewhere: the site works opened from disk, offline."""
+    external = re.compile(r"""<(?:script|link|img|iframe)\b[^>]*\b(?:src|href)=["'](?:https?:)?//""", re.I)
+    for html in site.rglob("*.html"):
+        for found in external.finditer(html.read_text(encoding="utf-8")):
+            tag = found.group(0)
+            assert 'rel="noopener"' in tag or "<link" not in tag, f"{html.name}: {tag}"
+            assert not tag.lower().startswith(("<script", "<img", "<iframe")), f"{html.name}: {tag}"
+            assert "stylesheet" not in tag and "preconnect" not in tag, f"{html.name}: {tag}"
+    for css in site.rglob("*.css"):
+        assert not re.search(r"@import\s+url\(\s*['\"]?https?:", css.read_text()), css
+        assert "fonts.googleapis" not in css.read_text(), css
+
+
+# -- in a real browser -----------------------------------------------------------------------------------------
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Any:
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError:
+        pytest.skip("selenium is not installed (the test extra)")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        message = "the docs' browser test needs Debian's chromium and chromium-driver"
+        if _in_ci():
+            pytest.fail(f"CI is set: {message}", pytrace=False)
+        pytest.skip(message)
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in (
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+    ):
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="docs-chromium-")
+    options.add_argument(f"--user-data-dir={profile}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(driver_path))
+    driver.set_page_load_timeout(WAIT)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+# Every script, style sheet, image and frame the page holds, by the URL the browser resolved.
+LOADED = """
+return Array.from(document.querySelectorAll('script[src], link[href], img[src], iframe[src]'))
+  .filter(e => e.tagName !== 'LINK' || !['canonical', 'next', 'prev'].includes(e.rel))
+  .map(e => e.src || e.href);
+"""
+
+
+def _open(browser: Any, path: Path) -> None:
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    browser.get(path.as_uri())
+    WebDriverWait(browser, WAIT).until(lambda b: b.execute_script("return document.readyState") == "complete")
+    loaded = browser.execute_script(LOADED)
+    assert loaded and all(url.startswith("file://") for url in loaded), [u for u in loaded if "file:" not in u]
+    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def _screenshot(browser: Any, name: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.png"
+    assert browser.save_screenshot(str(path)), path
+    return path
+
+
+def test_home_page_and_a_guide_render_from_disk_with_search(browser, site):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    _open(browser, site / "index.html")
+    assert browser.find_element(By.CSS_SELECTOR, "article h1").text == "tokenizer-service"
+    nav = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.md-nav__link')).map(e => e.textContent)"
+    )
+    assert any("The DataLoader client" in text for text in nav)
+    _screenshot(browser, "home")
+
+    _open(browser, site / "guides" / "dataloader.html")
+    code = browser.find_elements(By.CSS_SELECTOR, "article pre code")
+    assert code and "TokenizerClient" in code[0].text  # highlighted code, as a reader sees it
+    width = browser.execute_script("return document.querySelector('article').getBoundingClientRect().width")
+    assert width > 500, "the article has room beside the navigation"
+    _screenshot(browser, "guide-dataloader")
+
+    # search works opened from disk (Material's search worker runs in our iframe shim: no server, no CDN)
+    box = browser.find_element(By.CSS_SELECTOR, "input.md-search__input")
+    browser.execute_script("arguments[0].focus()", box)
+    box.send_keys("fingerprint")
+    WebDriverWait(browser, WAIT).until(
+        lambda b: b.find_elements(By.CSS_SELECTOR, ".md-search-result__item"),
+        "search found nothing from disk",
+    )
+    _screenshot(browser, "search")
