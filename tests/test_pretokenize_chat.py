@@ -176,6 +176,24 @@ def test_datatroves_merger_carries_the_loss_masks_with_the_tokens(
     assert tokens.read_bytes() == np.array([t for ids, _ in theirs for t in ids], dtype=dtype).tobytes()
     assert loss.read_bytes() == bytes(bit for _, masks in theirs for bit in masks)
 
+    # TokenBlocks(loss_masks=True) over the shards: datatrove's windows of the merged tokens (DatatroveFileDataset,
+    # seq_len + 1 tokens each), and the merged loss file cut at the same places -- across shard boundaries too.
+    from datatrove.utils.dataset import DatatroveFileDataset
+
+    from service.pretokenize import TokenBlocks
+
+    windows = DatatroveFileDataset(str(tokens), seq_len=96, token_size=np.dtype(dtype).itemsize)
+    blocks = TokenBlocks(out, block_size=97, loss_masks=True)
+    assert len(blocks) == len(windows)
+    shard_ends = np.cumsum([shard.tokens for shard in read_manifest(out).shards])
+    assert any(end % 97 for end in shard_ends if end < len(blocks) * 97)  # some block holds two shards' tokens
+    merged_masks = np.frombuffer(loss.read_bytes(), np.uint8)
+    for i in range(len(blocks)):
+        block = blocks[i]
+        assert block["input_ids"].tolist() == windows[i]["input_ids"].tolist()
+        assert block["assistant_masks"].tolist() == merged_masks[i * 97 : (i + 1) * 97].tolist()
+        assert block["labels"].tolist() == labelled(block["input_ids"].tolist(), block["assistant_masks"].tolist())
+
 
 def test_masks_from_turns_and_the_refusals(chat_servers, named_chat_tokenizers, chat_corpus, tmp_path):
     """A template without generation markers is refused before any work, naming the remedy; with "turns" its

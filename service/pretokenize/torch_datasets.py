@@ -74,7 +74,7 @@ class _MegatronIndex:
 
         def mapped(dtype: str, count: int) -> np.ndarray:
             nonlocal offset
-            array = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=(count,)) if count else np.zeros(0, dtype)
+            array = np.zeros(0, dtype) if count == 0 else np.memmap(path, dtype, "r", offset, (count,))
             offset += count * np.dtype(dtype).itemsize
             return array
 
@@ -189,12 +189,15 @@ class TokenizedDocuments(_ManifestDataset):
 
         loader = DataLoader(TokenizedDocuments("tokens/"), batch_size=8, num_workers=2, collate_fn=pad)
 
-        # A conversations run: ids, masks and labels; TRL's collator pads them for the trainer.
-        from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+        # A conversations run: the ids and the labels, padded with -100 (the loss skips them).
+        def pad_chats(chats):
+            return {
+                "input_ids": pad_sequence([c["input_ids"] for c in chats], batch_first=True, padding_value=0),
+                "labels": pad_sequence([c["labels"] for c in chats], batch_first=True, padding_value=-100),
+            }
 
         chats = TokenizedDocuments("chat-tokens/", loss_masks=True)
-        collate = DataCollatorForLanguageModeling(pad_token_id=0)
-        loader = DataLoader(chats, batch_size=8, num_workers=2, collate_fn=collate)
+        loader = DataLoader(chats, batch_size=8, num_workers=2, collate_fn=pad_chats)
         ```
     """
 
@@ -253,9 +256,7 @@ class TokenizedDocuments(_ManifestDataset):
         start, end = index.span(local)
         return np.asarray(self._map(self._shard_file(shard, prefix + ".bin"), index.dtype)[start:end])
 
-    def _parquet_document(
-        self, shard: ShardEntry, local: int
-    ) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
+    def _parquet_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
         path = Path(shard.files[0])
         files = self._open()
         parquet = files.parquet.get(path)
