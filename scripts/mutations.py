@@ -67,6 +67,7 @@ CHAT_CLIENT = "service/client/chat.py"
 EXECUTOR = "service/corpus/executor.py"
 STORAGE = "service/corpus/storage.py"
 ENCODERS = "service/pretokenize/encoders.py"
+TORCH_DATASETS = "service/pretokenize/torch_datasets.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the parity table: what the property tests must catch at every tier ----------------------------------
@@ -680,6 +681,21 @@ MUTATIONS: tuple[Mutation, ...] = (
         "service/corpus/records.py",
         "problem = conversation_problem(value)",
         "problem = None",
+        (PRETOKENIZE_CHAT,),
+    ),
+    # -- the torch datasets reading the loss masks back ----------------------------------------------------------
+    Mutation(
+        "torch datasets: a block's loss masks are cut one token after its ids (the labels train the wrong tokens)",
+        TORCH_DATASETS,
+        "masks = self._cut(self._loss, start, end)",
+        "masks = self._cut(self._loss, start + 1, end + 1)",
+        (PRETOKENIZE_CHAT,),
+    ),
+    Mutation(
+        "torch datasets: a document's labels keep the prompt and drop the assistant's tokens",
+        TORCH_DATASETS,
+        "labels = input_ids.masked_fill(assistant_masks == 0, IGNORE_INDEX)",
+        "labels = input_ids.masked_fill(assistant_masks != 0, IGNORE_INDEX)",
         (PRETOKENIZE_CHAT,),
     ),
 )

@@ -11,6 +11,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -97,13 +98,16 @@ def read_back(out: Path) -> list[tuple[list[int], list[int]]]:
             assert table.column_names[:2] == ["input_ids", "assistant_masks"]
             assert str(table.schema.field("assistant_masks").type) == "list<element: uint8>"
             documents.extend(zip(table["input_ids"].to_pylist(), table["assistant_masks"].to_pylist(), strict=True))
-        elif manifest["format"] == "flat":
+        elif manifest["format"] == "flat":  # datatrove's reader of a shard's documents (its merger's)
+            from datatrove.pipeline.tokens.merger import get_data_reader, load_doc_ends
+
             tokens, index, _, loss = files
-            ids = np.fromfile(tokens, dtype=manifest["dtype"])
-            ends = [0, *np.fromfile(index, dtype="<u8").tolist()]
-            masks = np.fromfile(loss, dtype=np.uint8)
-            assert len(masks) == len(ids)  # one byte per token
-            documents.extend((ids[a:b].tolist(), masks[a:b].tolist()) for a, b in pairwise(ends))
+            dtype = np.dtype(manifest["dtype"])
+            assert loss.stat().st_size * dtype.itemsize == tokens.stat().st_size  # one byte per token
+            ends = load_doc_ends(open(index, "rb"))
+            ids = [np.frombuffer(b, dtype).tolist() for b in get_data_reader(open(tokens, "rb"), ends, dtype.itemsize)]
+            masks = [list(b) for b in get_data_reader(open(loss, "rb"), ends, 1)]
+            documents.extend(zip(ids, masks, strict=True))
         else:
             from megatron.core.datasets.indexed_dataset import IndexedDataset
 
@@ -118,18 +122,35 @@ def read_back(out: Path) -> list[tuple[list[int], list[int]]]:
     return documents
 
 
+@pytest.fixture(scope="module")
+def chat_runs(chat_servers, chat_corpus, tmp_path_factory) -> Callable[[str], Path]:
+    """format -> the output folder of a run over the chat corpus in that format, made on first use (the Parquet
+    run keeps the "id" field)."""
+    made: dict[str, Path] = {}
+
+    def made_in(output_format: str) -> Path:
+        if output_format not in made:
+            out = tmp_path_factory.mktemp(f"chat-{output_format}") / "out"
+            kept = ("id",) if output_format == "parquet" else ()
+            url = chat_servers[FAMILY].url
+            run(config(url, chat_corpus[0], out, output_format=output_format, keep_fields=kept))
+            made[output_format] = out
+        return made[output_format]
+
+    return made_in
+
+
 @pytest.mark.parametrize("output_format", ["parquet", "flat", "megatron"])
 def test_ids_and_loss_masks_equal_apply_chat_template_in_every_format(
-    output_format, chat_servers, named_chat_tokenizers, chat_corpus, tmp_path
+    output_format, chat_runs, named_chat_tokenizers, chat_corpus
 ):
-    root, conversations = chat_corpus
-    out = tmp_path / "out"
-    summary = run(config(chat_servers[FAMILY].url, root, out, output_format=output_format))
-    assert summary.written >= 4 and summary.skipped == 0
+    _, conversations = chat_corpus
+    out = chat_runs(output_format)
+    manifest = read_manifest(out)
+    assert manifest.data["totals"]["shards"] >= 4 and manifest.data["totals"]["skipped"] == 0
     theirs = expected(named_chat_tokenizers[FAMILY], conversations)
     assert read_back(out) == theirs
     assert any(1 in masks for _, masks in theirs) and any(0 in masks for _, masks in theirs)
-    manifest = read_manifest(out)
     assert manifest.data["settings"]["chat"]["messages_field"] == "messages"
     assert manifest.tokens == sum(len(ids) for ids, _ in theirs)
 
@@ -154,6 +175,24 @@ def test_datatroves_merger_carries_the_loss_masks_with_the_tokens(
     dtype = json.loads((out / "manifest.json").read_text())["dtype"]
     assert tokens.read_bytes() == np.array([t for ids, _ in theirs for t in ids], dtype=dtype).tobytes()
     assert loss.read_bytes() == bytes(bit for _, masks in theirs for bit in masks)
+
+    # TokenBlocks(loss_masks=True) over the shards: datatrove's windows of the merged tokens (DatatroveFileDataset,
+    # seq_len + 1 tokens each), and the merged loss file cut at the same places -- across shard boundaries too.
+    from datatrove.utils.dataset import DatatroveFileDataset
+
+    from service.pretokenize import TokenBlocks
+
+    windows = DatatroveFileDataset(str(tokens), seq_len=96, token_size=np.dtype(dtype).itemsize)
+    blocks = TokenBlocks(out, block_size=97, loss_masks=True)
+    assert len(blocks) == len(windows)
+    shard_ends = np.cumsum([shard.tokens for shard in read_manifest(out).shards])
+    assert any(end % 97 for end in shard_ends if end < len(blocks) * 97)  # some block holds two shards' tokens
+    merged_masks = np.frombuffer(loss.read_bytes(), np.uint8)
+    for i in range(len(blocks)):
+        block = blocks[i]
+        assert block["input_ids"].tolist() == windows[i]["input_ids"].tolist()
+        assert block["assistant_masks"].tolist() == merged_masks[i * 97 : (i + 1) * 97].tolist()
+        assert block["labels"].tolist() == labelled(block["input_ids"].tolist(), block["assistant_masks"].tolist())
 
 
 def test_masks_from_turns_and_the_refusals(chat_servers, named_chat_tokenizers, chat_corpus, tmp_path):
@@ -233,3 +272,68 @@ def test_options_that_do_not_apply_to_conversations_are_refused(flags, words, tm
         timeout=60,
     )
     assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+# -- reading the masks back in training: service.pretokenize's torch datasets ---------------------------------
+def labelled(ids: list[int], masks: list[int]) -> list[int]:
+    """What a trainer's labels are: the ids, -100 where the token does not count toward the loss."""
+    return [token if bit else -100 for token, bit in zip(ids, masks, strict=True)]
+
+
+@pytest.mark.parametrize("output_format", ["parquet", "flat", "megatron"])
+def test_tokenized_documents_give_the_masks_the_trainers_readers_read(output_format, chat_runs):
+    """TokenizedDocuments(loss_masks=True): each document's ids, mask and labels equal what pyarrow, datatrove's
+    reader and megatron-core's IndexedDataset read of the same run (Parquet with a kept field as well)."""
+    from service.pretokenize import TokenizedDocuments
+
+    out = chat_runs(output_format)
+    theirs = read_back(out)
+    fields = ["id"] if output_format == "parquet" else []
+    documents = TokenizedDocuments(out, loss_masks=True, fields=fields)
+    ours = [documents[i] for i in range(len(documents))]
+    assert [(item["input_ids"].tolist(), item["assistant_masks"].tolist()) for item in ours] == theirs
+    assert [item["labels"].tolist() for item in ours] == [labelled(ids, masks) for ids, masks in theirs]
+    if fields:
+        table = pa.concat_tables(pq.read_table(out / name) for name in sorted(p.name for p in out.glob("*.parquet")))
+        assert [item["id"] for item in ours] == table["id"].to_pylist()
+    if output_format != "parquet":  # a document's ids alone, as without masks
+        assert TokenizedDocuments(out)[-1].tolist() == theirs[-1][0]
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_masks_read_back_in_two_dataloader_workers(chat_runs, context):
+    """One DataLoader with two workers (forked or spawned) over documents with their masks (Parquet with a field,
+    Megatron) and mask-carrying blocks (flat) gives what the parent reads; the parent's maps were open first."""
+    from torch.utils.data import ConcatDataset, DataLoader
+
+    from service.pretokenize import TokenBlocks, TokenizedDocuments
+
+    datasets = ConcatDataset(
+        [
+            TokenizedDocuments(chat_runs("parquet"), fields=["id"], loss_masks=True),
+            TokenizedDocuments(chat_runs("megatron"), loss_masks=True),
+            TokenBlocks(chat_runs("flat"), block_size=257, loss_masks=True),
+        ]
+    )
+    in_parent = [datasets[i] for i in range(len(datasets))]
+    loader = DataLoader(datasets, batch_size=None, num_workers=2, multiprocessing_context=context)
+    in_workers = list(loader)
+    assert len(in_workers) == len(in_parent)
+    for theirs, ours in zip(in_parent, in_workers, strict=True):
+        assert theirs.keys() == ours.keys()
+        assert all(v.tolist() == ours[k].tolist() if hasattr(v, "tolist") else v == ours[k] for k, v in theirs.items())
+
+
+def test_the_masks_asked_of_a_run_without_them_are_refused(chat_servers, chat_corpus, tmp_path):
+    from service.pretokenize import TokenBlocks, TokenizedDocuments
+
+    conversations = tmp_path / "few.jsonl"
+    conversations.write_text("".join(json.dumps({"messages": c}) + "\n" for c in chat_corpus[1][:5]))
+    out = tmp_path / "no-masks"
+    run(config(chat_servers[FAMILY].url, conversations, out, output_format="flat", loss_masks=False))
+    assert not list(out.glob("*.ds.loss"))
+    with pytest.raises(ValueError, match=r"wrote no loss masks.*--no-loss-masks.*loss_masks=False"):
+        TokenizedDocuments(out, loss_masks=True)
+    with pytest.raises(ValueError, match="wrote no loss masks"):
+        TokenBlocks(out, block_size=8, loss_masks=True)
+    assert len(TokenizedDocuments(out)) == 5

@@ -102,6 +102,12 @@ class Manifest:
         return str(self.data["tokenizer"]["fingerprint"])
 
     @property
+    def loss_masks(self) -> bool:
+        """Whether the shards hold a loss mask beside the ids (a conversations run that wrote them)."""
+        chat = self.data["settings"].get("chat") or {}
+        return bool(chat.get("return_assistant_tokens_mask"))
+
+    @property
     def documents(self) -> int:
         return sum(shard.documents for shard in self.shards)
 

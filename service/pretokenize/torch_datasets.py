@@ -1,9 +1,13 @@
 """Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json``.
 
 - :class:`TokenizedDocuments`: document ``i`` of the run (in manifest order) as an int64 id tensor, from
-  either format; with ``fields=`` a dict that also holds the kept fields (Parquet).
+  any format; with ``fields=`` a dict that also holds the kept fields (Parquet).
 - :class:`TokenBlocks`: fixed-length blocks of the flat format's token stream (every document's ids back
   to back, shard after shard) for LM pre-training.
+
+With ``loss_masks=True`` (a conversations run, ``pretokenize --messages-field``) both give dicts of
+``input_ids``, ``assistant_masks`` (the run's loss mask, 1 where the token counts toward the loss) and
+``labels`` (``input_ids`` with ``-100`` where the mask is 0), all aligned token for token.
 
 Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest and a few numbers,
 and each process opens its own memory maps and Parquet readers on first use (a map or a file opened in
@@ -13,8 +17,10 @@ the parent is never used in a child).
 from __future__ import annotations
 
 import os
+import struct
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +29,15 @@ import torch
 from torch.utils.data import Dataset
 
 from ..corpus import is_url
+from ..corpus.storage import join
 from .manifest import Manifest, ShardEntry, read_manifest
-from .shards import import_pyarrow, numpy_view
+from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_HEADER, import_pyarrow, numpy_view
 
 _CACHED_ROW_GROUPS = 4
+#: The label of a token that does not count toward the loss: what torch's ``cross_entropy`` ignores by default,
+#: and what transformers' models and TRL's collators take.
+IGNORE_INDEX = -100
+_MEGATRON_DTYPES = {code: np.dtype(name).newbyteorder("<") for name, code in MEGATRON_DTYPE_CODES.items()}
 
 
 def _manifest(source: str | Path | Manifest) -> Manifest:
@@ -36,9 +47,57 @@ def _manifest(source: str | Path | Manifest) -> Manifest:
             f"{manifest.root}: the torch datasets read local shards (memory maps); copy the run to a local disk "
             "first (aws s3 sync, gcloud storage rsync...)"
         )
-    if manifest.format == "megatron":
-        raise ValueError(f"{manifest.root}: a megatron run is read by megatron-core's IndexedDataset")
     return manifest
+
+
+@dataclass(frozen=True)
+class _MegatronIndex:
+    """A Megatron-LM ``.idx`` as memory maps: each sequence's length and byte offset in ``.bin``, and where each
+    document's sequences start (``IndexedDataset``'s ``sequence_lengths``, ``sequence_pointers``,
+    ``document_indices``)."""
+
+    dtype: np.dtype[Any]
+    lengths: np.ndarray
+    pointers: np.ndarray
+    document_indices: np.ndarray
+
+    @classmethod
+    def read(cls, path: Path) -> _MegatronIndex:
+        with open(path, "rb") as index:
+            head = index.read(len(MEGATRON_HEADER) + 8 + 1 + 8 + 8)
+        if not head.startswith(MEGATRON_HEADER):
+            raise ValueError(f"{path}: not a Megatron-LM index (no {MEGATRON_HEADER!r} header)")
+        _, code, sequences, documents = struct.unpack("<QBQQ", head[len(MEGATRON_HEADER) :])
+        if code not in _MEGATRON_DTYPES:
+            raise ValueError(f"{path}: dtype code {code}, not one a pre-tokenization run writes")
+        offset = len(head)
+
+        def mapped(dtype: str, count: int) -> np.ndarray:
+            nonlocal offset
+            array = np.zeros(0, dtype) if count == 0 else np.memmap(path, dtype, "r", offset, (count,))
+            offset += count * np.dtype(dtype).itemsize
+            return array
+
+        return cls(_MEGATRON_DTYPES[code], mapped("<i4", sequences), mapped("<i8", sequences), mapped("<i8", documents))
+
+    def span(self, document: int) -> tuple[int, int]:
+        """Document ``document``'s first value and the one past its last, in values of ``.bin``."""
+        first, stop = int(self.document_indices[document]), int(self.document_indices[document + 1])
+        if first == stop:  # a document without ids has no sequence
+            return 0, 0
+        start = int(self.pointers[first]) // self.dtype.itemsize
+        return start, int(self.pointers[stop - 1]) // self.dtype.itemsize + int(self.lengths[stop - 1])
+
+
+@dataclass(frozen=True)
+class _RowGroup:
+    """One row group's id lists (and mask lists) as offsets and values, and its kept fields as Python values."""
+
+    offsets: np.ndarray
+    values: np.ndarray
+    mask_offsets: np.ndarray | None
+    mask_values: np.ndarray | None
+    kept: dict[str, list[Any]]
 
 
 class _PerProcess:
@@ -47,16 +106,22 @@ class _PerProcess:
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.maps: dict[Path, np.ndarray] = {}
+        self.megatron: dict[Path, _MegatronIndex] = {}
         self.parquet: dict[Path, Any] = {}
-        self.row_groups: OrderedDict[tuple[Path, int], tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]] = (
-            OrderedDict()
-        )
+        self.row_groups: OrderedDict[tuple[Path, int], _RowGroup] = OrderedDict()
 
 
 class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not analysed
-    def __init__(self, manifest: str | Path | Manifest) -> None:
+    def __init__(self, manifest: str | Path | Manifest, loss_masks: bool) -> None:
         self.manifest = _manifest(manifest)
         self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
+        self.loss_masks = loss_masks
+        if loss_masks and not self.manifest.loss_masks:
+            raise ValueError(
+                f"{self.manifest.root}: this run wrote no loss masks (only a conversations run writes them: "
+                "pretokenize --messages-field, without --no-loss-masks); pre-tokenize the conversations again, "
+                "or read the ids alone (loss_masks=False)"
+            )
         self._files: _PerProcess | None = None
 
     def __getstate__(self) -> dict[str, Any]:
@@ -79,11 +144,27 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
             files.maps[path] = array
         return array
 
+    def _loss(self, shard: ShardEntry) -> np.ndarray:
+        """A flat shard's loss file (``.ds.loss``): one byte per token."""
+        return self._map(self._shard_file(shard, MASK_SUFFIXES["flat"][0]), np.dtype("u1"))
+
+    def _shard_file(self, shard: ShardEntry, suffix: str) -> Path:
+        """The shard's file named ``<shard name><suffix>``."""
+        path = join(self.manifest.root, shard.name + suffix)
+        if path not in shard.files:
+            raise FileNotFoundError(f"shard {shard.name} lists no {shard.name + suffix} (files: {shard.files})")
+        return Path(path)
+
 
 class TokenizedDocuments(_ManifestDataset):
     """The documents of a pre-tokenization run, in manifest order: ``dataset[i]`` is document ``i``'s ids as a
-    1-D int64 tensor (``input_ids``), or with ``fields`` a dict ``{"input_ids": tensor, field: value...}`` of
-    the kept fields (Parquet runs only).
+    1-D int64 tensor (``input_ids``), or with ``fields`` or ``loss_masks`` a dict of tensors and values.
+
+    With ``loss_masks=True`` (a conversations run: ``pretokenize --messages-field``) each item is
+    ``{"input_ids", "assistant_masks", "labels"}``, three int64 tensors of the same length: the ids, the mask
+    the run wrote (1 where the token counts toward the loss: the assistant wrote it), and the labels a trainer
+    takes -- the ids with ``-100`` where the mask is 0, not shifted (transformers' models shift them; TRL's
+    ``DataCollatorForLanguageModeling`` pads them with ``-100``). With ``fields`` the kept fields are there too.
 
     Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads them (or packs them);
     define it at module level, so spawned workers can unpickle it.
@@ -91,10 +172,11 @@ class TokenizedDocuments(_ManifestDataset):
     Args:
         manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
         fields: columns kept by the run (``pretokenize --keep-field``) to return beside the ids.
+        loss_masks: return each document's loss mask and labels beside its ids (a run that wrote masks).
 
     Raises:
-        ValueError: the run is on object storage (copy it to a local disk first), in the megatron format (read
-            by megatron-core's ``IndexedDataset``), or did not keep one of ``fields``.
+        ValueError: the run is on object storage (copy it to a local disk first), did not keep one of
+            ``fields``, or wrote no loss masks and ``loss_masks`` is set.
         FileNotFoundError: no finished run there (worker 0 writes ``manifest.json`` last).
 
     Example:
@@ -106,11 +188,23 @@ class TokenizedDocuments(_ManifestDataset):
             return pad_sequence(documents, batch_first=True, padding_value=0)
 
         loader = DataLoader(TokenizedDocuments("tokens/"), batch_size=8, num_workers=2, collate_fn=pad)
+
+        # A conversations run: the ids and the labels, padded with -100 (the loss skips them).
+        def pad_chats(chats):
+            return {
+                "input_ids": pad_sequence([c["input_ids"] for c in chats], batch_first=True, padding_value=0),
+                "labels": pad_sequence([c["labels"] for c in chats], batch_first=True, padding_value=-100),
+            }
+
+        chats = TokenizedDocuments("chat-tokens/", loss_masks=True)
+        loader = DataLoader(chats, batch_size=8, num_workers=2, collate_fn=pad_chats)
         ```
     """
 
-    def __init__(self, manifest: str | Path | Manifest, *, fields: Sequence[str] = ()) -> None:
-        super().__init__(manifest)
+    def __init__(
+        self, manifest: str | Path | Manifest, *, fields: Sequence[str] = (), loss_masks: bool = False
+    ) -> None:
+        super().__init__(manifest, loss_masks)
         self.fields = tuple(fields)
         if self.fields:
             kept = self.manifest.data["settings"].get("keep_fields", [])
@@ -127,23 +221,42 @@ class TokenizedDocuments(_ManifestDataset):
         shard_number = int(np.searchsorted(self._starts, index, side="right")) - 1
         shard = self.manifest.shards[shard_number]
         local = index - int(self._starts[shard_number])
+        values: dict[str, Any] = {}
         if self.manifest.format == "flat":
-            ids = self._flat_document(shard, local)
-            values: dict[str, Any] = {}
+            ids, masks = self._flat_document(shard, local)
+        elif self.manifest.format == "megatron":
+            ids, masks = self._megatron_document(shard, local)
         else:
-            ids, values = self._parquet_document(shard, local)
+            ids, masks, values = self._parquet_document(shard, local)
+        if masks is not None:
+            return {**_with_labels(ids, masks), **values}
         tensor = torch.from_numpy(ids.astype(np.int64))
         if not self.fields:
             return tensor
         return {"input_ids": tensor, **values}
 
-    def _flat_document(self, shard: ShardEntry, local: int) -> np.ndarray:
+    def _flat_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
         tokens_path, index_path = Path(shard.files[0]), Path(shard.files[1])
         ends = self._map(index_path, np.dtype("<u8"))
-        start = int(ends[local - 1]) if local else 0
-        return np.asarray(self._map(tokens_path, self.dtype)[start : int(ends[local])])
+        start, end = int(ends[local - 1]) if local else 0, int(ends[local])
+        ids = np.asarray(self._map(tokens_path, self.dtype)[start:end])
+        return ids, np.asarray(self._loss(shard)[start:end]) if self.loss_masks else None
 
-    def _parquet_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, dict[str, Any]]:
+    def _megatron_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
+        ids = self._megatron_values(shard, "", local)
+        return ids, self._megatron_values(shard, ".loss", local) if self.loss_masks else None
+
+    def _megatron_values(self, shard: ShardEntry, prefix: str, local: int) -> np.ndarray:
+        """Document ``local`` of the shard's indexed dataset ``<shard><prefix>.bin``/``.idx``."""
+        files = self._open()
+        index_path = self._shard_file(shard, prefix + ".idx")
+        index = files.megatron.get(index_path)
+        if index is None:
+            index = files.megatron[index_path] = _MegatronIndex.read(index_path)
+        start, end = index.span(local)
+        return np.asarray(self._map(self._shard_file(shard, prefix + ".bin"), index.dtype)[start:end])
+
+    def _parquet_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
         path = Path(shard.files[0])
         files = self._open()
         parquet = files.parquet.get(path)
@@ -157,21 +270,30 @@ class TokenizedDocuments(_ManifestDataset):
         key = (path, group)
         cached = files.row_groups.get(key)
         if cached is None:
-            table = reader.read_row_group(group, columns=["input_ids", *self.fields])
-            column = table.column("input_ids").combine_chunks()
-            offsets = numpy_view(column.offsets)
-            values = numpy_view(column.values)
-            kept = {name: table.column(name).to_pylist() for name in self.fields}
-            cached = (offsets, values, kept)
-            files.row_groups[key] = cached
+            cached = files.row_groups[key] = self._read_row_group(reader, group)
             if len(files.row_groups) > _CACHED_ROW_GROUPS:
                 files.row_groups.popitem(last=False)
         else:
             files.row_groups.move_to_end(key)
-        offsets, values, kept = cached
         row = local - int(group_starts[group])
-        ids = values[int(offsets[row]) : int(offsets[row + 1])]
-        return ids, {name: column[row] for name, column in kept.items()}
+        ids = cached.values[int(cached.offsets[row]) : int(cached.offsets[row + 1])]
+        masks = None
+        if cached.mask_offsets is not None and cached.mask_values is not None:
+            masks = cached.mask_values[int(cached.mask_offsets[row]) : int(cached.mask_offsets[row + 1])]
+        return ids, masks, {name: column[row] for name, column in cached.kept.items()}
+
+    def _read_row_group(self, reader: Any, group: int) -> _RowGroup:
+        masks = [MASKS_COLUMN] if self.loss_masks else []
+        table = reader.read_row_group(group, columns=["input_ids", *masks, *self.fields])
+        ids = table.column("input_ids").combine_chunks()
+        mask_column = table.column(MASKS_COLUMN).combine_chunks() if masks else None
+        return _RowGroup(
+            numpy_view(ids.offsets),
+            numpy_view(ids.values),
+            None if mask_column is None else numpy_view(mask_column.offsets),
+            None if mask_column is None else numpy_view(mask_column.values),
+            {name: table.column(name).to_pylist() for name in self.fields},
+        )
 
 
 class TokenBlocks(_ManifestDataset):
@@ -180,24 +302,36 @@ class TokenBlocks(_ManifestDataset):
     is tokens ``[i * block_size, (i + 1) * block_size)`` as a 1-D int64 tensor; the last partial block is
     left out. For next-token prediction take ``block_size = context + 1`` and ``x, y = block[:-1], block[1:]``.
 
+    With ``loss_masks=True`` (a conversations run with ``--format flat``) ``dataset[i]`` is
+    ``{"input_ids", "assistant_masks", "labels"}``: the block, the loss masks of the same tokens (the
+    ``.ds.loss`` stream cut at the same places) and the block with ``-100`` where the mask is 0. The labels are
+    not shifted: pass ``input_ids`` and ``labels`` to a transformers model as they are (it shifts), or take
+    ``x, y = input_ids[:-1], labels[1:]`` for a loss of your own.
+
     Args:
         manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
         block_size: tokens per block.
+        loss_masks: return each block's loss masks and labels beside its ids (a run that wrote masks).
 
     Raises:
         ValueError: the run is not in the flat format (``pretokenize --format flat``), is on object storage,
-            or ``block_size`` is below 1.
+            wrote no loss masks and ``loss_masks`` is set, or ``block_size`` is below 1.
 
     Example:
         ```python
         loader = DataLoader(TokenBlocks("tokens/", block_size=1025), batch_size=32, shuffle=True, num_workers=4)
         for block in loader:
             x, y = block[:, :-1], block[:, 1:]
+
+        # A conversations run: the loss counts the assistant's tokens only.
+        chats = DataLoader(TokenBlocks("chat-tokens/", block_size=1025, loss_masks=True), batch_size=32)
+        for batch in chats:
+            x, y = batch["input_ids"][:, :-1], batch["labels"][:, 1:]
         ```
     """
 
-    def __init__(self, manifest: str | Path | Manifest, block_size: int) -> None:
-        super().__init__(manifest)
+    def __init__(self, manifest: str | Path | Manifest, block_size: int, *, loss_masks: bool = False) -> None:
+        super().__init__(manifest, loss_masks)
         if self.manifest.format != "flat":
             raise ValueError(
                 f"TokenBlocks reads the flat format; this run is {self.manifest.format!r} "
@@ -211,10 +345,21 @@ class TokenBlocks(_ManifestDataset):
     def __len__(self) -> int:
         return int(self._starts[-1]) // self.block_size
 
-    def __getitem__(self, index: int) -> torch.Tensor:
+    def __getitem__(self, index: int) -> Any:
         index = _checked_index(index, len(self))
         start = index * self.block_size
         end = start + self.block_size
+        ids = self._cut(self._tokens, start, end)
+        if not self.loss_masks:
+            return torch.from_numpy(ids.astype(np.int64))
+        masks = self._cut(self._loss, start, end)
+        return _with_labels(ids, masks)
+
+    def _tokens(self, shard: ShardEntry) -> np.ndarray:
+        return self._map(Path(shard.files[0]), self.dtype)
+
+    def _cut(self, stream: Callable[[ShardEntry], np.ndarray], start: int, end: int) -> np.ndarray:
+        """Values ``[start, end)`` of the stream of every shard's ``stream(shard)`` back to back."""
         pieces = []
         shard_number = int(np.searchsorted(self._starts, start, side="right")) - 1
         while start < end:
@@ -222,12 +367,20 @@ class TokenBlocks(_ManifestDataset):
             offset = int(self._starts[shard_number])
             stop = min(end, int(self._starts[shard_number + 1]))
             if stop > start:
-                tokens = self._map(Path(shard.files[0]), self.dtype)
-                pieces.append(tokens[start - offset : stop - offset])
+                pieces.append(stream(shard)[start - offset : stop - offset])
                 start = stop
             shard_number += 1
-        block = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-        return torch.from_numpy(block.astype(np.int64))
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def _with_labels(ids: np.ndarray, masks: np.ndarray) -> dict[str, torch.Tensor]:
+    """``input_ids``, ``assistant_masks`` and ``labels`` (the ids, ``IGNORE_INDEX`` where the mask is 0)."""
+    if len(masks) != len(ids):
+        raise ValueError(f"{len(masks)} loss mask values for {len(ids)} ids: the run's mask files are damaged")
+    input_ids = torch.from_numpy(ids.astype(np.int64))
+    assistant_masks = torch.from_numpy(masks.astype(np.int64))
+    labels = input_ids.masked_fill(assistant_masks == 0, IGNORE_INDEX)
+    return {"input_ids": input_ids, "assistant_masks": assistant_masks, "labels": labels}
 
 
 def _checked_index(index: int, length: int) -> int:
