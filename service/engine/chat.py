@@ -295,10 +295,9 @@ class ChatTemplates:
     ) -> ChatTemplates:
         """The templates of a loaded transformers tokenizer (call it where the tokenizer is loaded; ``facts``:
         what option resolution reads of it, when already read)."""
-        special = {key: value for key, value in tokenizer.special_tokens_map.items()}
         return cls(
             tokenizer.chat_template,
-            special,
+            tokenizer.special_tokens_map,
             facts or TokenizerFacts.of(tokenizer),
             allow_template_bodies=allow_template_bodies,
         )
@@ -569,14 +568,14 @@ class _Renderer:
         documents: Any,
         variables: dict[str, Any],
         max_chars: int,
-        watch: RenderWatch | None = None,
+        watch: RenderWatch,
     ) -> None:
         self.compiled = compiled
         self.tools = tools
         self.documents = documents
         self.variables = variables
         self.max_chars = max_chars
-        self.watch = watch or RenderWatch()
+        self.watch = watch
 
     def render(
         self,
@@ -857,10 +856,6 @@ class ChatRenderer:
         if self._executor is not None:
             executor, self._executor = self._executor, None
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
-
-    @property
-    def running(self) -> bool:
-        return self._executor is not None
 
     @property
     def waiting(self) -> int:
