@@ -62,7 +62,11 @@ class Mutation:
 
 
 ENCODING = "service/engine/encoding.py"
-CHAT = "service/engine/chat.py"
+ENGINE_CHAT_LIMITS = "service/engine/chat/limits.py"
+ENGINE_CHAT_TEMPLATES = "service/engine/chat/templates.py"
+ENGINE_CHAT_RENDERING = "service/engine/chat/rendering.py"
+ENGINE_CHAT_MASKS = "service/engine/chat/masks.py"
+ENGINE_CHAT_RENDERER = "service/engine/chat/renderer.py"
 CHAT_CLIENT = "service/client/chat.py"
 EXECUTOR = "service/corpus/executor.py"
 STORAGE = "service/corpus/storage.py"
@@ -328,35 +332,35 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- conversations (issue 20): masks never silently wrong ------------------------------------------------
     Mutation(
         "chat: a turn's mask starts one character early (off by one)",
-        CHAT,
+        ENGINE_CHAT_RENDERING,
         "spans.append((len(prompt), len(turn)))",
         "spans.append((len(prompt) - 1, len(turn)))",
         (CHAT_MASKS,),
     ),
     Mutation(
         "chat: a token ending where a span starts is marked (overlap off by one)",
-        CHAT,
+        ENGINE_CHAT_MASKS,
         "marked[inside] = ends[inside] > span_starts[current[inside]]",
         "marked[inside] = ends[inside] >= span_starts[current[inside]]",
         (CHAT_MASKS, CHAT_PARITY),
     ),
     Mutation(
         "chat: turns ignore the generation prompt (the cue is marked as the assistant's)",
-        CHAT,
+        ENGINE_CHAT_RENDERING,
         "prompt, _ = renderer.render(messages[:k], True)",
         "prompt, _ = renderer.render(messages[:k], False)",
         (CHAT_MASKS,),
     ),
     Mutation(
         "chat: a template that rewrites earlier turns is not refused",
-        CHAT,
+        ENGINE_CHAT_RENDERING,
         "if not whole.startswith(turn) or (spans and len(prompt) < spans[-1][1]):",
         "if False:",
         (CHAT_MASKS,),
     ),
     Mutation(
         "chat: masks from a template without generation markers are not refused (all zeros)",
-        CHAT,
+        ENGINE_CHAT_TEMPLATES,
         "if not template.has_markers:",
         "if False:",
         (CHAT_MASKS, CHAT_PARITY),
@@ -370,21 +374,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chat: templates no longer see the special tokens (bos_token...)",
-        CHAT,
+        ENGINE_CHAT_TEMPLATES,
         "variables = {**self.special_tokens, **(options.chat_template_kwargs or {})}",
         "variables = {**(options.chat_template_kwargs or {})}",
         (CHAT_PARITY,),
     ),
     Mutation(
         "chat: tools no longer select the tool_use template",
-        CHAT,
+        ENGINE_CHAT_TEMPLATES,
         'if tools is not None and "tool_use" in self._named:',
         'if False and "tool_use" in self._named:',
         (CHAT_REFUSALS, CHAT_PARITY),
     ),
     Mutation(
         "chat: continue_final_message no longer cuts the rendering where the final message ends",
-        CHAT,
+        ENGINE_CHAT_RENDERING,
         "return text[:at]",
         "return text[:at] + _CONTINUE_TAG",
         (CHAT_PARITY,),
@@ -543,21 +547,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chat engine: renders are not charged to the memory budget (a render bomb is held in full)",
-        CHAT,
+        ENGINE_CHAT_LIMITS,
         "if need <= self.reservation.nbytes:",
         "if True:",
         (MEMORY,),
     ),
     Mutation(
         "chat engine: a render runs past the queue deadline (no 504: the render thread is held)",
-        CHAT,
+        ENGINE_CHAT_LIMITS,
         "if self.deadline is not None and time.monotonic() > self.deadline:",
         "if False:",
         (CHAT_APP,),
     ),
     Mutation(
         "chat engine: a render waiting for the render thread is not withdrawn with its client",
-        CHAT,
+        ENGINE_CHAT_RENDERER,
         "return await asyncio.wrap_future(future)  # cancelling this withdraws a render not yet started",
         "return await asyncio.shield(asyncio.wrap_future(future))",
         (BATCHING,),
@@ -663,7 +667,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chat engine: a refused render's traceback keeps its renderings (memory given back to the budget, not freed)",
-        CHAT,
+        ENGINE_CHAT_RENDERER,
         "future = self._executor.submit(_without_frames, fn, *args)",
         "future = self._executor.submit(fn, *args)",
         (MEMORY,),

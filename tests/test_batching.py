@@ -309,11 +309,11 @@ class RecordedRenders:
     """Wraps the chat core's render function: which renders started, and how each ended."""
 
     def __init__(self, monkeypatch) -> None:
-        from service.engine import chat
+        from service.engine.chat import renderer as render_thread  # (the module that calls it)
 
         self.started = threading.Event()
         self.outcomes: list[str] = []
-        real = chat.render_chats
+        real = render_thread.render_chats
 
         def render_chats(prepared, watch=None):
             self.started.set()
@@ -325,7 +325,7 @@ class RecordedRenders:
             self.outcomes.append("rendered")
             return rendered
 
-        monkeypatch.setattr(chat, "render_chats", render_chats)
+        monkeypatch.setattr(render_thread, "render_chats", render_chats)
 
 
 def send_and_leave(port: int, path: str, body: dict, leave_when) -> None:

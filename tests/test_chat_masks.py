@@ -12,13 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_chat_parity import FAMILIES
 
-from service.engine.chat import (
-    ChatOptions,
-    ChatTemplates,
-    _mask_row_by_loop,
-    assistant_masks,
-    render_chats,
-)
+from service.engine.chat import ChatOptions, ChatTemplates, assistant_masks, render_chats
+from service.engine.chat.masks import _mask_row_by_loop
 from service.engine.errors import ErrorKind, ServiceError
 from testkit.chat import (
     DOCUMENTS,

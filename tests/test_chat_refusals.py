@@ -247,7 +247,7 @@ def test_renders_run_on_the_render_thread(chatml, engines, monkeypatch):
     """Rendering and masking run on the renderer's own thread: never the event loop, never the tokenizer thread."""
     import threading
 
-    from service.engine import chat
+    from service.engine.chat import renderer as render_thread  # (the module that calls them)
 
     seen: list[str] = []
 
@@ -258,8 +258,8 @@ def test_renders_run_on_the_render_thread(chatml, engines, monkeypatch):
 
         return run
 
-    monkeypatch.setattr(chat, "render_chats", recording(chat.render_chats))
-    monkeypatch.setattr(chat, "add_assistant_masks", recording(chat.add_assistant_masks))
+    monkeypatch.setattr(render_thread, "render_chats", recording(render_thread.render_chats))
+    monkeypatch.setattr(render_thread, "add_assistant_masks", recording(render_thread.add_assistant_masks))
     runner = engines["bytelevel_bpe"]
     renderer = ChatRenderer()
     runner.run(renderer.astart())

@@ -274,7 +274,7 @@ class Engine:
                 return await self._render_and_encode(prepared, plan, reservation, base, charge)
             except ServiceError as exc:
                 # a copy without the traceback, whose frames hold the renderings: a task keeps its exception in
-                # a reference cycle, so they would stay until the garbage collector runs (chat.py: the same)
+                # a reference cycle, so they would stay until the garbage collector runs (chat/renderer.py: the same)
                 error = ServiceError(exc.kind, exc.message, retry_after=exc.retry_after)
             raise error
         finally:

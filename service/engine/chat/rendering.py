@@ -1,0 +1,317 @@
+"""Rendering, on the render thread: each conversation through the tokenizer's jinja template exactly as
+transformers' ``render_jinja_template`` renders it (:func:`render_chats`), with transformers' own data
+preparation, compiled template and sandbox; the final message tagged and cut for ``continue_final_message``; the
+assistant's character spans, from the template's ``{% generation %}`` markers or from the conversation's own
+turns (:func:`_turn_spans`); and a template's failures as refusals naming the conversation. Pure Python: it
+reads the template text and the special tokens, never the Rust tokenizer. The package docstring says why it
+runs on its own thread and what the two sources of spans mean."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..bounds import utf8_length
+from ..errors import ErrorKind, ServiceError
+from .limits import _COMPACT_BLOCKS, RenderWatch, _RenderCancelled
+from .templates import PreparedChats
+
+#: transformers' names for a message's reasoning (``_REASONING_FIELDS``), the first being what templates read.
+_REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker for where the final message ends
+
+#: The longest part of a template's own error message repeated to the caller.
+_MAX_ERROR_DETAIL = 300
+
+
+class _RenderRefused(Exception):
+    """A conversation that cannot be rendered as asked: becomes a ServiceError naming it."""
+
+    def __init__(self, kind: ErrorKind, reason: str) -> None:
+        super().__init__(reason)
+        self.kind = kind
+        self.reason = reason
+
+
+@dataclass
+class RenderedChats:
+    """Rendered conversations: the texts to encode and, when masks are wanted, each one's assistant character
+    spans (``(start, end)``, in the order transformers' mask marking expects them)."""
+
+    texts: list[str]
+    spans: list[list[tuple[int, int]]] | None
+
+    @property
+    def chars(self) -> int:
+        return sum(map(len, self.texts))
+
+    @property
+    def utf8_bytes(self) -> int:
+        """UTF-8 bytes of the rendered texts: what the encode's memory bound is computed from."""
+        return sum(map(utf8_length, self.texts))
+
+    @property
+    def held_bytes(self) -> int:
+        """What the rendered texts and their spans occupy."""
+        spans = sum(map(len, self.spans)) if self.spans is not None else 0
+        return sum(map(sys.getsizeof, self.texts)) + 8 * len(self.texts) + _SPAN_BYTES * spans
+
+
+def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
+    """Render every conversation (and, for ``"turns"`` masks, their prefixes) as transformers'
+    ``render_jinja_template`` would, or raise a ServiceError naming the conversation. Pure Python: call it on
+    the render thread (see the package docstring). ``watch``: the caller's deadline, departure and memory."""
+    from transformers.utils import chat_template_utils as ctu
+
+    watch = watch or RenderWatch()
+    options = prepared.options
+    limits = prepared.limits
+    template = prepared.template
+    try:
+        compiled = ctu._compile_jinja_template(template.body)
+    except Exception as exc:  # noqa: BLE001 -- jinja raises TemplateSyntaxError, the sandbox others
+        raise ServiceError(ErrorKind.TOKENIZER, f"{template.describe()} does not compile: {_detail(exc)}") from None
+    masks = options.return_assistant_tokens_mask
+    turns = masks and options.assistant_masks_from == "turns"
+    # what every conversation's render is given, made plain once, as render_jinja_template does
+    tools = ctu._plain_template_data(list(options.tools) if options.tools is not None else None)
+    documents = ctu._plain_template_data(list(options.documents) if options.documents is not None else None)
+    variables = ctu._plain_template_data(dict(prepared.template_variables))
+    renderer = _Renderer(compiled, tools, documents, variables, limits.max_chars, watch)
+
+    texts: list[str] = []
+    all_spans: list[list[tuple[int, int]]] = []
+    total = 0
+    held = 0
+    for i, conversation in enumerate(prepared.conversations):
+        watch.check()
+        try:
+            messages = _messages(ctu, conversation)
+            text, spans = renderer.render(
+                messages,
+                options.add_generation_prompt,
+                continue_final_message=options.continue_final_message,
+                template_body=template.body,
+                track=masks and not turns,
+            )
+            if turns:
+                spans = _turn_spans(renderer, messages, text)
+        except _RenderRefused as refused:
+            raise ServiceError(refused.kind, f"conversations[{i}]: {refused.reason}") from None
+        total += len(text)
+        if limits.max_total_chars is not None and total > limits.max_total_chars:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"the conversations render to over {limits.max_total_chars} characters together (at "
+                f"conversations[{i}]); send fewer conversations per request",
+            )
+        held += sys.getsizeof(text) + 8 + _SPAN_BYTES * len(spans)
+        watch.hold(held)
+        texts.append(text)
+        all_spans.append(spans)
+    return RenderedChats(texts, all_spans if masks else None)
+
+
+#: What one assistant span held by a rendered conversation costs (a tuple of two ints, a list slot).
+_SPAN_BYTES = 128
+
+
+def _messages(ctu: Any, conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A conversation as transformers hands it to the template: ``None``-valued keys dropped, values made plain
+    (a fresh copy: the caller's messages are never changed), reasoning aliased under its other names."""
+    normalized = ctu._normalize_chat_messages(list(conversation))
+    return list(ctu._alias_reasoning_fields(ctu._plain_template_data(normalized)))
+
+
+class _Renderer:
+    """One compiled template with the arguments every rendering of a request shares."""
+
+    def __init__(
+        self,
+        compiled: Any,
+        tools: Any,
+        documents: Any,
+        variables: dict[str, Any],
+        max_chars: int,
+        watch: RenderWatch,
+    ) -> None:
+        self.compiled = compiled
+        self.tools = tools
+        self.documents = documents
+        self.variables = variables
+        self.max_chars = max_chars
+        self.watch = watch
+
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        add_generation_prompt: bool,
+        *,
+        continue_final_message: bool | str = False,
+        template_body: str = "",
+        track: bool = False,
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The rendering of ``messages`` and (``track``) the generation spans, as ``render_jinja_template``
+        makes them for one conversation; stops as soon as the text passes ``max_chars``."""
+        final_text = ""
+        if continue_final_message:
+            messages, final_text = _tag_final_message(messages, continue_final_message, template_body)
+        blocks: list[str] = []
+        spans: list[tuple[int, int]] = []
+        compiled = self.compiled
+        arguments = {
+            "messages": messages,
+            "tools": self.tools,
+            "documents": self.documents,
+            "add_generation_prompt": add_generation_prompt,
+            **self.variables,
+        }
+        try:
+            if track:  # transformers' tracker records each generation block's span from the blocks so far
+                with compiled.environment.activate_tracker(blocks, spans):
+                    self._collect(compiled.generate(**arguments), blocks)
+            else:
+                self._collect(compiled.generate(**arguments), blocks)
+        except (_RenderRefused, _RenderCancelled, ServiceError):
+            raise
+        except Exception as exc:  # noqa: BLE001 -- a template can raise anything (TemplateError, TypeError...)
+            raise _template_failure(exc) from None
+        text = "".join(blocks)
+        if continue_final_message:
+            text = _cut_at_final_message(text, final_text)
+        return text, spans
+
+    def _collect(self, generated: Any, blocks: list[str]) -> None:
+        """Append the rendered blocks, stopping past ``max_chars``; empty blocks are skipped and the blocks are
+        joined in place every :data:`_COMPACT_BLOCKS` (the tracker reads only their joined length), each time
+        checking the watch."""
+        length = 0
+        for block in generated:
+            if not block:
+                continue
+            blocks.append(block)
+            length += len(block)
+            if length > self.max_chars:
+                raise self._too_long()
+            if len(blocks) >= _COMPACT_BLOCKS:
+                blocks[:] = ["".join(blocks)]
+                self.watch.check()
+
+    def _too_long(self) -> _RenderRefused:
+        return _RenderRefused(
+            ErrorKind.TOO_LARGE,
+            f"it renders to over max_text_chars={self.max_chars} characters; send a shorter conversation",
+        )
+
+
+def _tag_final_message(
+    messages: list[dict[str, Any]], field: bool | str, template_body: str
+) -> tuple[list[dict[str, Any]], str]:
+    """transformers' ``continue_final_message`` preparation: tag the end of the final message's field (the last
+    text part of a list), so the rendering can be cut there. ``messages`` is already a fresh copy."""
+    name = field if isinstance(field, str) else "content"
+    final = messages[-1].get(name)
+    if final is None:
+        raise _RenderRefused(
+            ErrorKind.INVALID_REQUEST, f"continue_final_message is set but the final message has no {name!r}"
+        )
+    fields = [name]
+    if name in _REASONING_FIELDS:  # reasoning is copied under several names: tag each copy
+        fields = [other for other in _REASONING_FIELDS if messages[-1].get(other) == final]
+    if not any(other in template_body for other in fields):
+        raise _RenderRefused(
+            ErrorKind.TOKENIZER,
+            f"continue_final_message continues the final message's {name!r}, which the chat template never reads",
+        )
+    if isinstance(final, (list, tuple)):
+        for block in reversed(final):
+            if "text" in block:
+                final_text = block["text"]
+                block["text"] = block["text"] + _CONTINUE_TAG
+                break
+        else:
+            raise _RenderRefused(
+                ErrorKind.INVALID_REQUEST,
+                "continue_final_message is set but the final message has no text part to continue",
+            )
+        return messages, str(final_text)
+    for other in fields:
+        messages[-1][other] = messages[-1][other] + _CONTINUE_TAG
+    return messages, str(final)
+
+
+def _cut_at_final_message(text: str, final_text: str) -> str:
+    """transformers' cut of a ``continue_final_message`` rendering where the final message ends."""
+    tag = _CONTINUE_TAG.strip()
+    if final_text.strip() not in text or tag not in text:
+        raise _RenderRefused(
+            ErrorKind.TOKENIZER,
+            "continue_final_message is set but the template does not render the final message as it is (it drops "
+            "or changes part of it), so there is nowhere to continue it from",
+        )
+    at = text.rindex(tag)
+    if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return text[:at]
+    return text[:at].rstrip()  # the template trimmed the message's trailing space
+
+
+def _template_failure(exc: Exception) -> _RenderRefused:
+    import jinja2.exceptions
+
+    if isinstance(exc, jinja2.exceptions.UndefinedError):
+        reason = (
+            f"the chat template reads something this conversation does not have ({_detail(exc)}); add it to "
+            "the messages, or pass the variable in chat_template_kwargs"
+        )
+    elif isinstance(exc, jinja2.exceptions.SecurityError):
+        reason = f"the chat template did something its sandbox forbids ({_detail(exc)})"
+    elif type(exc) is jinja2.exceptions.TemplateError:  # raise_exception(...) in the template
+        reason = f"the chat template refused this conversation: {_detail(exc)}"
+    else:
+        reason = f"the chat template failed on this conversation: {type(exc).__name__}: {_detail(exc)}"
+    return _RenderRefused(ErrorKind.TOKENIZER, reason)
+
+
+def _detail(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= _MAX_ERROR_DETAIL else text[: _MAX_ERROR_DETAIL - 3] + "..."
+
+
+def _turn_spans(renderer: _Renderer, messages: list[dict[str, Any]], whole: str) -> list[tuple[int, int]]:
+    """The assistant turns of one conversation as character spans of its rendering ``whole`` (the package
+    docstring: ``"turns"``), or _RenderRefused when the template's rendering is not prefix-stable."""
+    spans: list[tuple[int, int]] = []
+    for k, message in enumerate(messages):
+        if message.get("role") != "assistant":
+            continue
+        try:  # (the sandbox is immutable: a render cannot change the messages the next one reads)
+            prompt, _ = renderer.render(messages[:k], True)
+            turn, _ = renderer.render(messages[: k + 1], False)
+        except _RenderRefused as refused:
+            if refused.kind is ErrorKind.TOO_LARGE:
+                raise
+            raise _RenderRefused(
+                refused.kind,
+                f'assistant_masks_from="turns" renders the conversation up to each assistant message, and for '
+                f"message {k} {refused.reason[0].lower()}{refused.reason[1:]}",
+            ) from None
+        if not turn.startswith(prompt):
+            raise _RenderRefused(
+                ErrorKind.TOKENIZER,
+                f"assistant_masks_from=\"turns\" cannot tell message {k}'s turn apart exactly: the template's "
+                "generation prompt is not how it begins that assistant message (rendered with "
+                "add_generation_prompt=True, the conversation before it is not the beginning of the conversation "
+                'up to it). Use a template with {% generation %} markers and assistant_masks_from="generation"',
+            )
+        if not whole.startswith(turn) or (spans and len(prompt) < spans[-1][1]):
+            raise _RenderRefused(
+                ErrorKind.TOKENIZER,
+                f'assistant_masks_from="turns" needs a template that renders every part of a conversation as the '
+                f"beginning of the whole, and this one does not: rendered up to message {k} the conversation is not "
+                "the beginning of its whole rendering, because the template rewrites earlier turns (e.g. drops past "
+                'reasoning). Use a template with {% generation %} markers and assistant_masks_from="generation"',
+            )
+        spans.append((len(prompt), len(turn)))
+    return spans

@@ -1,0 +1,272 @@
+"""The served tokenizer's chat templates and the checks of a chat request, on the event loop (cheap, no
+rendering): :class:`ChatTemplates` resolves the template as transformers' ``get_chat_template`` does (refusing
+where transformers would silently render a name as a template), checks the options and the conversations
+(:meth:`ChatTemplates.prepare`), and hands back :class:`PreparedChats`, ready to render (``rendering.py``).
+Nothing here calls into the Rust tokenizer."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ...wire import ASSISTANT_MASK_SOURCES, PADDING_SIDES, ChatOptions, EncodeOptions
+from ..encoding import TokenizerFacts, plan_encode
+from ..errors import ErrorKind, ServiceError
+from .limits import RenderLimits
+
+#: transformers' test for generation markers in a template (``render_jinja_template``).
+_GENERATION_MARKER = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
+#: What transformers passes to every template itself: a template variable of that name cannot come from
+#: ``chat_template_kwargs`` (in transformers, those names bind to ``apply_chat_template``'s own parameters, or
+#: collide with the render's arguments).
+RESERVED_TEMPLATE_VARIABLES = frozenset(
+    {
+        "messages",
+        "tools",
+        "documents",
+        "add_generation_prompt",
+        "conversation",
+        "chat_template",
+        "continue_final_message",
+        "tokenize",
+        "sanitize_control_tokens",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+
+
+@dataclass(frozen=True)
+class _Template:
+    name: str | None  # None: a body from the request, or the tokenizer's one unnamed template
+    body: str
+    has_markers: bool
+
+    def describe(self) -> str:
+        return "the chat template" if self.name is None else f"the chat template {self.name!r}"
+
+
+@dataclass(frozen=True)
+class PreparedChats:
+    """A checked request, ready to render: what :meth:`ChatTemplates.prepare` returns."""
+
+    conversations: Sequence[Sequence[Mapping[str, Any]]]
+    options: ChatOptions
+    template: _Template
+    template_variables: Mapping[str, Any]  # the special tokens, then chat_template_kwargs over them
+    limits: RenderLimits
+    encode_options: EncodeOptions
+
+
+class ChatTemplates:
+    """The served tokenizer's chat templates and the variables transformers gives every template, read once at
+    load, with the checks of a chat request (:meth:`prepare`). Nothing here calls into the Rust tokenizer."""
+
+    def __init__(
+        self,
+        templates: str | Mapping[str, str] | None,
+        special_tokens: Mapping[str, Any],
+        facts: TokenizerFacts,
+        *,
+        allow_template_bodies: bool = False,
+    ) -> None:
+        """``templates``: ``tokenizer.chat_template`` (one template, named templates, or None)."""
+        self._single = templates if isinstance(templates, str) else None
+        self._named = dict(templates) if isinstance(templates, Mapping) else {}
+        self.special_tokens = dict(special_tokens)
+        self.facts = facts
+        self.allow_template_bodies = allow_template_bodies
+
+    @classmethod
+    def of(
+        cls, tokenizer: Any, *, facts: TokenizerFacts | None = None, allow_template_bodies: bool = False
+    ) -> ChatTemplates:
+        """The templates of a loaded transformers tokenizer (call it where the tokenizer is loaded; ``facts``:
+        what option resolution reads of it, when already read)."""
+        return cls(
+            tokenizer.chat_template,
+            tokenizer.special_tokens_map,
+            facts or TokenizerFacts.of(tokenizer),
+            allow_template_bodies=allow_template_bodies,
+        )
+
+    @property
+    def names(self) -> list[str]:
+        """The names of the tokenizer's templates (empty for one unnamed template or none)."""
+        return sorted(self._named)
+
+    @property
+    def has_template(self) -> bool:
+        return self._single is not None or bool(self._named)
+
+    def info(self) -> dict[str, Any]:
+        """For ``/info``: whether there is a chat template, its names, which carry generation markers."""
+        if self._single is not None:
+            markers: dict[str, bool] = {"": bool(_GENERATION_MARKER.search(self._single))}
+        else:
+            markers = {name: bool(_GENERATION_MARKER.search(body)) for name, body in sorted(self._named.items())}
+        return {
+            "chat_template": self.has_template,
+            "chat_template_names": self.names,
+            "generation_markers": markers,
+            "template_bodies_allowed": self.allow_template_bodies,
+        }
+
+    # -- checking a request (on the event loop: cheap, no rendering) --------------------------------------
+    def prepare(
+        self,
+        conversations: Sequence[Any],
+        options: ChatOptions,
+        limits: RenderLimits = RenderLimits(),
+        *,
+        tokenize: bool = True,
+    ) -> PreparedChats:
+        """Check a batch of conversations and its options, resolve the template, or raise a ServiceError
+        (INVALID_REQUEST: fix the request; TOKENIZER: this tokenizer's template cannot serve it).
+        ``tokenize=False``: for the rendered texts alone, where transformers ignores the encode's options and
+        refuses masks."""
+        if not tokenize and options.return_assistant_tokens_mask:
+            raise ServiceError(
+                ErrorKind.INVALID_REQUEST,
+                "return_assistant_tokens_mask marks tokens, and rendering alone makes none (transformers refuses it "
+                "with tokenize=False): ask for the encode of the conversations",
+            )
+        _check_options(options)
+        if not conversations:
+            raise ServiceError(ErrorKind.INVALID_REQUEST, "conversations must hold at least one conversation")
+        if len(conversations) > limits.max_conversations:
+            raise ServiceError(
+                ErrorKind.TOO_LARGE,
+                f"{len(conversations)} conversations exceed max_texts_per_request={limits.max_conversations}; "
+                "split the batch",
+            )
+        for i, conversation in enumerate(conversations):
+            _check_conversation(i, conversation, options)
+        if tokenize:  # the encode's refusals, before anything is rendered
+            plan_encode(self.facts, options.as_encode_options())
+        template = self._resolve(options.chat_template, options.tools)
+        if options.return_assistant_tokens_mask and options.assistant_masks_from == "generation":
+            if not template.has_markers:
+                raise ServiceError(
+                    ErrorKind.TOKENIZER,
+                    f"return_assistant_tokens_mask needs to know which tokens the assistant wrote, and "
+                    f"{template.describe()} has no {{% generation %}} markers to say so: transformers would return "
+                    'an all-zero mask. Send "assistant_masks_from": "turns" to mark each assistant message\'s '
+                    "rendered turn instead (exact, or refused for a template that rewrites earlier turns), or use a "
+                    "template with generation markers",
+                )
+        variables = {**self.special_tokens, **(options.chat_template_kwargs or {})}
+        return PreparedChats(conversations, options, template, variables, limits, options.as_encode_options())
+
+    def _resolve(self, name: str | None, tools: Sequence[Any] | None) -> _Template:
+        """transformers' ``get_chat_template``, refusing where it would silently render a name as a template."""
+        if self._named:
+            if name is None:
+                if tools is not None and "tool_use" in self._named:
+                    name = "tool_use"
+                elif "default" in self._named:
+                    name = "default"
+                else:
+                    raise ServiceError(
+                        ErrorKind.TOKENIZER,
+                        f"this tokenizer has several chat templates and no default: name one with chat_template "
+                        f"(names: {self.names})",
+                    )
+            if name in self._named:
+                return _template(name, self._named[name])
+        elif name is None:
+            if self._single is None:
+                raise ServiceError(
+                    ErrorKind.TOKENIZER,
+                    "this tokenizer has no chat template: serve a tokenizer whose tokenizer_config.json or "
+                    "chat_template.jinja carries one",
+                )
+            return _template(None, self._single)
+        if self.allow_template_bodies:
+            return _template(None, name)
+        shown = repr(name) if len(name) <= 64 and "\n" not in name else "(a template body)"
+        names = f"its templates are {self.names}" if self._named else "it has one unnamed template: omit chat_template"
+        if self._single is None and not self._named:
+            names = "it has no chat template"
+        raise ServiceError(
+            ErrorKind.INVALID_REQUEST,
+            f"chat_template {shown} is not one of this tokenizer's chat templates ({names}); template bodies "
+            "in requests are refused unless the server is started with --allow-chat-template-bodies",
+        )
+
+
+def _template(name: str | None, body: str) -> _Template:
+    return _Template(name, body, bool(_GENERATION_MARKER.search(body)))
+
+
+def _check_options(options: ChatOptions) -> None:
+    invalid = ErrorKind.INVALID_REQUEST
+    if options.add_generation_prompt and options.continue_final_message:
+        raise ServiceError(
+            invalid,
+            "add_generation_prompt and continue_final_message cannot be used together: add_generation_prompt opens "
+            "a new assistant message, continue_final_message leaves the last one open to be continued",
+        )
+    if options.continue_final_message and options.return_assistant_tokens_mask:
+        raise ServiceError(invalid, "continue_final_message cannot be used with return_assistant_tokens_mask")
+    if not isinstance(options.continue_final_message, (bool, str)):
+        raise ServiceError(invalid, "continue_final_message must be a boolean or the name of a message field")
+    if options.assistant_masks_from not in ASSISTANT_MASK_SOURCES:
+        raise ServiceError(
+            invalid,
+            f"assistant_masks_from must be one of {list(ASSISTANT_MASK_SOURCES)}, not {options.assistant_masks_from!r}",
+        )
+    if options.padding_side is not None and options.padding_side not in PADDING_SIDES:
+        raise ServiceError(invalid, f"padding_side must be one of {list(PADDING_SIDES)} or null")
+    for field in ("tools", "documents"):
+        value = getattr(options, field)
+        if value is None:
+            continue
+        if not isinstance(value, Sequence) or isinstance(value, str):
+            raise ServiceError(invalid, f"{field} must be a list of objects")
+        for j, item in enumerate(value):
+            if not isinstance(item, Mapping):
+                what = "a JSON schema object" if field == "tools" else "an object (e.g. with title and text)"
+                raise ServiceError(invalid, f"{field}[{j}] must be {what}")
+    kwargs = options.chat_template_kwargs
+    if kwargs is not None:
+        if not isinstance(kwargs, Mapping) or not all(isinstance(key, str) for key in kwargs):
+            raise ServiceError(invalid, "chat_template_kwargs must be an object of template variables")
+        reserved = sorted(RESERVED_TEMPLATE_VARIABLES.intersection(kwargs))
+        if reserved:
+            raise ServiceError(
+                invalid,
+                f"chat_template_kwargs cannot set {reserved}: transformers passes those itself (set the option of "
+                "that name instead, where there is one)",
+            )
+
+
+def _check_conversation(i: int, conversation: Any, options: ChatOptions) -> None:
+    invalid = ErrorKind.INVALID_REQUEST
+    if not isinstance(conversation, Sequence) or isinstance(conversation, (str, bytes)):
+        raise ServiceError(invalid, f"conversations[{i}] must be a list of messages")
+    if not conversation:
+        raise ServiceError(invalid, f"conversations[{i}] is empty: a conversation needs at least one message")
+    for j, message in enumerate(conversation):
+        if not isinstance(message, Mapping):
+            raise ServiceError(
+                invalid, f'conversations[{i}][{j}] is not an object: a message is {{"role": ..., "content": ...}}'
+            )
+        role = message.get("role")
+        if role is None:
+            raise ServiceError(invalid, f"conversations[{i}][{j}] has no role")
+        if not isinstance(role, str):
+            raise ServiceError(invalid, f"conversations[{i}][{j}].role must be a string")
+    if options.continue_final_message and conversation[-1].get("role") != "assistant":
+        raise ServiceError(
+            invalid,
+            f"conversations[{i}]: continue_final_message leaves the last message open for the model to continue, so "
+            "it must be the assistant's; to have the model answer a user message, use add_generation_prompt",
+        )
