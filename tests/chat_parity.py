@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from service.engine.chat import ChatOptions, ChatRenderer, ChatTemplates, encode_chats
+from service.engine.chat import ChatOptions, ChatRenderer, ChatTemplates, PreparedChats
 from service.engine.errors import ErrorKind, ServiceError
 from testkit.chat import DOCUMENTS, NAMED_TEMPLATES, TOOLS, conversation_strategy
 from testkit.engine import to_lists
@@ -45,6 +45,14 @@ def reference_chat(tokenizer: Any, conversations: list, options: dict[str, Any])
     except Exception as exc:  # noqa: BLE001 -- transformers and jinja raise many types for what they refuse
         return exc
     return {key: [list(map(int, row)) for row in value] for key, value in out.items()}
+
+
+async def encode_chats(prepared: PreparedChats, renderer: ChatRenderer, encode: Any) -> Any:
+    """Render, encode, mask -- the chat core's three steps as the engine's ``_render_and_encode`` takes them,
+    without its budgeting: ``encode(texts, options)`` is the engine's batched encode of the rendered texts."""
+    rendered = await renderer.render(prepared)
+    encoded = await encode(rendered.texts, prepared.encode_options)
+    return await renderer.add_masks(encoded, rendered)
 
 
 def engine_chat(

@@ -273,9 +273,9 @@ class Engine:
             try:
                 return await self._render_and_encode(prepared, plan, reservation, base, charge)
             except ServiceError as exc:
-                # a copy without the traceback, whose frames hold the renderings: a task keeps its exception in
-                # a reference cycle, so they would stay until the garbage collector runs (chat/renderer.py: the same)
-                error = ServiceError(exc.kind, exc.message, retry_after=exc.retry_after)
+                # a task keeps its exception in a reference cycle: the original's frames (the renderings) would
+                # stay until the garbage collector runs
+                error = exc.detached()
             raise error
         finally:
             charge.close()

@@ -32,5 +32,10 @@ class ServiceError(Exception):
         self.message = message
         self.retry_after = retry_after
 
+    def detached(self) -> ServiceError:
+        """A copy without traceback, cause or context: raise it outside the ``except`` block that caught this
+        one, so nothing the failed work's frames held (renderings, buffers) outlives the error."""
+        return ServiceError(self.kind, self.message, retry_after=self.retry_after)
+
     def __repr__(self) -> str:
         return f"ServiceError({self.kind.value!r}, {self.message!r})"

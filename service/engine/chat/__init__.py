@@ -73,7 +73,7 @@ No conversation content is logged, nor put in an error message (other than what 
 - ``rendering``: step 1, on the render thread (:func:`render_chats`, :class:`RenderedChats`): transformers'
   rendering, ``continue_final_message``, the assistant's spans, a template's failures.
 - ``masks``: step 3 (:func:`add_assistant_masks`, :func:`assistant_masks`).
-- ``renderer``: the render thread and the async path (:class:`ChatRenderer`, :func:`encode_chats`).
+- ``renderer``: the render thread and the async path (:class:`ChatRenderer`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ from __future__ import annotations
 from ...wire import ASSISTANT_MASK_SOURCES, ChatOptions
 from .limits import RenderCharge, RenderLimits, RenderWatch
 from .masks import add_assistant_masks, assistant_masks
-from .renderer import ChatRenderer, encode_chats
+from .renderer import ChatRenderer
 from .rendering import RenderedChats, render_chats
 from .templates import ChatTemplates, PreparedChats
 
@@ -98,5 +98,4 @@ __all__ = [
     "render_chats",
     "add_assistant_masks",
     "assistant_masks",
-    "encode_chats",
 ]

@@ -1,17 +1,16 @@
 """The async path: the render thread (:class:`ChatRenderer`), one dedicated thread that renders and marks masks
-off the event loop, one request after another, withdrawing or stopping a render whose caller has gone; and
-:func:`encode_chats`, the whole of ``apply_chat_template(..., tokenize=True, return_dict=True)``: render, encode
-with the engine's batched encode, mask. The top layer of the chat package: nothing in it imports this module."""
+off the event loop, one request after another, withdrawing or stopping a render whose caller has gone (the
+engine's ``_chat`` renders through it, encodes with its batched encode, then marks masks through it). The top
+layer of the chat package: nothing in it imports this module."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from ...wire import EncodeOptions
 from ..encoding import EncodedBatch
 from ..errors import ErrorKind, ServiceError
 from .limits import RenderWatch, _RenderCancelled
@@ -29,7 +28,7 @@ def _without_frames(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except ServiceError as exc:
-        error = ServiceError(exc.kind, exc.message, retry_after=exc.retry_after)
+        error = exc.detached()
     raise error
 
 
@@ -91,18 +90,3 @@ class ChatRenderer:
     def _forget(self, future: Future[Any]) -> None:
         with self._lock:
             self._submitted.discard(future)
-
-
-#: How the chat path hands rendered texts to the engine's batched encode: ``(texts, options) -> EncodedBatch``.
-EncodeTexts = Callable[[Sequence[str], EncodeOptions], Awaitable[EncodedBatch]]
-
-
-async def encode_chats(prepared: PreparedChats, renderer: ChatRenderer, encode: EncodeTexts) -> EncodedBatch:
-    """Render, encode, mask: ``apply_chat_template(conversations, tokenize=True, return_dict=True, **options)``.
-
-    ``encode`` is the engine's encode of the rendered texts with ``prepared.encode_options`` (e.g.
-    ``lambda texts, options: engine.submit_encode(texts, None, options, reservation)``), which admits, budgets
-    and micro-batches them like any other encode."""
-    rendered = await renderer.render(prepared)
-    encoded = await encode(rendered.texts, prepared.encode_options)
-    return await renderer.add_masks(encoded, rendered)
