@@ -15,6 +15,7 @@ from ..wire import API_KEY_ENV
 from .clients import TokenizerClient
 from .exceptions import ConnectError, FingerprintMismatch
 from .launching import LaunchedService, ServeCommand, Share, release, take_share
+from .rendezvous import require_posix
 from .transports.base import Request, Response, SyncTransport
 from .transports.stdlib import HTTPTransport
 
@@ -111,6 +112,7 @@ def launch_client(
     python: str | None,
     options: Mapping[str, Any],
 ) -> Any:
+    require_posix()  # before anything else: on Windows, say what to do instead
     client_options = {name: value for name, value in options.items() if name in CLIENT_OPTIONS}
     serve_options = {name: value for name, value in options.items() if name not in CLIENT_OPTIONS}
     api_key = client_options.get("api_key")
