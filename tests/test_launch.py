@@ -400,6 +400,16 @@ def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
         TokenizerClient.launch(thredas=2)  # a setting's name misspelt: the server's parser says which
     with pytest.raises(ValueError, match="chooses where its service listens"):
         TokenizerClient.launch(port=9000)
+    with pytest.raises(ValueError, match=r"how it stops, so \['drain_listen_seconds'\]"):
+        TokenizerClient.launch(drain_listen_seconds=5)  # a private server stops at once
+    with pytest.raises(ValueError, match=r"knows its URL; to use a service that is running already"):
+        TokenizerClient.launch(url="http://127.0.0.1:8000")  # (once passed on to serve, which knows no --url)
+    with pytest.raises(LaunchError, match="'/no/such/python' is not an interpreter that can be run"):
+        TokenizerClient.launch(python="/no/such/python")  # (once a FileNotFoundError from Popen)
+    folder = REPO / "service" / "default_tokenizer"  # a pathlib.Path is a path, as its str is
+    assert ServeCommand.build(folder, {}, None, sys.executable) == ServeCommand.build(
+        str(folder), {}, None, sys.executable
+    )
 
 
 def test_two_launches_in_one_process_share_or_are_refused(launch_dir):

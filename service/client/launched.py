@@ -107,7 +107,7 @@ START_TIMEOUT = 300.0
 
 def launch_client(
     client_class: Callable[..., Any],
-    model: str | None,
+    model: str | os.PathLike[str] | None,
     start_timeout: float,
     python: str | None,
     options: Mapping[str, Any],
@@ -134,7 +134,11 @@ def launch_client(
 
 
 def launch(
-    model: str | None = None, *, start_timeout: float = START_TIMEOUT, python: str | None = None, **options: Any
+    model: str | os.PathLike[str] | None = None,
+    *,
+    start_timeout: float = START_TIMEOUT,
+    python: str | None = None,
+    **options: Any,
 ) -> LaunchedTokenizerClient:
     """``TokenizerClient.launch`` (its docstring says what it takes; the module docs of this and
     :mod:`.launching` say how it works)."""

@@ -22,15 +22,21 @@ How:
 4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses
    the service; the server stops once nobody holds it (``service/http/owners.py``) -- when the last local
    rank exits, however it exits: a SIGKILLed job leaves no server. ``shutdown()``, the end of a ``with``
-   block, or interpreter exit lets go; the last process to let go stops the service at once.
+   block, or interpreter exit lets go; the last process to let go -- launcher or not -- stops the server
+   running then (relaunched or not: the record names it) and waits for its exit.
 5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a service that
    died while still owned is relaunched (once per service, whoever notices first: the record counts), and
-   the call goes on; a second death raises :class:`LaunchError` with its log.
+   the call goes on; a second death raises :class:`LaunchError` with its log. ``LaunchedService.pid`` reads
+   the record, so every process names the live server, whoever relaunched it.
 
 Forks and pickles: a client pickles its URL and service description, never a connection or a lock. A
 DataLoader worker -- forked or spawned -- uses the service and never owns it: in a forked child this
 process's lock descriptors are closed (the parent's locks stay held) and its ownership is forgotten, so the
 child's exit stops nothing, ``atexit`` included.
+
+POSIX only (Unix sockets and ``flock``), yet importable anywhere: nothing POSIX-only is imported with this
+module, and on Windows ``launch`` raises :class:`LaunchError` saying to run ``tokenizer-service serve`` and
+pass its URL (:func:`.rendezvous.require_posix`); the client itself works there over TCP.
 """
 
 from __future__ import annotations
@@ -106,10 +112,19 @@ class ServeCommand:
 
     @classmethod
     def build(
-        cls, model: str | None, serve_options: Mapping[str, Any], api_key: str | None, python: str
+        cls,
+        model: str | os.PathLike[str] | None,
+        serve_options: Mapping[str, Any],
+        api_key: str | None,
+        python: str,
     ) -> ServeCommand:
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)  # a pathlib.Path to the tokenizer's folder, as often as not
         if model is not None and not isinstance(model, str):
-            raise TypeError(f"model must be a str (a path or a hub id) or None, not {type(model).__name__}")
+            raise TypeError(
+                f"model must be a str or a path (a tokenizer file or folder, or a hub id) or None, "
+                f"not {type(model).__name__}"
+            )
         if "url" in serve_options or "urls" in serve_options:
             raise ValueError(
                 "launch() starts a service of its own and knows its URL; to use a service that is running "

@@ -33,7 +33,8 @@ starts when the last process using the server has gone (:mod:`.owners`).
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
 ``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
-``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections``,
+``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections`` (each closed
+as uvicorn's own shutdown does, by its ``shutdown()``),
 ``Server.should_exit`` and ``Config.timeout_graceful_shutdown`` (read by ``shutdown``).
 """
 
