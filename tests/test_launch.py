@@ -28,7 +28,7 @@ import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, launching
 from service.client.launching import ServeCommand
-from service.client.rendezvous import Record, ServicePaths
+from service.client.rendezvous import Record, ServicePaths, launch_directory
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
 from testkit.servers import REPO, alive, script_env
 
@@ -503,6 +503,9 @@ def test_a_launch_directory_that_cannot_be_used_is_named_with_what_to_do(monkeyp
             TokenizerClient.launch()
     finally:
         open_folder.rmdir()
+    monkeypatch.chdir(tmp_path)  # a relative directory is one directory, whatever each rank's cwd
+    monkeypatch.setenv(LAUNCH_DIR_ENV, "relative-launches")
+    assert launch_directory() == tmp_path / "relative-launches"
     long_folder = Path("/tmp") / ("l" * (MAX_SOCKET_PATH_BYTES - 20))
     monkeypatch.setenv(LAUNCH_DIR_ENV, str(long_folder))
     try:

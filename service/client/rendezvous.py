@@ -84,7 +84,7 @@ def launch_directory() -> Path:
     saying what to do when it cannot be used."""
     configured = os.environ.get(LAUNCH_DIR_ENV)
     if configured:
-        folder = Path(configured)
+        folder = Path(configured).expanduser().absolute()  # the same directory whatever the cwd of each rank
     else:
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK | os.X_OK):
