@@ -507,6 +507,34 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if False:",
         (LAUNCH,),
     ),
+    Mutation(
+        "a private server waits out its idle keep-alive connections (a forked worker's holds its exit)",
+        "service/http/launcher.py",
+        "connection.shutdown()",
+        "pass",
+        (UNIX, LAUNCH),
+    ),
+    Mutation(
+        "a launched service reports the pid it started with after a worker relaunched it",
+        "service/client/launching.py",
+        "return record.pid if record is not None else self.first_pid",
+        "return self.first_pid",
+        (LAUNCH,),
+    ),
+    Mutation(
+        "the last owner leaves running a server another process relaunched",
+        "service/client/launching.py",
+        "if record is None or (ours is not None and record.pid == ours.pid):",
+        "if True:",
+        (LAUNCH,),
+    ),
+    Mutation(
+        "launch() without fcntl (Windows) fails on an import instead of saying what to run",
+        "service/client/rendezvous.py",
+        "if missing:",
+        "if False:",
+        (LAUNCH,),
+    ),
     # -- conversations on the one route path, the clients and the collator (issue 20, phase 2) --------------------
     Mutation(
         "chat route: the generation prompt is ignored (the request's add_generation_prompt never reaches the engine)",

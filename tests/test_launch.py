@@ -28,20 +28,11 @@ import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, launching
 from service.client.launching import ServeCommand
-from service.client.rendezvous import Record, ServicePaths
+from service.client.rendezvous import Record, ServicePaths, launch_directory
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
-from testkit.servers import REPO, script_env
+from testkit.servers import REPO, alive, script_env
 
 TEXTS = ["今天天气很好", "The weather is nice today.", "质量太差了，不推荐", "一般般吧 so-so"]
-
-
-def alive(pid: int) -> bool:
-    """Running, and not a zombie waiting to be reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def serves(pid: int, socket_path: Path) -> bool:
@@ -93,16 +84,10 @@ def run_script(source: str, *args: str, env: dict[str, str], timeout: float = 15
 LAUNCH_AND_FORK = textwrap.dedent("""
     import json, os, sys, time
     from service.client import TokenizerClient
-
-    def alive(pid):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except FileNotFoundError:
-            return False
+    from testkit.servers import alive
 
     texts = json.loads(sys.argv[1])
-    with TokenizerClient.launch() as client:
+    with TokenizerClient.launch(keep_alive_seconds=60) as client:
         service = client.service
         ids = client(texts, padding=True)["input_ids"]
         child = os.fork()
@@ -114,13 +99,25 @@ LAUNCH_AND_FORK = textwrap.dedent("""
             sys.exit(0)
         os.waitpid(child, 0)
         served_after_child = alive(service.pid) and client(texts, padding=True)["input_ids"] == ids
-    deadline = time.monotonic() + 10
-    while alive(service.pid) and time.monotonic() < deadline:
-        time.sleep(0.01)
+        # a DataLoader worker between two batches: it used the service and lingers, its keep-alive
+        # connection idle (60 s), while the last owner lets go: that must not hold the server's exit
+        used, waiting = os.pipe()
+        worker = os.fork()
+        if worker == 0:
+            client(texts)
+            os.write(waiting, b"x")
+            time.sleep(120)
+            os._exit(0)
+        os.read(used, 1)
+        leaving = time.monotonic()
+    let_go_seconds = time.monotonic() - leaving
+    gone_after_with = not alive(service.pid)
+    os.kill(worker, 9)
+    os.waitpid(worker, 0)
     print(json.dumps({
         "ids": ids, "pid": service.pid, "launched": service.launched, "log": service.log_path,
         "socket": service.socket_path, "url": service.url, "startup_seconds": service.startup_seconds,
-        "served_after_child": served_after_child, "gone_after_with": not alive(service.pid),
+        "served_after_child": served_after_child, "gone_after_with": gone_after_with, "let_go_seconds": let_go_seconds,
         "imported": sorted({m.split(".")[0] for m in sys.modules}
                            & {"tokenizers", "transformers", "fastapi", "pydantic", "uvicorn", "starlette"}),
     }))
@@ -135,6 +132,8 @@ def test_launch_serves_from_a_private_socket_and_stops_with_its_with_block(launc
     assert Path(report["socket"]).parent == launch_dir and (launch_dir.stat().st_mode & 0o777) == 0o700
     assert report["served_after_child"], "a forked child's exit stopped the service"
     assert report["gone_after_with"], "the service outlived the with-block of the only process using it"
+    # a worker's idle keep-alive connection (60 s) once held the exit for the whole 30 s drain; now ~1 s
+    assert report["let_go_seconds"] < 15, f"the with-block's exit took {report['let_go_seconds']:.1f}s"
     assert not Path(report["socket"]).exists()
     log = Path(report["log"]).read_text()
     assert "serving on http+unix://" in log and "launched by pid" in log
@@ -355,6 +354,40 @@ def test_a_service_that_dies_is_relaunched_once_then_its_death_is_reported(launc
         assert "wrote no error (killed by a signal?" in str(info.value).splitlines()[0]
 
 
+RELAUNCHED_BY_A_WORKER = textwrap.dedent("""
+    import json, os, signal, sys, time
+    from service.client import TokenizerClient
+    from testkit.servers import alive
+
+    texts = json.loads(sys.argv[1])
+    client = TokenizerClient.launch()
+    first = client.service.pid
+    os.kill(first, signal.SIGKILL)  # an OOM kill, say
+    while alive(first):
+        time.sleep(0.01)
+    worker = os.fork()
+    if worker == 0:  # a forked DataLoader worker notices first: it relaunches the service, and leaves
+        client(texts)
+        os._exit(0)
+    os.waitpid(worker, 0)
+    second = client.service.pid
+    report = {"first": first, "second": second, "worker": worker, "repr": repr(client),
+              "log": client.service.log_path, "second_alive": alive(second), "ids": client(texts)["input_ids"]}
+    client.shutdown()  # the last owner: stops the live server, which this process did not start
+    print(json.dumps({**report, "gone_after_shutdown": not alive(second)}))
+""")
+
+
+def test_a_service_relaunched_by_a_worker_is_the_one_the_parent_reports_and_stops(launch_dir, reference_tokenizers):
+    report = run_script(RELAUNCHED_BY_A_WORKER, json.dumps(TEXTS), env=script_env(**{LAUNCH_DIR_ENV: str(launch_dir)}))
+    assert report["second"] != report["first"] and report["second_alive"], "the parent reports the dead server"
+    assert f"pid={report['second']}," in report["repr"]
+    assert report["ids"] == reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]
+    log = Path(report["log"]).read_text()
+    assert f"relaunched (launch 2 of 2) by pid {report['worker']}" in log and "launched by pid" in log
+    assert report["gone_after_shutdown"], "shutdown() returned with the relaunched server still running"
+
+
 def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
     started = time.monotonic()
     with pytest.raises(LaunchError) as info:
@@ -367,6 +400,16 @@ def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
         TokenizerClient.launch(thredas=2)  # a setting's name misspelt: the server's parser says which
     with pytest.raises(ValueError, match="chooses where its service listens"):
         TokenizerClient.launch(port=9000)
+    with pytest.raises(ValueError, match=r"how it stops, so \['drain_listen_seconds'\]"):
+        TokenizerClient.launch(drain_listen_seconds=5)  # a private server stops at once
+    with pytest.raises(ValueError, match=r"knows its URL; to use a service that is running already"):
+        TokenizerClient.launch(url="http://127.0.0.1:8000")  # (once passed on to serve, which knows no --url)
+    with pytest.raises(LaunchError, match="'/no/such/python' is not an interpreter that can be run"):
+        TokenizerClient.launch(python="/no/such/python")  # (once a FileNotFoundError from Popen)
+    folder = REPO / "service" / "default_tokenizer"  # a pathlib.Path is a path, as its str is
+    assert ServeCommand.build(folder, {}, None, sys.executable) == ServeCommand.build(
+        str(folder), {}, None, sys.executable
+    )
 
 
 def test_two_launches_in_one_process_share_or_are_refused(launch_dir):
@@ -397,6 +440,54 @@ def test_the_async_twin_launches_and_its_collator_uses_the_same_service(launch_d
     assert wait_gone(pid, 5)
 
 
+# -- a system without fcntl (Windows) --------------------------------------------------------------------
+WITHOUT_FCNTL = textwrap.dedent("""
+    import os, sys
+
+    class NoFcntl:  # as on Windows: `import fcntl` fails, and there is no fork
+        def find_spec(self, name, path=None, target=None):
+            if name == "fcntl":
+                raise ModuleNotFoundError("No module named 'fcntl'", name=name)
+            return None
+
+    sys.meta_path.insert(0, NoFcntl())
+    sys.modules.pop("fcntl", None)
+    del os.register_at_fork, os.fork
+
+    import asyncio, json, pickle
+    from service.client import AsyncTokenizerClient, LaunchError, LaunchedService, TokenizerClient
+
+    try:
+        import fcntl
+        blocked = False
+    except ImportError:
+        blocked = True
+    texts, url = json.loads(sys.argv[1]), sys.argv[2]
+    client = pickle.loads(pickle.dumps(TokenizerClient(url)))
+    refusals = []
+    for launch in (TokenizerClient.launch, lambda: asyncio.run(AsyncTokenizerClient.launch().__aenter__())):
+        try:
+            launch()
+            refusals.append(None)
+        except LaunchError as exc:
+            refusals.append(str(exc))
+    print(json.dumps({"blocked": blocked, "ids": client(texts)["input_ids"], "refusals": refusals,
+                      "service_fields": sorted(LaunchedService.__dataclass_fields__)}))
+""")
+
+
+def test_without_fcntl_the_client_works_over_tcp_and_launch_says_what_to_do(servers, reference_tokenizers, launch_dir):
+    """The client-only install on Windows: no fcntl, no fork. The client imports and serves over TCP;
+    launch() refuses with what to run instead, before anything is started."""
+    env = script_env(**{LAUNCH_DIR_ENV: str(launch_dir)})
+    report = run_script(WITHOUT_FCNTL, json.dumps(TEXTS), servers["wordpiece_default"].url, env=env)
+    assert report["blocked"] and report["service_fields"]
+    assert report["ids"] == reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]
+    for refusal in report["refusals"]:
+        assert refusal is not None and "needs a POSIX system (Unix sockets and flock)" in refusal, refusal
+        assert "lacks flock (the fcntl module)" in refusal and "run `tokenizer-service serve`" in refusal
+
+
 # -- the launch directory --------------------------------------------------------------------------------
 def test_a_launch_directory_that_cannot_be_used_is_named_with_what_to_do(monkeypatch, tmp_path):
     blocker = tmp_path / "a-file"
@@ -412,6 +503,9 @@ def test_a_launch_directory_that_cannot_be_used_is_named_with_what_to_do(monkeyp
             TokenizerClient.launch()
     finally:
         open_folder.rmdir()
+    monkeypatch.chdir(tmp_path)  # a relative directory is one directory, whatever each rank's cwd
+    monkeypatch.setenv(LAUNCH_DIR_ENV, "relative-launches")
+    assert launch_directory() == tmp_path / "relative-launches"
     long_folder = Path("/tmp") / ("l" * (MAX_SOCKET_PATH_BYTES - 20))
     monkeypatch.setenv(LAUNCH_DIR_ENV, str(long_folder))
     try:

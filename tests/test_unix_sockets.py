@@ -202,7 +202,7 @@ def read_answer(conn: socket.socket) -> bytes:
     )
     while len(body) < length:
         body += conn.recv(4096)
-    return data
+    return head + b"\r\n\r\n" + body
 
 
 def test_sigterm_removes_the_socket_first_then_answers_what_was_connected(short_dir):
@@ -278,6 +278,48 @@ def test_a_server_whose_owners_are_gone_while_loading_exits_without_serving(shor
     result = serve("--uds", str(short_dir / "unowned.sock"), "--owners-file", str(owners), timeout=60)
     assert result.returncode == 0, result.stderr
     assert time.monotonic() - started < 30 and not (short_dir / "unowned.sock").exists()
+
+
+def test_a_server_whose_owners_are_gone_closes_idle_connections_at_once_and_answers_those_in_flight(short_dir):
+    """Nobody is left to use a private server: a forked worker's idle keep-alive connection does not hold its
+    exit (here for the 60 s keep-alive, or the 30 s drain), while the requests under way are answered."""
+    owners = short_dir / "drained.lock"
+    held = os.open(owners, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(held, fcntl.LOCK_SH)  # this process is the owner
+    path = short_dir / "private.sock"
+    server = ServerProcess("--owners-file", str(owners), "--keep-alive-seconds", "60", uds=path).start()
+    body = json.dumps({"texts": TEXTS}).encode()
+    head = f"POST /encode HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {len(body)}"
+    connections = []
+    try:
+        for _ in range(3):
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.settimeout(10)
+            conn.connect(str(path))
+            connections.append(conn)
+        idle, in_body, in_headers = connections
+        idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        assert read_answer(idle).startswith(b"HTTP/1.1 200")  # kept alive, now idle
+        in_body.sendall(head.encode() + b"\r\n\r\n" + body[:10])  # a request whose body is arriving
+        in_headers.sendall(head.encode()[:30])  # one whose headers are
+        time.sleep(0.3)  # (read by the server before its owner goes)
+        os.close(held)
+        closed_at = time.monotonic()
+        assert idle.recv(1) == b"", "an idle connection was left open"  # (timeout: 10 s)
+        closed_after = time.monotonic() - closed_at
+        in_body.sendall(body[10:])
+        answer = read_answer(in_body)
+        assert answer.startswith(b"HTTP/1.1 200") and b"connection: close" in answer.lower()
+        assert b'"input_ids"' in answer
+        in_headers.sendall(head.encode()[30:] + b"\r\n\r\n" + body)
+        answer = read_answer(in_headers)  # begun before the drain: answered (a 503 "draining"), not cut
+        assert answer.startswith(b"HTTP/1.1 ") and b"connection: close" in answer.lower()
+        assert server.proc is not None and server.proc.wait(10) == 0
+        print(f"idle connection closed {closed_after:.2f}s after the owner left")
+    finally:
+        for conn in connections:
+            conn.close()
+        server.stop()
 
 
 # -- pretokenize over a socket -----------------------------------------------------------------------------

@@ -7,6 +7,7 @@ A module of its own so that the sync client -- what DataLoader workers use -- ne
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -311,7 +312,7 @@ class AsyncTokenizerClient(_ClientBase):
         return await self._send(info_call())
 
     @classmethod
-    def launch(cls, model: str | None = None, **options: Any) -> Any:
+    def launch(cls, model: str | os.PathLike[str] | None = None, **options: Any) -> Any:
         """As :meth:`TokenizerClient.launch`: ``client = await AsyncTokenizerClient.launch(...)``, or
         ``async with AsyncTokenizerClient.launch(...) as client:`` (start-up runs off the event loop)."""
         from .launched_async import launch_async

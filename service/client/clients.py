@@ -554,7 +554,7 @@ class TokenizerClient(_ClientBase):
         return self._send(info_call())
 
     @classmethod
-    def launch(cls, model: str | None = None, **options: Any) -> TokenizerClient:
+    def launch(cls, model: str | os.PathLike[str] | None = None, **options: Any) -> TokenizerClient:
         """Start a private service for ``model`` (a tokenizer file or folder, a hub id, None for the embedded
         default) on this machine, on a Unix socket, and return a client bound to it; nothing to deploy:
 
@@ -568,7 +568,8 @@ class TokenizerClient(_ClientBase):
         One service per tokenizer and settings per machine: the local ranks of a torchrun job share one.
         It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the
         ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log; a
-        service that dies is relaunched once. Details: ``service/client/launching.py``."""
+        service that dies is relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError``
+        says to run ``tokenizer-service serve`` and pass its URL. Details: ``service/client/launching.py``."""
         from .launched import launch
 
         return launch(model, **options)

@@ -15,6 +15,7 @@ from ..wire import API_KEY_ENV
 from .clients import TokenizerClient
 from .exceptions import ConnectError, FingerprintMismatch
 from .launching import LaunchedService, ServeCommand, Share, release, take_share
+from .rendezvous import require_posix
 from .transports.base import Request, Response, SyncTransport
 from .transports.stdlib import HTTPTransport
 
@@ -106,11 +107,12 @@ START_TIMEOUT = 300.0
 
 def launch_client(
     client_class: Callable[..., Any],
-    model: str | None,
+    model: str | os.PathLike[str] | None,
     start_timeout: float,
     python: str | None,
     options: Mapping[str, Any],
 ) -> Any:
+    require_posix()  # before anything else: on Windows, say what to do instead
     client_options = {name: value for name, value in options.items() if name in CLIENT_OPTIONS}
     serve_options = {name: value for name, value in options.items() if name not in CLIENT_OPTIONS}
     api_key = client_options.get("api_key")
@@ -132,7 +134,11 @@ def launch_client(
 
 
 def launch(
-    model: str | None = None, *, start_timeout: float = START_TIMEOUT, python: str | None = None, **options: Any
+    model: str | os.PathLike[str] | None = None,
+    *,
+    start_timeout: float = START_TIMEOUT,
+    python: str | None = None,
+    **options: Any,
 ) -> LaunchedTokenizerClient:
     """``TokenizerClient.launch`` (its docstring says what it takes; the module docs of this and
     :mod:`.launching` say how it works)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -87,7 +88,11 @@ class Launching:
 
 
 def launch_async(
-    model: str | None = None, *, start_timeout: float = START_TIMEOUT, python: str | None = None, **options: Any
+    model: str | os.PathLike[str] | None = None,
+    *,
+    start_timeout: float = START_TIMEOUT,
+    python: str | None = None,
+    **options: Any,
 ) -> Launching:
     """``AsyncTokenizerClient.launch``: as :func:`launch`, awaitable."""
     return Launching(lambda: launch_client(LaunchedAsyncTokenizerClient, model, start_timeout, python, options))

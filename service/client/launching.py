@@ -22,24 +22,31 @@ How:
 4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses
    the service; the server stops once nobody holds it (``service/http/owners.py``) -- when the last local
    rank exits, however it exits: a SIGKILLed job leaves no server. ``shutdown()``, the end of a ``with``
-   block, or interpreter exit lets go; the last process to let go stops the service at once.
+   block, or interpreter exit lets go; the last process to let go -- launcher or not -- stops the server
+   running then (relaunched or not: the record names it) and waits for its exit.
 5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a service that
    died while still owned is relaunched (once per service, whoever notices first: the record counts), and
-   the call goes on; a second death raises :class:`LaunchError` with its log.
+   the call goes on; a second death raises :class:`LaunchError` with its log. ``LaunchedService.pid`` reads
+   the record, so every process names the live server, whoever relaunched it.
 
 Forks and pickles: a client pickles its URL and service description, never a connection or a lock. A
 DataLoader worker -- forked or spawned -- uses the service and never owns it: in a forked child this
 process's lock descriptors are closed (the parent's locks stay held) and its ownership is forgotten, so the
 child's exit stops nothing, ``atexit`` included.
+
+POSIX only (Unix sockets and ``flock``), yet importable anywhere: nothing POSIX-only is imported with this
+module, and on Windows ``launch`` raises :class:`LaunchError` saying to run ``tokenizer-service serve`` and
+pass its URL (:func:`.rendezvous.require_posix`); the client itself works there over TCP.
 """
 
 from __future__ import annotations
 
 import atexit
-import fcntl
+import contextlib
 import json
 import logging
 import os
+import shutil
 import signal
 import site
 import subprocess
@@ -65,6 +72,7 @@ from .rendezvous import (
     launch_key,
     nobody_holds,
     process_alive,
+    try_lock,
 )
 from .transports.base import Request, Response, Timeout
 from .transports.stdlib import HTTPTransport
@@ -73,8 +81,8 @@ __all__ = ["ServeCommand", "LaunchedService", "Share", "take_share", "release"]
 
 logger = logging.getLogger(__name__)
 
-#: Serve settings ``launch`` sets itself: where the service listens, and who owns it.
-RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file"})
+#: Serve settings ``launch`` sets itself: where the service listens, who owns it, and that it stops at once.
+RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds"})
 #: What the server imports, looked up (not imported) before launching with this interpreter.
 SERVER_MODULES = ("uvicorn", "fastapi", "pydantic_settings", "tokenizers", "transformers")
 #: A service is launched at most this many times per record: once, and relaunched once.
@@ -104,15 +112,35 @@ class ServeCommand:
 
     @classmethod
     def build(
-        cls, model: str | None, serve_options: Mapping[str, Any], api_key: str | None, python: str
+        cls,
+        model: str | os.PathLike[str] | None,
+        serve_options: Mapping[str, Any],
+        api_key: str | None,
+        python: str,
     ) -> ServeCommand:
+        if isinstance(model, os.PathLike):
+            model = os.fspath(model)  # a pathlib.Path to the tokenizer's folder, as often as not
         if model is not None and not isinstance(model, str):
-            raise TypeError(f"model must be a str (a path or a hub id) or None, not {type(model).__name__}")
+            raise TypeError(
+                f"model must be a str or a path (a tokenizer file or folder, or a hub id) or None, "
+                f"not {type(model).__name__}"
+            )
+        if "url" in serve_options or "urls" in serve_options:
+            raise ValueError(
+                "launch() starts a service of its own and knows its URL; to use a service that is running "
+                "already, connect to it: TokenizerClient(url)"
+            )
         reserved = sorted(RESERVED_OPTIONS & set(serve_options))
         if reserved:
             raise ValueError(
-                f"launch() chooses where its service listens and who owns it, so {reserved} cannot be set; "
-                "for a service on a TCP port, run `tokenizer-service serve` and connect with its URL"
+                f"launch() chooses where its service listens, who owns it and how it stops, so {reserved} cannot "
+                "be set; for a service on a TCP port, run `tokenizer-service serve` and connect with its URL"
+            )
+        interpreter = shutil.which(python)
+        if interpreter is None:
+            raise LaunchError(
+                f"python={python!r} is not an interpreter that can be run (neither an executable file nor a "
+                "command on PATH): pass the path of the python that has tokenizer-service[server]"
             )
         flags: list[str] = []
         for name, value in sorted(serve_options.items()):
@@ -125,7 +153,7 @@ class ServeCommand:
                 flags += [flag, str(value)]
         secrets = ((API_KEY_ENV, api_key),) if api_key else ()
         identity, description = _model_identity(model)
-        return cls(python, model, tuple(flags), secrets, identity, description)
+        return cls(interpreter, model, tuple(flags), secrets, identity, description)
 
     def key(self) -> str:
         arguments = [*self.flags, f"version={__version__}"]
@@ -292,19 +320,27 @@ def _ready_or_gone(url: str, record: Record, socket_path: str, wait: float) -> b
 @dataclass
 class LaunchedService:
     """Where a launched service is and where its log goes; picklable (a DataLoader worker gets a copy). It
-    holds no lock and no process: what this process owns is kept apart, per process."""
+    holds no lock and no process: what this process owns is kept apart, per process. :attr:`pid` is the
+    server's running now, relaunched or not."""
 
     url: str
     socket_path: str
-    log_path: str
+    log_path: str  # every launch of the service writes here, relaunches appended
     fingerprint: str
-    pid: int
+    first_pid: int  # the server's when this process launched or attached to it
     launched: bool  # whether this process started it (else it attached to a running one)
     startup_seconds: float  # from the call to launch() to a ready service
     key: str
     command: ServeCommand = field(repr=False)
     paths: ServicePaths = field(repr=False)
     start_timeout: float = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        """The pid of the service's server now: after a relaunch -- by this process, or by another one (a
+        DataLoader worker, another local rank) -- the relaunched server's, as the record says."""
+        record = Record.read(self.paths.record)
+        return record.pid if record is not None else self.first_pid
 
     def describe(self, owner: str) -> str:
         return f"{owner}({self.socket_path!r}, pid={self.pid}, log={self.log_path!r})"
@@ -317,7 +353,6 @@ class LaunchedService:
         with exclusive_lock(paths.lock, self.start_timeout + STOP_WAIT_SECONDS, "waiting for the launch lock"):
             record = Record.read(paths.record)
             if record is not None and _ready_or_gone(self.url, record, paths.socket, STOP_WAIT_SECONDS):
-                self.pid = record.pid
                 return
             if nobody_holds(paths.owners):
                 raise LaunchError(
@@ -332,9 +367,8 @@ class LaunchedService:
                     paths,
                     silent="it wrote no error (killed by a signal? the out-of-memory killer, say)",
                 )
-            logger.warning(
-                "the launched tokenizer service (pid %s) died; relaunching it (log: %s)", self.pid, paths.log
-            )
+            dead = record.pid if record is not None else self.first_pid
+            logger.warning("the launched tokenizer service (pid %s) died; relaunching it (log: %s)", dead, paths.log)
             process, record = _start(self.command, paths, launches + 1, self.start_timeout)
             if record.fingerprint != self.fingerprint:
                 _stop(process)
@@ -343,7 +377,6 @@ class LaunchedService:
                     f"{self.fingerprint}): were its files changed?",
                     log_path=paths.log,
                 )
-            self.pid = record.pid
             _adopt(self.key, process)
 
 
@@ -397,7 +430,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
         socket_path=paths.socket,
         log_path=paths.log,
         fingerprint=record.fingerprint,
-        pid=record.pid,
+        first_pid=record.pid,
         launched=process is not None,
         startup_seconds=time.monotonic() - started,
         key=key,
@@ -457,28 +490,46 @@ def release(share: Share) -> None:
 
 
 def _let_go(ownership: _Ownership) -> None:
-    """Let go of the owners lock; the last process to let go stops the service now (the server would in a
-    quarter of a second by itself), under the launch lock, so that no one relaunches it meanwhile."""
+    """Let go of the owners lock; the last process to let go -- whether it launched the service or attached
+    to it -- stops the server running now and waits for its exit (the server would stop in a quarter of a
+    second by itself), under the launch lock, so that no one relaunches it meanwhile."""
     if ownership.pid != os.getpid():
         return
     for client in list(ownership.clients):
-        client.close()  # its idle connections: a server that is stopping waits for open ones to close
+        client.close()  # its idle connections (the server would close them at once anyway)
     paths = ownership.service.paths
     try:
         with exclusive_lock(paths.lock, STOP_WAIT_SECONDS, "waiting for the launch lock"):
-            if ownership.process is not None and _last_owner(ownership.owners_fd):
-                _stop(ownership.process)
+            if _last_owner(ownership.owners_fd):
+                _stop_running(paths, ownership.process)
             os.close(ownership.owners_fd)
     except LaunchError:
         os.close(ownership.owners_fd)  # the server's own watch stops it once nobody holds the lock
 
 
+def _stop_running(paths: ServicePaths, ours: subprocess.Popen[bytes] | None) -> None:
+    """Stop the server the record names, and wait until it has exited: ``ours`` (the one this process
+    started, reaped here), or one another process started -- relaunched by a DataLoader worker after ours
+    died, say, or launched by another local rank."""
+    if ours is not None:
+        _stop(ours)  # (reaped at once if it died already)
+    record = Record.read(paths.record)
+    if record is None or (ours is not None and record.pid == ours.pid):
+        return
+    if not process_alive(record.pid, paths.socket):  # (its command line names the socket: not a reused pid)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(record.pid, signal.SIGTERM)  # it drains, as ours does
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while process_alive(record.pid, paths.socket):
+            if time.monotonic() > deadline:
+                os.kill(record.pid, signal.SIGKILL)
+                return
+            time.sleep(0.02)
+
+
 def _last_owner(owners_fd: int) -> bool:
-    try:
-        fcntl.flock(owners_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours shared -> exclusive: only if alone
-    except BlockingIOError:
-        return False
-    return True
+    return try_lock(owners_fd, exclusive=True)  # ours shared -> exclusive: only if alone
 
 
 def _adopt(key: str, process: subprocess.Popen[bytes]) -> None:
@@ -515,4 +566,5 @@ def _forget_after_fork() -> None:
 
 
 atexit.register(_let_go_of_everything)
-os.register_at_fork(after_in_child=_forget_after_fork)
+if hasattr(os, "register_at_fork"):  # (not on Windows, where launch() refuses: see rendezvous.require_posix)
+    os.register_at_fork(after_in_child=_forget_after_fork)

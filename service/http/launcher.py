@@ -16,6 +16,13 @@ its accept queue) and re-raises the signal at exit. For a rolling update we want
 All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM, or SIGINT, falls back
 to uvicorn's own handling.
 
+A private server (``private``: one with ``--owners-file``, which ``TokenizerClient.launch`` starts) drains
+for nobody: it stops because the processes it works for are gone, or the last of them is letting go. So it
+closes its listener at once (no ``drain_listen_seconds``: no load balancer routes to it), then its idle
+keep-alive connections (a forked DataLoader worker keeps one) instead of waiting for their keep-alive
+timeout, and exits as soon as the requests in flight are answered. A request that has begun to arrive, or
+is being answered, is still never cut.
+
 The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.protocol.ConnectionGuard`
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
@@ -26,7 +33,8 @@ starts when the last process using the server has gone (:mod:`.owners`).
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
 ``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
-``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections``,
+``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections`` (each closed
+as uvicorn's own shutdown does, by its ``shutdown()``),
 ``Server.should_exit`` and ``Config.timeout_graceful_shutdown`` (read by ``shutdown``).
 """
 
@@ -80,13 +88,15 @@ class DrainingServer(uvicorn.Server):
         guard: ConnectionGuard | None = None,
         listen_seconds: float = 0.0,
         socket_files: tuple[SocketFile, ...] = (),
+        private: bool = False,
     ) -> None:
         super().__init__(config)
         self.drain = drain
         self.guard = guard
         self.socket_files = socket_files
+        self.private = private
         self.grace_seconds = grace_seconds
-        self.listen_seconds = min(listen_seconds, grace_seconds)
+        self.listen_seconds = 0.0 if private else min(listen_seconds, grace_seconds)
         self.drain_started: float | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
@@ -138,6 +148,11 @@ class DrainingServer(uvicorn.Server):
         # 2. New connections are refused from now on, without resetting one the kernel had accepted.
         # (none yet: SIGTERM during start-up)
         await close_listeners(getattr(self, "servers", ()), self.socket_files)
+        if self.private:
+            # A private server's users are gone: nobody will send on an idle connection, so do not wait for
+            # its keep-alive timeout. A connection with a request arriving or running closes after its answer.
+            for connection in list(self.server_state.connections):
+                connection.shutdown()
         # 3. What was accepted is answered: the drain itself holds no request; wait for those that were
         # running to finish, and for the connections to close after their last answer.
         await self._wait_until_idle(deadline)
@@ -297,7 +312,13 @@ def run(
         logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
     socket_files = (socket_file,) if socket_file is not None else ()
     server = DrainingServer(
-        config, drain, grace_seconds, guarded, listen_seconds=drain_listen_seconds, socket_files=socket_files
+        config,
+        drain,
+        grace_seconds,
+        guarded,
+        listen_seconds=drain_listen_seconds,
+        socket_files=socket_files,
+        private=owners is not None,
     )
     if owners is not None:
         owners.on_gone = server.stop_gracefully

@@ -41,7 +41,9 @@ class Settings(BaseSettings):
         None,
         description="A lock file that every process using this server holds a shared lock on (set by "
         "TokenizerClient.launch). Checked 4 times a second: once no process holds it -- all exited, or were "
-        "killed, even with SIGKILL -- the server stops as on SIGTERM. Unset: run until signalled.",
+        "killed, even with SIGKILL -- the server stops as on SIGTERM. Such a private server drains for nobody: "
+        "it closes its listener at once (no --drain-listen-seconds) and its idle connections too, and exits "
+        "once the requests in flight are answered. Unset: run until signalled.",
     )
     # -- parallelism ----------------------------------------------------------------------------------
     threads: int | None = Field(
