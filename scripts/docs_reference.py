@@ -56,6 +56,9 @@ TRANSFORMERS_OPTIONS = {
     "return_special_tokens_mask": "Return `special_tokens_mask` (1 for a special token).",
     "return_offsets_mapping": "Return `offset_mapping`: each token's `[start, end)` in characters of its text.",
     "return_length": "Return `length`: each row's length.",
+    # apply_chat_template's own default differs: written as "OptionSet.name" (the option set's sentence wins)
+    "ChatOptions.truncation": "`true`: cut each conversation to `max_length` (keeping its start); `false` (the "
+    "default of `apply_chat_template`): `max_length` alone does not truncate.",
     "skip_special_tokens": "Leave special tokens out of the decoded text.",
     "clean_up_tokenization_spaces": "Remove spaces before punctuation; `null`: as the tokenizer's config says.",
 }
@@ -186,7 +189,11 @@ def options_of(option_set: type[Any]) -> list[dict[str, str]]:
     hints = typing.get_type_hints(option_set)
     rows = []
     for declared in dataclasses.fields(option_set):
-        meaning = declared.metadata.get(DOC) or TRANSFORMERS_OPTIONS.get(declared.name)
+        meaning = (
+            declared.metadata.get(DOC)
+            or TRANSFORMERS_OPTIONS.get(f"{option_set.__name__}.{declared.name}")
+            or TRANSFORMERS_OPTIONS.get(declared.name)
+        )
         if not meaning:
             raise LookupError(
                 f"{option_set.__name__}.{declared.name} has no meaning: give it doc= in service/wire.py, or a "
@@ -204,7 +211,12 @@ def options_of(option_set: type[Any]) -> list[dict[str, str]]:
 
 
 def _check_transformers_options() -> None:
-    declared = {f.name for option_set in option_sets().values() for f in dataclasses.fields(option_set)}
+    declared = {
+        name
+        for option_set in option_sets().values()
+        for f in dataclasses.fields(option_set)
+        for name in (f.name, f"{option_set.__name__}.{f.name}")
+    }
     stale = sorted(set(TRANSFORMERS_OPTIONS) - declared)
     if stale:
         raise LookupError(f"scripts/docs_reference.py describes options no route has: {', '.join(stale)}")

@@ -8,7 +8,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
-GUIDES = ("dataloader", "less-padding", "pretokenize", "train", "deploying", "playground", "performance")
+GUIDES = (
+    "dataloader",
+    "less-padding",
+    "conversations",
+    "pretokenize",
+    "train",
+    "deploying",
+    "playground",
+    "performance",
+)
 
 
 def test_readme_is_a_front_door():
@@ -20,13 +29,14 @@ def test_readme_is_a_front_door():
 
 
 def test_readme_workflow_examples_are_there():
-    """One short example per workflow: serve, DataLoader, pre-tokenize, train."""
+    """One short example per workflow: serve, DataLoader, conversations, pre-tokenize, train."""
     code = "\n".join(re.findall(r"```(?:bash|python)\n(.*?)```", README, re.S))
     for needle in (
         "tokenizer-service serve",
         "TokenizerClient.launch()",
         "tokenizer-service pretokenize",
         "tokenizer-service train",
+        "chat_collator(",
         "DataLoader(",
     ):
         assert needle in code, needle
