@@ -396,6 +396,11 @@ def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
     assert message.splitlines()[0].endswith("no such file or directory") or "no such file" in message.splitlines()[0]
     assert "tokenizer-service serve:" in message.splitlines()[0] and info.value.log_path
     assert time.monotonic() - started < 60
+    with pytest.raises(LaunchError) as again:  # the next launch keeps the log before it as <log>.1
+        TokenizerClient.launch("/no/such/tokenizer")
+    assert again.value.log_path == info.value.log_path
+    kept = Path(f"{info.value.log_path}.1").read_text()
+    assert "launched by pid" in kept and "no such file" in kept
     with pytest.raises(LaunchError, match="unrecognized arguments: --thredas"):
         TokenizerClient.launch(thredas=2)  # a setting's name misspelt: the server's parser says which
     with pytest.raises(ValueError, match="chooses where its service listens"):

@@ -205,10 +205,21 @@ def _check_server_installed(python: str) -> None:
 
 
 # -- starting and stopping the server ---------------------------------------------------------------------
+def _keep_previous_log(log: str) -> None:
+    """Keep the log of the previous service of this tokenizer and settings as ``<log>.1`` (one generation): a
+    crashed run's log survives the next launch, and logs never pile up."""
+    try:
+        os.replace(log, log + ".1")
+    except FileNotFoundError:
+        pass
+
+
 def _start(
     command: ServeCommand, paths: ServicePaths, launches: int, timeout: float
 ) -> tuple[subprocess.Popen[bytes], Record]:
     """Start the server and wait until it is ready; its record, written. LaunchError if it cannot start."""
+    if launches == 1:
+        _keep_previous_log(paths.log)
     with open(paths.log, "wb" if launches == 1 else "ab") as log:
         offset = log.tell()
         what = "launched" if launches == 1 else f"relaunched (launch {launches} of {MAX_LAUNCHES})"
