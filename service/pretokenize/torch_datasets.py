@@ -301,15 +301,25 @@ class TokenizedDocuments(_ManifestDataset):
     Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads them (or packs them);
     define it at module level, so spawned workers can unpickle it.
 
+    A run on object storage is read where the job wrote it (``TokenizedDocuments("s3://tokens/web-v1",
+    storage_options=...)``): see the module's docstring for how, and what it costs in memory.
+
     Args:
-        manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
+        manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, ``gs://``, any
+            fsspec store) --, its ``manifest.json``, or a :class:`Manifest`.
         fields: columns kept by the run (``pretokenize --keep-field``) to return beside the ids.
         loss_masks: return each document's loss mask and labels beside its ids (a run that wrote masks).
+        storage_options: for a run on object storage, what the jobs' ``--storage-options`` holds (an endpoint, a
+            region...), passed to the filesystem in each process and never printed; credentials come from the
+            store's own chain (environment, profile, instance or pod identity).
 
     Raises:
-        ValueError: the run is on object storage (copy it to a local disk first), did not keep one of
-            ``fields``, or wrote no loss masks and ``loss_masks`` is set.
+        ValueError: the run did not keep one of ``fields``, or wrote no loss masks and ``loss_masks`` is set;
+            when read, a remote shard changed while it was read.
         FileNotFoundError: no finished run there (worker 0 writes ``manifest.json`` last).
+        StorageError: the store refused (credentials, access, a missing package: the message names the URL and
+            what to fix), or failed for longer than the retry deadline (300 s; each failure is retried with
+            backoff, a warning on this module's logger saying which URL failed and how).
 
     Example:
         ```python
@@ -330,6 +340,12 @@ class TokenizedDocuments(_ManifestDataset):
 
         chats = TokenizedDocuments("chat-tokens/", loss_masks=True)
         loader = DataLoader(chats, batch_size=8, num_workers=2, collate_fn=pad_chats)
+
+        # The same run where the job wrote it: ranged reads, each worker with its own connection and cache.
+        remote = TokenizedDocuments(
+            "s3://tokens/chat-v1", loss_masks=True, storage_options={"endpoint_url": "http://minio:9000"}
+        )
+        loader = DataLoader(remote, batch_size=8, shuffle=True, num_workers=4, collate_fn=pad_chats)
         ```
     """
 
@@ -441,13 +457,19 @@ class TokenBlocks(_ManifestDataset):
     ``x, y = input_ids[:-1], labels[1:]`` for a loss of your own.
 
     Args:
-        manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
+        manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, any fsspec
+            store) --, its ``manifest.json``, or a :class:`Manifest`.
         block_size: tokens per block.
         loss_masks: return each block's loss masks and labels beside its ids (a run that wrote masks).
+        storage_options: for a run on object storage, the jobs' ``--storage-options`` (see
+            :class:`TokenizedDocuments`).
 
     Raises:
-        ValueError: the run is not in the flat format (``pretokenize --format flat``), is on object storage,
-            wrote no loss masks and ``loss_masks`` is set, or ``block_size`` is below 1.
+        ValueError: the run is not in the flat format (``pretokenize --format flat``), wrote no loss masks and
+            ``loss_masks`` is set, or ``block_size`` is below 1.
+        FileNotFoundError: no finished run there.
+        StorageError: the store refused, or failed for longer than the retry deadline (as
+            :class:`TokenizedDocuments`).
 
     Example:
         ```python
@@ -459,6 +481,10 @@ class TokenBlocks(_ManifestDataset):
         chats = DataLoader(TokenBlocks("chat-tokens/", block_size=1025, loss_masks=True), batch_size=32)
         for batch in chats:
             x, y = batch["input_ids"][:, :-1], batch["labels"][:, 1:]
+
+        # A run on S3, read where it is (credentials from the environment or the instance's role).
+        blocks = TokenBlocks("s3://tokens/web-v1", block_size=1025)
+        loader = DataLoader(blocks, batch_size=32, shuffle=True, num_workers=4)
         ```
     """
 
