@@ -43,6 +43,8 @@ from .manifest import Manifest, ShardEntry, read_manifest
 from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_HEADER, import_pyarrow, numpy_view
 
 _CACHED_ROW_GROUPS = 4
+#: Remote Parquet shards kept open per process (each holds the storage layer's read-ahead buffer, 4 MiB).
+_OPEN_REMOTE_PARQUET = 4
 #: A remote run's flat and Megatron files are read in blocks of this many bytes (one ranged GET each). On S3 a
 #: GET's first byte takes ~20-50 ms and 1 MiB then ~10 ms more: a random read (a document, a block of tokens:
 #: kilobytes) costs about one round trip whatever the block size below that, while a sequential reader gets
@@ -216,7 +218,7 @@ class _PerProcess:
         self.cache = _BlockCache(self.storage, REMOTE_BLOCK_BYTES, REMOTE_CACHE_BYTES)
         self.maps: dict[str, Values] = {}
         self.megatron: dict[str, _MegatronIndex] = {}
-        self.parquet: dict[str, Any] = {}
+        self.parquet: OrderedDict[str, tuple[Any, np.ndarray, Any]] = OrderedDict()
         self.row_groups: OrderedDict[tuple[str, int], _RowGroup] = OrderedDict()
 
 
@@ -410,10 +412,16 @@ class TokenizedDocuments(_ManifestDataset):
         parquet = files.parquet.get(path)
         if parquet is None:
             _, pq = import_pyarrow()  # a remote file: its footer, then the row groups asked for, by ranged GETs
-            reader = pq.ParquetFile(files.storage.open_input(path) if self.remote else path)
+            stream = files.storage.open_input(path) if self.remote else None
+            reader = pq.ParquetFile(stream if stream is not None else path)
             rows = [reader.metadata.row_group(g).num_rows for g in range(reader.metadata.num_row_groups)]
-            parquet = files.parquet[path] = (reader, np.cumsum([0, *rows]))
-        reader, group_starts = parquet
+            parquet = files.parquet[path] = (reader, np.cumsum([0, *rows]), stream)
+            if stream is not None and len(files.parquet) > _OPEN_REMOTE_PARQUET:  # each holds a read-ahead buffer
+                _, (_, _, dropped) = files.parquet.popitem(last=False)
+                dropped.close()
+        else:
+            files.parquet.move_to_end(path)
+        reader, group_starts, _ = parquet
         group = int(np.searchsorted(group_starts, local, side="right")) - 1
         key = (path, group)
         cached = files.row_groups.get(key)
