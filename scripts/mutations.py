@@ -29,6 +29,7 @@ CHAT_SERVER = "tests/test_chat_server.py"
 CHAT_APP = "tests/test_chat_app.py"
 CHAT_DATALOADER = "tests/test_chat_dataloader.py"
 PRETOKENIZE_CHAT = "tests/test_pretokenize_chat.py"
+PRETOKENIZE_S3 = "tests/test_pretokenize_s3.py"
 WIRE = "tests/test_wire.py"
 MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
@@ -729,5 +730,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         "labels = input_ids.masked_fill(assistant_masks == 0, IGNORE_INDEX)",
         "labels = input_ids.masked_fill(assistant_masks != 0, IGNORE_INDEX)",
         (PRETOKENIZE_CHAT,),
+    ),
+    Mutation(
+        "torch datasets: a read across a remote block boundary leaves each block's last byte out (a run on s3://)",
+        TORCH_DATASETS,
+        "low, high = max(start, number * step), min(end, (number + 1) * step)",
+        "low, high = max(start, number * step), min(end, (number + 1) * step - 1)",
+        (PRETOKENIZE_S3,),
     ),
 )

@@ -9,18 +9,27 @@ With ``loss_masks=True`` (a conversations run, ``pretokenize --messages-field``)
 ``input_ids``, ``assistant_masks`` (the run's loss mask, 1 where the token counts toward the loss) and
 ``labels`` (``input_ids`` with ``-100`` where the mask is 0), all aligned token for token.
 
-Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest and a few numbers,
-and each process opens its own memory maps and Parquet readers on first use (a map or a file opened in
-the parent is never used in a child).
+A run on a local disk (or a shared file system) is read through memory maps. A run on object storage
+(``s3://``, ``gs://``, any fsspec store: where the jobs write it) is read where it is, through the jobs' storage
+layer (:mod:`service.corpus.storage`: ``storage_options``, the store's own credential chain, retries with
+backoff): the flat and Megatron files by ranged GETs of :data:`REMOTE_BLOCK_BYTES` into a per-process cache of
+at most :data:`REMOTE_CACHE_BYTES` (least recently used blocks dropped first), never an object whole; Parquet
+row groups by pyarrow over the remote file, as the jobs read their Parquet inputs.
+
+Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest, the storage options and a
+few numbers, and each process opens its own memory maps, Parquet readers, store connections and block cache on
+first use (a map, a file, a connection or a cache of the parent is never used in a child).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +38,122 @@ import torch
 from torch.utils.data import Dataset
 
 from ..corpus import is_url
-from ..corpus.storage import join
+from ..corpus.storage import Storage, join
 from .manifest import Manifest, ShardEntry, read_manifest
 from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_HEADER, import_pyarrow, numpy_view
 
 _CACHED_ROW_GROUPS = 4
+#: Remote Parquet shards kept open per process (each holds the storage layer's read-ahead buffer, 4 MiB).
+_OPEN_REMOTE_PARQUET = 4
+#: A remote run's flat and Megatron files are read in blocks of this many bytes (one ranged GET each). On S3 a
+#: GET's first byte takes ~20-50 ms and 1 MiB then ~10 ms more: a random read (a document, a block of tokens:
+#: kilobytes) costs about one round trip whatever the block size below that, while a sequential reader gets
+#: ~20 MB/s per stream (millions of tokens a second, per worker) -- larger blocks would only add transfer waste.
+REMOTE_BLOCK_BYTES = 1 << 20
+#: The most bytes of blocks one process holds per dataset (32 blocks): the index blocks that every random read
+#: touches stay in, beside the current blocks of each sequentially read file; memory does not grow with the run.
+REMOTE_CACHE_BYTES = 32 << 20
 #: The label of a token that does not count toward the loss: what torch's ``cross_entropy`` ignores by default,
 #: and what transformers' models and TRL's collators take.
 IGNORE_INDEX = -100
 _MEGATRON_DTYPES = {code: np.dtype(name).newbyteorder("<") for name, code in MEGATRON_DTYPE_CODES.items()}
 
 
-def _manifest(source: str | Path | Manifest) -> Manifest:
-    manifest = source if isinstance(source, Manifest) else read_manifest(source)
-    if is_url(manifest.root):
-        raise ValueError(
-            f"{manifest.root}: the torch datasets read local shards (memory maps); copy the run to a local disk "
-            "first (aws s3 sync, gcloud storage rsync...)"
-        )
-    return manifest
+_log = logging.getLogger(__name__)
+
+
+class _BlockCache:
+    """Fixed-size blocks of a store's objects, read by ranged GETs through the storage layer (retried with
+    backoff), the least recently used dropped first once they hold more than ``capacity`` bytes. One per process
+    and dataset (never shared across a fork)."""
+
+    def __init__(self, storage: Storage, block_bytes: int, capacity: int) -> None:
+        self.storage = storage
+        self.block_bytes = block_bytes
+        self.capacity = max(capacity, block_bytes)
+        self.blocks: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self.held = 0
+        self.sizes: dict[str, int] = {}
+
+    def size(self, url: str) -> int:
+        size = self.sizes.get(url)
+        if size is None:
+            fs, path = self.storage.filesystem(url)
+            size = self.sizes[url] = self.storage.call(url, lambda: int(fs.size(path)))
+        return size
+
+    def read(self, url: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of ``url``."""
+        if end <= start:
+            return b""
+        step = self.block_bytes
+        first, last = start // step, (end - 1) // step
+        if first == last:
+            return self._block(url, first)[start - first * step : end - first * step]
+        out = bytearray(end - start)
+        for number in range(first, last + 1):
+            block = self._block(url, number)
+            low, high = max(start, number * step), min(end, (number + 1) * step)
+            out[low - start : high - start] = block[low - number * step : high - number * step]
+        return bytes(out)
+
+    def _block(self, url: str, number: int) -> bytes:
+        key = (url, number)
+        block = self.blocks.get(key)
+        if block is not None:
+            self.blocks.move_to_end(key)
+            return block
+        size = self.size(url)
+        start, end = number * self.block_bytes, min(size, (number + 1) * self.block_bytes)
+        fs, path = self.storage.filesystem(url)
+        block = self.storage.call(url, lambda: bytes(fs.cat_file(path, start=start, end=end)))
+        if len(block) != end - start:
+            raise ValueError(
+                f"{url}: {len(block)} bytes at offset {start}, expected {end - start} (an object of {size} bytes): "
+                "the object changed while it was read; is a run being written there?"
+            )
+        self.blocks[key] = block
+        self.held += len(block)
+        while self.held > self.capacity:
+            _, dropped = self.blocks.popitem(last=False)
+            self.held -= len(dropped)
+        return block
+
+
+class _RemoteValues:
+    """``count`` values of ``dtype`` at byte ``offset`` of a store's object, read through a :class:`_BlockCache`
+    when indexed (``values[i]``, ``values[a:b]``): what a memory map is for a local file."""
+
+    def __init__(self, cache: _BlockCache, url: str, dtype: np.dtype[Any], offset: int, count: int) -> None:
+        self.cache, self.url, self.dtype, self.offset, self.count = cache, url, dtype, offset, count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, key: int | slice) -> Any:
+        size = self.dtype.itemsize
+        if isinstance(key, slice):
+            start, stop, step = key.indices(self.count)
+            if step != 1:
+                raise ValueError("remote values are read in contiguous slices")
+            stop = max(start, stop)
+            data = self.cache.read(self.url, self.offset + start * size, self.offset + stop * size)
+            return np.frombuffer(data, self.dtype)
+        index = int(key) + (self.count if int(key) < 0 else 0)
+        if not 0 <= index < self.count:
+            raise IndexError(f"{self.url}: value {key} of {self.count}")
+        position = self.offset + index * size
+        return np.frombuffer(self.cache.read(self.url, position, position + size), self.dtype)[0]
+
+
+#: What a flat or Megatron file's values are read as: a memory map (local) or ranged reads (a store).
+Values = np.ndarray | _RemoteValues
+
+
+def _manifest(source: str | Path | Manifest, storage_options: Mapping[str, Any]) -> Manifest:
+    if isinstance(source, Manifest):
+        return source
+    return read_manifest(source, Storage(dict(storage_options)))
 
 
 @dataclass(frozen=True)
@@ -57,24 +163,26 @@ class _MegatronIndex:
     ``document_indices``)."""
 
     dtype: np.dtype[Any]
-    lengths: np.ndarray
-    pointers: np.ndarray
-    document_indices: np.ndarray
+    lengths: Values
+    pointers: Values
+    document_indices: Values
+
+    HEAD_BYTES = len(MEGATRON_HEADER) + 8 + 1 + 8 + 8
 
     @classmethod
-    def read(cls, path: Path) -> _MegatronIndex:
-        with open(path, "rb") as index:
-            head = index.read(len(MEGATRON_HEADER) + 8 + 1 + 8 + 8)
-        if not head.startswith(MEGATRON_HEADER):
-            raise ValueError(f"{path}: not a Megatron-LM index (no {MEGATRON_HEADER!r} header)")
-        _, code, sequences, documents = struct.unpack("<QBQQ", head[len(MEGATRON_HEADER) :])
+    def read(cls, location: str, head: bytes, values: Callable[[np.dtype[Any], int, int], Values]) -> _MegatronIndex:
+        """The index at ``location`` from its first :attr:`HEAD_BYTES` and ``values(dtype, offset, count)``, its
+        arrays (memory maps, or remote values)."""
+        if len(head) < cls.HEAD_BYTES or not head.startswith(MEGATRON_HEADER):
+            raise ValueError(f"{location}: not a Megatron-LM index (no {MEGATRON_HEADER!r} header)")
+        _, code, sequences, documents = struct.unpack("<QBQQ", head[len(MEGATRON_HEADER) : cls.HEAD_BYTES])
         if code not in _MEGATRON_DTYPES:
-            raise ValueError(f"{path}: dtype code {code}, not one a pre-tokenization run writes")
-        offset = len(head)
+            raise ValueError(f"{location}: dtype code {code}, not one a pre-tokenization run writes")
+        offset = cls.HEAD_BYTES
 
-        def mapped(dtype: str, count: int) -> np.ndarray:
+        def mapped(dtype: str, count: int) -> Values:
             nonlocal offset
-            array = np.zeros(0, dtype) if count == 0 else np.memmap(path, dtype, "r", offset, (count,))
+            array = np.zeros(0, dtype) if count == 0 else values(np.dtype(dtype), offset, count)
             offset += count * np.dtype(dtype).itemsize
             return array
 
@@ -101,19 +209,26 @@ class _RowGroup:
 
 
 class _PerProcess:
-    """Open files of one process; rebuilt after a fork or in a spawned worker (never pickled)."""
+    """Open files of one process, and for a remote run its store connections and block cache; rebuilt after a
+    fork or in a spawned worker (never pickled)."""
 
-    def __init__(self) -> None:
+    def __init__(self, storage_options: Mapping[str, Any]) -> None:
         self.pid = os.getpid()
-        self.maps: dict[Path, np.ndarray] = {}
-        self.megatron: dict[Path, _MegatronIndex] = {}
-        self.parquet: dict[Path, Any] = {}
-        self.row_groups: OrderedDict[tuple[Path, int], _RowGroup] = OrderedDict()
+        self.storage = Storage(dict(storage_options), log=_log.warning)
+        self.cache = _BlockCache(self.storage, REMOTE_BLOCK_BYTES, REMOTE_CACHE_BYTES)
+        self.maps: dict[str, Values] = {}
+        self.megatron: dict[str, _MegatronIndex] = {}
+        self.parquet: OrderedDict[str, tuple[Any, np.ndarray, Any]] = OrderedDict()
+        self.row_groups: OrderedDict[tuple[str, int], _RowGroup] = OrderedDict()
 
 
 class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not analysed
-    def __init__(self, manifest: str | Path | Manifest, loss_masks: bool) -> None:
-        self.manifest = _manifest(manifest)
+    def __init__(
+        self, manifest: str | Path | Manifest, loss_masks: bool, storage_options: Mapping[str, Any] | None
+    ) -> None:
+        self._storage_options = dict(storage_options or {})
+        self.manifest = _manifest(manifest, self._storage_options)
+        self.remote = is_url(self.manifest.root)
         self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
         self.loss_masks = loss_masks
         if loss_masks and not self.manifest.loss_masks:
@@ -130,30 +245,49 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
     def _open(self) -> _PerProcess:
         files = self._files
         if files is None or files.pid != os.getpid():
-            files = self._files = _PerProcess()
+            files = self._files = _PerProcess(self._storage_options)
         return files
 
-    def _map(self, path: Path, dtype: np.dtype[Any]) -> np.ndarray:
+    def _map(self, location: str, dtype: np.dtype[Any]) -> Values:
+        """The values of the whole file at ``location``: a memory map, or remote values."""
         files = self._open()
-        array = files.maps.get(path)
+        array = files.maps.get(location)
         if array is None:
-            if path.stat().st_size == 0:  # an empty shard: nothing to map
+            size = files.cache.size(location) if self.remote else Path(location).stat().st_size
+            if size == 0:  # an empty shard: nothing to map
                 array = np.zeros(0, dtype=dtype)
+            elif self.remote:
+                array = _RemoteValues(files.cache, location, dtype, 0, size // dtype.itemsize)
             else:
-                array = np.memmap(path, dtype=dtype, mode="r")
-            files.maps[path] = array
+                array = np.memmap(location, dtype=dtype, mode="r")
+            files.maps[location] = array
         return array
 
-    def _loss(self, shard: ShardEntry) -> np.ndarray:
+    def _megatron_index(self, location: str) -> _MegatronIndex:
+        files = self._open()
+        index = files.megatron.get(location)
+        if index is None:
+            values: Callable[[np.dtype[Any], int, int], Values]
+            if self.remote:
+                head = files.cache.read(location, 0, _MegatronIndex.HEAD_BYTES)
+                values = partial(_RemoteValues, files.cache, location)
+            else:
+                with open(location, "rb") as stream:
+                    head = stream.read(_MegatronIndex.HEAD_BYTES)
+                values = partial(_mapped, location)
+            index = files.megatron[location] = _MegatronIndex.read(location, head, values)
+        return index
+
+    def _loss(self, shard: ShardEntry) -> Values:
         """A flat shard's loss file (``.ds.loss``): one byte per token."""
         return self._map(self._shard_file(shard, MASK_SUFFIXES["flat"][0]), np.dtype("u1"))
 
-    def _shard_file(self, shard: ShardEntry, suffix: str) -> Path:
+    def _shard_file(self, shard: ShardEntry, suffix: str) -> str:
         """The shard's file named ``<shard name><suffix>``."""
         path = join(self.manifest.root, shard.name + suffix)
         if path not in shard.files:
             raise FileNotFoundError(f"shard {shard.name} lists no {shard.name + suffix} (files: {shard.files})")
-        return Path(path)
+        return path
 
 
 class TokenizedDocuments(_ManifestDataset):
@@ -169,15 +303,25 @@ class TokenizedDocuments(_ManifestDataset):
     Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads them (or packs them);
     define it at module level, so spawned workers can unpickle it.
 
+    A run on object storage is read where the job wrote it (``TokenizedDocuments("s3://tokens/web-v1",
+    storage_options=...)``): see the module's docstring for how, and what it costs in memory.
+
     Args:
-        manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
+        manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, ``gs://``, any
+            fsspec store) --, its ``manifest.json``, or a :class:`Manifest`.
         fields: columns kept by the run (``pretokenize --keep-field``) to return beside the ids.
         loss_masks: return each document's loss mask and labels beside its ids (a run that wrote masks).
+        storage_options: for a run on object storage, what the jobs' ``--storage-options`` holds (an endpoint, a
+            region...), passed to the filesystem in each process and never printed; credentials come from the
+            store's own chain (environment, profile, instance or pod identity).
 
     Raises:
-        ValueError: the run is on object storage (copy it to a local disk first), did not keep one of
-            ``fields``, or wrote no loss masks and ``loss_masks`` is set.
+        ValueError: the run did not keep one of ``fields``, or wrote no loss masks and ``loss_masks`` is set;
+            when read, a remote shard changed while it was read.
         FileNotFoundError: no finished run there (worker 0 writes ``manifest.json`` last).
+        StorageError: the store refused (credentials, access, a missing package: the message names the URL and
+            what to fix), or failed for longer than the retry deadline (300 s; each failure is retried with
+            backoff, a warning on this module's logger saying which URL failed and how).
 
     Example:
         ```python
@@ -198,13 +342,24 @@ class TokenizedDocuments(_ManifestDataset):
 
         chats = TokenizedDocuments("chat-tokens/", loss_masks=True)
         loader = DataLoader(chats, batch_size=8, num_workers=2, collate_fn=pad_chats)
+
+        # The same run where the job wrote it: ranged reads, each worker with its own connection and cache.
+        remote = TokenizedDocuments(
+            "s3://tokens/chat-v1", loss_masks=True, storage_options={"endpoint_url": "http://minio:9000"}
+        )
+        loader = DataLoader(remote, batch_size=8, shuffle=True, num_workers=4, collate_fn=pad_chats)
         ```
     """
 
     def __init__(
-        self, manifest: str | Path | Manifest, *, fields: Sequence[str] = (), loss_masks: bool = False
+        self,
+        manifest: str | Path | Manifest,
+        *,
+        fields: Sequence[str] = (),
+        loss_masks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(manifest, loss_masks)
+        super().__init__(manifest, loss_masks, storage_options)
         self.fields = tuple(fields)
         if self.fields:
             kept = self.manifest.data["settings"].get("keep_fields", [])
@@ -236,10 +391,9 @@ class TokenizedDocuments(_ManifestDataset):
         return {"input_ids": tensor, **values}
 
     def _flat_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
-        tokens_path, index_path = Path(shard.files[0]), Path(shard.files[1])
-        ends = self._map(index_path, np.dtype("<u8"))
+        ends = self._map(shard.files[1], np.dtype("<u8"))
         start, end = int(ends[local - 1]) if local else 0, int(ends[local])
-        ids = np.asarray(self._map(tokens_path, self.dtype)[start:end])
+        ids = np.asarray(self._map(shard.files[0], self.dtype)[start:end])
         return ids, np.asarray(self._loss(shard)[start:end]) if self.loss_masks else None
 
     def _megatron_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -248,24 +402,26 @@ class TokenizedDocuments(_ManifestDataset):
 
     def _megatron_values(self, shard: ShardEntry, prefix: str, local: int) -> np.ndarray:
         """Document ``local`` of the shard's indexed dataset ``<shard><prefix>.bin``/``.idx``."""
-        files = self._open()
-        index_path = self._shard_file(shard, prefix + ".idx")
-        index = files.megatron.get(index_path)
-        if index is None:
-            index = files.megatron[index_path] = _MegatronIndex.read(index_path)
+        index = self._megatron_index(self._shard_file(shard, prefix + ".idx"))
         start, end = index.span(local)
         return np.asarray(self._map(self._shard_file(shard, prefix + ".bin"), index.dtype)[start:end])
 
     def _parquet_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
-        path = Path(shard.files[0])
+        path = shard.files[0]
         files = self._open()
         parquet = files.parquet.get(path)
         if parquet is None:
-            _, pq = import_pyarrow()
-            reader = pq.ParquetFile(path)
+            _, pq = import_pyarrow()  # a remote file: its footer, then the row groups asked for, by ranged GETs
+            stream = files.storage.open_input(path) if self.remote else None
+            reader = pq.ParquetFile(stream if stream is not None else path)
             rows = [reader.metadata.row_group(g).num_rows for g in range(reader.metadata.num_row_groups)]
-            parquet = files.parquet[path] = (reader, np.cumsum([0, *rows]))
-        reader, group_starts = parquet
+            parquet = files.parquet[path] = (reader, np.cumsum([0, *rows]), stream)
+            if stream is not None and len(files.parquet) > _OPEN_REMOTE_PARQUET:  # each holds a read-ahead buffer
+                _, (_, _, dropped) = files.parquet.popitem(last=False)
+                dropped.close()
+        else:
+            files.parquet.move_to_end(path)
+        reader, group_starts, _ = parquet
         group = int(np.searchsorted(group_starts, local, side="right")) - 1
         key = (path, group)
         cached = files.row_groups.get(key)
@@ -309,13 +465,19 @@ class TokenBlocks(_ManifestDataset):
     ``x, y = input_ids[:-1], labels[1:]`` for a loss of your own.
 
     Args:
-        manifest: the run's output directory (local), its ``manifest.json``, or a :class:`Manifest`.
+        manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, any fsspec
+            store) --, its ``manifest.json``, or a :class:`Manifest`.
         block_size: tokens per block.
         loss_masks: return each block's loss masks and labels beside its ids (a run that wrote masks).
+        storage_options: for a run on object storage, the jobs' ``--storage-options`` (see
+            :class:`TokenizedDocuments`).
 
     Raises:
-        ValueError: the run is not in the flat format (``pretokenize --format flat``), is on object storage,
-            wrote no loss masks and ``loss_masks`` is set, or ``block_size`` is below 1.
+        ValueError: the run is not in the flat format (``pretokenize --format flat``), wrote no loss masks and
+            ``loss_masks`` is set, or ``block_size`` is below 1.
+        FileNotFoundError: no finished run there.
+        StorageError: the store refused, or failed for longer than the retry deadline (as
+            :class:`TokenizedDocuments`).
 
     Example:
         ```python
@@ -327,11 +489,22 @@ class TokenBlocks(_ManifestDataset):
         chats = DataLoader(TokenBlocks("chat-tokens/", block_size=1025, loss_masks=True), batch_size=32)
         for batch in chats:
             x, y = batch["input_ids"][:, :-1], batch["labels"][:, 1:]
+
+        # A run on S3, read where it is (credentials from the environment or the instance's role).
+        blocks = TokenBlocks("s3://tokens/web-v1", block_size=1025)
+        loader = DataLoader(blocks, batch_size=32, shuffle=True, num_workers=4)
         ```
     """
 
-    def __init__(self, manifest: str | Path | Manifest, block_size: int, *, loss_masks: bool = False) -> None:
-        super().__init__(manifest, loss_masks)
+    def __init__(
+        self,
+        manifest: str | Path | Manifest,
+        block_size: int,
+        *,
+        loss_masks: bool = False,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(manifest, loss_masks, storage_options)
         if self.manifest.format != "flat":
             raise ValueError(
                 f"TokenBlocks reads the flat format; this run is {self.manifest.format!r} "
@@ -355,10 +528,10 @@ class TokenBlocks(_ManifestDataset):
         masks = self._cut(self._loss, start, end)
         return _with_labels(ids, masks)
 
-    def _tokens(self, shard: ShardEntry) -> np.ndarray:
-        return self._map(Path(shard.files[0]), self.dtype)
+    def _tokens(self, shard: ShardEntry) -> Values:
+        return self._map(shard.files[0], self.dtype)
 
-    def _cut(self, stream: Callable[[ShardEntry], np.ndarray], start: int, end: int) -> np.ndarray:
+    def _cut(self, stream: Callable[[ShardEntry], Values], start: int, end: int) -> np.ndarray:
         """Values ``[start, end)`` of the stream of every shard's ``stream(shard)`` back to back."""
         pieces = []
         shard_number = int(np.searchsorted(self._starts, start, side="right")) - 1
@@ -367,10 +540,14 @@ class TokenBlocks(_ManifestDataset):
             offset = int(self._starts[shard_number])
             stop = min(end, int(self._starts[shard_number + 1]))
             if stop > start:
-                pieces.append(stream(shard)[start - offset : stop - offset])
+                pieces.append(np.asarray(stream(shard)[start - offset : stop - offset]))
                 start = stop
             shard_number += 1
         return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def _mapped(path: str, dtype: np.dtype[Any], offset: int, count: int) -> np.ndarray:
+    return np.memmap(path, dtype, "r", offset, (count,))
 
 
 def _with_labels(ids: np.ndarray, masks: np.ndarray) -> dict[str, torch.Tensor]:
