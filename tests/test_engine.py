@@ -297,6 +297,11 @@ def test_response_limit_holds_for_ragged_padded_results_too():
             runner.result(runner.engine.submit_encode, ["一" * 60, "a", "a"], None, options)
         assert info.value.kind is ErrorKind.TOO_LARGE
         assert runner.result(runner.engine.submit_encode, ["一" * 20, "a"], None, options).rectangular is False
+        # padded to the longest: unpadded 22 + 3 x 3 = 31 positions fit, padded 4 x 22 = 88 do not (the check
+        # on the shaped answer, which neither the early padding check nor the running total can make)
+        longest = EncodeOptions(padding="longest")
+        with pytest.raises(ServiceError, match="max_response_tokens"):
+            runner.result(runner.engine.submit_encode, ["一" * 20, "a", "a", "a"], None, longest)
     finally:
         runner.close()
 

@@ -37,6 +37,8 @@ from testkit.servers import ServerProcess
 @given(call=encode_calls())
 # max_length=0 truncates nothing; a whitespace text can be more tokens than bytes + specials (Metaspace's ▁)
 @example(call=(["\t", " \t\n"], None, {"truncation": True, "max_length": 0}))
+# overflow rows: one long text cut into many windows (the bound must count every row, not one per text)
+@example(call=(["今天天气很好" * 12], None, {"max_length": 8, "stride": 2, "return_overflowing_tokens": True}))
 def test_the_bound_is_never_below_the_result(engines, family, call):
     """Admission reserves from a bound computed before encoding: it must hold for any text and options."""
     texts, pairs, options = call
