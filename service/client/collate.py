@@ -149,30 +149,29 @@ class Collator:
         the sampler's: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
         ``rank``, ``drop_last``.
         """
-        from .sampling import TokenBudgetBatchSampler, count_across_ranks
+        from .sampling import collator_batch_sampler
 
-        for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
-            if name in sampler_options:
-                raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
-        if not self.packing and self.options.get("padding") not in (True, "longest"):
-            raise ValueError(
-                "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
-                f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
-            )
+        def check_padding() -> None:
+            if not self.packing and self.options.get("padding") not in (True, "longest"):
+                raise ValueError(
+                    "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
+                    f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
+                )
 
-        def count(start: int, step: int) -> list[int]:
-            indices = range(start, len(dataset), step)
-            lengths: list[int] = []
-            for first in range(0, len(indices), batch_size):  # a chunk of items at a time: texts are not kept
-                texts, pairs, _ = self._inputs([dataset[i] for i in indices[first : first + batch_size]])
-                lengths.extend(self.client.lengths(texts, pairs, batch_size=batch_size, **self.length_options))
-            return lengths
+        def count_items(items: list[Any]) -> list[int]:
+            texts, pairs, _ = self._inputs(items)
+            return list(self.client.lengths(texts, pairs, batch_size=batch_size, **self.length_options))
 
-        lengths = count_across_ranks(count, len(dataset), share_counting)
-        if not self.packing:
-            sampler_options["pad_to_multiple_of"] = self.options.get("pad_to_multiple_of")
-        return TokenBudgetBatchSampler(
-            lengths, max_tokens=max_tokens, packing=self.packing, dataset=dataset, **sampler_options
+        return collator_batch_sampler(
+            dataset,
+            count_items,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            share_counting=share_counting,
+            packing=self.packing,
+            pad_to_multiple_of=self.options.get("pad_to_multiple_of"),
+            sampler_options=sampler_options,
+            before_counting=check_padding,
         )
 
     def _inputs(self, batch: Sequence[Any]) -> tuple[list[str], list[str] | None, list[dict[str, Any]] | None]:
@@ -368,31 +367,24 @@ class ChatCollator:
         rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
         ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""
         from .chat import split_conversations
-        from .sampling import TokenBudgetBatchSampler, count_across_ranks
+        from .sampling import collator_batch_sampler
 
-        for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
-            if name in sampler_options:
-                raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
         counted = {**self.chat_options, "return_attention_mask": False}
 
-        def count(start: int, step: int) -> list[int]:
-            indices = range(start, len(dataset), step)
-            lengths: list[int] = []
-            for first in range(0, len(indices), batch_size):  # a chunk of items at a time: none is kept
-                chunk = [dataset[i] for i in indices[first : first + batch_size]]
-                conversations, _ = split_conversations(chunk, self.messages_field)
-                encoded = self.client.chat_encode_ragged(conversations, **counted)
-                lengths.extend(int(n) for n in encoded.row_lengths.tolist())
-            return lengths
+        def count_items(items: list[Any]) -> list[int]:
+            conversations, _ = split_conversations(items, self.messages_field)
+            encoded = self.client.chat_encode_ragged(conversations, **counted)
+            return [int(n) for n in encoded.row_lengths.tolist()]
 
-        lengths = count_across_ranks(count, len(dataset), share_counting)
-        packing = self.sft_options["padding_free"]
-        if not packing:
-            sampler_options["pad_to_multiple_of"] = self.sft_options["pad_to_multiple_of"]
-        return TokenBudgetBatchSampler(
-            lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options
+        return collator_batch_sampler(
+            dataset,
+            count_items,
+            max_tokens=max_tokens,
+            batch_size=batch_size,
+            share_counting=share_counting,
+            packing=self.sft_options["padding_free"],
+            pad_to_multiple_of=self.sft_options["pad_to_multiple_of"],
+            sampler_options=sampler_options,
         )
 
     def __repr__(self) -> str:

@@ -410,3 +410,46 @@ def count_across_ranks(count: Callable[[int, int], list[int]], items: int, share
     for start, part in enumerate(parts):
         lengths[start::world] = part
     return lengths
+
+
+#: What a collator's ``batch_sampler`` sets itself, from the collator and the dataset.
+COLLATOR_OWNED_SAMPLER_OPTIONS = ("packing", "pad_to_multiple_of", "max_length", "dataset")
+
+
+def collator_batch_sampler(
+    dataset: Any,
+    count_items: Callable[[list[Any]], list[int]],
+    *,
+    max_tokens: int,
+    batch_size: int,
+    share_counting: bool,
+    packing: bool,
+    pad_to_multiple_of: int | None,
+    sampler_options: dict[str, Any],
+    before_counting: Callable[[], None] | None = None,
+) -> TokenBudgetBatchSampler:
+    """The sampler a collator's ``batch_sampler`` gives (``Collator``'s and ``ChatCollator``'s): every item of
+    ``dataset`` counted once, ``batch_size`` items at a time by ``count_items(items)`` (the collator's own
+    counting through the service; no chunk is kept), each rank its share (:func:`count_across_ranks`), then a
+    :class:`TokenBudgetBatchSampler` that packs when the collator packs and otherwise bounds rows x longest
+    (rounded up to the collator's ``pad_to_multiple_of``). ``before_counting`` is the collator's own check,
+    run once the sampler options are known to be the sampler's."""
+    for name in COLLATOR_OWNED_SAMPLER_OPTIONS:
+        if name in sampler_options:
+            raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    if before_counting is not None:
+        before_counting()
+
+    def count(start: int, step: int) -> list[int]:
+        indices = range(start, len(dataset), step)
+        lengths: list[int] = []
+        for first in range(0, len(indices), batch_size):  # a chunk of items at a time: none is kept
+            lengths.extend(count_items([dataset[i] for i in indices[first : first + batch_size]]))
+        return lengths
+
+    lengths = count_across_ranks(count, len(dataset), share_counting)
+    if not packing:
+        sampler_options["pad_to_multiple_of"] = pad_to_multiple_of
+    return TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options)
