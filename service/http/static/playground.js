@@ -213,14 +213,21 @@
       if (generation !== state.generation) return;
       render(text, pair, encoded, tokenized);
     } catch (error) {
-      if (generation !== state.generation || error.name === "AbortError") return;
-      if (error.status === 401) {
-        askForKey("The service refused the API key; enter the right one.");
-        return;
-      }
-      $("status").textContent = "";
-      showError(error instanceof ApiError ? error.message : `Could not reach the service: ${error.message}`);
+      showFailure(error, generation);
     }
+  }
+
+  // A call of the drawing generation that failed: nothing if a later generation superseded it (or aborted
+  // it), the key asked for again if the service refused it, else the error. True when the error is shown.
+  function showFailure(error, generation) {
+    if (generation !== state.generation || error.name === "AbortError") return false;
+    if (error.status === 401) {
+      askForKey("The service refused the API key; enter the right one.");
+      return false;
+    }
+    $("status").textContent = "";
+    showError(error instanceof ApiError ? error.message : `Could not reach the service: ${error.message}`);
+    return true;
   }
 
   // -- conversations: rendered by the chat template, each token drawn, the ones that train marked ---------------
@@ -275,14 +282,7 @@
       render(text, null, encoded, tokenized);
       showTrains(refused, template);
     } catch (error) {
-      if (generation !== state.generation || error.name === "AbortError") return;
-      if (error.status === 401) {
-        askForKey("The service refused the API key; enter the right one.");
-        return;
-      }
-      $("status").textContent = "";
-      $("tokens").replaceChildren();
-      showError(error instanceof ApiError ? error.message : `Could not reach the service: ${error.message}`);
+      if (showFailure(error, generation)) $("tokens").replaceChildren(); // no stale conversation under its error
     }
   }
 
