@@ -189,7 +189,7 @@ class InProcessChatCollate:
         self.tokenizer = tokenizer
 
     def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        from service.client.chat import collate_sft
+        from service.data.sft import collate_sft
 
         encoded = self.tokenizer.apply_chat_template(
             [row["messages"] for row in rows], return_assistant_tokens_mask=True, **LOADER_OPTIONS

@@ -79,7 +79,7 @@ def protocols() -> dict[str, Any]:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     from uvicorn.server import ServerState
 
-    from service.http.protocol import ConnectionGuard
+    from service.http.server.protocol import ConnectionGuard
 
     guard = ConnectionGuard(max_header_bytes=32 * 1024, header_timeout=10, body_timeout=60, max_connections=4096)
     classes = {

@@ -68,7 +68,7 @@ ENGINE_CHAT_TEMPLATES = "service/engine/chat/templates.py"
 ENGINE_CHAT_RENDERING = "service/engine/chat/rendering.py"
 ENGINE_CHAT_MASKS = "service/engine/chat/masks.py"
 ENGINE_CHAT_RENDERER = "service/engine/chat/renderer.py"
-CHAT_CLIENT = "service/client/chat.py"
+CHAT_CLIENT = "service/data/sft.py"
 EXECUTOR = "service/corpus/executor.py"
 STORAGE = "service/corpus/storage.py"
 ENCODERS = "service/pretokenize/encoders.py"
@@ -418,28 +418,28 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- the server's edges: drain, lingering close, docs, loading (issue 18) --------------------------------
     Mutation(
         "the drain closes its listener without stopping new handshakes first",
-        "service/http/listening.py",
+        "service/http/server/listening.py",
         'if sys.platform != "linux" or sock.family not in (socket.AF_INET, socket.AF_INET6):',
         "if True:",
         (DRAIN,),
     ),
     Mutation(
         "the drain closes its listener with connections still in the accept queue",
-        "service/http/listening.py",
+        "service/http/server/listening.py",
         "if now >= settled and not any(accept_queue_length(sock) for sock in sockets):",
         "if True:",
         (DRAIN,),
     ),
     Mutation(
         "the connection guard never sees the drain (answers keep connections alive)",
-        "service/http/protocol.py",
+        "service/http/server/protocol.py",
         "return self._drain_state is not None and self._drain_state.draining",
         "return False",
         (DRAIN,),
     ),
     Mutation(
         "a 431 or 408 closes at once, resetting a client still sending",
-        "service/http/protocol.py",
+        "service/http/server/protocol.py",
         "self._send_and_close(_raw_error(kind, message))",
         "self.transport.write(_raw_error(kind, message)) or self.transport.close()",
         (PROTOCOL,),
@@ -468,70 +468,70 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the drain keeps a Unix socket's file (new connections reach a closing listener)",
-        "service/http/listening.py",
+        "service/http/server/listening.py",
         "socket_file.remove()  # a Unix socket's step 1",
         "pass",
         (UNIX,),
     ),
     Mutation(
         "serve --uds refuses the socket file a dead server left",
-        "service/http/launcher.py",
+        "service/http/server/running.py",
         "os.unlink(path)  # stale: left by a server that died",
         'raise OSError(errno.EADDRINUSE, "in use")',
         (UNIX,),
     ),
     Mutation(
         "the server never sees its owners gone (a SIGKILLed job leaves it running)",
-        "service/http/owners.py",
+        "service/http/server/owners.py",
         "fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)",
         "raise BlockingIOError",
         (UNIX, LAUNCH),
     ),
     Mutation(
         "a forked child keeps its copy of the owners lock (the service outlives a killed parent)",
-        "service/client/launching.py",
+        "service/launch/supervisor.py",
         "os.close(inherited.owners_fd)",
         "pass",
         (LAUNCH,),
     ),
     Mutation(
         "a reused pid is taken for the service's (a stale socket is connected to)",
-        "service/client/rendezvous.py",
+        "service/launch/rendezvous.py",
         "return os.fsencode(marker) in file.read()",
         "return True",
         (LAUNCH,),
     ),
     Mutation(
         "a service that keeps dying is relaunched for ever",
-        "service/client/launching.py",
+        "service/launch/supervisor.py",
         "if launches >= MAX_LAUNCHES:",
         "if False:",
         (LAUNCH,),
     ),
     Mutation(
         "a private server waits out its idle keep-alive connections (a forked worker's holds its exit)",
-        "service/http/launcher.py",
+        "service/http/server/running.py",
         "connection.shutdown()",
         "pass",
         (UNIX, LAUNCH),
     ),
     Mutation(
         "a launched service reports the pid it started with after a worker relaunched it",
-        "service/client/launching.py",
+        "service/launch/supervisor.py",
         "return record.pid if record is not None else self.first_pid",
         "return self.first_pid",
         (LAUNCH,),
     ),
     Mutation(
         "the last owner leaves running a server another process relaunched",
-        "service/client/launching.py",
+        "service/launch/supervisor.py",
         "if record is None or (ours is not None and record.pid == ours.pid):",
         "if True:",
         (LAUNCH,),
     ),
     Mutation(
         "launch() without fcntl (Windows) fails on an import instead of saying what to run",
-        "service/client/rendezvous.py",
+        "service/launch/rendezvous.py",
         "if missing:",
         "if False:",
         (LAUNCH,),
@@ -568,7 +568,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chat collator: rows fetched padded, so padding counts as tokens (labels and attention on padding)",
-        "service/client/collate.py",
+        "service/data/collate.py",
         "conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, **self.chat_options",
         "conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, padding=True, "
         "**self.chat_options",

@@ -1,4 +1,4 @@
-"""The client's SFT collation (service/client/chat.py) against TRL's own code: its dataset preparation (which builds
+"""The client's SFT collation (service/data/sft.py) against TRL's own code: its dataset preparation (which builds
 ``labels`` from ``assistant_masks``) and its ``DataCollatorForLanguageModeling``, padded and padding-free, fed the
 in-process features of real conversations."""
 
@@ -13,7 +13,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.client.chat import IGNORE_INDEX, SFT_OPTIONS, collate_fields, collate_sft, split_conversations
+from service.data.sft import IGNORE_INDEX, SFT_OPTIONS, collate_fields, collate_sft, split_conversations
 from testkit.chat import TEMPLATES, conversation_strategy, fixed_conversations, with_template
 
 FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")

@@ -528,12 +528,54 @@ def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
     def top(modules):
         return {name.split(".")[0] for name in modules}
 
-    for stage in ("after_import", "after_use"):
+    # The SDK alone at import; the data tools (service.data) only once a collator was asked for.
+    for stage, allowed in (("after_import", ("service.client",)), ("after_use", ("service.client", "service.data"))):
         loaded = top(report[stage])
         assert not loaded & set(FORBIDDEN), (stage, sorted(loaded & set(FORBIDDEN)))
         ours = {m for m in report[stage] if m == "service" or m.startswith("service.")}
-        assert all(m in ("service", "service.wire") or m.startswith("service.client") for m in ours), sorted(ours)
+        assert all(m in ("service", "service.wire") or m.startswith(allowed) for m in ours), (stage, sorted(ours))
     # Light at import: numpy and torch come only with use; httpx never, with the default transports; asyncio
     # only with the async client (torch imports it too, once tensors are asked for).
     assert not top(report["after_import"]) & {"numpy", "torch", "httpx", "safetensors", "asyncio"}
     assert "torch" in top(report["after_use"]) and not top(report["after_use"]) & {"httpx", "safetensors"}
+
+
+SDK_ALONE = textwrap.dedent("""
+    import importlib.abc, json, sys
+
+    class Absent(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[:2] in (["service", "launch"], ["service", "data"]):
+                raise ImportError(f"{name} is not installed here")
+            return None
+
+    sys.meta_path.insert(0, Absent())
+    import service.client
+    from service.client import EncodeResult, MockTransport, Response, TokenizerClient
+
+    def answer(request):
+        return Response(200, {"content-type": "application/json"}, json.dumps({"input_ids": [[1, 2]]}).encode())
+
+    client = TokenizerClient("http://sdk.invalid", transport=MockTransport(answer))
+    encoded = client(["a b"])
+    doors = {}
+    for door in ("collator", "launch"):
+        try:
+            getattr(client, door)()
+        except ImportError as exc:
+            doors[door] = str(exc)
+    print(json.dumps({"ids": encoded["input_ids"], "doors": doors}))
+""")
+
+
+@pytest.mark.timeout(60)
+def test_the_sdk_imports_and_works_without_the_launcher_and_the_data_tools(tmp_path):
+    """Three products: the HTTP SDK (service.client) needs neither the process supervisor (service.launch)
+    nor the data tools (service.data); only their doors on the client (launch, collator) reach them."""
+    script = tmp_path / "sdk_alone.py"
+    script.write_text(SDK_ALONE)
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=50)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["ids"] == [[1, 2]]
+    assert "service.data" in report["doors"]["collator"] and "service.launch" in report["doors"]["launch"]

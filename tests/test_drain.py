@@ -284,8 +284,8 @@ def test_the_runtime_is_the_one_owner_of_the_draining_state():
     """Draining was owned three times (engine, runtime, connection guard): the runtime owns it, the guard
     and readiness ask it, and the engine has no drain of its own (it refuses work only once stopped)."""
     from service.engine import Engine
-    from service.http.protocol import ConnectionGuard
     from service.http.runtime import Runtime
+    from service.http.server.protocol import ConnectionGuard
     from service.http.settings import Settings
 
     runtime = Runtime(Settings())
@@ -300,10 +300,10 @@ def test_the_runtime_is_the_one_owner_of_the_draining_state():
 
 @pytest.mark.timeout(30)
 def test_a_listener_refusing_new_handshakes_completes_none_and_keeps_its_queue():
-    """The first step of closing a listener (service.http.listening): from the moment the filter is on, no
+    """The first step of closing a listener (service.http.server.listening): from the moment the filter is on, no
     new connection completes -- the client's connect waits, and is refused once the socket closes -- while
     a connection already completed stays in the accept queue, counted, to be accepted and answered."""
-    from service.http.listening import accept_queue_length, refuse_new_handshakes
+    from service.http.server.listening import accept_queue_length, refuse_new_handshakes
 
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

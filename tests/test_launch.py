@@ -26,9 +26,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, launching
-from service.client.launching import ServeCommand
-from service.client.rendezvous import Record, ServicePaths, launch_directory
+from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient
+from service.launch import supervisor
+from service.launch.rendezvous import Record, ServicePaths, launch_directory
+from service.launch.supervisor import ServeCommand
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
 from testkit.servers import REPO, alive, script_env
 
@@ -62,7 +63,7 @@ def launch_dir(monkeypatch) -> Iterator[Path]:
     folder = Path(tempfile.mkdtemp(prefix="tsl-", dir="/tmp"))
     monkeypatch.setenv(LAUNCH_DIR_ENV, str(folder))
     yield folder
-    launching._let_go_of_everything()  # a failed test must not leave this process owning a service
+    supervisor._let_go_of_everything()  # a failed test must not leave this process owning a service
     for record in folder.glob("*.json"):  # nor a server running (a record's pid is killed only if it serves)
         data = Record.read(str(record))
         if data is not None and data.pid != os.getpid() and serves(data.pid, record.with_suffix(".sock")):
@@ -521,7 +522,7 @@ def test_a_launch_directory_that_cannot_be_used_is_named_with_what_to_do(monkeyp
 
 
 def test_an_interpreter_without_the_server_extra_is_told_what_to_install(launch_dir, monkeypatch):
-    monkeypatch.setattr(launching, "SERVER_MODULES", ("uvicorn", "no_such_server_dependency"))
+    monkeypatch.setattr(supervisor, "SERVER_MODULES", ("uvicorn", "no_such_server_dependency"))
     with pytest.raises(
         LaunchError, match=r"lacks no_such_server_dependency: pip install 'tokenizer-service\[server\]'"
     ):

@@ -17,7 +17,7 @@ import torch
 from transformers import DataCollatorWithFlattening
 
 from service.client import AsyncTokenizerClient, TokenBudgetBatchSampler, TokenizerClient
-from service.client.packing import PACKING_OPTIONS
+from service.data.packing import PACKING_OPTIONS
 from testkit.servers import script_env
 
 ENCODE = {"truncation": True, "max_length": 96}

@@ -244,7 +244,7 @@ MEMORY = textwrap.dedent("""
                 return int(line.split()[1]) / 1024
 
     sys.modules["torch"] = None
-    from service.client.sampling import TokenBudgetBatchSampler
+    from service.data.sampling import TokenBudgetBatchSampler
 
     n = int(sys.argv[1])
     lengths = np.random.default_rng(0).integers(1, 500, n)

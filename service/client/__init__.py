@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..wire import API_KEY_ENV, URL_ENV
 from .clients import TokenizerClient
-from .collate import ChatCollator, Collator
 from .exceptions import (
     ConnectError,
     FingerprintMismatch,
@@ -50,11 +49,12 @@ from .retrying import RetryPolicy
 from .transports import AsyncTransport, HTTPTransport, MockTransport, Request, Response, SyncTransport, Timeout
 
 if TYPE_CHECKING:
+    from ..data.collate import ChatCollator, Collator
+    from ..data.sampling import TokenBudgetBatchSampler
+    from ..launch.async_client import LaunchedAsyncTokenizerClient
+    from ..launch.client import LaunchedTokenizerClient
+    from ..launch.supervisor import LaunchedService
     from .async_client import AsyncTokenizerClient
-    from .launched import LaunchedTokenizerClient
-    from .launched_async import LaunchedAsyncTokenizerClient
-    from .launching import LaunchedService
-    from .sampling import TokenBudgetBatchSampler
     from .transports import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
 
 __all__ = [
@@ -102,13 +102,17 @@ __all__ = [
 
 
 # Imported when first asked for, so the sync client -- what DataLoader workers use -- loads neither asyncio
-# nor httpx (nor torch, which the sampler subclasses where it is installed).
+# nor httpx (nor torch, which the sampler subclasses where it is installed). The launched clients
+# (service.launch) and the data tools (service.data) are layers above this SDK, exported here for
+# convenience: importing service.client never imports them.
 _LAZY = {
     "AsyncTokenizerClient": "service.client.async_client",
-    "LaunchedTokenizerClient": "service.client.launched",
-    "LaunchedAsyncTokenizerClient": "service.client.launched_async",
-    "LaunchedService": "service.client.launching",
-    "TokenBudgetBatchSampler": "service.client.sampling",  # imports torch, where installed
+    "LaunchedTokenizerClient": "service.launch.client",
+    "LaunchedAsyncTokenizerClient": "service.launch.async_client",
+    "LaunchedService": "service.launch.supervisor",
+    "Collator": "service.data.collate",
+    "ChatCollator": "service.data.collate",
+    "TokenBudgetBatchSampler": "service.data.sampling",  # imports torch, where installed
     "AsyncHTTPTransport": "service.client.transports",
     "HTTPXTransport": "service.client.transports",
     "AsyncHTTPXTransport": "service.client.transports",

@@ -315,7 +315,7 @@ class AsyncTokenizerClient(_ClientBase):
     def launch(cls, model: str | os.PathLike[str] | None = None, **options: Any) -> Any:
         """As :meth:`TokenizerClient.launch`: ``client = await AsyncTokenizerClient.launch(...)``, or
         ``async with AsyncTokenizerClient.launch(...) as client:`` (start-up runs off the event loop)."""
-        from .launched_async import launch_async
+        from ..launch.async_client import launch_async
 
         return launch_async(model, **options)
 

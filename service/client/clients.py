@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
 from ..wire import (
@@ -48,12 +48,14 @@ from .calls import (
     rejection,
     tokenize_call,
 )
-from .collate import ChatCollator, Collator
 from .exceptions import TransportError
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, Endpoints, RetryPolicy
 from .transports.base import Request, SyncTransport, Timeout
 from .transports.stdlib import HTTPTransport
+
+if TYPE_CHECKING:  # the data tools are a layer above the SDK: imported when a collator is asked for
+    from ..data.collate import ChatCollator, Collator
 
 T = TypeVar("T")
 _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
@@ -141,6 +143,8 @@ class _ClientBase:
         ``position_ids_start`` are taken here too). ``collator.batch_sampler(dataset, max_tokens=...)`` then
         gives the batches a token budget (see :class:`Collator`).
         """
+        from ..data.collate import Collator
+
         return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
     def chat_collator(
@@ -164,6 +168,8 @@ class _ClientBase:
         ``chat_template``, ``chat_template_kwargs``, ``assistant_masks_from``, ``truncation``, ``max_length``.
         ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget (see
         :class:`ChatCollator`)."""
+        from ..data.collate import ChatCollator
+
         return ChatCollator(
             self._sync_client(),
             messages_field=messages_field,
@@ -569,8 +575,8 @@ class TokenizerClient(_ClientBase):
         It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the
         ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log; a
         service that dies is relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError``
-        says to run ``tokenizer-service serve`` and pass its URL. Details: ``service/client/launching.py``."""
-        from .launched import launch
+        says to run ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/supervisor.py``."""
+        from ..launch.client import launch
 
         return launch(model, **options)
 

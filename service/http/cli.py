@@ -75,9 +75,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         return 2
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .launcher import bind_listener, bind_unix_listener, connection_guard, run
-    from .listening import SocketFile
-    from .owners import OwnersWatch
+    from .server import OwnersWatch, SocketFile, bind_listener, bind_unix_listener, connection_guard, run
 
     socket_file: SocketFile | None = None
     where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"

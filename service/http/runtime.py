@@ -3,7 +3,7 @@
 :class:`Runtime` holds the settings, the metrics, the count of requests being answered, and the engine
 once the lifespan has started it. It is the one owner of the draining state: the launcher begins the drain
 through :meth:`Runtime.begin_drain` and watches :attr:`Runtime.in_flight`; the routes, ``/readyz`` and the
-connection guard (:mod:`service.http.protocol`) ask :attr:`Runtime.draining`. The engine has no drain of
+connection guard (:mod:`service.http.server.protocol`) ask :attr:`Runtime.draining`. The engine has no drain of
 its own: it refuses work only once stopped, after the launcher has seen the admitted requests finish.
 """
 

@@ -7,7 +7,7 @@ out-of-memory kills included), so the server needs no pid of anyone: :class:`Own
 the lock *exclusively*, without waiting, a few times a second, and the first time it can, nobody holds it
 any more: the server stops as on SIGTERM. It keeps the exclusive lock until it has exited, so a process
 that comes to share it meanwhile waits for this server to be gone and then launches a new one
-(``service/client/launching.py``).
+(``service/launch/supervisor.py``).
 
 A forked child shares its parent's lock (the same open file) rather than holding one of its own; the
 client closes its copy in forked children, so only the processes that asked for the server count.

@@ -237,7 +237,7 @@ class ChatCollator:
     A batch is a list of dict rows whose ``messages_field`` holds a conversation (a list of messages), or of bare
     conversations; every other field of the rows is collated as ``default_collate`` does and added to the result.
     Each batch's conversations are encoded by ``/chat/encode`` in one request (ragged binary: ids and, with
-    ``assistant_only_loss``, masks), then :func:`service.client.chat.collate_sft` makes ``input_ids``, ``labels``
+    ``assistant_only_loss``, masks), then :func:`service.data.sft.collate_sft` makes ``input_ids``, ``labels``
     (-100 where the token does not count, and on padding) and ``attention_mask``, or with ``padding_free=True``
     one row with ``position_ids`` and flash-attention's boundaries.
 
@@ -321,7 +321,7 @@ class ChatCollator:
     def __call__(self, batch: Sequence[Any]) -> dict[str, Any]:
         if not batch:
             raise ValueError("cannot collate an empty batch")
-        from .chat import split_conversations
+        from .sft import split_conversations
 
         conversations, others = split_conversations(batch, self.messages_field)
         masks = self.sft_options["assistant_only_loss"]
@@ -333,7 +333,7 @@ class ChatCollator:
         if masks:
             for row, mask in zip(rows, encoded.rows("assistant_masks"), strict=True):
                 row["assistant_masks"] = mask
-        from .chat import collate_fields, collate_sft
+        from .sft import collate_fields, collate_sft
 
         collated = collate_sft(rows, pad_token_id=self._pad_token_id(), **self.sft_options)
         collated.update(collate_fields(others, taken=list(collated)))
@@ -366,8 +366,8 @@ class ChatCollator:
         service once (``batch_size`` per request, with this collator's chat options, truncation included), each
         rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
         ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""
-        from .chat import split_conversations
         from .sampling import collator_batch_sampler
+        from .sft import split_conversations
 
         counted = {**self.chat_options, "return_attention_mask": False}
 

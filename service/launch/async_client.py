@@ -1,4 +1,4 @@
-"""The asyncio twin of :mod:`.launched`: the client ``AsyncTokenizerClient.launch`` returns, and the awaitable
+"""The asyncio twin of :mod:`.client`: the client ``AsyncTokenizerClient.launch`` returns, and the awaitable
 (and async context manager) that launches it off the event loop."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import os
 from collections.abc import Callable, Generator
 from typing import Any
 
-from .async_client import AsyncTokenizerClient
-from .clients import TokenizerClient
-from .exceptions import ConnectError
-from .launched import START_TIMEOUT, Launched, LaunchedTokenizerClient, launch_client
-from .launching import LaunchedService, Share, release
-from .transports.base import AsyncTransport, Request, Response
-from .transports.streams import AsyncHTTPTransport
+from ..client.async_client import AsyncTokenizerClient
+from ..client.clients import TokenizerClient
+from ..client.exceptions import ConnectError
+from ..client.transports.base import AsyncTransport, Request, Response
+from ..client.transports.streams import AsyncHTTPTransport
+from .client import START_TIMEOUT, Launched, LaunchedTokenizerClient, launch_client
+from .supervisor import LaunchedService, Share, release
 
 __all__ = ["LaunchedAsyncTokenizerClient", "AsyncRecoveringTransport", "Launching", "launch_async"]
 

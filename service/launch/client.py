@@ -1,7 +1,7 @@
 """The client ``TokenizerClient.launch`` returns: an ordinary client bound to a private service on this
-machine (:mod:`.launching` starts, finds, owns and relaunches it), whose transport asks for the service to
+machine (:mod:`.supervisor` starts, finds, owns and relaunches it), whose transport asks for the service to
 be relaunched when it cannot be reached, and which lets go of the service at ``shutdown()``, at the end of a
-``with`` block, or at interpreter exit. The asyncio twin is :mod:`.launched_async` (this module imports no
+``with`` block, or at interpreter exit. The asyncio twin is :mod:`.async_client` (this module imports no
 asyncio: DataLoader workers unpickle it)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..client.clients import TokenizerClient
+from ..client.exceptions import ConnectError, FingerprintMismatch
+from ..client.transports.base import Request, Response, SyncTransport
+from ..client.transports.stdlib import HTTPTransport
 from ..wire import API_KEY_ENV
-from .clients import TokenizerClient
-from .exceptions import ConnectError, FingerprintMismatch
-from .launching import LaunchedService, ServeCommand, Share, release, take_share
 from .rendezvous import require_posix
-from .transports.base import Request, Response, SyncTransport
-from .transports.stdlib import HTTPTransport
+from .supervisor import LaunchedService, ServeCommand, Share, release, take_share
 
 __all__ = [
     "LaunchedTokenizerClient",
@@ -141,6 +141,6 @@ def launch(
     **options: Any,
 ) -> LaunchedTokenizerClient:
     """``TokenizerClient.launch`` (its docstring says what it takes; the module docs of this and
-    :mod:`.launching` say how it works)."""
+    :mod:`.supervisor` say how it works)."""
     client: LaunchedTokenizerClient = launch_client(LaunchedTokenizerClient, model, start_timeout, python, options)
     return client

@@ -10,7 +10,7 @@ its accept queue) and re-raises the signal at exit. For a rolling update we want
 2. then the listener closes so that new connections are refused -- clean for every client, the SDK fails
    over at once -- without resetting the ones the kernel had already accepted (:mod:`.listening`);
 3. connections already accepted are answered (a keep-alive connection closes after an answer and never
-   under a request: :mod:`service.http.protocol`), and the process exits 0 as soon as no request and no
+   under a request: :mod:`service.http.server.protocol`), and the process exits 0 as soon as no request and no
    connection is left: seconds after the signal, even while clients keep reconnecting.
 
 All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM, or SIGINT, falls back
@@ -23,7 +23,7 @@ keep-alive connections (a forked DataLoader worker keeps one) instead of waiting
 timeout, and exits as soon as the requests in flight are answered. A request that has begun to arrive, or
 is being answered, is still never cut.
 
-The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.protocol.ConnectionGuard`
+The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.server.protocol.ConnectionGuard`
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
 It listens on TCP (:func:`bind_listener`) or on a Unix domain socket (:func:`bind_unix_listener`, ``--uds``),
@@ -55,7 +55,7 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from ..wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
+from ...wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
 from .listening import SocketFile, close_listeners
 from .owners import OwnersWatch
 from .protocol import ConnectionGuard, DrainState, uvicorn_protocol_settings

@@ -54,8 +54,8 @@ from typing import Any, Protocol
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from .errors import HttpErrorKind
-from .responses import STATUS_BY_KIND, error_body
+from ..errors import HttpErrorKind
+from ..responses import STATUS_BY_KIND, error_body
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ interpreter) the directory holds five files, named by the key's first 16 hex dig
 - ``<key>.lock``: the rendezvous lock, held exclusively by the one process deciding whether to attach to the
   running service or to launch one, so that the local ranks of a torchrun job start exactly one;
 - ``<key>.owners``: the owners lock, held *shared* by every process using the service for as long as it does;
-  the service stops once nobody holds it (``service/http/owners.py``), and holds it exclusively while it
+  the service stops once nobody holds it (``service/http/server/owners.py``), and holds it exclusively while it
   stops, so that a process that comes meanwhile waits, then launches a new one;
 - ``<key>.json``: the record: the server's pid, its fingerprint, how many times it was launched;
 - ``<key>.log``: the server's output.
@@ -17,7 +17,7 @@ The directory is ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else ``$XDG_RUNTIME_DIR/toke
 (mode 0700, owned by this user), because whoever can reach a socket can use the service. Locks are
 ``flock`` locks, which the kernel drops when their process dies, however it dies.
 
-Standard library only, and nothing here starts a process: ``launching.py`` does. POSIX only (Unix sockets
+Standard library only, and nothing here starts a process: :mod:`.supervisor` does. POSIX only (Unix sockets
 and ``flock``): ``fcntl`` is imported where a lock is taken, never at import, so the client -- and this
 module -- import on Windows, where :func:`require_posix` says what to do instead.
 """
@@ -37,8 +37,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..client.exceptions import LaunchError
 from ..wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES, URL_ENV
-from .exceptions import LaunchError
 
 __all__ = [
     "require_posix",

@@ -20,7 +20,7 @@ How:
    fingerprint the service reports; a service that cannot start raises :class:`LaunchError` with the
    server's own one-line error and the end of its log.
 4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses
-   the service; the server stops once nobody holds it (``service/http/owners.py``) -- when the last local
+   the service; the server stops once nobody holds it (``service/http/server/owners.py``) -- when the last local
    rank exits, however it exits: a SIGKILLed job leaves no server. ``shutdown()``, the end of a ``with``
    block, or interpreter exit lets go; the last process to let go -- launcher or not -- stops the server
    running then (relaunched or not: the record names it) and waits for its exit.
@@ -61,8 +61,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..client.exceptions import LaunchError, TransportError
+from ..client.transports.base import Request, Response, Timeout
+from ..client.transports.stdlib import HTTPTransport
 from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, unix_socket_url
-from .exceptions import LaunchError, TransportError
 from .rendezvous import (
     Record,
     ServicePaths,
@@ -74,8 +76,6 @@ from .rendezvous import (
     process_alive,
     try_lock,
 )
-from .transports.base import Request, Response, Timeout
-from .transports.stdlib import HTTPTransport
 
 __all__ = ["ServeCommand", "LaunchedService", "Share", "take_share", "release"]
 
