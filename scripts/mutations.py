@@ -304,16 +304,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the client no longer retries a proxy's 502",
-        "service/client/calls.py",
-        "RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})",
-        "RETRY_STATUSES = frozenset({408, 429, 503, 504})",
+        "service/wire.py",
+        '{**{error.status: error.exception for error in ERROR_TYPES.values()}, 502: "ServerBusy"}',
+        "{error.status: error.exception for error in ERROR_TYPES.values()}",
         (RESILIENCE,),
     ),
     Mutation(
         "the client gives up on a 408 after a stalled upload",
         "service/client/calls.py",
-        "RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})",
-        "RETRY_STATUSES = frozenset({429, 502, 503, 504})",
+        "RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)",
+        "RETRIED_REJECTIONS = (ServerBusy,)",
         (PROTOCOL,),
     ),
     Mutation(

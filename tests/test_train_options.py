@@ -15,6 +15,7 @@ from testkit import assets
 
 FAMILIES = ("bpe", "byte-level-bpe", "wordpiece", "unigram")
 VOCAB = 700
+MIN_FREQUENCY = 40
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +81,26 @@ def test_min_frequency_applies_to_the_counts_of_the_whole_corpus(corpus, tmp_pat
     else:
         assert len(vocab(result)) < len(vocab(baseline[family])) == VOCAB
         assert "--min-frequency 40" in result["manifest"]["vocabulary"]["shortfall"]
+
+
+def test_unigram_learns_only_from_pre_tokens_counted_min_frequency_times(corpus, tmp_path, baseline):
+    """Unigram's pieces are substrings of the pre-tokens it is fed: with ``min_frequency`` every piece (beyond
+    single characters and the special tokens) is found in a pre-token the corpus counts at least that often,
+    where the run without it learns pieces found only in rarer ones. The counts are the run's own count files."""
+    from service.training.countfiles import merge_files
+
+    out = tmp_path / "out"
+    result = trained(corpus, out, model="unigram", vocab_size=VOCAB, min_frequency=MIN_FREQUENCY)
+    counted = list(merge_files(sorted(Path(f"{out.resolve()}.counts").rglob("*.counts")), tmp_path / "scratch"))
+    frequent = "\n".join(word for word, count in counted if count >= MIN_FREQUENCY)
+    assert 0 < len(frequent.split("\n")) < len(counted)
+
+    def from_rare_pre_tokens(run: dict[str, Any]) -> set[str]:
+        specials = {token["content"] for token in run["tokenizer"]["added_tokens"]}
+        return {p for p in vocab(run) if len(p) > 1 and p not in specials and p not in frequent}
+
+    assert from_rare_pre_tokens(result) == set()
+    assert len(from_rare_pre_tokens(baseline["unigram"])) > 50
 
 
 @pytest.mark.parametrize("family", ["bpe", "wordpiece"])
