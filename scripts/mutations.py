@@ -40,6 +40,7 @@ LAUNCH = "tests/test_launch.py"
 CORPUS = "tests/test_corpus.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
 OBJECT_STORAGE = "tests/test_object_storage.py"
+TRAIN_OPTIONS = "tests/test_train_options.py"
 
 
 @dataclass(frozen=True)
@@ -737,5 +738,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "low, high = max(start, number * step), min(end, (number + 1) * step)",
         "low, high = max(start, number * step), min(end, (number + 1) * step - 1)",
         (PRETOKENIZE_S3,),
+    ),
+    # -- train's options: each changes the tokenizer (issue 27) --------------------------------------------------
+    Mutation(
+        "train: Unigram is fed the pre-tokens counted under min_frequency (they are only reported as left out)",
+        "service/training/learning.py",
+        "continue",
+        "pass",
+        (TRAIN_OPTIONS,),
+    ),
+    Mutation(
+        "train: the counts go beside the tokenizer whatever --counts says",
+        "service/training/options.py",
+        "if self.counts_dir is not None:",
+        "if False:",
+        (TRAIN_OPTIONS,),
     ),
 )
