@@ -272,6 +272,23 @@ def test_client_lengths_signatures_follow_the_wire(client_class):
     assert defaults == dict(wire.LENGTHS_OPTIONS)
 
 
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_the_clients_collator_factories_spell_out_the_collators_own_defaults(client_class):
+    """``client.collator(...)`` and ``client.chat_collator(...)`` spell their keywords out (for help and IDEs): with
+    the collators' own defaults, the SFT ones being ``SFT_OPTIONS``; the two ``batch_sampler`` and
+    ``TokenBudgetBatchSampler.from_client`` count alike by default."""
+    from service.client import ChatCollator, TokenBudgetBatchSampler
+    from service.client.chat import SFT_OPTIONS
+
+    assert keyword_defaults(client_class.collator) == keyword_defaults(Collator.__init__)
+    chat = keyword_defaults(client_class.chat_collator)
+    assert chat == keyword_defaults(ChatCollator.__init__)
+    assert {name: chat[name] for name in SFT_OPTIONS} == dict(SFT_OPTIONS)
+    sampling = keyword_defaults(Collator.batch_sampler)
+    assert sampling == keyword_defaults(ChatCollator.batch_sampler)
+    assert sampling["count_chunk_size"] == keyword_defaults(TokenBudgetBatchSampler.from_client)["count_chunk_size"]
+
+
 def test_shared_options_are_declared_once_with_their_values_and_bounds():
     """/lengths and /tokenize take some of /encode's options: declared there, so the same values and bounds."""
     encode = {f.name: f for f in dataclasses.fields(wire.EncodeOptions)}
