@@ -8,7 +8,7 @@ docstrings mkdocstrings renders (``:class:`Foo```) into plain code. What each ge
 - ``http-routes``, ``http-options``, ``http-errors``: the app's route table (``create_app``, its OpenAPI
   schema for the statuses each route answers), the work routes (``service.http.routes.WORK_ROUTES``: request
   model, option set, media types), the option sets declared in ``service/wire.py`` (names, defaults, allowed
-  values, bounds), the one status table (``STATUS_BY_KIND``) and the error kinds.
+  values, bounds), the one status table (``service.wire.ERROR_TYPES``) and the error kinds.
 - ``cli``: each command's ``--help``, from its own parser (``service.cli.COMMANDS``).
 - ``settings``: the one settings object (``service.http.settings.settings_table``).
 
@@ -66,12 +66,6 @@ TRANSFORMERS_OPTIONS = {
 
 # The kinds without a comment in the source: Starlette's own statuses, read back as kinds.
 STARLETTE_KINDS = {"not_found": "no such route", "method_not_allowed": "the route does not take this method"}
-# What a client does about the statuses the OpenAPI schema does not describe.
-UNDESCRIBED_STATUSES = {
-    "404": "Fix the path (the table above lists every route).",
-    "405": "Use the method the table above gives the route.",
-    "500": "Report it: the server logged the error's type and stack, never the request's content.",
-}
 
 
 # -- the HTTP API ------------------------------------------------------------------------------------------
@@ -301,24 +295,29 @@ def error_kinds() -> list[dict[str, Any]]:
 
 
 def http_errors() -> str:
-    from service.wire import ERROR_FIELD, ERROR_TYPE_FIELD
+    from service.wire import ERROR_FIELD, ERROR_TYPE_FIELD, ERROR_TYPES
 
-    schema = _schema()
-    described: dict[str, str] = {}
-    for operations in schema["paths"].values():
-        for operation in operations.values():
-            for status, response in operation["responses"].items():
-                described.setdefault(status, response.get("description", ""))
-    rows = ["| `error_type` | status | raised by | meaning | what a client does |", "|---|---|---|---|---|"]
+    rows = [
+        "| `error_type` | status | raised by | meaning | what a client does | the SDK raises |",
+        "|---|---|---|---|---|---|",
+    ]
     for kind in error_kinds():
-        action = described.get(str(kind["status"])) or UNDESCRIBED_STATUSES.get(str(kind["status"]), "")
-        if kind["kind"] == "client_gone":
-            action = "nothing: the client left before its answer (logged nowhere, sent to nobody)"
-        cells = (f"`{kind['kind']}`", str(kind["status"]), kind["layer"], kind["meaning"], _rst_to_markdown(action))
+        error = ERROR_TYPES[kind["kind"]]
+        cells = (
+            f"`{kind['kind']}`",
+            str(kind["status"]),
+            kind["layer"],
+            kind["meaning"],
+            _rst_to_markdown(error.advice),
+            f"`{error.exception}`",
+        )
         rows.append("| " + " | ".join(cells) + " |")
     return (
         f'Every error answer has one shape, `{{"{ERROR_FIELD}": "<what to fix>", "{ERROR_TYPE_FIELD}": "<kind>"}}`, '
-        "and one status per kind (`service.http.responses.STATUS_BY_KIND`):\n\n" + "\n".join(rows) + "\n"
+        "and one status per kind, with the client exception it becomes (`service.wire.ERROR_TYPES`; the SDK reads "
+        "the `error_type`, and the status only for an answer without one, e.g. a proxy's 502):\n\n"
+        + "\n".join(rows)
+        + "\n"
     )
 
 

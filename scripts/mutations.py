@@ -40,6 +40,7 @@ LAUNCH = "tests/test_launch.py"
 CORPUS = "tests/test_corpus.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
 OBJECT_STORAGE = "tests/test_object_storage.py"
+TRAIN_OPTIONS = "tests/test_train_options.py"
 
 
 @dataclass(frozen=True)
@@ -304,16 +305,16 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the client no longer retries a proxy's 502",
-        "service/client/calls.py",
-        "RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})",
-        "RETRY_STATUSES = frozenset({408, 429, 503, 504})",
+        "service/wire.py",
+        '{**{error.status: error.exception for error in ERROR_TYPES.values()}, 502: "ServerBusy"}',
+        "{error.status: error.exception for error in ERROR_TYPES.values()}",
         (RESILIENCE,),
     ),
     Mutation(
         "the client gives up on a 408 after a stalled upload",
         "service/client/calls.py",
-        "RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})",
-        "RETRY_STATUSES = frozenset({429, 502, 503, 504})",
+        "RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)",
+        "RETRIED_REJECTIONS = (ServerBusy,)",
         (PROTOCOL,),
     ),
     Mutation(
@@ -737,5 +738,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "low, high = max(start, number * step), min(end, (number + 1) * step)",
         "low, high = max(start, number * step), min(end, (number + 1) * step - 1)",
         (PRETOKENIZE_S3,),
+    ),
+    # -- train's options: each changes the tokenizer (issue 27) --------------------------------------------------
+    Mutation(
+        "train: Unigram is fed the pre-tokens counted under min_frequency (they are only reported as left out)",
+        "service/training/learning.py",
+        "continue",
+        "pass",
+        (TRAIN_OPTIONS,),
+    ),
+    Mutation(
+        "train: the counts go beside the tokenizer whatever --counts says",
+        "service/training/options.py",
+        "if self.counts_dir is not None:",
+        "if False:",
+        (TRAIN_OPTIONS,),
     ),
 )

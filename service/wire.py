@@ -264,8 +264,11 @@ OUTPUT_KEYS: Final = (
 #: is the list of the counts of that text's rows (its first window, then each overflow window), which is
 #: ``[len(row) for row in tokenizer(text, text_pair, **options)["input_ids"]]``.
 LENGTHS_KEY: Final = "lengths"
-#: Texts per ``/lengths`` request a client sends by default (the server's default ``max_texts_per_request``).
-LENGTHS_BATCH_TEXTS: Final = 4096
+#: The server's default ``max_texts_per_request`` (``GET /info`` reports the one it runs with): the most texts
+#: (or pairs), id lists or conversations in one request. Declared here because a client relies on it too.
+MAX_TEXTS_PER_REQUEST: Final = 4096
+#: Texts per ``/lengths`` request a client sends by default: one request at the server's default limit.
+LENGTHS_BATCH_TEXTS: Final = MAX_TEXTS_PER_REQUEST
 
 # -- media types and headers -----------------------------------------------------------------------------
 JSON_MEDIA_TYPE: Final = "application/json"
@@ -292,6 +295,75 @@ AUTH_SCHEME: Final = "Bearer"
 #: Every error answer is a JSON object with these two fields: what to fix, and the kind of error.
 ERROR_FIELD: Final = "error"
 ERROR_TYPE_FIELD: Final = "error_type"
+
+
+@dataclass(frozen=True)
+class ErrorType:
+    """One kind of error answer: the HTTP status it is sent with, the client exception it becomes (a class of
+    ``service.client.exceptions``, named: this module imports nothing of the client), and what a caller does
+    about it (the API docs' description of the status)."""
+
+    status: int
+    exception: str
+    advice: str
+
+
+#: The one status table: ``error_type`` -> its status, client exception and advice. The server's error kinds
+#: (the engine's, then the web layer's own) are exactly these keys and answer with these statuses; the client
+#: raises the exception of a body's ``error_type``, and reads the status only for a body without one
+#: (:data:`EXCEPTION_BY_STATUS`).
+ERROR_TYPES: Final[Mapping[str, ErrorType]] = MappingProxyType(
+    {
+        "invalid_request": ErrorType(422, "InvalidRequest", "Malformed JSON, or a wrong or unknown field."),
+        "tokenizer": ErrorType(422, "InvalidRequest", "Options or input the tokenizer refuses, as transformers would."),
+        "too_large": ErrorType(
+            413,
+            "PayloadTooLarge",
+            "Over a limit (body, texts, characters, response tokens) or over the whole memory budget.",
+        ),
+        "overloaded": ErrorType(
+            429, "ServerBusy", "The queue is full or the memory budget has no room now: retry after Retry-After."
+        ),
+        "unavailable": ErrorType(
+            503,
+            "ServerBusy",
+            "Not ready, or draining: retry after Retry-After, elsewhere (the connection is closed).",
+        ),
+        "timeout": ErrorType(504, "ServerBusy", "Waited past the queue deadline."),
+        "internal": ErrorType(
+            500,
+            "RequestRejected",
+            "Report it: the server logged the error's type and stack, never the request's content.",
+        ),
+        "malformed_http": ErrorType(
+            400,
+            "RequestRejected",
+            "Not HTTP/1.1 the server can parse (the connection is closed after the answers before it).",
+        ),
+        "headers_too_large": ErrorType(
+            431, "RequestRejected", "The request line and headers are over the limit (the connection is closed)."
+        ),
+        "request_timeout": ErrorType(
+            408,
+            "RequestTimeout",
+            "The request's headers or body took too long to arrive (the connection is closed).",
+        ),
+        "unauthorized": ErrorType(401, "Unauthorized", "Missing or wrong API key (when the server has one)."),
+        "not_found": ErrorType(404, "RequestRejected", "Fix the path (the route table lists every route)."),
+        "method_not_allowed": ErrorType(405, "RequestRejected", "Use the method the route table gives the route."),
+        "not_acceptable": ErrorType(
+            406, "NotAcceptable", "A ragged result asked for as safetensors: ask for padding, or accept JSON."
+        ),
+        "unsupported_media_type": ErrorType(415, "RequestRejected", "The body is not uncompressed UTF-8 JSON."),
+        # nginx's "client closed request": the client left before its answer, so it is sent to nobody
+        "client_gone": ErrorType(499, "RequestRejected", "Nothing: the client left before its answer."),
+    }
+)
+#: The exception for an error answer whose body names no known ``error_type`` (a proxy's page, say): by its
+#: status, as the table above gives it, plus a proxy's 502 (bad gateway: a replica restarting), which is busy.
+EXCEPTION_BY_STATUS: Final[Mapping[int, str]] = MappingProxyType(
+    {**{error.status: error.exception for error in ERROR_TYPES.values()}, 502: "ServerBusy"}
+)
 
 # -- environment -----------------------------------------------------------------------------------------
 #: Prefix of every server setting's environment variable (``TOKENIZER_SERVICE_MAX_BODY_BYTES``...).

@@ -159,8 +159,6 @@ def test_too_many_conversations_and_renders_too_large(chatml):
         refused.message
         == "conversations[1]: it renders to over max_text_chars=400 characters; send a shorter conversation"
     )
-    refused = refusal(chatml, [long, long, long], RenderLimits(max_chars=1000, max_total_chars=1200))
-    assert refused.kind is TOO_LARGE and "(at conversations[2])" in refused.message
     # the prefixes "turns" renders are bounded too
     refused = refusal(chatml, [[*HELLO, *long]], RenderLimits(max_chars=400), **TURNS_MASKS)
     assert refused.kind is TOO_LARGE
@@ -183,13 +181,13 @@ def test_a_render_bomb_stops_at_the_bound(reference_tokenizers):
         reference_tokenizers["bytelevel_bpe"], "{% for i in range(10000) %}{{ messages[0].content }}{% endfor %}"
     )
     conversation = [{"role": "user", "content": "y" * 10_000}]
-    limits = RenderLimits(max_chars=1_000_000, max_total_chars=2_000_000)
+    limits = RenderLimits(max_chars=1_000_000)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     rest = vm_hwm()
     refused = refusal(bomb, [conversation], limits)
     peak = vm_hwm() - rest
     assert refused.kind is TOO_LARGE
-    assert peak < limits.held_bytes_bound() + 32 * 1024 * 1024, peak  # unbounded: over 200 MB
+    assert peak < limits.in_progress_bytes() + 32 * 1024 * 1024, peak  # unbounded: over 200 MB
 
 
 def test_chat_tokenizer_directories_load_their_templates(tmp_path_factory, tokenizer_dirs):

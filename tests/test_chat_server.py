@@ -235,7 +235,7 @@ def test_the_chat_collators_token_budget_sampler_counts_conversations(chat_clien
     tokenizer = named_chat_tokenizers["bytelevel_bpe"]
     rows = [{"messages": conversation, "n": i} for i, conversation in enumerate(fixed_conversations() * 5)]
     collator = chat_clients("bytelevel_bpe").chat_collator(truncation=True, max_length=64, pad_to_multiple_of=8)
-    sampler = collator.batch_sampler(rows, max_tokens=512, batch_size=7, shuffle=False)
+    sampler = collator.batch_sampler(rows, max_tokens=512, count_chunk_size=7, shuffle=False)
     expected = [
         len(ids)
         for ids in tokenizer.apply_chat_template([row["messages"] for row in rows], truncation=True, max_length=64)[

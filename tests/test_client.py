@@ -19,17 +19,24 @@ import torch
 from parity import TRICKY_TEXTS
 
 import service.client as client_module
+from service import wire
 from service.client import (
     AsyncHTTPTransport,
     AsyncHTTPXTransport,
     AsyncTokenizerClient,
     EncodeResult,
     FingerprintMismatch,
+    HTTPTransport,
     InvalidRequest,
+    MockTransport,
     NotAcceptable,
+    Request,
+    RequestRejected,
+    Response,
     TokenizerClient,
     Unauthorized,
 )
+from service.client.calls import rejection
 from service.client.results import arrays_from_safetensors
 from testkit.servers import ServerProcess
 
@@ -226,6 +233,55 @@ def test_tensors_are_zero_copy_views_of_the_body(clients, texts):
     result["input_ids"][0, 0] = 7
     assert result["input_ids"][0, 0] == 7
     assert all(array.flags.writeable for array in arrays.values())
+
+
+# What a real server refuses, one request per kind: through the client's methods, and as raw requests
+ERRORS_OF_CALLS = {
+    "invalid_request": lambda client: client(["a"], padding="sideways"),
+    # transformers refuses it: "truncation length (10) is not a multiple of pad_to_multiple_of (8)"
+    "tokenizer": lambda client: client(["a"], padding=True, truncation=True, max_length=10, pad_to_multiple_of=8),
+    "too_large": lambda client: client.lengths(["a"] * 4097, batch_size=4097),
+    "not_acceptable": lambda client: client(["a", "a b c d"], return_tensors="pt"),
+}
+ERRORS_OF_REQUESTS = {
+    "not_found": ("GET", "/no-such-route", {}, None),
+    "method_not_allowed": ("GET", wire.ENCODE_PATH, {}, None),
+    "unsupported_media_type": ("POST", wire.ENCODE_PATH, {"Content-Type": "text/plain"}, b'{"texts": ["a"]}'),
+}
+
+
+def test_a_real_servers_errors_become_the_status_tables_exceptions_by_their_error_type(servers):
+    """Each error a real server sends is raised as the exception the one status table gives its error_type, with
+    the table's status; and still is when a proxy on the way changes the status (here rewritten to 500, whose own
+    exception is the plain RequestRejected): the client reads the error_type, not the status."""
+    url = servers["wordpiece_default"].url
+    transport = HTTPTransport()
+
+    def status_rewritten(request: Request) -> Response:
+        response = transport.handle_request(request)
+        return Response(500, response.headers, response.body) if response.status >= 400 else response
+
+    plain, proxied = (
+        TokenizerClient(url, transport=transport),
+        TokenizerClient(url, transport=MockTransport(status_rewritten)),
+    )
+    for error_type, call in ERRORS_OF_CALLS.items():
+        expected = wire.ERROR_TYPES[error_type]
+        for client, status in ((plain, expected.status), (proxied, 500)):
+            with pytest.raises(RequestRejected) as info:
+                call(client)
+            assert (type(info.value).__name__, info.value.error_type, info.value.status) == (
+                expected.exception,
+                error_type,
+                status,
+            ), info.value
+    for error_type, (method, path, headers, body) in ERRORS_OF_REQUESTS.items():
+        expected = wire.ERROR_TYPES[error_type]
+        response = transport.handle_request(Request(method, url + path, headers, body))
+        assert response.status == expected.status, response
+        for answer in (response, Response(500, response.headers, response.body)):
+            error = rejection(answer, url + path, method)
+            assert (type(error).__name__, error.error_type) == (expected.exception, error_type), error
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -332,3 +332,42 @@ def test_home_page_and_a_guide_render_from_disk_with_search(browser, site):
         "search found nothing from disk",
     )
     _screenshot(browser, "search")
+
+
+def written_forms(value: Any) -> set[str]:
+    """How the docs may write a default: ``4096``, ``65,536``, ``64 MiB``, ``32 KiB``, ``30 s``."""
+    forms = {str(value), f"{value:,}"}
+    if isinstance(value, float):
+        forms.add(f"{value:g} s")
+    elif isinstance(value, int):
+        for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= size and value % size == 0:
+                forms.add(f"{value // size} {unit}")
+    return forms
+
+
+def test_the_limits_page_gives_the_settings_own_defaults():
+    """The table of limits (docs/explanations/limits.md) names each setting beside its default: each default
+    it writes is the one the settings object declares (a default changed in the code fails here)."""
+    from service.engine.memory import DEFAULT_BUDGET_WITHOUT_LIMIT, RESTING_MEMORY
+    from service.http.settings import Settings
+
+    text = (REPO / "docs" / "explanations" / "limits.md").read_text("utf-8")
+    table = text[text.index("| limit (setting) | default |") :].split("\n\n", 1)[0]
+    checked = set()
+    for row in table.splitlines()[2:]:
+        limit, default = row.split(" | ")[:2]
+        for flag in re.findall(r"`--([a-z-]+)`", limit):
+            field = Settings.model_fields[flag.replace("-", "_")]
+            wanted = field.default
+            if wanted is None:  # the memory budget: its default is computed, from these
+                assert (
+                    f"{RESTING_MEMORY >> 20} MiB" in default and f"{DEFAULT_BUDGET_WITHOUT_LIMIT >> 20} MiB" in default
+                )
+            else:
+                written = {
+                    number + unit for number, unit in re.findall(r"(\d(?:[\d,.]*\d)?)((?: [KMG]iB| s)?)", default)
+                }
+                assert written_forms(wanted) & written, (flag, default)
+            checked.add(flag)
+    assert len(checked) >= 12, checked

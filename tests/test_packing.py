@@ -101,7 +101,7 @@ def test_batch_sampler_counts_as_the_collator_encodes(servers, reference_tokeniz
     if not packing:
         options["pad_to_multiple_of"] = 8
     collate = client.collator(packing=packing, **options)
-    sampler = collate.batch_sampler(rows, max_tokens=512, batch_size=70, seed=5)
+    sampler = collate.batch_sampler(rows, max_tokens=512, count_chunk_size=70, seed=5)
     expected = [len(ids) for ids in tokenizer([r["text"] for r in rows], **ENCODE | options)["input_ids"]]
     assert sampler.lengths.tolist() == expected and sampler.packing is packing
     assert sampler.pad_to_multiple_of == (None if packing else 8)
@@ -239,9 +239,9 @@ RANK_SCRIPT = textwrap.dedent("""
         texts = json.load(f)
     client = TokenizerClient(url)
     rows = [{"text": t, "idx": i} for i, t in enumerate(texts)]
-    sampler = client.collator(truncation=True, max_length=64).batch_sampler(rows, max_tokens=512, batch_size=25)
+    sampler = client.collator(truncation=True, max_length=64).batch_sampler(rows, max_tokens=512, count_chunk_size=25)
     same = TokenBudgetBatchSampler.from_client(client, texts, max_tokens=512, truncation=True, max_length=64,
-                                               batch_size=25)
+                                               count_chunk_size=25)
     dist.barrier()
     with open(out_path, "w") as f:
         json.dump({"lengths": sampler.lengths.tolist(), "from_client": same.lengths.tolist(),

@@ -16,7 +16,15 @@ from typing import Any, Literal, Union
 import pytest
 
 from service import engine, wire
-from service.client import AsyncTokenizerClient, Collator, InvalidRequest, TokenizerClient
+from service.client import (
+    AsyncTokenizerClient,
+    Collator,
+    InvalidRequest,
+    RetriesExhausted,
+    RetryPolicy,
+    TokenizerClient,
+    TokenizerServiceError,
+)
 from service.client.transports import MockTransport, Response
 from service.http.models import DecodeRequest, EncodeRequest, LengthsRequest, TokenizeRequest
 from service.http.settings import Settings
@@ -264,6 +272,23 @@ def test_client_lengths_signatures_follow_the_wire(client_class):
     assert defaults == dict(wire.LENGTHS_OPTIONS)
 
 
+@pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
+def test_the_clients_collator_factories_spell_out_the_collators_own_defaults(client_class):
+    """``client.collator(...)`` and ``client.chat_collator(...)`` spell their keywords out (for help and IDEs): with
+    the collators' own defaults, the SFT ones being ``SFT_OPTIONS``; the two ``batch_sampler`` and
+    ``TokenBudgetBatchSampler.from_client`` count alike by default."""
+    from service.client import ChatCollator, TokenBudgetBatchSampler
+    from service.data.sft import SFT_OPTIONS
+
+    assert keyword_defaults(client_class.collator) == keyword_defaults(Collator.__init__)
+    chat = keyword_defaults(client_class.chat_collator)
+    assert chat == keyword_defaults(ChatCollator.__init__)
+    assert {name: chat[name] for name in SFT_OPTIONS} == dict(SFT_OPTIONS)
+    sampling = keyword_defaults(Collator.batch_sampler)
+    assert sampling == keyword_defaults(ChatCollator.batch_sampler)
+    assert sampling["count_chunk_size"] == keyword_defaults(TokenBudgetBatchSampler.from_client)["count_chunk_size"]
+
+
 def test_shared_options_are_declared_once_with_their_values_and_bounds():
     """/lengths and /tokenize take some of /encode's options: declared there, so the same values and bounds."""
     encode = {f.name: f for f in dataclasses.fields(wire.EncodeOptions)}
@@ -280,6 +305,68 @@ def test_the_documented_error_body_has_the_wire_fields():
     from service.http.models import ErrorBody
 
     assert list(ErrorBody.model_fields) == [wire.ERROR_FIELD, wire.ERROR_TYPE_FIELD]
+
+
+# -- the one status table: error kind -> status -> client exception ------------------------------------------
+def test_the_servers_error_kinds_are_the_status_tables():
+    """Every kind the engine or the web layer raises is in the table, nothing else is, and each answers with the
+    table's status."""
+    from service.engine.errors import ErrorKind
+    from service.http.errors import HttpErrorKind
+    from service.http.responses import STATUS_BY_KIND
+
+    assert sorted(kind.value for kind in (*ErrorKind, *HttpErrorKind)) == sorted(wire.ERROR_TYPES)
+    assert {kind.value: status for kind, status in STATUS_BY_KIND.items()} == {
+        error_type: error.status for error_type, error in wire.ERROR_TYPES.items()
+    }
+
+
+def test_the_clients_exceptions_are_the_status_tables():
+    """Each named exception is a public RequestRejected of the client whose docstring states its statuses, and
+    a status has one exception (so the fallback by status is unambiguous)."""
+    from service.client import calls, exceptions
+
+    for error_type, error in wire.ERROR_TYPES.items():
+        rejected = getattr(exceptions, error.exception)
+        assert issubclass(rejected, exceptions.RequestRejected) and error.exception in exceptions.__all__
+        assert calls.REJECTION_BY_ERROR_TYPE[error_type] is rejected
+    for status, name in wire.EXCEPTION_BY_STATUS.items():
+        assert {e.exception for e in wire.ERROR_TYPES.values() if e.status == status} <= {name}, status
+        assert calls.REJECTION_BY_STATUS[status] is getattr(exceptions, name)
+        if name != "RequestRejected":
+            assert str(status) in (getattr(exceptions, name).__doc__ or ""), (name, status)
+
+
+def rejected_by(status: int, body: bytes) -> Exception:
+    """What a client raises for one error answer (tried once: no retry)."""
+    client = TokenizerClient(
+        "http://test",
+        retry=RetryPolicy(max_attempts=1),
+        transport=MockTransport(lambda request: Response(status, {"content-type": wire.JSON_MEDIA_TYPE}, body)),
+    )
+    with pytest.raises(TokenizerServiceError) as info:
+        client.tokenize("x")
+    error = info.value
+    return error.last_error if isinstance(error, RetriesExhausted) else error  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("error_type", list(wire.ERROR_TYPES))
+def test_the_client_raises_by_error_type_whatever_the_status(error_type):
+    """Sent with a status whose own exception is another one, the body's error_type decides."""
+    expected = wire.ERROR_TYPES[error_type].exception
+    status = 413 if expected == "InvalidRequest" else 422
+    body = json.dumps({wire.ERROR_FIELD: "what to fix", wire.ERROR_TYPE_FIELD: error_type}).encode()
+    error = rejected_by(status, body)
+    assert type(error).__name__ == expected and error.error_type == error_type and error.status == status
+
+
+@pytest.mark.parametrize("status", [*wire.EXCEPTION_BY_STATUS, 418])
+def test_an_answer_without_a_known_error_type_is_read_by_its_status(status):
+    """A proxy's page (no error_type), or a kind this client does not know: the status decides."""
+    expected = wire.EXCEPTION_BY_STATUS.get(status, "RequestRejected")
+    assert type(rejected_by(status, b"<html>bad gateway</html>")).__name__ == expected
+    unknown = json.dumps({wire.ERROR_FIELD: "?", wire.ERROR_TYPE_FIELD: "a_kind_from_the_future"}).encode()
+    assert type(rejected_by(status, unknown)).__name__ == expected
 
 
 # -- conversations: /chat/encode and /chat/render ---------------------------------------------------------

@@ -13,10 +13,9 @@ from typing import Any, TypeVar
 
 from ..wire import LENGTHS_BATCH_TEXTS, ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .calls import (
-    RETRY_STATUSES,
     Call,
     apply_chat_template_call,
-    chat_lengths_request,
+    chat_lengths_calls,
     chat_options,
     chat_ragged_call,
     decode_call,
@@ -27,7 +26,7 @@ from .calls import (
     is_conversations,
     lengths_calls,
     read_conversations,
-    rejection,
+    retried_rejection,
     tokenize_call,
 )
 from .clients import TokenizerClient, _ClientBase
@@ -79,8 +78,8 @@ class AsyncTokenizerClient(_ClientBase):
             except TransportError as exc:
                 attempts.failed(endpoint, exc)
                 continue
-            if response.status in RETRY_STATUSES:
-                busy = rejection(response, request.url, call.method)
+            busy = retried_rejection(response, request.url, call.method)
+            if busy is not None:
                 attempts.failed(endpoint, busy, busy.retry_after)
                 continue
             attempts.succeeded(endpoint)
@@ -147,7 +146,7 @@ class AsyncTokenizerClient(_ClientBase):
             return_overflowing_tokens=return_overflowing_tokens,
         )
         if is_conversations(text) and text_pair is None:
-            calls, batched = chat_lengths_request(text, options, batch_size)
+            calls, batched = chat_lengths_calls(text, options, batch_size)
         else:
             calls, batched = lengths_calls(text, text_pair, options, batch_size)
         lengths = [n for call in calls for n in await self._send(call)]

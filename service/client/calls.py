@@ -20,6 +20,8 @@ from ..wire import (
     ENCODE_PATH,
     ERROR_FIELD,
     ERROR_TYPE_FIELD,
+    ERROR_TYPES,
+    EXCEPTION_BY_STATUS,
     FINGERPRINT_HEADER,
     INFO_PATH,
     JSON_MEDIA_TYPE,
@@ -37,16 +39,13 @@ from ..wire import (
     TokenizeOptions,
     changed_options,
 )
+from . import exceptions
 from .exceptions import (
     FingerprintMismatch,
-    InvalidRequest,
-    NotAcceptable,
-    PayloadTooLarge,
     ProtocolError,
     RequestRejected,
     RequestTimeout,
     ServerBusy,
-    Unauthorized,
 )
 from .results import (
     EncodeResult,
@@ -70,17 +69,18 @@ def _json_loader() -> Callable[[bytes | bytearray], Any]:
 
 _json_loads = _json_loader()
 
-# Statuses worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout, a
-# proxy's bad gateway while a replica restarts, and a request that reached the server too slowly (nothing ran).
-RETRY_STATUSES = frozenset({408, 429, 502, 503, 504})
-_REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
-    401: Unauthorized,
-    406: NotAcceptable,
-    413: PayloadTooLarge,
-    422: InvalidRequest,
-    408: RequestTimeout,
-    **{status: ServerBusy for status in RETRY_STATUSES - {408}},
+#: The exception of each ``error_type`` (the one status table, ``service.wire.ERROR_TYPES``), and of each status
+#: for an error answer whose body names no ``error_type`` the table knows (a proxy's page, say).
+REJECTION_BY_ERROR_TYPE: dict[str, type[RequestRejected]] = {
+    error_type: getattr(exceptions, error.exception) for error_type, error in ERROR_TYPES.items()
 }
+REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
+    status: getattr(exceptions, name) for status, name in EXCEPTION_BY_STATUS.items()
+}
+# Rejections worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout or a proxy's
+# bad gateway while a replica restarts (ServerBusy), and a request that reached the server too slowly, so that
+# nothing ran (RequestTimeout).
+RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)
 
 
 T = TypeVar("T")
@@ -452,19 +452,20 @@ def is_conversations(text: Any) -> bool:
     return isinstance(first, (list, tuple)) and bool(first) and isinstance(first[0], Mapping)
 
 
-def chat_lengths_request(
+def chat_lengths_calls(
     conversation: Any, options: LengthOptions, batch_size: int
 ) -> tuple[list[Call[list[int]]], bool]:
-    """``client.lengths`` of conversations: each count ``len(apply_chat_template(conversation, truncation=...,
-    max_length=...)["input_ids"])`` with the tokenizer's default template; the options that only texts have are
-    refused when set."""
+    """The requests of ``client.lengths`` of a conversation or a batch of them (as :func:`lengths_calls` is of
+    texts), and whether the input was a batch: each count ``len(apply_chat_template(conversation,
+    truncation=..., max_length=...)["input_ids"])`` with the tokenizer's default template; the options that only
+    texts have are refused when set."""
     if options.stride or options.return_overflowing_tokens:
         raise ValueError(
             "stride and return_overflowing_tokens do not apply to conversations (apply_chat_template has none)"
         )
     conversations, batched = read_conversations(conversation)
     chat = ChatOptions(truncation=options.truncation, max_length=options.max_length)
-    return chat_lengths_calls(conversations, chat, batch_size), batched
+    return _chat_lengths_batches(conversations, chat, batch_size), batched
 
 
 def chat_ragged_call(conversations: list[Any], options: ChatOptions) -> Call[RaggedResult]:
@@ -472,7 +473,7 @@ def chat_ragged_call(conversations: list[Any], options: ChatOptions) -> Call[Rag
     return ragged_call_for(_chat_body(conversations, options), CHAT_ENCODE_PATH)
 
 
-def chat_lengths_calls(conversations: list[Any], options: ChatOptions, batch_size: int) -> list[Call[list[int]]]:
+def _chat_lengths_batches(conversations: list[Any], options: ChatOptions, batch_size: int) -> list[Call[list[int]]]:
     """Token counts of conversations, ``batch_size`` per request: the row lengths of their ragged encode (ids
     only: no attention mask, no masks, no padding)."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -527,7 +528,9 @@ def rejection(response: Response, url: str, method: str) -> RequestRejected:
     if error is None:  # not the service's shape: a proxy's page, say
         snippet = bytes(response.body[:200]).decode("utf-8", "replace").strip()
         error = snippet or "(empty body)"
-    cls = _REJECTION_BY_STATUS.get(response.status, RequestRejected)
+    cls = REJECTION_BY_ERROR_TYPE.get(error_type) if isinstance(error_type, str) else None
+    if cls is None:  # no error_type the contract knows: the status says what it can
+        cls = REJECTION_BY_STATUS.get(response.status, RequestRejected)
     kind = f" {error_type}" if error_type else ""
     message = f"{method} {url} -> {response.status}{kind}: {error}"
     return cls(
@@ -538,6 +541,15 @@ def rejection(response: Response, url: str, method: str) -> RequestRejected:
         url=url,
         retry_after=retry_after_seconds(response.headers.get(RETRY_AFTER_HEADER.lower())),
     )
+
+
+def retried_rejection(response: Response, url: str, method: str) -> RequestRejected | None:
+    """The rejection an answer stands for when it is one worth another try (:data:`RETRIED_REJECTIONS`), else
+    None (a success, or an error that trying again would not change)."""
+    if 200 <= response.status < 300:
+        return None
+    rejected = rejection(response, url, method)
+    return rejected if isinstance(rejected, RETRIED_REJECTIONS) else None
 
 
 def check_fingerprint(expected: str | None, actual: str | None, url: str) -> None:

@@ -1,6 +1,7 @@
-"""``TokenizerClient`` and ``AsyncTokenizerClient``: a remote tokenizer that feels like the in-process one.
+"""``TokenizerClient``: a remote tokenizer that feels like the in-process one.
 
-Both take the same arguments and have the same methods; the async one's are coroutines. Construction
+Its async twin, ``AsyncTokenizerClient`` (:mod:`.async_client`), takes the same arguments and has the same
+methods, as coroutines; both build their calls with :mod:`.calls` and share the base class here. Construction
 only stores configuration: no socket, thread or event loop exists until the first call in a process, so a
 client can be built at import time, used in the parent, pickled into spawned DataLoader workers or
 inherited by forked ones, and each process opens its own connections.
@@ -31,10 +32,9 @@ from ..wire import (
     parse_service_url,
 )
 from .calls import (
-    RETRY_STATUSES,
     Call,
     apply_chat_template_call,
-    chat_lengths_request,
+    chat_lengths_calls,
     chat_options,
     chat_ragged_call,
     decode_call,
@@ -45,7 +45,7 @@ from .calls import (
     is_conversations,
     lengths_calls,
     read_conversations,
-    rejection,
+    retried_rejection,
     tokenize_call,
 )
 from .exceptions import TransportError
@@ -197,8 +197,10 @@ class TokenizerClient(_ClientBase):
 
     ``url``: a base URL, several (list or comma-separated: calls are spread over them, with failover), or
     None for ``$TOKENIZER_SERVICE_URL``. ``api_key``: sent as ``Authorization: Bearer`` (default
-    ``$TOKENIZER_SERVICE_API_KEY``). ``timeout``: seconds or :class:`Timeout` (connect 5 s, read 60 s).
-    ``retry``: a :class:`RetryPolicy` for connection errors, 408, 429, 502, 503 and 504.
+    ``$TOKENIZER_SERVICE_API_KEY``). ``timeout``: seconds or :class:`Timeout` (default: its connect and read
+    defaults). ``retry``: a :class:`RetryPolicy` for connection errors and the answers raised as
+    :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a proxy's 502, a slow
+    upload).
     ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
     :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``).
     ``transport``: a :class:`~service.client.transports.SyncTransport` (default :class:`HTTPTransport`).
@@ -260,8 +262,8 @@ class TokenizerClient(_ClientBase):
             except TransportError as exc:
                 attempts.failed(endpoint, exc)
                 continue
-            if response.status in RETRY_STATUSES:
-                busy = rejection(response, request.url, call.method)
+            busy = retried_rejection(response, request.url, call.method)
+            if busy is not None:
                 attempts.failed(endpoint, busy, busy.retry_after)
                 continue
             attempts.succeeded(endpoint)
@@ -350,8 +352,8 @@ class TokenizerClient(_ClientBase):
         does). With ``return_overflowing_tokens=True`` each entry is instead the list of the counts of that
         text's rows: its first window, then each overflow window (``max_length`` and ``stride`` as in
         ``encode``). Much cheaper than encoding: the service answers one small int per text. Any number of
-        texts: they are sent ``batch_size`` per request (the server's ``max_texts_per_request``, 4,096 by
-        default, is the most it takes); an empty batch gives ``[]`` without a request.
+        texts: they are sent ``batch_size`` per request (by default the server's default
+        ``max_texts_per_request``, the most it takes); an empty batch gives ``[]`` without a request.
 
         ``text`` may also be a conversation (a list of message dicts) or a batch of them: each count is then
         ``len(tokenizer.apply_chat_template(conversation, truncation=..., max_length=...)["input_ids"])`` with the
@@ -367,7 +369,7 @@ class TokenizerClient(_ClientBase):
             return_overflowing_tokens=return_overflowing_tokens,
         )
         if is_conversations(text) and text_pair is None:
-            calls, batched = chat_lengths_request(text, options, batch_size)
+            calls, batched = chat_lengths_calls(text, options, batch_size)
         else:
             calls, batched = lengths_calls(text, text_pair, options, batch_size)
         lengths = [n for call in calls for n in self._send(call)]

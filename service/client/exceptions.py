@@ -1,6 +1,8 @@
 """The client's one exception tree. The HTTP library's errors never leak: each transport translates them
 into :class:`TransportError` subclasses at the boundary, and every error status becomes a
-:class:`RequestRejected` subclass built from the server's ``{"error": ..., "error_type": ...}`` body.
+:class:`RequestRejected` subclass built from the server's ``{"error": ..., "error_type": ...}`` body: the class
+its ``error_type`` names in the one status table (``service.wire.ERROR_TYPES``), or its status's for a body without
+one (a proxy's page).
 
 ::
 
@@ -14,7 +16,7 @@ into :class:`TransportError` subclasses at the boundary, and every error status 
     │   ├── Unauthorized          401: missing or wrong API key
     │   ├── PayloadTooLarge       413: over one of the server's limits (see ``info()["limits"]``)
     │   ├── NotAcceptable         406: a ragged result asked for as tensors: ask for padding
-    │   ├── ServerBusy            429 overloaded, 503 unavailable/draining, 504 queue timeout (retried)
+    │   ├── ServerBusy            429 overloaded, 503 unavailable/draining, 504 queue timeout, 502 (retried)
     │   └── RequestTimeout        408: the request reached the server too slowly, it was not run (retried)
     ├── FingerprintMismatch       the server's tokenizer is not the one the client was pinned to
     ├── RetriesExhausted          every allowed try failed: names the URL(s), the tries and the last cause
@@ -135,7 +137,8 @@ class NotAcceptable(RequestRejected):
 
 
 class ServerBusy(RequestRejected):
-    """429, 503 or 504: the server is overloaded, not ready, draining or timed out in its queue.
+    """429, 503 or 504: the server is overloaded, not ready, draining or timed out in its queue (or a proxy's 502:
+    a replica restarting).
     The client retries these (honouring ``Retry-After``) before giving up with :class:`RetriesExhausted`."""
 
 

@@ -124,6 +124,11 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
+#: How long a failing request (to a store, or to the service) is retried, in seconds from its first failure,
+#: unless a job's ``--retry-deadline`` says otherwise.
+DEFAULT_RETRY_DEADLINE = 300.0
+
+
 @dataclass
 class Storage:
     """How a job reaches its stores: the filesystem options (``--storage-options``), how long a failing
@@ -131,7 +136,7 @@ class Storage:
     Picklable (filesystems are made again in each process), so counting processes get it whole."""
 
     options: Mapping[str, Any] = field(default_factory=dict)
-    retry_deadline: float = 300.0
+    retry_deadline: float = DEFAULT_RETRY_DEADLINE
     log: Log | None = None
     _filesystems: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 

@@ -133,15 +133,15 @@ class Collator:
         dataset: Any,
         *,
         max_tokens: int,
-        batch_size: int = LENGTHS_BATCH_TEXTS,
+        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
         """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator.
 
         Every item of ``dataset`` (a list, or anything with ``len`` and integer indexing) is read as this
-        collator reads a batch, and its texts are counted through the service once, ``batch_size`` items per
-        request, with this collator's options (``client.lengths``) -- so the counts are the rows' real lengths,
+        collator reads a batch, and its texts are counted through the service once, ``count_chunk_size`` items
+        per request, with this collator's options (``client.lengths``) -- so the counts are the rows' real lengths,
         truncation included. In a ``torch.distributed`` job (``share_counting``, the default) each rank counts
         its share and the ranks exchange the counts: every rank must call this, as every rank builds its
         sampler. The sampler packs (sum of lengths up to ``max_tokens``) when this collator packs, and
@@ -160,13 +160,13 @@ class Collator:
 
         def count_items(items: list[Any]) -> list[int]:
             texts, pairs, _ = self._inputs(items)
-            return list(self.client.lengths(texts, pairs, batch_size=batch_size, **self.length_options))
+            return list(self.client.lengths(texts, pairs, batch_size=count_chunk_size, **self.length_options))
 
         return collator_batch_sampler(
             dataset,
             count_items,
             max_tokens=max_tokens,
-            batch_size=batch_size,
+            count_chunk_size=count_chunk_size,
             share_counting=share_counting,
             packing=self.packing,
             pad_to_multiple_of=self.options.get("pad_to_multiple_of"),
@@ -357,13 +357,13 @@ class ChatCollator:
         dataset: Any,
         *,
         max_tokens: int,
-        batch_size: int = LENGTHS_BATCH_TEXTS,
+        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
         """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
         :meth:`service.client.Collator.batch_sampler` makes one: every item's conversation is counted through the
-        service once (``batch_size`` per request, with this collator's chat options, truncation included), each
+        service once (``count_chunk_size`` per request, with this collator's chat options, truncation included), each
         rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
         ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""
         from .sampling import collator_batch_sampler
@@ -380,7 +380,7 @@ class ChatCollator:
             dataset,
             count_items,
             max_tokens=max_tokens,
-            batch_size=batch_size,
+            count_chunk_size=count_chunk_size,
             share_counting=share_counting,
             packing=self.sft_options["padding_free"],
             pad_to_multiple_of=self.sft_options["pad_to_multiple_of"],

@@ -162,12 +162,13 @@ class TokenBudgetBatchSampler(_SamplerBase):
         add_special_tokens: bool = True,
         truncation: bool | str | None = None,
         max_length: int | None = None,
-        batch_size: int = LENGTHS_BATCH_TEXTS,
+        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
         """Count ``texts`` (and ``text_pairs``) through the service once -- ``client.lengths`` with these
-        options, which must be the ones the collator encodes with -- and build the sampler on the counts.
+        options, which must be the ones the collator encodes with, ``count_chunk_size`` texts per request -- and
+        build the sampler on the counts.
         ``sampler_options`` are the constructor's. With truncation the counts are already bounded by
         ``max_length``. ``client``: a :class:`TokenizerClient` or :class:`AsyncTokenizerClient`.
 
@@ -184,7 +185,9 @@ class TokenBudgetBatchSampler(_SamplerBase):
             if not mine:
                 return []
             return list(
-                sync.lengths(mine, None if pairs is None else pairs[start::step], batch_size=batch_size, **options)
+                sync.lengths(
+                    mine, None if pairs is None else pairs[start::step], batch_size=count_chunk_size, **options
+                )
             )
 
         lengths = count_across_ranks(count, len(texts), share_counting)
@@ -421,7 +424,7 @@ def collator_batch_sampler(
     count_items: Callable[[list[Any]], list[int]],
     *,
     max_tokens: int,
-    batch_size: int,
+    count_chunk_size: int,
     share_counting: bool,
     packing: bool,
     pad_to_multiple_of: int | None,
@@ -429,7 +432,7 @@ def collator_batch_sampler(
     before_counting: Callable[[], None] | None = None,
 ) -> TokenBudgetBatchSampler:
     """The sampler a collator's ``batch_sampler`` gives (``Collator``'s and ``ChatCollator``'s): every item of
-    ``dataset`` counted once, ``batch_size`` items at a time by ``count_items(items)`` (the collator's own
+    ``dataset`` counted once, ``count_chunk_size`` items at a time by ``count_items(items)`` (the collator's own
     counting through the service; no chunk is kept), each rank its share (:func:`count_across_ranks`), then a
     :class:`TokenBudgetBatchSampler` that packs when the collator packs and otherwise bounds rows x longest
     (rounded up to the collator's ``pad_to_multiple_of``). ``before_counting`` is the collator's own check,
@@ -437,16 +440,16 @@ def collator_batch_sampler(
     for name in COLLATOR_OWNED_SAMPLER_OPTIONS:
         if name in sampler_options:
             raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    if isinstance(count_chunk_size, bool) or not isinstance(count_chunk_size, int) or count_chunk_size < 1:
+        raise ValueError(f"count_chunk_size must be an int >= 1, not {count_chunk_size!r}")
     if before_counting is not None:
         before_counting()
 
     def count(start: int, step: int) -> list[int]:
         indices = range(start, len(dataset), step)
         lengths: list[int] = []
-        for first in range(0, len(indices), batch_size):  # a chunk of items at a time: none is kept
-            lengths.extend(count_items([dataset[i] for i in indices[first : first + batch_size]]))
+        for first in range(0, len(indices), count_chunk_size):  # a chunk of items at a time: none is kept
+            lengths.extend(count_items([dataset[i] for i in indices[first : first + count_chunk_size]]))
         return lengths
 
     lengths = count_across_ranks(count, len(dataset), share_counting)

@@ -6,10 +6,11 @@
     await engine.astop()
 
 Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request). The parts:
-``engine`` (the front: admission and lifecycle), ``batching`` (the queue), ``bounds`` (what a request may hold),
-``memory`` (the budget those bounds are reserved from), ``work`` (what runs on the tokenizer thread),
-``encoding`` (option resolution and shaping), ``chat`` (conversations: templates, the render thread, masks),
-``loading``, ``parallelism``, ``info``, ``errors``. The web layer (``service.http``) only translates requests
+``engine`` (the front: admission and lifecycle), ``limits`` (what a request may ask, and their defaults),
+``batching`` (the queue), ``bounds`` (what a request may hold), ``memory`` (the budget those bounds are
+reserved from), ``work`` (what runs on the tokenizer thread), ``encoding`` (option resolution and shaping),
+``chat`` (conversations: templates, the render thread, masks), ``loading``, ``parallelism``, ``info``,
+``errors``. The web layer (``service.http``) only translates requests
 into these calls and errors into statuses.
 """
 
@@ -17,8 +18,9 @@ from ..wire import ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, Tok
 from .batching import BatchingConfig, BatchObserver
 from .bounds import BodyKind
 from .encoding import EncodedBatch
-from .engine import Engine, EngineLimits
+from .engine import Engine
 from .errors import ErrorKind, ServiceError
+from .limits import EngineLimits
 from .loading import DEFAULT_TOKENIZER_DIR, LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
 from .parallelism import ForkGuard, available_cpus, configure_rust_parallelism
 from .work import TokenizedBatch

@@ -42,6 +42,10 @@ class BatchingConfig:
             raise ValueError("batch and queue caps must be >= 1")
 
 
+#: The defaults, as one value (the server's settings read theirs from it).
+DEFAULT_BATCHING = BatchingConfig()
+
+
 class BatchObserver(Protocol):
     """Hooks for metrics; the engine knows nothing of Prometheus."""
 

@@ -15,7 +15,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..wire import ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
@@ -25,21 +24,13 @@ from .chat import ChatRenderer, ChatTemplates, PreparedChats, RenderCharge, Rend
 from .encoding import EncodedBatch, EncodePlan, RustCall, TokenizerFacts, plan_encode
 from .errors import ErrorKind, ServiceError
 from .info import describe, tokenizer_facts
+from .limits import DEFAULT_LIMITS, EngineLimits
 from .loading import LoadedTokenizer
-from .memory import DEFAULT_BUDGET_WITHOUT_LIMIT, MemoryBudget, Reservation
+from .memory import MemoryBudget, Reservation
 from .parallelism import ForkGuard
 from .work import DecodeWork, EncodeWork, LengthsWork, TokenizedBatch, TokenizerThread, TokenizeWork, Work
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class EngineLimits:
-    max_texts_per_request: int = 4096
-    max_text_chars: int = 200_000
-    max_response_tokens: int = 8 * 1024 * 1024
-    #: Bytes all in-flight work may hold at once (:mod:`service.engine.memory`).
-    memory_budget: int = DEFAULT_BUDGET_WITHOUT_LIMIT
 
 
 class Engine:
@@ -61,7 +52,7 @@ class Engine:
         loaded: LoadedTokenizer,
         *,
         threads: int,
-        limits: EngineLimits = EngineLimits(),
+        limits: EngineLimits = DEFAULT_LIMITS,
         batching: BatchingConfig = BatchingConfig(),
         observer: BatchObserver | None = None,
         allow_chat_template_bodies: bool = False,
@@ -91,7 +82,7 @@ class Engine:
         self._renderer = ChatRenderer()
         # the rendered characters of a request are bounded by the memory budget as they accumulate
         self._render_limits = RenderLimits(
-            max_chars=limits.max_text_chars, max_total_chars=None, max_conversations=limits.max_texts_per_request
+            max_chars=limits.max_text_chars, max_conversations=limits.max_texts_per_request
         )
         self.budget = MemoryBudget(limits.memory_budget, observer.memory_changed if observer is not None else None)
         self._thread = TokenizerThread(tokenizer)
@@ -358,6 +349,9 @@ class Engine:
         plan = self._plans.get(options)
         if plan is None:
             plan = plan_encode(self._facts, options)  # raises for refused options: those are not cached
+            # The key is the client's options, so a client sending endless distinct ones (every max_length a new
+            # key) must not grow this without end; real clients send a handful and never reach 1024, and a whole
+            # clear costs nothing on the hot path, unlike an LRU's bookkeeping (a plan is cheap to make again).
             if len(self._plans) >= 1024:
                 self._plans.clear()
             self._plans[options] = plan

@@ -2,8 +2,8 @@
 
 The engine raises :class:`ServiceError` with an :class:`ErrorKind`: what a caller of the engine can get
 wrong, or what the engine cannot do right now. The web layer adds the kinds only HTTP has
-(``service.http.errors``) and maps every kind to a status in exactly one table
-(``service.http.responses.STATUS_BY_KIND``). Nothing here knows about HTTP.
+(``service.http.errors``) and answers every kind with the status the one table of the wire contract gives its
+value (``service.wire.ERROR_TYPES``). Nothing here knows about HTTP.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 headers over the limit or too slow to arrive, a missing API key, an unknown path or method, a body or answer
 in a media type the route cannot read or give, a client that left -- which the engine never meets.
 
-The engine's kinds (:class:`service.engine.errors.ErrorKind`) and these share one status table and one error
-body shape (:mod:`service.http.responses`); a kind's value is the ``error_type`` a client reads.
+The engine's kinds (:class:`service.engine.errors.ErrorKind`) and these share one status table
+(``service.wire.ERROR_TYPES``, keyed by a kind's value: the ``error_type`` a client reads) and one error body
+shape (:mod:`service.http.responses`).
 """
 
 from __future__ import annotations

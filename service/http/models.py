@@ -180,7 +180,7 @@ class ErrorBody(BaseModel):
     ``ERROR_TYPE_FIELD``). 429 and 503 carry ``Retry-After``; 401 carries ``WWW-Authenticate``."""
 
     error: str = Field(description="What went wrong and what to change.")
-    error_type: str = Field(description="The kind of error (service.http.responses.STATUS_BY_KIND lists them all).")
+    error_type: str = Field(description="The kind of error (service.wire.ERROR_TYPES lists them all).")
 
 
 def parse_body(body: bytes | bytearray, model: type[Model]) -> Model:

@@ -1,4 +1,5 @@
-"""How the service answers: the one status table, the one error body shape, and JSON built as bytes."""
+"""How the service answers: each error kind's status (from the wire's one status table), the one error body
+shape, and JSON built as bytes."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from ..wire import (
     AUTH_SCHEME,
     ERROR_FIELD,
     ERROR_TYPE_FIELD,
+    ERROR_TYPES,
     JSON_MEDIA_TYPE,
     PER_ROW_KEYS,
     RAGGED_ROW_LENGTHS,
@@ -22,31 +24,20 @@ from ..wire import (
 )
 from .errors import AnyErrorKind, HttpError, HttpErrorKind
 
-# The one status table: every error the service sends has one of these kinds (the engine's, then HTTP's own).
+# Every error the service sends has one of these kinds (the engine's, then HTTP's own), with the status the
+# one status table (``service.wire.ERROR_TYPES``) gives its ``error_type``.
 STATUS_BY_KIND: dict[AnyErrorKind, int] = {
-    ErrorKind.INVALID_REQUEST: 422,
-    ErrorKind.TOKENIZER: 422,
-    ErrorKind.TOO_LARGE: 413,
-    ErrorKind.OVERLOADED: 429,
-    ErrorKind.UNAVAILABLE: 503,
-    ErrorKind.TIMEOUT: 504,
-    ErrorKind.INTERNAL: 500,
-    HttpErrorKind.MALFORMED_HTTP: 400,
-    HttpErrorKind.HEADERS_TOO_LARGE: 431,
-    HttpErrorKind.REQUEST_TIMEOUT: 408,
-    HttpErrorKind.UNAUTHORIZED: 401,
-    HttpErrorKind.NOT_FOUND: 404,
-    HttpErrorKind.METHOD_NOT_ALLOWED: 405,
-    HttpErrorKind.NOT_ACCEPTABLE: 406,
-    HttpErrorKind.UNSUPPORTED_MEDIA_TYPE: 415,
-    HttpErrorKind.CLIENT_GONE: 499,  # nginx's "client closed request": logged nowhere, sent to nobody
+    kind: ERROR_TYPES[kind.value].status for kind in (*ErrorKind, *HttpErrorKind)
 }
 # Statuses Starlette raises itself (unknown path, wrong method, ...), read back as kinds.
 KIND_BY_STATUS: dict[int, AnyErrorKind] = {
-    404: HttpErrorKind.NOT_FOUND,
-    405: HttpErrorKind.METHOD_NOT_ALLOWED,
-    413: ErrorKind.TOO_LARGE,
-    415: HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
+    STATUS_BY_KIND[kind]: kind
+    for kind in (
+        HttpErrorKind.NOT_FOUND,
+        HttpErrorKind.METHOD_NOT_ALLOWED,
+        ErrorKind.TOO_LARGE,
+        HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
+    )
 }
 
 

@@ -40,6 +40,7 @@ from ..wire import (
     CHAT_RENDER_PATH,
     DECODE_PATH,
     ENCODE_PATH,
+    ERROR_TYPES,
     FINGERPRINT_HEADER,
     HEALTH_PATH,
     INFO_PATH,
@@ -52,7 +53,7 @@ from ..wire import (
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
 )
-from .errors import HttpError, HttpErrorKind
+from .errors import AnyErrorKind, HttpError, HttpErrorKind
 from .metrics import Metrics
 from .middleware import hold_until_sent
 from .models import (
@@ -104,7 +105,7 @@ class WorkRoute(Generic[Body, Result]):
     ``answer`` shapes the result into the answer's bytes, in ``answering.media_type``; ``answer_type`` picks that
     media type from ``Accept`` (one of ``media_types``). ``body``: what the body holds (id lists and conversations
     cost more per byte to parse than texts). ``doc`` is the operation's description in the OpenAPI schema; ``errors``,
-    statuses it can answer beyond those of every work route."""
+    the error kinds it can answer beyond those of every work route."""
 
     path: str
     name: str
@@ -115,7 +116,7 @@ class WorkRoute(Generic[Body, Result]):
     media_types: tuple[str, ...] = (JSON_MEDIA_TYPE,)
     answer_type: Callable[[str | None], str] = json_answer_type
     body: BodyKind = BodyKind.TEXTS
-    errors: tuple[int, ...] = ()
+    errors: tuple[AnyErrorKind, ...] = ()
 
 
 # -- the work routes: request model, engine submit, answer shaping ----------------------------------------
@@ -167,7 +168,7 @@ WORK_ROUTES: tuple[WorkRoute[Any, Any], ...] = (
         _encode_answer,
         media_types=(JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE),
         answer_type=encode_answer_type,
-        errors=(406,),
+        errors=(HttpErrorKind.NOT_ACCEPTABLE,),
     ),
     WorkRoute(
         LENGTHS_PATH,
@@ -214,7 +215,7 @@ WORK_ROUTES: tuple[WorkRoute[Any, Any], ...] = (
         media_types=(JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE),
         answer_type=encode_answer_type,
         body=BodyKind.MESSAGES,
-        errors=(406,),
+        errors=(HttpErrorKind.NOT_ACCEPTABLE,),
     ),
     WorkRoute(
         CHAT_RENDER_PATH,
@@ -234,36 +235,41 @@ def _openapi_body(model: type[BaseModel]) -> dict[str, Any]:
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "integer"}}}
-# What each error status means to a caller, for the OpenAPI schema (the kinds behind it: STATUS_BY_KIND).
-_ERROR_MEANINGS = {
-    400: "Not HTTP/1.1 the server can parse (the connection is closed after the answers before it).",
-    401: "Missing or wrong API key (when the server has one).",
-    406: "A ragged result asked for as safetensors: ask for padding, or accept JSON.",
-    408: "The request's headers or body took too long to arrive (the connection is closed).",
-    413: "Over a limit (body, texts, characters, response tokens) or over the whole memory budget.",
-    415: "The body is not uncompressed UTF-8 JSON.",
-    422: "Malformed JSON, a wrong or unknown field, or options the tokenizer refuses.",
-    429: "The queue is full or the memory budget has no room now: retry after Retry-After.",
-    431: "The request line and headers are over the limit (the connection is closed).",
-    503: "Not ready, or draining: retry after Retry-After, elsewhere (the connection is closed).",
-    504: "Waited past the queue deadline.",
-}
 
 
-def _error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    assert set(statuses) <= set(STATUS_BY_KIND.values())
+def _error_responses(*kinds: AnyErrorKind) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI responses of these error kinds, by status: what each means to a caller, from the one status
+    table (``service.wire.ERROR_TYPES``: the advice of each kind sent with that status)."""
+    advice: dict[int, list[str]] = {}
+    for kind in kinds:
+        error = ERROR_TYPES[kind.value]
+        advice.setdefault(error.status, []).append(error.advice)
     responses: dict[int | str, dict[str, Any]] = {}
-    for status in statuses:
-        entry: dict[str, Any] = {"model": ErrorBody, "description": _ERROR_MEANINGS[status]}
-        if status in (429, 503):
+    for status, sentences in advice.items():
+        entry: dict[str, Any] = {"model": ErrorBody, "description": " ".join(sentences)}
+        if status in (STATUS_BY_KIND[ErrorKind.OVERLOADED], STATUS_BY_KIND[ErrorKind.UNAVAILABLE]):
             entry["headers"] = _RETRY_AFTER
         responses[status] = entry
     return responses
 
 
 # Every route can answer these (auth and the protocol's limits apply to all)
-_ANY_ROUTE = (400, 401, 408, 431, 503)
-_WORK_ROUTE = (*_ANY_ROUTE, 413, 415, 422, 429, 504)
+_ANY_ROUTE = (
+    HttpErrorKind.MALFORMED_HTTP,
+    HttpErrorKind.UNAUTHORIZED,
+    HttpErrorKind.REQUEST_TIMEOUT,
+    HttpErrorKind.HEADERS_TOO_LARGE,
+    ErrorKind.UNAVAILABLE,
+)
+_WORK_ROUTE = (
+    *_ANY_ROUTE,
+    ErrorKind.TOO_LARGE,
+    HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
+    ErrorKind.INVALID_REQUEST,
+    ErrorKind.TOKENIZER,
+    ErrorKind.OVERLOADED,
+    ErrorKind.TIMEOUT,
+)
 
 
 class Routes:
@@ -401,6 +407,9 @@ class Routes:
                     buffer[received:end] = chunk  # the server's parser holds the body to its Content-Length
                 else:
                     if end > reserved:
+                        # doubling: a body of n bytes costs about log2(n) resizes (each a budget transaction that
+                        # may refuse) and never holds over twice what arrived; the floor makes a small body of
+                        # many small chunks one resize, not one per chunk
                         reserved = min(limit, max(2 * end, 64 * 1024))
                         self.runtime.engine.resize_intake(reservation, reserved, body=kind)
                     chunks.append(chunk)

@@ -4,15 +4,26 @@ variable (``TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST``); CLI flags win. Validated
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ..engine.batching import BatchingConfig
-from ..engine.engine import EngineLimits
-from ..engine.memory import default_memory_budget
+from ..engine.batching import DEFAULT_BATCHING, BatchingConfig
+from ..engine.limits import DEFAULT_LIMITS, EngineLimits
+from ..engine.memory import (
+    BUDGET_SHARE_OF_LIMIT,
+    DEFAULT_BUDGET_WITHOUT_LIMIT,
+    MIB,
+    RESTING_MEMORY,
+    default_memory_budget,
+)
 from ..wire import ENV_PREFIX, MAX_SOCKET_PATH_BYTES
+from .server import OWNERS_CHECK_SECONDS
+
+# The share of the memory limit the default budget takes, as the help text writes it (3/4).
+_SHARE = Fraction(BUDGET_SHARE_OF_LIMIT).limit_denominator(16)
 
 
 class Settings(BaseSettings):
@@ -35,15 +46,15 @@ class Settings(BaseSettings):
         description="Listen on this Unix domain socket path instead of --host/--port (clients use the URL "
         "http+unix://<the path percent-encoded>). Faster than TCP loopback for clients on this machine. The "
         "socket is made mode 0660 (owner and group may connect); a socket file left by a server that died is "
-        "replaced, a live one is refused. Paths are limited to 107 bytes.",
+        f"replaced, a live one is refused. Paths are limited to {MAX_SOCKET_PATH_BYTES} bytes.",
     )
     owners_file: str | None = Field(
         None,
         description="A lock file that every process using this server holds a shared lock on (set by "
-        "TokenizerClient.launch). Checked 4 times a second: once no process holds it -- all exited, or were "
-        "killed, even with SIGKILL -- the server stops as on SIGTERM. Such a private server drains for nobody: "
-        "it closes its listener at once (no --drain-listen-seconds) and its idle connections too, and exits "
-        "once the requests in flight are answered. Unset: run until signalled.",
+        f"TokenizerClient.launch). Checked {round(1 / OWNERS_CHECK_SECONDS)} times a second: once no process holds "
+        "it -- all exited, or were killed, even with SIGKILL -- the server stops as on SIGTERM. Such a private server "
+        "drains for nobody: it closes its listener at once (no --drain-listen-seconds) and its idle connections "
+        "too, and exits once the requests in flight are answered. Unset: run until signalled.",
     )
     # -- parallelism ----------------------------------------------------------------------------------
     threads: int | None = Field(
@@ -55,19 +66,21 @@ class Settings(BaseSettings):
     )
     # -- limits (reported by /info) -------------------------------------------------------------------
     max_texts_per_request: int = Field(
-        4096,
+        DEFAULT_LIMITS.max_texts_per_request,
         ge=1,
         description="Most texts (or pairs) in one /encode or /tokenize request, and id lists in "
         "one /decode. Larger batches amortise HTTP better but hold the engine longer.",
     )
     max_text_chars: int = Field(
-        200_000, ge=1, description="Most characters in one text. Bounds the time one request can hold the engine."
+        DEFAULT_LIMITS.max_text_chars,
+        ge=1,
+        description="Most characters in one text. Bounds the time one request can hold the engine.",
     )
     max_body_bytes: int = Field(
         64 * 1024 * 1024, ge=1024, description="Largest request body accepted, in bytes (413 beyond)."
     )
     max_response_tokens: int = Field(
-        8 * 1024 * 1024,
+        DEFAULT_LIMITS.max_response_tokens,
         ge=1,
         description="Most token positions (rows x padded length) in one response: the shape of the largest "
         "answer (413 beyond). Its memory is bounded by --memory-budget-mib; checked before encoding from the "
@@ -78,8 +91,9 @@ class Settings(BaseSettings):
         ge=16,
         description="Memory all in-flight requests may hold at once, in MiB: each request reserves a safe "
         "upper bound of its memory before it is read or encoded, 413 if it can never fit, 429 + Retry-After "
-        "while others hold the room. Unset: 3/4 of (the cgroup memory limit - 256 MiB), or 1024 without a "
-        "limit. A pod needs about 256 MiB + 4/3 x this.",
+        f"while others hold the room. Unset: {_SHARE} of (the cgroup memory limit - {RESTING_MEMORY // MIB} MiB), or "
+        f"{DEFAULT_BUDGET_WITHOUT_LIMIT // MIB} without a limit. A pod needs about {RESTING_MEMORY // MIB} MiB + "
+        f"{1 / _SHARE} x this.",
     )
     # -- HTTP limits, in front of the app ---------------------------------------------------------------
     max_header_bytes: int = Field(
@@ -112,28 +126,38 @@ class Settings(BaseSettings):
     )
     # -- micro-batching and backpressure (reported by /info) -------------------------------------------
     batching: bool = Field(
-        True,
+        DEFAULT_BATCHING.enabled,
         description="Coalesce concurrent requests with compatible options into one Rust encode. Off: "
         "each request is encoded alone (for comparison; lower throughput under concurrency).",
     )
     batch_wait_ms: float = Field(
-        0.0,
+        DEFAULT_BATCHING.max_wait_seconds * 1000,
         ge=0,
         le=1000,
         description="How long the first request of a batch waits for others to join. 0: "
         "a request starts at once when the engine is idle, and batches form from what queues while it is "
         "busy. Above 0: bigger batches under light load, at that much added latency per lone request.",
     )
-    max_batch_texts: int = Field(256, ge=1, description="Texts per Rust encode call. A larger request runs alone.")
+    max_batch_texts: int = Field(
+        DEFAULT_BATCHING.max_batch_texts, ge=1, description="Texts per Rust encode call. A larger request runs alone."
+    )
     max_batch_chars: int = Field(
-        512 * 1024, ge=1, description="Characters per Rust encode call; bounds how long one batch holds the engine."
+        DEFAULT_BATCHING.max_batch_chars,
+        ge=1,
+        description="Characters per Rust encode call; bounds how long one batch holds the engine.",
     )
     max_queued_requests: int = Field(
-        1024, ge=1, description="Requests allowed to wait; beyond, refuse at once with 429 and Retry-After."
+        DEFAULT_BATCHING.max_queued_requests,
+        ge=1,
+        description="Requests allowed to wait; beyond, refuse at once with 429 and Retry-After.",
     )
-    max_queued_texts: int = Field(65536, ge=1, description="Texts allowed to wait; beyond, 429 with Retry-After.")
+    max_queued_texts: int = Field(
+        DEFAULT_BATCHING.max_queued_texts, ge=1, description="Texts allowed to wait; beyond, 429 with Retry-After."
+    )
     queue_timeout_seconds: float = Field(
-        30.0, gt=0, description="A request still waiting for the engine after this gets 504 instead of hanging."
+        DEFAULT_BATCHING.queue_timeout_seconds,
+        gt=0,
+        description="A request still waiting for the engine after this gets 504 instead of hanging.",
     )
     # -- security and operations ----------------------------------------------------------------------
     api_key: SecretStr | None = Field(
@@ -200,7 +224,7 @@ class Settings(BaseSettings):
         # Kubernetes injects TOKENIZER_SERVICE_PORT=tcp://10.0.0.1:8000 into pods of a namespace holding a
         # Service named "tokenizer-service" (service links). That is not a port anyone chose: keep the default.
         if isinstance(value, str) and value.startswith("tcp://"):
-            return 8000
+            return cls.model_fields["port"].default
         return value
 
     @field_validator("uds")

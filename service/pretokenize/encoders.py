@@ -26,6 +26,7 @@ from ..client import (
     TokenizerServiceError,
     TransportError,
 )
+from ..corpus.storage import DEFAULT_RETRY_DEADLINE
 
 T = TypeVar("T")
 
@@ -177,7 +178,7 @@ class ServiceEncoder:
         *,
         api_key: str | None = None,
         expected_fingerprint: str | None = None,
-        retry_deadline: float = 300.0,
+        retry_deadline: float = DEFAULT_RETRY_DEADLINE,
         log: Callable[[str], None] | None = None,
         chat_options: dict[str, Any] | None = None,
     ) -> None:

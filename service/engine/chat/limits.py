@@ -14,19 +14,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..errors import ErrorKind, ServiceError
+from ..limits import DEFAULT_LIMITS
 from ..memory import Reservation
 
 
 @dataclass(frozen=True)
 class RenderLimits:
     """Bounds of one request's rendering, checked while it renders (a template can make a small conversation
-    huge): ``max_chars`` per rendered conversation (the engine's ``max_text_chars``), ``max_total_chars`` for all
-    of a request's renderings together (None: no count of its own; the engine's memory budget then bounds it,
-    see :class:`RenderWatch`), ``max_conversations`` per request."""
+    huge): ``max_chars`` per rendered conversation (the engine's ``max_text_chars``) and ``max_conversations`` per
+    request (its ``max_texts_per_request``). All of a request's renderings together are bounded by the memory
+    they are charged to as they accumulate (see :class:`RenderWatch`)."""
 
-    max_chars: int = 200_000
-    max_total_chars: int | None = 16 * 1024 * 1024
-    max_conversations: int = 4096
+    max_chars: int = DEFAULT_LIMITS.max_text_chars
+    max_conversations: int = DEFAULT_LIMITS.max_texts_per_request
 
     def in_progress_bytes(self) -> int:
         """Bytes the renderings in progress hold at most, beside the finished ones: two at once (``"turns"``
@@ -34,11 +34,6 @@ class RenderLimits:
         generation block joins the blocks so far), Python strings taking up to 4 bytes per character, plus the
         block objects between compactions."""
         return 2 * (3 * 4 * self.max_chars + _COMPACT_BLOCKS * 128)
-
-    def held_bytes_bound(self) -> int:
-        """Bytes a render holds at most (with ``max_total_chars`` set): its finished renderings and those in
-        progress."""
-        return 4 * (self.max_total_chars or 0) + self.in_progress_bytes()
 
 
 #: A rendering's blocks are joined into one every this many blocks: a template yielding tiny blocks (or a loop

@@ -83,7 +83,6 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
 
     texts: list[str] = []
     all_spans: list[list[tuple[int, int]]] = []
-    total = 0
     held = 0
     for i, conversation in enumerate(prepared.conversations):
         watch.check()
@@ -100,13 +99,6 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
                 spans = _turn_spans(renderer, messages, text)
         except _RenderRefused as refused:
             raise ServiceError(refused.kind, f"conversations[{i}]: {refused.reason}") from None
-        total += len(text)
-        if limits.max_total_chars is not None and total > limits.max_total_chars:
-            raise ServiceError(
-                ErrorKind.TOO_LARGE,
-                f"the conversations render to over {limits.max_total_chars} characters together (at "
-                f"conversations[{i}]); send fewer conversations per request",
-            )
         held += sys.getsizeof(text) + 8 + _SPAN_BYTES * len(spans)
         watch.hold(held)
         texts.append(text)

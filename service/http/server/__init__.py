@@ -14,6 +14,7 @@ The serve command uses this room through the names below only.
 """
 
 from .listening import SocketFile
+from .owners import CHECK_SECONDS as OWNERS_CHECK_SECONDS
 from .owners import OwnersWatch
 from .protocol import ConnectionGuard
 from .running import bind_listener, bind_unix_listener, connection_guard, run
@@ -26,4 +27,5 @@ __all__ = [
     "ConnectionGuard",
     "SocketFile",
     "OwnersWatch",
+    "OWNERS_CHECK_SECONDS",
 ]
