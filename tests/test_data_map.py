@@ -1,0 +1,217 @@
+"""``service.data``'s map functions in ``datasets.Dataset.map`` against datasets' own in-process map: the same columns,
+values and Arrow features, forked (``num_proc=4``, in a parent whose tokenizer ran with ``TOKENIZERS_PARALLELISM=true``)
+and spawned; datasets' cache keyed on the served tokenizer and the options, never on the URL; a user's own function
+calling the client never answered from a stale cache; bad input refused by column and row."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from service.client import TokenizerClient
+from service.data import ChatTokenizeFunction, MapInputError, TokenizeFunction
+from testkit.servers import REPO, ServerProcess, free_port
+
+OPTIONS = {"truncation": True, "max_length": 48}
+
+# One run of a training script: the parent uses an in-process tokenizer (Rust's pool is up) before datasets forks,
+# then maps a dataset on disk (so datasets caches) through the service; prints what the test compares.
+SCRIPT = textwrap.dedent("""
+    import json, logging, os, sys
+
+    def main():
+        assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
+        config = json.loads(sys.argv[1])
+        if config["start_method"] == "spawn":
+            import multiprocess
+            multiprocess.set_start_method("spawn", force=True)
+        import datasets
+        from transformers import AutoTokenizer
+        from service.client import TokenizerClient
+
+        datasets.disable_progress_bars()
+        warnings = []
+        class Collect(logging.Handler):
+            def emit(self, record):
+                warnings.append(record.getMessage())
+        datasets.utils.logging.get_logger("datasets").addHandler(Collect(logging.WARNING))
+
+        dataset = datasets.load_from_disk(config["dataset"])
+        tokenizer = AutoTokenizer.from_pretrained(config["tokenizer"])
+        tokenizer(dataset["text"][:64])  # the parent uses the tokenizer before any fork
+        client = TokenizerClient.launch() if config["url"] == "launch" else TokenizerClient(config["url"])
+        in_memory = datasets.Dataset.from_dict(dataset.to_dict())  # no cache files: the reference is never cached
+        report = {"warnings": warnings, "maps": []}
+        for options, num_proc in config["maps"]:
+            reference = in_memory.map(lambda batch: tokenizer(batch["text"], **options), batched=True)
+            before = set(os.listdir(config["dataset"]))
+            mapped = dataset.map(client.tokenize_function("text", **options), batched=True, num_proc=num_proc)
+            report["maps"].append({
+                "fingerprint": mapped._fingerprint,
+                "computed": len(set(os.listdir(config["dataset"])) - before),
+                "columns_equal": mapped.column_names == reference.column_names,
+                "features_equal": mapped.features == reference.features,
+                "features": str(mapped.features),
+                "values_equal": mapped.to_dict() == reference.to_dict(),
+            })
+        print(json.dumps(report))
+
+    if __name__ == "__main__":  # spawned map workers import this file
+        main()
+""")
+
+
+def run_script(tmp_path: Path, **config: Any) -> dict[str, Any]:
+    script = tmp_path / "map_script.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), json.dumps(config)],
+        cwd=tmp_path,
+        env={**os.environ, "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=240,  # a fork that froze on the tokenizer would hang here
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+@pytest.fixture(scope="module")
+def texts(corpus: dict[str, list[str]]) -> list[str]:
+    return corpus["zh"][:200] + corpus["en"][:200]
+
+
+@pytest.fixture
+def dataset_dir(tmp_path: Path, texts: list[str]) -> Path:
+    import datasets
+
+    path = tmp_path / "dataset"
+    datasets.Dataset.from_dict({"text": texts, "label": [i % 3 for i in range(len(texts))]}).save_to_disk(str(path))
+    return path
+
+
+@pytest.mark.timeout(480)
+def test_map_equals_in_process_and_the_cache_keys_on_the_served_tokenizer(
+    servers, tokenizer_dirs, dataset_dir, tmp_path
+):
+    """Run 1 (a deployed URL, forked workers): every map equals datasets' in-process map, and computes. Run 2, a new
+    process on a launched service (a Unix socket: another URL) serving the same tokenizer: every map loads from the
+    cache; then another tokenizer, spawned workers: another fingerprint, and again the in-process columns."""
+    maps = [[OPTIONS, 4], [{**OPTIONS, "max_length": 32}, 1]]
+    default = tokenizer_dirs["wordpiece_default"]
+    first = run_script(
+        tmp_path,
+        url=servers["wordpiece_default"].url,
+        tokenizer=str(default),
+        dataset=str(dataset_dir),
+        maps=maps,
+        start_method="fork",
+    )
+    again = run_script(
+        tmp_path, url="launch", tokenizer=str(default), dataset=str(dataset_dir), maps=maps, start_method="fork"
+    )
+    other = run_script(
+        tmp_path,
+        url=servers["bytelevel_bpe"].url,
+        tokenizer=str(tokenizer_dirs["bytelevel_bpe"]),
+        dataset=str(dataset_dir),
+        maps=[[OPTIONS, 2]],
+        start_method="spawn",
+    )
+    for report in (first, again, other):
+        assert not [w for w in report["warnings"] if "hash" in w], report["warnings"]
+        for made in report["maps"]:
+            assert made["columns_equal"] and made["features_equal"] and made["values_equal"], made
+    assert "int64" in first["maps"][0]["features"] and "token_type_ids" in first["maps"][0]["features"]
+    fingerprints = [made["fingerprint"] for made in first["maps"]]
+    assert fingerprints[0] != fingerprints[1] and all(made["computed"] for made in first["maps"])  # by the options
+    assert [made["fingerprint"] for made in again["maps"]] == fingerprints  # another URL, the same tokenizer
+    assert not any(made["computed"] for made in again["maps"])  # ... loaded from the cache
+    assert other["maps"][0]["fingerprint"] not in fingerprints and other["maps"][0]["computed"]
+
+
+def test_a_users_own_function_is_not_answered_from_the_cache_after_the_tokenizer_changed(
+    tokenizer_dirs, reference_tokenizers, dataset_dir, texts, tmp_path
+):
+    """``def tok(batch): return client(batch["text"])``: a service behind the same URL now serving another tokenizer
+    makes datasets compute again (the client's pickle carries the served fingerprint)."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    port = free_port()
+    client = TokenizerClient(f"http://127.0.0.1:{port}")
+
+    def tok(batch: dict[str, list[Any]]) -> Any:
+        return client(batch["text"], **OPTIONS)
+
+    mapped = {}
+    for family, args in (
+        ("wordpiece_default", ()),
+        ("bytelevel_bpe", ("--model", str(tokenizer_dirs["bytelevel_bpe"]))),
+    ):
+        server = ServerProcess(*args, port=port, log_path=tmp_path / f"{family}.log").start()
+        try:
+            dataset = datasets.load_from_disk(str(dataset_dir))
+            assert datasets.fingerprint.Hasher.hash(tok) == datasets.fingerprint.Hasher.hash(tok)  # deterministic
+            mapped[family] = dataset.map(tok, batched=True)["input_ids"]
+        finally:
+            server.stop()
+            client.close()
+    for family, ids in mapped.items():
+        assert ids == reference_tokenizers[family](texts, **OPTIONS)["input_ids"], family
+
+
+def test_streaming_map_equals_in_process_streaming(servers, reference_tokenizers, texts):
+    import datasets
+
+    tokenizer = reference_tokenizers["sentencepiece"]
+    client = TokenizerClient(servers["sentencepiece"].url)
+    stream = datasets.Dataset.from_dict({"text": texts}).to_iterable_dataset(num_shards=3)
+    ours = list(stream.map(client.tokenize_function(**OPTIONS), batched=True, batch_size=64))
+    theirs = list(stream.map(lambda batch: tokenizer(batch["text"], **OPTIONS), batched=True, batch_size=64))
+    assert ours == theirs and len(ours) == len(texts)
+
+
+@pytest.mark.parametrize(
+    ("column", "message"),
+    [
+        ({"body": ["a", "b"]}, "column 'text' is not in the dataset; its columns are ['body']"),
+        ({"text": ["a", None, "c"]}, "column 'text', row 1: NoneType None is not a string"),
+        ({"text": [3, 7]}, "column 'text', row 0: int 3 is not a string"),
+        ({"text": [["a"], ["b"]]}, "column 'text', row 0: list ['a'] is not a string"),
+    ],
+)
+def test_bad_rows_are_refused_by_column_and_row(servers, column, message):
+    import datasets
+
+    function = TokenizeFunction(TokenizerClient(servers["wordpiece_default"].url), "text")
+    with pytest.raises(MapInputError) as info:
+        datasets.Dataset.from_dict(column).map(function, batched=True, with_indices=True)
+    assert message in str(info.value)
+    rows = {"text": ["a", "b", None]}
+    with pytest.raises(MapInputError, match="row 2 of the batch"):  # without indices: the row of the batch
+        function(rows)
+
+
+def test_an_empty_dataset_is_refused(servers):
+    import datasets
+
+    function = TokenizeFunction(TokenizerClient(servers["wordpiece_default"].url), "text")
+    empty = datasets.Dataset.from_dict({"text": []})
+    assert "input_ids" not in empty.map(function, batched=True).column_names  # datasets never calls it: hence .map
+    with pytest.raises(MapInputError, match="column 'text': the dataset is empty"):
+        function.map(empty)
+    with pytest.raises(MapInputError, match="column 'text' is not in the dataset; its columns are \\['body'\\]"):
+        function.map(datasets.Dataset.from_dict({"body": ["a"]}))
+    with pytest.raises(MapInputError, match="column 'text', row 2: NoneType"):
+        function.map(datasets.Dataset.from_dict({"text": ["a", "b", None]}))
+    with pytest.raises(MapInputError, match="column 'messages', row 1 of the batch.*not a conversation"):
+        ChatTokenizeFunction(function.client)({"messages": [[{"role": "user", "content": "hi"}], "hello"]})

@@ -1,0 +1,87 @@
+"""Conversations tokenized through the service with ``ChatTokenizeFunction`` in ``datasets.map``, handed to TRL's
+``SFTTrainer`` as an already tokenized dataset: the dataset it prepares and the batches its data collator yields equal
+those of ``SFTTrainer`` tokenizing the raw conversations itself (TRL's own code is the oracle; a tiny model made from
+a config, on CPU, nothing from the hub)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from service.client import TokenizerClient
+from testkit.chat import fixed_conversations
+
+FAMILY = "wordpiece_default"  # it has a pad token, which TRL's collator needs
+
+
+def conversations(corpus: dict[str, list[str]]) -> list[list[dict[str, Any]]]:
+    """Real texts as turns, and the fixed conversations whose messages Arrow stores as they are (string content)."""
+    made = [
+        [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+        for question, answer in zip(corpus["zh"][:12], corpus["en"][:12], strict=False)
+    ]
+    plain = [
+        [{"role": message["role"], "content": message["content"]} for message in conversation]
+        for conversation in fixed_conversations()
+        if all(isinstance(message.get("content"), str) and message["content"] for message in conversation)
+        and any(message["role"] == "assistant" for message in conversation)
+    ]
+    return made + plain
+
+
+def trainer(dataset: Any, tokenizer: Any, output_dir: str) -> Any:
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    args = SFTConfig(
+        output_dir=output_dir,
+        assistant_only_loss=True,
+        max_length=96,
+        per_device_train_batch_size=8,
+        report_to=[],
+        use_cpu=True,
+        dataset_num_proc=None,
+    )
+    return SFTTrainer(model=LlamaForCausalLM(config), args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+@pytest.mark.parametrize("labels", [False, True])
+def test_sft_trainer_takes_the_service_tokenized_dataset_as_its_own(
+    chat_servers, chat_tokenizer_dirs, corpus, tmp_path, labels
+):
+    import datasets
+    from transformers import AutoTokenizer
+
+    datasets.disable_progress_bars()
+    tokenizer = AutoTokenizer.from_pretrained(str(chat_tokenizer_dirs[FAMILY]))
+    raw = datasets.Dataset.from_dict({"messages": conversations(corpus)})
+    client = TokenizerClient(chat_servers[FAMILY].url)
+    tokenized = raw.map(
+        client.chat_tokenize_function(labels=labels), batched=True, batch_size=5, remove_columns=["messages"]
+    )
+
+    theirs = trainer(raw, tokenizer, str(tmp_path / "theirs"))
+    ours = trainer(tokenized, tokenizer, str(tmp_path / "ours"))
+    assert ours.train_dataset.column_names == theirs.train_dataset.column_names
+    assert ours.train_dataset.features == theirs.train_dataset.features
+    assert ours.train_dataset.to_dict() == theirs.train_dataset.to_dict()
+    rows = list(range(len(raw)))
+    for start in range(0, len(rows), 8):
+        batch = [theirs.train_dataset[i] for i in rows[start : start + 8]]
+        expected = theirs.data_collator(batch)
+        got = ours.data_collator([ours.train_dataset[i] for i in rows[start : start + 8]])
+        assert list(got) == list(expected)
+        for key, value in expected.items():
+            assert torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value, key
+    assert (torch.tensor(ours.train_dataset[0]["labels"]) == -100).any()  # the user's turn does not count
