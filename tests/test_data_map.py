@@ -213,5 +213,5 @@ def test_an_empty_dataset_is_refused(servers):
         function.map(datasets.Dataset.from_dict({"body": ["a"]}))
     with pytest.raises(MapInputError, match="column 'text', row 2: NoneType"):
         function.map(datasets.Dataset.from_dict({"text": ["a", "b", None]}))
-    with pytest.raises(MapInputError, match="column 'messages', row 1 of the batch.*not a conversation"):
+    with pytest.raises(MapInputError, match=r"column 'messages', row 1 of the batch.*not a conversation"):
         ChatTokenizeFunction(function.client)({"messages": [[{"role": "user", "content": "hi"}], "hello"]})

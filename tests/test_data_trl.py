@@ -31,7 +31,7 @@ def conversations(corpus: dict[str, list[str]]) -> list[list[dict[str, Any]]]:
     return made + plain
 
 
-def trainer(dataset: Any, tokenizer: Any, output_dir: str) -> Any:
+def trainer(dataset: Any, tokenizer: Any, output_dir: str, assistant_only_loss: bool) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
     from trl import SFTConfig, SFTTrainer
 
@@ -46,7 +46,7 @@ def trainer(dataset: Any, tokenizer: Any, output_dir: str) -> Any:
     )
     args = SFTConfig(
         output_dir=output_dir,
-        assistant_only_loss=True,
+        assistant_only_loss=assistant_only_loss,
         max_length=96,
         per_device_train_batch_size=8,
         report_to=[],
@@ -54,6 +54,12 @@ def trainer(dataset: Any, tokenizer: Any, output_dir: str) -> Any:
         dataset_num_proc=None,
     )
     return SFTTrainer(model=LlamaForCausalLM(config), args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+def batches(trainer: Any) -> list[Any]:
+    """The batches the trainer's own DataLoader (its sampler, its data collator) yields, the sampler seeded alike."""
+    torch.manual_seed(0)
+    return list(trainer.get_train_dataloader())
 
 
 @pytest.mark.parametrize("labels", [False, True])
@@ -71,16 +77,16 @@ def test_sft_trainer_takes_the_service_tokenized_dataset_as_its_own(
         client.chat_tokenize_function(labels=labels), batched=True, batch_size=5, remove_columns=["messages"]
     )
 
-    theirs = trainer(raw, tokenizer, str(tmp_path / "theirs"))
-    ours = trainer(tokenized, tokenizer, str(tmp_path / "ours"))
-    assert ours.train_dataset.column_names == theirs.train_dataset.column_names
-    assert ours.train_dataset.features == theirs.train_dataset.features
-    assert ours.train_dataset.to_dict() == theirs.train_dataset.to_dict()
-    rows = list(range(len(raw)))
-    for start in range(0, len(rows), 8):
-        batch = [theirs.train_dataset[i] for i in rows[start : start + 8]]
-        expected = theirs.data_collator(batch)
-        got = ours.data_collator([ours.train_dataset[i] for i in rows[start : start + 8]])
+    theirs = trainer(raw, tokenizer, str(tmp_path / "theirs"), assistant_only_loss=True)
+    # TRL refuses assistant_only_loss for a dataset that is not conversations: the masks (or labels) carry it
+    ours = trainer(tokenized, tokenizer, str(tmp_path / "ours"), assistant_only_loss=False)
+    prepared = ["input_ids", "labels"]  # what TRL prepared (it keeps the raw messages beside them, unused)
+    assert ours.train_dataset.column_names == prepared
+    assert ours.train_dataset.features == theirs.train_dataset.select_columns(prepared).features
+    assert ours.train_dataset.to_dict() == theirs.train_dataset.select_columns(prepared).to_dict()
+    ours_batches, theirs_batches = batches(ours), batches(theirs)
+    assert len(ours_batches) == len(theirs_batches) == 2
+    for got, expected in zip(ours_batches, theirs_batches, strict=True):
         assert list(got) == list(expected)
         for key, value in expected.items():
             assert torch.equal(got[key], value) if isinstance(value, torch.Tensor) else got[key] == value, key

@@ -14,7 +14,7 @@ worker) makes the next iteration start there. A state is refused by a shard of a
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
 from torch.utils.data import IterableDataset
@@ -46,7 +46,7 @@ def worker_layout() -> tuple[int, int]:
     return (0, 1) if info is None else (info.id, info.num_workers)
 
 
-class TokenizedStream(IterableDataset[Any]):
+class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is untyped here
     """``DataLoader(TokenizedStream(documents, client.tokenize_function(truncation=True)), num_workers=4, ...)``.
 
     ``documents``: a sequence (indexed directly: resuming skips nothing) or any re-iterable (a list, an object whose
@@ -81,7 +81,7 @@ class TokenizedStream(IterableDataset[Any]):
     def _indexed(self, shard: int, shards: int, start: int) -> Iterator[tuple[int, Any]]:
         first = start + (shard - start) % shards  # the first index >= start that is this shard's
         documents = self.documents
-        if hasattr(documents, "__len__") and hasattr(documents, "__getitem__"):
+        if isinstance(documents, Sized) and hasattr(documents, "__getitem__"):
             for index in range(first, len(documents), shards):
                 yield index, documents[index]
         else:
