@@ -19,6 +19,8 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
+from .mapping import ChatTokenizeFunction, TokenizeFunction
+
 __all__ = ["TokenizedStream"]
 
 STATE_POSITION = "position"
@@ -112,7 +114,11 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
                 raise ValueError(
                     f"document {index} has the fields {sorted(row)}, not those of its batch {sorted(batch)}"
                 )
-        columns = self.function(batch, indices)  # type: ignore[call-arg]
+        columns: Mapping[str, list[Any]]
+        if isinstance(self.function, (TokenizeFunction, ChatTokenizeFunction)):
+            columns = self.function(batch, indices)  # errors name the document's index in the source
+        else:
+            columns = self.function(batch)
         made = {name: values for name, values in columns.items()}
         for name, values in made.items():
             if len(values) != len(rows):
