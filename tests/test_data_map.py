@@ -28,11 +28,7 @@ SCRIPT = textwrap.dedent("""
 
     def main():
         assert os.environ["TOKENIZERS_PARALLELISM"] == "true"
-        config = json.loads(sys.argv[1])
-        if config["start_method"] == "spawn":
-            import multiprocess
-            multiprocess.set_start_method("spawn", force=True)
-        import datasets
+        import datasets, multiprocess
         from transformers import AutoTokenizer
         from service.client import TokenizerClient
 
@@ -43,36 +39,41 @@ SCRIPT = textwrap.dedent("""
                 warnings.append(record.getMessage())
         datasets.utils.logging.get_logger("datasets").addHandler(Collect(logging.WARNING))
 
-        dataset = datasets.load_from_disk(config["dataset"])
-        tokenizer = AutoTokenizer.from_pretrained(config["tokenizer"])
-        tokenizer(dataset["text"][:64])  # the parent uses the tokenizer before any fork
-        client = TokenizerClient.launch() if config["url"] == "launch" else TokenizerClient(config["url"])
+        dataset = datasets.load_from_disk(sys.argv[1])
         in_memory = datasets.Dataset.from_dict(dataset.to_dict())  # no cache files: the reference is never cached
-        report = {"warnings": warnings, "maps": []}
-        for options, num_proc in config["maps"]:
-            reference = in_memory.map(lambda batch: tokenizer(batch["text"], **options), batched=True)
-            before = set(os.listdir(config["dataset"]))
-            mapped = dataset.map(client.tokenize_function("text", **options), batched=True, num_proc=num_proc)
-            report["maps"].append({
-                "fingerprint": mapped._fingerprint,
-                "computed": len(set(os.listdir(config["dataset"])) - before),
-                "columns_equal": mapped.column_names == reference.column_names,
-                "features_equal": mapped.features == reference.features,
-                "features": str(mapped.features),
-                "values_equal": mapped.to_dict() == reference.to_dict(),
-            })
-        print(json.dumps(report))
+        reports = []
+        for run in json.loads(sys.argv[2]):
+            multiprocess.set_start_method(run["start_method"], force=True)
+            tokenizer = AutoTokenizer.from_pretrained(run["tokenizer"])
+            tokenizer(dataset["text"][:64])  # the parent uses the tokenizer before any fork
+            client = TokenizerClient.launch() if run["url"] == "launch" else TokenizerClient(run["url"])
+            maps = []
+            for options, num_proc in run["maps"]:
+                reference = in_memory.map(lambda batch: tokenizer(batch["text"], **options), batched=True)
+                before = set(os.listdir(sys.argv[1]))
+                mapped = dataset.map(client.tokenize_function("text", **options), batched=True, num_proc=num_proc)
+                maps.append({
+                    "fingerprint": mapped._fingerprint,
+                    "computed": len(set(os.listdir(sys.argv[1])) - before),
+                    "columns_equal": mapped.column_names == reference.column_names,
+                    "features_equal": mapped.features == reference.features,
+                    "values_equal": mapped.to_dict() == reference.to_dict(),
+                })
+            reports.append(maps)
+        print(json.dumps({"warnings": warnings, "runs": reports}))
 
     if __name__ == "__main__":  # spawned map workers import this file
         main()
 """)
 
 
-def run_script(tmp_path: Path, **config: Any) -> dict[str, Any]:
+def run_script(tmp_path: Path, dataset: Path, *runs: dict[str, Any]) -> dict[str, Any]:
+    """A fresh process doing ``runs`` in turn: each a ``url`` ("launch": ``TokenizerClient.launch()``), the in-process
+    ``tokenizer`` to compare with, the datasets multiprocess ``start_method`` and its ``maps``: [options, num_proc]."""
     script = tmp_path / "map_script.py"
     script.write_text(SCRIPT)
     done = subprocess.run(
-        [sys.executable, str(script), json.dumps(config)],
+        [sys.executable, str(script), str(dataset), json.dumps(runs)],
         cwd=tmp_path,
         env={**os.environ, "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(REPO)},
         capture_output=True,
@@ -81,6 +82,10 @@ def run_script(tmp_path: Path, **config: Any) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert not [warning for warning in report["warnings"] if "hash" in warning], report["warnings"]
+    for run in report["runs"]:
+        for made in run:
+            assert made["columns_equal"] and made["features_equal"] and made["values_equal"], made
     return report
 
 
@@ -102,40 +107,25 @@ def dataset_dir(tmp_path: Path, texts: list[str]) -> Path:
 def test_map_equals_in_process_and_the_cache_keys_on_the_served_tokenizer(
     servers, tokenizer_dirs, dataset_dir, tmp_path
 ):
-    """Run 1 (a deployed URL, forked workers): every map equals datasets' in-process map, and computes. Run 2, a new
-    process on a launched service (a Unix socket: another URL) serving the same tokenizer: every map loads from the
-    cache; then another tokenizer, spawned workers: another fingerprint, and again the in-process columns."""
+    """A process on deployed URLs: every map equals datasets' in-process map (forked workers; another tokenizer with
+    spawned ones) and computes, the fingerprint changing with the options and the tokenizer. A new process on a
+    launched service (a Unix socket: another URL) serving the same tokenizer: every map loads from the cache."""
     maps = [[OPTIONS, 4], [{**OPTIONS, "max_length": 32}, 1]]
-    default = tokenizer_dirs["wordpiece_default"]
+    default, other = str(tokenizer_dirs["wordpiece_default"]), str(tokenizer_dirs["bytelevel_bpe"])
     first = run_script(
         tmp_path,
-        url=servers["wordpiece_default"].url,
-        tokenizer=str(default),
-        dataset=str(dataset_dir),
-        maps=maps,
-        start_method="fork",
-    )
+        dataset_dir,
+        {"url": servers["wordpiece_default"].url, "tokenizer": default, "start_method": "fork", "maps": maps},
+        {"url": servers["bytelevel_bpe"].url, "tokenizer": other, "start_method": "spawn", "maps": [[OPTIONS, 2]]},
+    )["runs"]
     again = run_script(
-        tmp_path, url="launch", tokenizer=str(default), dataset=str(dataset_dir), maps=maps, start_method="fork"
+        tmp_path, dataset_dir, {"url": "launch", "tokenizer": default, "start_method": "fork", "maps": maps}
     )
-    other = run_script(
-        tmp_path,
-        url=servers["bytelevel_bpe"].url,
-        tokenizer=str(tokenizer_dirs["bytelevel_bpe"]),
-        dataset=str(dataset_dir),
-        maps=[[OPTIONS, 2]],
-        start_method="spawn",
-    )
-    for report in (first, again, other):
-        assert not [w for w in report["warnings"] if "hash" in w], report["warnings"]
-        for made in report["maps"]:
-            assert made["columns_equal"] and made["features_equal"] and made["values_equal"], made
-    assert "int64" in first["maps"][0]["features"] and "token_type_ids" in first["maps"][0]["features"]
-    fingerprints = [made["fingerprint"] for made in first["maps"]]
-    assert fingerprints[0] != fingerprints[1] and all(made["computed"] for made in first["maps"])  # by the options
-    assert [made["fingerprint"] for made in again["maps"]] == fingerprints  # another URL, the same tokenizer
-    assert not any(made["computed"] for made in again["maps"])  # ... loaded from the cache
-    assert other["maps"][0]["fingerprint"] not in fingerprints and other["maps"][0]["computed"]
+    fingerprints = [made["fingerprint"] for made in first[0]]
+    assert fingerprints[0] != fingerprints[1] and all(made["computed"] for made in first[0])  # by the options
+    assert first[1][0]["fingerprint"] not in fingerprints and first[1][0]["computed"]  # by the tokenizer
+    assert [made["fingerprint"] for made in again[0]] == fingerprints  # another URL, the same tokenizer
+    assert not any(made["computed"] for made in again[0]), again  # ... loaded from the cache, in a new process
 
 
 def test_a_users_own_function_is_not_answered_from_the_cache_after_the_tokenizer_changed(

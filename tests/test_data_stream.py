@@ -36,12 +36,12 @@ def unbatched(rows: list[Any]) -> Any:
 
 
 @pytest.mark.parametrize(
-    ("source", "context", "world_size"), [(list, "fork", 2), (Rereadable, "fork", 2), (list, "spawn", 1)]
+    ("source", "context", "world_size", "workers"),
+    [(list, "fork", 2, 2), (list, "spawn", 1, 2), (Rereadable, None, 3, 0)],  # 0 workers: the main process reads
 )
 def test_every_document_once_across_ranks_and_workers_in_order(
-    servers, reference_tokenizers, documents, source, context, world_size
+    servers, reference_tokenizers, documents, source, context, world_size, workers
 ):
-    workers = 2
     client = TokenizerClient(servers["bytelevel_bpe"].url)
     reference = reference_tokenizers["bytelevel_bpe"]
     seen: list[dict[str, Any]] = []
@@ -53,10 +53,10 @@ def test_every_document_once_across_ranks_and_workers_in_order(
             stream, batch_size=1, collate_fn=unbatched, num_workers=workers, multiprocessing_context=context
         )
         got = list(loader)
-        shards = world_size * workers
-        for worker in range(workers):  # DataLoader takes the workers in turn: worker w's examples are every k-th
-            mine = [example["doc"] for example in got[worker::workers]]
-            shard = rank * workers + worker
+        shards = world_size * max(workers, 1)
+        for worker in range(max(workers, 1)):  # DataLoader takes the workers in turn: worker w's, every w-th
+            mine = [example["doc"] for example in got[worker :: max(workers, 1)]]
+            shard = rank * max(workers, 1) + worker
             assert mine == list(range(shard, len(documents), shards)), (rank, worker)
         seen += got
     assert sorted(example["doc"] for example in seen) == list(range(len(documents)))
