@@ -103,6 +103,7 @@ def dataset_dir(tmp_path: Path, texts: list[str]) -> Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(480)
 def test_map_equals_in_process_and_the_cache_keys_on_the_served_tokenizer(
     servers, tokenizer_dirs, dataset_dir, tmp_path
@@ -120,7 +121,7 @@ def test_map_equals_in_process_and_the_cache_keys_on_the_served_tokenizer(
     )["runs"]
     again = run_script(
         tmp_path, dataset_dir, {"url": "launch", "tokenizer": default, "start_method": "fork", "maps": maps}
-    )
+    )["runs"]
     fingerprints = [made["fingerprint"] for made in first[0]]
     assert fingerprints[0] != fingerprints[1] and all(made["computed"] for made in first[0])  # by the options
     assert first[1][0]["fingerprint"] not in fingerprints and first[1][0]["computed"]  # by the tokenizer
@@ -128,6 +129,7 @@ def test_map_equals_in_process_and_the_cache_keys_on_the_served_tokenizer(
     assert not any(made["computed"] for made in again[0]), again  # ... loaded from the cache, in a new process
 
 
+@pytest.mark.slow
 def test_a_users_own_function_is_not_answered_from_the_cache_after_the_tokenizer_changed(
     tokenizer_dirs, reference_tokenizers, dataset_dir, texts, tmp_path
 ):
@@ -162,8 +164,8 @@ def test_a_users_own_function_is_not_answered_from_the_cache_after_the_tokenizer
 def test_streaming_map_equals_in_process_streaming(servers, reference_tokenizers, texts):
     import datasets
 
-    tokenizer = reference_tokenizers["sentencepiece"]
-    client = TokenizerClient(servers["sentencepiece"].url)
+    tokenizer = reference_tokenizers["bytelevel_bpe"]  # its server is the other tests' too
+    client = TokenizerClient(servers["bytelevel_bpe"].url)
     stream = datasets.Dataset.from_dict({"text": texts}).to_iterable_dataset(num_shards=3)
     ours = list(stream.map(client.tokenize_function(**OPTIONS), batched=True, batch_size=64))
     theirs = list(stream.map(lambda batch: tokenizer(batch["text"], **OPTIONS), batched=True, batch_size=64))
