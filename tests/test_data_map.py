@@ -207,3 +207,38 @@ def test_an_empty_dataset_is_refused(servers):
         function.map(datasets.Dataset.from_dict({"text": ["a", "b", None]}))
     with pytest.raises(MapInputError, match=r"column 'messages', row 1 of the batch.*not a conversation"):
         ChatTokenizeFunction(function.client)({"messages": [[{"role": "user", "content": "hi"}], "hello"]})
+
+
+FRESH_TRAINING_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import datasets
+    from service.client import TokenizerClient
+    from service.data import TokenizedStream
+
+    client = TokenizerClient(sys.argv[1])
+    function = client.tokenize_function(truncation=True, max_length=8)
+    mapped = function.map(datasets.Dataset.from_dict({"text": ["hello world", "你好"]}))
+    streamed = list(TokenizedStream(["hello world", "你好"], function))
+    equal = mapped["input_ids"] == [example["input_ids"] for example in streamed]
+    print(json.dumps({"modules": sorted(sys.modules), "equal": equal}))
+""")
+
+
+def test_a_training_script_never_loads_the_tokenizer_stack(servers, tmp_path):
+    """datasets.map and the torch stream through the service: no tokenizer, transformers or server in the process."""
+    from test_client import FORBIDDEN
+
+    script = tmp_path / "fresh.py"
+    script.write_text(FRESH_TRAINING_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), servers["wordpiece_default"].url],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["equal"]
+    assert not {name.split(".")[0] for name in report["modules"]} & set(FORBIDDEN)
