@@ -62,9 +62,9 @@ def batches(trainer: Any) -> list[Any]:
     return list(trainer.get_train_dataloader())
 
 
-@pytest.mark.parametrize("labels", [False, True])
+@pytest.mark.parametrize(("labels", "num_proc"), [(False, None), (True, 2)])  # 2: forked map workers
 def test_sft_trainer_takes_the_service_tokenized_dataset_as_its_own(
-    chat_servers, chat_tokenizer_dirs, corpus, tmp_path, labels
+    chat_servers, chat_tokenizer_dirs, corpus, tmp_path, labels, num_proc
 ):
     import datasets
     from transformers import AutoTokenizer
@@ -74,7 +74,11 @@ def test_sft_trainer_takes_the_service_tokenized_dataset_as_its_own(
     raw = datasets.Dataset.from_dict({"messages": conversations(corpus)})
     client = TokenizerClient(chat_servers[FAMILY].url)
     tokenized = raw.map(
-        client.chat_tokenize_function(labels=labels), batched=True, batch_size=5, remove_columns=["messages"]
+        client.chat_tokenize_function(labels=labels),
+        batched=True,
+        batch_size=5,
+        num_proc=num_proc,
+        remove_columns=["messages"],
     )
 
     theirs = trainer(raw, tokenizer, str(tmp_path / "theirs"), assistant_only_loss=True)
