@@ -10,6 +10,7 @@ inherited by forked ones, and each process opens its own connections.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -48,13 +49,14 @@ from .calls import (
     retried_rejection,
     tokenize_call,
 )
-from .exceptions import TransportError
+from .exceptions import TokenizerServiceError, TransportError
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, Endpoints, RetryPolicy
 from .transports.base import Request, SyncTransport, Timeout
 from .transports.stdlib import HTTPTransport
 
-if TYPE_CHECKING:  # the data tools are a layer above the SDK: imported when a collator is asked for
+if TYPE_CHECKING:  # the data tools are a layer above the SDK: imported when one is asked for
+    from ..data import ChatTokenizeFunction, TokenizeFunction
     from ..data.collate import ChatCollator, Collator
 
 T = TypeVar("T")
@@ -180,6 +182,28 @@ class _ClientBase:
             padding_side=padding_side,
             return_position_ids=return_position_ids,
             **chat_options,
+        )
+
+    def tokenize_function(
+        self, column: str = "text", *, pair_column: str | None = None, **options: Any
+    ) -> TokenizeFunction:
+        """The function of ``dataset.map(function, batched=True, num_proc=N)`` (datasets): the columns
+        ``tokenizer(batch[column], **options)`` gives in-process, computed by this service, with datasets' cache keyed
+        on the served tokenizer and the options, never the URL (see :class:`service.data.TokenizeFunction`)."""
+        from ..data import TokenizeFunction
+
+        return TokenizeFunction(self._sync_client(), column, pair_column=pair_column, **options)
+
+    def chat_tokenize_function(
+        self, column: str = "messages", *, assistant_only_loss: bool = True, labels: bool = False, **chat_options: Any
+    ) -> ChatTokenizeFunction:
+        """The function of ``dataset.map(function, batched=True)`` over conversations: ``input_ids`` and
+        ``assistant_masks`` as TRL's ``SFTTrainer`` tokenizes them, so it takes the result as already tokenized (see
+        :class:`service.data.ChatTokenizeFunction`)."""
+        from ..data import ChatTokenizeFunction
+
+        return ChatTokenizeFunction(
+            self._sync_client(), column, assistant_only_loss=assistant_only_loss, labels=labels, **chat_options
         )
 
     def _sync_client(self) -> TokenizerClient:
@@ -585,6 +609,29 @@ class TokenizerClient(_ClientBase):
     def close(self) -> None:
         """Close this process's idle connections."""
         self._transport.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        if "datasets" in sys.modules:
+            # datasets keys a map by the pickle of its function, and a user's function pickles the client it calls:
+            # the served tokenizer's fingerprint in that pickle makes a service that changed tokenizer behind the same
+            # URL miss the cache instead of answering the old tokenization.
+            state["served_fingerprint"] = self._served_fingerprint()
+        return state
+
+    def _served_fingerprint(self) -> str | None:
+        """The fingerprint of the tokenizer served at the first URL: one request, no retry; None if unreachable (a map
+        then fails before it caches anything)."""
+        if self.expected_fingerprint is not None:
+            return self.expected_fingerprint
+        call = info_call()
+        try:
+            request = self._request(call, self.urls[0])
+            info = finish(call, self._transport.handle_request(request), request.url, None)
+        except TokenizerServiceError:
+            return None
+        fingerprint: str = info["fingerprint"]
+        return fingerprint
 
     def __enter__(self) -> TokenizerClient:
         return self

@@ -1,0 +1,246 @@
+"""The functions of ``datasets.Dataset.map(function, batched=True)`` (and of a streaming ``IterableDataset.map``) that
+tokenize through the service: the columns the in-process tokenizer gives, with datasets' cache keyed on what
+determines them.
+
+datasets keys a ``map`` by hashing its function: it pickles it (its own dill ``Pickler``) and hashes the bytes. A
+client pickles as its settings, URL included, so the hash of a function holding it depends on where the service is,
+not on what it serves: a service that now serves another tokenizer behind the same URL would be answered from the
+cache. So these functions register, with that pickler only, a form made of what determines the output -- the served
+tokenizer's fingerprint (asked of the service at hashing time), the column and the options -- and never the URL or a
+socket path: a relaunched private service, on a new socket, still hits the cache. Workers still receive the
+whole function (ordinary pickling, URL included).
+
+Both functions refuse what in-process code would not tokenize as the user expects: a missing column, a row that is
+not a string (or a conversation), an empty batch -- naming the column and the row (the dataset's row number with
+``map(..., with_indices=True)``, else the row of the batch). ``function.map(dataset, ...)`` also refuses an empty
+dataset, which datasets' ``map`` returns untouched without calling the function.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import fields
+from typing import Any
+
+from ..client import TokenizerClient
+from ..wire import ChatOptions, EncodeOptions, changed_options
+from .sft import sft_labels
+
+__all__ = ["TokenizeFunction", "ChatTokenizeFunction", "MapInputError"]
+
+#: The chat options a ``map`` over conversations takes (the rest are fixed: unpadded rows, masks by
+#: ``assistant_only_loss``).
+CHAT_MAP_OPTIONS = frozenset(
+    {"tools", "documents", "chat_template", "chat_template_kwargs", "assistant_masks_from", "truncation", "max_length"}
+)
+#: Columns of a conversation dataset that TRL reads per row and these functions do not (they take one value for every
+#: row): refused rather than silently ignored.
+PER_ROW_CHAT_COLUMNS = ("tools", "chat_template_kwargs")
+
+
+class MapInputError(ValueError):
+    """A batch the map function cannot tokenize as asked: the message names the column and the row."""
+
+
+def _where(row: int, indices: Sequence[int] | None) -> str:
+    return (
+        f"row {indices[row]}"
+        if indices is not None
+        else f"row {row} of the batch (pass with_indices=True to map for the dataset's row)"
+    )
+
+
+def column_values(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[Any]:
+    """The values of ``column`` in a batch of ``map(batched=True)``; refuses a missing column and an empty batch."""
+    if column not in batch:
+        raise MapInputError(f"column {column!r} is not in the dataset; its columns are {sorted(batch)}")
+    values = list(batch[column])
+    if not values:
+        raise MapInputError(f"column {column!r}: the dataset (or this batch) is empty, there is nothing to tokenize")
+    return values
+
+
+def column_texts(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[str]:
+    """The texts of ``column``: every row a str (None, numbers and lists are refused, never coerced)."""
+    texts = column_values(batch, column, indices)
+    for row, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise MapInputError(
+                f"column {column!r}, {_where(row, indices)}: {type(text).__name__} {text!r:.80} is not a string"
+            )
+    return texts
+
+
+def column_conversations(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[Any]:
+    """The conversations of ``column``: every row a non-empty list of message mappings."""
+    conversations = column_values(batch, column, indices)
+    for row, conversation in enumerate(conversations):
+        if (
+            not isinstance(conversation, list)
+            or not conversation
+            or not all(isinstance(message, Mapping) for message in conversation)
+        ):
+            raise MapInputError(
+                f"column {column!r}, {_where(row, indices)}: {type(conversation).__name__} {conversation!r:.80} is not "
+                "a conversation (a non-empty list of messages: dicts with role and content)"
+            )
+    return conversations
+
+
+class _CachedByIdentity:
+    """What both functions share: the client, and the form datasets' cache hashes (see the module docs)."""
+
+    client: TokenizerClient
+
+    def cache_identity(self) -> dict[str, Any]:
+        """What determines this function's output: the served tokenizer's fingerprint (asked of the service now),
+        the function's kind and its settings. Never the URL."""
+        return {"fingerprint": self.client.info()["fingerprint"], "kind": type(self).__qualname__, **self._settings()}
+
+    column: str
+
+    def map(self, dataset: Any, **map_kwargs: Any) -> Any:
+        """``dataset.map(self, batched=True, with_indices=True, **map_kwargs)`` (a ``datasets.Dataset`` or a streaming
+        ``IterableDataset``), after refusing an empty dataset and a missing column -- which ``dataset.map`` alone
+        lets through: datasets never calls a function on an empty dataset, and returns it without the new columns.
+        Errors name the dataset's row."""
+        names = getattr(dataset, "column_names", None)
+        if names is not None and self.column not in names:
+            raise MapInputError(f"column {self.column!r} is not in the dataset; its columns are {sorted(names)}")
+        if hasattr(dataset, "__len__") and len(dataset) == 0:
+            raise MapInputError(f"column {self.column!r}: the dataset is empty, there is nothing to tokenize")
+        return dataset.map(self, batched=True, with_indices=True, **map_kwargs)
+
+    def _settings(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        settings = ", ".join(f"{name}={value!r}" for name, value in self._settings().items())
+        return f"{type(self).__name__}({self.client!r}, {settings})"
+
+
+class TokenizeFunction(_CachedByIdentity):
+    """``dataset.map(TokenizeFunction(client, "text", truncation=True, max_length=512), batched=True, num_proc=4)``:
+    the columns ``tokenizer(batch["text"], truncation=True, max_length=512)`` gives in-process -- the same keys,
+    values and (as datasets infers them) Arrow features -- computed by the service. ``client.tokenize_function(...)``
+    makes one.
+
+    ``pair_column`` names the second texts of pairs (``tokenizer(batch[column], batch[pair_column], ...)``).
+    ``options``: those of :meth:`TokenizerClient.encode` but ``return_tensors`` (a map returns lists).
+    Takes ``with_indices=True`` (the dataset's row numbers in errors). Picklable: forked and spawned map workers
+    each open their own connections."""
+
+    def __init__(
+        self, client: TokenizerClient, column: str = "text", *, pair_column: str | None = None, **options: Any
+    ) -> None:
+        names = {declared.name for declared in fields(EncodeOptions)}
+        unknown = sorted(set(options) - names)
+        if unknown:
+            raise TypeError(f"unknown options {unknown}: a map takes those of encode, {sorted(names)}")
+        self.client = client
+        self.column = column
+        self.pair_column = pair_column
+        self.options = changed_options(EncodeOptions(**options))  # validated as the client validates them
+        register_cache_identity(type(self))
+
+    def _settings(self) -> dict[str, Any]:
+        return {"column": self.column, "pair_column": self.pair_column, "options": self.options}
+
+    def __call__(self, batch: Mapping[str, Any], indices: Sequence[int] | None = None) -> dict[str, Any]:
+        texts = column_texts(batch, self.column, indices)
+        pairs = column_texts(batch, self.pair_column, indices) if self.pair_column is not None else None
+        columns: dict[str, Any] = self.client.encode_ragged(texts, pairs, **self.options).tolist()
+        return columns
+
+
+class ChatTokenizeFunction(_CachedByIdentity):
+    """``dataset.map(ChatTokenizeFunction(client), batched=True)``: a ``messages`` column of conversations ->
+    ``input_ids`` and, with ``assistant_only_loss`` (default, as TRL's), ``assistant_masks`` -- what TRL's
+    ``SFTTrainer`` computes when it tokenizes a conversational dataset itself, so the result is a dataset it takes
+    as already tokenized (it then builds ``labels`` from the masks, as it always does). ``labels=True`` builds them
+    here instead, as TRL does (the id where the mask is 1, else -100; the masks dropped).
+    ``client.chat_tokenize_function`` makes one.
+
+    ``chat_options``: ``tools``, ``documents``, ``chat_template`` (a name), ``chat_template_kwargs``,
+    ``assistant_masks_from``, ``truncation``, ``max_length`` -- one value for every row (a ``tools`` or
+    ``chat_template_kwargs`` column, which TRL reads per row, is refused). As TRL, a conversation with no assistant
+    token under ``assistant_only_loss`` is an error (its template lacks generation markers)."""
+
+    def __init__(
+        self,
+        client: TokenizerClient,
+        column: str = "messages",
+        *,
+        assistant_only_loss: bool = True,
+        labels: bool = False,
+        **chat_options: Any,
+    ) -> None:
+        unknown = sorted(set(chat_options) - CHAT_MAP_OPTIONS)
+        if unknown:
+            raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(CHAT_MAP_OPTIONS)}")
+        self.client = client
+        self.column = column
+        self.assistant_only_loss = assistant_only_loss
+        self.labels = labels
+        options = ChatOptions(return_assistant_tokens_mask=assistant_only_loss, **chat_options)
+        self.options = changed_options(options)
+        register_cache_identity(type(self))
+
+    def _settings(self) -> dict[str, Any]:
+        return {"column": self.column, "labels": self.labels, "options": self.options}
+
+    def __call__(self, batch: Mapping[str, Any], indices: Sequence[int] | None = None) -> dict[str, Any]:
+        per_row = [name for name in PER_ROW_CHAT_COLUMNS if name in batch]
+        if per_row:
+            raise MapInputError(
+                f"columns {per_row} hold per-row chat options, which this function does not read: give one value for "
+                "every row as an option, or remove the columns"
+            )
+        conversations = column_conversations(batch, self.column, indices)
+        rows = self.client.chat_encode_ragged(conversations, **self.options).tolist()
+        columns: dict[str, Any] = {"input_ids": rows["input_ids"]}
+        if self.assistant_only_loss:
+            masks = rows["assistant_masks"]
+            for row, mask in enumerate(masks):
+                if 1 not in mask:
+                    raise MapInputError(
+                        f"column {self.column!r}, {_where(row, indices)}: no token is the assistant's, so no token "
+                        "counts toward the loss (the template may lack {% generation %} markers: pass "
+                        "assistant_masks_from='turns', or assistant_only_loss=False)"
+                    )
+            columns["assistant_masks"] = masks
+        if self.labels:
+            masks = columns.pop("assistant_masks", [None] * len(rows["input_ids"]))
+            columns["labels"] = [
+                sft_labels(ids, mask, assistant_only_loss=self.assistant_only_loss).tolist()
+                for ids, mask in zip(columns["input_ids"], masks, strict=False)
+            ]
+        return columns
+
+
+# -- datasets' cache ---------------------------------------------------------------------------------------------
+def identity_of(kind: str, identity: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """What a function's hash is made of in datasets' cache (never called: it only names the form)."""
+    return kind, identity
+
+
+def _save_identity(pickler: Any, obj: _CachedByIdentity) -> None:
+    pickler.save_reduce(identity_of, (type(obj).__qualname__, obj.cache_identity()), obj=obj)
+
+
+def register_cache_identity(function_type: type[_CachedByIdentity]) -> None:
+    """Have datasets' hashing pickler save ``function_type`` as its cache identity (its extension point: datasets
+    registers tokenizers, regexes and tensors the same way). Without datasets, nothing to do; were that module to
+    move in a later datasets, the ordinary pickle (URL included) would key the cache: misses, never stale hits."""
+    if "datasets" not in sys.modules:
+        try:
+            import datasets  # noqa: F401  # the map this function is made for imports it anyway
+        except ImportError:
+            return
+    try:
+        from datasets.utils._dill import Pickler, pklregister
+    except ImportError:
+        return
+    if function_type not in Pickler.dispatch:
+        pklregister(function_type)(_save_identity)
