@@ -26,7 +26,7 @@ from gates import wait_until
 
 from testkit import corpora, jobs
 from testkit.jobs import Tail
-from testkit.objectstore import STORES, LoopbackStore, StoreUnavailable
+from testkit.objectstore import AZURITE_KEY, STORES, LoopbackStore, StoreUnavailable
 from testkit.servers import REPO, ServerProcess
 
 UNIT = "48K"
@@ -294,7 +294,9 @@ def post(url: str, body: dict[str, Any]) -> Any:
         return json.loads(response.read())
 
 
-def test_serve_a_tokenizer_from_the_store_exactly_as_from_disk(store, tokenizer_dirs, tmp_path):
+def test_serve_a_tokenizer_from_the_store_exactly_as_from_disk(store, tokenizer_dirs, servers, tmp_path):
+    """The same tokenizer served from the store and from disk (the session's server): the same fingerprint, the
+    same /encode answers; a prefix holding nothing stops the server at start-up, naming the URL."""
     source = tokenizer_dirs["sentencepiece"]
     store.make_buckets("served")
     fs = store.filesystem()
@@ -304,10 +306,8 @@ def test_serve_a_tokenizer_from_the_store_exactly_as_from_disk(store, tokenizer_
     env = {**job_env(store), "TOKENIZER_SERVICE_STORAGE_OPTIONS": store.options_json}
     served, none = store.url("served/tokenizers/spm/"), store.url("served/tokenizers/none/")
     texts = ["Hello world", "你好，世界", "😀 emoji", ""]
-    with (
-        ServerProcess("--model", served, env=env, log_path=tmp_path / "store.log") as remote,
-        ServerProcess("--model", str(source), log_path=tmp_path / "disk.log") as local,
-    ):
+    local = servers["sentencepiece"]
+    with ServerProcess("--model", served, env=env, log_path=tmp_path / "store.log") as remote:
         infos = [
             json.loads(urllib.request.urlopen(server.url + "/info", timeout=30).read()) for server in (remote, local)
         ]
@@ -320,6 +320,21 @@ def test_serve_a_tokenizer_from_the_store_exactly_as_from_disk(store, tokenizer_
     with pytest.raises(RuntimeError, match="exited"):
         missing.start(timeout=60)
     assert none in (tmp_path / "missing.log").read_text()
+
+
+@pytest.mark.parametrize("store", ["azure"], indirect=True)
+def test_a_key_azure_does_not_accept_is_refused_at_once_never_printed(store, corpus, servers, tmp_path):
+    """A connection string whose key Azurite does not accept (it checks every request's signature, as Azure
+    does): the worker stops at once (no retrying for --retry-deadline), naming the URL, the refusal and where
+    credentials come from; the key appears nowhere."""
+    wrong_key = "V3JvbmcgYnV0IHdlbGwgZm9ybWVkIGtleSBmb3IgYSB0ZXN0LCBub3QgQXp1cml0ZSdzIG93bg=="
+    options = {"connection_string": store.connection_string.replace(AZURITE_KEY, wrong_key)}
+    args = pretokenize_args(store, corpus[1], store.url("tokens/wrong-key"), servers["wordpiece_default"].url)
+    args[args.index("--storage-options") + 1] = json.dumps(options)
+    done = run("pretokenize", *args, env=job_env(store), timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert f"{corpus[1]}: the store refused: " in done.stderr and "check the credentials" in done.stderr
+    assert "retrying" not in done.stderr and wrong_key not in done.stdout + done.stderr
 
 
 @s3_only
