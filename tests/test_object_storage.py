@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from gates import wait_until
 
+from service.corpus.storage import Storage
 from testkit import corpora, jobs
 from testkit.jobs import Tail
 from testkit.objectstore import AZURITE_KEY, STORES, LoopbackStore, StoreUnavailable
@@ -137,7 +138,9 @@ def reference(store, corpus, servers, tmp_path_factory) -> tuple[str, dict[str, 
     assert done.returncode == 0, done.stderr
     assert "worker 0 of 1" in done.stderr
     no_bucket = run("pretokenize", *pretokenize_args(store, corpus[1], absent, url, "megatron"), env=job_env(store))
-    assert no_bucket.returncode == 1 and f"{absent}/" in no_bucket.stderr and "bucket" in no_bucket.stderr
+    assert (
+        no_bucket.returncode == 1 and f"{absent}/" in no_bucket.stderr and "does the bucket exist?" in no_bucket.stderr
+    )
     return url, store.tree("tokens/one")
 
 
@@ -335,6 +338,19 @@ def test_a_key_azure_does_not_accept_is_refused_at_once_never_printed(store, cor
     assert done.returncode == 1, done.stderr
     assert f"{corpus[1]}: the store refused: " in done.stderr and "check the credentials" in done.stderr
     assert "retrying" not in done.stderr and wrong_key not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("store", ["azure"], indirect=True)
+def test_abfs_and_az_name_the_same_container(store):
+    """adlfs serves ``abfs://`` and ``az://`` with one filesystem: what the storage layer writes through one
+    is read, listed and removed through the other."""
+    storage = Storage(store.storage_options)
+    store.make_buckets("schemes")
+    storage.folder("abfs://schemes/run").write_bytes("a/b.txt", b"written through abfs://")
+    folder = storage.folder("az://schemes/run")
+    assert folder.listing() == {"a/b.txt": 23} and folder.read_bytes("a/b.txt") == b"written through abfs://"
+    folder.remove("a/b.txt")
+    assert storage.folder("abfs://schemes/run").listing() == {}
 
 
 @s3_only
