@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from gates import wait_until
 
+from service.corpus.errors import StorageError
 from service.corpus.storage import Storage
 from testkit import corpora, jobs
 from testkit.jobs import Tail
@@ -353,6 +354,16 @@ def test_abfs_and_az_name_the_same_container(store):
     assert storage.folder("abfs://schemes/run").listing() == {}
 
 
+@pytest.mark.parametrize("store", ["azure"], indirect=True)
+def test_a_record_written_to_a_missing_container_is_named_at_once(store):
+    """A small object (a .done record, a coordination file: one PUT) written to a container that does not
+    exist: adlfs passes azure-core's 404 on untranslated; the storage layer names it as a missing bucket at once
+    instead of retrying it until the deadline."""
+    storage = Storage(store.storage_options, retry_deadline=30)
+    with pytest.raises(StorageError, match=r"^az://absent/run/x\.done: cannot write there .*does the bucket exist"):
+        storage.folder("az://absent/run").write_bytes("x.done", b"{}")
+
+
 @s3_only
 def test_refusals_name_the_url_and_what_the_store_said_never_a_secret(store, corpus, reference, tmp_path):
     """An empty glob, no credentials at all, a key the store does not know, a bucket the key may not write,
@@ -401,6 +412,7 @@ def test_refusals_name_the_url_and_what_the_store_said_never_a_secret(store, cor
 MEMORY_PROBE = r"""
 import json, os, sys
 from pathlib import Path
+from service.corpus.errors import StorageError
 from service.corpus.storage import Storage
 
 def peak():  # VmHWM, MiB

@@ -1,9 +1,11 @@
 """Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface.
 
 Every path of a job -- inputs and globs, ``--out``, the count and coordination files, the manifest -- is a
-local path or a URL (``s3://``, ``gs://``, ``az://``, ``hf://``, ``memory://``...). Local paths use the
-standard library only (a client-only install needs nothing more); URLs go through fsspec and the store's own
-package (``s3fs`` for ``s3://``: the ``s3`` extra), whose absence is named with the extra that installs it.
+local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a server of its protocol:
+tests/test_object_storage.py; any other fsspec URL, ``hf://`` or ``memory://``, goes the same way, untested).
+Local paths use the standard library only (a client-only install needs nothing more); URLs go through fsspec and
+the store's own package (``s3fs``, ``gcsfs``, ``adlfs``: the ``s3``, ``gcs``, ``azure`` extras), whose absence is
+named with the extra that installs it.
 
 Object stores have no rename and no append, so nothing is ever written in place: an output is written to a
 local spool file and uploaded whole (one PUT, or a multipart upload that the store's package aborts on
