@@ -322,8 +322,10 @@ class LoopbackGCS(LoopbackStore):
         return gcsfs.GCSFileSystem(**self.storage_options, use_listings_cache=False, skip_instance_cache=True)
 
 
-#: Azurite's pinned version is the Makefile's (``make emulators`` installs it under .cache/azurite).
+#: Azurite's pinned version is the Makefile's (``make emulators`` installs it under .cache/azurite);
+#: ``$TOKENIZER_SERVICE_AZURITE`` names another copy's ``azurite-blob`` (the mutation check's copy has no .cache).
 AZURITE_BIN = REPO / ".cache" / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+AZURITE_ENV = "TOKENIZER_SERVICE_AZURITE"
 #: Azurite's one account and its key: public, the same in every copy of Azurite (Microsoft's documentation).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
@@ -344,8 +346,9 @@ class LoopbackAzure(LoopbackStore):
     @staticmethod
     def binary() -> Path:
         """Azurite's blob server: the project's copy, else one on PATH; StoreUnavailable says how to install."""
-        if AZURITE_BIN.exists():
-            return AZURITE_BIN
+        for candidate in (os.environ.get(AZURITE_ENV), AZURITE_BIN):
+            if candidate and Path(candidate).exists():
+                return Path(candidate)
         found = shutil.which("azurite-blob")
         if found is None:
             raise StoreUnavailable(
