@@ -3,6 +3,7 @@
 #   make test    -- create .venv, install, run the whole test suite (what CI runs)
 # And for maintainers:
 #   make lint    -- ruff (lint + format check), mypy, import boundaries (CI runs it too)
+#   make emulators -- Azurite (the Azure Storage emulator, npm) under .cache/azurite, for the az:// tests (CI runs it)
 #   make docs    -- build the docs site into build/site/ (--strict; open build/site/index.html, offline too)
 #   make fmt     -- apply ruff's fixes and formatting
 #   make bench   -- the side-by-side benchmark (ARGS=--smoke for a quick check)
@@ -14,7 +15,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LINTED := service tests testkit benchmarks scripts examples deploy
 
-.PHONY: serve test lint fmt docs bench fuzz mutants install clean
+.PHONY: serve test lint fmt docs bench fuzz mutants install clean emulators
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,10 +27,22 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The object-store emulators that are not Python packages (testkit/objectstore.py finds them here); moto and
+# gcp-storage-emulator come with the test extra. Needs node and npm (Debian: apt-get install nodejs npm).
+AZURITE := azurite@3.37.0
+AZURITE_STAMP := .cache/azurite/.$(AZURITE)
+$(AZURITE_STAMP):
+	npm install --prefix .cache/azurite --no-audit --no-fund --loglevel=error $(AZURITE)
+	touch $(AZURITE_STAMP)
+
+emulators: $(AZURITE_STAMP)
+# `make test` installs Azurite too where npm is (without it the az:// tests skip, saying so; in CI they fail)
+TEST_NEEDS := $(STAMP) $(if $(shell command -v npm),$(AZURITE_STAMP))
+
 serve: $(STAMP)
 	$(BIN)/tokenizer-service serve $(ARGS)
 
-test: $(STAMP)
+test: $(TEST_NEEDS)
 	RUST_BACKTRACE=0 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scripts.mutations import MUTATIONS, SERVER, Mutation
+from testkit.objectstore import AZURITE_BIN, AZURITE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 NOT_COPIED = (".git", ".venv", ".cache", "bench-results", "__pycache__", ".hypothesis", ".mypy_cache")
@@ -59,6 +60,7 @@ def run_tests(copy: Path, files: tuple[str, ...]) -> Outcome:
         "PYTHONPATH": str(copy),
         "RUST_BACKTRACE": "0",
         "TOKENIZER_SERVICE_ASSETS": os.environ.get("TOKENIZER_SERVICE_ASSETS", str(REPO / ".cache" / "assets")),
+        AZURITE_ENV: os.environ.get(AZURITE_ENV, str(AZURITE_BIN)),  # the copy has no .cache: this one's Azurite
     }
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--hypothesis-profile=mutants"]
     started = time.monotonic()

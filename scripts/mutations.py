@@ -661,6 +661,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         (CORPUS,),
     ),
     Mutation(
+        "azure's 404 for a missing container is retried until the deadline",
+        STORAGE,
+        "return isinstance(exc, FileNotFoundError) or http_status(exc) == 404",
+        "return isinstance(exc, FileNotFoundError)",
+        (OBJECT_STORAGE,),
+    ),
+    Mutation(
+        "a 403 from azure (a key it refuses) is retried until the deadline",
+        STORAGE,
+        "return False  # a refusal (401, 403...) answered as such, whatever the client's exception",
+        "pass",
+        (OBJECT_STORAGE,),
+    ),
+    Mutation(
         "a ranged read resumed after a dropped connection starts at byte 0",
         STORAGE,
         "self._stream.seek(self._position)",

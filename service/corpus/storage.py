@@ -1,9 +1,11 @@
 """Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface.
 
 Every path of a job -- inputs and globs, ``--out``, the count and coordination files, the manifest -- is a
-local path or a URL (``s3://``, ``gs://``, ``az://``, ``hf://``, ``memory://``...). Local paths use the
-standard library only (a client-only install needs nothing more); URLs go through fsspec and the store's own
-package (``s3fs`` for ``s3://``: the ``s3`` extra), whose absence is named with the extra that installs it.
+local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a server of its protocol:
+tests/test_object_storage.py; any other fsspec URL, ``hf://`` or ``memory://``, goes the same way, untested).
+Local paths use the standard library only (a client-only install needs nothing more); URLs go through fsspec and
+the store's own package (``s3fs``, ``gcsfs``, ``adlfs``: the ``s3``, ``gcs``, ``azure`` extras), whose absence is
+named with the extra that installs it.
 
 Object stores have no rename and no append, so nothing is ever written in place: an output is written to a
 local spool file and uploaded whole (one PUT, or a multipart upload that the store's package aborts on
@@ -73,6 +75,8 @@ _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # and botocore's (or another client's) errors whose class name says it is about credentials or set-up.
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, ValueError)
 _PERMANENT_NAMES = ("Credential", "NoRegion", "ParamValidation", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+# Client errors (4xx) that retrying may cure: a request timeout, throttling.
+_TRANSIENT_CLIENT_STATUSES = (408, 429)
 _CLIENT_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google", "azure", "s3fs", "gcsfs")
 
 
@@ -94,14 +98,34 @@ def join(location: str, name: str) -> str:
     return f"{location.rstrip('/')}/{name}" if is_url(location) else str(Path(location) / name)
 
 
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status a store answered, where its client raised it untranslated: azure-core's
+    ``HttpResponseError.status_code`` (adlfs passes most of them on), gcsfs's ``HttpError.code``, aiohttp's
+    ``ClientResponseError.status``."""
+    for attribute in ("status_code", "code", "status"):
+        value = getattr(exc, attribute, None)
+        if isinstance(value, int) and 100 <= value <= 599:
+            return value
+    return None
+
+
+def _missing(exc: BaseException) -> bool:
+    """A missing object, bucket or container: FileNotFoundError, or a 404 its client did not translate (adlfs
+    passes azure-core's ResourceNotFoundError on when a write finds no container)."""
+    return isinstance(exc, FileNotFoundError) or http_status(exc) == 404
+
+
 def transient(exc: BaseException) -> bool:
     """Whether retrying may cure ``exc``: a dropped or refused connection, a timeout, throttling or a server
     error -- not a missing object, a refusal, missing credentials or a wrong argument."""
-    if isinstance(exc, _PERMANENT):
+    if isinstance(exc, _PERMANENT) or _missing(exc):
         return False
     name = type(exc).__name__
     if any(part in name for part in _PERMANENT_NAMES):
         return False
+    status = http_status(exc)
+    if status is not None and 400 <= status < 500 and status not in _TRANSIENT_CLIENT_STATUSES:
+        return False  # a refusal (401, 403...) answered as such, whatever the client's exception
     if isinstance(exc, (OSError, ConnectionError, TimeoutError)):
         return True
     return type(exc).__module__.split(".")[0] in _CLIENT_MODULES
@@ -115,7 +139,8 @@ CREDENTIALS_HINT = (
 
 
 def _about_credentials(exc: BaseException) -> bool:
-    return any(part in type(exc).__name__ for part in ("Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch"))
+    names = ("Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ClientAuthentication")
+    return any(part in type(exc).__name__ for part in names) or http_status(exc) in (401, 403)
 
 
 def describe_error(exc: BaseException) -> str:
@@ -188,13 +213,15 @@ class Storage:
             started = time.monotonic()
             try:
                 return action()
-            except FileNotFoundError as exc:
-                if writing:
-                    raise StorageError(
-                        f"{what}: cannot write there ({describe_error(exc)}): does the bucket exist?"
-                    ) from None
-                raise
-            except Exception as exc:  # noqa: BLE001 -- every store's errors: sorted by transient() below
+            except Exception as exc:  # every store's errors: sorted by _missing() and transient() below
+                if _missing(exc):
+                    if writing:
+                        raise StorageError(
+                            f"{what}: cannot write there ({describe_error(exc)}): does the bucket exist?"
+                        ) from None
+                    if isinstance(exc, FileNotFoundError):
+                        raise
+                    raise FileNotFoundError(f"{what}: {describe_error(exc)}") from None
                 if not transient(exc):
                     hint = CREDENTIALS_HINT if isinstance(exc, PermissionError) or _about_credentials(exc) else ""
                     raise StorageError(f"{what}: the store refused: {describe_error(exc)}{hint}") from None

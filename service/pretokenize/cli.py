@@ -21,8 +21,8 @@ from .settings import OUTPUT_FORMATS, PretokenizeConfig
 DESCRIPTION = """\
 Pre-tokenize a corpus through the service into token shards for training: one shard per work unit
 (a small file, a line-aligned byte range of a big text/JSONL file, or Parquet row groups), so any number
-of workers write the same files as one. Inputs and --out are local paths or URLs (s3://, gs://, az://,
-hf://...). Each worker takes units[index::count]; its index comes from {sources}. Every shard file is
+of workers write the same files as one. Inputs and --out are local paths or URLs (s3://, gs://, az://).
+Each worker takes units[index::count]; its index comes from {sources}. Every shard file is
 written whole, then a .done record; a rerun skips done shards and redoes the rest. Worker 0 waits for the
 others and writes {manifest} (exit {incomplete} if they are still not done).
 Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (plus the eos id with
