@@ -12,7 +12,8 @@ them: it has every extra, and torch brings packages the server extra must declar
   S3-protocol server on 127.0.0.1 (moto's server mode), their outputs read back here.
 
 The image is the last install: ``deploy/check.sh`` builds it and runs the same route checks in it. The venvs
-share pip's cache (a wheel downloaded once serves every venv); torch comes from the machine's wheel.
+share pip's cache (a wheel downloaded once serves every venv); torch comes from the machine's wheel; nothing is
+compiled to bytecode at install time (Python does it on first import).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from scripts.doc_examples import EXAMPLE_ADDRESS, blocks
 from testkit import corpora
 from testkit.servers import REPO, ServerProcess
 
-pytestmark = pytest.mark.timeout(900)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The server's stack: none of it may be in a client-only install.
 SERVER_STACK = ("tokenizers", "transformers", "jinja2", "fastapi", "pydantic", "uvicorn")
@@ -54,6 +55,8 @@ class Venv:
 
     def pip(self, *args: str, timeout: float = 600) -> None:
         command = [self.python, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
+        if args[0] == "install":  # the same files; their bytecode written when first imported (half the time)
+            command.append("--no-compile")
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
         assert result.returncode == 0, f"{' '.join(args)}: {result.stderr[-3000:]}"
 
