@@ -340,6 +340,21 @@ def wait_ready(url: str, timeout: float) -> None:
     raise SystemExit(f"{url}/readyz not ready after {timeout:.0f}s (last: {last})")
 
 
+def _wait_in_flight(url: str, requests: int, timeout: float = 30) -> None:
+    """Until the server counts ``requests`` requests in flight beside the scrape (a fixed pause is too short on a
+    loaded machine: a request that arrives after SIGTERM is rightly refused)."""
+    deadline = time.monotonic() + timeout
+    seen = 0.0
+    while time.monotonic() < deadline:
+        for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+            if line.startswith("tokenizer_http_in_flight "):
+                seen = float(line.split()[1]) - 1  # the scrape itself
+        if seen >= requests:
+            return
+        time.sleep(0.05)
+    raise SystemExit(f"{requests} requests not in flight after {timeout:.0f}s (the server counts {seen:.0f})")
+
+
 def check_drain(url: str, grace: float, stop_command: list[str]) -> None:
     # Each request encodes a few thousand texts: long enough to still be running when SIGTERM arrives.
     body = {"texts": [TEXTS[1] * 8, TEXTS[0] * 8] * 1500, "padding": True}
@@ -354,7 +369,7 @@ def check_drain(url: str, grace: float, stop_command: list[str]) -> None:
     workers = [threading.Thread(target=request) for _ in range(4)]
     for worker in workers:
         worker.start()
-    time.sleep(0.5)  # in flight: one batch encoding, the others queued behind it
+    _wait_in_flight(url, len(workers))  # one batch encoding, the others queued behind it
     started = time.monotonic()
     stopped = subprocess.run(stop_command, capture_output=True, text=True)
     took = time.monotonic() - started
