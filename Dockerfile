@@ -28,10 +28,12 @@ RUN --mount=type=secret,id=ca \
     && /opt/build/bin/pip install --require-hashes -r /src/requirements/build.lock
 COPY pyproject.toml README.md /src/
 COPY service /src/service
-# The project itself, without dependency resolution: the lock has installed them all.
+# The project itself, without dependency resolution: the lock has installed them all (checked: every package of the
+# server extra, at a version in its declared range, as `serve` checks at start-up).
 RUN /opt/build/bin/pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/wheels /src \
     && /opt/venv/bin/pip install --no-deps /tmp/wheels/*.whl \
     && /opt/venv/bin/pip check \
+    && /opt/venv/bin/python -c "import sys; from service.extras import unmet_line; sys.exit(unmet_line('server'))" \
     && /opt/venv/bin/python -c "import service.cli, service.http.app" \
     && /opt/venv/bin/pip uninstall --yes pip setuptools \
     && rm -rf /tmp/wheels

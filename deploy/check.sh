@@ -12,9 +12,11 @@
 #    index at once -- on a small corpus);
 # 3. starts its own dockerd, builds a Debian bookworm base image with mmdebstrap (no image registry is
 #    reachable; cached by a content key), builds the image on it with the host CA as a BuildKit secret;
-# 4. runs the image read-only, non-root, without capabilities, published on 127.0.0.1: /readyz, /encode
-#    equal to in-process transformers, the HEALTHCHECK and preStop commands, then SIGTERM with requests in
-#    flight: all answered, exit 0 within the grace period; the same through docker-compose.yml;
+# 4. runs the image read-only, non-root, without capabilities, published on 127.0.0.1, serving a tokenizer with
+#    chat templates mounted read-only: every route of the app's route table answered as in-process transformers
+#    (deploy/smoke.py routes: /encode, /chat/encode with assistant masks, /info, /docs, ...), the HEALTHCHECK and
+#    preStop commands, then SIGTERM with requests in flight: all answered, exit 0 within the grace period;
+#    /encode of the embedded default tokenizer through docker-compose.yml;
 # 5. runs the dev overlay's Deployment with `podman kube play`: /encode, Rust threads = CPU limit, the
 #    largest allowed response within the memory limit, drain.
 # It stops everything it started (containers, pod, dockerd) by name or PID, and prints each step's time and
@@ -290,15 +292,20 @@ build_image() {
 
 # -- 4. the image under docker, and docker-compose ----------------------------------------------------------
 run_container() {
-    local port grace=20 healthcheck
+    local port grace=20 healthcheck chat_model
     port=$(free_port)
     $DOCKER rm -f "$CONTAINER" >/dev/null 2>&1 || true
+    # A tokenizer whose chat templates have {% generation %} markers, mounted read-only: every route of the route
+    # table is checked against it (the default tokenizer has no chat template; compose and the pod serve that one).
+    chat_model=$("$PY" deploy/smoke.py chat-model "$WORK/chat-model")
     # --cpus 1 on this 2-CPU machine: the server must size its Rust pool from the cgroup quota by itself.
     $DOCKER run --detach --name "$CONTAINER" --read-only --tmpfs /tmp --cap-drop ALL \
         --security-opt no-new-privileges --cpus 1 --memory 1g -p "127.0.0.1:$port:8000" \
+        -v "$chat_model:/models/chat:ro" -e TOKENIZER_SERVICE_MODEL=/models/chat \
         -e TOKENIZER_SERVICE_GRACEFUL_SHUTDOWN_SECONDS=$grace "$IMAGE" >/dev/null
     "$PY" deploy/smoke.py wait "http://127.0.0.1:$port" --timeout 60 || { $DOCKER logs "$CONTAINER"; return 1; }
-    "$PY" deploy/smoke.py encode "http://127.0.0.1:$port" --threads 1
+    "$PY" deploy/smoke.py routes "http://127.0.0.1:$port" --model "$chat_model" --threads 1 ||
+        { $DOCKER logs "$CONTAINER" | tail -20; return 1; }
     [[ $($DOCKER exec "$CONTAINER" id -u) == 10001 ]] || { echo "not running as UID 10001"; return 1; }
     # The HF cache directory belongs to UID 10001: only a read-only root keeps it from being written.
     if $DOCKER exec "$CONTAINER" touch /var/cache/huggingface/x 2>/dev/null; then
@@ -389,7 +396,7 @@ step "manifest tests (pytest)" manifest_tests
 step "start dockerd" start_dockerd
 step "base image (mmdebstrap, docker import)" build_base_image
 step "build image" build_image
-step "run image read-only: encode, drain" run_container
+step "run image read-only: every route (chat model), drain" run_container
 step "docker-compose up: encode" run_compose
 step "podman kube play dev overlay" run_pod
 step "stop dockerd" stop_dockerd

@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Sequence
 
 from . import __version__
+from .extras import install_command, unmet_line
 
 PROG = "tokenizer-service"
 
@@ -34,6 +35,10 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "server",
     ),
 }
+
+# The commands that need every package of their extra, checked before they start (pretokenize runs the flat format
+# on local files without its extra, and names the extra where it needs it).
+WHOLE_EXTRA = frozenset({"serve", "train"})
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,10 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     module_name, _, extra = COMMANDS[args.command]
+    if extra is not None and args.command in WHOLE_EXTRA:
+        problem = unmet_line(extra)
+        if problem is not None:
+            print(f"{PROG} {args.command}: {problem}", file=sys.stderr)
+            return 2
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:  # a client-only install: the server's dependencies are an extra
-        need = f"pip install 'tokenizer-service[{extra}]'" if extra else "a complete install"
+        need = install_command(extra) if extra else "a complete install"
         print(f"{PROG} {args.command}: needs {need} ({exc})", file=sys.stderr)
         return 2
     status: int = module.main(args.args, prog=f"{PROG} {args.command}")

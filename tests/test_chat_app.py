@@ -4,6 +4,7 @@ memory budget and the queue deadline applied to renders, and the OpenAPI schema 
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -111,6 +112,7 @@ def test_a_missing_template_variable_and_a_tokenizer_without_templates(client, t
             "chat_template_names": [],
             "generation_markers": {},
             "template_bodies_allowed": True,
+            "unusable": {},
         }
 
 
@@ -120,7 +122,63 @@ def test_info_names_the_templates_and_which_carry_markers(client):
         "chat_template_names": ["default", "llama3", "rewriting", "tool_use"],
         "generation_markers": {"default": True, "llama3": False, "rewriting": False, "tool_use": True},
         "template_bodies_allowed": False,
+        "unusable": {},
     }
+
+
+def test_a_template_that_cannot_compile_is_named_at_start_up_in_info_and_in_each_refusal(
+    chat_tokenizer_dirs, tmp_path, caplog
+):
+    broken = "{% for m in messages %}{{ m.content "
+    allowing = make_client(chat_tokenizer_dirs["bytelevel_bpe"], allow_chat_template_bodies=True)
+    with caplog.at_level("ERROR"), allowing as c:
+        info = c.get("/info").json()["chat"]
+        assert info["unusable"] == {}  # the tokenizer's own templates compile
+        refusal = assert_refused(
+            c.post(CHAT_RENDER_PATH, json={"conversations": [HELLO], "chat_template": broken}),
+            422,
+            ErrorKind.TOKENIZER,
+            "the chat template does not compile: ",
+        )
+    assert not [r for r in caplog.records if "chat" in r.getMessage()]
+    shutil.copytree(chat_tokenizer_dirs["bytelevel_bpe"], tmp_path / "broken")
+    (tmp_path / "broken" / "chat_template.jinja").write_text(broken, "utf-8")
+    shutil.rmtree(tmp_path / "broken" / "additional_chat_templates")
+    caplog.clear()
+    with caplog.at_level("ERROR"), make_client(tmp_path / "broken") as c:
+        assert c.get("/info").json()["chat"]["unusable"] == {"": refusal}
+        assert_refused(c.post(CHAT_RENDER_PATH, json={"conversations": [HELLO]}), 422, ErrorKind.TOKENIZER, refusal)
+    assert [r.getMessage() for r in caplog.records] == [f"the chat routes will refuse this template: {refusal}"]
+
+
+def test_an_install_without_jinja2_is_named_at_start_up_and_never_blamed_on_the_tokenizer(
+    chat_tokenizer_dirs, monkeypatch, caplog
+):
+    # transformers' own check of the install, answering as it does where jinja2 is not installed
+    from transformers.utils import chat_template_utils as ctu
+
+    monkeypatch.setattr(ctu, "is_jinja_available", lambda: False)
+    ctu._compile_jinja_template.cache_clear()
+    try:
+        with caplog.at_level("ERROR"), make_client(chat_tokenizer_dirs["bytelevel_bpe"]) as c:
+            unusable = c.get("/info").json()["chat"]["unusable"]
+            assert sorted(unusable) == ["default", "llama3", "rewriting", "tool_use"]
+            for path in (CHAT_RENDER_PATH, CHAT_ENCODE_PATH):
+                message = assert_refused(
+                    c.post(path, json={"conversations": [HELLO]}),
+                    500,
+                    ErrorKind.INTERNAL,
+                    "this server cannot render chat templates: its install lacks a package",
+                    "jinja2",
+                    "pip install 'tokenizer-service[server]'",
+                )
+                assert "does not compile" not in message and set(unusable.values()) == {message}
+            assert c.post("/encode", json={"texts": ["hi"]}).status_code == 200  # the rest is served
+        logged = [r.getMessage() for r in caplog.records]
+        assert logged == [f"the chat routes will refuse this template: {message}"], logged  # once, not per template
+    finally:
+        monkeypatch.undo()
+        ctu._compile_jinja_template.cache_clear()
 
 
 def test_template_bodies_render_only_where_the_operator_allows_them(chat_tokenizer_dirs, reference_tokenizers):

@@ -127,6 +127,7 @@ def test_the_tokenizer_without_a_template_and_named_templates(reference_tokenize
         "chat_template_names": [],
         "generation_markers": {},
         "template_bodies_allowed": False,
+        "unusable": {},
     }
     no_default = with_template(
         reference_tokenizers["bytelevel_bpe"], {"a": TEMPLATES["llama3"], "b": TEMPLATES["llama3"]}

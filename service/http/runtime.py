@@ -55,6 +55,8 @@ class Runtime:
         self._engine = engine
         self.metrics.memory_budget.set(engine.budget.capacity)
         logger.info("serving %s (%s) with %d Rust threads", loaded.source, loaded.fingerprint, self.threads)
+        for reason in dict.fromkeys(engine.chat.unusable.values()):  # one line when the install is the cause
+            logger.error("the chat routes will refuse this template: %s", reason)
         try:
             yield
         finally:

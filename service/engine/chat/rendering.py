@@ -16,14 +16,11 @@ from typing import Any
 from ..bounds import utf8_length
 from ..errors import ErrorKind, ServiceError
 from .limits import _COMPACT_BLOCKS, RenderWatch, _RenderCancelled
-from .templates import PreparedChats
+from .templates import PreparedChats, _detail
 
 #: transformers' names for a message's reasoning (``_REASONING_FIELDS``), the first being what templates read.
 _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "  # transformers' marker for where the final message ends
-
-#: The longest part of a template's own error message repeated to the caller.
-_MAX_ERROR_DETAIL = 300
 
 
 class _RenderRefused(Exception):
@@ -69,10 +66,7 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
     options = prepared.options
     limits = prepared.limits
     template = prepared.template
-    try:
-        compiled = ctu._compile_jinja_template(template.body)
-    except Exception as exc:  # noqa: BLE001 -- jinja raises TemplateSyntaxError, the sandbox others
-        raise ServiceError(ErrorKind.TOKENIZER, f"{template.describe()} does not compile: {_detail(exc)}") from None
+    compiled = template.compile()
     masks = options.return_assistant_tokens_mask
     turns = masks and options.assistant_masks_from == "turns"
     # what every conversation's render is given, made plain once, as render_jinja_template does
@@ -264,11 +258,6 @@ def _template_failure(exc: Exception) -> _RenderRefused:
     else:
         reason = f"the chat template failed on this conversation: {type(exc).__name__}: {_detail(exc)}"
     return _RenderRefused(ErrorKind.TOKENIZER, reason)
-
-
-def _detail(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= _MAX_ERROR_DETAIL else text[: _MAX_ERROR_DETAIL - 3] + "..."
 
 
 def _turn_spans(renderer: _Renderer, messages: list[dict[str, Any]], whole: str) -> list[tuple[int, int]]:

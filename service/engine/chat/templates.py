@@ -11,11 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ...extras import install_command
 from ...wire import ASSISTANT_MASK_SOURCES, PADDING_SIDES, ChatOptions, EncodeOptions
 from ..encoding import TokenizerFacts, plan_encode
 from ..errors import ErrorKind, ServiceError
 from .limits import RenderLimits
 
+#: The longest part of a template's own error message repeated to the caller.
+_MAX_ERROR_DETAIL = 300
 #: transformers' test for generation markers in a template (``render_jinja_template``).
 _GENERATION_MARKER = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
 #: What transformers passes to every template itself: a template variable of that name cannot come from
@@ -52,6 +55,28 @@ class _Template:
     def describe(self) -> str:
         return "the chat template" if self.name is None else f"the chat template {self.name!r}"
 
+    def compile(self) -> Any:
+        """transformers' compiled template (cached by transformers), or a ServiceError saying why there is none:
+        TOKENIZER when the template itself does not compile, INTERNAL when this server's install cannot compile
+        any template (transformers' jinja2 missing): then neither the tokenizer nor the request is at fault."""
+        from transformers.utils import chat_template_utils as ctu
+
+        try:
+            return ctu._compile_jinja_template(self.body)
+        except ImportError as exc:
+            raise ServiceError(
+                ErrorKind.INTERNAL,
+                f"this server cannot render chat templates: its install lacks a package ({_detail(exc)}); neither "
+                f"the tokenizer nor the request is at fault: the server needs {install_command('server')}",
+            ) from None
+        except Exception as exc:  # noqa: BLE001 -- jinja raises TemplateSyntaxError, the sandbox others
+            raise ServiceError(ErrorKind.TOKENIZER, f"{self.describe()} does not compile: {_detail(exc)}") from None
+
+
+def _detail(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= _MAX_ERROR_DETAIL else text[: _MAX_ERROR_DETAIL - 3] + "..."
+
 
 @dataclass(frozen=True)
 class PreparedChats:
@@ -83,6 +108,14 @@ class ChatTemplates:
         self.special_tokens = dict(special_tokens)
         self.facts = facts
         self.allow_template_bodies = allow_template_bodies
+        #: name ("" for the one unnamed template) -> why it cannot be rendered: found at load, for the start-up
+        #: log and /info, before any request reaches it
+        self.unusable: dict[str, str] = {}
+        for name, body in self._bodies().items():
+            try:
+                _template(name or None, body).compile()
+            except ServiceError as error:
+                self.unusable[name] = error.message
 
     @classmethod
     def of(
@@ -106,17 +139,20 @@ class ChatTemplates:
     def has_template(self) -> bool:
         return self._single is not None or bool(self._named)
 
+    def _bodies(self) -> dict[str, str]:
+        """name ("" for the one unnamed template) -> template body."""
+        return {"": self._single} if self._single is not None else dict(sorted(self._named.items()))
+
     def info(self) -> dict[str, Any]:
-        """For ``/info``: whether there is a chat template, its names, which carry generation markers."""
-        if self._single is not None:
-            markers: dict[str, bool] = {"": bool(_GENERATION_MARKER.search(self._single))}
-        else:
-            markers = {name: bool(_GENERATION_MARKER.search(body)) for name, body in sorted(self._named.items())}
+        """For ``/info``: whether there is a chat template, its names, which carry generation markers, and why any
+        cannot be rendered (``unusable``: name, "" for the one unnamed template, -> the reason)."""
+        bodies = self._bodies()
         return {
             "chat_template": self.has_template,
             "chat_template_names": self.names,
-            "generation_markers": markers,
+            "generation_markers": {name: _GENERATION_MARKER.search(body) is not None for name, body in bodies.items()},
             "template_bodies_allowed": self.allow_template_bodies,
+            "unusable": dict(self.unusable),
         }
 
     # -- checking a request (on the event loop: cheap, no rendering) --------------------------------------
