@@ -522,8 +522,17 @@ def test_a_launch_directory_that_cannot_be_used_is_named_with_what_to_do(monkeyp
 
 
 def test_an_interpreter_without_the_server_extra_is_told_what_to_install(launch_dir, monkeypatch):
-    monkeypatch.setattr(supervisor, "SERVER_MODULES", ("uvicorn", "no_such_server_dependency"))
+    from service import extras
+
+    requires = extras.metadata.requires
+    monkeypatch.setattr(
+        extras.metadata,
+        "requires",
+        lambda name: [*requires(name), 'no-such-server-dependency>=1; extra == "server"'],
+    )
     with pytest.raises(
-        LaunchError, match=r"lacks no_such_server_dependency: pip install 'tokenizer-service\[server\]'"
+        LaunchError,
+        match=r"no-such-server-dependency is not installed: the server extra brings it, "
+        r"pip install 'tokenizer-service\[server\]'",
     ):
         TokenizerClient.launch()

@@ -56,7 +56,6 @@ import time
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +63,7 @@ from .. import __version__
 from ..client.exceptions import LaunchError, TransportError
 from ..client.transports.base import Request, Response, Timeout
 from ..client.transports.stdlib import HTTPTransport
+from ..extras import unmet_line
 from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, unix_socket_url
 from .rendezvous import (
     Record,
@@ -83,8 +83,6 @@ logger = logging.getLogger(__name__)
 
 #: Serve settings ``launch`` sets itself: where the service listens, who owns it, and that it stops at once.
 RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds"})
-#: What the server imports, looked up (not imported) before launching with this interpreter.
-SERVER_MODULES = ("uvicorn", "fastapi", "pydantic_settings", "tokenizers", "transformers")
 #: A service is launched at most this many times per record: once, and relaunched once.
 MAX_LAUNCHES = 2
 #: How long a service that is stopping (draining) may take before a process waiting on it gives up.
@@ -195,12 +193,12 @@ def _files_identity(path: Path) -> dict[str, Any]:
 def _check_server_installed(python: str) -> None:
     if os.path.realpath(python) != os.path.realpath(sys.executable):
         return  # another interpreter: its own `serve` says what it lacks
-    missing = [name for name in SERVER_MODULES if find_spec(name) is None]
-    if missing:
+    problem = unmet_line("server")  # what `serve` itself checks at start-up (service/extras.py)
+    if problem is not None:
         raise LaunchError(
-            f"TokenizerClient.launch runs the server with this interpreter ({sys.executable}), which lacks "
-            f"{', '.join(missing)}: pip install 'tokenizer-service[server]' -- or pass python= an interpreter "
-            "that has it, or run `tokenizer-service serve` elsewhere and connect with its URL"
+            f"TokenizerClient.launch runs the server with this interpreter ({sys.executable}): {problem} -- or "
+            "pass python= an interpreter that has it, or run `tokenizer-service serve` elsewhere and connect with "
+            "its URL"
         )
 
 
