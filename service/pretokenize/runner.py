@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -57,7 +57,6 @@ class Summary:
     seconds: float = 0.0
     manifest: str | None = None
     peak_rss_bytes: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 async def pretokenize(

@@ -41,7 +41,6 @@ from .countfiles import CountWriter, merge_files, write_counts
 
 COUNTS_SUFFIX = ".counts"
 CHARS_SUFFIX = ".chars.json"
-SPILL_MARK = ".spill-"
 #: Bump when what a count file means changes: older counts are then refused, not mixed.
 COUNTING_VERSION = 1
 

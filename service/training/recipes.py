@@ -97,10 +97,6 @@ class Recipe:
     def byte_fallback(self) -> bool:
         return bool(self.model.get("byte_fallback"))
 
-    def counting(self) -> dict[str, Any]:
-        """What decides the counts: the normalizer and the pre-tokenizer."""
-        return {"normalizer": self.normalizer, "pre_tokenizer": self.pre_tokenizer}
-
     def describe(self) -> dict[str, Any]:
         """The recipe as the manifest records it."""
         return {
