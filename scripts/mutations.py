@@ -69,8 +69,8 @@ ENGINE_CHAT_RENDERING = "service/engine/chat/rendering.py"
 ENGINE_CHAT_MASKS = "service/engine/chat/masks.py"
 ENGINE_CHAT_RENDERER = "service/engine/chat/renderer.py"
 CHAT_CLIENT = "service/client/chat.py"
-EXECUTOR = "service/corpus/executor.py"
-STORAGE = "service/corpus/storage.py"
+EXECUTOR = "service/jobs/executor.py"
+STORAGE = "service/jobs/storage.py"
 ENCODERS = "service/pretokenize/encoders.py"
 TORCH_DATASETS = "service/pretokenize/torch_datasets.py"
 
@@ -633,7 +633,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "SageMaker hosts ordered as strings (algo-10 before algo-2)",
-        "service/corpus/workers.py",
+        "service/jobs/workers.py",
         "ordered = sorted(hosts, key=_host_order)",
         "ordered = sorted(hosts)",
         (CORPUS,),
@@ -711,7 +711,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "pretokenize chat: a record whose messages are not a conversation is not named as a bad record",
-        "service/corpus/records.py",
+        "service/jobs/records.py",
         "problem = conversation_problem(value)",
         "problem = None",
         (PRETOKENIZE_CHAT,),

@@ -342,7 +342,7 @@ def test_refusals_name_the_url_and_what_the_store_said_never_a_secret(s3, corpus
 MEMORY_PROBE = r"""
 import json, os, sys
 from pathlib import Path
-from service.corpus.storage import Storage
+from service.jobs.storage import Storage
 
 def peak():  # VmHWM, MiB
     with open("/proc/self/status") as status:

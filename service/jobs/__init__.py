@@ -1,14 +1,19 @@
-"""Offline jobs sharded across workers over a corpus: inputs, work units, which units a worker takes,
-documents, storage (local or object stores), and the one executor every job runs on.
+"""Offline jobs sharded across workers: the one executor every job runs on, its storage (local or object
+stores), which units a worker takes, progress, the command-line skeleton -- and the corpus they walk: inputs,
+work units, documents.
 
-Shared by every job that walks a corpus on many nodes -- ``tokenizer-service pretokenize`` (client side) and
-``tokenizer-service train`` (server side) -- so that both read the same files the same way, split them into
-the same units, and record, refuse and wait the same way. It imports only the standard library (fsspec for
-URLs, pyarrow for Parquet, when asked), never the client nor the server.
+Shared by every sharded job -- ``tokenizer-service pretokenize`` (client side) and ``tokenizer-service
+train`` (server side) -- so that both read the same files the same way, split them into the same units, and
+record, refuse and wait the same way. It imports only the standard library (fsspec for URLs, pyarrow for
+Parquet, when asked), never the client nor the server.
+
+Corpus reading (``inputs``, ``units``, ``records``) lives here rather than in a package of its own: the
+executor plans in units and records what each was made from, and reading goes through ``storage`` -- two
+packages would import each other.
 
 The pieces, in the order a job uses them::
 
-    from service.corpus import JobConfig, ShardedJob, DocumentReader
+    from service.jobs import JobConfig, ShardedJob, DocumentReader
 
     storage = config.storage(log)                             # --storage-options, --retry-deadline
     files, units, worker = config.plan(storage)               # inputs (paths, globs, URLs) -> units; the worker
@@ -23,7 +28,7 @@ The pieces, in the order a job uses them::
 Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
 with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``storage`` writes
 every output whole (rename on a disk, a whole upload to a store); ``executor`` keeps a ``.done`` record per
-unit, so a rerun skips finished units; ``jobcli`` holds the flags and the exit statuses the jobs share;
+unit, so a rerun skips finished units; ``cli`` holds the flags and the exit statuses the jobs share;
 ``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory.
 """
 

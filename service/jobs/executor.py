@@ -46,7 +46,7 @@ S = TypeVar("S")  # a step's per-unit statistics: a dataclass
 
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """The fields every sharded job over a corpus shares; the flags of :mod:`.jobcli` map one to one.
+    """The fields every sharded job over a corpus shares; the flags of :mod:`.cli` map one to one.
 
     ``inputs``: files, directories, globs or URLs. ``out``: a local path or a URL. ``storage_options``: the
     filesystem options for URLs (an endpoint...), never printed nor recorded. ``wait_seconds``: how long

@@ -13,7 +13,7 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from ..corpus import jobcli
+from ..jobs import cli as jobcli
 from ..wire import ASSISTANT_MASK_SOURCES, URL_ENV
 from .manifest import MANIFEST_NAME
 from .settings import OUTPUT_FORMATS, PretokenizeConfig

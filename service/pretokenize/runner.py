@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..corpus import CorpusError, Document, DocumentReader, ShardedJob, Storage, Worker, WorkUnit
-from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..jobs import CorpusError, Document, DocumentReader, ShardedJob, Storage, Worker, WorkUnit
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
 from .manifest import ShardStats, build_manifest, write_manifest
 from .settings import PretokenizeConfig
@@ -63,7 +63,7 @@ async def pretokenize(
     config: PretokenizeConfig, *, encoder: Encoder | None = None, log: Log = log_to_stderr
 ) -> Summary:
     """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also waits for the
-    others and writes the manifest (else :class:`~service.corpus.UnitsMissing`). ``encoder``: where ids come
+    others and writes the manifest (else :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come
     from (default: the service at ``config.url``)."""
     started = time.monotonic()
     if config.output_format == "parquet":

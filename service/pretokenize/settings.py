@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..corpus import JobConfig
+from ..jobs import JobConfig
 from ..wire import ASSISTANT_MASK_SOURCES
 
 #: Output formats, each the layout a trainer reads itself: Parquet (a list column of ids per document, the

@@ -12,8 +12,9 @@ import sys
 import textwrap
 from collections.abc import Sequence
 
-from ..corpus import jobcli, parse_size
-from ..corpus.progress import human
+from ..jobs import cli as jobcli
+from ..jobs import parse_size
+from ..jobs.progress import human
 from .options import DEFAULT_COUNT_MEMORY, MODELS, PHASES, TrainConfig
 
 for _needed in ("tokenizers", "transformers"):  # the server extra: service.cli names it when one is missing

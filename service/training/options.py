@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..corpus import JobConfig, is_url
-from ..corpus.progress import human
+from ..jobs import JobConfig, is_url
+from ..jobs.progress import human
 from .recipes import PRESETS
 
 #: Model families, one per preset (:data:`.recipes.PRESETS`): a WordPiece (BERT style), a byte-level BPE (GPT-2

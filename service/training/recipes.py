@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..corpus import JobError, Storage, fetch_tokenizer, is_url
+from ..jobs import JobError, Storage, fetch_tokenizer, is_url
 
 #: Roles transformers knows special tokens by, in the order its config lists them.
 ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")

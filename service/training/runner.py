@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..corpus import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Storage, Worker
-from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..jobs import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Storage, Worker
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
 from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn, local_count_files
