@@ -38,6 +38,7 @@ EDGES = "tests/test_serve_edges.py"
 UNIX = "tests/test_unix_sockets.py"
 LAUNCH = "tests/test_launch.py"
 CORPUS = "tests/test_corpus.py"
+JOB_STEPS = "tests/test_job_steps.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
 OBJECT_STORAGE = "tests/test_object_storage.py"
 
@@ -630,6 +631,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if foreign:",
         "if False:",
         (CORPUS,),
+    ),
+    Mutation(
+        "a rerun processes again the units that are done",
+        EXECUTOR,
+        "self.todo = self.job.pending()  # outputs made differently, by any worker, stop the run now",
+        "self.todo = self.job.pending() or self.job.mine()",
+        (JOB_STEPS,),
+    ),
+    Mutation(
+        "every worker, not only worker 0, waits for all units and finishes the job",
+        EXECUTOR,
+        "if not (finish if finish is not None else report.worker.index == 0):",
+        "if not (finish if finish is not None else True):",
+        (JOB_STEPS,),
     ),
     Mutation(
         "SageMaker hosts ordered as strings (algo-10 before algo-2)",

@@ -13,17 +13,17 @@ packages would import each other.
 
 The pieces, in the order a job uses them::
 
-    from service.jobs import JobConfig, ShardedJob, DocumentReader
+    from service.jobs import JobConfig, Step, run_worker, DocumentReader
 
     storage = config.storage(log)                             # --storage-options, --retry-deadline
     files, units, worker = config.plan(storage)               # inputs (paths, globs, URLs) -> units; the worker
-    job = ShardedJob(step=..., folder=storage.folder(config.out), units=units, worker=worker, ...)
-    for unit in job.pending():                                # units[index::count] not done yet
-        job.clear(unit)
-        for document in DocumentReader(unit, storage=storage):   # .text, .position, .fields (streamed)
-            ...                                               # write the unit's outputs into the folder
-        job.commit(unit, stats)                               # its .done record, written last
-    records = job.wait_for_all(stall_timeout=600)             # worker 0
+    report = run_worker(step, folder=storage.folder(config.out_location), units=units, worker=worker,
+                        config=config, log=log)
+        # the executor: this worker's units (units[index::count]) not done yet, cleared, then
+        #   step.process(todo, job, progress): for each unit, DocumentReader(unit, storage=storage) (.text,
+        #   .position, .fields, streamed) -> the unit's outputs in the folder -> job.commit(unit, stats), its
+        #   .done record, written last
+        # then, on worker 0: every unit's record, waited for and checked -> step.finalize(job, records, waited)
 
 Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
 with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``storage`` writes
@@ -33,7 +33,18 @@ unit, so a rerun skips finished units; ``cli`` holds the flags and the exit stat
 """
 
 from .errors import BadRecord, CorpusError, JobError, OutputConflict, StorageError, UnitsMissing
-from .executor import DONE_SUFFIX, DoneRecord, JobConfig, OutputFile, ShardedJob
+from .executor import (
+    DONE_SUFFIX,
+    AsyncStep,
+    DoneRecord,
+    JobConfig,
+    OutputFile,
+    ShardedJob,
+    Step,
+    WorkerReport,
+    arun_worker,
+    run_worker,
+)
 from .inputs import FORMATS, InputFile, find_inputs
 from .records import BAD_RECORD_POLICIES, Document, DocumentReader
 from .storage import Folder, LocalFolder, ObjectFolder, Storage, fetch_tokenizer, is_url
@@ -49,6 +60,11 @@ __all__ = [
     "StorageError",
     "JobConfig",
     "ShardedJob",
+    "Step",
+    "AsyncStep",
+    "run_worker",
+    "arun_worker",
+    "WorkerReport",
     "DoneRecord",
     "OutputFile",
     "DONE_SUFFIX",
