@@ -117,3 +117,29 @@ def test_another_runs_outputs_are_refused_before_any_work_and_by_a_run_that_only
         run(plan, 0, count=1, step=CountLines(storage, settings={"what": "words"}), work=False, finish=True)
     step, report = run(plan, 3, count=4, work=False, finish=True)  # e.g. train --phase merge
     assert step.processed == [] and report.result == 300
+
+
+@pytest.mark.parametrize("command", ["pretokenize", "train"])
+def test_a_jobs_flags_are_its_config_fields_with_their_defaults(command, monkeypatch):
+    import importlib
+    from dataclasses import MISSING, fields
+
+    from service.jobs import cli as jobcli
+    from service.jobs.flags import FLAG
+    from service.jobs.storage import STORAGE_OPTIONS_ENV
+
+    monkeypatch.delenv(STORAGE_OPTIONS_ENV, raising=False)
+    module = importlib.import_module(f"service.{'training' if command == 'train' else command}.cli")
+    config_type = module.TrainConfig if command == "train" else module.PretokenizeConfig
+    required = {"train": {"model": "bpe", "vocab_size": 100}, "pretokenize": {}}[command]
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in required.items()]
+    parser = module.build_parser(command)
+    config = jobcli.parse(parser, ["in.txt", "--out", "o", *flags], config_type)
+    assert config == config_type(inputs=("in.txt",), out="o", **required) and config.storage_options == {}
+    actions = {action.dest: action for action in parser._actions}
+    declared = [item for item in fields(config_type) if FLAG in item.metadata]
+    assert len(declared) > 20 and {item.name for item in declared} <= set(actions)
+    for item in declared:  # the help shows the field's own default, whatever it is
+        if item.default not in (MISSING, None, False, True, ()) and item.name not in required:
+            shown = item.metadata[FLAG].shown(item.default)
+            assert f"(default {shown})" in " ".join(actions[item.name].help.split()), item.name

@@ -24,6 +24,7 @@ the same folder as one.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -33,12 +34,13 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from .errors import JobError, OutputConflict, UnitsMissing
-from .inputs import InputFile, find_inputs
+from .flags import flag
+from .inputs import FORMATS, InputFile, find_inputs
 from .progress import PROGRESS_MODES, Log, Progress, duration, human, peak_rss_bytes
 from .records import BAD_RECORD_POLICIES
-from .storage import Folder, Storage
-from .units import DEFAULT_UNIT_BYTES, WorkUnit, plan_units
-from .workers import Worker, resolve_worker
+from .storage import STORAGE_OPTIONS_ENV, Folder, Storage, storage_options_from_json
+from .units import DEFAULT_UNIT_BYTES, WorkUnit, format_size, parse_size, plan_units
+from .workers import TOTAL_ENV, Worker, resolve_worker
 
 DONE_SUFFIX = ".done"
 #: How often worker 0 says it is still waiting when nothing changes (it also says so when a unit gets done).
@@ -50,27 +52,97 @@ S = TypeVar("S")  # a step's per-unit statistics: a dataclass
 R = TypeVar("R")  # what a step's finalize makes (worker 0)
 
 
+def _storage_options(text: str) -> dict[str, Any]:
+    try:
+        return storage_options_from_json(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """The fields every sharded job over a corpus shares; the flags of :mod:`.cli` map one to one.
+    """The fields every sharded job over a corpus shares, each a flag of every job (:mod:`.flags`).
 
     ``inputs``: files, directories, globs or URLs. ``out``: a local path or a URL. ``storage_options``: the
     filesystem options for URLs (an endpoint...), never printed nor recorded. ``wait_seconds``: how long
     worker 0 waits without any unit getting done. ``retry_deadline``: how long a failing request (to a store,
     or to the service) is retried."""
 
-    inputs: tuple[str, ...]
-    out: str | Path
-    text_field: str = "text"
-    on_bad_record: str = "error"
-    unit_bytes: int = DEFAULT_UNIT_BYTES
-    shard_index: int | None = None
-    num_shards: int | None = None
-    wait_seconds: float = 600.0
-    retry_deadline: float = 300.0
-    storage_options: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    progress: str = "auto"
-    log_every: float = 10.0
+    inputs: tuple[str, ...] = field(
+        metadata=flag(
+            f"files, directories or globs, local or URLs (s3://bucket/corpus/*.jsonl.gz): {', '.join(FORMATS)}",
+            name="",
+            nargs="+",
+            metavar="INPUT",
+            convert=tuple,
+        )
+    )
+    out: str | Path = field(
+        metadata=flag("the output folder; a local path or a URL (s3://...)", required=True, metavar="DIR")
+    )
+    text_field: str = field(default="text", metadata=flag("JSON field or Parquet column of the text", metavar="FIELD"))
+    on_bad_record: str = field(
+        default="error",
+        metadata=flag(
+            "error: stop at the first bad record, naming file and line; skip: count it", choices=BAD_RECORD_POLICIES
+        ),
+    )
+    unit_bytes: int = field(
+        default=DEFAULT_UNIT_BYTES,
+        metadata=flag(
+            "size of a work unit, e.g. 64M; the same for every worker and every rerun",
+            metavar="SIZE",
+            parse=parse_size,
+            shown=format_size,
+        ),
+    )
+    shard_index: int | None = field(
+        default=None, metadata=flag("this worker's index (with --num-shards)", parse=int, metavar="I")
+    )
+    num_shards: int | None = field(
+        default=None,
+        metadata=flag(
+            f"number of workers (also the total for JOB_COMPLETION_INDEX, else ${TOTAL_ENV})", parse=int, metavar="N"
+        ),
+    )
+    wait_seconds: float = field(
+        default=600.0,
+        metadata=flag(
+            "worker 0: stop waiting for the other workers after this many seconds without a unit getting done",
+            name="--wait",
+            parse=float,
+            metavar="SECONDS",
+        ),
+    )
+    retry_deadline: float = field(
+        default=300.0,
+        metadata=flag(
+            "seconds an unreachable or busy store is retried -- said at once, naming the URL, then counted down "
+            "-- before the worker fails",
+            parse=float,
+            metavar="SECONDS",
+        ),
+    )
+    storage_options: dict[str, Any] = field(
+        default_factory=dict,
+        compare=False,
+        repr=False,
+        metadata=flag(
+            'fsspec options for URLs, e.g. \'{"endpoint_url": "http://minio:9000"}\'; never printed nor recorded; '
+            "credentials come from each store's own chain: environment, profile, instance or pod identity",
+            metavar="JSON",
+            parse=_storage_options,
+            env=STORAGE_OPTIONS_ENV,
+            default_text=f"${STORAGE_OPTIONS_ENV}, as `serve --model URL` reads it",
+        ),
+    )
+    progress: str = field(
+        default="auto",
+        metadata=flag("auto: a bar on a terminal, log lines otherwise", choices=PROGRESS_MODES),
+    )
+    log_every: float = field(
+        default=10.0, metadata=flag("seconds between progress log lines", parse=float, metavar="SECONDS")
+    )
     environ: dict[str, str] | None = field(default=None, compare=False)  # None: os.environ (tests pass one)
 
     def __post_init__(self) -> None:
@@ -261,7 +333,9 @@ class ShardedJob(Generic[S]):
         return record
 
     # -- worker 0 -----------------------------------------------------------------------------------------
-    def wait_for_all(self, *, stall_timeout: float, poll: float = 2.0, missing_hint: str = "") -> list[DoneRecord[S]]:
+    def wait_for_all(
+        self, *, stall_timeout: float, poll: float = WAIT_POLL_SECONDS, missing_hint: str = ""
+    ) -> list[DoneRecord[S]]:
         """Every unit's record, in unit order, once all are done and whole. Waits as long as some unit gets
         done at least every ``stall_timeout`` seconds, saying so when a unit gets done (and once a minute);
         then raises :class:`UnitsMissing` naming the units still missing and their workers."""
