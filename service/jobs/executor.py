@@ -115,7 +115,7 @@ class JobConfig:
         ),
     )
     retry_deadline: float = field(
-        default=300.0,
+        default=Storage.retry_deadline,  # one default: the storage's
         metadata=flag(
             "seconds an unreachable or busy store is retried -- said at once, naming the URL, then counted down "
             "-- before the worker fails",
