@@ -28,8 +28,9 @@ The pieces, in the order a job uses them::
 Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
 with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``storage`` writes
 every output whole (rename on a disk, a whole upload to a store); ``executor`` keeps a ``.done`` record per
-unit, so a rerun skips finished units; ``cli`` holds the flags and the exit statuses the jobs share;
-``progress`` shows a worker's progress (a bar or log lines) and reports its peak memory.
+unit, so a rerun skips finished units; ``flags`` makes a job's command-line flags from its config dataclass
+and ``cli`` reads them and holds the exit statuses the jobs share; ``progress`` shows a worker's progress (a
+bar or log lines) and reports its peak memory.
 """
 
 from .errors import BadRecord, CorpusError, JobError, OutputConflict, StorageError, UnitsMissing
