@@ -33,12 +33,12 @@ and ``cli`` reads them and holds the exit statuses the jobs share; ``progress`` 
 bar or log lines) and reports its peak memory.
 """
 
+from .config import JobConfig
 from .errors import BadRecord, CorpusError, JobError, OutputConflict, StorageError, UnitsMissing
 from .executor import (
     DONE_SUFFIX,
     AsyncStep,
     DoneRecord,
-    JobConfig,
     OutputFile,
     ShardedJob,
     Step,

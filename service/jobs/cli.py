@@ -1,5 +1,5 @@
 """The command-line skeleton every sharded job shares (``pretokenize``, ``train``): its config read from the
-flags its dataclass declares (:mod:`.flags`; those of :class:`~.executor.JobConfig` are every job's: how the
+flags its dataclass declares (:mod:`.flags`; those of :class:`~.config.JobConfig` are every job's: how the
 documents are read, where they are, which worker this is, how the work is cut, how stores are reached, how
 progress is shown), and one way to run a job and turn its outcome into an exit status. One definition, so the
 jobs read the same flags the same way and fail the same way."""
