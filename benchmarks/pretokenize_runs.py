@@ -85,7 +85,7 @@ class InProcessEncoder:
 def run_pipeline(
     method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str, storage_options: str
 ) -> dict:
-    from service.corpus.storage import is_url, storage_options_from_json
+    from service.jobs.storage import is_url, storage_options_from_json
     from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"

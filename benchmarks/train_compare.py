@@ -49,7 +49,7 @@ UNIT_BYTES = 1 << 20
 
 
 def peak_rss_mb() -> float:
-    from service.corpus.progress import peak_rss_bytes
+    from service.jobs.progress import peak_rss_bytes
 
     return peak_rss_bytes() / 2**20
 

@@ -38,6 +38,7 @@ EDGES = "tests/test_serve_edges.py"
 UNIX = "tests/test_unix_sockets.py"
 LAUNCH = "tests/test_launch.py"
 CORPUS = "tests/test_corpus.py"
+JOB_STEPS = "tests/test_job_steps.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
 OBJECT_STORAGE = "tests/test_object_storage.py"
 TRAIN_OPTIONS = "tests/test_train_options.py"
@@ -70,8 +71,8 @@ ENGINE_CHAT_RENDERING = "service/engine/chat/rendering.py"
 ENGINE_CHAT_MASKS = "service/engine/chat/masks.py"
 ENGINE_CHAT_RENDERER = "service/engine/chat/renderer.py"
 CHAT_CLIENT = "service/data/sft.py"
-EXECUTOR = "service/corpus/executor.py"
-STORAGE = "service/corpus/storage.py"
+EXECUTOR = "service/jobs/executor.py"
+STORAGE = "service/jobs/storage.py"
 ENCODERS = "service/pretokenize/encoders.py"
 TORCH_DATASETS = "service/pretokenize/torch_datasets.py"
 
@@ -633,8 +634,22 @@ MUTATIONS: tuple[Mutation, ...] = (
         (CORPUS,),
     ),
     Mutation(
+        "a rerun processes again the units that are done",
+        EXECUTOR,
+        "self.todo = self.job.pending()  # outputs made differently, by any worker, stop the run now",
+        "self.todo = self.job.pending() or self.job.mine()",
+        (JOB_STEPS,),
+    ),
+    Mutation(
+        "every worker, not only worker 0, waits for all units and finishes the job",
+        EXECUTOR,
+        "if not (finish if finish is not None else report.worker.index == 0):",
+        "if not (finish if finish is not None else True):",
+        (JOB_STEPS,),
+    ),
+    Mutation(
         "SageMaker hosts ordered as strings (algo-10 before algo-2)",
-        "service/corpus/workers.py",
+        "service/jobs/workers.py",
         "ordered = sorted(hosts, key=_host_order)",
         "ordered = sorted(hosts)",
         (CORPUS,),
@@ -726,7 +741,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "pretokenize chat: a record whose messages are not a conversation is not named as a bad record",
-        "service/corpus/records.py",
+        "service/jobs/records.py",
         "problem = conversation_problem(value)",
         "problem = None",
         (PRETOKENIZE_CHAT,),

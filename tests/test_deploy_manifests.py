@@ -571,7 +571,7 @@ def test_the_train_job_runs_locked_down_on_a_shared_volume_and_talks_to_nobody(t
     [corpus] = args.inputs
     assert mounts[corpus]["readOnly"] and volumes[mounts[corpus]["name"]]["persistentVolumeClaim"]["readOnly"]
     [shared] = [path for path, m in mounts.items() if not m.get("readOnly") and path != "/tmp"]
-    assert str(args.out).startswith(shared + "/") and str(args.counts).startswith(shared + "/")
+    assert str(args.out).startswith(shared + "/") and str(args.counts_dir).startswith(shared + "/")
     assert "persistentVolumeClaim" in volumes[mounts[shared]["name"]]
     assert "/tmp" in mounts and "emptyDir" in volumes[mounts["/tmp"]["name"]]
     # every counting process (one per CPU of the limit) may hold --count-memory: the limit must cover them

@@ -329,7 +329,7 @@ def test_a_stale_socket_and_record_are_replaced_never_used(launch_dir):
     dead.bind(paths.socket)
     dead.close()  # a crashed run's socket: the file stays, nothing listens
     # its record names a pid that runs, but is not a server (this very process): a pid reused since
-    Record(os.getpid(), "sha256:stale", 1, "a crashed run", time.time()).write(paths.record)
+    Record(os.getpid(), "sha256:stale", 1, "a crashed run").write(paths.record)
     with TokenizerClient.launch() as client:
         assert client.service.launched and client.service.pid != os.getpid()
         assert client.service.fingerprint != "sha256:stale" and client(TEXTS)["input_ids"]

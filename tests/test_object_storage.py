@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from gates import wait_until
 
-from service.corpus.errors import StorageError
-from service.corpus.storage import Storage
+from service.jobs.errors import StorageError
+from service.jobs.storage import Storage
 from testkit import corpora, jobs
 from testkit.jobs import Tail
 from testkit.objectstore import AZURITE_KEY, STORES, LoopbackStore, StoreUnavailable
@@ -412,8 +412,8 @@ def test_refusals_name_the_url_and_what_the_store_said_never_a_secret(store, cor
 MEMORY_PROBE = r"""
 import json, os, sys
 from pathlib import Path
-from service.corpus.errors import StorageError
-from service.corpus.storage import Storage
+from service.jobs.errors import StorageError
+from service.jobs.storage import Storage
 
 def peak():  # VmHWM, MiB
     with open("/proc/self/status") as status:

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 from gates import wait_until
 
-from service.corpus import CorpusError
+from service.jobs import CorpusError
 from service.pretokenize import PretokenizeConfig, pretokenize, read_manifest
 from testkit import corpora
 from testkit.jobs import Tail

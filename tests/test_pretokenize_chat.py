@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.corpus import BadRecord, CorpusError
+from service.jobs import BadRecord, CorpusError
 from service.pretokenize import PretokenizeConfig, pretokenize, read_manifest
 from testkit.chat import fixed_conversations
 from testkit.servers import REPO

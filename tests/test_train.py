@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from gates import wait_until
 
-from service.corpus import OutputConflict, UnitsMissing
+from service.jobs import OutputConflict, UnitsMissing
 from service.training import RecipeError, TrainConfig, VocabularyTooSmall, preset, train
 from testkit import assets
 from testkit.servers import REPO, ServerProcess

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from service.corpus import find_inputs, plan_units
+from service.jobs import find_inputs, plan_units
 from service.training import TrainConfig, train
 from testkit import assets
 from testkit.servers import REPO

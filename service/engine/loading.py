@@ -171,7 +171,7 @@ def _fetched(source: str | None) -> str | None:
     private local directory, then loaded exactly as a local one (hub ids and local paths pass through)."""
     if source is None or "://" not in source or source.startswith(("hf://", "file://")):
         return source
-    from ..corpus.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
+    from ..jobs.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
 
     try:
         return fetch_tokenizer(source)

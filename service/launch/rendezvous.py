@@ -161,7 +161,6 @@ class Record:
     fingerprint: str
     launches: int  # 1 when first launched, 2 after its one relaunch
     description: str
-    started_at: float
 
     @classmethod
     def read(cls, path: str) -> Record | None:

@@ -237,7 +237,7 @@ def _start(
     except BaseException:
         _stop(process)
         raise
-    record = Record(process.pid, fingerprint, launches, command.description, time.time())
+    record = Record(process.pid, fingerprint, launches, command.description)
     record.write(paths.record)
     return process, record
 

@@ -1,7 +1,7 @@
 """Pre-tokenization through the service, and reading its shards back in training.
 
 Client side: it talks to the service with :mod:`service.client` and reads the corpus with
-:mod:`service.corpus` (its executor, its storage); it never imports tokenizers, transformers or the server.
+:mod:`service.jobs` (its executor, its storage); it never imports tokenizers, transformers or the server.
 
 - ``tokenizer-service pretokenize`` (:mod:`.cli`) or :func:`pretokenize` (a :class:`PretokenizeConfig`):
   one worker's share of a corpus, written as token shards (Parquet, datatrove's flat layout, or Megatron-LM's

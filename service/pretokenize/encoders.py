@@ -26,7 +26,7 @@ from ..client import (
     TokenizerServiceError,
     TransportError,
 )
-from ..corpus.storage import DEFAULT_RETRY_DEADLINE
+from ..jobs.storage import DEFAULT_RETRY_DEADLINE
 
 T = TypeVar("T")
 

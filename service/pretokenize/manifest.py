@@ -1,6 +1,6 @@
 """What a shard's ``.done`` record holds besides the executor's part, and the ``manifest.json`` of a finished run.
 
-A shard's record (:class:`~service.corpus.DoneRecord` with :class:`ShardStats`) says what it holds
+A shard's record (:class:`~service.jobs.DoneRecord` with :class:`ShardStats`) says what it holds
 (documents, tokens, skipped records), what it was made from (its work unit), how (the tokenizer fingerprint
 and the output settings) and its files with their sizes. Worker 0 writes the manifest once every shard is
 done: the shards in order, their counts, the tokenizer (fingerprint, source) and the settings -- what
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..corpus import DoneRecord, Folder, Storage, is_url
-from ..corpus.storage import join
+from ..jobs import DoneRecord, Folder, Storage, is_url
+from ..jobs.storage import join
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2

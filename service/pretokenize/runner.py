@@ -9,7 +9,7 @@ Memory is bounded by the window: at most ``concurrency`` batches (``request_text
 ``request_chars`` characters each) and their answers exist at once, plus one Parquet row group; files are
 never held whole (an object store's shard is spooled to local disk and uploaded whole). Batches continue
 across unit boundaries, so the service never idles between units. Worker 0 then waits for the other
-workers' shards (:meth:`ShardedJob.wait_for_all`) and writes the manifest.
+workers' shards (the executor's wait) and writes the manifest (:meth:`PretokenizeStep.finalize`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,23 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..corpus import CorpusError, Document, DocumentReader, ShardedJob, Storage, Worker, WorkUnit
-from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..jobs import (
+    AsyncStep,
+    CorpusError,
+    Document,
+    DocumentReader,
+    DoneRecord,
+    ShardedJob,
+    Storage,
+    Worker,
+    WorkUnit,
+    arun_worker,
+)
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
 from .manifest import ShardStats, build_manifest, write_manifest
 from .settings import PretokenizeConfig
@@ -57,14 +68,13 @@ class Summary:
     seconds: float = 0.0
     manifest: str | None = None
     peak_rss_bytes: int = 0
-    notes: list[str] = field(default_factory=list)
 
 
 async def pretokenize(
     config: PretokenizeConfig, *, encoder: Encoder | None = None, log: Log = log_to_stderr
 ) -> Summary:
     """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also waits for the
-    others and writes the manifest (else :class:`~service.corpus.UnitsMissing`). ``encoder``: where ids come
+    others and writes the manifest (else :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come
     from (default: the service at ``config.url``)."""
     started = time.monotonic()
     if config.output_format == "parquet":
@@ -73,11 +83,6 @@ async def pretokenize(
         import_pyarrow()  # a client-only install learns which extra it needs before any work
     storage = config.storage(log)
     _, units, worker = config.plan(storage, exclude=[config.out_location])
-    mine = worker.take(units)
-    log(
-        f"pretokenize: {worker.describe()}: {len(mine)} of {len(units)} units "
-        f"({human(sum(u.weight for u in mine), 'B')} of {human(sum(u.weight for u in units), 'B')})"
-    )
     own_encoder = encoder is None
     if encoder is None:
         encoder = ServiceEncoder(
@@ -89,19 +94,26 @@ async def pretokenize(
             log=log,
             chat_options=config.chat_options() if config.chat else None,
         )
-    summary = Summary(worker, len(units), len(mine))
     try:
-        run = _Run(config, encoder, worker, units, storage, log)
-        await run.prepare()
-        await run.execute(summary)
-        if worker.index == 0:
-            run.finalize(summary)
+        step = PretokenizeStep(config, encoder, storage, log)
+        await step.prepare(units)
+        report = await arun_worker(step, folder=step.out, units=units, worker=worker, config=config, log=log)
     finally:
         if own_encoder:
             await encoder.aclose()
-    summary.seconds = time.monotonic() - started
-    summary.peak_rss_bytes = peak_rss_bytes()
-    return summary
+    return Summary(
+        worker,
+        report.units,
+        report.mine,
+        already_done=report.already_done,
+        written=len(report.committed),
+        documents=sum(record.stats.documents for record in report.committed),
+        tokens=sum(record.stats.tokens for record in report.committed),
+        skipped=sum(record.stats.skipped for record in report.committed),
+        seconds=time.monotonic() - started,
+        manifest=report.result,
+        peak_rss_bytes=peak_rss_bytes(),
+    )
 
 
 @dataclass
@@ -121,28 +133,31 @@ class _Encoded:
     masks: np.ndarray | None = None  # a conversations run's loss masks, one per id
 
 
-class _Run:
-    def __init__(
-        self,
-        config: PretokenizeConfig,
-        encoder: Encoder,
-        worker: Worker,
-        units: list[WorkUnit],
-        storage: Storage,
-        log: Log,
-    ) -> None:
+class PretokenizeStep(AsyncStep[ShardStats, str]):
+    """The ``pretokenize`` step: a unit becomes a token shard (see the module docstring); worker 0's
+    finalize writes the manifest and gives its URL. :meth:`prepare` asks the service before any work."""
+
+    name = "pretokenize"
+    stats_type = ShardStats
+    conflict_hint = "use another --out, or delete the old shards"
+    missing_hint = MISSING_HINT
+
+    def __init__(self, config: PretokenizeConfig, encoder: Encoder, storage: Storage, log: Log) -> None:
         self.config = config
         self.encoder = encoder
-        self.worker = worker
-        self.units = units
         self.storage = storage
         self.log = log
         self.out = storage.folder(config.out_location)
 
+    def outputs(self, unit: WorkUnit) -> list[str]:
+        return shard_files(unit, self.config.output_format, self.config.writes_masks)
+
     # -- before any work --------------------------------------------------------------------------------
-    async def prepare(self) -> None:
+    async def prepare(self, units: list[WorkUnit]) -> None:
+        """The served tokenizer, and the settings its shards record; what the service refuses for every
+        document (options, an eos it has not) is refused here."""
         config = self.config
-        text_files = sorted({unit.file.path for unit in self.units if unit.file.format.startswith("txt")})
+        text_files = sorted({unit.file.path for unit in units if unit.file.format.startswith("txt")})
         if config.keep_fields and text_files:
             raise CorpusError(f"--keep-field: text files have no fields ({', '.join(text_files[:3])})")
         self.facts: ServedTokenizer = await self.encoder.facts()
@@ -175,43 +190,25 @@ class _Run:
             f"pretokenize: {self.encoder.describe()}: tokenizer {facts.source} ({facts.fingerprint}), "
             f"{facts.vocab_size:,} tokens -> {self.dtype.name}; format {config.output_format}, out {self.out.url()}"
         )
-        self.job = ShardedJob(
-            step="pretokenize",
-            folder=self.out,
-            units=self.units,
-            worker=self.worker,
-            settings=self.settings,
-            stats_type=ShardStats,
-            outputs=lambda unit: shard_files(unit, config.output_format, config.writes_masks),
-            log=self.log,
-            conflict_hint="use another --out, or delete the old shards",
-        )
 
     # -- this worker's units ----------------------------------------------------------------------------
-    async def execute(self, summary: Summary) -> None:
-        todo = self.job.pending()
-        summary.already_done = summary.mine - len(todo)
-        if summary.already_done:
-            self.log(f"pretokenize: {summary.already_done} of this worker's {summary.mine} units are done already")
-        if not todo:
-            return
-        config = self.config
-        self.progress = Progress(sum(unit.weight for unit in todo), mode=config.progress, interval=config.log_every)
-        try:
-            await self._pipeline(self._jobs(todo), summary)
-        finally:
-            self.progress.close()
-        if config.progress != "none":
-            rate = summary.tokens / max(time.monotonic() - self.progress.started, 1e-9)
+    async def process(self, units: list[WorkUnit], job: ShardedJob[ShardStats], progress: Progress) -> None:
+        self.job = job
+        self.progress = progress
+        await self._pipeline(self._jobs(units))
+        if self.config.progress != "none":
+            written = [record.stats for record in job.committed]
+            tokens = sum(stats.tokens for stats in written)
+            rate = tokens / max(time.monotonic() - progress.started, 1e-9)
             self.log(
-                f"pretokenize: wrote {summary.written} shards: {summary.documents:,} documents, "
-                f"{summary.tokens:,} tokens ({human(rate)} tokens/s), {summary.skipped:,} records skipped"
+                f"pretokenize: wrote {len(written)} shards: {sum(stats.documents for stats in written):,} documents, "
+                f"{tokens:,} tokens ({human(rate)} tokens/s), {sum(stats.skipped for stats in written):,} records "
+                "skipped"
             )
 
     def _jobs(self, todo: list[WorkUnit]) -> Iterator[_UnitJob]:
         before = 0
         for unit in todo:
-            self.job.clear(unit)
             reader = DocumentReader(
                 unit,
                 text_field=self.config.text_field,
@@ -251,7 +248,7 @@ class _Run:
                 yield job, batch, reader.consumed
             yield job, None, job.unit.weight
 
-    async def _pipeline(self, jobs: Iterator[_UnitJob], summary: Summary) -> None:
+    async def _pipeline(self, jobs: Iterator[_UnitJob]) -> None:
         pending: deque[tuple[_UnitJob, asyncio.Future[_Encoded] | None, int]] = deque()
         self._open_writer: ShardWriter | None = None  # the one shard being written (results come in order)
         try:
@@ -259,9 +256,9 @@ class _Run:
                 task = asyncio.ensure_future(self._encode(batch)) if batch is not None else None
                 pending.append((job, task, consumed))
                 while len(pending) > self.config.concurrency:
-                    await self._consume(*pending.popleft(), summary)
+                    await self._consume(*pending.popleft())
             while pending:
-                await self._consume(*pending.popleft(), summary)
+                await self._consume(*pending.popleft())
         except BaseException:
             tasks = [task for _, task, _ in pending if task is not None]
             for waiting in tasks:
@@ -271,9 +268,7 @@ class _Run:
                 self._open_writer.abort()  # nothing of it appears; the unit stays not done
             raise
 
-    async def _consume(
-        self, job: _UnitJob, task: asyncio.Future[_Encoded] | None, consumed: int, summary: Summary
-    ) -> None:
+    async def _consume(self, job: _UnitJob, task: asyncio.Future[_Encoded] | None, consumed: int) -> None:
         """Take the next result in order: write a batch into the unit's shard, or close the shard."""
         if job.writer is None:
             job.writer = self._open_writer = self._writer(job)
@@ -293,10 +288,6 @@ class _Run:
         reader = job.reader
         stats = ShardStats(writer.documents, writer.tokens, reader.skipped, reader.skipped_examples, self.dtype.name)
         await asyncio.get_running_loop().run_in_executor(None, self.job.commit, job.unit, stats)
-        summary.written += 1
-        summary.documents += writer.documents
-        summary.tokens += writer.tokens
-        summary.skipped += reader.skipped
         self.progress.advance(0, 0, job.weight_before + job.unit.weight)
 
     def _writer(self, job: _UnitJob) -> ShardWriter:
@@ -358,21 +349,18 @@ class _Run:
         return _Encoded(documents, ids, lengths, [], masks if self.config.writes_masks else None)
 
     # -- worker 0: the manifest -------------------------------------------------------------------------
-    def finalize(self, summary: Summary) -> None:
-        """Wait for every shard, check them all against this run, and write the manifest."""
-        waiting = self.config.wait_seconds
-        records = self.job.wait_for_all(
-            stall_timeout=waiting, poll=min(2.0, max(waiting / 10, 0.1)), missing_hint=MISSING_HINT
-        )
+    def finalize(self, job: ShardedJob[ShardStats], records: list[DoneRecord[ShardStats]], waited: float) -> str:
+        """Every shard is done and checked against this run: write the manifest; its URL."""
         manifest = build_manifest(
             records, tokenizer=self.facts.describe(), settings=self.settings, dtype=self.dtype.name
         )
-        summary.manifest = write_manifest(self.out, manifest)
+        where = write_manifest(self.out, manifest)
         totals = manifest["totals"]
         self.log(
-            f"pretokenize: every shard is done: {summary.manifest} ({totals['shards']} shards, "
+            f"pretokenize: every shard is done: {where} ({totals['shards']} shards, "
             f"{totals['documents']:,} documents, {totals['tokens']:,} tokens, {totals['skipped']:,} skipped)"
         )
+        return where
 
 
 def describe_summary(summary: Summary) -> str:

@@ -3,11 +3,14 @@ the output (which every shard records, so that shards made differently are never
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import argparse
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..corpus import JobConfig
-from ..wire import ASSISTANT_MASK_SOURCES
+from ..jobs import JobConfig
+from ..jobs.flags import flag
+from ..wire import API_KEY_ENV, ASSISTANT_MASK_SOURCES, URL_ENV
 
 #: Output formats, each the layout a trainer reads itself: Parquet (a list column of ids per document, the
 #: document's position, kept fields), flat (datatrove's ``.ds`` + ``.ds.index`` + ``.ds.metadata``) and
@@ -15,9 +18,24 @@ from ..wire import ASSISTANT_MASK_SOURCES
 OUTPUT_FORMATS = ("parquet", "flat", "megatron")
 
 
+def _urls(values: list[str]) -> tuple[str, ...]:
+    """``--url`` given once or more, each maybe comma-separated."""
+    return tuple(part for value in values for part in value.split(",") if part.strip())
+
+
+def _json_object(value: str) -> dict[str, object]:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON ({exc})") from None
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object of template variables")
+    return parsed
+
+
 @dataclass(frozen=True, kw_only=True)
 class PretokenizeConfig(JobConfig):
-    """Every knob of ``tokenizer-service pretokenize``; the CLI flags map one to one (see ``--help``). The
+    """Every knob of ``tokenizer-service pretokenize``; each field declares its CLI flag (see ``--help``). The
     fields shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
 
     Encode options are those of a transformers tokenizer call (``add_special_tokens``, ``truncation``,
@@ -31,26 +49,98 @@ class PretokenizeConfig(JobConfig):
     template's generation markers, refused where it has none, or the rendered turns), written beside the ids.
     """
 
-    url: str | tuple[str, ...] | None = None  # None: $TOKENIZER_SERVICE_URL
-    output_format: str = "parquet"
-    keep_fields: tuple[str, ...] = ()
-    add_special_tokens: bool = True
-    truncation: bool | None = None
-    max_length: int | None = None
-    append_eos: bool = False
-    eos_token_id: int | None = None
+    url: str | tuple[str, ...] | None = field(
+        default=None,
+        metadata=flag(
+            "service URL; repeat or comma-separate for several",
+            action="append",
+            metavar="URL",
+            convert=_urls,
+            default_text=f"${URL_ENV}",
+        ),
+    )
+    output_format: str = field(
+        default="parquet",
+        metadata=flag(
+            "parquet: ids, position and kept fields per document (needs the pipeline extra); flat: datatrove's .ds "
+            "+ .ds.index + .ds.metadata (one uint16/uint32 token array per shard); megatron: Megatron-LM's .bin + "
+            ".idx",
+            name="--format",
+            choices=OUTPUT_FORMATS,
+        ),
+    )
+    keep_fields: tuple[str, ...] = field(
+        default=(),
+        metadata=flag(
+            "a field to carry into the Parquet output; repeat for several",
+            name="--keep-field",
+            action="append",
+            metavar="FIELD",
+            convert=tuple,
+        ),
+    )
+    add_special_tokens: bool = field(
+        default=True,
+        metadata=flag(
+            "encode with add_special_tokens=False (no [CLS]/<s>...)",
+            name="--no-add-special-tokens",
+            action="store_false",
+        ),
+    )
+    truncation: bool | None = field(
+        default=None, metadata=flag("truncation=True (with --max-length)", action="store_true")
+    )
+    max_length: int | None = field(
+        default=None, metadata=flag("truncate every document to this many ids", parse=int, metavar="N")
+    )
+    append_eos: bool = field(
+        default=False, metadata=flag("append the tokenizer's eos id after each document", action="store_true")
+    )
+    eos_token_id: int | None = field(
+        default=None,
+        metadata=flag(
+            "the id --append-eos appends", name="--eos-id", parse=int, metavar="ID", default_text="eos_token's"
+        ),
+    )
     # how hard the service is driven
-    concurrency: int = 8
-    request_texts: int = 256
-    request_chars: int = 256 * 1024
-    api_key: str | None = None
-    expected_fingerprint: str | None = None
+    concurrency: int = field(default=8, metadata=flag("requests in flight", parse=int, metavar="N"))
+    request_texts: int = field(default=256, metadata=flag("most documents per request", parse=int, metavar="N"))
+    request_chars: int = field(default=256 * 1024, metadata=flag("most characters per request", parse=int, metavar="N"))
+    api_key: str | None = field(
+        default=None, metadata=flag("the service's API key", metavar="KEY", default_text=f"${API_KEY_ENV}")
+    )
+    expected_fingerprint: str | None = field(
+        default=None,
+        metadata=flag("refuse a service whose tokenizer has another fingerprint", metavar="SHA"),
+    )
     # conversations
-    messages_field: str | None = None
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] | None = None
-    assistant_masks_from: str = "generation"
-    loss_masks: bool = True
+    messages_field: str | None = field(
+        default=None,
+        metadata=flag("the JSON field or Parquet column holding each conversation", metavar="FIELD"),
+    )
+    chat_template: str | None = field(
+        default=None, metadata=flag("one of the tokenizer's named templates (GET /info)", metavar="NAME")
+    )
+    chat_template_kwargs: dict[str, Any] | None = field(
+        default=None,
+        metadata=flag(
+            "template variables, as a JSON object (e.g. '{\"enable_thinking\": false}')",
+            parse=_json_object,
+            metavar="JSON",
+        ),
+    )
+    assistant_masks_from: str = field(
+        default="generation",
+        metadata=flag(
+            "generation: the template's {% generation %} markers (a template without them is refused, never an "
+            "all-zero mask); turns: each assistant message's rendered turn (exact, or the conversation is refused)",
+            choices=ASSISTANT_MASK_SOURCES,
+        ),
+    )
+    loss_masks: bool = field(
+        default=True,
+        metadata=flag("write the ids of conversations only", name="--no-loss-masks", action="store_false"),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

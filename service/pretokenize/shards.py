@@ -39,8 +39,8 @@ from typing import IO, Any
 
 import numpy as np
 
-from ..corpus import CorpusError, Document, Folder, WorkUnit
-from ..corpus.progress import human
+from ..jobs import CorpusError, Document, Folder, WorkUnit
+from ..jobs.progress import human
 
 SUFFIXES = {"parquet": (".parquet",), "flat": (".ds", ".ds.index", ".ds.metadata"), "megatron": (".bin", ".idx")}
 #: The loss masks' files, beside the ids (Parquet holds them in a column of the same file).

@@ -11,7 +11,7 @@ With ``loss_masks=True`` (a conversations run, ``pretokenize --messages-field``)
 
 A run on a local disk (or a shared file system) is read through memory maps. A run on object storage
 (``s3://``, ``gs://``, any fsspec store: where the jobs write it) is read where it is, through the jobs' storage
-layer (:mod:`service.corpus.storage`: ``storage_options``, the store's own credential chain, retries with
+layer (:mod:`service.jobs.storage`: ``storage_options``, the store's own credential chain, retries with
 backoff): the flat and Megatron files by ranged GETs of :data:`REMOTE_BLOCK_BYTES` into a per-process cache of
 at most :data:`REMOTE_CACHE_BYTES` (least recently used blocks dropped first), never an object whole; Parquet
 row groups by pyarrow over the remote file, as the jobs read their Parquet inputs.
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..corpus import is_url
-from ..corpus.storage import Storage, join
+from ..jobs import is_url
+from ..jobs.storage import Storage, join
 from .manifest import Manifest, ShardEntry, read_manifest
 from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_HEADER, import_pyarrow, numpy_view
 

@@ -1,7 +1,7 @@
 """Training a tokenizer from a corpus sharded across workers, exactly as one process would on the whole corpus.
 
 Server side: it runs the tokenizers trainers (and loads ``--like`` tokenizers as the server does); it never
-imports the web layer or the client. It reads the corpus with :mod:`service.corpus`, exactly as
+imports the web layer or the client. It reads the corpus with :mod:`service.jobs`, exactly as
 ``tokenizer-service pretokenize`` does (same formats, same units, same worker index resolution).
 
 - :mod:`.recipes`: what the tokenizer is besides its vocabulary (presets, or ``--like`` an existing one).
@@ -11,7 +11,7 @@ imports the web layer or the client. It reads the corpus with :mod:`service.corp
 - :mod:`.learning`: phase 2, replay the summed counts into the trainer, train once.
 - :mod:`.assembly`: the whole tokenizer, written atomically with its manifest.
 - :mod:`.runner` / :mod:`.cli`: ``tokenizer-service train`` (:func:`train` with a :class:`TrainConfig`): the
-  counting step and worker 0's merge on the sharded-job executor of :mod:`service.corpus` (records, refusals,
+  counting step and worker 0's merge on the sharded-job executor of :mod:`service.jobs` (records, refusals,
   waiting for every unit).
 """
 

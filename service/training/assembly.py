@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..corpus import Folder, LocalFolder, ObjectFolder
+from ..jobs import Folder, LocalFolder, ObjectFolder
 from .recipes import Recipe, with_ids
 from .vocabulary import VocabularyPlan
 

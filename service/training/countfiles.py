@@ -26,7 +26,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
-from ..corpus import JobError
+from ..jobs import JobError
 
 MAGIC = b"TSCOUNTS1\n"
 BLOCK_WORDS = 1 << 10

@@ -34,14 +34,13 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from ..corpus import DocumentReader, Folder, Storage, WorkUnit
-from ..corpus.jobcli import interrupt_on_sigterm
-from ..corpus.progress import Progress, peak_rss_bytes
+from ..jobs import DocumentReader, Folder, Storage, WorkUnit
+from ..jobs.cli import interrupt_on_sigterm
+from ..jobs.progress import Progress, peak_rss_bytes
 from .countfiles import CountWriter, merge_files, write_counts
 
 COUNTS_SUFFIX = ".counts"
 CHARS_SUFFIX = ".chars.json"
-SPILL_MARK = ".spill-"
 #: Bump when what a count file means changes: older counts are then refused, not mixed.
 COUNTING_VERSION = 1
 

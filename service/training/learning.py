@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..corpus import DoneRecord, Folder, WorkUnit
-from ..corpus.progress import Log, human
+from ..jobs import DoneRecord, Folder, WorkUnit
+from ..jobs.progress import Log, human
 from .countfiles import merge_files
 from .counting import CharStats, CountStats, count_files, read_chars
 from .recipes import Recipe

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..corpus import JobConfig, is_url
-from ..corpus.progress import human
+from ..jobs import JobConfig, is_url, parse_size
+from ..jobs.flags import flag
+from ..jobs.progress import human
+from ..jobs.units import format_size
 from .recipes import PRESETS
 
 #: Model families, one per preset (:data:`.recipes.PRESETS`): a WordPiece (BERT style), a byte-level BPE (GPT-2
@@ -25,7 +27,7 @@ DEFAULT_COUNT_MEMORY = 1 << 30
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(JobConfig):
-    """Every knob of ``tokenizer-service train``; the CLI flags map one to one (see ``--help``). The fields
+    """Every knob of ``tokenizer-service train``; each field declares its CLI flag (see ``--help``). The fields
     shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
 
     ``model`` is None only with ``like``: the family is then the source tokenizer's. ``special_tokens``
@@ -33,18 +35,88 @@ class TrainConfig(JobConfig):
     None: ``<out>.counts`` beside the tokenizer (the coordination files stay apart from the deliverable).
     """
 
-    model: str | None = None
-    vocab_size: int = 32000
-    min_frequency: int = 0
-    special_tokens: tuple[str, ...] | None = None
-    like: str | None = None
-    revision: str | None = None
-    limit_alphabet: int | None = None
-    model_max_length: int | None = None
-    phase: str = "all"
-    counts_dir: str | Path | None = None
-    processes: int | None = None  # None: the CPUs this process may use
-    count_memory: int = DEFAULT_COUNT_MEMORY  # per counting process
+    model: str | None = field(
+        default=None,
+        metadata=flag("model family and its preset (with --like: optional, the source's family)", choices=MODELS),
+    )
+    vocab_size: int = field(
+        default=32000,
+        metadata=flag("tokens in the vocabulary, special tokens included", parse=int, metavar="N", required=True),
+    )
+    min_frequency: int = field(
+        default=0,
+        metadata=flag(
+            "BPE/WordPiece: the least count of a pair to be merged; Unigram: the least count of a pre-token to be "
+            "kept; always counted over the whole corpus",
+            parse=int,
+            metavar="K",
+        ),
+    )
+    special_tokens: tuple[str, ...] | None = field(
+        default=None,
+        metadata=flag(
+            "the special tokens, in id order; put this flag after the inputs",
+            nargs="+",
+            metavar="TOKEN",
+            convert=tuple,
+            default_text="the preset's or the --like tokenizer's",
+        ),
+    )
+    like: str | None = field(
+        default=None,
+        metadata=flag(
+            "keep the normalizer, pre-tokenizer, post-processor, decoder, special tokens and config of this "
+            "tokenizer (a tokenizer.json, a directory, a hub id, or either under a URL), learning only the "
+            "vocabulary",
+            metavar="SRC",
+        ),
+    )
+    revision: str | None = field(default=None, metadata=flag("hub revision of --like (pin a commit)", metavar="REV"))
+    limit_alphabet: int | None = field(
+        default=None,
+        metadata=flag(
+            "BPE/WordPiece: keep only this many characters, the most frequent",
+            parse=int,
+            metavar="N",
+            default_text="all",
+        ),
+    )
+    model_max_length: int | None = field(
+        default=None,
+        metadata=flag("the tokenizer's model_max_length", parse=int, metavar="N", default_text="the recipe's"),
+    )
+    phase: str = field(
+        default="all",
+        metadata=flag(
+            "count: count this worker's units; merge: sum all counts and train; all: count, then worker 0 merges "
+            "and trains",
+            choices=PHASES,
+        ),
+    )
+    counts_dir: str | Path | None = field(
+        default=None,
+        metadata=flag(
+            "where the counts go, shared by all workers; a local path or a URL",
+            name="--counts",
+            metavar="DIR",
+            default_text="OUT.counts, beside the tokenizer: kept for reruns, delete it when done",
+        ),
+    )
+    processes: int | None = field(
+        default=None,
+        metadata=flag(
+            "counting processes on this worker", parse=int, metavar="N", default_text="the CPUs this process may use"
+        ),
+    )
+    count_memory: int = field(
+        default=DEFAULT_COUNT_MEMORY,
+        metadata=flag(
+            "memory of distinct pre-tokens per counting process before they spill to disk (counts stay exact)",
+            parse=parse_size,
+            metavar="SIZE",
+            shown=format_size,
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..corpus import JobError, Storage, fetch_tokenizer, is_url
+from ..jobs import JobError, Storage, fetch_tokenizer, is_url
 
 #: Roles transformers knows special tokens by, in the order its config lists them.
 ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -96,10 +96,6 @@ class Recipe:
     @property
     def byte_fallback(self) -> bool:
         return bool(self.model.get("byte_fallback"))
-
-    def counting(self) -> dict[str, Any]:
-        """What decides the counts: the normalizer and the pre-tokenizer."""
-        return {"normalizer": self.normalizer, "pre_tokenizer": self.pre_tokenizer}
 
     def describe(self) -> dict[str, Any]:
         """The recipe as the manifest records it."""

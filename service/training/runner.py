@@ -1,6 +1,6 @@
-"""One process's part of a training run, on the sharded-job executor: count its units (phase 1, the ``train:
-count`` step), and -- on worker 0, or with ``--phase merge`` -- wait for every unit, sum the counts and train
-once (phase 2)."""
+"""One process's part of a training run, on the sharded-job executor: the ``train`` step
+(:class:`TrainStep`) counts this worker's units (phase 1), and -- on worker 0, or with ``--phase merge`` --
+once the executor has waited for every unit, sums the counts and trains once (phase 2, its finalize)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..corpus import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Storage, Worker
-from ..corpus.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..jobs import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Step, Storage, Worker, WorkUnit, run_worker
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
 from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn, local_count_files
@@ -70,7 +70,6 @@ class Summary:
     count: CountSummary | None = None
     training: TrainSummary | None = None
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
@@ -86,82 +85,87 @@ def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
         raise RecipeError("--limit-alphabet applies to BPE and WordPiece; the Unigram trainer keeps every character")
     check_lower_bound(recipe, config.vocab_size)
     files, units, worker = config.plan(storage, exclude=[config.out_location, config.counts])
-    spec = CountingSpec(
-        recipe.normalizer, recipe.pre_tokenizer, config.text_field, config.on_bad_record, config.max_words
-    )
-    job = ShardedJob(
-        step="train",
+    step = TrainStep(config, recipe, files, storage, log)
+    counts = config.phase in ("count", "all")
+    report = run_worker(
+        step,
         folder=storage.folder(config.counts),
         units=units,
-        worker=worker if config.phase != "merge" else None,
-        settings=spec.describe(),
-        stats_type=CountStats,
-        outputs=count_files,
+        worker=worker,
+        config=config,
         log=log,
-        conflict_hint="use another --counts folder, or delete the old counts",
+        work=counts,
+        finish=config.phase == "merge" or (config.phase == "all" and worker.index == 0),
     )
-    summary = Summary(worker, config.phase, len(units))
-    if config.phase in ("count", "all"):
-        summary.count = _count(config, recipe, job, spec, storage, log)
-    elif config.phase == "merge":
-        job.refuse_foreign(job.folder.listing())
-    if config.phase == "merge" or (config.phase == "all" and worker.index == 0):
-        summary.training = _merge_and_train(config, recipe, files, job, storage, log)
-    elif config.phase == "all":
-        summary.notes.append("worker 0 merges the counts and trains")
+    summary = Summary(worker, config.phase, len(units), training=report.result)
+    if counts:
+        counted = [record.stats for record in report.committed]
+        summary.count = CountSummary(
+            units=report.mine,
+            already_done=report.already_done,
+            counted=len(counted),
+            documents=sum(stats.documents for stats in counted),
+            pretokens=sum(stats.pretokens for stats in counted),
+            skipped=sum(stats.skipped for stats in counted),
+            input_bytes=report.processed_bytes,
+            processes=step.processes,
+            seconds=report.seconds,
+            peak_rss_bytes=max([report.peak_rss_bytes, *(stats.peak_rss_bytes for stats in counted)]),
+        )
     summary.seconds = time.monotonic() - started
     return summary
 
 
-# -- phase 1 ----------------------------------------------------------------------------------------------
-def _count(
-    config: TrainConfig, recipe: Recipe, job: ShardedJob[CountStats], spec: CountingSpec, storage: Storage, log: Log
-) -> CountSummary:
-    from ..engine.parallelism import available_cpus
+class TrainStep(Step[CountStats, TrainSummary]):
+    """The ``train`` step: a unit's outputs are its pre-token counts (phase 1); worker 0's finalize sums
+    every unit's counts, trains once and writes the tokenizer (phase 2)."""
 
-    started = time.monotonic()
-    mine = job.mine()
-    todo = job.pending()  # counts made differently, by any worker, stop the run now
-    report = CountSummary(units=len(mine), already_done=len(mine) - len(todo))
-    processes = max(1, min(config.processes or available_cpus(), len(todo)))
-    units = job.units
-    assert job.worker is not None
-    log(
-        f"train: {job.worker.describe()}: {len(mine)} of {len(units)} units ({human(sum(u.weight for u in mine), 'B')} "
-        f"of {human(sum(u.weight for u in units), 'B')}), {report.already_done} counted already; "
-        f"{len(todo)} to count on {processes} process{'es' if processes > 1 else ''}, into {job.folder.url()}"
-    )
-    if todo:
-        for unit in todo:
-            job.clear(unit)
-        progress = Progress(
-            sum(unit.weight for unit in todo),
-            mode=config.progress,
-            interval=config.log_every,
-            prefix="train: count",
-            counted="pre-tokens",
+    name = "train"
+    stats_type = CountStats
+    conflict_hint = "use another --counts folder, or delete the old counts"
+    missing_hint = MISSING_HINT
+    progress_prefix = "train: count"
+    counted = "pre-tokens"
+
+    def __init__(self, config: TrainConfig, recipe: Recipe, files: list[InputFile], storage: Storage, log: Log):
+        self.config = config
+        self.recipe = recipe
+        self.files = files
+        self.storage = storage
+        self.log = log
+        self.spec = CountingSpec(
+            recipe.normalizer, recipe.pre_tokenizer, config.text_field, config.on_bad_record, config.max_words
         )
-        try:
-            counted = count_units(
-                todo, job.folder, spec, storage, processes=processes, progress=progress, commit=job.commit
-            )
-        finally:
-            progress.close()
-        report.counted = len(counted)
-        report.processes = processes
-        report.documents = sum(stats.documents for stats in counted)
-        report.pretokens = sum(stats.pretokens for stats in counted)
-        report.skipped = sum(stats.skipped for stats in counted)
-        report.input_bytes = sum(unit.weight for unit in todo)
-        report.peak_rss_bytes = max(stats.peak_rss_bytes for stats in counted)
+        self.settings = self.spec.describe()
+        self.processes = 1
+
+    def outputs(self, unit: WorkUnit) -> list[str]:
+        return count_files(unit)
+
+    # -- phase 1 ------------------------------------------------------------------------------------------
+    def process(self, units: list[WorkUnit], job: ShardedJob[CountStats], progress: Progress) -> None:
+        from ..engine.parallelism import available_cpus
+
+        config = self.config
+        self.processes = max(1, min(config.processes or available_cpus(), len(units)))
+        self.log(
+            f"train: {len(units)} to count on {self.processes} process{'es' if self.processes > 1 else ''}, "
+            f"into {job.folder.url()}"
+        )
+        count_units(
+            units, job.folder, self.spec, self.storage, processes=self.processes, progress=progress, commit=job.commit
+        )
         if config.limit_alphabet is None:  # this share's alphabet alone can show the vocabulary is too small
             local = CharStats()
-            for unit in mine:
+            for unit in job.mine():
                 local.update(read_chars(job.folder, unit))
-            plan_vocabulary(recipe, local, config.vocab_size, None)
-    report.seconds = time.monotonic() - started
-    report.peak_rss_bytes = max(report.peak_rss_bytes, peak_rss_bytes())
-    return report
+            plan_vocabulary(self.recipe, local, config.vocab_size, None)
+
+    # -- phase 2 ------------------------------------------------------------------------------------------
+    def finalize(
+        self, job: ShardedJob[CountStats], records: list[DoneRecord[CountStats]], waited: float
+    ) -> TrainSummary:
+        return _merge_and_train(self.config, self.recipe, self.files, job, records, waited, self.storage, self.log)
 
 
 # -- phase 2 ----------------------------------------------------------------------------------------------
@@ -201,11 +205,18 @@ class _Counted:
 
 
 def _merge_and_train(
-    config: TrainConfig, recipe: Recipe, files: list[InputFile], job: ShardedJob[CountStats], storage: Storage, log: Log
+    config: TrainConfig,
+    recipe: Recipe,
+    files: list[InputFile],
+    job: ShardedJob[CountStats],
+    records: list[DoneRecord[CountStats]],
+    waited: float,
+    storage: Storage,
+    log: Log,
 ) -> TrainSummary:
-    started = time.monotonic()
+    started = time.monotonic() - waited  # the merge began with the wait
     reset_peak_rss()
-    counted = _gather_counts(config, recipe, job, log)
+    counted = _gather_counts(config, recipe, job, records, waited)
     out = storage.folder(config.out_location)
     done = _already_trained(out, counted, started, log)
     if done is not None:
@@ -240,13 +251,15 @@ def _merge_and_train(
     return result
 
 
-def _gather_counts(config: TrainConfig, recipe: Recipe, job: ShardedJob[CountStats], log: Log) -> _Counted:
-    """Wait for every unit's counts (the executor's wait), sum their records and characters, and plan the
-    vocabulary (refusing a --vocab-size below the alphabet and the special tokens)."""
-    started = time.monotonic()
-    waiting = config.wait_seconds
-    records = job.wait_for_all(stall_timeout=waiting, poll=min(5.0, max(waiting / 10, 0.1)), missing_hint=MISSING_HINT)
-    waited = time.monotonic() - started
+def _gather_counts(
+    config: TrainConfig,
+    recipe: Recipe,
+    job: ShardedJob[CountStats],
+    records: list[DoneRecord[CountStats]],
+    waited: float,
+) -> _Counted:
+    """Sum every unit's records and characters, and plan the vocabulary (refusing a --vocab-size below the
+    alphabet and the special tokens)."""
     stats, totals = gather(records, job.units, job.folder)
     if totals.pretokens == 0:
         raise CorpusError(f"the corpus holds no text to learn from ({totals.documents:,} documents, all empty)")
@@ -398,5 +411,6 @@ def describe_summary(summary: Summary) -> str:
             lines.append(f"  tokenizer: {trained.out} ({trained.fingerprint})")
         if trained.shortfall:
             lines.append(f"  note: {trained.shortfall}")
-    lines.extend(f"  {note}" for note in summary.notes)
+    if summary.phase == "all" and trained is None:
+        lines.append("  worker 0 merges the counts and trains")
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..corpus import JobError
+from ..jobs import JobError
 from .counting import ALONE, LAST, MIDDLE, CharStats
 from .recipes import BYTE_PIECES, Recipe
 

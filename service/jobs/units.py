@@ -109,6 +109,14 @@ def parquet_file(path: str, storage: Storage | None = None) -> Any:
         raise CorpusError(f"{path}: not a readable Parquet file ({exc})") from exc
 
 
+def format_size(size: int) -> str:
+    """``64M`` for 64 MiB: the size as :func:`parse_size` reads it, in the largest unit that divides it."""
+    for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
+
+
 def parse_size(value: str) -> int:
     """A size flag (``--unit-bytes``...): ``65536``, ``64K``, ``64M``, ``1G`` (powers of 1024)."""
     match = re.fullmatch(r"\s*(\d+)\s*([kKmMgG]i?[bB]?)?\s*", value)

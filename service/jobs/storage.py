@@ -405,9 +405,6 @@ class Folder:
         ends without an error, and not at all otherwise."""
         raise NotImplementedError
 
-    def open_read(self, name: str) -> IO[bytes]:
-        raise NotImplementedError
-
     def fetch(self, name: str, target: Path) -> Path:
         """A local file holding ``name``: the file itself on a local disk, else a download into ``target``."""
         raise NotImplementedError
@@ -476,9 +473,6 @@ class LocalFolder(Folder):
             stream.close()
             partial.unlink(missing_ok=True)
             raise
-
-    def open_read(self, name: str) -> IO[bytes]:
-        return open(self.file(name), "rb", buffering=READ_BLOCK // 4)
 
     def fetch(self, name: str, target: Path) -> Path:
         return self.file(name)
@@ -581,14 +575,6 @@ class ObjectFolder(Folder):
         path = self._path(name)
         parts = _UPLOAD_OPTIONS.get(self.location.split("://", 1)[0].lower(), {})
         self.storage.call(self.url(name), lambda: fs.put_file(str(local), path, **parts), writing=True)
-
-    def open_read(self, name: str) -> IO[bytes]:
-        fs, _ = self._resolve()
-        path = self._path(name)
-        size = self.size(name)
-        if size is None:
-            raise FileNotFoundError(self.url(name))
-        return io.BufferedReader(_ResumingReader(self.storage, fs, path, size, self.url(name)), READ_BLOCK // 4)
 
     def fetch(self, name: str, target: Path) -> Path:
         fs, _ = self._resolve()

@@ -8,7 +8,7 @@
 :class:`StorageError`      a store refused or stayed unreachable past the retry deadline (names the URL)
 =========================  ====================================================================================
 
-The command-line skeleton (:mod:`.jobcli`) maps them to exit codes: :class:`UnitsMissing` 3, the others 1.
+The command-line skeleton (:mod:`.cli`) maps them to exit codes: :class:`UnitsMissing` 3, the others 1.
 """
 
 from __future__ import annotations

@@ -54,11 +54,11 @@ class Progress:
         self,
         total_weight: int,
         *,
-        mode: str = "auto",
-        interval: float = 10.0,
+        mode: str,
+        interval: float,
+        prefix: str,
+        counted: str,
         stream: TextIO | None = None,
-        prefix: str = "pretokenize",
-        counted: str = "tokens",
         clock: Any = time.monotonic,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr

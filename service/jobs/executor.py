@@ -1,17 +1,19 @@
-"""One executor for every sharded job over a corpus: the plan, this worker's units, their completion records,
-refusal of another run's outputs, and worker 0's wait for every unit.
+"""One executor for every sharded job over a corpus: this worker's units, their completion records,
+refusal of another run's outputs, progress, and worker 0's wait for every unit.
 
 A job is a step run per worker over its units (as in datatrove, whose executor knows only ``rank`` and
-``world_size``): ``pretokenize`` writes a token shard per unit, ``train`` counts a unit's pre-tokens. The step
-does the work on a unit; everything a sharded job needs around it lives here, once::
+``world_size`` and owns the per-rank loop: skip what is done, run, stats, mark complete). A step says what a
+unit produces and how the job finishes -- :class:`Step` (or :class:`AsyncStep`): its ``settings``, the
+``outputs`` of a unit, ``process`` this worker's units, ``finalize`` from every unit's record -- and
+:func:`run_worker` (or :func:`arun_worker`) does the rest, the same for every job::
 
-    job = ShardedJob(step="pretokenize", folder=out, units=units, worker=worker, settings=settings,
-                     stats_type=ShardStats, outputs=shard_names, log=log)
-    for unit in job.pending():            # this worker's units that are not done (others' checked too)
-        job.clear(unit)                   # what an interrupted attempt left
-        ...write the unit's outputs into `out`...
-        job.commit(unit, stats)           # the .done record, written last: the only commit
-    records = job.wait_for_all(stall_timeout=600)   # worker 0: every unit's record, checked
+    report = run_worker(step, folder=out, units=units, worker=worker, config=config, log=log)
+        # this worker's units that are not done (every record in the folder checked first), each cleared of
+        # what an interrupted attempt left; step.process(todo, job, progress) writes each unit's outputs and
+        # job.commit(unit, stats)s it -- the .done record, written last: the only commit; then, on worker 0,
+        # every unit's record (waited for, checked) goes to step.finalize
+
+``pretokenize`` writes a token shard per unit, ``train`` counts a unit's pre-tokens; a third job is one file.
 
 A unit is done when its ``<unit>.done`` record exists and every output it lists is in the folder with the size
 it records: readers trust only what a record lists. A record made with other settings or from another input
@@ -24,73 +26,26 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from .config import JobConfig
 from .errors import JobError, OutputConflict, UnitsMissing
-from .inputs import InputFile, find_inputs
-from .progress import PROGRESS_MODES, Log, duration
-from .records import BAD_RECORD_POLICIES
-from .storage import Folder, Storage
-from .units import DEFAULT_UNIT_BYTES, WorkUnit, plan_units
-from .workers import Worker, resolve_worker
+from .progress import Log, Progress, duration, human, peak_rss_bytes
+from .storage import Folder
+from .units import WorkUnit
+from .workers import Worker
 
 DONE_SUFFIX = ".done"
 #: How often worker 0 says it is still waiting when nothing changes (it also says so when a unit gets done).
 WAIT_LINE_SECONDS = 60.0
+#: How often worker 0 lists the folder while it waits (a tenth of ``--wait`` when that is shorter).
+WAIT_POLL_SECONDS = 2.0
 
 S = TypeVar("S")  # a step's per-unit statistics: a dataclass
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobConfig:
-    """The fields every sharded job over a corpus shares; the flags of :mod:`.jobcli` map one to one.
-
-    ``inputs``: files, directories, globs or URLs. ``out``: a local path or a URL. ``storage_options``: the
-    filesystem options for URLs (an endpoint...), never printed nor recorded. ``wait_seconds``: how long
-    worker 0 waits without any unit getting done. ``retry_deadline``: how long a failing request (to a store,
-    or to the service) is retried."""
-
-    inputs: tuple[str, ...]
-    out: str | Path
-    text_field: str = "text"
-    on_bad_record: str = "error"
-    unit_bytes: int = DEFAULT_UNIT_BYTES
-    shard_index: int | None = None
-    num_shards: int | None = None
-    wait_seconds: float = 600.0
-    retry_deadline: float = 300.0
-    storage_options: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    progress: str = "auto"
-    log_every: float = 10.0
-    environ: dict[str, str] | None = field(default=None, compare=False)  # None: os.environ (tests pass one)
-
-    def __post_init__(self) -> None:
-        if self.on_bad_record not in BAD_RECORD_POLICIES:
-            raise ValueError(f"on_bad_record must be one of {BAD_RECORD_POLICIES}, not {self.on_bad_record!r}")
-        if self.progress not in PROGRESS_MODES:
-            raise ValueError(f"progress must be one of {PROGRESS_MODES}, not {self.progress!r}")
-        if self.unit_bytes < 1:
-            raise ValueError(f"unit_bytes must be at least 1, not {self.unit_bytes}")
-        for name in ("wait_seconds", "retry_deadline"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be 0 or more, not {getattr(self, name)}")
-
-    @property
-    def out_location(self) -> str:
-        return str(self.out)
-
-    def storage(self, log: Log | None = None) -> Storage:
-        return Storage(dict(self.storage_options), self.retry_deadline, log)
-
-    def plan(self, storage: Storage, exclude: Sequence[str] = ()) -> tuple[list[InputFile], list[WorkUnit], Worker]:
-        """The inputs, their units (the same on every worker) and this worker; refused before any work."""
-        files = find_inputs(self.inputs, exclude=exclude, storage=storage)
-        units = plan_units(files, self.unit_bytes, storage)
-        worker = resolve_worker(self.shard_index, self.num_shards, self.environ)
-        return files, units, worker
+R = TypeVar("R")  # what a step's finalize makes (worker 0)
 
 
 @dataclass(frozen=True)
@@ -174,6 +129,7 @@ class ShardedJob(Generic[S]):
         self.clock = clock
         self.sleep = sleep
         self.done: dict[str, DoneRecord[S]] = {}
+        self.committed: list[DoneRecord[S]] = []  # the records this process wrote, in order
 
     @staticmethod
     def record_name(unit: WorkUnit) -> str:
@@ -250,10 +206,13 @@ class ShardedJob(Generic[S]):
         record = DoneRecord(unit.name, unit.describe(), tuple(files), self.settings, stats)
         self.folder.write_bytes(self.record_name(unit), record.to_json())
         self.done[unit.name] = record
+        self.committed.append(record)
         return record
 
     # -- worker 0 -----------------------------------------------------------------------------------------
-    def wait_for_all(self, *, stall_timeout: float, poll: float = 2.0, missing_hint: str = "") -> list[DoneRecord[S]]:
+    def wait_for_all(
+        self, *, stall_timeout: float, poll: float = WAIT_POLL_SECONDS, missing_hint: str = ""
+    ) -> list[DoneRecord[S]]:
         """Every unit's record, in unit order, once all are done and whole. Waits as long as some unit gets
         done at least every ``stall_timeout`` seconds, saying so when a unit gets done (and once a minute);
         then raises :class:`UnitsMissing` naming the units still missing and their workers."""
@@ -301,6 +260,188 @@ class ShardedJob(Generic[S]):
             unit.name + (f" (worker {order[unit.name] % count})" if count and count > 1 else "") for unit in missing[:5]
         ]
         return ", ".join(shown) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+
+
+class BaseStep(Generic[S, R]):
+    """What :class:`Step` and :class:`AsyncStep` share: everything about a job but how its units are processed.
+
+    ``name``: the job in log lines and messages; ``stats_type``: the dataclass of a unit's statistics in its
+    record; ``settings``: everything besides a unit's input that decides its outputs (recorded; another run's
+    are refused); ``conflict_hint``: what to do about such a conflict; ``missing_hint``: what worker 0 says
+    when it gives up waiting; ``progress_prefix`` (default ``name``) and ``counted``: how progress reads."""
+
+    name: str
+    stats_type: type[S]
+    settings: dict[str, Any]
+    conflict_hint: str = "use another --out, or delete the old outputs"
+    missing_hint: str = ""
+    progress_prefix: str = ""
+    counted: str = "tokens"
+
+    def outputs(self, unit: WorkUnit) -> list[str]:
+        """The names of ``unit``'s output files in the work folder."""
+        raise NotImplementedError
+
+    def finalize(self, job: ShardedJob[S], records: list[DoneRecord[S]], waited: float) -> R:
+        """Worker 0, once every unit is done: finish the job from every unit's record (in unit order);
+        ``waited``: the seconds spent waiting for them."""
+        raise NotImplementedError
+
+
+class Step(BaseStep[S, R]):
+    """A job whose work is synchronous; run by :func:`run_worker`."""
+
+    def process(self, units: list[WorkUnit], job: ShardedJob[S], progress: Progress) -> None:
+        """Write each of ``units`` (this worker's, not done, cleared) into ``job.folder`` and
+        ``job.commit(unit, stats)`` it once its outputs are whole, advancing ``progress``."""
+        raise NotImplementedError
+
+
+class AsyncStep(BaseStep[S, R]):
+    """A job whose work is a coroutine (requests in flight); run by :func:`arun_worker`."""
+
+    async def process(self, units: list[WorkUnit], job: ShardedJob[S], progress: Progress) -> None:
+        """As :meth:`Step.process`."""
+        raise NotImplementedError
+
+
+@dataclass
+class WorkerReport(Generic[S, R]):
+    """What the executor did on this worker: its units, the records it wrote, and (worker 0) what the
+    step's finalize made."""
+
+    worker: Worker
+    units: int  # in the whole plan
+    mine: int  # this worker's (0 when it only finishes)
+    already_done: int = 0
+    processed_bytes: int = 0  # the input weight of the units processed
+    committed: list[DoneRecord[S]] = field(default_factory=list)
+    seconds: float = 0.0  # finding, clearing and processing this worker's units
+    peak_rss_bytes: int = 0  # this process's, when its units were processed
+    waited: float = 0.0  # worker 0: for every unit
+    result: R | None = None  # worker 0: the step's finalize
+
+
+def run_worker(
+    step: Step[S, R],
+    *,
+    folder: Folder,
+    units: Sequence[WorkUnit],
+    worker: Worker,
+    config: JobConfig,
+    log: Log,
+    work: bool = True,
+    finish: bool | None = None,
+) -> WorkerReport[S, R]:
+    """Run this worker's part of ``step`` over ``units`` in ``folder``: its units that are not done (every
+    record in the folder is checked first, whoever made it), each cleared, processed and committed, with
+    progress; then, when ``finish`` (default: worker 0), wait for every unit (``config.wait_seconds``
+    without progress at most, else :class:`UnitsMissing`) and ``step.finalize`` from their records.
+    ``work=False``: only finish (another run processed the units)."""
+    run = _WorkerRun(step, folder, units, worker, config, log, work)
+    if run.todo:
+        with run.processing() as progress:
+            step.process(run.todo, run.job, progress)
+    return run.finish(finish)
+
+
+async def arun_worker(
+    step: AsyncStep[S, R],
+    *,
+    folder: Folder,
+    units: Sequence[WorkUnit],
+    worker: Worker,
+    config: JobConfig,
+    log: Log,
+    work: bool = True,
+    finish: bool | None = None,
+) -> WorkerReport[S, R]:
+    """:func:`run_worker` for a step whose work is a coroutine."""
+    run = _WorkerRun(step, folder, units, worker, config, log, work)
+    if run.todo:
+        with run.processing() as progress:
+            await step.process(run.todo, run.job, progress)
+    return run.finish(finish)
+
+
+class _WorkerRun(Generic[S, R]):
+    """The per-worker loop of :func:`run_worker` and :func:`arun_worker`, around the step's ``process``."""
+
+    def __init__(
+        self,
+        step: BaseStep[S, R],
+        folder: Folder,
+        units: Sequence[WorkUnit],
+        worker: Worker,
+        config: JobConfig,
+        log: Log,
+        work: bool,
+    ) -> None:
+        self.started = time.monotonic()
+        self.step = step
+        self.config = config
+        self.log = log
+        self.job = ShardedJob(
+            step=step.name,
+            folder=folder,
+            units=units,
+            worker=worker if work else None,
+            settings=step.settings,
+            stats_type=step.stats_type,
+            outputs=step.outputs,
+            log=log,
+            conflict_hint=step.conflict_hint,
+        )
+        self.report: WorkerReport[S, R] = WorkerReport(worker, len(self.job.units), 0)
+        self.todo: list[WorkUnit] = []
+        if not work:
+            self.job.refuse_foreign(folder.listing())  # before the wait: a mixed folder stops the run now
+            return
+        mine = self.job.mine()
+        self.todo = self.job.pending()  # outputs made differently, by any worker, stop the run now
+        self.report.mine = len(mine)
+        self.report.already_done = len(mine) - len(self.todo)
+        self.report.processed_bytes = sum(unit.weight for unit in self.todo)
+        total = sum(unit.weight for unit in self.job.units)
+        log(
+            f"{step.name}: {worker.describe()}: {len(mine)} of {len(self.job.units)} units "
+            f"({human(sum(u.weight for u in mine), 'B')} of {human(total, 'B')}), "
+            f"{self.report.already_done} done already"
+        )
+        for unit in self.todo:
+            self.job.clear(unit)
+
+    @contextmanager
+    def processing(self) -> Iterator[Progress]:
+        progress = Progress(
+            self.report.processed_bytes,
+            mode=self.config.progress,
+            interval=self.config.log_every,
+            prefix=self.step.progress_prefix or self.step.name,
+            counted=self.step.counted,
+        )
+        try:
+            yield progress
+        finally:
+            progress.close()
+
+    def finish(self, finish: bool | None) -> WorkerReport[S, R]:
+        report = self.report
+        report.committed = list(self.job.committed)
+        report.seconds = time.monotonic() - self.started
+        report.peak_rss_bytes = peak_rss_bytes()
+        if not (finish if finish is not None else report.worker.index == 0):
+            return report
+        waiting = self.config.wait_seconds
+        started = time.monotonic()
+        records = self.job.wait_for_all(
+            stall_timeout=waiting,
+            poll=min(WAIT_POLL_SECONDS, max(waiting / 10, 0.1)),
+            missing_hint=self.step.missing_hint,
+        )
+        report.waited = time.monotonic() - started
+        report.result = self.step.finalize(self.job, records, report.waited)
+        return report
 
 
 def _difference(theirs: dict[str, Any], ours: dict[str, Any]) -> str:

@@ -1,0 +1,80 @@
+"""The command-line skeleton every sharded job shares (``pretokenize``, ``train``): its config read from the
+flags its dataclass declares (:mod:`.flags`; those of :class:`~.config.JobConfig` are every job's: how the
+documents are read, where they are, which worker this is, how the work is cut, how stores are reached, how
+progress is shown), and one way to run a job and turn its outcome into an exit status. One definition, so the
+jobs read the same flags the same way and fail the same way."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from collections.abc import Callable
+from types import FrameType
+from typing import Any, TypeVar
+
+from .errors import JobError, UnitsMissing
+from .flags import config_values
+from .workers import RESOURCE_CONFIG_ENV, TOTAL_ENV
+
+T = TypeVar("T")
+
+#: Exit statuses of every job: 0 done, 1 failed, 2 wrong arguments (argparse), 3 worker 0 stopped waiting for
+#: units that are not done, 130 interrupted.
+EXIT_FAILED, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 1, 3, 130
+
+WORKER_SOURCES = (
+    f"--shard-index/--num-shards, else JOB_COMPLETION_INDEX (with --num-shards or ${TOTAL_ENV}), else "
+    "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, else RANK/WORLD_SIZE, else NODE_INDEX/NUM_NODES, else "
+    "SageMaker's /opt/ml/config/resourceconfig.json (current_host among hosts)"
+)
+
+
+def parse(parser: argparse.ArgumentParser, argv: Any, config_type: type[T]) -> T:
+    """The job's config from the command line (its flags built by :func:`.flags.add_flags`); a config the
+    job refuses (ValueError) is a usage error (2)."""
+    args = parser.parse_args(argv)
+    try:
+        return config_type(**config_values(config_type, args))
+    except ValueError as exc:
+        parser.error(str(exc))
+
+
+def interrupt_on_sigterm() -> None:
+    """Make SIGTERM (a pod or a job being stopped) unwind like Ctrl-C, so that the output being written
+    leaves no temporary file behind. Done units stay done."""
+    signal.signal(signal.SIGTERM, _interrupt)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseException], ...] = ()) -> tuple[int, Any]:
+    """Run ``job()`` as a command does: ``(exit status, its result or None)``. A :class:`JobError` (or one of
+    ``failures``, or an OSError/ValueError) is one line on stderr and status 1; :class:`UnitsMissing` is
+    status 3 (worker 0 stopped waiting; a rerun finishes); Ctrl-C or SIGTERM is 130, done units kept."""
+    interrupt_on_sigterm()
+    try:
+        return 0, job()
+    except UnitsMissing as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return EXIT_INCOMPLETE, None
+    except (JobError, OSError, ValueError) as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED, None
+    except failures as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED, None
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; done units stay done, a rerun finishes the rest", file=sys.stderr)
+        return EXIT_INTERRUPTED, None
+
+
+__all__ = [
+    "RESOURCE_CONFIG_ENV",
+    "WORKER_SOURCES",
+    "parse",
+    "interrupt_on_sigterm",
+    "run_job",
+]
