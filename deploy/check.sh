@@ -420,5 +420,5 @@ step "build SageMaker jobs image" build_jobs_image
 step "jobs image as 2 SageMaker hosts (pretokenize, train)" run_jobs_hosts
 step "stop dockerd" stop_dockerd
 
-printf '\ndeploy check passed in %ss; image %s: %s MB\n' "$(elapsed_since "$CHECK_STARTED")" "$IMAGE" "$IMAGE_MB"
+printf '\ndeploy check passed in %ss; image %s: %s MB\n' "$(elapsed_since "$CHECK_STARTED")" "$IMAGE" "${IMAGE_MB:-(not built)}"
 printf '  %s\n' "${STEPS[@]}"
