@@ -18,7 +18,11 @@
 #    preStop commands, then SIGTERM with requests in flight: all answered, exit 0 within the grace period;
 #    /encode of the embedded default tokenizer through docker-compose.yml;
 # 5. runs the dev overlay's Deployment with `podman kube play`: /encode, Rust threads = CPU limit, the
-#    largest allowed response within the memory limit, drain.
+#    largest allowed response within the memory limit, drain;
+# 6. builds the SageMaker jobs image (deploy/sagemaker/Dockerfile) on the same base, and runs its entry point
+#    as two SageMaker hosts per job against a loopback S3 server (deploy/sagemaker/check_hosts.py): the
+#    outputs byte-identical to one worker's.
+# TOKENIZER_CHECK_SKIP (development only; CI runs every step): a regex of step names not to run.
 # It stops everything it started (containers, pod, dockerd) by name or PID, and prints each step's time and
 # the image size. State kept between runs: /var/lib/tokenizer-service-ci (dockerd's data root: base image,
 # build cache) and .cache/.
@@ -34,6 +38,7 @@ TOOLS=$REPO/.cache/deploy-venv
 PY=$REPO/.venv/bin/python
 DOCKER=/usr/bin/docker  # Debian's client, with BuildKit (the one in /usr/local/bin lacks it)
 IMAGE=tokenizer-service:check
+JOBS_IMAGE=tokenizer-service-jobs:check
 CONTAINER=tokenizer-service-check
 COMPOSE_PROJECT=tokenizer-service-check
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
@@ -53,6 +58,10 @@ elapsed_since() {
 step() {  # step NAME FUNCTION: runs it, records its time
     local name=$1 started
     shift
+    if [[ -n ${TOKENIZER_CHECK_SKIP:-} && $name =~ $TOKENIZER_CHECK_SKIP ]]; then
+        log "$name: skipped (TOKENIZER_CHECK_SKIP)"
+        return
+    fi
     log "$name"
     started=$(date +%s.%N)
     "$@"
@@ -386,6 +395,21 @@ EOF
     PODMAN_KUBE_FILE=""
 }
 
+# -- 6. the SageMaker jobs image, as two hosts -----------------------------------------------------------------
+build_jobs_image() {
+    local secret=()
+    [[ -s $CA_BUNDLE ]] && secret=(--secret "id=ca,src=$CA_BUNDLE")
+    $DOCKER build --progress=plain --build-arg "BASE_IMAGE=$BASE_IMAGE" "${secret[@]}" \
+        -f deploy/sagemaker/Dockerfile -t "$JOBS_IMAGE" . >"$WORK/jobs-build.log" 2>&1 ||
+        { tail -40 "$WORK/jobs-build.log"; return 1; }
+    $DOCKER image prune --force >/dev/null  # earlier builds of $JOBS_IMAGE, now untagged
+    echo "$JOBS_IMAGE: $(($($DOCKER image inspect -f '{{.Size}}' "$JOBS_IMAGE") / 1000000)) MB"
+}
+
+run_jobs_hosts() {
+    "$PY" deploy/sagemaker/check_hosts.py "$JOBS_IMAGE" --docker "$DOCKER"
+}
+
 step "install missing packages and tools" install_system_packages
 step "install linters, kubectl, project venv" install_tools
 step "render overlays and jobs (kubectl kustomize)" render_overlays
@@ -399,7 +423,9 @@ step "build image" build_image
 step "run image read-only: every route (chat model), drain" run_container
 step "docker-compose up: encode" run_compose
 step "podman kube play dev overlay" run_pod
+step "build SageMaker jobs image" build_jobs_image
+step "jobs image as 2 SageMaker hosts (pretokenize, train)" run_jobs_hosts
 step "stop dockerd" stop_dockerd
 
-printf '\ndeploy check passed in %ss; image %s: %s MB\n' "$(elapsed_since "$CHECK_STARTED")" "$IMAGE" "$IMAGE_MB"
+printf '\ndeploy check passed in %ss; image %s: %s MB\n' "$(elapsed_since "$CHECK_STARTED")" "$IMAGE" "${IMAGE_MB:-(not built)}"
 printf '  %s\n' "${STEPS[@]}"

@@ -37,6 +37,7 @@ from service.jobs import (
     resolve_worker,
 )
 from service.jobs.storage import _ResumingReader
+from service.jobs.workers import SAGEMAKER_RESOURCE_CONFIGS
 
 
 def read_all(units, **options) -> list:
@@ -266,7 +267,71 @@ def test_sagemaker_resource_config_gives_the_index_when_nothing_else_does(tmp_pa
     config.write_text(json.dumps({"current_host": "algo-99", "hosts": hosts}))
     with pytest.raises(CorpusError, match="not among hosts"):
         resolve_worker(environ={RESOURCE_CONFIG_ENV: str(config)})
-    assert resolve_worker(environ={RESOURCE_CONFIG_ENV: str(tmp_path / "absent.json")}).count == 1
+    with pytest.raises(CorpusError, match=r"absent\.json: no such file"):  # named on purpose: never ignored
+        resolve_worker(environ={RESOURCE_CONFIG_ENV: str(tmp_path / "absent.json")})
+
+
+@pytest.mark.parametrize("platform_path", SAGEMAKER_RESOURCE_CONFIGS)
+def test_sagemaker_resource_config_is_read_where_processing_and_training_jobs_put_it(tmp_path, platform_path):
+    """A Processing job's container has it under /opt/ml/config/, a Training job's under /opt/ml/input/config/:
+    each host of either finds its own place (with the config at one place only, every host once took itself
+    for the single worker, counted every unit and wrote the final outputs)."""
+    assert resolve_worker(environ={}, root=tmp_path).describe() == "worker 0 of 1 (no index given: a single worker)"
+    config = tmp_path / platform_path.lstrip("/")
+    config.parent.mkdir(parents=True)
+    for index, host in enumerate(("algo-1", "algo-2")):
+        config.write_text(json.dumps({"current_host": host, "hosts": ["algo-2", "algo-1"]}))
+        worker = resolve_worker(environ={}, root=tmp_path)
+        assert worker.describe() == f"worker {index} of 2 (SageMaker {host} of algo-1, algo-2)"
+
+
+@pytest.mark.parametrize(
+    ("configs", "env", "message"),
+    [
+        ({0: "{not json"}, {}, "not a SageMaker resource config"),
+        ({1: json.dumps({"current_host": "algo-1"})}, {}, "not a SageMaker resource config"),
+        ({1: json.dumps({"current_host": "algo-1", "hosts": "algo-1,algo-2"})}, {}, "not a SageMaker resource"),
+        ({0: None}, {}, "not a SageMaker resource config"),  # a directory where the file should be
+        (
+            {
+                0: json.dumps({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]}),
+                1: json.dumps({"current_host": "algo-2", "hosts": ["algo-1", "algo-2"]}),
+            },
+            {},
+            "disagree",
+        ),
+        ({}, {"SM_HOSTS": '["algo-1", "algo-2"]'}, "SM_CURRENT_HOST and SM_HOSTS go together"),
+        ({}, {"SM_CURRENT_HOST": "algo-1", "SM_HOSTS": "algo-1,algo-2"}, "not a JSON list of hosts"),
+        (
+            {1: json.dumps({"current_host": "algo-1", "hosts": ["algo-1", "algo-2"]})},
+            {"SM_CURRENT_HOST": "algo-1", "SM_HOSTS": '["algo-1", "algo-2", "algo-3"]'},
+            "disagree",
+        ),
+    ],
+)
+def test_a_sagemaker_job_whose_description_cannot_be_read_never_runs_as_a_single_worker(
+    tmp_path, configs, env, message
+):
+    """Several hosts each taking itself for the only worker would all write the final outputs: a description
+    of the job that is there but unreadable, incomplete or contradicted is an error, not worker 0 of 1."""
+    for which, content in configs.items():
+        path = tmp_path / SAGEMAKER_RESOURCE_CONFIGS[which].lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.mkdir() if content is None else path.write_text(content)
+    with pytest.raises(CorpusError, match=message):
+        resolve_worker(environ=env, root=tmp_path)
+
+
+def test_sagemaker_training_toolkit_variables_give_the_index(tmp_path):
+    env = {"SM_CURRENT_HOST": "algo-3", "SM_HOSTS": json.dumps([f"algo-{n}" for n in range(10, 0, -1)])}
+    assert resolve_worker(environ=env, root=tmp_path).describe() == (
+        "worker 2 of 10 (SageMaker algo-3 of algo-1, algo-2, algo-3, algo-4, algo-5, algo-6, algo-7, algo-8, "
+        "algo-9, algo-10)"
+    )
+    config = tmp_path / SAGEMAKER_RESOURCE_CONFIGS[1].lstrip("/")
+    config.parent.mkdir(parents=True)
+    config.write_text(json.dumps({"current_host": "algo-3", "hosts": json.loads(env["SM_HOSTS"])}))
+    assert resolve_worker(environ=env, root=tmp_path).index == 2  # both there, and they agree
 
 
 # -- storage and the executor ----------------------------------------------------------------------------

@@ -62,8 +62,9 @@ def instances(s3: LoopbackS3, tmp_path: Path, command: list[str], hosts: int) ->
     errors = [process.communicate(timeout=240)[1] for process in processes]
     assert [process.returncode for process in processes] == [0] * hosts, [err[-3000:] for err in errors]
     for index, (host, err) in enumerate(zip(names, errors, strict=True)):
-        assert f"sagemaker: instance {host} of {hosts}" in err
-        assert f"worker {index} of {hosts} (SageMaker {host} of {', '.join(names)})" in err
+        worker = f"worker {index} of {hosts} (SageMaker {host} of {', '.join(names)})"
+        assert f"sagemaker: this instance is {worker}" in err  # before the sidecar starts
+        assert f"pretokenize: {worker}" in err or f"train: {worker}" in err  # the job's own
     return errors
 
 
@@ -100,12 +101,32 @@ def test_pretokenize_on_every_instance_through_its_own_sidecar_or_a_deployed_ser
     }
 
 
+def test_a_package_the_jobs_format_needs_is_missed_before_the_sidecar_starts(tmp_path):
+    """pretokenize's default format is Parquet: an image without pyarrow (the jobs image once installed only
+    the server and s3 extras) is told so in one line, naming the extra, before any instance loads a sidecar;
+    a job argument the job refuses is refused there too (exit 2)."""
+    hidden = tmp_path / "hidden" / "pyarrow"
+    hidden.mkdir(parents=True)
+    (hidden / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'pyarrow'\", name='pyarrow')\n")
+    env = {name: value for name, value in os.environ.items() if name not in INDEX_VARIABLES}
+    env["PYTHONPATH"] = os.pathsep.join([str(hidden.parent), env.get("PYTHONPATH", "")])
+    command = ["pretokenize", "--", "s3://sm-corpus/web/", "--out", "s3://sm-out/never"]
+    process = jobs.start(command, env, python_args=[str(SAGEMAKER / "entrypoint.py")])
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 1, err
+    assert "sagemaker: error: the Parquet format needs pyarrow: pip install 'tokenizer-service[pipeline]'" in err
+    assert "sidecar" not in err
+    process = jobs.start([*command, "--format", "arrow"], env, python_args=[str(SAGEMAKER / "entrypoint.py")])
+    err = process.communicate(timeout=120)[1]
+    assert process.returncode == 2 and "invalid choice: 'arrow'" in err and "sidecar" not in err
+
+
 def test_the_launcher_builds_a_processing_job_of_four_instances_with_s3_in_and_out():
     launch = load("launch")
     options = ["--image", "123.dkr.ecr/tok-jobs:1", "--role", "arn:aws:iam::1:role/r"]
     train = ["s3://corpus/web/", "--out", "s3://tokenizers/x", "--model", "byte-level-bpe", "--vocab-size", "32000"]
     job, dry_run = launch.plan(["train", *options, "--", *train])
-    assert not dry_run and not job.wait and job.network == {}
+    assert not dry_run and not job.follow and job.network == {}
     assert job.processor["instance_count"] == 4 and job.processor["image_uri"] == "123.dkr.ecr/tok-jobs:1"
     assert job.processor["entrypoint"] == ["python3", "/opt/tokenizer-service/sagemaker_entrypoint.py"]
     assert job.processor["env"] == {}
@@ -118,10 +139,10 @@ def test_the_launcher_builds_a_processing_job_of_four_instances_with_s3_in_and_o
 
     options = '{"endpoint_url": "https://s3.internal"}'
     network = ["--subnet", "subnet-1", "--security-group", "sg-1"]
-    more = ["--storage-options", options, "--instance-count", "8", "--wait"]
+    more = ["--storage-options", options, "--instance-count", "8", "--follow"]
     service = ["--url", "http://tok:8000", *network, *more]
     job, _ = launch.plan(
-        ["pretokenize", "--image", "i", "--role", "r", *service, "--", "s3://corpus/", "--out", "s3://tokens/run"]
+        ["pretokenize", "--image", "i", "--role", "r", *service, "--", "s3://corpus/", "--out=s3://tokens/run"]
     )
     assert job.arguments == [
         "pretokenize",
@@ -129,21 +150,45 @@ def test_the_launcher_builds_a_processing_job_of_four_instances_with_s3_in_and_o
         "http://tok:8000",
         "--",
         "s3://corpus/",
-        "--out",
-        "s3://tokens/run",
+        "--out=s3://tokens/run",  # the form the job's parser accepts too
     ]
-    assert job.network == {"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]} and job.wait
+    assert job.network == {"subnets": ["subnet-1"], "security_group_ids": ["sg-1"]} and job.follow
     assert job.processor["env"] == {"TOKENIZER_SERVICE_STORAGE_OPTIONS": options}
     assert job.processor["instance_count"] == 8
 
     for wrong, message in (
         (["train", "--image", "i", "--role", "r", "--", "corpus/", "--out", "local/dir"], "--out s3://"),
+        (["train", "--image", "i", "--role", "r", "--", "s3://c/", "--out=local/dir"], "--out= s3://"),
+        (["train", "--image", "i", "--role", "r", "--", "s3://c/", "--out"], "--out without a value"),
         (["train", "--image", "i", "--role", "r", "--url", "http://x", "--", "s3://c/", "--out", "s3://o"], "--url"),
         (["pretokenize", "--image", "i", "--role", "r", "--subnet", "s", "--", "s3://c/", "--out", "s3://o"], "go"),
     ):
         with pytest.raises(SystemExit) as refused:
             launch.plan(wrong)
         assert refused.value.code == 2, message
+
+
+def test_the_launcher_shares_with_the_jobs_only_the_options_it_hands_on():
+    """launch.py's own options and the jobs' (given after --) are one command line to a user: a name in both
+    must mean the same thing in both (launch.py's --wait, a flag, once shadowed the jobs' --wait SECONDS)."""
+    launch = load("launch")
+    from service.pretokenize.cli import build_parser as pretokenize_parser
+    from service.training.cli import build_parser as train_parser
+
+    def options(parser: Any) -> set[str]:
+        return {name for action in parser._actions for name in action.option_strings}
+
+    launcher = options(launch.build_parser()) - {"-h", "--help"}
+    handed_on = {
+        "--url",  # entrypoint.py gives it to pretokenize
+        "--storage-options",  # becomes the job's TOKENIZER_SERVICE_STORAGE_OPTIONS
+        "--model",  # pretokenize's sidecar serves it; refused for train, whose --model (the family) goes after --
+    }
+    for job in (pretokenize_parser("pretokenize"), train_parser("train")):
+        assert launcher & options(job) <= handed_on
+    base = ["train", "--image", "i", "--role", "r", "--"]
+    job, _ = launch.plan([*base, "s3://c/", "--out", "s3://o", "--model", "bpe", "--vocab-size", "900", "--wait", "60"])
+    assert job.arguments[-2:] == ["--wait", "60"] and not job.follow
 
 
 def test_the_launcher_hands_its_plan_to_the_sdk(monkeypatch):

@@ -6,9 +6,11 @@
     python entrypoint.py pretokenize --url http://tokenizer.internal:8000 -- ...  # a deployed service instead
 
 Everything after ``--`` goes to ``tokenizer-service train`` or ``tokenizer-service pretokenize`` unchanged:
-every instance gets the same arguments. Each instance finds its index itself, from SageMaker's
-``/opt/ml/config/resourceconfig.json`` (``current_host`` among ``hosts``: algo-1 is worker 0); no channel,
-no shared volume: inputs are read from S3 and outputs written there by the jobs themselves.
+every instance gets the same arguments. Each instance finds its index itself, from SageMaker's resource
+config (``current_host`` among ``hosts``: algo-1 is worker 0; where a Processing or a Training job puts it);
+no channel, no shared volume: inputs are read from S3 and outputs written there by the jobs themselves.
+Before anything starts, the job's arguments are checked by the job's own parser, with the packages they
+need (``--format parquet`` needs pyarrow: the ``pipeline`` extra) and the instance's place among the workers.
 
 ``pretokenize`` needs the service: without ``--url``, each instance starts its own (``tokenizer-service serve``
 on 127.0.0.1, a sidecar process in the same container: a Processing job runs one container per instance),
@@ -16,13 +18,14 @@ waits until it is ready, pre-tokenizes its share through it and stops it. Tempor
 counting spills) go to the job's ML storage volume (``/opt/ml/processing``) when it is writable.
 
 Exit status: the job's (0 done, 1 failed, 2 wrong arguments, 3 worker 0 gave up waiting), or 1 when the
-sidecar did not become ready. Standard library only: it runs with the image's Python.
+checks before the start failed or the sidecar did not become ready. It runs with the image's Python, which
+has the project installed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import os
 import signal
 import socket
@@ -36,7 +39,6 @@ from pathlib import Path
 
 #: Where SageMaker mounts the job's ML storage volume (``volume_size_in_gb``) in a Processing container.
 PROCESSING_VOLUME = Path("/opt/ml/processing")
-RESOURCE_CONFIG = Path(os.environ.get("TOKENIZER_SERVICE_RESOURCE_CONFIG") or "/opt/ml/config/resourceconfig.json")
 
 
 def log(message: str) -> None:
@@ -66,12 +68,21 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, argv[split + 1 :]
 
 
-def describe_instance() -> str:
+def preflight(command: str, job_args: Sequence[str]) -> str:
+    """The job's arguments through the job's own parser (SystemExit 2 when wrong), the packages they need,
+    and this instance's place among the workers, described; a JobError when the job cannot run here. Done
+    before the sidecar starts: it takes a while to load, and each host would start one for nothing."""
+    from service.cli import COMMANDS
+    from service.jobs import cli as jobcli
+
+    module_name, _, extra = COMMANDS[command]
     try:
-        config = json.loads(RESOURCE_CONFIG.read_text("utf-8"))
-        return f"instance {config['current_host']} of {len(config['hosts'])} ({RESOURCE_CONFIG})"
-    except (OSError, ValueError, KeyError, TypeError):
-        return f"no resource config at {RESOURCE_CONFIG}: a single worker unless the job says otherwise"
+        job = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"sagemaker: {command} needs pip install 'tokenizer-service[{extra}]' ({exc})") from None
+    config = jobcli.parse(job.build_parser(f"tokenizer-service {command}"), job_args, job.CONFIG)
+    config.check_installed()
+    return str(config.worker().describe())
 
 
 def job_environment() -> dict[str, str]:
@@ -119,7 +130,13 @@ def stop(server: subprocess.Popen[bytes], grace: float = 30.0) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, job_args = parse(sys.argv[1:] if argv is None else argv)
-    log(describe_instance())
+    from service.jobs import JobError
+
+    try:
+        log(f"this instance is {preflight(args.command, job_args)}")
+    except JobError as exc:
+        log(f"error: {exc}")
+        return 1
     env = job_environment()
     command = [sys.executable, "-m", "service", args.command, *job_args]
     if args.command == "train" or args.url:

@@ -34,7 +34,7 @@ class ProcessingJob:
     processor: dict[str, Any]
     arguments: list[str]
     network: dict[str, Any] = field(default_factory=dict)  # NetworkConfig's arguments; {}: none
-    wait: bool = False
+    follow: bool = False  # stay until the job ends, streaming its logs
 
     def describe(self) -> str:
         return json.dumps({"processor": self.processor, "network": self.network, "arguments": self.arguments}, indent=1)
@@ -59,7 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", help="pretokenize's sidecar: the tokenizer to serve (a directory, hub id or URL)")
     parser.add_argument("--subnet", action="append", default=[], help="VPC subnet (repeat): to reach --url")
     parser.add_argument("--security-group", action="append", default=[], help="VPC security group (repeat)")
-    parser.add_argument("--wait", action="store_true", help="wait for the job and stream its logs")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="stay until the job ends, streaming its logs (not the job's --wait SECONDS: give that after --)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print what would be submitted and exit")
     return parser
 
@@ -72,7 +76,7 @@ def plan(argv: Sequence[str]) -> tuple[ProcessingJob, bool]:
     split = argv.index("--")
     parser = build_parser()
     args, job_args = parser.parse_args(argv[:split]), argv[split + 1 :]
-    out = job_args[job_args.index("--out") + 1] if "--out" in job_args[:-1] else None
+    out = job_out(job_args)
     if out is None or "://" not in out:
         parser.error("the job needs --out s3://...: an instance's disk is gone when the job ends")
     if args.instance_count < 1:
@@ -103,7 +107,18 @@ def plan(argv: Sequence[str]) -> tuple[ProcessingJob, bool]:
         "env": env,
     }
     network = {"subnets": args.subnet, "security_group_ids": args.security_group} if args.subnet else {}
-    return ProcessingJob(processor, [*entry, "--", *job_args], network, args.wait), args.dry_run
+    return ProcessingJob(processor, [*entry, "--", *job_args], network, args.follow), args.dry_run
+
+
+def job_out(job_args: Sequence[str]) -> str | None:
+    """The job's ``--out``, read as the job's own parser reads it (``--out X``, ``--out=X``); None if absent."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("--out")
+    try:
+        known, _ = parser.parse_known_args(job_args)
+    except argparse.ArgumentError:  # --out without a value
+        return None
+    return known.out  # type: ignore[no-any-return]
 
 
 def _sdk() -> tuple[Any, Any]:
@@ -125,7 +140,7 @@ def submit(job: ProcessingJob) -> Any:
     processor_type, network_type = _sdk()
     extra = {"network_config": network_type(**job.network)} if job.network else {}
     processor = processor_type(**job.processor, **extra)
-    processor.run(arguments=job.arguments, wait=job.wait, logs=job.wait)
+    processor.run(arguments=job.arguments, wait=job.follow, logs=job.follow)
     return processor
 
 

@@ -15,7 +15,13 @@ from typing import Any, TypeVar
 
 from .errors import JobError, UnitsMissing
 from .flags import config_values
-from .workers import RESOURCE_CONFIG_ENV, TOTAL_ENV
+from .workers import (
+    RESOURCE_CONFIG_ENV,
+    SAGEMAKER_CURRENT_HOST_ENV,
+    SAGEMAKER_HOSTS_ENV,
+    SAGEMAKER_RESOURCE_CONFIGS,
+    TOTAL_ENV,
+)
 
 T = TypeVar("T")
 
@@ -26,7 +32,8 @@ EXIT_FAILED, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 1, 3, 130
 WORKER_SOURCES = (
     f"--shard-index/--num-shards, else JOB_COMPLETION_INDEX (with --num-shards or ${TOTAL_ENV}), else "
     "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, else RANK/WORLD_SIZE, else NODE_INDEX/NUM_NODES, else "
-    "SageMaker's /opt/ml/config/resourceconfig.json (current_host among hosts)"
+    f"SageMaker's {' or '.join(SAGEMAKER_RESOURCE_CONFIGS)} (Processing, Training: current_host among hosts) "
+    f"or {SAGEMAKER_CURRENT_HOST_ENV}/{SAGEMAKER_HOSTS_ENV}"
 )
 
 

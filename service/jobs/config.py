@@ -128,9 +128,16 @@ class JobConfig:
     def storage(self, log: Log | None = None) -> Storage:
         return Storage(dict(self.storage_options), self.retry_deadline, log)
 
+    def worker(self) -> Worker:
+        """This process's place among the workers (see :func:`~.workers.resolve_worker`)."""
+        return resolve_worker(self.shard_index, self.num_shards, self.environ)
+
+    def check_installed(self) -> None:
+        """Raise a CorpusError naming the package and the extra that brings it when the job, as
+        configured, needs one that is not installed: before any work (before a sidecar service starts)."""
+
     def plan(self, storage: Storage, exclude: Sequence[str] = ()) -> tuple[list[InputFile], list[WorkUnit], Worker]:
         """The inputs, their units (the same on every worker) and this worker; refused before any work."""
         files = find_inputs(self.inputs, exclude=exclude, storage=storage)
         units = plan_units(files, self.unit_bytes, storage)
-        worker = resolve_worker(self.shard_index, self.num_shards, self.environ)
-        return files, units, worker
+        return files, units, self.worker()

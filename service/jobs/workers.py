@@ -10,13 +10,16 @@ The first of these that is present wins:
                                       and ``SLURM_ARRAY_TASK_STEP`` are honoured)
 ``RANK`` / ``WORLD_SIZE``             torchrun and most launchers
 ``NODE_INDEX`` / ``NUM_NODES``        multi-node jobs that start one worker per node
-SageMaker's resource config           ``/opt/ml/config/resourceconfig.json`` (a SageMaker Processing or Training
-                                      instance): ``current_host`` among ``hosts``, sorted as SageMaker numbers
-                                      them (``algo-1``, ``algo-2``, ... ``algo-10``); ``$`` :data:`RESOURCE_CONFIG_ENV`
-                                      names another file
+SageMaker's resource config           ``/opt/ml/config/resourceconfig.json`` (a Processing job's container) or
+                                      ``/opt/ml/input/config/resourceconfig.json`` (a Training job's), and
+                                      ``SM_CURRENT_HOST``/``SM_HOSTS`` (the training toolkit's): ``current_host``
+                                      among ``hosts``, sorted as SageMaker numbers them (``algo-1``, ``algo-2``,
+                                      ... ``algo-10``); ``$`` :data:`RESOURCE_CONFIG_ENV` names another file
 ====================================  ==========================================================================
 
-Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess.
+Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess; so
+is a SageMaker description that cannot be read, or two that disagree: a host that took itself for the only
+worker would redo every unit and write the final outputs beside worker 0.
 """
 
 from __future__ import annotations
@@ -34,9 +37,13 @@ from .errors import CorpusError
 #: The total number of workers of a Kubernetes Indexed Job (its ``spec.completions``), which Kubernetes
 #: does not put in the environment itself.
 TOTAL_ENV = "JOB_COMPLETIONS"
-#: Where SageMaker describes the instances of a job to each of them.
-SAGEMAKER_RESOURCE_CONFIG = "/opt/ml/config/resourceconfig.json"
-#: Names another resource config file (a test, or a container that mounts it elsewhere).
+#: Where SageMaker describes the instances of a job to each of them: in a Processing job's container, and in
+#: a Training job's (the same JSON: ``current_host`` among ``hosts``).
+SAGEMAKER_RESOURCE_CONFIGS = ("/opt/ml/config/resourceconfig.json", "/opt/ml/input/config/resourceconfig.json")
+#: The same two facts as SageMaker's training toolkit puts them in the environment: a name, a JSON list.
+SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV = "SM_CURRENT_HOST", "SM_HOSTS"
+#: Names another resource config file, read instead of SageMaker's (a test, or a container that mounts it
+#: elsewhere); it must exist.
 RESOURCE_CONFIG_ENV = "TOKENIZER_SERVICE_RESOURCE_CONFIG"
 
 T = TypeVar("T")
@@ -60,10 +67,16 @@ class Worker:
 
 
 def resolve_worker(
-    index: int | None = None, count: int | None = None, environ: Mapping[str, str] | None = None
+    index: int | None = None,
+    count: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    root: str | Path = "/",
 ) -> Worker:
     """This process's :class:`Worker`, from ``index``/``count`` (flags) or the environment (see the module
-    docstring). Raises :class:`CorpusError` for a missing half, a non-integer or an index out of range."""
+    docstring). Raises :class:`CorpusError` for a missing half, a non-integer, an index out of range, or a
+    SageMaker description unreadable or inconsistent. ``root``: where SageMaker's files are looked for (a
+    test's folder)."""
     env = os.environ if environ is None else environ
     if index is not None:
         if count is None:
@@ -91,24 +104,57 @@ def resolve_worker(
     for index_name, count_name in (("RANK", "WORLD_SIZE"), ("NODE_INDEX", "NUM_NODES")):
         if index_name in env or count_name in env:
             return _checked(_int_env(env, index_name), _int_env(env, count_name), f"{index_name}/{count_name}")
-    config = Path(env.get(RESOURCE_CONFIG_ENV) or SAGEMAKER_RESOURCE_CONFIG)
-    if config.is_file():
-        return sagemaker_worker(config)
-    return Worker(0, 1, "no index given: a single worker")
+    return sagemaker_worker(env, root) or Worker(0, 1, "no index given: a single worker")
 
 
-def sagemaker_worker(path: Path) -> Worker:
-    """The worker of a SageMaker instance: the place of ``current_host`` among ``hosts`` in its resource
-    config, hosts sorted by their number (``algo-2`` before ``algo-10``)."""
+def sagemaker_worker(environ: Mapping[str, str], root: str | Path = "/") -> Worker | None:
+    """The worker of a SageMaker instance: the place of ``current_host`` among ``hosts``, hosts sorted by
+    their number (``algo-2`` before ``algo-10``), from every description of the job present (the resource
+    config where a Processing or a Training job puts it, ``SM_CURRENT_HOST``/``SM_HOSTS``), which must
+    agree; None when there is none."""
+    named = environ.get(RESOURCE_CONFIG_ENV)
+    if named and not Path(named).exists():
+        raise CorpusError(f"{RESOURCE_CONFIG_ENV}={named}: no such file")
+    paths = [Path(named)] if named else [Path(root, path.lstrip("/")) for path in SAGEMAKER_RESOURCE_CONFIGS]
+    places = [(str(path), *_read_resource_config(path)) for path in paths if path.exists()]
+    if SAGEMAKER_CURRENT_HOST_ENV in environ or SAGEMAKER_HOSTS_ENV in environ:
+        places.append((f"{SAGEMAKER_CURRENT_HOST_ENV}/{SAGEMAKER_HOSTS_ENV}", *_read_host_variables(environ)))
+    if not places:
+        return None
+    (source, current, hosts), *others = places
+    for other, other_current, other_hosts in others:
+        if (other_current, other_hosts) != (current, hosts):
+            raise CorpusError(
+                f"SageMaker's descriptions of this job disagree: {source} says {current} of {', '.join(hosts)}, "
+                f"{other} says {other_current} of {', '.join(other_hosts)}"
+            )
+    if current not in hosts:
+        raise CorpusError(f"{source}: current_host {current!r} is not among hosts {hosts}")
+    return _checked(hosts.index(current), len(hosts), f"SageMaker {current} of {', '.join(hosts)}")
+
+
+def _read_resource_config(path: Path) -> tuple[str, list[str]]:
     try:
         config = json.loads(path.read_text("utf-8"))
-        current, hosts = str(config["current_host"]), [str(host) for host in config["hosts"]]
+        return _current_and_hosts(config["current_host"], config["hosts"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CorpusError(f"{path}: not a SageMaker resource config with current_host and hosts ({exc})") from None
-    ordered = sorted(hosts, key=_host_order)
-    if current not in ordered:
-        raise CorpusError(f"{path}: current_host {current!r} is not among hosts {ordered}")
-    return _checked(ordered.index(current), len(ordered), f"SageMaker {current} of {', '.join(ordered)}")
+
+
+def _read_host_variables(environ: Mapping[str, str]) -> tuple[str, list[str]]:
+    if SAGEMAKER_CURRENT_HOST_ENV not in environ or SAGEMAKER_HOSTS_ENV not in environ:
+        raise CorpusError(f"{SAGEMAKER_CURRENT_HOST_ENV} and {SAGEMAKER_HOSTS_ENV} go together: set both, or neither")
+    try:
+        return _current_and_hosts(environ[SAGEMAKER_CURRENT_HOST_ENV], json.loads(environ[SAGEMAKER_HOSTS_ENV]))
+    except (ValueError, TypeError) as exc:
+        hosts = environ[SAGEMAKER_HOSTS_ENV]
+        raise CorpusError(f"{SAGEMAKER_HOSTS_ENV}={hosts!r} is not a JSON list of hosts ({exc})") from None
+
+
+def _current_and_hosts(current: object, hosts: object) -> tuple[str, list[str]]:
+    if not isinstance(current, str) or not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+        raise TypeError("current_host must be a string and hosts a list of strings")
+    return current, sorted(hosts, key=_host_order)
 
 
 def _host_order(host: str) -> list[tuple[int, int, str]]:

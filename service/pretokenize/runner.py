@@ -77,10 +77,7 @@ async def pretokenize(
     others and writes the manifest (else :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come
     from (default: the service at ``config.url``)."""
     started = time.monotonic()
-    if config.output_format == "parquet":
-        from .shards import import_pyarrow
-
-        import_pyarrow()  # a client-only install learns which extra it needs before any work
+    config.check_installed()  # a client-only install learns which extra it needs before any work
     storage = config.storage(log)
     _, units, worker = config.plan(storage, exclude=[config.out_location])
     own_encoder = encoder is None

@@ -172,6 +172,12 @@ class PretokenizeConfig(JobConfig):
         if self.max_length is not None and self.max_length < 1:
             raise ValueError(f"max_length must be at least 1, not {self.max_length}")
 
+    def check_installed(self) -> None:
+        if self.output_format == "parquet":
+            from .shards import import_pyarrow
+
+            import_pyarrow()
+
     def encode_options(self) -> dict[str, Any]:
         """The ``/encode`` options every request carries: the call's options, and only ``input_ids`` back."""
         return {

@@ -34,6 +34,10 @@ units[index::count].
 """
 
 
+#: The job's configuration: every flag is one of its fields (:func:`service.jobs.flags.add_flags`).
+CONFIG = TrainConfig
+
+
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog,
@@ -87,7 +91,7 @@ HELPS = {
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service train") -> int:
-    config = jobcli.parse(build_parser(prog), argv, TrainConfig)
+    config = jobcli.parse(build_parser(prog), argv, CONFIG)
     from ..engine.parallelism import available_cpus, configure_rust_parallelism
 
     if "RAYON_NUM_THREADS" not in os.environ:  # before tokenizers starts its pool: the trainer's threads are
