@@ -650,8 +650,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "SageMaker hosts ordered as strings (algo-10 before algo-2)",
         "service/jobs/workers.py",
-        "ordered = sorted(hosts, key=_host_order)",
-        "ordered = sorted(hosts)",
+        "return current, sorted(hosts, key=_host_order)",
+        "return current, sorted(hosts)",
         (CORPUS,),
     ),
     Mutation(
