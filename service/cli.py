@@ -13,6 +13,7 @@ import textwrap
 from collections.abc import Sequence
 
 from . import __version__
+from .suggestions import ArgumentParser
 
 PROG = "tokenizer-service"
 
@@ -38,7 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     listing = "\n".join(f"  {name:<12} {summary}" for name, (_, summary, _) in COMMANDS.items())
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=textwrap.fill(

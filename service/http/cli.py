@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..engine import TokenizerLoadError, available_cpus, configure_rust_parallelism, load_tokenizer
+from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
 from .settings import Settings
 
@@ -38,7 +39,7 @@ def _flag_type(annotation: Any) -> Any:
 
 
 def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         description="Serve a tokenizer over HTTP (POST /encode, /tokenize, /decode; GET /info, /healthz, "
         f"/readyz, /metrics, /docs). Each flag also reads the environment variable {ENV_PREFIX}<FLAG>.",

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import Sequence
 
 from ..corpus import jobcli
+from ..suggestions import ArgumentParser
 from ..wire import ASSISTANT_MASK_SOURCES, URL_ENV
 from .manifest import MANIFEST_NAME
 from .settings import OUTPUT_FORMATS, PretokenizeConfig
@@ -31,7 +32,7 @@ Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (p
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=DESCRIPTION.format(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ..corpus import jobcli, parse_size
 from ..corpus.progress import human
+from ..suggestions import ArgumentParser
 from .options import DEFAULT_COUNT_MEMORY, MODELS, PHASES, TrainConfig
 
 for _needed in ("tokenizers", "transformers"):  # the server extra: service.cli names it when one is missing
@@ -35,7 +36,7 @@ units[index::count].
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=DESCRIPTION.format(sources=jobcli.WORKER_SOURCES),
