@@ -143,6 +143,7 @@ def test_exported_members():
             "RequestTimeout",
             "FingerprintMismatch",
             "RetriesExhausted",
+            "ServiceUnreachable",
             "LaunchError",
         ]
     )
