@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	@echo "==> [2/3] torch==2.13.0, the CPU build (pinned: any looser spec downloads multi-GB CUDA builds)"
 	$(BIN)/pip install --progress-bar on torch==2.13.0
-	@echo "==> [3/3] this package with the extras make test and make lint need: about 150 packages"
+	@echo "==> [3/3] this package with the extras make test and make lint need: about 150 packages (pip says nothing while it unpacks them at the end: 1-2 min)"
 	$(BIN)/pip install --progress-bar on -e '.[test,lint]'
 	touch $(STAMP)
 	@echo "==> set up: $(VENV)/ ('source $(VENV)/bin/activate' to use its commands)"
