@@ -17,13 +17,17 @@ LINTED := service tests testkit benchmarks scripts examples deploy
 
 .PHONY: serve test lint fmt docs bench fuzz mutants install clean emulators
 
+# Set-up says what it does as it goes: a line per step, then pip's own line per package (no --quiet).
 $(STAMP): pyproject.toml
+	@echo "==> [1/3] creating $(VENV)/ with $(PYTHON) and upgrading pip"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	# torch first, pinned: this exact CPU wheel is on the machine; any looser spec downloads CUDA builds
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[test,lint]'
+	@echo "==> [2/3] torch==2.13.0, the CPU build (pinned: any looser spec downloads multi-GB CUDA builds)"
+	$(BIN)/pip install --progress-bar on torch==2.13.0
+	@echo "==> [3/3] this package with the extras make test and make lint need: about 150 packages (pip says nothing while it unpacks them at the end: 1-2 min)"
+	$(BIN)/pip install --progress-bar on -e '.[test,lint]'
 	touch $(STAMP)
+	@echo "==> set up: $(VENV)/ ('source $(VENV)/bin/activate' to use its commands)"
 
 install: $(STAMP)
 

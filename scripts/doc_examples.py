@@ -12,12 +12,11 @@ on GitHub and on the site). What the comment may say:
     in the background, on a free port, and the page's later blocks talk to it.
 ``<!-- example: continues -->``
     A python block that goes on from the page's python block before it (the reader's session goes on): it
-    runs as one script with the blocks it continues.
-``<!-- example: given: NAME -->``
-    The block needs something the reader has and the page does not make: ``corpus`` (a folder
-    ``corpus/`` of JSON Lines files with a ``text`` field; ``chat_model``, a tokenizer folder ``chat-model/``
-    whose chat template has generation markers, made as the conversations guide makes it). The tests make it
-    first.
+    runs as one script with the blocks it continues, and says so to the reader in its first line, a comment
+    (``# continues the block above: ...``).
+
+Nothing else is made for a page: what a block needs (a corpus, a tokenizer folder) is made by a block the
+page shows before it.
 ``<!-- example: output -->``
     On a ```` ```text ```` block: what the runnable block before it prints, compared line by line.
 
@@ -33,11 +32,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = ("python", "bash")
-#: What ``given:`` may name, and what it means to a reader.
-GIVENS = {
-    "corpus": "a folder corpus/ of JSON Lines files, one document per line in a 'text' field",
-    "chat_model": "a tokenizer folder chat-model/ whose chat template has {% generation %} markers",
-}
 #: The address the examples use for a service the reader started; the tests substitute the one they started.
 EXAMPLE_ADDRESS = "127.0.0.1:8000"
 
@@ -73,11 +67,6 @@ class Block:
     @property
     def skip_reason(self) -> str:
         return self.directive.removeprefix("skip:").strip()
-
-    @property
-    def given(self) -> tuple[str, ...]:
-        found = re.findall(r"given: (\w+)", self.directive)
-        return tuple(found)
 
 
 def pages() -> list[Path]:
@@ -120,13 +109,12 @@ def check_directive(block: Block) -> str | None:
         return None
     if directive.startswith("skip:"):
         return None if block.skip_reason else "a skip says why"
+    if directive == "continues" and not block.code.startswith("# continues"):
+        return "a continuing block says so in its first line: # continues the block above: ..."
     if directive in ("serve", "continues"):
         return None if block.language in RUNNABLE else f"{directive} is for python and bash blocks"
     if directive == "output":
         return None if block.language == "text" else "output is for ```text blocks"
-    if directive.startswith("given:"):
-        unknown = [name for name in block.given if name not in GIVENS]
-        return f"unknown given {unknown}; known: {sorted(GIVENS)}" if unknown else None
     return f"unknown directive {directive!r}"
 
 

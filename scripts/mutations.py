@@ -35,6 +35,7 @@ MEMORY = "tests/test_memory.py"
 DRAIN = "tests/test_drain.py"
 API_DOCS = "tests/test_api_docs.py"
 EDGES = "tests/test_serve_edges.py"
+CLI = "tests/test_cli.py"
 UNIX = "tests/test_unix_sockets.py"
 LAUNCH = "tests/test_launch.py"
 CORPUS = "tests/test_corpus.py"
@@ -268,11 +269,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         (BATCHING,),
     ),
     Mutation(
-        "a misspelt field gets no closest name",
-        "service/http/models.py",
-        "close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)",
-        "close: list[str] = []",
-        (APP,),
+        "a misspelt field (or a command's flag) gets no closest name",
+        "service/suggestions.py",
+        "matches = difflib.get_close_matches(name, list(known), n=1, cutoff=SIMILARITY_CUTOFF)",
+        "matches: list[str] = []",
+        (APP, CLI),
     ),
     # -- the wire, the fingerprint ---------------------------------------------------------------------------
     Mutation(
@@ -317,6 +318,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)",
         "RETRIED_REJECTIONS = (ServerBusy,)",
         (PROTOCOL,),
+    ),
+    Mutation(
+        "a URL that never answered is retried like an outage (300 s for pretokenize)",
+        "service/client/retrying.py",
+        "if isinstance(error, ConnectError) and not self.answered:",
+        "if False:",
+        (RESILIENCE,),
     ),
     Mutation(
         "the client ignores Retry-After",

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .extras import install_command, unmet_line
+from .suggestions import ArgumentParser
 
 PROG = "tokenizer-service"
 
@@ -43,7 +44,7 @@ WHOLE_EXTRA = frozenset({"serve", "train"})
 
 def build_parser() -> argparse.ArgumentParser:
     listing = "\n".join(f"  {name:<12} {summary}" for name, (_, summary, _) in COMMANDS.items())
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=textwrap.fill(

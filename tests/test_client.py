@@ -150,6 +150,7 @@ def test_exported_members():
             "RequestTimeout",
             "FingerprintMismatch",
             "RetriesExhausted",
+            "ServiceUnreachable",
             "LaunchError",
         ]
     )

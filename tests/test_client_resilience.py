@@ -36,6 +36,7 @@ from service.client import (
     RetriesExhausted,
     RetryPolicy,
     ServerBusy,
+    ServiceUnreachable,
     TokenizerClient,
     TokenizerServiceError,
     TransportTimeout,
@@ -79,32 +80,75 @@ class Recorder:
 
 
 def test_connection_errors_are_retried_then_succeed():
+    """An outage: the URL answered once, then refuses twice (a restart). A URL that never answered is not
+    retried (test_a_url_that_never_answered_is_given_up_at_once)."""
+
     def script(request: Request, n: int) -> Response:
-        if n <= 2:
+        if n in (2, 3):
             raise ConnectError("refused", url=request.url)
         return ok()
 
     recorder = Recorder(script)
     client = TokenizerClient("http://a:1", retry=FAST, transport=MockTransport(recorder))
     assert client(["x"])["input_ids"] == [[1, 2]]
-    assert len(recorder.requests) == 3
+    assert client(["x"])["input_ids"] == [[1, 2]]
+    assert len(recorder.requests) == 4
+
+
+def answers_once_then_refuses(request: Request, n: int) -> Response:
+    if n == 1:
+        return ok()
+    raise ConnectError(f"refused #{n}", url=request.url)
 
 
 def test_gives_up_with_one_error_naming_urls_and_cause():
-    recorder = Recorder(lambda request, n: (_ for _ in ()).throw(ConnectError(f"refused #{n}", url=request.url)))
+    recorder = Recorder(answers_once_then_refuses)
     client = TokenizerClient("http://a:1, http://b:2", retry=FAST, transport=MockTransport(recorder))
+    client(["x"])  # first contact: what fails from now on is an outage
     started = time.monotonic()
     with pytest.raises(RetriesExhausted) as info:
         client(["x"])
     assert time.monotonic() - started < 2
     error = info.value
-    assert len(recorder.requests) == FAST.max_attempts == error.attempts
+    assert not isinstance(error, ServiceUnreachable)
+    assert len(recorder.requests) - 1 == FAST.max_attempts == error.attempts
     assert set(error.urls) == {"http://a:1", "http://b:2"}
     message = str(error)
     assert "http://a:1" in message and "http://b:2" in message and "5 tries" in message
-    assert "ConnectError: refused #5" in message  # the last cause
+    assert "ConnectError: refused #6" in message  # the last cause
     assert isinstance(error.__cause__, ConnectError) and error.last_error is error.__cause__
     assert isinstance(error, TokenizerServiceError)
+
+
+def test_a_url_that_never_answered_is_given_up_at_once():
+    """Defect: a URL that had never answered (a typo, DNS failure, https against plain HTTP) was retried like
+    an outage: 10 tries for the client, 300 s for pretokenize. Each URL is tried once, then one error names
+    every URL and why; a URL that never answers beside one that does is failed over, as before."""
+    refusing = Recorder(lambda request, n: (_ for _ in ()).throw(ConnectError(f"refused #{n}", url=request.url)))
+    client = TokenizerClient("http://a:1, http://b:2", retry=FAST, transport=MockTransport(refusing))
+    with pytest.raises(ServiceUnreachable) as info:
+        client(["x"])
+    assert len(refusing.requests) == info.value.attempts == 2 and set(info.value.urls) == {"http://a:1", "http://b:2"}
+    message = str(info.value)
+    assert message.startswith("POST /encode: none of http") and "has ever answered, not retried" in message
+    assert "ConnectError: refused #1" in message and "ConnectError: refused #2" in message
+
+    half = Recorder(lambda request, n: ok() if "//b:2" in request.url else refuse(request))
+    client = TokenizerClient("http://a:1, http://b:2", retry=FAST, transport=MockTransport(half))
+    for _ in range(5):
+        assert client(["x"])["input_ids"] == [[1, 2]]
+
+    # Once answered, the client (and its copies in DataLoader workers, forked or spawned) meets an outage.
+    answered = TokenizerClient("http://a:1", retry=FAST, transport=MockTransport(Recorder(answers_once_then_refuses)))
+    answered(["x"])
+    assert pickle.loads(pickle.dumps(answered._endpoints)).answered
+    with pytest.raises(RetriesExhausted) as info:
+        answered(["x"])
+    assert not isinstance(info.value, ServiceUnreachable) and info.value.attempts == FAST.max_attempts
+
+
+def refuse(request: Request) -> Response:
+    raise ConnectError("refused", url=request.url)
 
 
 def test_retry_after_is_honoured():

@@ -163,6 +163,7 @@ def test_bad_records_are_named_by_file_and_line_even_mid_file(tmp_path):
     lines[170] = json.dumps({"body": "no text field"})
     lines[180] = json.dumps({"text": 42})
     lines[190] = "[1, 2]"
+    lines[195] = json.dumps("a bare string")  # refused with the fix: datasets and datatrove refuse it too
     path.write_text("\n".join(lines) + "\n\n   \n")  # blank lines at the end are not records
     units = plan_units(find_inputs([str(path)]), unit_bytes=1000)
     assert len(units) > 3
@@ -172,14 +173,16 @@ def test_bad_records_are_named_by_file_and_line_even_mid_file(tmp_path):
 
     readers = [DocumentReader(unit, on_bad_record="skip") for unit in units]
     kept = [d for reader in readers for d in reader]
-    assert len(kept) == 196
+    assert len(kept) == 195
     examples = [e for reader in readers for e in reader.skipped_examples]
-    assert sum(r.skipped for r in readers) == 4
+    assert sum(r.skipped for r in readers) == 5
     assert examples == [
         f"{path}:151: malformed JSON (Unterminated string starting at: line 1 column 10 (char 9))",
         f"{path}:171: no field 'text' (fields: body)",
         f"{path}:181: field 'text' is a number, not a string",
         f"{path}:191: a JSON list, not an object",
+        f'{path}:196: a bare JSON string, not an object: write each line as {{"text": "..."}}; a file of bare '
+        f"strings converts with  jq -c '{{\"text\": .}}' IN.jsonl > OUT.jsonl",
     ]
 
 

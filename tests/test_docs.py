@@ -32,7 +32,7 @@ def test_readme_workflow_examples_are_there():
     """One short example per workflow: serve, DataLoader, conversations, pre-tokenize, train."""
     code = "\n".join(re.findall(r"```(?:bash|python)\n(.*?)```", README, re.S))
     for needle in (
-        "tokenizer-service serve",
+        "make serve",
         "TokenizerClient.launch()",
         "tokenizer-service pretokenize",
         "tokenizer-service train",
@@ -40,6 +40,29 @@ def test_readme_workflow_examples_are_there():
         "DataLoader(",
     ):
         assert needle in code, needle
+
+
+def test_readme_opens_with_the_one_command_that_sets_up_and_serves():
+    """Defect: the first command shown was `make install` (silent for minutes), serving came sections later."""
+    first_block = re.search(r"```(\w+)\n(.*?)```", README, re.S)
+    assert first_block is not None and first_block[1] == "bash", "the README's first block is a command"
+    assert first_block[2].split("#")[0].strip() == "make serve", first_block[2]
+    assert README[: first_block.start()].count("\n") <= 10, "make serve is the first thing a reader sees"
+    makefile = (REPO / "Makefile").read_text()
+    assert re.search(r"^serve: \$\(STAMP\)$", makefile, re.M), "make serve sets up first"
+    assert re.search(r"^test: \$\(STAMP\)$", makefile, re.M), "make test sets up first"
+
+
+def test_make_install_says_what_it_does_as_it_goes():
+    """Defect: `make install` ran pip with --quiet: minutes without a line. Each step is announced, and the
+    long installs (torch, then the package and its extras) let pip print a line per package."""
+    recipe = re.search(r"^\$\(STAMP\): .*?\n((?:\t.*\n)+)", (REPO / "Makefile").read_text(), re.M)
+    assert recipe is not None
+    lines = recipe[1].splitlines()
+    steps = [line for line in lines if line.strip().startswith('@echo "==> [')]
+    installs = [line for line in lines if "pip install" in line and "--upgrade pip" not in line]
+    assert len(steps) == 3 and len(installs) == 2, lines
+    assert not [line for line in installs if "--quiet" in line or " -q" in line], installs
 
 
 def test_ci_runs_the_readme_test_command_and_builds_the_docs():

@@ -17,12 +17,13 @@ text (``scripts/doc_examples.py`` describes the directives a page may give a blo
   the package itself is real): the command, its path and its extras must be right, and the venv stays as it
   is.
 - A launched service (``TokenizerClient.launch()``) meets its users in a folder of the test's own.
+- Nothing else: no corpus, no tokenizer folder is made for a page. What a block needs, a block before it on
+  the same page makes, as the reader sees it.
 - ``skip`` blocks are not run; :func:`test_skipped_examples_are_few_and_say_why` lists and bounds them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -38,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.doc_examples import EXAMPLE_ADDRESS, GIVENS, Block, blocks, check_directive, pages
+from scripts.doc_examples import EXAMPLE_ADDRESS, Block, blocks, check_directive, pages
 from testkit.servers import REPO, free_port
 
 #: The most blocks the docs may leave unrun (each with its reason): raise it only for a block no test can run.
@@ -109,30 +110,6 @@ def reader_env(folder: Path, launch_dir: Path) -> dict[str, str]:
     return env
 
 
-#: Where a reader learns to make the chat model a ``given: chat_model`` block assumes: its first python block.
-CHAT_MODEL_PAGE = Path("docs/guides/conversations.md")
-
-
-def make_given(name: str, folder: Path) -> None:
-    """What a ``given:`` block assumes the reader has (:data:`scripts.doc_examples.GIVENS`)."""
-    assert name in GIVENS
-    if name == "chat_model":
-        if not (folder / "chat-model").exists():  # made by the very block the guide shows
-            making = next(b for b in blocks(CHAT_MODEL_PAGE) if b.kind == "run" and b.language == "python")
-            assert "chat-model" in making.code, f"{making.where} no longer makes chat-model/"
-            subprocess.run([sys.executable, "-c", making.code], cwd=folder, check=True, timeout=BLOCK_TIMEOUT)
-        return
-    if name == "corpus":
-        corpus = folder / "corpus"
-        if corpus.exists():
-            return
-        corpus.mkdir()
-        sentences = ["这个手机很好用，电池也耐用。", "质量太差了，不推荐。", "The weather is nice today.", "物流很快"]
-        for part in range(2):
-            lines = [json.dumps({"text": sentences[(i + part) % 4] * (1 + i % 7), "label": i % 2}) for i in range(300)]
-            (corpus / f"part-{part}.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-
-
 # -- running a page ------------------------------------------------------------------------------------------
 class PageRun:
     """One reader going through one page: the folder, the server the page talks to, what ran."""
@@ -161,8 +138,6 @@ class PageRun:
         return code
 
     def run(self, block: Block) -> None:
-        for name in block.given:
-            make_given(name, self.folder)
         if block.kind == "serve":
             self.serve(block)
         elif block.kind == "output":

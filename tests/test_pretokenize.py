@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -434,11 +435,22 @@ def test_arguments_are_checked_before_any_work(servers, tmp_path):
     assert no_eos.returncode == 1 and "has no eos_token" in no_eos.stderr and "--eos-id" in no_eos.stderr
     half = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url, env={"RANK": "1"})
     assert half.returncode == 1 and "WORLD_SIZE is not set" in half.stderr
-    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there: said at once, then the deadline
-    unreachable = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", dead, "--retry-deadline", "2")
-    assert unreachable.returncode == 1, unreachable.stderr
-    assert f"the service at {dead} fails (ConnectError: cannot connect to {dead}/info" in unreachable.stderr
-    assert f"{dead} failed after retrying" in unreachable.stderr
+    # A URL that has never answered is a wrong URL, not an outage: one line naming it and why, at once
+    # (defect: retried for --retry-deadline, 300 s by default). An outage after first contact is retried:
+    # test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finishes.
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    for wrong_url, cause in [
+        (dead, "refused"),
+        ("http://tok.invalid:8000", "tok.invalid"),  # a name that never resolves (RFC 2606)
+        (url.replace("http://", "https://"), "SSL"),  # TLS against the plain-HTTP server
+    ]:
+        started = time.monotonic()
+        unreachable = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", wrong_url)
+        assert time.monotonic() - started < 60, "a URL that never answered should fail at once, not in 300 s"
+        assert unreachable.returncode == 1, unreachable.stderr
+        error = unreachable.stderr.strip().splitlines()[-1]
+        assert error.startswith(f"tokenizer-service pretokenize: error: GET /info: {wrong_url} has never answered")
+        assert cause in error and "retrying" not in unreachable.stderr, unreachable.stderr
     wrong = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / "o"), "--url", url + "/not-the-service")
     assert wrong.returncode == 1 and f"{url}/not-the-service/info" in wrong.stderr and "404" in wrong.stderr
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())

@@ -56,10 +56,11 @@ def test_a_hub_id_without_network_fails_within_seconds_naming_what_to_do(tmp_pat
     result = serve("--model", "some-org/some-model", "--port", "0", env=closed_hub(tmp_path))
     took = time.monotonic() - started
     assert result.returncode == 1, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
-    assert "some-org/some-model" in lines[0] and "cannot be reached" in lines[0]
-    assert "HF_HUB_OFFLINE" in lines[0] and "--model DIR" in lines[0]
+    said, error = result.stderr.strip().splitlines()  # what it loads, then one line: why not
+    assert "INFO service.http.cli: loading hub id some-org/some-model" in said and "Traceback" not in error
+    assert "some-org/some-model" in error and "cannot be reached" in error
+    assert f"not a local path (no such file or directory: {REPO / 'some-org/some-model'}" in error
+    assert "HF_HUB_OFFLINE" in error and "--model DIR" in error
     assert took < 20, f"{took:.0f}s: the hub should be given up within seconds (interpreter start included)"
 
 
@@ -105,3 +106,40 @@ def test_a_port_in_use_fails_at_once_before_the_tokenizer_loads(tmp_path):
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "in use" in result.stderr
     assert "no such file" not in result.stderr
+
+
+def test_a_model_that_is_neither_here_nor_on_the_hub_says_both(tmp_path):
+    """Defect: `serve --model service/defualt_tokenizer` (a relative path without ./, which a hub id looks
+    like) answered about the hub only. Now: the path resolved from the working directory, the name nearest
+    to it when one is there, and why the hub did not give it."""
+    result = serve("--model", "service/defualt_tokenizer", "--port", "0", env=closed_hub(tmp_path))
+    assert result.returncode == 1, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    resolved = REPO / "service/defualt_tokenizer"
+    assert f"not a local path (no such file or directory: {resolved} (resolved from the working directory)" in line
+    assert "did you mean service/default_tokenizer?) and not from the hub: the hub" in line, line
+    assert "cannot be reached" in line, line
+
+
+def test_serve_says_what_it_loads_at_once_and_the_url_when_ready():
+    """Defect: nothing at all for the 7-15 s the tokenizer took to load, then only the URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service", "serve", "--port", str(port)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        lines = []
+        for line in process.stderr:
+            lines.append(line.strip())
+            if "serving on" in line or len(lines) > 20:
+                break
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert lines[0].endswith(f"loading the embedded default tokenizer ({DEFAULT_TOKENIZER_DIR})"), lines
+    assert lines[-1].endswith(f"serving on http://127.0.0.1:{port}"), lines

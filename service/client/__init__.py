@@ -39,6 +39,7 @@ from .exceptions import (
     RequestTimeout,
     RetriesExhausted,
     ServerBusy,
+    ServiceUnreachable,
     TokenizerServiceError,
     TransportError,
     TransportTimeout,
@@ -97,6 +98,7 @@ __all__ = [
     "RequestTimeout",
     "FingerprintMismatch",
     "RetriesExhausted",
+    "ServiceUnreachable",
     "LaunchError",
 ]
 

@@ -20,6 +20,7 @@ one (a proxy's page).
     │   └── RequestTimeout        408: the request reached the server too slowly, it was not run (retried)
     ├── FingerprintMismatch       the server's tokenizer is not the one the client was pinned to
     ├── RetriesExhausted          every allowed try failed: names the URL(s), the tries and the last cause
+    │   └── ServiceUnreachable    no URL ever answered and each failed to connect: given up at once
     └── LaunchError               TokenizerClient.launch could not start (or restart) its private service
 
 Every class can be built from its message alone (other attributes are keyword-only), so an error raised in
@@ -46,6 +47,7 @@ __all__ = [
     "ServerBusy",
     "FingerprintMismatch",
     "RetriesExhausted",
+    "ServiceUnreachable",
     "LaunchError",
 ]
 
@@ -174,6 +176,13 @@ class RetriesExhausted(TokenizerServiceError):
         self, message: str, *, urls: Sequence[str] = (), attempts: int = 0, last_error: BaseException | None = None
     ) -> None:
         super().__init__(message, urls=tuple(urls), attempts=attempts, last_error=last_error)
+
+
+class ServiceUnreachable(RetriesExhausted):
+    """No URL of the client has ever answered, and each failed to connect (its name does not resolve, nothing
+    listens there, or TLS against a plain-HTTP server): given up at once rather than retried, since a URL
+    that never answered is most likely wrong. Once a URL has answered, a failure is an outage and is retried
+    (:class:`RetriesExhausted` when that gives up)."""
 
 
 class LaunchError(TokenizerServiceError):

@@ -13,6 +13,11 @@ Policy, in one place:
   ``min(backoff_max, backoff_initial * 2 ** consecutive_failures)``), which grows while it keeps failing
   and resets on its first success. The next try goes at once to an endpoint that is not cooling down
   (failover); when all are, the client waits until the first is due.
+- A URL that has never answered is most likely wrong (a typo, the wrong port, ``https`` against a plain-HTTP
+  server): until one URL of the client has answered once, an endpoint that fails to connect is not retried,
+  and when every URL has so failed the call gives up at once with :class:`ServiceUnreachable` naming each
+  URL and why. Once any has answered (in this process or the one it was forked or pickled from), connection
+  errors are an outage and are retried as below.
 - A call gives up after ``max_attempts`` tries or once the next try could not start within
   ``deadline`` seconds of the first, whichever comes first, raising one :class:`RetriesExhausted` that
   names the URL(s), the number of tries and the last cause.
@@ -27,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import RetriesExhausted, TokenizerServiceError
+from .exceptions import ConnectError, RetriesExhausted, ServiceUnreachable, TokenizerServiceError
 
 __all__ = ["RetryPolicy", "Endpoints", "Attempts"]
 
@@ -68,6 +73,7 @@ class _EndpointState:
     url: str
     failures: int = 0  # consecutive
     available_at: float = 0.0  # monotonic time before which we prefer not to send here
+    unreachable: ConnectError | None = None  # why it could not connect, before any URL ever answered
 
 
 class Endpoints:
@@ -85,9 +91,13 @@ class Endpoints:
         self._pid: int | None = None
         self._states: list[_EndpointState] = []
         self._next = 0
+        #: Whether any URL has answered (any HTTP status) once. Kept across forks and pickling: a DataLoader
+        #: worker of a process that reached the service meets an outage, not a wrong URL.
+        self.answered = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"urls": self.urls, "clock": self.clock, "_pid": None, "_states": [], "_next": 0}
+        fresh: dict[str, Any] = {"_pid": None, "_states": [], "_next": 0}
+        return {"urls": self.urls, "clock": self.clock, "answered": self.answered, **fresh}
 
     def _current(self) -> list[_EndpointState]:
         if self._pid != os.getpid():
@@ -107,20 +117,35 @@ class Endpoints:
         fallback: _EndpointState | None = None
         for offset in range(count):
             state = states[(start + offset) % count]
+            if state.unreachable is not None and not self.answered:
+                continue
             if state.available_at <= now:
                 if state is not avoid or count == 1:
                     return state, 0.0
                 fallback = fallback or state
         if fallback is not None:
             return fallback, 0.0
-        soonest = min(states, key=lambda s: s.available_at)
+        reachable = [state for state in states if state.unreachable is None or self.answered] or states
+        soonest = min(reachable, key=lambda s: s.available_at)
         return soonest, soonest.available_at - now
 
     def succeeded(self, state: _EndpointState) -> None:
         state.failures = 0
         state.available_at = 0.0
+        self.answered = True
 
-    def failed(self, state: _EndpointState, policy: RetryPolicy, retry_after: float | None) -> None:
+    def unreachable(self) -> list[_EndpointState] | None:
+        """Every endpoint, when no URL has ever answered and each failed to connect; else None."""
+        states = self._current()
+        if self.answered or any(state.unreachable is None for state in states):
+            return None
+        return states
+
+    def failed(
+        self, state: _EndpointState, policy: RetryPolicy, retry_after: float | None, error: BaseException | None = None
+    ) -> None:
+        if isinstance(error, ConnectError) and not self.answered:
+            state.unreachable = error
         state.failures += 1
         if retry_after is not None:
             pause = min(max(retry_after, 0.0), policy.max_retry_after)
@@ -144,6 +169,9 @@ class Attempts:
 
     def next(self) -> tuple[_EndpointState, float]:
         """The endpoint for the next try and the seconds to sleep first; raises RetriesExhausted."""
+        unreachable = self.endpoints.unreachable()
+        if unreachable is not None:
+            raise self._unreachable(unreachable)
         if self.count >= self.policy.max_attempts:
             raise self._exhausted(f"after {self.count} tries")
         state, wait = self.endpoints.choose(avoid=self._last)
@@ -161,10 +189,20 @@ class Attempts:
 
     def failed(self, state: _EndpointState, error: TokenizerServiceError, retry_after: float | None = None) -> None:
         self.last_error = error
-        self.endpoints.failed(state, self.policy, retry_after)
+        self.endpoints.failed(state, self.policy, retry_after, error)
 
     def succeeded(self, state: _EndpointState) -> None:
         self.endpoints.succeeded(state)
+
+    def _unreachable(self, states: list[_EndpointState]) -> ServiceUnreachable:
+        urls = ", ".join(state.url for state in states)
+        causes = "; ".join(f"{type(state.unreachable).__name__}: {state.unreachable}" for state in states)
+        who = f"none of {urls} has ever" if len(states) > 1 else f"{urls} has never"
+        message = f"{self.what}: {who} answered, not retried (check the scheme, host and port): {causes}"
+        last = self.last_error
+        error = ServiceUnreachable(message, urls=[state.url for state in states], attempts=self.count, last_error=last)
+        error.__cause__ = last
+        return error
 
     def _exhausted(self, how: str) -> RetriesExhausted:
         urls = self.tried or list(self.endpoints.urls)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..suggestions import closest
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "default_tokenizer"
@@ -60,11 +62,18 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
             tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
         elif looks_like_a_path(display):
             raise TokenizerLoadError(
-                f"cannot load tokenizer {source!r}: no such file or directory ({path.absolute()}); --model "
+                f"cannot load tokenizer {source!r}: {no_such_path(path)}; --model "
                 "takes a tokenizer.json file, a tokenizer directory or a hub model id (org/name)"
             )
         else:
-            tokenizer = _from_hub(display, revision)
+            try:
+                tokenizer = _from_hub(display, revision)
+            except Exception as exc:  # a hub id and a relative path look alike: say what each gave
+                reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                raise TokenizerLoadError(
+                    f"cannot load tokenizer {display!r}: not a local path ({no_such_path(path)}) and not from the "
+                    f"hub: {reason}"
+                ) from exc
     except TokenizerLoadError:
         raise
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError... for the same failures
@@ -80,6 +89,41 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
     backend.no_truncation()
     backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
     return LoadedTokenizer(tokenizer, display, revision, fingerprint(tokenizer))
+
+
+def describe_source(source: str | None, revision: str | None = None) -> str:
+    """What ``load_tokenizer(source, revision)`` will load and from where, in a few words, said before the
+    load begins (a hub download can take minutes): ``the directory /abs/mine``, ``hub id org/name``..."""
+    if source is None:
+        return f"the embedded default tokenizer ({DEFAULT_TOKENIZER_DIR})"
+    if "://" in source and not source.startswith(("hf://", "file://")):
+        return f"{source} (downloaded from its object store first)"
+    path = Path(source).expanduser()
+    if path.is_file():
+        return f"the file {path.absolute()}"
+    if path.is_dir():
+        return f"the directory {path.absolute()}"
+    if looks_like_a_path(source):
+        return f"the local path {path.absolute()}"
+    at = f" at revision {revision}" if revision else ""
+    return f"hub id {source}{at} (from the hub, or the HF cache when the hub cannot be reached)"
+
+
+def no_such_path(path: Path) -> str:
+    """``no such file or directory: /abs/path`` as resolved from the working directory, with the nearest
+    name beside it when one is close (``service/defualt_tokenizer`` -> ``service/default_tokenizer``)."""
+    resolved = path.absolute()
+    said = f"no such file or directory: {resolved}"
+    if not path.is_absolute():
+        said += " (resolved from the working directory)"
+    try:
+        siblings = [entry.name for entry in resolved.parent.iterdir()]
+    except OSError:
+        return said
+    meant = closest(resolved.name, siblings)
+    if meant is not None:
+        said += f"; did you mean {path.parent / meant if str(path.parent) != '.' else meant}?"
+    return said
 
 
 def looks_like_a_path(source: str) -> bool:
@@ -120,8 +164,7 @@ def _from_hub(source: str, revision: str | None) -> Any:
             return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
         except OSError as exc:
             raise TokenizerLoadError(
-                f"cannot load tokenizer {source!r}: HF_HUB_OFFLINE is set and it is not in the HF cache "
-                f"({constants.HF_HUB_CACHE}); {offline_hint}"
+                f"HF_HUB_OFFLINE is set and it is not in the HF cache ({constants.HF_HUB_CACHE}); {offline_hint}"
             ) from exc
     unreachable = hub_unreachable(constants.ENDPOINT, HUB_CONNECT_SECONDS)
     if unreachable is None:
@@ -132,8 +175,8 @@ def _from_hub(source: str, revision: str | None) -> Any:
         )
     except OSError as exc:
         raise TokenizerLoadError(
-            f"cannot load tokenizer {source!r}: the hub ({constants.ENDPOINT}) cannot be reached ({unreachable}) "
-            f"and it is not in the HF cache ({constants.HF_HUB_CACHE}); {offline_hint}"
+            f"the hub ({constants.ENDPOINT}) cannot be reached ({unreachable}) and it is not in the HF cache "
+            f"({constants.HF_HUB_CACHE}); {offline_hint}"
         ) from exc
     logger.warning(
         "the hub (%s) cannot be reached (%s): serving %r from the HF cache", constants.ENDPOINT, unreachable, source

@@ -11,6 +11,7 @@ import gc
 import logging
 import os
 import sys
+import time
 import types
 import typing
 from collections.abc import Sequence
@@ -19,8 +20,12 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..engine import TokenizerLoadError, available_cpus, configure_rust_parallelism, load_tokenizer
+from ..engine.loading import describe_source
+from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
 from .settings import Settings
+
+logger = logging.getLogger(__name__)
 
 REFUSED_FLAGS = {
     "--workers": "the service runs exactly one process (it holds one Rust thread pool and must never fork); "
@@ -38,7 +43,7 @@ def _flag_type(annotation: Any) -> Any:
 
 
 def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         description="Serve a tokenizer over HTTP (POST /encode, /tokenize, /decode; GET /info, /healthz, "
         f"/readyz, /metrics, /docs). Each flag also reads the environment variable {ENV_PREFIX}<FLAG>.",
@@ -75,6 +80,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         return 2
 
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Said at once: loading takes seconds (a hub download minutes); the launcher says the URL once it listens.
+    logger.info("loading %s", describe_source(settings.model, settings.revision))
     from .server import OwnersWatch, SocketFile, bind_listener, bind_unix_listener, connection_guard, run
 
     socket_file: SocketFile | None = None
@@ -102,12 +109,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
     # Parallelism must be configured before tokenizers touches its rayon pool.
     threads = settings.threads or available_cpus()
     configure_rust_parallelism(threads)
+    started = time.monotonic()
     try:
         loaded = load_tokenizer(settings.model, settings.revision)
     except TokenizerLoadError as exc:
         leave_unserved()
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
+    logger.info("loaded %s in %.1fs (%s)", loaded.source, time.monotonic() - started, loaded.fingerprint[:19])
 
     from .app import create_app
     from .runtime import Runtime

@@ -8,7 +8,6 @@ never silently changes the output -- with the closest known name in the message.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import typing
 from typing import Annotated, Any, Generic, Literal, TypeVar
@@ -16,6 +15,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, create_model
 
 from ..engine.errors import ErrorKind, ServiceError
+from ..suggestions import closest
 from ..wire import (
     CHAT_TOKENIZER_KWARGS,
     DOC,
@@ -237,9 +237,9 @@ def _unknown_field(name: str, known: list[str], option_set: type[Any] | None = N
             return hint
     if name in ENCODE_OPTIONS:  # an option this route leaves out on purpose (a count is never padded...)
         return f"not an option of this route (it is one of /encode's); the fields are {', '.join(known)}"
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
-    if close:
-        return f"unknown field; did you mean `{close[0]}`?"
+    meant = closest(name, known)
+    if meant is not None:
+        return f"unknown field; did you mean `{meant}`?"
     return f"unknown field; the fields are {', '.join(known)}"
 
 

@@ -3,7 +3,9 @@
 - ``.txt`` (and ``.txt.gz``): every line is a document, its text without the line break (``\\n`` or
   ``\\r\\n``); empty lines are empty documents.
 - ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string;
-  ``keep_fields`` are carried along (missing ones as None). Blank lines are not records.
+  ``keep_fields`` are carried along (missing ones as None). Blank lines are not records. A line that is a
+  bare JSON string is a bad record whose message gives the fix (``{"text": ...}``, and a ``jq`` line that
+  converts the file): the file is then one that datasets' and datatrove's JSON readers take too.
 - ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
 
 With ``messages_field`` (conversations, for chat templates), a record's document is the conversation that field
@@ -199,6 +201,14 @@ class DocumentReader:
             record = json.loads(decoded.rstrip("\r\n"))
         except ValueError as exc:
             self.reject(position, f"malformed JSON ({exc})")
+            return None
+        if isinstance(record, str):  # refused, as datasets' and datatrove's JSON readers refuse it too
+            field = json.dumps(self.text_field, ensure_ascii=False)
+            self.reject(
+                position,
+                f'a bare JSON string, not an object: write each line as {{{field}: "..."}}; a file of bare '
+                f"strings converts with  jq -c '{{{field}: .}}' IN.jsonl > OUT.jsonl",
+            )
             return None
         if not isinstance(record, dict):
             self.reject(position, f"a JSON {type(record).__name__}, not an object")

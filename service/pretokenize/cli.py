@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ..jobs import cli as jobcli
 from ..jobs.flags import Layout, add_flags
+from ..suggestions import ArgumentParser
 from .manifest import MANIFEST_NAME
 from .settings import PretokenizeConfig
 
@@ -34,7 +35,7 @@ CONFIG = PretokenizeConfig
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=DESCRIPTION.format(

@@ -23,6 +23,7 @@ from ..client import (
     RetriesExhausted,
     RetryPolicy,
     ServerBusy,
+    ServiceUnreachable,
     TokenizerServiceError,
     TransportError,
 )
@@ -169,7 +170,8 @@ class ServiceEncoder:
     the answer is flat ids plus lengths (no JSON, no padding), spread over every URL with failover; the
     tokenizer is pinned to the fingerprint seen first, so a redeployment mid-run stops the run instead of
     mixing tokenizers. A request that fails everywhere (the service unreachable, restarting or busy) is
-    said at once and retried until ``retry_deadline`` seconds after the first failure (:class:`ServiceOutage`)."""
+    said at once and retried until ``retry_deadline`` seconds after the first failure (:class:`ServiceOutage`);
+    a URL that has never answered fails at once (:class:`~service.client.ServiceUnreachable`)."""
 
     def __init__(
         self,
@@ -195,6 +197,8 @@ class ServiceEncoder:
             started = self.outage.clock()
             try:
                 result = await call()
+            except ServiceUnreachable:  # never answered: a wrong URL, not an outage to wait out
+                raise
             except (RetriesExhausted, TransportError, ServerBusy) as exc:
                 await asyncio.sleep(self.outage.failed(exc, started))
                 continue

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from ..jobs import cli as jobcli
 from ..jobs.flags import Layout, add_flags
+from ..suggestions import ArgumentParser
 from .options import TrainConfig
 
 for _needed in ("tokenizers", "transformers"):  # the server extra: service.cli names it when one is missing
@@ -39,7 +40,7 @@ CONFIG = TrainConfig
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=prog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description=DESCRIPTION.format(sources=jobcli.WORKER_SOURCES),

@@ -105,6 +105,8 @@ class AsyncHTTPTransport:
             raise ConnectError(
                 f"timed out after {request.timeout.connect}s connecting to {request.url}", url=request.url
             ) from exc
+        except ConnectionRefusedError as exc:  # asyncio says only "Connect call failed (host, port)"
+            raise ConnectError(f"cannot connect to {request.url}: connection refused", url=request.url) from exc
         except OSError as exc:
             raise ConnectError(f"cannot connect to {request.url}: {exc}", url=request.url) from exc
         try:
