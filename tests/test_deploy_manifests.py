@@ -505,6 +505,7 @@ class LocalPods:
         return errors
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(
     pretokenize_job: Rendered, tmp_path, servers
@@ -584,6 +585,7 @@ def test_the_train_job_runs_locked_down_on_a_shared_volume_and_talks_to_nobody(t
     assert not policy["spec"].get("ingress") and not policy["spec"].get("egress")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_train_jobs_container_command_trains_one_tokenizer_from_every_index(train_job: Rendered, tmp_path):
     """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
@@ -666,6 +668,7 @@ def test_object_storage_jobs_are_their_base_jobs_without_claims_and_with_an_iden
     assert {"ports": [{"port": 443, "protocol": "TCP"}]} in policy["spec"]["egress"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_object_storage_jobs_container_commands_run_against_a_loopback_store(object_storage_job, tmp_path, servers):
     """Every index of each object-storage Job, run as its container would (command, args, env, Kubernetes'

@@ -27,6 +27,8 @@ from testkit.jobs import Tail
 from testkit.objectstore import LoopbackS3
 from testkit.servers import REPO, ServerProcess
 
+pytestmark = pytest.mark.slow  # whole jobs against an S3-protocol server, servers of their own
+
 UNIT = "48K"
 INDEX_VARIABLES = ("RANK", "WORLD_SIZE", "NODE_INDEX", "NUM_NODES", "JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID")
 
@@ -341,6 +343,7 @@ MEMORY_PROBE = r"""
 import json, os, sys
 from pathlib import Path
 from service.corpus.storage import Storage
+
 
 def peak():  # VmHWM, MiB
     with open("/proc/self/status") as status:

@@ -10,6 +10,8 @@ import pytest
 
 from testkit.servers import REPO
 
+pytestmark = pytest.mark.slow  # builds a venv and installs the package into it: `make test-fast` leaves it to CI
+
 
 @pytest.mark.timeout(600)
 def test_client_only_install_encodes_and_pulls_in_nothing_heavy(tmp_path, servers):
