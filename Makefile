@@ -1,6 +1,8 @@
 # Two commands do all the set-up on a fresh machine:
 #   make serve   -- create .venv, install, serve the embedded default tokenizer on 127.0.0.1:8000
 #   make test    -- create .venv, install, run the whole test suite (what CI runs)
+#   make test-fast -- the suite without the tests marked slow (builds, whole jobs, browsers, benchmarks): for
+#                   development; CI runs them all
 # And for maintainers:
 #   make lint    -- ruff (lint + format check), mypy, import boundaries (CI runs it too)
 #   make emulators -- Azurite (the Azure Storage emulator, npm) under .cache/azurite, for the az:// tests (CI runs it)
@@ -15,7 +17,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 LINTED := service tests testkit benchmarks scripts examples deploy
 
-.PHONY: serve test lint fmt docs bench fuzz mutants install clean emulators
+.PHONY: serve test test-fast lint fmt docs bench fuzz mutants install clean emulators
 
 # Set-up says what it does as it goes: a line per step, then pip's own line per package (no --quiet).
 $(STAMP): pyproject.toml
@@ -48,6 +50,9 @@ serve: $(STAMP)
 
 test: $(TEST_NEEDS)
 	RUST_BACKTRACE=0 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	RUST_BACKTRACE=0 $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)

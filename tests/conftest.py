@@ -126,26 +126,52 @@ def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[Mapping[str, EngineRunn
         runner.close()
 
 
+class SharedServers:
+    """Server processes shared by the whole run, one per (tokenizer, flags), each started the first time a test
+    asks for it and stopped when the run ends (as httpx's suite shares one uvicorn server): a module that needs
+    a server of its own settings asks for it here, and a later module asking for the same settings meets the
+    same process. A test that stops, signals, restarts, fills or counts on a fresh server starts its own
+    :class:`ServerProcess` instead."""
+
+    def __init__(self, logs: Path) -> None:
+        self._logs = logs
+        self._started: dict[tuple[str | None, tuple[str, ...]], ServerProcess] = {}
+
+    def __call__(self, *flags: str, model: str | Path | None = None) -> ServerProcess:
+        """The server of ``model`` (None: the embedded default) run with ``flags``, started on first use."""
+        key = (None if model is None else str(model), flags)
+        if key not in self._started:
+            model_args = () if model is None else ("--model", str(model))
+            log = self._logs / f"server-{len(self._started)}.log"
+            self._started[key] = ServerProcess(*model_args, *flags, log_path=log).start()
+        return self._started[key]
+
+    def stop(self) -> None:
+        for server in self._started.values():
+            server.stop()
+
+
 @pytest.fixture(scope="session")
-def servers(
-    tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Mapping[str, ServerProcess]]:
-    """family -> a real server process on 127.0.0.1 (the default family runs with no --model)."""
-    logs = tmp_path_factory.mktemp("server-logs")
-
-    def start(name: str) -> ServerProcess:
-        args = [] if name == "wordpiece_default" else ["--model", str(tokenizer_dirs[name])]
-        # a 4 GiB budget: the client's parity cases send pairs with longest_first overflow, whose bound
-        # is quadratic (each overflow row of one text combines with each of the other's)
-        limits = ("--max-text-chars", "1000000", "--memory-budget-mib", "4096")
-        return ServerProcess(*args, *limits, log_path=logs / f"{name}.log").start()
-
-    started = MadeOnUse(tokenizer_dirs, start)
+def shared_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServers]:
+    """``shared_servers(*flags, model=None)``: a running server of those settings, shared by the whole run."""
+    started = SharedServers(tmp_path_factory.mktemp("server-logs"))
     try:
         yield started
     finally:
-        for server in started.made():
-            server.stop()
+        started.stop()
+
+
+@pytest.fixture(scope="session")
+def servers(tokenizer_dirs: dict[str, Path], shared_servers: SharedServers) -> Mapping[str, ServerProcess]:
+    """family -> a real server process on 127.0.0.1 (the default family runs with no --model)."""
+
+    def start(name: str) -> ServerProcess:
+        # a 4 GiB budget: the client's parity cases send pairs with longest_first overflow, whose bound
+        # is quadratic (each overflow row of one text combines with each of the other's)
+        model = None if name == "wordpiece_default" else tokenizer_dirs[name]
+        return shared_servers("--max-text-chars", "1000000", "--memory-budget-mib", "4096", model=model)
+
+    return MadeOnUse(tokenizer_dirs, start)
 
 
 @pytest.fixture
@@ -195,19 +221,11 @@ def chat_tokenizer_dirs(tokenizer_dirs: dict[str, Path], tmp_path_factory: pytes
 
 
 @pytest.fixture(scope="session")
-def chat_servers(
-    chat_tokenizer_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Mapping[str, ServerProcess]]:
+def chat_servers(chat_tokenizer_dirs: dict[str, Path], shared_servers: SharedServers) -> Mapping[str, ServerProcess]:
     """family -> a real server process on 127.0.0.1 serving that family with the chat templates."""
-    logs = tmp_path_factory.mktemp("chat-server-logs")
 
     def start(name: str) -> ServerProcess:
         limits = ("--max-text-chars", "1000000", "--memory-budget-mib", "2048", "--drain-listen-seconds", "0")
-        return ServerProcess("--model", str(chat_tokenizer_dirs[name]), *limits, log_path=logs / f"{name}.log").start()
+        return shared_servers(*limits, model=chat_tokenizer_dirs[name])
 
-    started = MadeOnUse(FAMILIES, start)
-    try:
-        yield started
-    finally:
-        for server in started.made():
-            server.stop()
+    return MadeOnUse(FAMILIES, start)

@@ -22,6 +22,8 @@ from service.engine.loading import DEFAULT_TOKENIZER_DIR
 from testkit.chat import fixed_conversations
 from testkit.servers import script_env
 
+pytestmark = pytest.mark.slow  # DataLoader workers (fork and spawn) in fresh interpreters
+
 TRAINING_SCRIPT = textwrap.dedent("""
     import json, os, sys
 

@@ -384,6 +384,7 @@ def test_info_and_fingerprint_pinning(servers, clients):
         assert servers["bytelevel_bpe"].url in str(exc_info.value) and other in str(exc_info.value)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(90)
 def test_api_key_is_sent_as_bearer(tmp_path, monkeypatch):
     with ServerProcess("--api-key", "s3cret", log_path=tmp_path / "auth.log") as server:

@@ -22,6 +22,8 @@ from torch.utils.data import DataLoader
 from service.client import RetryPolicy, TokenizerClient
 from testkit.servers import ServerProcess, script_env
 
+pytestmark = pytest.mark.slow  # DataLoader workers (fork and spawn) in fresh interpreters, a server restarted
+
 LOADER_OPTIONS = {"padding": "longest", "truncation": True, "max_length": 64}
 
 TRAINING_SCRIPT = textwrap.dedent("""

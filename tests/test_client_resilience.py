@@ -604,6 +604,7 @@ def texts_encoded(server: ServerProcess) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_failover_between_two_servers(spare_server, servers, reference_tokenizers, corpus):
     if spare_server.proc.poll() is not None:
@@ -627,6 +628,7 @@ def test_failover_between_two_servers(spare_server, servers, reference_tokenizer
     spare_server.start()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(60)
 def test_server_gone_for_good_fails_clearly_and_in_bounded_time(corpus):
     dead = f"http://127.0.0.1:{free_port()}"

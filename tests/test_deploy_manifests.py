@@ -505,22 +505,23 @@ class LocalPods:
         return errors
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(pretokenize_job: Rendered, tmp_path):
+def test_the_pretokenize_jobs_container_command_runs_against_a_live_service(
+    pretokenize_job: Rendered, tmp_path, servers
+):
     """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
     JOB_COMPLETION_INDEX), with the volumes as local folders and the Service's URL pointing at a live
     server: all succeed, and worker 0 writes the manifest of every document."""
     import json
 
     from testkit import corpora
-    from testkit.servers import ServerProcess
 
     pods = LocalPods(pretokenize_job, tmp_path)
     corpus_dir = Path(pods.path(pods.container["args"][1]))
     corpus_dir.mkdir(parents=True)
     documents = sum(corpora.write_jsonl(corpus_dir / f"part-{i}.jsonl", 30_000, seed=i) for i in range(6))
-    with ServerProcess(log_path=tmp_path / "server.log") as server:
-        pods.run_every_index({"TOKENIZER_SERVICE_URL": server.url})  # the Service, here
+    pods.run_every_index({"TOKENIZER_SERVICE_URL": servers["wordpiece_default"].url})  # the Service, here
     manifest = json.loads((pods.arg_after("--out") / "manifest.json").read_text())
     assert manifest["totals"]["documents"] == documents and manifest["format"] == "flat"
 
@@ -584,6 +585,7 @@ def test_the_train_job_runs_locked_down_on_a_shared_volume_and_talks_to_nobody(t
     assert not policy["spec"].get("ingress") and not policy["spec"].get("egress")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_train_jobs_container_command_trains_one_tokenizer_from_every_index(train_job: Rendered, tmp_path):
     """Every index of the Job, run as its container would (its command, args and env, Kubernetes'
@@ -666,8 +668,9 @@ def test_object_storage_jobs_are_their_base_jobs_without_claims_and_with_an_iden
     assert {"ports": [{"port": 443, "protocol": "TCP"}]} in policy["spec"]["egress"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_the_object_storage_jobs_container_commands_run_against_a_loopback_store(object_storage_job, tmp_path):
+def test_the_object_storage_jobs_container_commands_run_against_a_loopback_store(object_storage_job, tmp_path, servers):
     """Every index of each object-storage Job, run as its container would (command, args, env, Kubernetes'
     JOB_COMPLETION_INDEX), against a real S3-protocol server on 127.0.0.1 holding the corpus at the Job's
     input URL, with the credentials the Secret would give and the store's endpoint in the options variable:
@@ -676,7 +679,6 @@ def test_the_object_storage_jobs_container_commands_run_against_a_loopback_store
 
     from testkit import corpora
     from testkit.objectstore import LoopbackS3
-    from testkit.servers import ServerProcess
 
     job, _ = object_storage_job
     pods = LocalPods(job, tmp_path)
@@ -695,8 +697,7 @@ def test_the_object_storage_jobs_container_commands_run_against_a_loopback_store
         env = {**s3.client_env(), "TOKENIZER_SERVICE_STORAGE_OPTIONS": s3.options_json}
         out = args.out.removeprefix("s3://")
         if job_container(job)["args"][0] == "pretokenize":
-            with ServerProcess(log_path=tmp_path / "server.log") as server:
-                pods.run_every_index({**env, "TOKENIZER_SERVICE_URL": server.url})
+            pods.run_every_index({**env, "TOKENIZER_SERVICE_URL": servers["wordpiece_default"].url})
             manifest = json.loads(s3.tree(out)["manifest.json"])
             assert manifest["totals"]["documents"] == documents and manifest["format"] == "flat"
         else:

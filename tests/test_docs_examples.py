@@ -232,6 +232,7 @@ def launch_dir() -> Iterator[Path]:
         assert not leftover, f"a launched service outlived its example: {leftover}"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize("page", runnable_pages(), ids=str)
 def test_page_examples_run_as_written(page, tmp_path, launch_dir, servers):

@@ -304,6 +304,7 @@ def _screenshot(browser: Any, name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_home_page_and_a_guide_render_from_disk_with_search(browser, site):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.wait import WebDriverWait

@@ -21,6 +21,8 @@ from gates import wait_until
 
 from testkit.servers import ServerProcess
 
+pytestmark = pytest.mark.slow  # every test starts, loads and signals a server of its own
+
 
 def in_flight(url: str) -> float:
     """HTTP requests the server is answering, not counting this scrape."""

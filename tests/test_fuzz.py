@@ -37,6 +37,8 @@ from service.wire import (
 )
 from testkit.servers import ServerProcess
 
+pytestmark = pytest.mark.slow  # the OpenAPI schema fuzzed against a server of its own: `make test-fast` leaves it to CI
+
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "40"))
 CHECKS = [
     not_a_server_error,

@@ -17,6 +17,8 @@ import pytest
 
 from testkit.servers import REPO
 
+pytestmark = pytest.mark.slow  # datasets.map's worker processes in a fresh interpreter
+
 SCRIPT = textwrap.dedent("""
     import json, os, sys
 

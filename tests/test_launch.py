@@ -33,6 +33,8 @@ from service.launch.supervisor import ServeCommand
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
 from testkit.servers import REPO, alive, script_env
 
+pytestmark = pytest.mark.slow  # every test launches services and runs training scripts in fresh interpreters
+
 TEXTS = ["今天天气很好", "The weather is nice today.", "质量太差了，不推荐", "一般般吧 so-so"]
 
 

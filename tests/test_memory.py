@@ -25,6 +25,8 @@ from service.engine.memory import MIB, cgroup_memory_limit, default_memory_budge
 from testkit.engine import encode_bound, memory_limit_for_budget, to_lists
 from testkit.servers import ServerProcess
 
+pytestmark = pytest.mark.slow  # budgets filled, peak RSS read: servers and engines of their own
+
 # -- the bounds -----------------------------------------------------------------------------------------
 
 

@@ -31,6 +31,8 @@ from testkit.jobs import Tail
 from testkit.objectstore import AZURITE_KEY, STORES, LoopbackStore, StoreUnavailable
 from testkit.servers import REPO, ServerProcess
 
+pytestmark = pytest.mark.slow  # whole jobs against an S3-protocol server, servers of their own
+
 UNIT = "48K"
 INDEX_VARIABLES = ("RANK", "WORLD_SIZE", "NODE_INDEX", "NUM_NODES", "JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID")
 
@@ -414,6 +416,7 @@ import json, os, sys
 from pathlib import Path
 from service.jobs.errors import StorageError
 from service.jobs.storage import Storage
+
 
 def peak():  # VmHWM, MiB
     with open("/proc/self/status") as status:

@@ -166,6 +166,7 @@ TRAINING_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize(
     "start_method,family,mode",
@@ -256,6 +257,7 @@ def lengths_requests(url: str) -> float:
     return float(found.group(1)) if found else 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_ranks_of_a_distributed_job_count_each_text_once(servers, reference_tokenizers, corpus, tmp_path):
     """Two gloo ranks build their samplers: each counts half the texts, they exchange the counts, and the

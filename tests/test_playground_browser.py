@@ -27,6 +27,8 @@ from service import wire
 from service.http.playground import RENDER_CAP
 from testkit.servers import REPO, ServerProcess
 
+pytestmark = pytest.mark.slow  # drives headless Chromium: `make test-fast` leaves it to CI
+
 CHROMIUM_FLAGS = (
     # without these, Chromium on a closed network waits on update, sync and field-trial fetches
     "--headless",

@@ -259,6 +259,7 @@ def test_three_workers_write_the_bytes_of_one(reference_run, tmp_path):
     assert tree(out) == expected  # every shard, every .done record, the manifest: byte for byte
 
 
+@pytest.mark.slow
 def test_parquet_shards_depend_on_neither_workers_nor_request_sizes(servers, corpus_dir, tmp_path):
     names = [str(corpus_dir / name) for name in ("a_news.jsonl", "d_table.parquet")]
     url = servers["bytelevel_bpe"].url
@@ -293,6 +294,7 @@ def test_a_killed_worker_reruns_to_the_same_bytes(reference_run, tmp_path):
     assert tree(out) == expected
 
 
+@pytest.mark.slow
 def test_service_restart_is_ridden_out_a_dead_service_fails_and_the_rerun_finishes(reference_run, tmp_path):
     """Two workers lose the service mid-run (it is killed while they are paused with units left to do).
     Each says at once which URL failed and how, then counts down. The one with a short retry deadline
@@ -506,6 +508,7 @@ def test_progress_is_a_log_line_off_a_terminal_and_a_bar_on_request(servers, cor
     assert bars and "100%|" in bars[-1] and "tokens/s" in bars[-1]
 
 
+@pytest.mark.slow
 def test_memory_stays_bounded_on_a_large_input(servers, tmp_path):
     """Peak RSS (VmHWM, which the worker reads from /proc/self/status as it ends) on a 16 MB input exceeds
     that on a tiny one by far less than the input: streaming, a bounded window of requests, no whole file
@@ -543,6 +546,7 @@ def parquet_run(servers, corpus_dir, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_documents_and_blocks_read_back_in_dataloader_workers(reference_run, parquet_run, tmp_path, context):
     """Map-style datasets over a manifest, in two DataLoader worker processes, give exactly the shards'

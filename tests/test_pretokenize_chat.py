@@ -300,6 +300,7 @@ def test_tokenized_documents_give_the_masks_the_trainers_readers_read(output_for
         assert TokenizedDocuments(out)[-1].tolist() == theirs[-1][0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("context", ["fork", "spawn"])
 def test_masks_read_back_in_two_dataloader_workers(chat_runs, context):
     """One DataLoader with two workers (forked or spawned) over documents with their masks (Parquet with a field,

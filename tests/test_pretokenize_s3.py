@@ -26,6 +26,8 @@ from service.pretokenize import TokenBlocks, TokenizedDocuments, torch_datasets
 from testkit.objectstore import LoopbackS3
 from testkit.servers import REPO
 
+pytestmark = pytest.mark.slow  # whole pre-tokenization jobs against an S3-protocol server
+
 FORMATS = ["parquet", "flat", "megatron"]
 #: Storage options with a secret in them: it goes to the filesystem, never into a log line or a message.
 SECRET = "not-for-any-log-8c1f"
@@ -149,6 +151,7 @@ MEMORY_PROBE = r"""
 import json, sys
 from service.pretokenize import TokenBlocks
 from service.pretokenize.torch_datasets import REMOTE_CACHE_BYTES
+
 
 def peak():  # VmHWM, bytes
     with open("/proc/self/status") as status:

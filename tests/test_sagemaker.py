@@ -22,6 +22,8 @@ from testkit import corpora, jobs
 from testkit.objectstore import LoopbackS3
 from testkit.servers import REPO
 
+pytestmark = pytest.mark.slow  # whole jobs run as SageMaker runs them: `make test-fast` leaves it to CI
+
 SAGEMAKER = REPO / "deploy" / "sagemaker"
 INDEX_VARIABLES = ("RANK", "WORLD_SIZE", "NODE_INDEX", "NUM_NODES", "JOB_COMPLETION_INDEX", "SLURM_ARRAY_TASK_ID")
 

@@ -17,6 +17,8 @@ import pytest
 from service.engine.loading import DEFAULT_TOKENIZER_DIR, TokenizerLoadError, load_tokenizer, looks_like_a_path
 from testkit.servers import REPO, free_port
 
+pytestmark = pytest.mark.slow  # every test runs `serve` in a fresh interpreter: `make test-fast` leaves it to CI
+
 
 def serve(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}

@@ -173,12 +173,12 @@ def test_server_never_forks_and_runs_rust_parallelism(servers, corpus):
     assert "tokenizer_forks_after_load 0.0" in httpx.get(server.url + "/metrics").text
 
 
-def test_fingerprint_header_is_the_same_across_restarts(tokenizer_dirs):
-    prints = []
-    for _ in range(2):
-        with ServerProcess("--model", str(tokenizer_dirs["sentencepiece"])) as server:
-            prints.append(post_encode(server.url, ["a"], None, {}).headers[FINGERPRINT_HEADER])
-    assert prints[0] == prints[1]
+@pytest.mark.slow
+def test_fingerprint_header_is_the_same_across_restarts(servers, tokenizer_dirs):
+    """Another process loading the same tokenizer (the shared server, with other limits) says the same."""
+    shared = post_encode(servers["sentencepiece"].url, ["a"], None, {}).headers[FINGERPRINT_HEADER]
+    with ServerProcess("--model", str(tokenizer_dirs["sentencepiece"])) as server:
+        assert post_encode(server.url, ["a"], None, {}).headers[FINGERPRINT_HEADER] == shared
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -194,6 +194,7 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 60) -> subproc
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--workers", "--reload"])
 def test_multi_process_flags_are_refused_with_a_reason(flag):
     result = run_cli("serve", flag, "2")
@@ -201,6 +202,7 @@ def test_multi_process_flags_are_refused_with_a_reason(flag):
     assert "one process" in result.stderr or "forks" in result.stderr, result.stderr
 
 
+@pytest.mark.slow
 def test_unreachable_hub_id_fails_in_one_readable_line():
     result = run_cli("serve", "--model", "some-org/some-model", "--revision", "main", env={"HF_HUB_OFFLINE": "1"})
     assert result.returncode == 1
@@ -209,6 +211,7 @@ def test_unreachable_hub_id_fails_in_one_readable_line():
     assert "some-org/some-model" in lines[0] and "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_invalid_settings_are_named(tmp_path):
     result = run_cli("serve", "--max-texts-per-request", "0")
     assert result.returncode == 2 and "max_texts_per_request" in result.stderr
@@ -216,6 +219,7 @@ def test_invalid_settings_are_named(tmp_path):
     assert result.returncode == 1 and "missing.json" in result.stderr
 
 
+@pytest.mark.slow
 def test_settings_come_from_env_and_flags_win():
     env = {
         "TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST": "7",
@@ -229,6 +233,7 @@ def test_settings_come_from_env_and_flags_win():
     assert info["parallelism"]["rust_threads"] == 1
 
 
+@pytest.mark.slow
 def test_python_dash_m_and_console_script_agree():
     module = run_cli("--version")
     script = subprocess.run(
@@ -241,6 +246,7 @@ def test_python_dash_m_and_console_script_agree():
     assert module.stdout == script.stdout and "tokenizer-service" in module.stdout
 
 
+@pytest.mark.slow
 def test_slow_only_tokenizer_without_converter_is_refused_clearly(tmp_path, tokenizer_dirs):
     """transformers 5 converts every tokenizer it has a converter for on load (the SentencePiece family
     above arrives fast); one it cannot convert is refused at start with a line saying what to provide."""
@@ -254,6 +260,7 @@ def test_slow_only_tokenizer_without_converter_is_refused_clearly(tmp_path, toke
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_a_setting_with_choices_is_a_flag_with_choices():
     result = run_cli("serve", "--http-protocol", "spdy")
     assert result.returncode == 2 and "guarded" in result.stderr and "h11" in result.stderr

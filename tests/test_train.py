@@ -397,6 +397,7 @@ def post(url: str, body: dict[str, Any]) -> Any:
         return json.loads(response.read())
 
 
+@pytest.mark.slow
 def test_a_trained_tokenizer_is_served_and_encodes_as_in_process(corpus, texts, tmp_path):
     from transformers import AutoTokenizer
 
@@ -447,6 +448,7 @@ def test_a_trained_tokenizer_is_served_and_encodes_as_in_process(corpus, texts, 
 
 
 # -- memory ----------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_counting_memory_is_bounded_by_spilling_and_the_counts_stay_exact(tmp_path):
     """300k distinct pre-tokens in one unit. With 4 MiB of counting memory the process spills sorted runs: its
     peak RSS (VmHWM) stays within the bound (an idle counting process + the budget + the merge buffers), while

@@ -20,6 +20,8 @@ import pytest
 from service.pretokenize import PretokenizeConfig, ServedTokenizer, pretokenize
 from testkit import corpora
 
+pytestmark = pytest.mark.slow  # whole training jobs read back by datatrove and megatron-core
+
 FAMILY = "bytelevel_bpe"
 
 

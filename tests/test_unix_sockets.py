@@ -166,6 +166,7 @@ def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_a_stale_socket_is_replaced_and_a_live_one_refused(short_dir, uds_server):
     stale = short_dir / "stale.sock"
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -205,6 +206,7 @@ def read_answer(conn: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
+@pytest.mark.slow
 def test_sigterm_removes_the_socket_first_then_answers_what_was_connected(short_dir):
     """New connections fail at once (no such file) while a connection opened before is still answered."""
     path = short_dir / "drain.sock"
@@ -239,6 +241,7 @@ HOLDER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_the_server_stops_once_no_process_holds_the_owners_lock(short_dir):
     owners = short_dir / "owners.lock"
     server = ServerProcess("--owners-file", str(owners), uds=short_dir / "owned.sock")
@@ -271,6 +274,7 @@ def test_the_server_stops_once_no_process_holds_the_owners_lock(short_dir):
                 holder.wait(5)
 
 
+@pytest.mark.slow
 def test_a_server_whose_owners_are_gone_while_loading_exits_without_serving(short_dir):
     owners = short_dir / "nobody.lock"
     owners.touch()
@@ -280,6 +284,7 @@ def test_a_server_whose_owners_are_gone_while_loading_exits_without_serving(shor
     assert time.monotonic() - started < 30 and not (short_dir / "unowned.sock").exists()
 
 
+@pytest.mark.slow
 def test_a_server_whose_owners_are_gone_closes_idle_connections_at_once_and_answers_those_in_flight(short_dir):
     """Nobody is left to use a private server: a forked worker's idle keep-alive connection does not hold its
     exit (here for the 60 s keep-alive, or the 30 s drain), while the requests under way are answered."""
@@ -323,6 +328,7 @@ def test_a_server_whose_owners_are_gone_closes_idle_connections_at_once_and_answ
 
 
 # -- pretokenize over a socket -----------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_pretokenize_runs_over_a_socket_url_unchanged(uds_server, reference_tokenizers, tmp_path):
     """The pretokenize CLI, through its public entry point, with --url http+unix://...: the in-process ids."""
