@@ -286,8 +286,8 @@ def run(
     grace_seconds: float,
     guard: ConnectionGuard,
     keep_alive_seconds: float,
-    drain_listen_seconds: float = 0.0,
-    http_protocol: str = "guarded",
+    drain_listen_seconds: float,
+    http_protocol: str,
     socket_file: SocketFile | None = None,
     owners: OwnersWatch | None = None,
 ) -> None:
