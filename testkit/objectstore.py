@@ -229,6 +229,11 @@ class LoopbackS3(LoopbackStore):
         self._moto_port = free_port()
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self._moto_port, verbose=False)
         self._server.start()
+        # moto keeps its buckets in this process's memory, whatever server serves them: a new store starts
+        # empty, not with the buckets an earlier module's store left (FileExistsError on its first mkdir).
+        reset = urllib.request.Request(f"http://127.0.0.1:{self._moto_port}/moto-api/reset", method="POST")
+        with urllib.request.urlopen(reset, timeout=30) as answer:
+            answer.read()
         return self._moto_port
 
     def _shutdown(self) -> None:

@@ -207,8 +207,9 @@ def test_unreachable_hub_id_fails_in_one_readable_line():
     result = run_cli("serve", "--model", "some-org/some-model", "--revision", "main", env={"HF_HUB_OFFLINE": "1"})
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert "some-org/some-model" in lines[0] and "Traceback" not in result.stderr
+    # the log's line first (what serve is loading, said at once), then the error: one line
+    assert len(lines) == 2 and " INFO " in lines[0] and "loading hub id some-org/some-model" in lines[0], lines
+    assert "some-org/some-model" in lines[1] and "Traceback" not in result.stderr
 
 
 @pytest.mark.slow

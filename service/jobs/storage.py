@@ -462,15 +462,17 @@ class LocalFolder(Folder):
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}{_PARTIAL_MARK}{os.getpid()}")
-        stream = open(partial, "wb")
-        try:
+        stream: IO[bytes] | None = None
+        try:  # opened inside: an interrupt (SIGTERM) right after the open still removes the partial file
+            stream = open(partial, "wb")
             yield stream
             stream.flush()
             os.fsync(stream.fileno())
             stream.close()
             os.replace(partial, path)
         except BaseException:
-            stream.close()
+            if stream is not None:
+                stream.close()
             partial.unlink(missing_ok=True)
             raise
 
