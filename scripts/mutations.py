@@ -698,6 +698,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (OBJECT_STORAGE,),
     ),
     Mutation(
+        "azure's client retries silently for a minute a request, past a short --retry-deadline",
+        STORAGE,
+        "policy.total_retries = 0",
+        "pass",
+        (OBJECT_STORAGE,),
+    ),
+    Mutation(
         "a ranged read resumed after a dropped connection starts at byte 0",
         STORAGE,
         "self._stream.seek(self._position)",

@@ -186,6 +186,7 @@ class Storage:
         try:
             if fs is None:
                 fs, path = url_to_fs(url, **_defaults(protocol, dict(self.options)))
+                _try_once(fs)
                 self._filesystems[protocol] = fs
             else:
                 path = fs._strip_protocol(url)
@@ -302,6 +303,16 @@ def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
         config.setdefault("retries", {"max_attempts": 1, "mode": "standard"})
         options["config_kwargs"] = config
     return options
+
+
+def _try_once(fs: Any) -> None:
+    """Azure, as S3 above: the client tries a request once, so the job's own retry runs (saying which URL
+    failed, counting down, within ``--retry-deadline``) instead of Azure's client waiting 15 s, 18 s and 24 s
+    between silent tries (~60 s a request, past a short deadline). adlfs passes no retry option on, so the
+    setting goes to the retry policy its client made (azure-storage-blob's ``retry_total``)."""
+    policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
+    if policy is not None and hasattr(policy, "total_retries"):
+        policy.total_retries = 0
 
 
 def storage_options_from_json(text: str | None) -> dict[str, Any]:
