@@ -11,9 +11,10 @@ them: it has every extra, and torch brings packages the server extra must declar
 - **The jobs** (``.[pipeline,s3]`` for ``pretokenize``, ``.[server,s3]`` for ``train``): both against a real
   S3-protocol server on 127.0.0.1 (moto's server mode), their outputs read back here.
 
-The image is the last install: ``deploy/check.sh`` builds it and runs the same route checks in it. The venvs
-share pip's cache (a wheel downloaded once serves every venv); torch comes from the machine's wheel; nothing is
-compiled to bytecode at install time (Python does it on first import).
+The image is the last install: ``deploy/check.sh`` builds it and runs the same route checks in it. Each venv
+first upgrades its pip, as the docs ask (Python 3.11's own pip 23.2 took ~3 minutes backtracking through boto3's
+releases over the s3 extra); the venvs share pip's cache (a wheel downloaded once serves every venv); torch
+comes from the machine's wheel; nothing is compiled to bytecode at install time (Python does it on first import).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ class Venv:
     def __init__(self, root: Path) -> None:
         self.root = root
         subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
+        # "Use a current pip (24 or newer)" (getting-started.md): the venv's own pip may be older (Python
+        # 3.11's is 23.2), and it backtracks through boto3's releases for minutes over the s3 extra
+        self.pip("install", "--upgrade", "pip")
 
     @property
     def python(self) -> str:
