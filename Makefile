@@ -80,7 +80,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)
 
 mutants: $(STAMP)
-	RUST_BACKTRACE=0 $(BIN)/python -m scripts.mutants $(ARGS)
+	TEST_PROCESSES=$(TEST_PROCESSES) RUST_BACKTRACE=0 $(BIN)/python -m scripts.mutants $(ARGS)
 
 clean:
 	rm -rf $(VENV) .cache .pytest_cache .hypothesis .mypy_cache .ruff_cache

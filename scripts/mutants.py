@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parent.parent
 NOT_COPIED = (".git", ".venv", ".cache", "bench-results", "__pycache__", ".hypothesis", ".mypy_cache")
 NOT_COPIED += (".ruff_cache", ".pytest_cache", "*.egg-info", "build", "dist")
 RUN_TIMEOUT = 900  # seconds per pytest run; a surviving mutant runs its test files to the end
+BASELINE_TIMEOUT = 2400  # the unmutated copy runs every named file: most of the suite
 
 
 @dataclass
@@ -53,8 +54,9 @@ def copy_repository(into: Path) -> Path:
     return target
 
 
-def run_tests(copy: Path, files: tuple[str, ...]) -> Outcome:
-    """pytest on ``files`` of ``copy``, stopping at the first failure."""
+def run_tests(copy: Path, files: tuple[str, ...], processes: int = 0, timeout: float = RUN_TIMEOUT) -> Outcome:
+    """pytest on ``files`` of ``copy``, stopping at the first failure; in ``processes`` pytest processes (a module
+    each at a time, as ``make test``), or in one (0)."""
     env = {
         **os.environ,
         "PYTHONPATH": str(copy),
@@ -63,13 +65,13 @@ def run_tests(copy: Path, files: tuple[str, ...]) -> Outcome:
         AZURITE_ENV: os.environ.get(AZURITE_ENV, str(AZURITE_BIN)),  # the copy has no .cache: this one's Azurite
     }
     command = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "--hypothesis-profile=mutants"]
+    if processes:
+        command += ["-n", str(processes), "--dist", "loadfile"]
     started = time.monotonic()
     try:
-        done = subprocess.run(
-            [*command, *files], cwd=copy, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT
-        )
+        done = subprocess.run([*command, *files], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        return Outcome("error", f"pytest ran over {RUN_TIMEOUT} s", time.monotonic() - started)
+        return Outcome("error", f"pytest ran over {timeout:.0f} s", time.monotonic() - started)
     seconds = time.monotonic() - started
     failed = re.findall(r"^(?:FAILED|ERROR) (\S+)", done.stdout, flags=re.MULTILINE)
     if done.returncode == 1 and failed:
@@ -129,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         copy = copy_repository(Path(scratch))
         if not args.no_baseline:
             files = tuple(dict.fromkeys(f for m in chosen for f in (*m.caught_by, *((SERVER,) if m.parity else ()))))
-            baseline = run_tests(copy, files)
+            # as make test runs them (TEST_PROCESSES, which `make mutants` passes on), else in one process
+            baseline = run_tests(copy, files, int(os.environ.get("TEST_PROCESSES") or 0), BASELINE_TIMEOUT)
             passed = baseline.status == "survived"  # nothing failed: for the unmutated copy, what we want
             print(f"baseline, unmutated: {' '.join(files)} {'pass' if passed else 'FAIL'} in {baseline.seconds:.0f} s")
             if not passed:
