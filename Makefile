@@ -10,7 +10,7 @@
 #   make fmt     -- apply ruff's fixes and formatting
 #   make bench   -- the side-by-side benchmark (ARGS=--smoke for a quick check)
 #   make fuzz    -- the OpenAPI fuzzer with 2,000 examples per operation (the suite runs 40)
-#   make mutants -- the mutation check: every curated one-line bug in service/ must fail a test (~25 min)
+#   make mutants -- the mutation check: every curated one-line bug in service/ must fail a test (~50 min)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin

@@ -30,6 +30,45 @@ pytestmark = pytest.mark.slow  # budgets filled, peak RSS read: servers and engi
 # -- the bounds -----------------------------------------------------------------------------------------
 
 
+def test_a_refused_render_gives_its_renderings_back_at_once():
+    """A render the budget refuses raises from the render thread: what it rendered is freed when it raises, not
+    kept by the error's traceback (its frames hold every rendering) until the garbage collector breaks the cycle.
+    The peak-RSS test below sees this only when the collector runs late; this one sees it every time."""
+    import asyncio
+    import gc
+    import weakref
+
+    from service.engine.chat import ChatRenderer
+
+    class Rendering:  # what a render holds in its frame when it is refused
+        pass
+
+    made: list[weakref.ref[Rendering]] = []
+
+    def refused_render() -> None:
+        rendering = Rendering()
+        made.append(weakref.ref(rendering))
+        raise ServiceError(ErrorKind.TOO_LARGE, "rendering these conversations would take more than the budget")
+
+    async def run() -> ServiceError:
+        renderer = ChatRenderer()
+        await renderer.astart()
+        try:
+            with pytest.raises(ServiceError) as refused:
+                await renderer._run(refused_render)
+            return refused.value
+        finally:
+            await renderer.astop()
+
+    gc.disable()  # only reference counting frees it, as on a request path between collections
+    try:
+        error = asyncio.run(run())
+        assert error.kind is ErrorKind.TOO_LARGE
+        assert made and made[0]() is None, "the refused render's rendering is still held by its error's traceback"
+    finally:
+        gc.enable()
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @settings(
     max_examples=int(os.environ.get("BOUND_EXAMPLES", 60)),
