@@ -100,6 +100,8 @@ class ServerProcess:
         return self.proc.pid
 
     def start(self, timeout: float = 60.0) -> ServerProcess:
+        if self.proc is not None and self.proc.poll() is None:  # a second start would orphan the first process
+            raise RuntimeError(f"the server on {self.url} is running already (PID {self.proc.pid})")
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [self.python, "-m", "service", "serve", *self._listen_args(), *self.args],

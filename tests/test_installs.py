@@ -93,9 +93,11 @@ def venv_server(server_venv: Venv, chat_tokenizer_dirs: dict[str, Path], tmp_pat
     its own (so it imports the installed package, not the clone's)."""
     cwd = tmp_path_factory.mktemp("server-cwd")
     model = str(chat_tokenizer_dirs["wordpiece_default"])
-    server = ServerProcess("--model", model, python=server_venv.python, repo=cwd)
-    with server.start(timeout=120):
+    server = ServerProcess("--model", model, python=server_venv.python, repo=cwd).start(timeout=120)
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 def test_the_server_install_serves_every_route_as_transformers_does(server_venv, venv_server, chat_tokenizer_dirs):
