@@ -5,6 +5,9 @@ pre-tokenized tensors, from DataLoader workers tokenizing in-process, or from th
     python -m benchmarks.gpu_feed --smoke --out /tmp/gpu_feed        # CPU, tiny model: ~1 min here
     python -m benchmarks.gpu_feed --device-commands                  # the run on the device machine, prepared
 
+(``--device-commands`` prints the wheels to download here and the device tool's ``run`` call -- command, carry,
+timeout_s -- as docs/guides/performance.md shows them, tested against this printout.)
+
 The model is BertForMaskedLM's shape built from a ``transformers.BertConfig`` (``--model-size base``: BERT-base,
 12 layers, hidden 768, ~102M parameters with the embedded default's 21,128 tokens; ``tiny``: 2 layers, hidden
 64), never downloaded, trained with AdamW, under bf16 autocast on CUDA (``benchmarks/masked_lm.py`` says why
