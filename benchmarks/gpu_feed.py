@@ -608,7 +608,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     parser.add_argument("--steps", type=positive, default=600, help="measured steps per mode (after the warm-up)")
     parser.add_argument("--warmup-steps", type=positive, default=20, help="steps before the clock starts")
     parser.add_argument("--max-seconds-per-mode", type=float, default=45.0, help="a mode's measured steps stop here")
-    parser.add_argument("--budget-seconds", type=float, default=400.0, help="the whole run ends within this")
+    parser.add_argument("--budget-seconds", type=float, default=380.0, help="the modes end within this (seconds)")
     parser.add_argument("--batch-size", type=positive, default=128, help="texts per step")
     parser.add_argument("--max-length", type=positive, default=128, help="truncation, in tokens (at most 512)")
     parser.add_argument("--texts", choices=list(corpus.BUCKETS), default="medium", help="medium: ~300 characters")
