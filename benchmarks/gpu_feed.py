@@ -175,7 +175,7 @@ def feed_of(job: dict[str, Any], texts: list[str]) -> Iterator[Feed]:
                 info = client.info()
                 mask = info["special_token_ids"].get("mask_token")
                 facts = token_facts(info["vocab_size"], info["pad_token_id"], mask)
-                facts["service"] = repr(client)
+                facts["service"] = f"{client!r}, {len(client.urls)} socket(s)"  # one per replica
                 collate = client.collator(**options)
             rows = settings["warmup_steps"] + settings["steps"]
             loader = DataLoader(
