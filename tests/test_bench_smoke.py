@@ -157,3 +157,33 @@ def test_launch_benchmark_smoke_run_measures_every_part(tmp_path):
         "launched / tcp",
     }
     assert all(figures["launch_seconds"] > 0 for figures in results["startup"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cpu_split_smoke_run_tells_the_threads_apart(tmp_path):
+    """benchmarks.cpu_split --smoke, against this very checkout too: every figure of the split is there and
+    plausible -- the event loop, the tokenizer thread (and its Rust call) and the Rust pool each spent CPU,
+    the pool most of it, and the native threads that predate the tokenizer next to none."""
+    out = tmp_path / "split.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cpu_split", "--smoke", "--against", str(REPO), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert len(results["meta"]["checkouts"]) == 2
+    (row,) = results["corpora"]
+    assert row["figures"]["1 worker"]["cpu_ms"] > 0
+    for checkout in results["meta"]["checkouts"]:
+        split = row["figures"][checkout]
+        assert split["batches"] > 0
+        assert split["event_loop_ms"] > 0 and split["tokenizer_thread_ms"] > 0
+        assert 0 < split["in_encode_call_ms"] < split["tokenizer_thread_ms"]
+        assert split["rust_pool_ms"] > split["gil_side_ms"] > 0
+        assert split["other_native_ms"] < 0.1 * split["process_ms"]
+        assert split["ceiling_batches_per_s"] == pytest.approx(1000 / split["gil_side_ms"])
+    assert "GIL side ms/batch, each checkout against this checkout" in done.stdout
