@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -238,10 +239,18 @@ def extract_rows(encodings: Sequence[Any], plan: EncodePlan) -> EncodedRows:
         attribute = _ROW_COLUMNS.get(key)
         if attribute is None:
             continue
-        values = (getattr(e, attribute) for e in rows)
+        values = map(attrgetter(attribute), rows)
         if key == "offset_mapping":
             flat = np.fromiter(chain.from_iterable(chain.from_iterable(values)), dtype=np.int64, count=2 * total)
             columns[key] = flat.reshape(total, 2)
+        elif key == "token_type_ids":
+            # mostly all 0 (a single sequence): summing the lists (ids are never negative) costs half of reading
+            # them into the array
+            lists = list(values)
+            if sum(map(sum, lists)) == 0:
+                columns[key] = np.zeros(total, dtype=np.int64)
+            else:
+                columns[key] = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
         else:
             columns[key] = np.fromiter(chain.from_iterable(values), dtype=np.int64, count=total)
     if plan.with_overflow:
