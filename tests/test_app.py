@@ -526,7 +526,9 @@ _SCALARS = st.one_of(
     st.sampled_from(list(PADDING_VALUES) + list(TRUNCATION_VALUES)),
     st.text(max_size=5),
 )
-_VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=2), st.dictionaries(st.text(max_size=3), _SCALARS, max_size=1))
+_VALUES = st.one_of(
+    _SCALARS, st.lists(_SCALARS, max_size=2), st.dictionaries(st.text(max_size=3), _SCALARS, max_size=1)
+)
 _NAMES = st.sampled_from([f.name for f in fields(EncodeOptions)] + ["text_pair", "max_lenght", "bogus", ""])
 _STRINGS = st.lists(st.text(max_size=8), max_size=3)
 _BODIES = st.fixed_dictionaries(
@@ -565,7 +567,9 @@ def _outcome(parse, body: bytes, model):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     body=st.one_of(
-        _BODIES.flatmap(lambda b: st.sampled_from([json.dumps(b).encode(), json.dumps(b, ensure_ascii=False).encode()])),
+        _BODIES.flatmap(
+            lambda b: st.sampled_from([json.dumps(b).encode(), json.dumps(b, ensure_ascii=False).encode()])
+        ),
         _RAW,
     ),
     model=st.sampled_from(_TEXTS_MODELS),
