@@ -243,15 +243,13 @@ def extract_rows(encodings: Sequence[Any], plan: EncodePlan) -> EncodedRows:
         if key == "offset_mapping":
             flat = np.fromiter(chain.from_iterable(chain.from_iterable(values)), dtype=np.int64, count=2 * total)
             columns[key] = flat.reshape(total, 2)
-        elif key == "token_type_ids":
+        elif key == "token_type_ids" and sum(map(sum, values)) == 0:
             # mostly all 0 (a single sequence): summing the lists (ids are never negative) costs half of reading
-            # them into the array
-            lists = list(values)
-            if sum(map(sum, lists)) == 0:
-                columns[key] = np.zeros(total, dtype=np.int64)
-            else:
-                columns[key] = np.fromiter(chain.from_iterable(lists), dtype=np.int64, count=total)
+            # them into the array, and takes them one at a time (a list per row alive at once would make the
+            # collector run); others are read again, as every column is
+            columns[key] = np.zeros(total, dtype=np.int64)
         else:
+            values = map(attrgetter(attribute), rows)  # (a fresh pass: the test above consumed one)
             columns[key] = np.fromiter(chain.from_iterable(values), dtype=np.int64, count=total)
     if plan.with_overflow:
         top_longest = max((len(e) for e in encodings), default=0)
