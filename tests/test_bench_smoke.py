@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from service.engine.parallelism import available_cpus
 from testkit.servers import REPO
 
 PLOTS = (
@@ -187,3 +188,25 @@ def test_cpu_split_smoke_run_tells_the_threads_apart(tmp_path):
         assert split["other_native_ms"] < 0.1 * split["process_ms"]
         assert split["ceiling_batches_per_s"] == pytest.approx(1000 / split["gil_side_ms"])
     assert "GIL side ms/batch, each checkout against this checkout" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_rust_instances_smoke_run_measures_every_variant_at_every_core_count(tmp_path):
+    """benchmarks.rust_instances --smoke: one rayon pool against several instances (a batch each, a batch
+    split), each at 1 core and at every usable core, in processes pinned to those cores."""
+    out = tmp_path / "instances.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.rust_instances", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells = json.loads(out.read_text())["cells"]
+    variants = {"pool", "instances, a batch each", "instances, a batch split"}
+    assert {cell["variant"] for cell in cells} == variants
+    assert {cell["cores"] for cell in cells} == {1, available_cpus()}
+    assert all(cell["texts_per_s"] > 0 and cell["cpu_ms_per_batch"] > 0 for cell in cells)
+    assert all(cell["vs_pool"] == 1.0 for cell in cells if cell["variant"] == "pool")
