@@ -30,6 +30,7 @@ SECTIONS = (
     "scenario6",
     "scenario7",
     "scenario8",
+    "split",
     "servers",
     "rss_soak",
     "targets",
@@ -97,6 +98,10 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
         assert {"s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"} <= {
             t["target"] for t in results["targets"]
         }
+    split = results["split"]  # one server's CPU per batch by thread (benchmarks.cpu_split)
+    assert "failed" not in split and "skipped" not in split, split
+    assert all(row["figures"]["this checkout"]["gil_side_ms"] > 0 for row in split["data"]["corpora"])
+    assert any(row["scenario"] == "split" for row in results["table"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name
 
