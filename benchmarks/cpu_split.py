@@ -1,7 +1,7 @@
 """One server process's CPU per batch, split by thread: the GIL side (Python threads) and the Rust pool.
 
-    .venv/bin/python -m benchmarks.cpu_split                                # the four corpora: ~3 min on 2 cores
-    .venv/bin/python -m benchmarks.cpu_split --against /tmp/main-copy       # and another checkout, side by side
+    .venv/bin/python -m benchmarks.cpu_split                                # the four corpora: ~1 min on 2 cores
+    .venv/bin/python -m benchmarks.cpu_split --against /tmp/main-copy       # + ~1 min per checkout beside it
     .venv/bin/python -m benchmarks.cpu_split --smoke --out /tmp/split.json  # one corpus, tiny counts: ~30 s
 
 Run from the repository root. For each corpus it starts ``tokenizer-service serve`` of this checkout (and of
