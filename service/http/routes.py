@@ -17,7 +17,6 @@ from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI
 from pydantic import BaseModel
-from safetensors.numpy import save as save_safetensors
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -77,6 +76,7 @@ from .responses import (
     json_bytes,
     json_response,
     ragged_arrays,
+    safetensors_bytes,
 )
 from .runtime import Runtime
 
@@ -136,16 +136,14 @@ def _encoded_answer(rows: int, result: EncodedBatch, answering: Answering) -> by
     if answering.media_type == JSON_MEDIA_TYPE:
         return json_bytes(result.data)
     if answering.media_type == RAGGED_MEDIA_TYPE:
-        blob: bytes = save_safetensors(ragged_arrays(result.data), metadata=metadata)
-        return blob
+        return safetensors_bytes(ragged_arrays(result.data), metadata)
     if not result.rectangular:
         raise HttpError(
             HttpErrorKind.NOT_ACCEPTABLE,
             "the rows have different lengths, which a tensor cannot hold: ask for padding "
             "(padding='longest' or 'max_length'), or accept application/json",
         )
-    blob = save_safetensors(result.data, metadata=metadata)
-    return blob
+    return safetensors_bytes(result.data, metadata)
 
 
 def _tokenize_answer(body: TextsRequest[TokenizeOptions], result: TokenizedBatch, answering: Answering) -> bytes:
