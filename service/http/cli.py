@@ -10,7 +10,6 @@ import argparse
 import gc
 import logging
 import os
-import socket
 import sys
 import time
 import types
@@ -99,37 +98,33 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         bind_listener,
         bind_unix_listener,
         connection_guard,
-        inherited_listener,
         run,
     )
 
-    socket_files: list[SocketFile] = []  # its own socket's file first, then the shared one's (both drained)
-    own_socket_file: SocketFile | None = None
+    socket_files: list[SocketFile] = []
     listeners = []
-    where = settings.uds or (f"{settings.host}:{settings.port}" if settings.listen_fd is None else "--listen-fd")
+    where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
     try:  # before the tokenizer loads (that can take minutes): a port in use fails at once
         if settings.uds is not None:
-            listener, own_socket_file = bind_unix_listener(settings.uds)
+            listener, socket_file = bind_unix_listener(settings.uds)
             listeners.append(listener)
-            socket_files.append(own_socket_file)
-        elif settings.listen_fd is None:
-            listeners.append(bind_listener(settings.host, settings.port))
-        if settings.listen_fd is not None:
-            shared = inherited_listener(settings.listen_fd)
-            listeners.insert(0, shared)
-            if shared.family == socket.AF_UNIX:  # the drain removes its file first (whichever replica drains first)
-                socket_files.append(SocketFile.of(shared.getsockname()))
+            socket_files.append(socket_file)
+        if settings.uds is None or settings.reuse_port:  # a replica: the shared port, and its own socket
+            where = f"{settings.host}:{settings.port}"
+            listeners.append(bind_listener(settings.host, settings.port, reuse_port=settings.reuse_port))
     except OSError as exc:
         for listener in listeners:
             listener.close()
+        for socket_file in socket_files:
+            socket_file.remove()
         print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
     def leave_unserved() -> None:
         for listener in listeners:
             listener.close()
-        if own_socket_file is not None:
-            own_socket_file.remove()  # (a shared socket's file is its parent's)
+        for socket_file in socket_files:
+            socket_file.remove()
 
     def stop_loading() -> None:  # the owners left while the tokenizer was loading: nothing to drain
         leave_unserved()
@@ -180,9 +175,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
             owners=owners,
             # launch()'s servers drain for nobody; a replica of `serve --replicas` (owned by its parent, so as not
             # to outlive it) drains for the clients of its port, as serve does
-            private=owners is not None and settings.listen_fd is None,
+            private=owners is not None and not settings.reuse_port,
         )
     finally:
-        if own_socket_file is not None:
-            own_socket_file.remove()  # (the drain removed it already, unless interrupted otherwise)
+        for socket_file in socket_files:
+            socket_file.remove()  # (the drain removed it already, unless interrupted otherwise)
     return 0

@@ -5,14 +5,18 @@ One server process serves at most 1 / (its Python time per request) requests a s
 the server we have -- one process, one tokenizer, Rust parallelism on, never forks -- started by exec
 (``python -m service serve``), never forked from this one, which is not a server and loads no tokenizer.
 
-**One port for all.** This process binds the port (or the ``--uds`` socket) once, as ``serve`` does, and hands the
-bound socket to every replica as a descriptor (``--listen-fd``): one socket, one accept queue. The kernel gives each
-new connection to a replica that is accepting -- an idle one, as a rule, since a busy event loop comes to accept
-later -- a replica that dies loses none of the connections waiting in the queue, and any HTTP client, not only the
-SDK, uses the one URL. (vLLM's ``--api-server-count`` shares its listening socket the same way. ``SO_REUSEPORT``,
-each replica binding the port itself, would hash connections to replicas whether busy or not, and reset the queue
-of a replica that dies.) Connections are spread, not requests: a client that keeps few keep-alive connections
-keeps them on few replicas; the SDK's DataLoader workers each open their own.
+**One port for all.** Every replica binds the port itself with ``SO_REUSEPORT`` (``--reuse-port``), and the kernel
+spreads new connections over the replicas listening by a hash of their addresses: any HTTP client uses the one URL,
+and a burst of clients connecting at once lands on all replicas, not on one. (Measured on this machine, 2 replicas,
+8 keep-alive clients connecting together: one listening socket shared by the replicas -- vLLM's way for its
+``--api-server-count`` -- put all 8 on one replica in 2 runs of 3, since the first event loop to wake accepts every
+connection waiting; ``SO_REUSEPORT`` spreads them.) Connections are spread, not requests: a client that keeps few
+keep-alive connections keeps them on few replicas (the SDK's DataLoader workers each open their own); a replica's
+share does not follow its load. This process binds the port first (with ``SO_REUSEPORT``, never listening), so that
+a port in use by another program fails at once, and ``--port 0`` picks one for all; a port a server already answers
+on is refused (a set of this user's on it would otherwise be joined). A replica that dies takes the connections
+waiting in its own queue with it (the SDK retries them elsewhere). Unix sockets cannot be shared: ``--uds`` is
+refused with ``--replicas`` (``TokenizerClient.launch(replicas=N)`` spreads calls over one socket per replica).
 
 **All or nothing.** Each replica also listens on a private Unix socket, where this process asks ``/readyz`` and
 ``/info``: the set is up once every replica is ready and all serve one fingerprint. A replica that exits before --
@@ -34,6 +38,7 @@ process may use and of the memory limit (``--replica-of``).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -70,7 +75,7 @@ __all__ = ["serve_replicas", "SET_BY_THE_PARENT"]
 logger = logging.getLogger(__name__)
 
 #: The settings this process sets for each replica itself (where it listens, who owns it, its share).
-SET_BY_THE_PARENT = frozenset({"replicas", "host", "port", "uds", "listen_fd", "owners_file", "replica_of"})
+SET_BY_THE_PARENT = frozenset({"replicas", "host", "port", "uds", "reuse_port", "owners_file", "replica_of"})
 #: How long a replica may drain past its own ``--graceful-shutdown-seconds`` before it is killed.
 STOP_MARGIN_SECONDS = 10.0
 _POLL_SECONDS = 0.05
@@ -136,18 +141,17 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
     if plan.count == 1:
         logger.info("--replicas %s: one replica on %d cores; serving in this process", settings.replicas, plan.cores)
         return None
-    from .server import SocketFile, bind_listener, bind_unix_listener
+    from .server import bind_listener
 
-    shared_file: SocketFile | None = None
-    where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
+    where = f"{settings.host}:{settings.port}"
     try:  # before anything loads, as serve does: a port in use fails at once
-        if settings.uds is not None:
-            listener, shared_file = bind_unix_listener(settings.uds)
-        else:
-            listener = bind_listener(settings.host, settings.port)
+        if settings.port != 0 and _answered(settings.host, settings.port):
+            raise OSError(errno.EADDRINUSE, "a server is listening on it")
+        reserved = bind_listener(settings.host, settings.port, reuse_port=True)  # never listens: the replicas do
     except OSError as exc:
         print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    host, port = reserved.getsockname()[:2]
     folder = _private_folder()
     replicas = [
         _Replica(i, plan.count, os.path.join(folder, f"{i}.sock"), os.path.join(folder, f"{i}.owners"))
@@ -158,19 +162,18 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
         for replica in replicas:
             replica.owners_fd = _hold_shared(replica.owners_path)
         argv, env = _replica_command(given)
+        shared = ["--host", settings.host, "--port", str(port), "--reuse-port", "--replica-of", str(plan.count)]
         for replica in replicas:
             own = ["--uds", replica.socket_path, "--owners-file", replica.owners_path]
-            share = ["--listen-fd", str(listener.fileno()), "--replica-of", str(plan.count)]
             replica.process = subprocess.Popen(
-                [*argv, *own, *share],
+                [*argv, *shared, *own],
                 stdin=subprocess.DEVNULL,
                 env=env,
-                pass_fds=(listener.fileno(),),
                 start_new_session=True,  # a Ctrl-C in the terminal reaches this process only, which forwards it
             )
         status = _start(replicas, signals, prog)
         if status is None:
-            url = unix_socket_url(settings.uds) if settings.uds is not None else _tcp_url(listener)
+            url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
             pids = ", ".join(str(r.process.pid) for r in replicas if r.process is not None)
             logger.info(
                 "serving on %s with %d replicas (pids %s; %d Rust threads each; %s)",
@@ -184,9 +187,7 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
         return status
     finally:
         _stop_all(replicas, settings.graceful_shutdown_seconds)
-        listener.close()
-        if shared_file is not None:
-            shared_file.remove()  # (the first replica to drain removed it, unless none got so far)
+        reserved.close()
         for replica in replicas:
             if replica.owners_fd is not None:
                 os.close(replica.owners_fd)
@@ -307,9 +308,14 @@ def _private_folder() -> str:
     return folder
 
 
-def _tcp_url(listener: socket.socket) -> str:
-    host, port = listener.getsockname()[:2]
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+def _answered(host: str, port: int) -> bool:
+    """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: on this machine)."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    try:
+        with socket.create_connection((target, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def _how(code: int) -> str:

@@ -58,12 +58,12 @@ class Settings(BaseSettings):
         "drains for nobody: it closes its listener at once (no --drain-listen-seconds) and its idle connections "
         "too, and exits once the requests in flight are answered. Unset: run until signalled.",
     )
-    listen_fd: int | None = Field(
-        None,
-        ge=0,
-        description="Serve on this inherited listening socket (a file descriptor), which every replica of "
-        "`serve --replicas` accepts from: set by it for each replica, not for use by hand. With it the server binds "
-        "no --host/--port of its own, only --uds if given (each replica's private socket, which its parent probes).",
+    reuse_port: bool = Field(
+        False,
+        description="Bind --host/--port with SO_REUSEPORT, shared with the other replicas of `serve --replicas` (set "
+        "by it for each replica; processes of one user only): the kernel spreads new connections over them by a hash "
+        "of their addresses. With --uds too, the server listens on both: the Unix socket is then its own, where its "
+        "parent asks /readyz and /info.",
     )
     # -- parallelism ----------------------------------------------------------------------------------
     threads: int | None = Field(
@@ -77,10 +77,10 @@ class Settings(BaseSettings):
     replicas: int | Literal["auto"] = Field(
         1,
         description="Server processes on this machine, each this server (one process, one tokenizer, never forks), "
-        "started by exec and sharing one port (or --uds socket): the kernel hands each new connection to a replica "
-        "that is accepting. One process serves at most 1 / (its Python time per request) requests a second, whatever "
-        f"the cores: past ~{CORES_PER_REPLICA} cores (service.sizing.CORES_PER_REPLICA) more replicas, not more "
-        f"threads, use them. auto: one per {CORES_PER_REPLICA} cores this process may use. --threads and "
+        "started by exec and sharing one TCP port (SO_REUSEPORT: the kernel spreads new connections over them by a "
+        "hash of their addresses). One process serves at most 1 / (its Python time per request) requests a second, "
+        f"whatever the cores: past ~{CORES_PER_REPLICA} cores (service.sizing.CORES_PER_REPLICA) more replicas, not "
+        f"more threads, use them. auto: one per {CORES_PER_REPLICA} cores this process may use. --threads and "
         "--memory-budget-mib are per replica (unset: an equal share). The parent serves nothing: it forwards "
         "SIGTERM and SIGINT to every replica and exits once all have; it fails at start if any replica does, and "
         "stops them all if one dies, so a partial set never stays up. In Kubernetes keep 1 and scale pods.",
@@ -284,10 +284,16 @@ class Settings(BaseSettings):
     def _check_consistency(self) -> Settings:
         if self.revision is not None and self.model is None:
             raise ValueError("--revision needs --model: the embedded default tokenizer has no revisions")
-        if self.replicas != 1 and (self.listen_fd is not None or self.owners_file or self.replica_of != 1):
+        if self.replicas != 1 and (self.reuse_port or self.owners_file or self.replica_of != 1):
             raise ValueError(
-                "--replicas starts the replicas and sets --listen-fd, --owners-file and --replica-of for each of "
+                "--replicas starts the replicas and sets --reuse-port, --owners-file and --replica-of for each of "
                 "them: give none of the three with it"
+            )
+        if self.replicas != 1 and self.uds is not None:
+            raise ValueError(
+                "--replicas shares a TCP port, and a Unix socket cannot be shared: give --host/--port, or, for "
+                "replicas on Unix sockets, use TokenizerClient.launch(replicas=N), whose client spreads calls over "
+                "one socket per replica"
             )
         return self
 

@@ -95,7 +95,7 @@ __all__ = ["ServeCommand", "LaunchedService", "Share", "take_share", "release"]
 logger = logging.getLogger(__name__)
 
 #: Serve settings ``launch`` sets itself: where the service listens, who owns it, how it stops, its share.
-RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds", "listen_fd", "replica_of"})
+RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds", "reuse_port", "replica_of"})
 #: A replica is launched at most this many times per record: once, and relaunched once.
 MAX_LAUNCHES = 2
 #: How long a service that is stopping (draining) may take before a process waiting on it gives up.

@@ -17,13 +17,12 @@ from .listening import SocketFile
 from .owners import CHECK_SECONDS as OWNERS_CHECK_SECONDS
 from .owners import OwnersWatch
 from .protocol import ConnectionGuard
-from .running import bind_listener, bind_unix_listener, connection_guard, inherited_listener, run
+from .running import bind_listener, bind_unix_listener, connection_guard, run
 
 __all__ = [
     "run",
     "bind_listener",
     "bind_unix_listener",
-    "inherited_listener",
     "connection_guard",
     "ConnectionGuard",
     "SocketFile",

@@ -28,9 +28,9 @@ The server runs uvicorn's httptools protocol with the limits of :class:`~service
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
 It listens on TCP (:func:`bind_listener`) or on a Unix domain socket (:func:`bind_unix_listener`, ``--uds``),
-whose drain removes the socket file first (:mod:`.listening`), and with ``--listen-fd`` also on a listening
-socket inherited from ``serve --replicas``, which every replica accepts from (one port, one accept queue). With
-``--owners-file`` the same drain also starts when the last process using the server has gone (:mod:`.owners`).
+whose drain removes the socket file first (:mod:`.listening`); a replica of ``serve --replicas`` on both: the
+port it shares with the others (``--reuse-port``) and a Unix socket of its own. With ``--owners-file`` the same
+drain also starts when the last process using the server has gone (:mod:`.owners`).
 
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
@@ -177,15 +177,21 @@ class DrainingServer(uvicorn.Server):
         return len(self.server_state.connections)
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
+def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
     not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
-    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``)."""
+    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``).
+    ``reuse_port``: with ``SO_REUSEPORT``, so that the replicas of ``serve --replicas`` (processes of this user)
+    bind the same port, and the kernel spreads new connections over those listening by a hash of their addresses."""
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = addresses[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+        if reuse_port:
+            if not hasattr(socket, "SO_REUSEPORT"):
+                raise OSError(errno.ENOPROTOOPT, "this system has no SO_REUSEPORT, which --replicas needs")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(address)
@@ -219,20 +225,6 @@ def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
     except OSError:
         sock.close()
         raise
-
-
-def inherited_listener(fd: int) -> socket.socket:
-    """The listening socket a parent handed this process as descriptor ``fd`` (``serve --replicas`` binds one
-    and every replica accepts from it); OSError when ``fd`` is not a stream socket."""
-    sock = socket.socket(fileno=fd)  # family and type read from the descriptor
-    try:
-        if sock.type != socket.SOCK_STREAM or sock.family not in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
-            raise OSError(errno.ENOTSOCK, f"descriptor {fd} is not a TCP or Unix stream socket")
-        sock.set_inheritable(False)
-    except BaseException:
-        sock.detach()
-        raise
-    return sock
 
 
 def socket_is_live(path: str) -> bool:
@@ -310,9 +302,9 @@ def run(
     private: bool = False,
 ) -> None:
     """Serve ``app`` on ``listeners`` (:func:`bind_listener`, :func:`bind_unix_listener` with its socket file
-    among ``socket_files``, or a listening socket inherited from ``serve --replicas``) in this process (one
-    uvicorn worker, never forking) until drained or interrupted, or until ``owners`` sees the last process
-    using the server gone. ``private``: a server that drains for nobody (see the module doc)."""
+    among ``socket_files``) in this process (one uvicorn worker, never forking) until drained or interrupted, or
+    until ``owners`` sees the last process using the server gone. ``private``: a server that drains for nobody
+    (see the module doc)."""
     config = uvicorn.Config(
         app,
         workers=1,
