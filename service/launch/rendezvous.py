@@ -10,8 +10,8 @@ and for each replica ``N`` of the service (0 when it has one) four of its own:
 - ``<key>-N.sock``: the replica's Unix socket;
 - ``<key>-N.owners``: its owners lock, held *shared* by every process using the service for as long as it does;
   the replica stops once nobody holds it (``service/http/server/owners.py``), and holds it exclusively while it
-  stops, so that a process that comes meanwhile waits, then launches a new one (one lock per replica: each
-  replica's watch takes its own exclusively);
+  stops, so that a process that comes meanwhile waits, then launches a new one (a lock per replica, so that
+  every replica sees its owners gone at once and they stop together, not one after the other);
 - ``<key>-N.json``: the record: the replica's pid, its fingerprint, how many times it was launched;
 - ``<key>-N.log``: the replica's output.
 
