@@ -9,6 +9,7 @@ parent. Each launch test has a launch directory of its own."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -27,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from service.client import LaunchError, RetryPolicy, TokenizerClient, TokenizerServiceError
+from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, TokenizerServiceError
 from service.http.cli import main as serve_main
 from service.sizing import CORES_PER_REPLICA, _cgroup_cpu_quota, check_replicas, plan_replicas
 from service.wire import LAUNCH_DIR_ENV, unix_socket_url
@@ -126,6 +127,22 @@ def test_the_launch_key_holds_the_replicas_asked_for_and_auto_is_one_key_whateve
     monkeypatch.setattr(sizing, "available_cpus", lambda: 7)
     few = ServeCommand.build(None, {}, None, sys.executable, "auto")
     assert (many.replicas, few.replicas) == (64 // CORES_PER_REPLICA, 1) and many.key() == few.key()
+
+
+def test_a_replica_takes_its_share_of_the_cores_and_of_the_memory_limit(monkeypatch):
+    from service.engine.memory import default_memory_budget
+    from service.http import settings as settings_module
+    from service.http.settings import Settings
+
+    monkeypatch.setattr(settings_module, "available_cpus", lambda: 8)
+    monkeypatch.setattr(settings_module, "cgroup_memory_limit", lambda: 8 << 30)
+    alone, quarter = Settings(), Settings(replica_of=4)
+    assert (alone.rust_threads(), quarter.rust_threads(), Settings(replica_of=4, threads=3).rust_threads()) == (8, 2, 3)
+    assert alone.memory_budget_bytes() == default_memory_budget(8 << 30)
+    assert quarter.memory_budget_bytes() == default_memory_budget(2 << 30)  # four of them fit the one limit
+    assert Settings(replica_of=4, memory_budget_mib=100).memory_budget_bytes() == 100 << 20  # as asked, per replica
+    monkeypatch.setattr(settings_module, "cgroup_memory_limit", lambda: None)
+    assert quarter.memory_budget_bytes() == default_memory_budget(None)  # no limit to share
 
 
 # -- bad input ----------------------------------------------------------------------------------------------
@@ -243,6 +260,21 @@ def test_launched_replicas_feed_dataloader_workers_the_in_process_tensors(
             seen.extend(idx)
         assert len(workers) == 2
     assert sorted(seen) == sorted(list(range(len(texts))) * 2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_async_twin_spreads_its_calls_over_the_replicas(launch_dir, reference_tokenizers):
+    async def main() -> tuple[list[list[list[int]]], list[float], tuple[int, ...]]:
+        async with AsyncTokenizerClient.launch(replicas=2) as client:
+            answers = await asyncio.gather(*(client(TEXTS) for _ in range(16)))
+            encoded = [texts_encoded(url) for url in client.service.urls]
+            return [a["input_ids"] for a in answers], encoded, client.service.pids
+
+    answers, encoded, pids = asyncio.run(main())
+    assert answers == [reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]] * 16
+    assert all(count > 0 for count in encoded), encoded  # 16 calls at once: the fewest outstanding, both replicas
+    assert all(wait_gone(pid, 10) for pid in pids)
 
 
 # -- a replica killed under load ---------------------------------------------------------------------------
