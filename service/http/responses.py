@@ -22,7 +22,7 @@ from ..wire import (
     RAGGED_ROW_LENGTHS,
     RETRY_AFTER_HEADER,
 )
-from .errors import AnyErrorKind, HttpError, HttpErrorKind
+from .errors import AnyErrorKind, HttpErrorKind
 
 # Every error the service sends has one of these kinds (the engine's, then HTTP's own), with the status the
 # one status table (``service.wire.ERROR_TYPES``) gives its ``error_type``.
@@ -65,9 +65,10 @@ def error_response(
     )
 
 
-def answer_error(error: ServiceError | HttpError) -> Response:
-    """The answer to an error the engine or the web layer raised."""
-    return error_response(error.kind, error.message, error.retry_after)
+def answer_error(error: ServiceError) -> Response:
+    """The answer to an error the engine or the web layer raised (a kind of neither is a bug: internal)."""
+    kind = error.kind if isinstance(error.kind, (ErrorKind, HttpErrorKind)) else ErrorKind.INTERNAL
+    return error_response(kind, error.message, error.retry_after)
 
 
 #: A body larger than this is sent in pieces of this size.
