@@ -322,7 +322,7 @@ def launch_takes_replicas() -> bool:
     of ``tokenizer-service serve`` (launch passes every serve setting through)."""
     import inspect
 
-    from service.launch.client import launch
+    from service.launch.transport import launch
 
     if "replicas" in inspect.signature(launch).parameters:
         return True

@@ -52,7 +52,7 @@ from benchmarks.dataloader_compare import (
 )
 from benchmarks.machine import machine_noise
 from benchmarks.progress import log, publish
-from service.client.transports import HTTPTransport, Request, Timeout
+from service.transport import HTTPTransport, Request, Timeout
 from service.wire import HEALTH_PATH, LAUNCH_DIR_ENV
 from testkit import assets
 from testkit.servers import REPO, ServerProcess

@@ -64,7 +64,7 @@ def loaders(client: Any, texts: list[str], args: argparse.Namespace) -> tuple[di
     from torch import Generator
     from torch.utils.data import DataLoader
 
-    from service.client import TokenBudgetBatchSampler
+    from service.data import TokenBudgetBatchSampler
 
     options = {"truncation": True, "max_length": args.max_length}
     padded = client.collator(padding="longest", **options)

@@ -309,7 +309,7 @@ ERROR_TYPE_FIELD: Final = "error_type"
 @dataclass(frozen=True)
 class ErrorType:
     """One kind of error answer: the HTTP status it is sent with, the client exception it becomes (a class of
-    ``service.client.exceptions``, named: this module imports nothing of the client), and what a caller does
+    ``service.transport.exceptions``, named: this module imports nothing of the client), and what a caller does
     about it (the API docs' description of the status)."""
 
     status: int

@@ -67,7 +67,7 @@ def texts_encoded(url: str) -> float:
     """How many texts the server at ``url`` (one replica: its own socket) has encoded, from its /metrics."""
     import re
 
-    from service.client.transports import HTTPTransport, Request, Timeout
+    from service.transport import HTTPTransport, Request, Timeout
 
     transport = HTTPTransport()
     try:

@@ -12,8 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from service.client.exceptions import TransportError
-from service.client.transports import HTTPTransport, Request, Timeout
+from service.transport import HTTPTransport, Request, Timeout
+from service.transport.exceptions import TransportError
 from service.wire import unix_socket_url
 
 REPO = Path(__file__).resolve().parent.parent

@@ -115,12 +115,6 @@ def test_exported_members():
         [
             "TokenizerClient",
             "AsyncTokenizerClient",
-            "LaunchedTokenizerClient",
-            "LaunchedAsyncTokenizerClient",
-            "LaunchedService",
-            "Collator",
-            "ChatCollator",
-            "TokenBudgetBatchSampler",
             "EncodeResult",
             "RaggedResult",
             "RetryPolicy",
@@ -160,6 +154,28 @@ def test_exported_members():
         member = getattr(client_module, name)
         if isinstance(member, type) and issubclass(member, Exception):
             assert issubclass(member, client_module.TokenizerServiceError), name
+    import service.data
+    import service.launch
+
+    # the data tools and the launcher export their own, the SDK none of theirs
+    assert sorted(service.data.__all__) == sorted(
+        [
+            "TokenizerLike",
+            "TokenizeFunction",
+            "ChatTokenizeFunction",
+            "MapInputError",
+            "TokenizedStream",
+            "Collator",
+            "ChatCollator",
+            "TokenBudgetBatchSampler",
+        ]
+    )
+    assert sorted(service.launch.__all__) == sorted(
+        ["launch", "Launch", "LaunchedService", "LaunchedTransport", "AsyncLaunchedTransport"]
+    )
+    for module in (service.data, service.launch):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, name
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -587,7 +603,8 @@ def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
         return {name.split(".")[0] for name in modules}
 
     # The SDK alone at import; the data tools (service.data) only once a collator was asked for.
-    for stage, allowed in (("after_import", ("service.client",)), ("after_use", ("service.client", "service.data"))):
+    sdk = ("service.client", "service.transport")
+    for stage, allowed in (("after_import", sdk), ("after_use", (*sdk, "service.data"))):
         loaded = top(report[stage])
         assert not loaded & set(FORBIDDEN), (stage, sorted(loaded & set(FORBIDDEN)))
         ours = {m for m in report[stage] if m == "service" or m.startswith("service.")}

@@ -349,7 +349,7 @@ def test_pinned_fingerprint_fails_closed():
 
 def test_errors_pickle_and_rebuild_from_a_message():
     """DataLoader re-raises a worker's error as ``type(exc)(message)``: every class must allow that."""
-    from service.client import exceptions
+    from service.transport import exceptions
 
     for name in exceptions.__all__:
         cls = getattr(exceptions, name)

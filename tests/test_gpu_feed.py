@@ -170,7 +170,7 @@ def test_smoke_run_measures_every_mode_on_the_same_batches(tmp_path):
     # the modules each training process ended with: the check sees tokenizers where it is, and not in (c)'s
     assert runs["in-worker"]["loaded"] == {"tokenizers": True, "transformers": True}
     assert runs["sdk"]["loaded"] == {"tokenizers": False, "transformers": False}
-    assert runs["sdk"]["service"].startswith("LaunchedTokenizerClient(")
+    assert runs["sdk"]["service"].startswith("TokenizerClient(") and "launched" in runs["sdk"]["service"]
     table = (tmp_path / "gpu_feed.txt").read_text()
     assert table in done.stdout
     assert "measured on this machine" in table and result["machine"]["cpu_model"] in table

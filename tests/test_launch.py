@@ -433,7 +433,8 @@ WITHOUT_FCNTL = textwrap.dedent("""
     del os.register_at_fork, os.fork
 
     import asyncio, json, pickle
-    from service.client import AsyncTokenizerClient, LaunchError, LaunchedService, TokenizerClient
+    from service.client import AsyncTokenizerClient, LaunchError, TokenizerClient
+    from service.launch import LaunchedService
 
     try:
         import fcntl

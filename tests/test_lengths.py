@@ -17,12 +17,12 @@ from hypothesis import strategies as st
 from parity import TRICKY_TEXTS, reference_lengths, text_strategy
 
 from service.client import AsyncTokenizerClient, InvalidRequest, PayloadTooLarge, ProtocolError, TokenizerClient
-from service.client.transports import MockTransport, Response
 from service.engine import EncodeOptions, LengthOptions
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.loading import load_tokenizer
 from service.http.app import create_app
 from service.http.settings import Settings
+from service.transport import MockTransport, Response
 from service.wire import FINGERPRINT_HEADER, LENGTHS_PATH
 from testkit.engine import queued_requests, to_lists
 

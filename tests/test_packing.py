@@ -16,7 +16,8 @@ import pytest
 import torch
 from transformers import DataCollatorWithFlattening
 
-from service.client import AsyncTokenizerClient, TokenBudgetBatchSampler, TokenizerClient
+from service.client import AsyncTokenizerClient, TokenizerClient
+from service.data import TokenBudgetBatchSampler
 from service.data.packing import PACKING_OPTIONS
 from testkit.servers import script_env
 
@@ -232,7 +233,8 @@ RANK_SCRIPT = textwrap.dedent("""
 
     import torch.distributed as dist
 
-    from service.client import TokenBudgetBatchSampler, TokenizerClient
+    from service.client import TokenizerClient
+    from service.data import TokenBudgetBatchSampler
 
     url, rendezvous, rank, texts_path, out_path = sys.argv[1:6]
     dist.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=int(rank), world_size=2)

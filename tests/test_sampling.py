@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.client import TokenBudgetBatchSampler
+from service.data import TokenBudgetBatchSampler
 from testkit.servers import REPO
 
 
@@ -219,7 +219,7 @@ def test_an_item_over_budget_is_fine_when_truncation_bounds_it():
 NO_TORCH = textwrap.dedent("""
     import sys
     sys.modules["torch"] = None  # `import torch` now raises ImportError, as where it is not installed
-    from service.client import TokenBudgetBatchSampler
+    from service.data import TokenBudgetBatchSampler
 
     sampler = TokenBudgetBatchSampler([5, 1, 9, 3], max_tokens=12, num_replicas=2, rank=1, seed=3)
     sampler.set_epoch(1)
@@ -280,8 +280,9 @@ COUNTING_MEMORY = textwrap.dedent("""
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
 
-    from service.client import TokenBudgetBatchSampler, TokenizerClient  # the sampler imports torch: not measured
-    from service.client.transports import MockTransport, Response
+    from service.client import TokenizerClient
+    from service.data import TokenBudgetBatchSampler  # the sampler imports torch: not measured
+    from service.transport import MockTransport, Response
 
     def count(request):  # the service's answer, without the service: a count per text
         texts = json.loads(request.body)["texts"]

@@ -36,7 +36,7 @@ from service.client import (
     TokenizerClient,
 )
 from service.client.clients import resolve_urls
-from service.client.transports import Request, Timeout
+from service.transport import Request, Timeout
 from service.wire import MAX_SOCKET_PATH_BYTES, UNIX_SCHEME, URL_ENV, parse_service_url, unix_socket_url
 from testkit.servers import REPO, ServerProcess
 

@@ -18,16 +18,16 @@ import pytest
 from service import engine, wire
 from service.client import (
     AsyncTokenizerClient,
-    Collator,
     InvalidRequest,
     RetriesExhausted,
     RetryPolicy,
     TokenizerClient,
     TokenizerServiceError,
 )
-from service.client.transports import MockTransport, Response
+from service.data import Collator
 from service.http.models import DecodeRequest, EncodeRequest, LengthsRequest, TokenizeRequest
 from service.http.settings import Settings
+from service.transport import MockTransport, Response
 
 OPTIONS = list(wire.ENCODE_OPTIONS)
 LENGTH_OPTIONS = list(wire.LENGTHS_OPTIONS)
@@ -277,7 +277,7 @@ def test_the_clients_collator_factories_spell_out_the_collators_own_defaults(cli
     """``client.collator(...)`` and ``client.chat_collator(...)`` spell their keywords out (for help and IDEs): with
     the collators' own defaults, the SFT ones being ``SFT_OPTIONS``; the two ``batch_sampler`` and
     ``TokenBudgetBatchSampler.from_client`` count alike by default."""
-    from service.client import ChatCollator, TokenBudgetBatchSampler
+    from service.data import ChatCollator, TokenBudgetBatchSampler
     from service.data.sft import SFT_OPTIONS
 
     assert keyword_defaults(client_class.collator) == keyword_defaults(Collator.__init__)
@@ -324,7 +324,8 @@ def test_the_servers_error_kinds_are_the_status_tables():
 def test_the_clients_exceptions_are_the_status_tables():
     """Each named exception is a public RequestRejected of the client whose docstring states its statuses, and
     a status has one exception (so the fallback by status is unambiguous)."""
-    from service.client import calls, exceptions
+    from service.client import calls
+    from service.transport import exceptions
 
     for error_type, error in wire.ERROR_TYPES.items():
         rejected = getattr(exceptions, error.exception)

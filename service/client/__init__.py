@@ -25,9 +25,8 @@ streams for the async one); numpy and torch are imported only when arrays or ten
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ..wire import API_KEY_ENV, URL_ENV
-from .clients import TokenizerClient
-from .exceptions import (
+from ..transport import AsyncTransport, HTTPTransport, MockTransport, Request, Response, SyncTransport, Timeout
+from ..transport.exceptions import (
     ConnectError,
     FingerprintMismatch,
     InvalidRequest,
@@ -45,28 +44,18 @@ from .exceptions import (
     TransportTimeout,
     Unauthorized,
 )
+from ..wire import API_KEY_ENV, URL_ENV
+from .clients import TokenizerClient
 from .results import EncodeResult, RaggedResult
 from .retrying import RetryPolicy
-from .transports import AsyncTransport, HTTPTransport, MockTransport, Request, Response, SyncTransport, Timeout
 
 if TYPE_CHECKING:
-    from ..data.collate import ChatCollator, Collator
-    from ..data.sampling import TokenBudgetBatchSampler
-    from ..launch.async_client import LaunchedAsyncTokenizerClient
-    from ..launch.client import LaunchedTokenizerClient
-    from ..launch.supervisor import LaunchedService
+    from ..transport import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
     from .async_client import AsyncTokenizerClient
-    from .transports import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
 
 __all__ = [
     "TokenizerClient",
     "AsyncTokenizerClient",
-    "LaunchedTokenizerClient",
-    "LaunchedAsyncTokenizerClient",
-    "LaunchedService",
-    "Collator",
-    "ChatCollator",
-    "TokenBudgetBatchSampler",
     "EncodeResult",
     "RaggedResult",
     "RetryPolicy",
@@ -103,21 +92,14 @@ __all__ = [
 ]
 
 
-# Imported when first asked for, so the sync client -- what DataLoader workers use -- loads neither asyncio
-# nor httpx (nor torch, which the sampler subclasses where it is installed). The launched clients
-# (service.launch) and the data tools (service.data) are layers above this SDK, exported here for
-# convenience: importing service.client never imports them.
+# Imported when first asked for, so the sync client -- what DataLoader workers use -- loads neither asyncio nor
+# httpx. The SDK exports its own names only: the data tools are imported from service.data, the launched service's
+# description (client.service) is service.launch's.
 _LAZY = {
     "AsyncTokenizerClient": "service.client.async_client",
-    "LaunchedTokenizerClient": "service.launch.client",
-    "LaunchedAsyncTokenizerClient": "service.launch.async_client",
-    "LaunchedService": "service.launch.supervisor",
-    "Collator": "service.data.collate",
-    "ChatCollator": "service.data.collate",
-    "TokenBudgetBatchSampler": "service.data.sampling",  # imports torch, where installed
-    "AsyncHTTPTransport": "service.client.transports",
-    "HTTPXTransport": "service.client.transports",
-    "AsyncHTTPXTransport": "service.client.transports",
+    "AsyncHTTPTransport": "service.transport",
+    "HTTPXTransport": "service.transport",
+    "AsyncHTTPXTransport": "service.transport",
 }
 
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..transport.base import AsyncTransport, SyncTransport, Timeout
+from ..transport.exceptions import TransportError
+from ..transport.streams import AsyncHTTPTransport
 from ..wire import LENGTHS_BATCH_TEXTS, ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .calls import (
     Call,
@@ -29,12 +32,9 @@ from .calls import (
     retried_rejection,
     tokenize_call,
 )
-from .clients import TokenizerClient, _ClientBase
-from .exceptions import TransportError
+from .clients import TokenizerClient, _ClientBase, launched
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, RetryPolicy
-from .transports.base import AsyncTransport, SyncTransport, Timeout
-from .transports.streams import AsyncHTTPTransport
 
 T = TypeVar("T")
 
@@ -314,25 +314,66 @@ class AsyncTokenizerClient(_ClientBase):
         return await self._send(info_call())
 
     @classmethod
-    def launch(cls, model: str | os.PathLike[str] | None = None, **options: Any) -> Any:
+    def launch(cls, model: str | os.PathLike[str] | None = None, **options: Any) -> Launching:
         """As :meth:`TokenizerClient.launch`: ``client = await AsyncTokenizerClient.launch(...)``, or
         ``async with AsyncTokenizerClient.launch(...) as client:`` (start-up runs off the event loop)."""
-        from ..launch.async_client import launch_async
 
-        return launch_async(model, **options)
+        def start() -> AsyncTokenizerClient:
+            from ..launch.transport import AsyncLaunchedTransport
+
+            def bound(launch: Any, inner: Any) -> AsyncLaunchedTransport:
+                return AsyncLaunchedTransport(launch.service, launch.share, inner)
+
+            return launched(cls, model, options, bound)
+
+        return Launching(start)
 
     async def aclose(self) -> None:
         """Close this process's connections on the running event loop."""
         await self._transport.aclose()
 
+    async def shutdown(self) -> None:
+        """As :meth:`TokenizerClient.shutdown` (letting go in a thread: the last one waits for the server to stop)."""
+        await self.aclose()
+        release = getattr(self._transport, "release", None)
+        if release is not None:
+            await asyncio.to_thread(release)
+
     async def __aenter__(self) -> AsyncTokenizerClient:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        await self.aclose()
+        await self.shutdown()
 
-    def _sync_client(self) -> TokenizerClient:
-        # A DataLoader calls collate_fn synchronously: the collator gets a sync twin with the same settings
-        # (and the same transport when it can serve sync calls, e.g. a MockTransport).
-        transport = self._transport if isinstance(self._transport, SyncTransport) else None
+    def as_sync(self) -> TokenizerClient:
+        """The sync twin: the same settings, a sync transport to the same place (the transport itself when it
+        serves sync calls: a MockTransport; a launched one's twin, which owns nothing)."""
+        twin = getattr(self._transport, "sync_twin", None)
+        transport = (
+            twin() if twin is not None else self._transport if isinstance(self._transport, SyncTransport) else None
+        )
         return TokenizerClient(**self._settings(), transport=transport)
+
+
+class Launching:
+    """What ``AsyncTokenizerClient.launch`` returns: ``await`` it for the client, or use it as ``async with``
+    (the service is let go of at the end of the block)."""
+
+    def __init__(self, start: Callable[[], AsyncTokenizerClient]) -> None:
+        self._start = start
+        self._client: AsyncTokenizerClient | None = None
+
+    async def _launched(self) -> AsyncTokenizerClient:
+        if self._client is None:
+            self._client = await asyncio.to_thread(self._start)  # start-up blocks: off the event loop
+        return self._client
+
+    def __await__(self) -> Generator[Any, None, AsyncTokenizerClient]:
+        return self._launched().__await__()
+
+    async def __aenter__(self) -> AsyncTokenizerClient:
+        return await self._launched()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._client is not None:
+            await self._client.__aexit__(*exc_info)

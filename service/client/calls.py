@@ -12,6 +12,14 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, Literal, TypeVar, overload
 
+from ..transport import Response, exceptions
+from ..transport.exceptions import (
+    FingerprintMismatch,
+    ProtocolError,
+    RequestRejected,
+    RequestTimeout,
+    ServerBusy,
+)
 from ..wire import (
     CHAT_ENCODE_PATH,
     CHAT_RENDER_PATH,
@@ -40,14 +48,6 @@ from ..wire import (
     changed_options,
     fingerprint_matches,
 )
-from . import exceptions
-from .exceptions import (
-    FingerprintMismatch,
-    ProtocolError,
-    RequestRejected,
-    RequestTimeout,
-    ServerBusy,
-)
 from .results import (
     EncodeResult,
     RaggedResult,
@@ -56,7 +56,6 @@ from .results import (
     ragged_from_safetensors,
     to_torch,
 )
-from .transports import Response
 
 
 def _json_loader() -> Callable[[bytes | bytearray], Any]:

@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import __version__
+from ..transport.base import Request, SyncTransport, Timeout
+from ..transport.exceptions import TokenizerServiceError, TransportError
+from ..transport.stdlib import HTTPTransport
 from ..wire import (
     API_KEY_ENV,
     AUTH_SCHEME,
@@ -50,17 +53,15 @@ from .calls import (
     retried_rejection,
     tokenize_call,
 )
-from .exceptions import TokenizerServiceError, TransportError
 from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, Endpoints, RetryPolicy
-from .transports.base import Request, SyncTransport, Timeout
-from .transports.stdlib import HTTPTransport
 
 if TYPE_CHECKING:  # the data tools are a layer above the SDK: imported when one is asked for
     from ..data import ChatTokenizeFunction, TokenizeFunction
     from ..data.collate import ChatCollator, Collator
 
 T = TypeVar("T")
+C = TypeVar("C", bound="_ClientBase")
 _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 
@@ -91,6 +92,8 @@ def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 class _ClientBase:
+    _transport: Any  # the twin's: a SyncTransport or an AsyncTransport
+
     def __init__(
         self,
         url: str | Sequence[str] | None = None,
@@ -150,7 +153,7 @@ class _ClientBase:
         """
         from ..data.collate import Collator
 
-        return Collator(self._sync_client(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
+        return Collator(self.as_sync(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
     def chat_collator(
         self,
@@ -176,7 +179,7 @@ class _ClientBase:
         from ..data.collate import ChatCollator
 
         return ChatCollator(
-            self._sync_client(),
+            self.as_sync(),
             messages_field=messages_field,
             pad_token_id=pad_token_id,
             assistant_only_loss=assistant_only_loss,
@@ -195,7 +198,7 @@ class _ClientBase:
         on the served tokenizer and the options, never the URL (see :class:`service.data.TokenizeFunction`)."""
         from ..data import TokenizeFunction
 
-        return TokenizeFunction(self._sync_client(), column, pair_column=pair_column, **options)
+        return TokenizeFunction(self.as_sync(), column, pair_column=pair_column, **options)
 
     def chat_tokenize_function(
         self, column: str = "messages", *, assistant_only_loss: bool = True, labels: bool = False, **chat_options: Any
@@ -206,16 +209,68 @@ class _ClientBase:
         from ..data import ChatTokenizeFunction
 
         return ChatTokenizeFunction(
-            self._sync_client(), column, assistant_only_loss=assistant_only_loss, labels=labels, **chat_options
+            self.as_sync(), column, assistant_only_loss=assistant_only_loss, labels=labels, **chat_options
         )
 
-    def _sync_client(self) -> TokenizerClient:
+    def as_sync(self) -> TokenizerClient:
+        """A client of the same service and settings whose methods are plain calls: itself, or an async client's
+        sync twin (what its collators and map functions use: DataLoaders and datasets call them synchronously)."""
         raise NotImplementedError
+
+    @property
+    def service(self) -> Any:
+        """The launched service this client is bound to (:meth:`TokenizerClient.launch`: its ``pid``/``pids``,
+        ``socket_path``, ``log_path``, ``fingerprint``...), or None for a client of a deployed service."""
+        return getattr(self._transport, "service", None)
 
     def __repr__(self) -> str:
         urls = ", ".join(self.urls)
         pinned = f", expected_fingerprint={self.expected_fingerprint!r}" if self.expected_fingerprint else ""
-        return f"{type(self).__name__}({urls!r}{pinned})"
+        describe = getattr(self._transport, "describe", None)
+        launched = f", {describe()}" if describe is not None else ""
+        return f"{type(self).__name__}({urls!r}{pinned}{launched})"
+
+
+#: The settings of ``launch`` that are the launcher's own; the client's are its constructor's parameters, every
+#: other one is a setting of ``tokenizer-service serve``.
+LAUNCH_SETTINGS = ("start_timeout", "python", "replicas")
+
+
+def split_launch_options(
+    client_class: Callable[..., Any], options: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """``launch``'s keywords as (the client's, the launcher's, the server's): the client's are the parameters of
+    ``client_class`` (its URL aside: the launched service's), read from its signature."""
+    import inspect
+
+    own = set(inspect.signature(client_class).parameters) - {"url"}
+    client = {name: value for name, value in options.items() if name in own}
+    launcher = {name: value for name, value in options.items() if name in LAUNCH_SETTINGS}
+    server = {name: value for name, value in options.items() if name not in own and name not in LAUNCH_SETTINGS}
+    return client, launcher, server
+
+
+def launched(
+    client_class: Callable[..., C], model: Any, options: Mapping[str, Any], bound: Callable[[Any, Any], Any]
+) -> C:
+    """A ``client_class`` bound to the service ``launch`` starts or finds for ``model`` and ``options``:
+    ``bound(launch, inner)`` makes its transport (a launched one, around the ``transport=`` given, if any)."""
+    from ..launch.transport import launch
+
+    client_options, launcher, server = split_launch_options(client_class, options)
+    expected = client_options.pop("expected_fingerprint", None)
+    service = launch(model, server, api_key=client_options.get("api_key"), expected_fingerprint=expected, **launcher)
+    try:
+        transport = bound(service, client_options.pop("transport", None))
+        return client_class(
+            list(service.service.urls),
+            expected_fingerprint=service.service.fingerprint,
+            transport=transport,
+            **client_options,
+        )
+    except BaseException:
+        service.release()
+        raise
 
 
 class TokenizerClient(_ClientBase):
@@ -231,7 +286,7 @@ class TokenizerClient(_ClientBase):
     ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
     :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at least 12 hex
     digits, as ``serve`` logs it, pins the fingerprints that begin with it).
-    ``transport``: a :class:`~service.client.transports.SyncTransport` (default :class:`HTTPTransport`).
+    ``transport``: a :class:`~service.transport.SyncTransport` (default :class:`HTTPTransport`).
 
     Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
     connections (a later call reconnects).
@@ -617,13 +672,24 @@ class TokenizerClient(_ClientBase):
         ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log; a
         service that dies is relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError``
         says to run ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/supervisor.py``."""
-        from ..launch.client import launch
+        from ..launch.transport import LaunchedTransport
 
-        return launch(model, **options)
+        def bound(launch: Any, inner: Any) -> LaunchedTransport:
+            return LaunchedTransport(launch.service, launch.share, inner)
+
+        return launched(cls, model, options, bound)
 
     def close(self) -> None:
         """Close this process's idle connections."""
         self._transport.close()
+
+    def shutdown(self) -> None:
+        """Close this client's connections and, for a launched client, let go of the service (its replicas stop
+        once no process on this machine uses it). Idempotent; the end of a ``with`` block does it."""
+        self.close()
+        release = getattr(self._transport, "release", None)
+        if release is not None:
+            release()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -652,7 +718,7 @@ class TokenizerClient(_ClientBase):
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
-        self.close()
+        self.shutdown()
 
-    def _sync_client(self) -> TokenizerClient:
+    def as_sync(self) -> TokenizerClient:
         return self

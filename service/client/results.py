@@ -14,8 +14,8 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from ..transport.exceptions import ProtocolError
 from ..wire import OUTPUT_KEYS, PER_ROW_KEYS, RAGGED_ROW_LENGTHS
-from .exceptions import ProtocolError
 
 # transformers' BatchEncoding key order; unknown keys keep their place after these.
 _RANK = {key: i for i, key in enumerate(OUTPUT_KEYS)}

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import ConnectError, RetriesExhausted, ServiceUnreachable, TokenizerServiceError
+from ..transport.exceptions import ConnectError, RetriesExhausted, ServiceUnreachable, TokenizerServiceError
 
 __all__ = ["RetryPolicy", "Endpoints", "Attempts"]
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..wire import CHAT_OPTIONS, ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
 from .packing import PACKING_OPTIONS, flatten
+from .protocol import TokenizerLike
 
 if TYPE_CHECKING:
     from .sampling import TokenBudgetBatchSampler
@@ -46,7 +47,7 @@ class Collator:
     workers each use their own connections.
 
     Args:
-        client: the :class:`TokenizerClient` (or async client) that encodes.
+        client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes.
         text_field: the dict key holding the text, for batches of dicts.
         pair_field: the dict key holding the second text of a pair, if any.
         packing: one padding-free row per batch instead of padded rows (above).
@@ -68,7 +69,7 @@ class Collator:
 
     def __init__(
         self,
-        client: Any,
+        client: TokenizerLike,
         *,
         text_field: str = "text",
         pair_field: str | None = None,
@@ -137,7 +138,7 @@ class Collator:
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator.
+        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator.
 
         Every item of ``dataset`` (a list, or anything with ``len`` and integer indexing) is read as this
         collator reads a batch, and its texts are counted through the service once, ``count_chunk_size`` items
@@ -250,7 +251,8 @@ class ChatCollator:
     workers each use their own connections.
 
     Args:
-        client: the :class:`TokenizerClient` that encodes (the async client gives its sync twin).
+        client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes
+            (the async client's ``chat_collator()`` gives its sync twin).
         messages_field: the dict key holding a row's conversation.
         pad_token_id: the id padding and ``padding_free`` boundaries use (default: from ``/info``, above).
         assistant_only_loss: labels only where the assistant wrote the token (TRL's default for this
@@ -281,7 +283,7 @@ class ChatCollator:
 
     def __init__(
         self,
-        client: Any,
+        client: TokenizerLike,
         *,
         messages_field: str = "messages",
         pad_token_id: int | None = None,
@@ -361,8 +363,8 @@ class ChatCollator:
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.client.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
-        :meth:`service.client.Collator.batch_sampler` makes one: every item's conversation is counted through the
+        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
+        :meth:`service.data.Collator.batch_sampler` makes one: every item's conversation is counted through the
         service once (``count_chunk_size`` per request, with this collator's chat options, truncation included), each
         rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
         ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from ..client import TokenizerClient
 from ..wire import ChatOptions, EncodeOptions, changed_options
+from .protocol import TokenizerLike
 from .sft import sft_labels
 
 __all__ = ["TokenizeFunction", "ChatTokenizeFunction", "MapInputError"]
@@ -91,7 +91,7 @@ def column_conversations(batch: Mapping[str, Any], column: str, indices: Sequenc
 class _CachedByIdentity:
     """What both functions share: the client, and the form datasets' cache hashes (see the module docs)."""
 
-    client: TokenizerClient
+    client: TokenizerLike
 
     def cache_identity(self) -> dict[str, Any]:
         """What determines this function's output: the served tokenizer's fingerprint (asked of the service now),
@@ -132,7 +132,7 @@ class TokenizeFunction(_CachedByIdentity):
     each open their own connections."""
 
     def __init__(
-        self, client: TokenizerClient, column: str = "text", *, pair_column: str | None = None, **options: Any
+        self, client: TokenizerLike, column: str = "text", *, pair_column: str | None = None, **options: Any
     ) -> None:
         names = {declared.name for declared in fields(EncodeOptions)}
         unknown = sorted(set(options) - names)
@@ -169,7 +169,7 @@ class ChatTokenizeFunction(_CachedByIdentity):
 
     def __init__(
         self,
-        client: TokenizerClient,
+        client: TokenizerLike,
         column: str = "messages",
         *,
         assistant_only_loss: bool = True,

@@ -5,7 +5,7 @@ sampler groups texts of similar length (fairseq's ``--max-tokens``, transformers
 so that each batch's padded cost -- rows x its longest row -- stays under a token budget, or, for padding-free
 packed batches, so that each batch's total tokens do. It needs every item's token count up front: from
 ``client.lengths`` (one pass over the texts through the service, see :meth:`TokenBudgetBatchSampler.from_client`
-and :meth:`~service.client.Collator.batch_sampler`) or from any sequence of ints, e.g. a pre-tokenized
+and :meth:`~service.data.Collator.batch_sampler`) or from any sequence of ints, e.g. a pre-tokenized
 manifest's lengths.
 
 numpy only; the class is a ``torch.utils.data.Sampler`` when torch is installed, and works without it.
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..wire import LENGTHS_BATCH_TEXTS
+from .protocol import TokenizerLike
 
 if TYPE_CHECKING:
     _SamplerBase = object
@@ -154,7 +155,7 @@ class TokenBudgetBatchSampler(_SamplerBase):
     @classmethod
     def from_client(
         cls,
-        client: Any,
+        client: TokenizerLike,
         texts: Sequence[str] | Iterable[str],
         text_pairs: Sequence[str] | None = None,
         *,
@@ -170,12 +171,14 @@ class TokenBudgetBatchSampler(_SamplerBase):
         options, which must be the ones the collator encodes with, ``count_chunk_size`` texts per request -- and
         build the sampler on the counts.
         ``sampler_options`` are the constructor's. With truncation the counts are already bounded by
-        ``max_length``. ``client``: a :class:`TokenizerClient` or :class:`AsyncTokenizerClient`.
+        ``max_length``. ``client``: a :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`),
+        or an async client (its ``as_sync()`` twin counts).
 
         In a ``torch.distributed`` job (``share_counting``, the default) each rank counts its share of the
         texts and the ranks exchange the counts, so every rank must call this.
         """
-        sync = client._sync_client() if hasattr(client, "_sync_client") else client
+        as_sync = getattr(client, "as_sync", None)  # an async client counts through its sync twin
+        client = as_sync() if as_sync is not None else client
         texts = list(texts)
         pairs = None if text_pairs is None else list(text_pairs)
         options = {"add_special_tokens": add_special_tokens, "truncation": truncation, "max_length": max_length}
@@ -185,7 +188,7 @@ class TokenBudgetBatchSampler(_SamplerBase):
             if not mine:
                 return []
             return list(
-                sync.lengths(
+                client.lengths(
                     mine, None if pairs is None else pairs[start::step], batch_size=count_chunk_size, **options
                 )
             )

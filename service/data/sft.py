@@ -19,7 +19,7 @@ A conversation that encodes to no tokens stays int64 here (TRL would make its wh
 numpy; torch is imported only when tensors are returned. Other fields of dict rows are collated as
 ``torch.utils.data.default_collate`` does (:func:`collate_fields`).
 
-:class:`~service.client.ChatCollator` (``client.chat_collator(...)``) is the DataLoader ``collate_fn`` made of these.
+:class:`~service.data.ChatCollator` (``client.chat_collator(...)``) is the DataLoader ``collate_fn`` made of these.
 """
 
 from __future__ import annotations

@@ -55,10 +55,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ..client.exceptions import TransportError
-from ..client.transports.base import Request, Timeout
-from ..client.transports.stdlib import HTTPTransport
 from ..sizing import plan_replicas
+from ..transport.base import Request, Timeout
+from ..transport.exceptions import TransportError
+from ..transport.stdlib import HTTPTransport
 from ..wire import (
     API_KEY_ENV,
     ENV_PREFIX,

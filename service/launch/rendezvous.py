@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..client.exceptions import LaunchError
+from ..transport.exceptions import LaunchError
 from ..wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES, URL_ENV
 
 __all__ = [

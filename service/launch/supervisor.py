@@ -19,7 +19,7 @@ How:
    all must serve one fingerprint, or the launch fails with the failing replica's own error line; every step
    below is per replica, under the key's one lock. The client spreads its calls over them by the calls it has
    outstanding on each (:mod:`service.client.retrying`); when one dies, its calls go to the others and it is
-   relaunched meanwhile (:class:`~service.launch.client.RecoveringTransport`).
+   relaunched meanwhile (:class:`~service.launch.transport.LaunchedTransport`).
 2. **Started by exec.** The service is ``python -m service serve --uds <socket> --owners-file <lock>`` run by
    ``subprocess`` (fork-exec: no Python code, and no tokenizer state, of this process runs in the child),
    in a session of its own (a Ctrl-C in the terminal reaches the training script, which lets go of it), its
@@ -72,11 +72,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..client.exceptions import LaunchError, TransportError
-from ..client.transports.base import Request, Response, Timeout
-from ..client.transports.stdlib import HTTPTransport
 from ..extras import unmet_line
 from ..sizing import plan_replicas
+from ..transport.base import Request, Response, Timeout
+from ..transport.exceptions import LaunchError, TransportError
+from ..transport.stdlib import HTTPTransport
 from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, serve_arguments, unix_socket_url
 from .rendezvous import (
     Record,
@@ -534,7 +534,7 @@ class _Ownership:
     processes: dict[int, subprocess.Popen[bytes]]  # replica -> the server this process started for it
     shares: int = 1  # clients of this process that have not let go
     pid: int = field(default_factory=os.getpid)
-    clients: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)  # sync clients: closed at the end
+    transports: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)  # sync ones: closed at the end
 
 
 @dataclass
@@ -658,8 +658,8 @@ def _let_go(ownership: _Ownership) -> None:
     second by themselves), under the launch lock, so that no one relaunches one meanwhile."""
     if ownership.pid != os.getpid():
         return
-    for client in list(ownership.clients):
-        client.close()  # its idle connections (the server would close them at once anyway)
+    for transport in list(ownership.transports):
+        transport.close()  # its idle connections (the server would close them at once anyway)
     paths = ownership.service.paths
     try:
         with exclusive_lock(paths[0].lock, STOP_WAIT_SECONDS, "waiting for the launch lock"):

@@ -14,9 +14,9 @@ import ssl
 import time
 from typing import Any
 
-from ...wire import ServiceAddress
-from ..exceptions import ConnectError, ProtocolError, TransportTimeout
+from ..wire import ServiceAddress
 from .base import Request, Response, StaleConnection, address_of, ssl_context
+from .exceptions import ConnectError, ProtocolError, TransportTimeout
 
 __all__ = ["AsyncHTTPTransport"]
 

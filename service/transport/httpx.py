@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
-from ...wire import UNIX_HOST
-from ..exceptions import ConnectError, ProtocolError, TransportError, TransportTimeout
+from ..wire import UNIX_HOST
 from .base import Request, Response, Timeout, address_of
+from .exceptions import ConnectError, ProtocolError, TransportError, TransportTimeout
 
 __all__ = ["HTTPXTransport", "AsyncHTTPXTransport"]
 

@@ -18,9 +18,9 @@ import threading
 import time
 from typing import Any
 
-from ...wire import UNIX_HOST, ServiceAddress
-from ..exceptions import ConnectError, ProtocolError, TransportTimeout
+from ..wire import UNIX_HOST, ServiceAddress
 from .base import Request, Response, StaleConnection, address_of, ssl_context
+from .exceptions import ConnectError, ProtocolError, TransportTimeout
 
 __all__ = ["HTTPTransport"]
 

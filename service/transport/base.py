@@ -1,6 +1,6 @@
 """What every transport speaks: one :class:`Request` in, one :class:`Response` out, and the two protocols a
 transport implements (sync and async). Errors below HTTP are raised as
-:class:`~service.client.exceptions.TransportError` subclasses only: each transport translates its library's
+:class:`~service.transport.exceptions.TransportError` subclasses only: each transport translates its library's
 errors at this boundary.
 """
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from ...wire import ServiceAddress, parse_service_url
+from ..wire import ServiceAddress, parse_service_url
 
 __all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport", "address_of"]
 

@@ -1,0 +1,153 @@
+"""What ``TokenizerClient.launch`` adds to an ordinary client, as its transport (httpx's way: behaviour comes in
+through ``transport=``): the transport of a client bound to a launched service. It holds the service (where its
+replicas are, their pids and logs) and this client's share of its ownership; when a replica cannot be reached,
+the other replicas take the call while it is relaunched, or, with none running, the request waits for the
+relaunch and is tried once more; :meth:`LaunchedTransport.release` lets go of the share (the client's
+``shutdown()``, the end of its ``with`` block, or interpreter exit). A copy in another process -- a DataLoader
+worker, forked or spawned -- uses the service and owns nothing: the share is never pickled.
+
+This module imports no asyncio at import time: DataLoader workers unpickle the sync transport.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..transport.base import AsyncTransport, Request, Response, SyncTransport
+from ..transport.exceptions import ConnectError, FingerprintMismatch
+from ..transport.stdlib import HTTPTransport
+from ..wire import check_fingerprint_pin, fingerprint_matches
+from .rendezvous import require_posix
+from .supervisor import LaunchedService, ServeCommand, Share, release, take_share
+
+__all__ = ["LaunchedTransport", "AsyncLaunchedTransport", "Launch", "launch", "START_TIMEOUT"]
+
+#: Seconds ``launch`` waits for a ready service by default (a hub tokenizer may be downloading).
+START_TIMEOUT = 300.0
+
+
+class _Bound:
+    """What both launched transports hold: the service, and this process's share of it (never pickled)."""
+
+    service: LaunchedService
+    _share: Share | None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_share": None}
+
+    def release(self) -> None:
+        """Let go of this client's share of the service (its replicas stop once no process on this machine uses
+        it; the last one waits for them to stop). Idempotent; nothing in a copy that owns nothing."""
+        share, self._share = self._share, None
+        if share is not None:
+            release(share)
+
+    def describe(self) -> str:
+        return self.service.describe("launched")
+
+
+class LaunchedTransport(_Bound):
+    """A launched client's transport: ``inner`` (default :class:`HTTPTransport`) does the I/O."""
+
+    def __init__(self, service: LaunchedService, share: Share | None, inner: SyncTransport | None = None) -> None:
+        self.service = service
+        self._share = share
+        self.inner: SyncTransport = inner if inner is not None else HTTPTransport()
+        if share is not None:
+            share.ownership.transports.add(self)  # closed when the service stops: an open connection delays it
+
+    def handle_request(self, request: Request) -> Response:
+        try:
+            return self.inner.handle_request(request)
+        except ConnectError:
+            replica = self.service.replica_at(request.url)
+            if self.service.others_running(replica):
+                self.service.recover_in_background(replica)
+                raise  # the client sends the call to another replica
+            self.service.recover(replica)
+            return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def sync_twin(self) -> LaunchedTransport:
+        return self
+
+
+class AsyncLaunchedTransport(_Bound):
+    """The asyncio twin of :class:`LaunchedTransport` (recovery runs in a thread: it may start a server)."""
+
+    def __init__(self, service: LaunchedService, share: Share | None, inner: AsyncTransport | None = None) -> None:
+        if inner is None:
+            from ..transport.streams import AsyncHTTPTransport
+
+            inner = AsyncHTTPTransport()
+        self.service = service
+        self._share = share
+        self.inner: AsyncTransport = inner
+
+    async def handle_async_request(self, request: Request) -> Response:
+        import asyncio
+
+        try:
+            return await self.inner.handle_async_request(request)
+        except ConnectError:
+            replica = self.service.replica_at(request.url)
+            if self.service.others_running(replica):
+                self.service.recover_in_background(replica)
+                raise
+            await asyncio.to_thread(self.service.recover, replica)
+            return await self.inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def sync_twin(self) -> LaunchedTransport:
+        """A sync transport to the same service, owning nothing (a collator's client: DataLoaders call it sync)."""
+        return LaunchedTransport(self.service, None)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launched (or attached) service and this process's share of it: what a launched client is built on."""
+
+    service: LaunchedService
+    share: Share
+
+    def release(self) -> None:
+        release(self.share)
+
+
+def launch(
+    model: str | os.PathLike[str] | None,
+    serve_options: Mapping[str, Any],
+    *,
+    api_key: str | None = None,
+    expected_fingerprint: str | None = None,
+    start_timeout: float = START_TIMEOUT,
+    python: str | None = None,
+    replicas: int | str = 1,
+) -> Launch:
+    """The service for ``model`` and ``serve_options`` (settings of ``tokenizer-service serve``) on this machine,
+    launched or attached to, with this process's share of it (see :mod:`.supervisor`); FingerprintMismatch when
+    it serves another tokenizer than ``expected_fingerprint``."""
+    require_posix()  # before anything else: on Windows, say what to do instead
+    command = ServeCommand.build(model, serve_options, api_key, python or sys.executable, replicas)
+    share = take_share(command, start_timeout)
+    service = share.ownership.service
+    if expected_fingerprint is not None and not fingerprint_matches(
+        check_fingerprint_pin(expected_fingerprint), service.fingerprint
+    ):
+        release(share)
+        raise FingerprintMismatch(
+            f"the launched service for {command.description} serves {service.fingerprint}, not the expected "
+            f"{expected_fingerprint}",
+            expected=expected_fingerprint,
+            actual=service.fingerprint,
+            url=service.url,
+        )
+    return Launch(service, share)
