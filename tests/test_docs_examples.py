@@ -281,3 +281,37 @@ def test_one_way_to_run_commands():
 def test_workers_examples_run_under_spawn_too():
     """Some page shows a DataLoader with workers: the harness must see it (else its spawn run is silently off)."""
     assert any(WORKERS.search(b.code) for b in all_blocks() if b.kind in ("run", "continues"))
+
+
+#: A test, script or deploy file a skip's reason names (``tests/test_corpus.py``, ``deploy/check.sh``).
+NAMED_CHECK = re.compile(r"\b(?:tests|deploy|scripts|benchmarks)/[\w/.-]*\w")
+
+
+def section_prose(block: Block) -> str:
+    """The text a reader sees in ``block``'s section of its page (from the heading before it to the next
+    heading): its prose without the code blocks, and without HTML comments, which neither GitHub nor the
+    site shows."""
+    lines = (REPO / block.page).read_text().splitlines()
+    in_code: set[int] = set()  # 0-based lines of every fenced block, fences included
+    for found in blocks(block.page):
+        in_code.update(range(found.line - 1, found.line + found.code.count("\n") + 1))
+    headings = [i for i, line in enumerate(lines) if line.startswith("#") and i not in in_code]
+    start = max([i for i in headings if i < block.line - 1], default=0)
+    stop = min([i for i in headings if i > block.line - 1], default=len(lines))
+    prose = "\n".join(line for i, line in enumerate(lines[start:stop], start) if i not in in_code)
+    return re.sub(r"<!--.*?-->", "", prose, flags=re.S)
+
+
+def test_a_skipped_example_says_in_its_section_what_tests_it_instead():
+    """Defect: Slurm's "not tested here" (and what tests its worker index instead) was only in the skip's
+    HTML comment, which neither GitHub nor the site shows. Whatever a skip's reason names as tested instead
+    is named in the prose of the block's section too, where a reader sees it."""
+    unsaid = []
+    for block in all_blocks():
+        if block.kind != "skip":
+            continue
+        prose = section_prose(block)
+        unsaid += [f"{block.where}: {name}" for name in NAMED_CHECK.findall(block.skip_reason) if name not in prose]
+    assert not unsaid, "skips whose reason names a check the page does not show beside the block:\n" + "\n".join(
+        unsaid
+    )
