@@ -30,7 +30,7 @@ from gates import wait_until
 from service.jobs import OutputConflict, UnitsMissing
 from service.training import RecipeError, TrainConfig, VocabularyTooSmall, preset, train
 from testkit import assets
-from testkit.servers import REPO, ServerProcess
+from testkit.servers import REPO, ServerProcess, free_port
 from testkit.training import pretokens, reference_tokenizer
 
 UNIT = 48 * 1024
@@ -521,3 +521,31 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     assert skipped.returncode == 0, skipped.stderr
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 2
+
+
+def test_a_like_source_that_cannot_be_loaded_is_answered_in_trains_words(tmp_path):
+    """Defect: `train --like` offline advised "serve a local copy with --model DIR", and a --like path that
+    is not there said "--model takes a tokenizer.json file...": serve's words in a train command, whose
+    --model is the family. The advice names the flag of the command that was run."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "fine"}\n')
+    hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HOME": str(tmp_path / "hf-home")}  # closed
+    environment = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    for like, env, advice in [
+        ("some-org/some-model", hub, "pass --like DIR, a local copy"),
+        ("some-org/some-model", {**hub, "HF_HUB_OFFLINE": "1"}, "pass --like DIR, a local copy"),
+        ("./no-such-dir", {}, "--like takes a tokenizer.json file, a tokenizer directory or a hub model id"),
+    ]:
+        done = subprocess.run(
+            [sys.executable, "-m", "service", "train", str(corpus), "--out", str(tmp_path / "o"), "--like", like]
+            + ["--vocab-size", "300"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**environment, **env},
+        )
+        line = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 1 and advice in line, line
+        assert "--model" not in line and "serve" not in line, line

@@ -39,12 +39,14 @@ class LoadedTokenizer:
     fingerprint: str
 
 
-def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTokenizer:
+def load_tokenizer(source: str | None, revision: str | None = None, *, option: str = "--model") -> LoadedTokenizer:
     """Load ``source`` (file, directory, hub id; None for the embedded default) as a fast tokenizer.
 
     A source that looks like a path (``./dir``, ``/abs``, ``~/x``, ``a/b/c``, ``x.json``) is a path: if
     nothing is there, the error says so rather than quoting the hub's rules for repo ids. Anything else is a
-    hub id (:func:`_from_hub`): it fails within seconds when the hub cannot be reached."""
+    hub id (:func:`_from_hub`): it fails within seconds when the hub cannot be reached. ``option`` is the
+    flag the source was given with, which the errors name in what they advise (``serve --model``,
+    ``train --like``)."""
     # Imported here: the client and the CLI's argument parsing must not pay for transformers.
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
@@ -62,12 +64,12 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
             tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
         elif looks_like_a_path(display):
             raise TokenizerLoadError(
-                f"cannot load tokenizer {source!r}: {no_such_path(path)}; --model "
+                f"cannot load tokenizer {source!r}: {no_such_path(path)}; {option} "
                 "takes a tokenizer.json file, a tokenizer directory or a hub model id (org/name)"
             )
         else:
             try:
-                tokenizer = _from_hub(display, revision)
+                tokenizer = _from_hub(display, revision, option)
             except Exception as exc:  # a hub id and a relative path look alike: say what each gave
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise TokenizerLoadError(
@@ -145,19 +147,20 @@ def looks_like_a_path(source: str) -> bool:
 HUB_CONNECT_SECONDS = 5.0
 
 
-def _from_hub(source: str, revision: str | None) -> Any:
+def _from_hub(source: str, revision: str | None, option: str) -> Any:
     """A hub id: downloaded (or revalidated) through transformers, as the user's training code would.
 
     huggingface_hub retries an unreachable hub for ~25 s per file (~50 s in all) before falling back to its
     cache. So the hub is tried first with one connection bounded by ``HUB_CONNECT_SECONDS``: unreachable,
     the tokenizer comes from the local cache if it is there, and otherwise the error says at once what to
-    do offline. ``HF_HUB_OFFLINE=1`` skips the hub altogether."""
+    do offline (a local copy given to ``option``, the command's flag). ``HF_HUB_OFFLINE=1`` skips the hub
+    altogether."""
     from huggingface_hub import constants
     from transformers import AutoTokenizer
 
     offline_hint = (
-        "offline, serve a local copy with --model DIR (a tokenizer directory, or its tokenizer.json), or put it "
-        "in the HF cache (HF_HOME) and set HF_HUB_OFFLINE=1"
+        f"offline, pass {option} DIR, a local copy (a tokenizer directory, or its tokenizer.json), or put it in "
+        "the HF cache (HF_HOME) and set HF_HUB_OFFLINE=1"
     )
     if constants.HF_HUB_OFFLINE:
         try:
