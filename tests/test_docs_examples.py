@@ -312,6 +312,4 @@ def test_a_skipped_example_says_in_its_section_what_tests_it_instead():
             continue
         prose = section_prose(block)
         unsaid += [f"{block.where}: {name}" for name in NAMED_CHECK.findall(block.skip_reason) if name not in prose]
-    assert not unsaid, "skips whose reason names a check the page does not show beside the block:\n" + "\n".join(
-        unsaid
-    )
+    assert not unsaid, "skips whose reason names a check the page does not show beside the block:\n" + "\n".join(unsaid)
