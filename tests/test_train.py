@@ -29,6 +29,8 @@ from gates import wait_until
 
 from service.jobs import OutputConflict, UnitsMissing
 from service.training import RecipeError, TrainConfig, VocabularyTooSmall, preset, train
+from service.training.options import MODELS
+from service.training.vocabulary import check_lower_bound
 from testkit import assets
 from testkit.servers import REPO, ServerProcess, free_port
 from testkit.training import pretokens, reference_tokenizer
@@ -351,6 +353,25 @@ def test_a_vocabulary_smaller_than_alphabet_and_special_tokens_is_refused_naming
     assert not (tmp_path / "c" / "tokenizer.json").exists()
 
 
+@pytest.mark.parametrize("family", MODELS)
+def test_the_smallest_vocabulary_is_the_floor_of_the_real_trainer(family, corpus, tmp_path):
+    """Defect: `train --vocab-size 0` said "at least 1" where byte-level BPE cannot have fewer than 257
+    tokens. The floor the refusal names is what the family's own trainer gives when it learns nothing (an
+    empty corpus, vocab_size 1): its special tokens and the initial alphabet it always keeps."""
+    floor = reference_tokenizer(family, [], 1).get_vocab_size()
+    for too_small in (0, floor - 1):
+        with pytest.raises(VocabularyTooSmall) as refused:
+            train(config(corpus, tmp_path / "a", model=family, vocab_size=too_small), log=silent)
+        assert f"--vocab-size {too_small:,} is smaller than" in str(refused.value)
+        assert f"at least {floor:,} tokens are needed" in str(refused.value)
+    check_lower_bound(preset(family), floor)  # the floor itself is not refused before the corpus is read
+    assert not (tmp_path / "a").exists()  # nothing was done
+    if family == "byte-level-bpe":  # as a user sees it
+        done = cli(str(corpus), "--out", str(tmp_path / "b"), "--model", family, "--vocab-size", "0")
+        assert done.returncode == 1, done.stderr
+        assert f"at least {floor:,} tokens are needed" in done.stderr.strip().splitlines()[-1]
+
+
 def test_recipes_naming_tokens_they_lack_are_refused(corpus, tmp_path):
     with pytest.raises(RecipeError, match=r"post-processor adds '\[CLS\]'"):
         train(config(corpus, tmp_path / "a", model="wordpiece", special_tokens=("[PAD]", "[UNK]", "[SEP]")), log=silent)
@@ -537,9 +558,9 @@ def test_a_like_source_that_cannot_be_loaded_is_answered_in_trains_words(tmp_pat
         ("some-org/some-model", {**hub, "HF_HUB_OFFLINE": "1"}, "pass --like DIR, a local copy"),
         ("./no-such-dir", {}, "--like takes a tokenizer.json file, a tokenizer directory or a hub model id"),
     ]:
+        arguments = [str(corpus), "--out", str(tmp_path / "o"), "--like", like, "--vocab-size", "300"]
         done = subprocess.run(
-            [sys.executable, "-m", "service", "train", str(corpus), "--out", str(tmp_path / "o"), "--like", like]
-            + ["--vocab-size", "300"],
+            [sys.executable, "-m", "service", "train", *arguments],
             cwd=REPO,
             capture_output=True,
             text=True,
