@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 from gates import wait_until
 
-from service.jobs import OutputConflict, UnitsMissing
+from service.jobs import CorpusError, OutputConflict, UnitsMissing
 from service.training import RecipeError, TrainConfig, VocabularyTooSmall, preset, train
 from service.training.options import MODELS
 from service.training.vocabulary import check_lower_bound
@@ -370,6 +370,18 @@ def test_the_smallest_vocabulary_is_the_floor_of_the_real_trainer(family, corpus
         done = cli(str(corpus), "--out", str(tmp_path / "b"), "--model", family, "--vocab-size", "0")
         assert done.returncode == 1, done.stderr
         assert f"at least {floor:,} tokens are needed" in done.stderr.strip().splitlines()[-1]
+
+
+def test_an_output_or_counts_folder_that_is_a_file_is_refused_in_words_before_any_work(corpus, tmp_path):
+    (tmp_path / "afile").write_text("not a folder\n")
+    for flag, out, options in [
+        ("--out", tmp_path / "afile", {}),
+        ("--counts", tmp_path / "o", {"counts_dir": tmp_path / "afile"}),
+    ]:
+        with pytest.raises(CorpusError) as refused:
+            train(config(corpus, out, model="bpe", vocab_size=3400, **options), log=silent)
+        assert str(refused.value).startswith(f"{flag} {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file, not a")
+    assert (tmp_path / "afile").read_text() == "not a folder\n" and not (tmp_path / "o.counts").exists()
 
 
 def test_recipes_naming_tokens_they_lack_are_refused(corpus, tmp_path):

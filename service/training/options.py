@@ -153,6 +153,9 @@ class TrainConfig(JobConfig):
         out = self.out_location.rstrip("/")
         return out + ".counts" if is_url(out) else str(Path(out).resolve()) + ".counts"
 
+    def outputs(self) -> dict[str, str]:
+        return {**super().outputs(), "--counts": self.counts}
+
     @property
     def max_words(self) -> int:
         """Distinct pre-tokens a counting process holds before it spills a sorted run to disk."""
