@@ -66,7 +66,7 @@ logger = logging.getLogger(__name__)
 #: Descriptors kept for everything but client connections (listening socket, logs, tokenizer files...).
 SPARE_DESCRIPTORS = 64
 #: The signals that start the drain -- a pod being stopped, Ctrl-C at a terminal -- by the name the log gives.
-DRAIN_SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
+DRAIN_SIGNALS: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
 _POLL_SECONDS = 0.02
 
 
