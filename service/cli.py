@@ -38,6 +38,11 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "train a tokenizer from a corpus sharded across workers: each counts its units, worker 0 trains (server side)",
         "server",
     ),
+    "default-tokenizer": (
+        "service.embedded",
+        "print the embedded default tokenizer's folder, or copy it (--copy DIR); commands take it as embedded:default",
+        None,
+    ),
 }
 
 # The commands that need every package of their extra, checked before they start (pretokenize runs the flat format

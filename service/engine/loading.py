@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..suggestions import closest
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "default_tokenizer"
-DEFAULT_SOURCE = "embedded:default"
+DEFAULT_SOURCE = DEFAULT_TOKENIZER  # the embedded default's name (service.embedded): None means it too
 
 
 class TokenizerLoadError(Exception):
@@ -40,7 +40,8 @@ class LoadedTokenizer:
 
 
 def load_tokenizer(source: str | None, revision: str | None = None, *, option: str = "--model") -> LoadedTokenizer:
-    """Load ``source`` (file, directory, hub id; None for the embedded default) as a fast tokenizer.
+    """Load ``source`` (file, directory, hub id; None or ``embedded:default`` for the embedded default) as a
+    fast tokenizer.
 
     A source that looks like a path (``./dir``, ``/abs``, ``~/x``, ``a/b/c``, ``x.json``) is a path: if
     nothing is there, the error says so rather than quoting the hub's rules for repo ids. Anything else is a
@@ -50,6 +51,10 @@ def load_tokenizer(source: str | None, revision: str | None = None, *, option: s
     # Imported here: the client and the CLI's argument parsing must not pay for transformers.
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    if source == DEFAULT_SOURCE:
+        if revision is not None:
+            raise TokenizerLoadError(f"--revision applies to hub ids, not to the embedded default ({source})")
+        source = None
     display = DEFAULT_SOURCE if source is None else source
     source = _fetched(source)
     path = None if source is None else Path(source).expanduser()
@@ -96,7 +101,7 @@ def load_tokenizer(source: str | None, revision: str | None = None, *, option: s
 def describe_source(source: str | None, revision: str | None = None) -> str:
     """What ``load_tokenizer(source, revision)`` will load and from where, in a few words, said before the
     load begins (a hub download can take minutes): ``the directory /abs/mine``, ``hub id org/name``..."""
-    if source is None:
+    if source is None or source == DEFAULT_SOURCE:
         return f"the embedded default tokenizer ({DEFAULT_TOKENIZER_DIR})"
     if "://" in source and not source.startswith(("hf://", "file://")):
         return f"{source} (downloaded from its object store first)"
