@@ -22,8 +22,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from .suggestions import ArgumentParser
-
 #: The name of the embedded default tokenizer, taken wherever a tokenizer source is.
 DEFAULT_TOKENIZER = "embedded:default"
 #: The folder of its files (``tokenizer.json``, ``tokenizer_config.json``), inside the installed package.
@@ -52,6 +50,8 @@ def copy_default_tokenizer(target: str | Path) -> Path:
 
 
 def build_parser(prog: str = "tokenizer-service default-tokenizer") -> argparse.ArgumentParser:
+    from .suggestions import ArgumentParser
+
     parser = ArgumentParser(
         prog=prog,
         description=(

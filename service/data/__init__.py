@@ -37,6 +37,9 @@ __all__ = ["TokenizeFunction", "ChatTokenizeFunction", "MapInputError", "Tokeniz
 
 def __getattr__(name: str) -> Any:
     if name == "TokenizedStream":  # torch, only when asked for
+        from ..extras import require_module
+
+        require_module("torch", "torch", "service.data.TokenizedStream")
         from .streaming import TokenizedStream
 
         return TokenizedStream
