@@ -22,6 +22,19 @@ from ..suggestions import closest
 
 logger = logging.getLogger(__name__)
 
+
+class _NoTorchNotice(logging.Filter):
+    """Drops the one line transformers logs when it is imported without torch ("PyTorch was not found. Models
+    won't be available..."): the server runs without torch on purpose (tokenizers and their configuration need
+    none, the image leaves it out), so the line only alarms. Every other line of transformers passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("PyTorch was not found")
+
+
+TORCH_NOTICE_FILTER = _NoTorchNotice()
+logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before transformers is imported (below)
+
 DEFAULT_SOURCE = DEFAULT_TOKENIZER  # the embedded default's name (service.embedded): None means it too
 
 
