@@ -44,6 +44,7 @@ import pytest
 
 from scripts.doc_examples import EXAMPLE_ADDRESS, Block, blocks, check_directive, pages
 from testkit.servers import REPO, free_port
+from testkit.venvs import linked_venv
 
 #: The most blocks the docs may leave unrun (each with its reason): raise it only for a block no test can run.
 MOST_SKIPPED = 17
@@ -86,13 +87,7 @@ def clone_root(folder: Path) -> Path:
     for name in sorted({path.split("/")[0] for path in tracked}):
         if (REPO / name).exists():
             (folder / name).symlink_to(REPO / name)
-    venv = folder / ".venv"
-    venv.mkdir()
-    for entry in Path(sys.prefix).iterdir():
-        if not entry.name.startswith("."):  # make's records (.installed...) are this folder's own
-            (venv / entry.name).symlink_to(entry)
-    touched = subprocess.run(["make", "--touch", "install"], cwd=folder, capture_output=True, text=True, timeout=60)
-    assert touched.returncode == 0, touched.stderr
+    linked_venv(folder / ".venv", cwd=folder)
     return folder
 
 

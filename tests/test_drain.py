@@ -14,16 +14,15 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 from gates import wait_until
 
 from testkit.servers import REPO, ServerProcess, free_port
+from testkit.venvs import linked_venv
 
 pytestmark = pytest.mark.slow  # every test starts, loads and signals a server of its own
 
@@ -371,9 +370,8 @@ def test_ctrl_c_drains_as_sigterm_does_without_a_traceback(command, tmp_path):
     port = free_port()
     env = {**os.environ, "TOKENIZER_SERVICE_PORT": str(port), "PYTHONPATH": str(REPO)}  # this checkout's service
     if command == "make serve":
-        installed = Path(tempfile.mkdtemp(dir=tmp_path)) / "stamp"
-        installed.touch()  # the venv is this one, set up already: make's set-up is not run again
-        argv = ["make", "--no-print-directory", "serve", f"VENV={sys.prefix}", f"STAMP={installed}"]
+        venv = linked_venv(tmp_path / "venv", cwd=REPO, targets=("serve",))  # this one: make sets up nothing
+        argv = ["make", "--no-print-directory", "serve", f"VENV={venv}"]
     else:
         argv = [sys.executable, "-m", "service", "serve"]
     proc = start_in_a_terminal(argv, env)
