@@ -394,6 +394,32 @@ def test_every_code_block_shows_all_of_its_text_at_1280_px(browser, site):
     _screenshot(browser, "code-blocks-1280")
 
 
+@pytest.mark.slow
+def test_characters_without_a_font_are_said_on_the_page_with_the_fix(browser, site):
+    """Defect: on a machine without a font for Chinese (Debian's default), the docs' Chinese showed as boxes
+    and nothing said why. A page that shows such characters says so at its top, with the fix, exactly when
+    this machine has no such font (the playground's own finding, glyphs.js, copied into the site); a page
+    without them says nothing. The pages where a reader first meets them say it in their text too."""
+    from testkit.fonts import chinese_font_installed, pages_fix
+
+    for page_name in ("getting-started.md", "guides/playground.md"):
+        assert pages_fix() in (REPO / "docs" / page_name).read_text(), page_name
+    installed = chinese_font_installed()
+    if installed is None:
+        pytest.skip("no fc-list to ask which fonts this machine has")
+    note = "const n = document.querySelector('article .missing-fonts'); return n ? n.textContent : null"
+    _open(browser, site / "getting-started.html")
+    shown = browser.execute_script(note)
+    if installed:
+        assert shown is None, shown
+    else:
+        assert shown is not None, "boxes, and nothing said"
+        assert "no font for Chinese, Japanese and Korean characters" in shown and pages_fix() in shown, shown
+        _screenshot(browser, "missing-fonts")
+    _open(browser, site / "reference" / "settings.html")  # no Chinese there
+    assert browser.execute_script(note) is None
+
+
 def written_forms(value: Any) -> set[str]:
     """How the docs may write a default: ``4096``, ``65,536``, ``64 MiB``, ``32 KiB``, ``30 s``."""
     forms = {str(value), f"{value:,}"}
