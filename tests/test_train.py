@@ -556,6 +556,7 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 2
 
 
+@pytest.mark.slow  # three fresh interpreters
 def test_a_like_source_that_cannot_be_loaded_is_answered_in_trains_words(tmp_path):
     """Defect: `train --like` offline advised "serve a local copy with --model DIR", and a --like path that
     is not there said "--model takes a tokenizer.json file...": serve's words in a train command, whose
