@@ -7,7 +7,11 @@ quiet machine.
 
 from __future__ import annotations
 
+import os
+import platform
 import time
+from pathlib import Path
+from typing import Any
 
 from benchmarks.loadgen import CpuProbe
 from benchmarks.progress import log
@@ -20,6 +24,31 @@ def available_cpus() -> int:
     from service.engine.parallelism import available_cpus as cpus
 
     return cpus()
+
+
+def host_facts() -> dict[str, Any]:
+    """What a table names the machine by: the CPU model, the CPUs this process may use and the host's count, the
+    memory the kernel reports (MemTotal), the OS and the Python."""
+    return {
+        "cpu_model": _proc_field(Path("/proc/cpuinfo"), "model name") or platform.processor() or platform.machine(),
+        "cpus_available": available_cpus(),
+        "cpus_on_host": os.cpu_count(),
+        "memory_gib": round(int((_proc_field(Path("/proc/meminfo"), "MemTotal") or "0 kB").split()[0]) / 2**20, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def _proc_field(path: Path, name: str) -> str | None:
+    """The value of the first ``name: value`` line of a /proc file, or None."""
+    try:
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == name:
+                return value.strip()
+    except OSError:
+        pass
+    return None
 
 
 def machine_noise(seconds: float = 0.5) -> float:

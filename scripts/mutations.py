@@ -45,6 +45,7 @@ OBJECT_STORAGE = "tests/test_object_storage.py"
 TRAIN_OPTIONS = "tests/test_train_options.py"
 TRAIN = "tests/test_train.py"
 EMBEDDED = "tests/test_embedded.py"
+FINGERPRINT = "tests/test_fingerprint.py"
 
 
 @dataclass(frozen=True)
@@ -298,6 +299,41 @@ MUTATIONS: tuple[Mutation, ...] = (
         '{"tokenizer": backend_json, "config": call_config(tokenizer)},',
         '{"tokenizer": backend_json},',
         (APP,),
+    ),
+    Mutation(
+        "the fingerprint leaves out the chat templates (the default one and the named ones)",
+        "service/engine/loading.py",
+        '"chat_templates": templates,',
+        '"chat_templates": None,',
+        (FINGERPRINT,),
+    ),
+    Mutation(
+        "the fingerprint leaves out the tokenizer class whose batch_decode runs",
+        "service/engine/loading.py",
+        '"tokenizer_class": type(tokenizer).__name__,',
+        '"tokenizer_class": "",',
+        (FINGERPRINT,),
+    ),
+    Mutation(
+        "a pin matches only a whole fingerprint: the prefix serve logs is refused",
+        "service/wire.py",
+        "return actual is not None and actual.startswith(expected) and len(expected) >= len(FINGERPRINT_PREFIX)",
+        "return actual == expected",
+        (FINGERPRINT,),
+    ),
+    Mutation(
+        "a job record of the earlier fingerprint scheme is refused as a bare other-settings conflict",
+        "service/jobs/executor.py",
+        "if scheme in ours and other_scheme:",
+        "if False:",
+        (FINGERPRINT,),
+    ),
+    Mutation(
+        "the launch key names the folder's top-level files only (a named template changed in place is not seen)",
+        "service/launch/supervisor.py",
+        'files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())',
+        "files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())",
+        (FINGERPRINT,),
     ),
     # -- the client ------------------------------------------------------------------------------------------
     Mutation(

@@ -287,6 +287,15 @@ RAGGED_ROW_LENGTHS: Final = "row_lengths"
 PER_ROW_KEYS: Final = ("length", "overflow_to_sample_mapping")
 #: Sent with every encode, tokenize and decode answer: the served tokenizer's fingerprint.
 FINGERPRINT_HEADER: Final = "X-Tokenizer-Fingerprint"
+#: What a fingerprint covers, by version (``/info`` reports it; job records store it beside the fingerprint).
+#: 1: tokenizer.json and the encode's config. 2: also every chat template (the default and each named one), the
+#: special tokens the templates see, the tokenizer class and decode's settings -- so every fingerprint changed.
+FINGERPRINT_SCHEME: Final = 2
+#: The form of a fingerprint: ``sha256:`` and 64 hex digits.
+FINGERPRINT_PREFIX: Final = "sha256:"
+#: The fewest hex digits of a fingerprint a pin may give (``sha256:abb08fd1451a``): a prefix that long matches one
+#: tokenizer only, for all practical purposes (48 bits).
+MIN_FINGERPRINT_DIGITS: Final = 12
 RETRY_AFTER_HEADER: Final = "Retry-After"
 AUTHORIZATION_HEADER: Final = "Authorization"
 AUTH_SCHEME: Final = "Bearer"
@@ -450,3 +459,24 @@ def _socket_path_written_otherwise(url: str, scheme: str) -> str | None:
     if url.startswith("/"):
         return url
     return None
+
+
+# -- fingerprints ----------------------------------------------------------------------------------------
+def check_fingerprint_pin(expected: str) -> str:
+    """``expected`` as a pin: a whole fingerprint, or a prefix of one with at least
+    :data:`MIN_FINGERPRINT_DIGITS` hex digits (what ``serve`` logs and ``/info`` reports are whole); ValueError
+    saying the form otherwise."""
+    digits = expected[len(FINGERPRINT_PREFIX) :] if expected.startswith(FINGERPRINT_PREFIX) else None
+    if digits is None or len(digits) < MIN_FINGERPRINT_DIGITS or len(digits) > 64:
+        raise ValueError(
+            f"expected_fingerprint={expected!r} is not a fingerprint: it is {FINGERPRINT_PREFIX!r} and 64 hex digits "
+            f"(GET /info reports it), or the first {MIN_FINGERPRINT_DIGITS} or more of them"
+        )
+    if digits.strip("0123456789abcdef"):
+        raise ValueError(f"expected_fingerprint={expected!r}: a fingerprint's digits are lowercase hex (0-9, a-f)")
+    return expected
+
+
+def fingerprint_matches(expected: str, actual: str | None) -> bool:
+    """Whether a pin (a whole fingerprint or a prefix: :func:`check_fingerprint_pin`) names ``actual``."""
+    return actual is not None and actual.startswith(expected) and len(expected) >= len(FINGERPRINT_PREFIX)

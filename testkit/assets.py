@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import IO
 
 REPO = Path(__file__).resolve().parent.parent
-CACHE = Path(os.environ.get("TOKENIZER_SERVICE_ASSETS", REPO / ".cache" / "assets"))
+DEFAULT_CACHE = REPO / ".cache" / "assets"
+CACHE = Path(os.environ.get("TOKENIZER_SERVICE_ASSETS", DEFAULT_CACHE))
 
 # name -> (pip requirement, file inside the distribution, pip options)
 _FILES = {
@@ -73,9 +74,14 @@ def _cache_locked() -> Iterator[None]:
             _held = 0
 
 
+def cached_path(name: str) -> Path:
+    """Where :func:`asset` keeps the file of ``name`` (there or not yet)."""
+    return CACHE / "files" / _FILES[name][1]
+
+
 def is_cached(name: str) -> bool:
     """Whether :func:`asset` has the file already (no download)."""
-    return (CACHE / "files" / _FILES[name][1]).exists()
+    return cached_path(name).exists()
 
 
 def requirement_of(name: str) -> str:
@@ -86,7 +92,7 @@ def requirement_of(name: str) -> str:
 def asset(name: str) -> Path:
     """Path of a fetched file, downloading its package on first use."""
     requirement, member, options = _FILES[name]
-    target = CACHE / "files" / member
+    target = cached_path(name)
     if target.exists():
         return target
     with _cache_locked():

@@ -422,8 +422,11 @@ def test_other_tokenizers_settings_or_plans_are_refused_never_mixed(servers, cor
     assert other_inputs.returncode == 1 and "plan does not have" in other_inputs.stderr
     assert tree(out) == before  # nothing touched
 
-    pinned = cli(*base, "--url", servers["wordpiece_default"].url, "--expected-fingerprint", "sha256:other")
-    assert pinned.returncode == 1 and "sha256:other" in pinned.stderr
+    other = "sha256:" + "0" * 12  # a prefix, as serve logs it
+    pinned = cli(*base, "--url", servers["wordpiece_default"].url, "--expected-fingerprint", other)
+    assert pinned.returncode == 1 and f"pinned to expected_fingerprint={other}" in pinned.stderr
+    malformed = cli(*base, "--url", servers["wordpiece_default"].url, "--expected-fingerprint", "sha256:other")
+    assert malformed.returncode == 1 and "is not a fingerprint" in malformed.stderr
 
 
 def test_arguments_are_checked_before_any_work(servers, tmp_path):

@@ -38,6 +38,7 @@ from ..wire import (
     LengthOptions,
     TokenizeOptions,
     changed_options,
+    fingerprint_matches,
 )
 from . import exceptions
 from .exceptions import (
@@ -557,10 +558,12 @@ def retried_rejection(response: Response, url: str, method: str) -> RequestRejec
 
 
 def check_fingerprint(expected: str | None, actual: str | None, url: str) -> None:
-    if expected is not None and actual != expected:
+    """FingerprintMismatch unless the pin ``expected`` (a whole fingerprint or a prefix of one) names ``actual``."""
+    if expected is not None and not fingerprint_matches(expected, actual):
         seen = f"serves {actual}" if actual else "sent no X-Tokenizer-Fingerprint"
+        pin = "" if len(expected) == len(actual or "") else " (a prefix pins the fingerprints that begin with it)"
         raise FingerprintMismatch(
-            f"{url} {seen}, but this client is pinned to expected_fingerprint={expected}: the deployment "
+            f"{url} {seen}, but this client is pinned to expected_fingerprint={expected}{pin}: the deployment "
             "changed tokenizer; refusing to continue with different token ids",
             expected=expected,
             actual=actual,

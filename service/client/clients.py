@@ -30,6 +30,7 @@ from ..wire import (
     EncodeOptions,
     LengthOptions,
     TokenizeOptions,
+    check_fingerprint_pin,
     parse_service_url,
 )
 from .calls import (
@@ -105,7 +106,9 @@ class _ClientBase:
         if not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
         self.retry = retry
-        self.expected_fingerprint = expected_fingerprint
+        self.expected_fingerprint = (
+            None if expected_fingerprint is None else check_fingerprint_pin(expected_fingerprint)
+        )
         api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
         self._api_key = api_key
         self._extra_headers = dict(headers or {})
@@ -226,7 +229,8 @@ class TokenizerClient(_ClientBase):
     :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a proxy's 502, a slow
     upload).
     ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
-    :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``).
+    :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at least 12 hex
+    digits, as ``serve`` logs it, pins the fingerprints that begin with it).
     ``transport``: a :class:`~service.client.transports.SyncTransport` (default :class:`HTTPTransport`).
 
     Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
@@ -243,7 +247,7 @@ class TokenizerClient(_ClientBase):
 
     Raises:
         ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, or a URL that is not a service URL
-            (the message says how to write it).
+            (the message says how to write it), or an ``expected_fingerprint`` that is not one (or is too short).
 
     Example:
         ```python

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import __version__
+from ..wire import FINGERPRINT_SCHEME
 from .batching import Batcher
-from .loading import LoadedTokenizer, call_config, special_token_ids
+from .loading import LoadedTokenizer, special_token_ids
 from .memory import MemoryBudget
 from .parallelism import ForkGuard, parallelism_enabled
 
@@ -16,20 +17,20 @@ def tokenizer_facts(loaded: LoadedTokenizer) -> dict[str, Any]:
     """What identifies the served tokenizer and how it is called. Read once at start: these are Rust calls,
     which later run on the tokenizer thread only."""
     tokenizer = loaded.tokenizer
-    config = call_config(tokenizer)
     return {
         "source": loaded.source,
         "revision": loaded.revision,
         "fingerprint": loaded.fingerprint,
+        "fingerprint_scheme": FINGERPRINT_SCHEME,
         "tokenizer_class": type(tokenizer).__name__,
         "vocab_size": len(tokenizer),
-        "special_tokens": config["special_tokens"],
+        "special_tokens": {name: str(token) for name, token in sorted(tokenizer.special_tokens_map.items())},
         "special_token_ids": special_token_ids(tokenizer),
-        "pad_token_id": config["pad_token_id"],
-        "model_max_length": config["model_max_length"],
-        "padding_side": config["padding_side"],
-        "truncation_side": config["truncation_side"],
-        "model_input_names": config["model_input_names"],
+        "pad_token_id": tokenizer.pad_token_id,
+        "model_max_length": tokenizer.model_max_length,
+        "padding_side": tokenizer.padding_side,
+        "truncation_side": tokenizer.truncation_side,
+        "model_input_names": list(tokenizer.model_input_names),
     }
 
 

@@ -12,13 +12,16 @@ import logging
 import socket
 import threading
 import urllib.request
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..suggestions import closest
+from ..wire import FINGERPRINT_PREFIX
+from .encoding import TokenizerFacts
 
 logger = logging.getLogger(__name__)
 
@@ -279,19 +282,50 @@ def _ensure_fast(tokenizer: Any, display: str) -> Any:
 
 
 def call_config(tokenizer: Any) -> dict[str, Any]:
-    """The tokenizer settings outside tokenizer.json that change what a call returns."""
+    """Everything outside tokenizer.json that some route's output depends on, read as the routes read it, by
+    route: the encode's option resolution (``/encode``, ``/lengths``, ``/tokenize`` and the chat encode: every
+    field of :class:`~.encoding.TokenizerFacts`) and the Rust tokenizer's ``split_special_tokens`` switch; what
+    ``batch_decode`` reads besides the ids (``/decode``: the tokenizer class whose decode runs, its clean-up
+    settings); the chat routes' templates; the special tokens by name (the variables every template sees, and
+    the ids ``/info`` reports, which ``pretokenize --append-eos`` uses): :func:`chat_template_inputs`.
+    :func:`fingerprint` hashes it whole."""
+    templates, variables = chat_template_inputs(tokenizer)
     return {
-        "model_max_length": tokenizer.model_max_length,
-        "padding_side": tokenizer.padding_side,
-        "truncation_side": tokenizer.truncation_side,
-        "model_input_names": list(tokenizer.model_input_names),
-        "pad_token": tokenizer.pad_token,
-        "pad_token_id": tokenizer.pad_token_id,
-        "pad_token_type_id": tokenizer.pad_token_type_id,
-        "split_special_tokens": bool(getattr(tokenizer, "split_special_tokens", False)),
-        "clean_up_tokenization_spaces": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False)),
-        "special_tokens": {k: str(v) for k, v in sorted(tokenizer.special_tokens_map.items())},
+        "encode": {
+            **asdict(TokenizerFacts.of(tokenizer)),
+            "split_special_tokens": bool(getattr(tokenizer, "split_special_tokens", False)),
+        },
+        "decode": {
+            "tokenizer_class": type(tokenizer).__name__,
+            "clean_up_tokenization_spaces": bool(getattr(tokenizer, "clean_up_tokenization_spaces", False)),
+            _BPE_CLEAN_UP: bool(getattr(tokenizer, _BPE_CLEAN_UP, False)),
+        },
+        "chat_templates": templates,
+        "special_tokens": variables,
     }
+
+
+#: transformers' switch that lets ``clean_up_tokenization_spaces`` apply to a BPE model's decode too.
+_BPE_CLEAN_UP = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output"
+
+
+def chat_template_inputs(tokenizer: Any) -> tuple[str | dict[str, str] | None, dict[str, Any]]:
+    """What the chat routes render with: the tokenizer's chat template(s) -- one body, the named ones (from
+    ``tokenizer_config.json``, ``chat_template.jinja`` and ``additional_chat_templates/``), or None -- and the
+    special tokens transformers passes every template as variables (``bos_token``...). Read here for
+    :class:`~.chat.ChatTemplates` and for the fingerprint alike."""
+    templates = tokenizer.chat_template
+    if isinstance(templates, Mapping):
+        templates = {str(name): str(body) for name, body in sorted(templates.items())}
+    variables = {name: _plain(value) for name, value in sorted(tokenizer.special_tokens_map.items())}
+    return templates, variables
+
+
+def _plain(value: Any) -> Any:
+    """A special token as JSON holds it: a string, or a list of strings (``additional_special_tokens``)."""
+    if isinstance(value, (list, tuple)):
+        return [str(item) for item in value]
+    return str(value)
 
 
 def special_token_ids(tokenizer: Any) -> dict[str, int]:
@@ -307,8 +341,10 @@ def special_token_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def fingerprint(tokenizer: Any) -> str:
-    """A stable hash of everything that determines the output: tokenizer.json (without padding or
-    truncation state) plus :func:`call_config`. Same tokenizer, same fingerprint, on any machine."""
+    """A stable hash of everything any route's output depends on: tokenizer.json (without padding or
+    truncation state, which the service sets per request) plus :func:`call_config`. Same tokenizer, same
+    fingerprint, on any machine and from wherever it was loaded (:data:`~service.wire.FINGERPRINT_SCHEME` says
+    what it covers)."""
     backend_json = json.loads(tokenizer.backend_tokenizer.to_str())
     backend_json.pop("padding", None)
     backend_json.pop("truncation", None)
@@ -318,4 +354,4 @@ def fingerprint(tokenizer: Any) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return FINGERPRINT_PREFIX + hashlib.sha256(canonical.encode("utf-8")).hexdigest()

@@ -154,8 +154,8 @@ class ShardedJob(Generic[S]):
         where = self.folder.url()
         if record.settings != self.settings:
             raise OutputConflict(
-                f"{where}: {unit.name} was made with other settings ({_difference(record.settings, self.settings)}); "
-                f"outputs made differently are never mixed: {self.conflict_hint}"
+                f"{where}: {unit.name} was made {_made_how(record.settings, self.settings)}; outputs made "
+                f"differently are never mixed: {self.conflict_hint}"
             )
         if record.unit != unit.describe():
             raise OutputConflict(
@@ -442,6 +442,21 @@ class _WorkerRun(Generic[S, R]):
         report.waited = time.monotonic() - started
         report.result = self.step.finalize(self.job, records, report.waited)
         return report
+
+
+def _made_how(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
+    """How a record's settings differ from this run's, in words: a record whose tokenizer fingerprint is of an
+    earlier scheme (made before fingerprints covered chat templates) cannot be compared, and says so."""
+    scheme = "fingerprint_scheme"
+    other_scheme = theirs.get(scheme) != ours.get(scheme) and theirs.get("tokenizer") != ours.get("tokenizer")
+    if scheme in ours and other_scheme:
+        made_by = f"scheme {theirs[scheme]}" if scheme in theirs else "the scheme before chat templates were covered"
+        return (
+            f"by an earlier tokenizer-service, whose tokenizer fingerprint ({theirs.get('tokenizer')}) is of another "
+            f"scheme ({made_by}; this one's is scheme {ours[scheme]}, {ours.get('tokenizer')}, which also covers chat "
+            "templates and other inputs): whether it was made with this tokenizer cannot be told"
+        )
+    return f"with other settings ({_difference(theirs, ours)})"
 
 
 def _difference(theirs: dict[str, Any], ours: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from ..client.clients import TokenizerClient
 from ..client.exceptions import ConnectError, FingerprintMismatch
 from ..client.transports.base import Request, Response, SyncTransport
 from ..client.transports.stdlib import HTTPTransport
-from ..wire import API_KEY_ENV
+from ..wire import API_KEY_ENV, check_fingerprint_pin, fingerprint_matches
 from .rendezvous import require_posix
 from .supervisor import LaunchedService, ServeCommand, Share, release, take_share
 
@@ -120,7 +120,7 @@ def launch_client(
     command = ServeCommand.build(model, serve_options, api_key, python or sys.executable)
     share = take_share(command, start_timeout)
     service = share.ownership.service
-    if expected is not None and expected != service.fingerprint:
+    if expected is not None and not fingerprint_matches(check_fingerprint_pin(expected), service.fingerprint):
         release(share)
         raise FingerprintMismatch(
             f"the launched service for {command.description} serves {service.fingerprint}, not the expected {expected}",

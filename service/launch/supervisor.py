@@ -187,8 +187,10 @@ def _model_identity(model: str | None) -> tuple[Any, str]:
 
 
 def _files_identity(path: Path) -> dict[str, Any]:
-    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())
-    stats = [(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files]
+    # every file under a folder: named chat templates live in additional_chat_templates/
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    names = [path.name] if path.is_file() else [p.relative_to(path).as_posix() for p in files]
+    stats = [(name, p.stat().st_size, p.stat().st_mtime_ns) for name, p in zip(names, files, strict=True)]
     return {"path": os.path.realpath(path), "files": stats}
 
 

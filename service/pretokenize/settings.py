@@ -10,7 +10,7 @@ from typing import Any
 
 from ..jobs import JobConfig
 from ..jobs.flags import flag
-from ..wire import API_KEY_ENV, ASSISTANT_MASK_SOURCES, URL_ENV
+from ..wire import API_KEY_ENV, ASSISTANT_MASK_SOURCES, FINGERPRINT_SCHEME, URL_ENV
 
 #: Output formats, each the layout a trainer reads itself: Parquet (a list column of ids per document, the
 #: document's position, kept fields), flat (datatrove's ``.ds`` + ``.ds.index`` + ``.ds.metadata``) and
@@ -111,7 +111,11 @@ class PretokenizeConfig(JobConfig):
     )
     expected_fingerprint: str | None = field(
         default=None,
-        metadata=flag("refuse a service whose tokenizer has another fingerprint", metavar="SHA"),
+        metadata=flag(
+            "refuse a service whose tokenizer has another fingerprint (whole, or its first 12 or more hex digits, as "
+            "serve logs it)",
+            metavar="SHA",
+        ),
     )
     # conversations
     messages_field: str | None = field(
@@ -217,6 +221,7 @@ class PretokenizeConfig(JobConfig):
         every ``.done`` record and the manifest; a shard made with another is never mixed in."""
         return {
             "tokenizer": fingerprint,
+            "fingerprint_scheme": FINGERPRINT_SCHEME,
             "format": self.output_format,
             "text_field": self.text_field,
             "keep_fields": list(self.keep_fields),

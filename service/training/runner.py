@@ -18,6 +18,7 @@ from typing import Any
 from .. import __version__
 from ..jobs import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Step, Storage, Worker, WorkUnit, run_worker
 from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..wire import FINGERPRINT_SCHEME
 from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
 from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn, local_count_files
@@ -188,6 +189,7 @@ def versions() -> dict[str, str]:
         "tokenizers": tokenizers.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
+        "fingerprint_scheme": str(FINGERPRINT_SCHEME),  # a manifest's fingerprint is of the scheme it was made by
     }
 
 

@@ -15,6 +15,7 @@ from ...extras import install_command
 from ...wire import ASSISTANT_MASK_SOURCES, PADDING_SIDES, ChatOptions, EncodeOptions
 from ..encoding import TokenizerFacts, plan_encode
 from ..errors import ErrorKind, ServiceError
+from ..loading import chat_template_inputs
 from .limits import RenderLimits
 
 #: The longest part of a template's own error message repeated to the caller.
@@ -123,9 +124,10 @@ class ChatTemplates:
     ) -> ChatTemplates:
         """The templates of a loaded transformers tokenizer (call it where the tokenizer is loaded; ``facts``:
         what option resolution reads of it, when already read)."""
+        templates, variables = chat_template_inputs(tokenizer)  # what the fingerprint covers, read the same way
         return cls(
-            tokenizer.chat_template,
-            tokenizer.special_tokens_map,
+            templates,
+            variables,
             facts or TokenizerFacts.of(tokenizer),
             allow_template_bodies=allow_template_bodies,
         )
