@@ -48,9 +48,9 @@ from testkit.venvs import linked_venv
 
 #: The most blocks the docs may leave unrun (each with its reason): raise it only for a block no test can run.
 MOST_SKIPPED = 17
-#: The most blocks that must run in the clone's root (the set-up, the clone's examples): every other block
-#: runs from any folder, as a reader outside the clone runs it.
-MOST_IN_CLONE = 5
+#: The most blocks that must run in the clone's root (the set-up, the clone's examples and benchmarks): every
+#: other block runs from any folder, as a reader outside the clone runs it.
+MOST_IN_CLONE = 6
 WORKERS = re.compile(r"\bnum_workers=[1-9]|\bnum_proc=[1-9]")
 BLOCK_TIMEOUT = 240  # seconds
 # `pip install ...` as `pip install --dry-run ...` (pip's own subprocesses, which install build dependencies,
