@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 import textwrap
 from collections.abc import Sequence
@@ -18,8 +17,6 @@ from .extras import install_command, unmet_line
 from .suggestions import ArgumentParser
 
 PROG = "tokenizer-service"
-#: The exit status of a command stopped by Ctrl-C (SIGINT), as a shell reports a process that SIGINT ended.
-EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 # name -> (module with main(argv, prog) -> int, one line for --help, the extra it needs or None)
 COMMANDS: dict[str, tuple[str, str, str | None]] = {

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..cli import EXIT_INTERRUPTED
 from ..engine import TokenizerLoadError, available_cpus, configure_rust_parallelism, load_tokenizer
 from ..engine.loading import describe_source
+from ..exits import EXIT_INTERRUPTED
 from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
 from .settings import Settings

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
-from ..cli import EXIT_INTERRUPTED
+from ..exits import EXIT_INTERRUPTED
 from .errors import JobError, UnitsMissing
 from .flags import config_values
 from .workers import (

@@ -56,7 +56,7 @@ from typing import Any, Protocol
 
 import uvicorn
 
-from ...cli import EXIT_INTERRUPTED
+from ...exits import EXIT_INTERRUPTED
 from ...wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
 from .listening import SocketFile, close_listeners
 from .owners import OwnersWatch
