@@ -1,7 +1,7 @@
 """Side-by-side benchmark: tokenizer-service against in-process tokenization, same texts, same run.
 
     .venv/bin/python -m benchmarks.run              # full run: ~12 minutes on 2 cores, plus ~30 for scenario 6
-    .venv/bin/python -m benchmarks.run --scenarios 1,2,3,4,5,rss   # all but scenario 6 (pre-tokenization)
+    .venv/bin/python -m benchmarks.run --scenarios 1,2,3,4,5,rss,split   # all but scenario 6 (pre-tokenization)
     .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: ~90 s (CI)
 
 Run from the repository root. It starts the servers itself (``python -m service serve`` on 127.0.0.1, a free
@@ -53,7 +53,10 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
    ``apply_chat_template`` on the same conversations, with each side's parts alone (render, encode, ids only)
    to say where the time goes; and the chat collator in DataLoader workers vs ``apply_chat_template`` in the
    collate_fn.
-Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
+Split ("split"): runs ``python -m benchmarks.cpu_split`` in its own process: one server's CPU per batch of 256
+(3 clients, padding="longest", truncation, max_length=128), the GIL side (its Python threads) against the Rust
+pool, beside one parallelism-off worker, on the corpora of issue 33's table; one process's ceiling is 1 / GIL
+side. Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
 soak ("rss"): the default tokenizer's server in a real ``[server]``-only venv (``benchmarks.server_venv``, made
 once under .cache/; torch absent -- in this venv transformers would import it, +180 MB), under rounds of the
 same mixed load, RSS after each.
@@ -91,6 +94,7 @@ from benchmarks.scenarios import (
     batch_sizes,
     chat,
     concurrency,
+    cpu_split,
     dataloader,
     long_texts,
     object_storage,
@@ -135,8 +139,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        default="1,2,3,4,5,6,7,8,rss",
-        help="comma-separated subset of 1,2,3,4,5,6,7,8,rss (rss: the memory soak; default: all)",
+        default="1,2,3,4,5,6,7,8,rss,split",
+        help="comma-separated subset of 1,2,3,4,5,6,7,8,rss,split (rss: the memory soak; split: the CPU split by "
+        "thread; default: all)",
     )
     parser.add_argument(
         "--rounds",
@@ -180,7 +185,7 @@ def select_profile(args: argparse.Namespace) -> Profile:
 class Bench:
     """One run's measurements, in order: per tokenizer scenarios 1, 4 and 2 on the same servers; then the RSS
     soak on its own server; then scenarios 3 and 5, each in its own process; then scenarios 6 and 7 (each its
-    own server and processes); then scenario 8 in its own process."""
+    own server and processes); then scenario 8 and the CPU split, each in its own process."""
 
     def __init__(self, profile: Profile, out_dir: Path, scenarios: set[str], work_dir: Path) -> None:
         self.profile = profile
@@ -202,6 +207,7 @@ class Bench:
             "scenario6": pretokenize.empty_results(),
             "scenario7": object_storage.empty_results(),
             "scenario8": {},
+            "split": {},
             "servers": {},
             "rss_soak": {},
         }
@@ -234,6 +240,9 @@ class Bench:
         )
         self.results["scenario8"] = (
             chat.run(self.out_dir, self.profile) if "8" in self.scenarios else {"skipped": NOT_SELECTED}
+        )
+        self.results["split"] = (
+            cpu_split.run(self.out_dir, self.profile) if "split" in self.scenarios else {"skipped": NOT_SELECTED}
         )
         return self.results
 
@@ -325,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         ("7", "scenario7"),
         ("8", "scenario8"),
         ("rss", "rss_soak"),
+        ("split", "split"),
     )
     failed = {name: results[key]["failed"] for name, key in sections if "failed" in results[key]}
     for name, reason in failed.items():

@@ -10,7 +10,7 @@ from typing import Any
 from benchmarks import corpus, loadgen
 from benchmarks.machine import BUSY_CORES
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import batch_sizes, chat, concurrency, dataloader, long_texts, padding, pretokenize
+from benchmarks.scenarios import batch_sizes, chat, concurrency, cpu_split, dataloader, long_texts, padding, pretokenize
 
 COLUMNS = (
     ("scenario", "#"),
@@ -88,6 +88,7 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
         *_scenario6(results["scenario6"]),
         *_scenario7(results.get("scenario7", {})),
         *_scenario8(results.get("scenario8", {})),
+        *_split(results.get("split", {})),
         *_memory(results),
         *_targets(results["targets"]),
     ]
@@ -249,6 +250,30 @@ def _scenario8(s8: dict[str, Any]) -> list[Row]:
                     f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
                 }
             )
+    return rows
+
+
+def _split(split: dict[str, Any]) -> list[Row]:
+    for outcome in ("skipped", "failed"):
+        if outcome in split:
+            return [
+                {"scenario": "split", "variant": "CPU split (cpu_split.py)", "note": f"{outcome}: {split[outcome]}"}
+            ]
+    rows: list[Row] = []
+    for row in cpu_split.rows(split):
+        server, worker = row["server"], row["worker"]
+        rows.append(
+            {
+                "scenario": "split",
+                "texts": f"256 x {row['label']}",
+                "variant": "one serve process, 3 clients",
+                "rate": f"ceiling {human(server['ceiling_batches_per_s'])} b/s",
+                "ratio": f"GIL {100 * server['gil_side_ms'] / server['process_ms']:.0f}% of its CPU",
+                "cpu": f"GIL side {server['gil_side_ms']:.3g} + Rust pool {server['rust_pool_ms']:.3g}/batch; "
+                f"1 worker {worker['cpu_ms']:.3g}",
+                "note": _busy(server["other_cpu_cores"]),
+            }
+        )
     return rows
 
 

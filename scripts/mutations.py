@@ -38,6 +38,7 @@ EDGES = "tests/test_serve_edges.py"
 CLI = "tests/test_cli.py"
 UNIX = "tests/test_unix_sockets.py"
 LAUNCH = "tests/test_launch.py"
+REPLICAS = "tests/test_replicas.py"
 CORPUS = "tests/test_corpus.py"
 JOB_STEPS = "tests/test_job_steps.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
@@ -538,7 +539,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a forked child keeps its copy of the owners lock (the service outlives a killed parent)",
         "service/launch/supervisor.py",
-        "os.close(inherited.owners_fd)",
+        "_close(inherited.owners_fds)",
         "pass",
         (LAUNCH,),
     ),
@@ -566,16 +567,87 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a launched service reports the pid it started with after a worker relaunched it",
         "service/launch/supervisor.py",
-        "return record.pid if record is not None else self.first_pid",
-        "return self.first_pid",
+        "return record.pid if record is not None else self.first_pids[replica]",
+        "return self.first_pids[replica]",
         (LAUNCH,),
     ),
     Mutation(
         "the last owner leaves running a server another process relaunched",
         "service/launch/supervisor.py",
-        "if record is None or (ours is not None and record.pid == ours.pid):",
+        "if record is None or (process is not None and record.pid == process.pid):",
         "if True:",
         (LAUNCH,),
+    ),
+    # -- replicas on one machine ---------------------------------------------------------------------------
+    Mutation(
+        "the client spreads its calls round-robin, blind to the calls outstanding on each URL",
+        "service/client/retrying.py",
+        "if best is None or state.outstanding < best.outstanding:",
+        "if best is None:",
+        (RESILIENCE,),
+    ),
+    Mutation(
+        "a call that ends in an error stays counted on its URL (the client shuns it for good)",
+        "service/client/clients.py",
+        "attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted",
+        "pass",
+        (RESILIENCE,),
+    ),
+    Mutation(
+        "replicas='auto' counts the host's cores, not those this process may use",
+        "service/sizing.py",
+        "cpus = len(os.sched_getaffinity(0))",
+        "cpus = os.cpu_count() or 1",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "the launch key forgets the replicas asked for (a one-server launch attaches to a set, and back)",
+        "service/launch/supervisor.py",
+        "if self.replicas_asked != 1:",
+        "if False:",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "every replica takes the whole memory limit's budget (together they overrun it)",
+        "service/http/settings.py",
+        "return default_memory_budget(None if limit is None else limit // self.replica_of)",
+        "return default_memory_budget()",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "a dead replica's calls wait for its relaunch instead of going to the others",
+        "service/launch/client.py",
+        "if self.service.others_running(replica):",
+        "if False:",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "a replica that fails to start leaves the others running",
+        "service/launch/supervisor.py",
+        "_stop_all([s.process for s in starting], [])",
+        "pass",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "replicas serving different tokenizers are taken for one set",
+        "service/launch/supervisor.py",
+        "if len({record.fingerprint for record in running}) > 1:",
+        "if False:",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "serve --replicas kills its replicas on SIGTERM instead of letting them drain",
+        "service/http/replicas.py",
+        "replica.process.send_signal(sig)",
+        "replica.process.send_signal(signal.SIGKILL)",
+        (REPLICAS,),
+    ),
+    Mutation(
+        "serve --replicas' replicas hold no owners lock (they outlive a SIGKILLed parent)",
+        "service/http/replicas.py",
+        'own = ["--uds", replica.socket_path, "--owners-file", replica.owners_path]',
+        'own = ["--uds", replica.socket_path]',
+        (REPLICAS,),
     ),
     Mutation(
         "launch() without fcntl (Windows) fails on an import instead of saying what to run",

@@ -383,6 +383,22 @@ URL_ENV: Final = ENV_PREFIX + "URL"
 API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
 
 
+def serve_arguments(settings: Mapping[str, Any]) -> list[str]:
+    """``tokenizer-service serve``'s command-line arguments for ``settings`` (setting name -> value; None: unset):
+    ``--name value``, and ``--name`` / ``--no-name`` for a switch. How the launcher and ``serve --replicas`` hand
+    their settings to the servers they start."""
+    arguments: list[str] = []
+    for name, value in sorted(settings.items()):
+        if value is None:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            arguments.append(flag if value else "--no-" + flag[2:])
+        else:
+            arguments += [flag, str(value)]
+    return arguments
+
+
 # -- where a service is: URLs, Unix domain sockets included -------------------------------------------------
 #: The scheme of a service on a Unix domain socket: ``http+unix://``, then the socket's path percent-encoded
 #: as one component (``/`` as ``%2F``), then a route as in any URL: ``http+unix://%2Ftmp%2Fts.sock/encode``.

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import json
+import tempfile
 from collections.abc import Iterator
+from dataclasses import fields
 from pathlib import Path
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from parity import TRICKY_TEXTS, assert_same, reference_call
 from safetensors.numpy import load as load_safetensors
 
-from service.engine.errors import ErrorKind
+from service.engine.errors import ErrorKind, ServiceError
 from service.engine.loading import fingerprint, load_tokenizer
 from service.http.app import create_app
 from service.http.errors import HttpErrorKind
+from service.http.models import EncodeRequest, LengthsRequest, TokenizeRequest, parse_body, validate_body
 from service.http.responses import STATUS_BY_KIND
 from service.http.settings import Settings
-from service.wire import FINGERPRINT_HEADER, SAFETENSORS_MEDIA_TYPE
+from service.wire import FINGERPRINT_HEADER, PADDING_VALUES, SAFETENSORS_MEDIA_TYPE, TRUNCATION_VALUES, EncodeOptions
 
 BINARY = {"Accept": SAFETENSORS_MEDIA_TYPE}
 
@@ -508,3 +514,125 @@ def test_openapi_documents_every_error_an_operation_can_answer(client):
         assert responses["413"]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorBody")
     assert "406" in schema["paths"]["/encode"]["post"]["responses"]
     assert "head" not in schema["paths"]["/info"]
+
+
+# -- the fast path of bodies of texts: the model's own validation is the oracle -------------------------------
+_TEXTS_MODELS = (EncodeRequest, LengthsRequest, TokenizeRequest)
+_SCALARS = st.one_of(
+    st.booleans(),
+    st.none(),
+    st.integers(min_value=-3, max_value=2**33),
+    st.sampled_from([2**64, 3.0, 1e2, -0.0, "", "longest", "max_length", "do_not_pad", "left", "right", "only_first"]),
+    st.sampled_from(list(PADDING_VALUES) + list(TRUNCATION_VALUES)),
+    st.text(max_size=5),
+)
+_VALUES = st.one_of(
+    _SCALARS, st.lists(_SCALARS, max_size=2), st.dictionaries(st.text(max_size=3), _SCALARS, max_size=1)
+)
+_NAMES = st.sampled_from([f.name for f in fields(EncodeOptions)] + ["text_pair", "max_lenght", "bogus", ""])
+_STRINGS = st.lists(st.text(max_size=8), max_size=3)
+_BODIES = st.fixed_dictionaries(
+    {},
+    optional={
+        "texts": st.one_of(_STRINGS, _STRINGS.map(lambda t: [*t, 1]), st.text(max_size=3), st.none()),
+        "text_pairs": st.one_of(_STRINGS, st.none(), st.just([None])),
+    },
+).flatmap(lambda inputs: st.dictionaries(_NAMES, _VALUES, max_size=4).map(lambda options: {**inputs, **options}))
+_RAW = st.sampled_from(
+    [
+        b"",
+        b"[]",
+        b'"texts"',
+        b'{"texts": ["a"], "texts": ["b", 1]}',
+        b'{"texts": ["a", 1], "texts": ["b"]}',
+        b'{"texts": ["\\ud800"]}',
+        b'{"texts": ["a"], "padding": true, "padding": "sideways"}',
+        b'\xef\xbb\xbf{"texts": ["a"]}',
+        b'{"texts": ["\xff"]}',
+        b'{"texts": ["a"], "max_length": NaN}',
+        b'{"texts": ["a"], "max_length": 1' + b"0" * 30 + b"}",
+        b'{"texts": ["a"]} x',
+    ]
+)
+
+
+def _outcome(parse, body: bytes, model):
+    try:
+        parsed = parse(body, model)
+    except ServiceError as exc:
+        return ("refused", exc.kind, exc.message)
+    return ("parsed", parsed.model_dump(), parsed.options())
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=st.one_of(
+        _BODIES.flatmap(
+            lambda b: st.sampled_from([json.dumps(b).encode(), json.dumps(b, ensure_ascii=False).encode()])
+        ),
+        _RAW,
+    ),
+    model=st.sampled_from(_TEXTS_MODELS),
+)
+def test_the_fast_path_parses_and_refuses_every_body_as_the_model_does(body, model):
+    """Defect this guards against: a body of texts read by orjson with a hand check of its fields accepting what
+    the model refuses (an int among the texts, a misspelt option, a bool for an int), reading a value otherwise
+    (True for 1), or refusing with another message than the model's own validation. Bodies are read twice,
+    so the remembered option sets are exercised too."""
+    expected = _outcome(validate_body, body, model)
+    assert _outcome(parse_body, body, model) == expected
+    assert _outcome(parse_body, body, model) == expected
+
+
+def test_the_fast_path_is_taken_and_remembers_each_option_set_once():
+    """The fast path is the one a plain body takes (else the property test above proves nothing), and it
+    validates a set of option values once, not per body."""
+    model = EncodeRequest
+    model.validated_options.clear()
+    body = {"texts": ["a", "b"], "padding": "longest", "truncation": True, "max_length": 8}
+    for texts in (["a", "b"], ["c"]):
+        parsed = parse_body(json.dumps({**body, "texts": texts}).encode(), model)
+        assert parsed.texts == texts and parsed.options().max_length == 8
+    assert len(model.validated_options) == 1
+    parse_body(json.dumps({**body, "max_length": 9}).encode(), model)
+    assert len(model.validated_options) == 2
+    # equal as Python values, not as JSON: a remembered `1` must not let `true` through, nor `true` a `1`
+    for accepted, refused in (({"stride": 1}, {"stride": True}), ({"return_length": True}, {"return_length": 1})):
+        parse_body(json.dumps({"texts": ["a"], **accepted}).encode(), model)
+        with pytest.raises(ServiceError, match=next(iter(refused))):
+            parse_body(json.dumps({"texts": ["a"], **refused}).encode(), model)
+
+
+@pytest.mark.parametrize(
+    "arrays",
+    [
+        {"input_ids": np.arange(12, dtype=np.int64).reshape(3, 4), "attention_mask": np.ones((3, 4), dtype=np.int64)},
+        {"offset_mapping": np.arange(24, dtype=np.int64).reshape(3, 4, 2)[:, ::2], "length": np.array([4, 4, 4])},
+        {"input_ids": np.zeros((2, 0), dtype=np.int64), "row_lengths": np.zeros(0, dtype=np.int64)},
+        {"assistant_masks": np.array([[True, False]]), "x": np.array(7, dtype=np.int32)},
+    ],
+    ids=["rows", "views", "empty", "other dtypes"],
+)
+def test_safetensors_blobs_read_back_as_safetensors_own(arrays):
+    """The answer's blob, written in one copy, is read by safetensors itself (and by the client's own reader)
+    as the arrays and metadata ``safetensors.numpy.save`` would carry, every array 8-byte aligned."""
+    from safetensors import safe_open
+
+    from service.client.results import arrays_from_safetensors
+    from service.http.responses import safetensors_bytes
+
+    metadata = {"fingerprint": "sha256:" + "ab" * 32}
+    blob = safetensors_bytes(arrays, metadata)
+    read = load_safetensors(blob)
+    assert set(read) == set(arrays)
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(read[name], array, strict=True)
+    assert (8 + int.from_bytes(blob[:8], "little")) % 8 == 0
+    with tempfile.NamedTemporaryFile(suffix=".safetensors") as file:
+        file.write(blob)
+        file.flush()
+        with safe_open(file.name, framework="np") as opened:
+            assert opened.metadata() == metadata
+    ours = arrays_from_safetensors(blob, "test")
+    for name, array in arrays.items():
+        np.testing.assert_array_equal(ours[name], array, strict=True)

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from service.engine.parallelism import available_cpus
 from testkit.servers import REPO
 
 PLOTS = (
@@ -29,6 +30,7 @@ SECTIONS = (
     "scenario6",
     "scenario7",
     "scenario8",
+    "split",
     "servers",
     "rss_soak",
     "targets",
@@ -96,6 +98,10 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
         assert {"s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"} <= {
             t["target"] for t in results["targets"]
         }
+    split = results["split"]  # one server's CPU per batch by thread (benchmarks.cpu_split)
+    assert "failed" not in split and "skipped" not in split, split
+    assert all(row["figures"]["this checkout"]["gil_side_ms"] > 0 for row in split["data"]["corpora"])
+    assert any(row["scenario"] == "split" for row in results["table"])
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name
 
@@ -157,3 +163,55 @@ def test_launch_benchmark_smoke_run_measures_every_part(tmp_path):
         "launched / tcp",
     }
     assert all(figures["launch_seconds"] > 0 for figures in results["startup"].values())
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_cpu_split_smoke_run_tells_the_threads_apart(tmp_path):
+    """benchmarks.cpu_split --smoke, against this very checkout too: every figure of the split is there and
+    plausible -- the event loop, the tokenizer thread (and its Rust call) and the Rust pool each spent CPU,
+    the pool most of it, and the native threads that predate the tokenizer next to none."""
+    out = tmp_path / "split.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.cpu_split", "--smoke", "--against", str(REPO), "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(out.read_text())
+    assert len(results["meta"]["checkouts"]) == 2
+    (row,) = results["corpora"]
+    assert row["figures"]["1 worker"]["cpu_ms"] > 0
+    for checkout in results["meta"]["checkouts"]:
+        split = row["figures"][checkout]
+        assert split["batches"] > 0
+        assert split["event_loop_ms"] > 0 and split["tokenizer_thread_ms"] > 0
+        assert 0 < split["in_encode_call_ms"] < split["tokenizer_thread_ms"]
+        assert split["rust_pool_ms"] > split["gil_side_ms"] > 0
+        assert split["other_native_ms"] < 0.1 * split["process_ms"]
+        assert split["ceiling_batches_per_s"] == pytest.approx(1000 / split["gil_side_ms"])
+    assert "GIL side ms/batch, each checkout against this checkout" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_rust_instances_smoke_run_measures_every_variant_at_every_core_count(tmp_path):
+    """benchmarks.rust_instances --smoke: one rayon pool against several instances (a batch each, a batch
+    split), each at 1 core and at every usable core, in processes pinned to those cores."""
+    out = tmp_path / "instances.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.rust_instances", "--smoke", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    cells = json.loads(out.read_text())["cells"]
+    variants = {"pool", "instances, a batch each", "instances, a batch split"}
+    assert {cell["variant"] for cell in cells} == variants
+    assert {cell["cores"] for cell in cells} == {1, available_cpus()}
+    assert all(cell["texts_per_s"] > 0 and cell["cpu_ms_per_batch"] > 0 for cell in cells)
+    assert all(cell["vs_pool"] == 1.0 for cell in cells if cell["variant"] == "pool")

@@ -228,6 +228,58 @@ def test_calls_are_spread_round_robin():
     assert {host: hosts.count(host) for host in set(hosts)} == {"a:1": 10, "b:1": 10, "c:1": 10}
 
 
+def test_calls_go_to_the_endpoint_with_the_fewest_outstanding():
+    """Least outstanding requests in this process, not round-robin: while one replica is busy with a slow call,
+    the calls made meanwhile go to the idle one (round-robin would queue every other one behind the slow call)."""
+    slow_started, release = threading.Event(), threading.Event()
+
+    def script(request: Request, n: int) -> Response:
+        if "//a:1" in request.url:
+            slow_started.set()
+            release.wait(2.0)  # a long batch on replica a (bounded: the wrong variant must fail, not hang)
+        return ok()
+
+    recorder = Recorder(script)
+    client = TokenizerClient(["http://a:1", "http://b:1"], transport=MockTransport(recorder))
+    while not slow_started.is_set():  # one call that lands on a (ties go in rotation: at most two calls)
+        caller = threading.Thread(target=client, args=(["slow"],), daemon=True)
+        caller.start()
+        caller.join(0.2)
+    before = len(recorder.requests)
+    for _ in range(10):
+        client(["x"])
+    meanwhile = recorder.hosts()[before:]
+    release.set()
+    caller.join(5)
+    assert meanwhile == ["b:1"] * 10, meanwhile
+    for _ in range(10):  # a's slow call answered: nothing is counted on it any more, calls spread again
+        client(["x"])
+    spread = recorder.hosts()[-10:]
+    assert sorted({host: spread.count(host) for host in spread}.values()) == [5, 5]
+
+
+def test_a_call_that_raises_is_no_longer_counted_on_its_endpoint():
+    raised = []
+
+    def script(request: Request, n: int) -> Response:
+        if "//a:1" in request.url and not raised:
+            raised.append(n)
+            raise RuntimeError("a bug below the client")  # not a TransportError: the call ends with it
+        return ok()
+
+    recorder = Recorder(script)
+    client = TokenizerClient(["http://a:1", "http://b:1"], retry=FAST, transport=MockTransport(recorder))
+    while not raised:  # (ties go in rotation: at most two calls)
+        try:
+            client(["x"])
+        except RuntimeError:
+            pass
+    for _ in range(20):
+        client(["x"])
+    hosts = recorder.hosts()[-20:]
+    assert {host: hosts.count(host) for host in set(hosts)} == {"a:1": 10, "b:1": 10}  # no call left counted on a
+
+
 def test_failover_sets_a_dead_endpoint_aside():
     def script(request: Request, n: int) -> Response:
         if "//a:1" in request.url:

@@ -20,6 +20,7 @@ import yaml
 from service.engine.bounds import CostModel
 from service.engine.memory import MIB, default_memory_budget
 from service.http.settings import ENV_PREFIX, Settings
+from service.sizing import CORES_PER_REPLICA
 from testkit import jobs
 from testkit.engine import memory_limit_for_budget
 
@@ -190,6 +191,18 @@ def test_rust_threads_come_from_the_cpu_limit(overlay: Rendered):
     assert re.fullmatch(r"[1-9]\d*", str(limits["cpu"])), f"CPU limit {limits['cpu']!r} is not a whole number"
     assert str(requests["cpu"]) == str(limits["cpu"]), "requests == limits: Guaranteed QoS, HPA measured on it"
     assert "memory" in limits and str(requests["memory"]) == str(limits["memory"])
+
+
+def test_a_pod_is_one_process_and_gets_no_more_cpu_than_one_process_keeps_busy(overlay: Rendered):
+    """Replicas stay pods in Kubernetes: one server process per pod (no --replicas), and its CPU limit within the
+    cores one process keeps busy (service.sizing.CORES_PER_REPLICA): past it the cores are wasted, add pods."""
+    container = overlay.container
+    limit = int(str(container["resources"]["limits"]["cpu"]))
+    assert limit <= CORES_PER_REPLICA, f"{overlay.name}: {limit} CPUs, one process keeps {CORES_PER_REPLICA} busy"
+    names = {e["name"] for e in container.get("env", [])} | set(overlay.settings())
+    assert ENV_PREFIX + "REPLICAS" not in names, "replicas are pods here (the HPA's), not processes of one pod"
+    for said in ("docs/guides/deploying.md", "deploy/base/deployment.yaml"):  # what they say follows the figure
+        assert f"about {CORES_PER_REPLICA} cores" in (REPO / said).read_text(), said
 
 
 MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}

@@ -27,10 +27,10 @@ import pytest
 import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient
-from service.launch import supervisor
 from service.launch.rendezvous import Record, ServicePaths, launch_directory
 from service.launch.supervisor import ServeCommand
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
+from testkit.launching import kill, private_launch_directory, wait_gone
 from testkit.servers import REPO, alive, script_env
 
 pytestmark = pytest.mark.slow  # every test launches services and runs training scripts in fresh interpreters
@@ -38,41 +38,11 @@ pytestmark = pytest.mark.slow  # every test launches services and runs training 
 TEXTS = ["今天天气很好", "The weather is nice today.", "质量太差了，不推荐", "一般般吧 so-so"]
 
 
-def serves(pid: int, socket_path: Path) -> bool:
-    """Whether ``pid`` is a server on ``socket_path`` (read here, not with the code under test)."""
-    try:
-        return str(socket_path).encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
-def wait_gone(pid: int, seconds: float = 15.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return not alive(pid)
-
-
-def kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
 @pytest.fixture
 def launch_dir(monkeypatch) -> Iterator[Path]:
-    folder = Path(tempfile.mkdtemp(prefix="tsl-", dir="/tmp"))
-    monkeypatch.setenv(LAUNCH_DIR_ENV, str(folder))
-    yield folder
-    supervisor._let_go_of_everything()  # a failed test must not leave this process owning a service
-    for record in folder.glob("*.json"):  # nor a server running (a record's pid is killed only if it serves)
-        data = Record.read(str(record))
-        if data is not None and data.pid != os.getpid() and serves(data.pid, record.with_suffix(".sock")):
-            kill(data.pid)
-    for path in folder.iterdir():
-        path.unlink()
-    folder.rmdir()
+    with private_launch_directory() as folder:
+        monkeypatch.setenv(LAUNCH_DIR_ENV, str(folder))
+        yield folder
 
 
 def run_script(source: str, *args: str, env: dict[str, str], timeout: float = 150) -> dict:

@@ -87,9 +87,12 @@ def test_pretokenize_on_every_instance_through_its_own_sidecar_or_a_deployed_ser
     stops it; node 0 writes the manifest. Then the same job through a deployed service's URL: the same
     objects."""
     job = ["s3://sm-corpus/web/", "--format", "flat", "--unit-bytes", "32K", "--progress", "none"]
-    errors = instances(s3, tmp_path, ["pretokenize", "--", *job, "--out", "s3://sm-out/sidecar"], hosts=2)
+    # --replicas auto is one process on this machine's 2 cores: two replicas run the many-core instance's path
+    sidecar_args = ["pretokenize", "--serve-arg=--replicas=2", "--", *job, "--out", "s3://sm-out/sidecar"]
+    errors = instances(s3, tmp_path, sidecar_args, hosts=2)
     for err in errors:
         assert "sagemaker: starting the sidecar: tokenizer-service serve on http://127.0.0.1:" in err
+        assert " with 2 replicas (pids " in err  # serve --replicas said the whole set is up
         assert "sagemaker: sidecar stopped (status 0)" in err
     sidecar = s3.tree("sm-out/sidecar")
     assert json.loads(sidecar["manifest.json"])["totals"]["documents"] == s3.documents

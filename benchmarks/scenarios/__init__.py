@@ -8,7 +8,9 @@
 - :mod:`~benchmarks.scenarios.long_texts` (scenario 4): tokens/s vs text length;
 - :mod:`~benchmarks.scenarios.padding` (scenario 5): random vs token-budget vs packed batches through a
   DataLoader, and ``/lengths`` vs ``/encode`` (``benchmarks.padding_compare``);
-- :mod:`~benchmarks.scenarios.rss_soak` ("rss"): server memory under rounds of the same load.
+- :mod:`~benchmarks.scenarios.rss_soak` ("rss"): server memory under rounds of the same load;
+- :mod:`~benchmarks.scenarios.cpu_split` ("split"): one server process's CPU per batch, the GIL side against
+  the Rust pool (``benchmarks.cpu_split``).
 
 :mod:`~benchmarks.scenarios.measuring` holds what they share: the request options, the interleaved rounds
 and the medians over them; :mod:`~benchmarks.scenarios.own_process` runs the scenarios that need a process of

@@ -27,9 +27,12 @@ from benchmarks.progress import log
 from testkit.servers import REPO
 
 
-def run_module(module: str, label: str, out_dir: Path, smoke: bool, timeout: float) -> dict[str, Any]:
-    """Run ``benchmarks.<module>``; its figures, or why it was skipped or failed. ``label`` names it in logs."""
-    if importlib.util.find_spec("torch") is None:
+def run_module(
+    module: str, label: str, out_dir: Path, smoke: bool, timeout: float, *, needs_torch: bool = True
+) -> dict[str, Any]:
+    """Run ``benchmarks.<module>``; its figures, or why it was skipped or failed. ``label`` names it in logs;
+    ``needs_torch``: skipped without torch (the DataLoader scenarios)."""
+    if needs_torch and importlib.util.find_spec("torch") is None:
         return {"skipped": "torch is not installed (the DataLoader comparison needs torch.utils.data)"}
     target = out_dir / f"{module}.json"
     command = [sys.executable, "-m", f"benchmarks.{module}", "--out", str(target)]

@@ -14,8 +14,11 @@ need (``--format parquet`` needs pyarrow: the ``pipeline`` extra) and the instan
 
 ``pretokenize`` needs the service: without ``--url``, each instance starts its own (``tokenizer-service serve``
 on 127.0.0.1, a sidecar process in the same container: a Processing job runs one container per instance),
-waits until it is ready, pre-tokenizes its share through it and stops it. Temporary files (spooled uploads,
-counting spills) go to the job's ML storage volume (``/opt/ml/processing``) when it is writable.
+waits until it is ready, pre-tokenizes its share through it and stops it. The sidecar runs ``--replicas auto``:
+one server process per ``service.sizing.CORES_PER_REPLICA`` cores of the instance (an ml.m5.24xlarge's 96
+vCPUs are more than one process keeps busy), all on its one port; ``--serve-arg=--replicas=N`` overrides it.
+Temporary files (spooled uploads, counting spills) go to the job's ML storage volume (``/opt/ml/processing``)
+when it is writable.
 
 Exit status: the job's (0 done, 1 failed, 2 wrong arguments, 3 worker 0 gave up waiting), or 1 when the
 checks before the start failed or the sidecar did not become ready. It runs with the image's Python, which
@@ -39,6 +42,8 @@ from pathlib import Path
 
 #: Where SageMaker mounts the job's ML storage volume (``volume_size_in_gb``) in a Processing container.
 PROCESSING_VOLUME = Path("/opt/ml/processing")
+#: How the sidecar scales with the instance: as many server processes as its cores keep busy.
+SIDECAR_SCALING = ("--replicas", "auto")
 
 
 def log(message: str) -> None:
@@ -145,8 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return subprocess.call(command, env=env)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    serve = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    serve += [*(["--model", args.model] if args.model else []), *args.serve_arg]
+    serve = [sys.executable, "-m", "service", "serve", "--host", "127.0.0.1", "--port", str(port), *SIDECAR_SCALING]
+    serve += [*(["--model", args.model] if args.model else []), *args.serve_arg]  # (a flag given twice: the last wins)
     log(f"starting the sidecar: tokenizer-service serve on {url}")
     server = subprocess.Popen(serve, env=env)
     try:

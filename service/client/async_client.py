@@ -68,22 +68,25 @@ class AsyncTokenizerClient(_ClientBase):
 
     async def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._endpoints, self.retry, call.what)
-        while True:
-            endpoint, wait = attempts.next()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            request = self._request(call, endpoint.url)
-            try:
-                response = await self._transport.handle_async_request(request)
-            except TransportError as exc:
-                attempts.failed(endpoint, exc)
-                continue
-            busy = retried_rejection(response, request.url, call.method)
-            if busy is not None:
-                attempts.failed(endpoint, busy, busy.retry_after)
-                continue
-            attempts.succeeded(endpoint)
-            return finish(call, response, request.url, self.expected_fingerprint)
+        try:
+            while True:
+                endpoint, wait = attempts.next()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                request = self._request(call, endpoint.url)
+                try:
+                    response = await self._transport.handle_async_request(request)
+                except TransportError as exc:
+                    attempts.failed(endpoint, exc)
+                    continue
+                busy = retried_rejection(response, request.url, call.method)
+                if busy is not None:
+                    attempts.failed(endpoint, busy, busy.retry_after)
+                    continue
+                attempts.succeeded(endpoint)
+                return finish(call, response, request.url, self.expected_fingerprint)
+        finally:
+            attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted
 
     async def encode(
         self,

@@ -280,22 +280,25 @@ class TokenizerClient(_ClientBase):
 
     def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._endpoints, self.retry, call.what)
-        while True:
-            endpoint, wait = attempts.next()
-            if wait > 0:
-                time.sleep(wait)
-            request = self._request(call, endpoint.url)
-            try:
-                response = self._transport.handle_request(request)
-            except TransportError as exc:
-                attempts.failed(endpoint, exc)
-                continue
-            busy = retried_rejection(response, request.url, call.method)
-            if busy is not None:
-                attempts.failed(endpoint, busy, busy.retry_after)
-                continue
-            attempts.succeeded(endpoint)
-            return finish(call, response, request.url, self.expected_fingerprint)
+        try:
+            while True:
+                endpoint, wait = attempts.next()
+                if wait > 0:
+                    time.sleep(wait)
+                request = self._request(call, endpoint.url)
+                try:
+                    response = self._transport.handle_request(request)
+                except TransportError as exc:
+                    attempts.failed(endpoint, exc)
+                    continue
+                busy = retried_rejection(response, request.url, call.method)
+                if busy is not None:
+                    attempts.failed(endpoint, busy, busy.retry_after)
+                    continue
+                attempts.succeeded(endpoint)
+                return finish(call, response, request.url, self.expected_fingerprint)
+        finally:
+            attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted
 
     def encode(
         self,
@@ -599,9 +602,17 @@ class TokenizerClient(_ClientBase):
 
         ``options``: the client's (``timeout``, ``retry``, ``headers``, ``transport``, ``api_key``,
         ``expected_fingerprint``), ``start_timeout`` (seconds to wait for a ready service, default 300),
-        ``python`` (the interpreter that runs the server, default this one), and every setting of
-        ``tokenizer-service serve`` by its name (``threads=8``, ``memory_budget_mib=2048``, ``revision=...``).
-        One service per tokenizer and settings per machine: the local ranks of a torchrun job share one.
+        ``python`` (the interpreter that runs the server, default this one), ``replicas`` (below), and every
+        setting of ``tokenizer-service serve`` by its name (``threads=8``, ``memory_budget_mib=2048``,
+        ``revision=...``). One service per tokenizer and settings per machine: the local ranks of a torchrun job
+        share one.
+
+        ``replicas=K`` (or ``"auto"``: one per ``service.sizing.CORES_PER_REPLICA`` cores this process may use)
+        starts K servers instead of one, for a machine whose cores one process cannot keep busy: each gets an
+        equal share of the cores for its Rust pool (``threads=`` sets each one's) and of the memory limit; the
+        client sends each call to the one with the fewest calls outstanding, and when one dies its calls go to
+        the others while it is relaunched. All serve one fingerprint, or the launch fails. ``replicas`` must be
+        1 or more (a ValueError says so); more than the cores warns (RuntimeWarning) what it costs.
         It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the
         ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log; a
         service that dies is relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError``

@@ -6,8 +6,10 @@ spent. The sync and async clients share it and differ only in how they sleep and
 
 Policy, in one place:
 
-- Calls are spread over the URLs round-robin, from a random start in each process (so DataLoader workers
-  do not all begin on the same replica).
+- Each call goes to the URL with the fewest calls outstanding in this process (least outstanding requests,
+  not round-robin: a replica busy with a long batch gets the next call only once the others are as busy);
+  ties go round-robin, from a random start in each process (so DataLoader workers do not all begin on the
+  same replica, and calls made one at a time still spread evenly).
 - A failed endpoint is set aside ("cooling down") for a while: for ``Retry-After`` seconds when the
   server said so (429/503), else for an exponential backoff with full jitter (a random wait between 0 and
   ``min(backoff_max, backoff_initial * 2 ** consecutive_failures)``), which grows while it keeps failing
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -74,14 +77,12 @@ class _EndpointState:
     failures: int = 0  # consecutive
     available_at: float = 0.0  # monotonic time before which we prefer not to send here
     unreachable: ConnectError | None = None  # why it could not connect, before any URL ever answered
+    outstanding: int = 0  # calls of this process sent here and not yet answered
 
 
 class Endpoints:
-    """The base URLs of one client with their health, per process (rebuilt after a fork or unpickling).
-
-    Shared by the threads of a process without a lock: a race can only make two calls start on the same
-    endpoint or lose one health update, never break a call.
-    """
+    """The base URLs of one client with their health and load, per process (rebuilt after a fork or
+    unpickling), shared by the threads of the process under one lock."""
 
     def __init__(self, urls: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
         if not urls:
@@ -91,29 +92,43 @@ class Endpoints:
         self._pid: int | None = None
         self._states: list[_EndpointState] = []
         self._next = 0
+        self._lock = threading.Lock()
         #: Whether any URL has answered (any HTTP status) once. Kept across forks and pickling: a DataLoader
         #: worker of a process that reached the service meets an outage, not a wrong URL.
         self.answered = False
 
     def __getstate__(self) -> dict[str, Any]:
-        fresh: dict[str, Any] = {"_pid": None, "_states": [], "_next": 0}
-        return {"urls": self.urls, "clock": self.clock, "answered": self.answered, **fresh}
+        return {"urls": self.urls, "clock": self.clock, "answered": self.answered}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.urls, self.clock, self.answered = state["urls"], state["clock"], state["answered"]
+        self._pid, self._states, self._next, self._lock = None, [], 0, threading.Lock()
 
     def _current(self) -> list[_EndpointState]:
         if self._pid != os.getpid():
+            # a fresh process (forked: another thread may have held the lock at the fork; its counts are the parent's)
+            self._lock = threading.Lock()
             self._pid = os.getpid()
             self._states = [_EndpointState(url) for url in self.urls]
             self._next = random.randrange(len(self.urls))  # each process starts somewhere else
         return self._states
 
     def choose(self, avoid: _EndpointState | None = None) -> tuple[_EndpointState, float]:
-        """The next endpoint in rotation that is not cooling down (preferring one other than ``avoid``),
-        and how long to wait before using it (0 unless every endpoint is cooling down)."""
+        """The endpoint with the fewest outstanding calls among those not cooling down (ties in rotation;
+        preferring one other than ``avoid``), counted as outstanding from now on, and how long to wait before
+        using it (0 unless every endpoint is cooling down). Each choice is given back by :meth:`done`."""
         states = self._current()
+        with self._lock:
+            state, wait = self._pick(states, avoid)
+            state.outstanding += 1
+        return state, wait
+
+    def _pick(self, states: list[_EndpointState], avoid: _EndpointState | None) -> tuple[_EndpointState, float]:
         now = self.clock()
         count = len(states)
         start = self._next
         self._next = (start + 1) % count
+        best: _EndpointState | None = None
         fallback: _EndpointState | None = None
         for offset in range(count):
             state = states[(start + offset) % count]
@@ -121,17 +136,28 @@ class Endpoints:
                 continue
             if state.available_at <= now:
                 if state is not avoid or count == 1:
-                    return state, 0.0
-                fallback = fallback or state
+                    if best is None or state.outstanding < best.outstanding:
+                        best = state
+                else:
+                    fallback = state
+        if best is not None:
+            return best, 0.0
         if fallback is not None:
             return fallback, 0.0
         reachable = [state for state in states if state.unreachable is None or self.answered] or states
         soonest = min(reachable, key=lambda s: s.available_at)
-        return soonest, soonest.available_at - now
+        return soonest, max(0.0, soonest.available_at - now)
+
+    def done(self, state: _EndpointState) -> None:
+        """A call chosen for ``state`` is over (answered, failed or abandoned)."""
+        with self._lock:
+            if state.outstanding > 0 and self._pid == os.getpid():
+                state.outstanding -= 1
 
     def succeeded(self, state: _EndpointState) -> None:
-        state.failures = 0
-        state.available_at = 0.0
+        with self._lock:
+            state.failures = 0
+            state.available_at = 0.0
         self.answered = True
 
     def unreachable(self) -> list[_EndpointState] | None:
@@ -144,18 +170,20 @@ class Endpoints:
     def failed(
         self, state: _EndpointState, policy: RetryPolicy, retry_after: float | None, error: BaseException | None = None
     ) -> None:
-        if isinstance(error, ConnectError) and not self.answered:
-            state.unreachable = error
-        state.failures += 1
-        if retry_after is not None:
-            pause = min(max(retry_after, 0.0), policy.max_retry_after)
-        else:
-            pause = policy.backoff(state.failures)
-        state.available_at = self.clock() + pause
+        with self._lock:
+            if isinstance(error, ConnectError) and not self.answered:
+                state.unreachable = error
+            state.failures += 1
+            if retry_after is not None:
+                pause = min(max(retry_after, 0.0), policy.max_retry_after)
+            else:
+                pause = policy.backoff(state.failures)
+            state.available_at = self.clock() + pause
 
 
 class Attempts:
-    """The tries of one call: ``next()`` -> (endpoint, wait), ``failed(...)``, ``succeeded(...)``."""
+    """The tries of one call: ``next()`` -> (endpoint, wait), then ``failed(...)`` or ``succeeded(...)``;
+    ``close()`` once the call is over (it gives back the try still counted as outstanding, if any)."""
 
     def __init__(self, endpoints: Endpoints, policy: RetryPolicy, what: str) -> None:
         self.endpoints = endpoints
@@ -166,18 +194,22 @@ class Attempts:
         self.tried: list[str] = []
         self.last_error: BaseException | None = None
         self._last: _EndpointState | None = None
+        self._outstanding: _EndpointState | None = None  # the try counted on its endpoint now
 
     def next(self) -> tuple[_EndpointState, float]:
         """The endpoint for the next try and the seconds to sleep first; raises RetriesExhausted."""
+        self.close()
         unreachable = self.endpoints.unreachable()
         if unreachable is not None:
             raise self._unreachable(unreachable)
         if self.count >= self.policy.max_attempts:
             raise self._exhausted(f"after {self.count} tries")
         state, wait = self.endpoints.choose(avoid=self._last)
+        self._outstanding = state
         if self.count > 0:
             elapsed = self.endpoints.clock() - self.started
             if elapsed + wait > self.policy.deadline:
+                self.close()
                 raise self._exhausted(
                     f"after {self.count} tries in {elapsed:.1f}s (deadline {self.policy.deadline:g}s)"
                 )
@@ -188,11 +220,19 @@ class Attempts:
         return state, wait
 
     def failed(self, state: _EndpointState, error: TokenizerServiceError, retry_after: float | None = None) -> None:
+        self.close()
         self.last_error = error
         self.endpoints.failed(state, self.policy, retry_after, error)
 
     def succeeded(self, state: _EndpointState) -> None:
+        self.close()
         self.endpoints.succeeded(state)
+
+    def close(self) -> None:
+        """The current try is over: its endpoint has one call fewer outstanding. Idempotent."""
+        state, self._outstanding = self._outstanding, None
+        if state is not None:
+            self.endpoints.done(state)
 
     def _unreachable(self, states: list[_EndpointState]) -> ServiceUnreachable:
         urls = ", ".join(state.url for state in states)

@@ -15,6 +15,8 @@ import enum
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import add
 
 from .encoding import EncodePlan
 
@@ -69,6 +71,17 @@ def utf8_length(text: str) -> int:
     return len(text.encode("utf-8", "surrogatepass"))
 
 
+def utf8_lengths(texts: Sequence[str]) -> list[int]:
+    """:func:`utf8_length` of each text, without a Python call per text (a batch's bounds are read on the
+    event loop): ASCII texts by their length, the others encoded; lone surrogates counted as there."""
+    if all(map(str.isascii, texts)):
+        return list(map(len, texts))
+    try:
+        return list(map(len, map(str.encode, texts)))
+    except UnicodeEncodeError:  # a lone surrogate, which strict UTF-8 refuses
+        return list(map(utf8_length, texts))
+
+
 def held_bytes(texts: Sequence[str]) -> int:
     """What the parsed texts themselves occupy."""
     return sum(map(sys.getsizeof, texts))
@@ -119,19 +132,21 @@ class RequestBounds:
         sequences = 1 if pairs is None else 2
         specials = self.specials[sequences - 1] if plan.add_special_tokens else 0
         truncation = plan.truncation
-        first = list(map(utf8_length, texts))
-        second = list(map(utf8_length, pairs)) if pairs is not None else None
-        untruncated = [b + specials + sequences for b in first]
-        if second is not None:
-            untruncated = [u + b for u, b in zip(untruncated, second, strict=True)]
-        rows = [1] * len(untruncated)
+        first = utf8_lengths(texts)
+        second = utf8_lengths(pairs) if pairs is not None else None
+        extra = specials + sequences
+        if second is None:
+            untruncated = list(map(add, first, repeat(extra)))
+        else:
+            untruncated = [a + b + extra for a, b in zip(first, second, strict=True)]
+        rows: list[int] | None = None  # None: one row per input (no overflow)
         row_length = untruncated
         if truncation is not None:
             most = truncation.max_length
             # truncation never drops the special tokens, and an overflow row holds at least one token more;
             # max_length=0 truncates nothing (tokenizers' own reading of 0)
             if most > 0:
-                row_length = [min(u, max(most, specials + 1)) for u in untruncated]
+                row_length = list(map(min, untruncated, repeat(max(most, specials + 1))))
             if plan.with_overflow:
                 fixed: list[int] | None = None
                 if second is not None and truncation.strategy == "only_second":
@@ -145,29 +160,35 @@ class RequestBounds:
                         continue
                     step = most - specials - truncation.stride - (fixed[i] if fixed is not None else 0)
                     rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))
-        held = [r * n for r, n in zip(rows, row_length, strict=True)]  # the encodings Rust keeps
-        positions = sum(held)
+        # the encodings Rust keeps
+        held = row_length if rows is None else [r * n for r, n in zip(rows, row_length, strict=True)]
+        row_count = len(row_length) if rows is None else sum(rows)
+        held_total = positions = sum(held)
         if plan.padded:
             target = plan.pad_target or 0
             target = max(target, max(row_length, default=0))
             multiple = plan.pad_to_multiple_of
             if multiple and target % multiple:
                 target += multiple - target % multiple
-            positions = max(positions, sum(rows) * target)
+            positions = max(positions, row_count * target)
         columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key not in ("length",))
         if not output:  # a count answers one int per row, not the rows
             columns = 0
         # Rust holds, per input, the encodings it keeps plus (while it works) the untruncated one
-        rust = [h + u for h, u in zip(held, untruncated, strict=True)]
-        slices, largest_slice = self.slices(rust)
+        rust_total = held_total + sum(untruncated)
+        if rust_total <= self.slice_tokens:  # one slice (what self.slices says without the list per input)
+            slices: tuple[int, ...] = ()
+            largest_slice = rust_total
+        else:
+            slices, largest_slice = self.slices(list(map(add, held, untruncated)))
         inputs = held_bytes(texts) + (held_bytes(pairs) if pairs is not None else 0)
         cost = (
             inputs
             + largest_slice * costs.rust_per_token
             + positions * columns * costs.out_per_position_column
-            + sum(rows) * 256
+            + row_count * 256
         )
-        return EncodeBound(cost, slices, positions, sum(rows))
+        return EncodeBound(cost, slices, positions, row_count)
 
     def tokenize(
         self, texts: Sequence[str], pairs: Sequence[str] | None, add_special_tokens: bool, sequence_ids: bool
@@ -176,9 +197,9 @@ class RequestBounds:
         costs = self.costs
         sequences = 1 if pairs is None else 2
         specials = self.specials[sequences - 1] if add_special_tokens else 0
-        text_bytes = list(map(utf8_length, texts))
+        text_bytes = utf8_lengths(texts)
         if pairs is not None:
-            text_bytes = [b + utf8_length(pair) for b, pair in zip(text_bytes, pairs, strict=True)]
+            text_bytes = list(map(add, text_bytes, utf8_lengths(pairs)))
         tokens = [b + specials + sequences for b in text_bytes]
         slices, largest_slice = self.slices(tokens)
         total = sum(tokens)

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -238,11 +239,17 @@ def extract_rows(encodings: Sequence[Any], plan: EncodePlan) -> EncodedRows:
         attribute = _ROW_COLUMNS.get(key)
         if attribute is None:
             continue
-        values = (getattr(e, attribute) for e in rows)
+        values = map(attrgetter(attribute), rows)
         if key == "offset_mapping":
             flat = np.fromiter(chain.from_iterable(chain.from_iterable(values)), dtype=np.int64, count=2 * total)
             columns[key] = flat.reshape(total, 2)
+        elif key == "token_type_ids" and sum(map(sum, values)) == 0:
+            # mostly all 0 (a single sequence): summing the lists (ids are never negative) costs half of reading
+            # them into the array, and takes them one at a time (a list per row alive at once would make the
+            # collector run); others are read again, as every column is
+            columns[key] = np.zeros(total, dtype=np.int64)
         else:
+            values = map(attrgetter(attribute), rows)  # (a fresh pass: the test above consumed one)
             columns[key] = np.fromiter(chain.from_iterable(values), dtype=np.int64, count=total)
     if plan.with_overflow:
         top_longest = max((len(e) for e in encodings), default=0)

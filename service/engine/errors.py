@@ -1,7 +1,7 @@
 """The engine's error vocabulary.
 
 The engine raises :class:`ServiceError` with an :class:`ErrorKind`: what a caller of the engine can get
-wrong, or what the engine cannot do right now. The web layer adds the kinds only HTTP has
+wrong, or what the engine cannot do right now. The web layer raises the same error with the kinds only HTTP has
 (``service.http.errors``) and answers every kind with the status the one table of the wire contract gives its
 value (``service.wire.ERROR_TYPES``). Nothing here knows about HTTP.
 """
@@ -24,9 +24,11 @@ class ErrorKind(str, enum.Enum):
 
 
 class ServiceError(Exception):
-    """An error with a kind and a message that tells the caller what to fix."""
+    """An error with a kind and a message that tells the caller what to fix: the one error of the engine and of
+    the layers above it. ``kind``: an :class:`ErrorKind`, or a kind of a layer above (the web layer's
+    ``HttpErrorKind``); its value is an ``error_type`` of ``service.wire.ERROR_TYPES``."""
 
-    def __init__(self, kind: ErrorKind, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, kind: enum.Enum, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message

@@ -1,46 +1,22 @@
 """Rust thread-pool sizing and the at-fork guard.
 
 The whole point of the service is that one process keeps the Rust tokenizer's rayon pool busy and never
-forks. This module sizes that pool from the CPUs the process may really use (affinity and cgroup quota)
-and counts any fork that happens after the tokenizer is loaded.
+forks. This module sizes that pool from the CPUs the process may really use (affinity and cgroup quota:
+:func:`service.sizing.available_cpus`, shared with the launcher) and counts any fork that happens after the
+tokenizer is loaded.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
-from pathlib import Path
+
+from ..sizing import available_cpus
+
+__all__ = ["available_cpus", "configure_rust_parallelism", "parallelism_enabled", "ForkGuard"]
 
 logger = logging.getLogger(__name__)
-
-
-def available_cpus() -> int:
-    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota if one is set."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cpus = os.cpu_count() or 1
-    quota = _cgroup_cpu_quota()
-    if quota is not None:
-        cpus = min(cpus, max(1, math.ceil(quota)))
-    return max(1, cpus)
-
-
-def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """The CPU quota in cores from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; None when unlimited."""
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    try:
-        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
-        return None if quota_us <= 0 else quota_us / period_us
-    except (OSError, ValueError):
-        return None
 
 
 def configure_rust_parallelism(threads: int) -> None:

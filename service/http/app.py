@@ -19,7 +19,6 @@ from .. import __version__
 from ..engine import ErrorKind, LoadedTokenizer, ServiceError
 from ..wire import AUTH_SCHEME, PLAYGROUND_PATH
 from .api_docs import DOCS_PATH, ApiDocs, declare_bearer_auth
-from .errors import HttpError
 from .middleware import OPEN_PATHS, BearerAuth, CatchAll, ReleaseAfterSend, RequestMetrics
 from .playground import Playground
 from .responses import KIND_BY_STATUS, answer_error, error_response
@@ -63,8 +62,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
 
     # -- errors: one shape for all ----------------------------------------------------------------------
     @app.exception_handler(ServiceError)
-    @app.exception_handler(HttpError)
-    async def _service_error(request: Request, exc: ServiceError | HttpError) -> Response:
+    async def _service_error(request: Request, exc: ServiceError) -> Response:
         return answer_error(exc)
 
     @app.exception_handler(StarletteHTTPException)

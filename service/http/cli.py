@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..engine import TokenizerLoadError, available_cpus, configure_rust_parallelism, load_tokenizer
+from ..engine import TokenizerLoadError, configure_rust_parallelism, load_tokenizer
 from ..engine.loading import describe_source
 from ..exits import EXIT_INTERRUPTED
 from ..suggestions import ArgumentParser
@@ -37,6 +37,8 @@ REFUSED_FLAGS = {
 
 def _flag_type(annotation: Any) -> Any:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) > 1:
+        return str  # a number or a word (--replicas 4, --replicas auto): the settings read it
     base = args[0] if args and (typing.get_origin(annotation) in (typing.Union, types.UnionType)) else annotation
     if getattr(base, "__name__", "") == "SecretStr":
         return str
@@ -88,25 +90,49 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
         print(f"{prog}: invalid settings\n" + "\n".join(lines), file=sys.stderr)
         return 2
 
-    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    who = " [pid %(process)d]" if settings.replicas != 1 or settings.replica_of != 1 else ""  # replicas share a log
+    log_format = f"%(asctime)s %(levelname)s{who} %(name)s: %(message)s"
+    logging.basicConfig(level=settings.log_level.upper(), format=log_format)
+    if settings.replicas != 1:
+        from .replicas import serve_replicas
+
+        status = serve_replicas(settings, given, prog)
+        if status is not None:
+            return status  # else one replica is what the cores allow: this process serves, as without --replicas
     # Said at once: loading takes seconds (a hub download minutes); the launcher says the URL once it listens.
     logger.info("loading %s", describe_source(settings.model, settings.revision))
-    from .server import OwnersWatch, SocketFile, bind_listener, bind_unix_listener, connection_guard, run
+    from .server import (
+        OwnersWatch,
+        SocketFile,
+        bind_listener,
+        bind_unix_listener,
+        connection_guard,
+        run,
+    )
 
-    socket_file: SocketFile | None = None
+    socket_files: list[SocketFile] = []
+    listeners = []
     where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
     try:  # before the tokenizer loads (that can take minutes): a port in use fails at once
         if settings.uds is not None:
             listener, socket_file = bind_unix_listener(settings.uds)
-        else:
-            listener = bind_listener(settings.host, settings.port)
+            listeners.append(listener)
+            socket_files.append(socket_file)
+        if settings.uds is None or settings.reuse_port:  # a replica: the shared port, and its own socket
+            where = f"{settings.host}:{settings.port}"
+            listeners.append(bind_listener(settings.host, settings.port, reuse_port=settings.reuse_port))
     except OSError as exc:
+        for listener in listeners:
+            listener.close()
+        for socket_file in socket_files:
+            socket_file.remove()
         print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
     def leave_unserved() -> None:
-        listener.close()
-        if socket_file is not None:
+        for listener in listeners:
+            listener.close()
+        for socket_file in socket_files:
             socket_file.remove()
 
     def stop_loading() -> None:  # the owners left while the tokenizer was loading: nothing to drain
@@ -116,7 +142,7 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
 
     owners = OwnersWatch(settings.owners_file, stop_loading).start() if settings.owners_file else None
     # Parallelism must be configured before tokenizers touches its rayon pool.
-    threads = settings.threads or available_cpus()
+    threads = settings.rust_threads()
     configure_rust_parallelism(threads)
     started = time.monotonic()
     try:
@@ -149,7 +175,7 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
         run(
             app,
             runtime,
-            listener=listener,
+            listeners=listeners,
             log_level=settings.log_level,
             access_log=settings.access_log,
             grace_seconds=settings.graceful_shutdown_seconds,
@@ -157,10 +183,13 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
             guard=guard,
             keep_alive_seconds=settings.keep_alive_seconds,
             http_protocol=settings.http_protocol,
-            socket_file=socket_file,
+            socket_files=socket_files,
             owners=owners,
+            # launch()'s servers drain for nobody; a replica of `serve --replicas` (owned by its parent, so as not
+            # to outlive it) drains for the clients of its port, as serve does
+            private=owners is not None and not settings.reuse_port,
         )
     finally:
-        if socket_file is not None:
+        for socket_file in socket_files:
             socket_file.remove()  # (the drain removed it already, unless interrupted otherwise)
     return 0

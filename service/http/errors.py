@@ -1,10 +1,10 @@
-"""The errors only the web layer raises: what goes wrong with a request as HTTP -- a malformed request line,
-headers over the limit or too slow to arrive, a missing API key, an unknown path or method, a body or answer
+"""The kinds of error only the web layer meets: what goes wrong with a request as HTTP -- a malformed request
+line, headers over the limit or too slow to arrive, a missing API key, an unknown path or method, a body or answer
 in a media type the route cannot read or give, a client that left -- which the engine never meets.
 
-The engine's kinds (:class:`service.engine.errors.ErrorKind`) and these share one status table
-(``service.wire.ERROR_TYPES``, keyed by a kind's value: the ``error_type`` a client reads) and one error body
-shape (:mod:`service.http.responses`).
+They are raised as the engine's own error (:class:`service.engine.errors.ServiceError`) with one of these kinds:
+the engine's kinds and these share one status table (``service.wire.ERROR_TYPES``, keyed by a kind's value: the
+``error_type`` a client reads) and one error body shape (:mod:`service.http.responses`).
 """
 
 from __future__ import annotations
@@ -30,16 +30,3 @@ class HttpErrorKind(str, enum.Enum):
 
 #: Every kind of error the service answers with.
 AnyErrorKind = ErrorKind | HttpErrorKind
-
-
-class HttpError(Exception):
-    """An HTTP-level error with a kind and a message that tells the caller what to fix."""
-
-    def __init__(self, kind: HttpErrorKind, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.retry_after = retry_after
-
-    def __repr__(self) -> str:
-        return f"HttpError({self.kind.value!r}, {self.message!r})"

@@ -7,8 +7,9 @@ JSON by accident (a form or a UTF-16 body would otherwise fail later with a conf
 
 from __future__ import annotations
 
+from ..engine.errors import ServiceError
 from ..wire import JSON_MEDIA_TYPE, RAGGED_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
-from .errors import HttpError, HttpErrorKind
+from .errors import HttpErrorKind
 
 _JSON_SUFFIX = "+json"
 
@@ -72,7 +73,7 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
     """Refuse (415) a body that is not JSON in UTF-8 without compression. No ``Content-Type`` is taken as
     JSON; ``application/json``, any ``+json`` type and ``charset=utf-8`` are accepted."""
     if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):
-        raise HttpError(
+        raise ServiceError(
             HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
             f"Content-Encoding {content_encoding.strip()!r} is not supported: send the JSON body uncompressed",
         )
@@ -81,7 +82,7 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
     media, *params = content_type.split(";")
     media = media.strip().lower()
     if media != JSON_MEDIA_TYPE and not media.endswith(_JSON_SUFFIX):
-        raise HttpError(
+        raise ServiceError(
             HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
             f"the body must be JSON: send 'Content-Type: {JSON_MEDIA_TYPE}' (curl: -H 'Content-Type: "
             f"{JSON_MEDIA_TYPE}' or --json), not {media or 'an empty type'!r}",
@@ -89,7 +90,7 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
     for param in params:
         name, _, value = param.partition("=")
         if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in ("utf-8", "utf8"):
-            raise HttpError(
+            raise ServiceError(
                 HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
                 f"the body must be UTF-8 JSON, not charset={value.strip()}",
             )

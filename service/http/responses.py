@@ -1,5 +1,5 @@
 """How the service answers: each error kind's status (from the wire's one status table), the one error body
-shape, and JSON built as bytes."""
+shape, JSON built as bytes, and safetensors blobs built in one copy."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from ..wire import (
     RAGGED_ROW_LENGTHS,
     RETRY_AFTER_HEADER,
 )
-from .errors import AnyErrorKind, HttpError, HttpErrorKind
+from .errors import AnyErrorKind, HttpErrorKind
 
 # Every error the service sends has one of these kinds (the engine's, then HTTP's own), with the status the
 # one status table (``service.wire.ERROR_TYPES``) gives its ``error_type``.
@@ -65,9 +65,10 @@ def error_response(
     )
 
 
-def answer_error(error: ServiceError | HttpError) -> Response:
-    """The answer to an error the engine or the web layer raised."""
-    return error_response(error.kind, error.message, error.retry_after)
+def answer_error(error: ServiceError) -> Response:
+    """The answer to an error the engine or the web layer raised (a kind of neither is a bug: internal)."""
+    kind = error.kind if isinstance(error.kind, (ErrorKind, HttpErrorKind)) else ErrorKind.INTERNAL
+    return error_response(kind, error.message, error.retry_after)
 
 
 #: A body larger than this is sent in pieces of this size.
@@ -100,6 +101,32 @@ def json_bytes(payload: Any) -> bytes:
 def json_response(payload: Any, headers: dict[str, str] | None = None) -> Response:
     """A JSON answer (:func:`json_bytes`)."""
     return BodyResponse(json_bytes(payload), media_type=JSON_MEDIA_TYPE, headers=headers)
+
+
+#: numpy dtype -> safetensors dtype, for the arrays answers hold (every encode answer is int64).
+_SAFETENSORS_DTYPES = {np.dtype("<i8"): "I64", np.dtype("<i4"): "I32", np.dtype("bool"): "BOOL", np.dtype("u1"): "U8"}
+
+
+def safetensors_bytes(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
+    """``arrays`` as a safetensors blob (``safetensors.numpy.save(arrays, metadata)`` gives the same tensors): the
+    header, then each array's bytes in order, joined in one copy -- ``save`` copies each array out, then again
+    into its buffer and into the bytes, 0.6 ms of GIL-held time for a batch of 256 x 128 (measured). The header
+    is padded with spaces to 8 bytes, so every array starts aligned, as ``save`` does."""
+    header: dict[str, Any] = {"__metadata__": dict(metadata)}
+    parts: list[Any] = []
+    offset = 0
+    for name, array in arrays.items():
+        dtype = _SAFETENSORS_DTYPES.get(array.dtype)
+        if dtype is None:
+            raise TypeError(f"{name}: no safetensors dtype for {array.dtype}")
+        if not array.flags.c_contiguous:
+            array = array.copy()  # (np.ascontiguousarray would make a 0-d array 1-d)
+        header[name] = {"dtype": dtype, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+        parts.append(array.reshape(-1).view(np.uint8))  # (a 0-d or empty array too: a flat byte buffer)
+    encoded = orjson.dumps(header)
+    encoded += b" " * (-len(encoded) % 8)
+    return b"".join([len(encoded).to_bytes(8, "little"), encoded, *parts])
 
 
 def ragged_arrays(data: Mapping[str, Any]) -> dict[str, np.ndarray]:

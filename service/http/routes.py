@@ -17,7 +17,6 @@ from typing import Any, Generic, TypeVar
 
 from fastapi import FastAPI
 from pydantic import BaseModel
-from safetensors.numpy import save as save_safetensors
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -53,7 +52,7 @@ from ..wire import (
     SAFETENSORS_MEDIA_TYPE,
     TOKENIZE_PATH,
 )
-from .errors import AnyErrorKind, HttpError, HttpErrorKind
+from .errors import AnyErrorKind, HttpErrorKind
 from .metrics import Metrics
 from .middleware import hold_until_sent
 from .models import (
@@ -77,6 +76,7 @@ from .responses import (
     json_bytes,
     json_response,
     ragged_arrays,
+    safetensors_bytes,
 )
 from .runtime import Runtime
 
@@ -136,16 +136,14 @@ def _encoded_answer(rows: int, result: EncodedBatch, answering: Answering) -> by
     if answering.media_type == JSON_MEDIA_TYPE:
         return json_bytes(result.data)
     if answering.media_type == RAGGED_MEDIA_TYPE:
-        blob: bytes = save_safetensors(ragged_arrays(result.data), metadata=metadata)
-        return blob
+        return safetensors_bytes(ragged_arrays(result.data), metadata)
     if not result.rectangular:
-        raise HttpError(
+        raise ServiceError(
             HttpErrorKind.NOT_ACCEPTABLE,
             "the rows have different lengths, which a tensor cannot hold: ask for padding "
             "(padding='longest' or 'max_length'), or accept application/json",
         )
-    blob = save_safetensors(result.data, metadata=metadata)
-    return blob
+    return safetensors_bytes(result.data, metadata)
 
 
 def _tokenize_answer(body: TextsRequest[TokenizeOptions], result: TokenizedBatch, answering: Answering) -> bytes:
@@ -330,7 +328,7 @@ class Routes:
             fingerprint = engine.loaded.fingerprint
             content = route.answer(body, result, Answering(media_type, fingerprint, self.metrics))
             return BodyResponse(content, media_type=media_type, headers={FINGERPRINT_HEADER: fingerprint})
-        except (ServiceError, HttpError) as error:
+        except ServiceError as error:
             return answer_error(error)
 
     # -- operations -------------------------------------------------------------------------------------
@@ -415,7 +413,7 @@ class Routes:
                     chunks.append(chunk)
                 received = end
         except ClientDisconnect:
-            raise HttpError(HttpErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
+            raise ServiceError(HttpErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
         if buffer is not None:
             return buffer if received == len(buffer) else buffer[:received]
         return b"".join(chunks)
@@ -451,7 +449,7 @@ async def _unless_client_leaves(request: Request, future: asyncio.Future[Result]
         return await future
     except asyncio.CancelledError:
         if watch.client_left:
-            raise HttpError(HttpErrorKind.CLIENT_GONE, "the client disconnected before its answer") from None
+            raise ServiceError(HttpErrorKind.CLIENT_GONE, "the client disconnected before its answer") from None
         raise  # the handler itself was cancelled: the future went with it
     finally:
         timer.cancel()

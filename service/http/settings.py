@@ -18,8 +18,10 @@ from ..engine.memory import (
     DEFAULT_BUDGET_WITHOUT_LIMIT,
     MIB,
     RESTING_MEMORY,
+    cgroup_memory_limit,
     default_memory_budget,
 )
+from ..sizing import CORES_PER_REPLICA, available_cpus, check_replicas, share_of_cores
 from ..wire import ENV_PREFIX, MAX_SOCKET_PATH_BYTES
 from .server import OWNERS_CHECK_SECONDS
 
@@ -58,13 +60,39 @@ class Settings(BaseSettings):
         "drains for nobody: it closes its listener at once (no --drain-listen-seconds) and its idle connections "
         "too, and exits once the requests in flight are answered. Unset: run until signalled.",
     )
+    reuse_port: bool = Field(
+        False,
+        description="Bind --host/--port with SO_REUSEPORT, shared with the other replicas of `serve --replicas` (set "
+        "by it for each replica; processes of one user only): the kernel spreads new connections over them by a hash "
+        "of their addresses. With --uds too, the server listens on both: the Unix socket is then its own, where its "
+        "parent asks /readyz and /info.",
+    )
     # -- parallelism ----------------------------------------------------------------------------------
     threads: int | None = Field(
         None,
         ge=1,
         le=1024,
-        description="Rust (rayon) threads for batch encodes. Unset: the CPUs this process may use "
-        "(affinity and cgroup quota). More threads than CPUs only adds contention.",
+        description="Rust (rayon) threads for batch encodes, per process. Unset: the CPUs this process may use "
+        "(affinity and cgroup quota), shared equally by --replica-of replicas. More threads than CPUs only adds "
+        "contention.",
+    )
+    replicas: int | Literal["auto"] = Field(
+        1,
+        description="Server processes on this machine, each this server (one process, one tokenizer, never forks), "
+        "started by exec and sharing one TCP port (SO_REUSEPORT: the kernel spreads new connections over them by a "
+        "hash of their addresses). One process serves at most 1 / (its Python time per request) requests a second, "
+        f"whatever the cores: past ~{CORES_PER_REPLICA} cores (service.sizing.CORES_PER_REPLICA) more replicas, not "
+        f"more threads, use them. auto: one per {CORES_PER_REPLICA} cores this process may use. --threads and "
+        "--memory-budget-mib are per replica (unset: an equal share). The parent serves nothing: it forwards "
+        "SIGTERM and SIGINT to every replica and exits once all have; it fails at start if any replica does, and "
+        "stops them all if one dies, so a partial set never stays up. In Kubernetes keep 1 and scale pods.",
+    )
+    replica_of: int = Field(
+        1,
+        ge=1,
+        description="This server is one of N replicas sharing this machine's cores and memory limit (set by "
+        "`serve --replicas` and TokenizerClient.launch(replicas=N)): unset --threads and --memory-budget-mib default "
+        "to its 1/N share of them.",
     )
     # -- limits (reported by /info) -------------------------------------------------------------------
     max_texts_per_request: int = Field(
@@ -94,8 +122,8 @@ class Settings(BaseSettings):
         description="Memory all in-flight requests may hold at once, in MiB: each request reserves a safe "
         "upper bound of its memory before it is read or encoded, 413 if it can never fit, 429 + Retry-After "
         f"while others hold the room. Unset: {_SHARE} of (the cgroup memory limit - {RESTING_MEMORY // MIB} MiB), or "
-        f"{DEFAULT_BUDGET_WITHOUT_LIMIT // MIB} without a limit. A pod needs about {RESTING_MEMORY // MIB} MiB + "
-        f"{1 / _SHARE} x this.",
+        f"{DEFAULT_BUDGET_WITHOUT_LIMIT // MIB} without a limit; with --replica-of N, of 1/N of the limit. A pod "
+        f"needs about {RESTING_MEMORY // MIB} MiB + {1 / _SHARE} x this.",
     )
     # -- HTTP limits, in front of the app ---------------------------------------------------------------
     max_header_bytes: int = Field(
@@ -207,7 +235,12 @@ class Settings(BaseSettings):
         """The budget this setting asks for, or the default derived from the cgroup memory limit."""
         if self.memory_budget_mib is not None:
             return self.memory_budget_mib * 1024 * 1024
-        return default_memory_budget()
+        limit = cgroup_memory_limit()
+        return default_memory_budget(None if limit is None else limit // self.replica_of)
+
+    def rust_threads(self) -> int:
+        """The Rust threads this setting asks for, or this process's share of the CPUs it may use."""
+        return self.threads or share_of_cores(available_cpus(), self.replica_of)
 
     def batching_config(self) -> BatchingConfig:
         return BatchingConfig(
@@ -229,6 +262,16 @@ class Settings(BaseSettings):
             return cls.model_fields["port"].default
         return value
 
+    @field_validator("replicas", mode="before")
+    @classmethod
+    def _check_replicas(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+            value = int(value)  # (from the command line or the environment: a number as text)
+        try:
+            return check_replicas(value)
+        except TypeError as exc:  # pydantic reports ValueErrors as invalid settings, and lets a TypeError through
+            raise ValueError(str(exc)) from None
+
     @field_validator("uds")
     @classmethod
     def _check_socket_path(cls, value: str | None) -> str | None:
@@ -243,6 +286,17 @@ class Settings(BaseSettings):
     def _check_consistency(self) -> Settings:
         if self.revision is not None and self.model in (None, DEFAULT_TOKENIZER):
             raise ValueError("--revision needs --model: the embedded default tokenizer has no revisions")
+        if self.replicas != 1 and (self.reuse_port or self.owners_file or self.replica_of != 1):
+            raise ValueError(
+                "--replicas starts the replicas and sets --reuse-port, --owners-file and --replica-of for each of "
+                "them: give none of the three with it"
+            )
+        if self.replicas != 1 and self.uds is not None:
+            raise ValueError(
+                "--replicas shares a TCP port, and a Unix socket cannot be shared: give --host/--port, or, for "
+                "replicas on Unix sockets, use TokenizerClient.launch(replicas=N), whose client spreads calls over "
+                "one socket per replica"
+            )
         return self
 
 

@@ -4,8 +4,9 @@
 is the process supervisor behind them, a layer above the HTTP SDK (:mod:`service.client`, which never
 imports it but from those two methods, when they are called):
 
-- :mod:`.supervisor`: the launched service -- its command, its one process per tokenizer and settings per
-  machine, the shares of its ownership, relaunching it when it dies;
+- :mod:`.supervisor`: the launched service -- its command, its one set of server processes (one, or
+  ``replicas``) per tokenizer and settings per machine, the shares of its ownership, relaunching a server when
+  it dies;
 - :mod:`.rendezvous`: where the processes of one machine find the service (lock and socket files);
 - :mod:`.client` and :mod:`.async_client`: the clients bound to a launched service.
 

@@ -30,7 +30,11 @@ class AsyncRecoveringTransport:
         try:
             return await self.inner.handle_async_request(request)
         except ConnectError:
-            await asyncio.to_thread(self.service.recover)
+            replica = self.service.replica_at(request.url)
+            if self.service.others_running(replica):
+                self.service.recover_in_background(replica)
+                raise
+            await asyncio.to_thread(self.service.recover, replica)
             return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -45,7 +49,7 @@ class LaunchedAsyncTokenizerClient(Launched, AsyncTokenizerClient):
     ) -> None:
         inner = transport if transport is not None else AsyncHTTPTransport()
         transport = AsyncRecoveringTransport(inner, service)
-        super().__init__(service.url, expected_fingerprint=service.fingerprint, transport=transport, **options)
+        super().__init__(list(service.urls), expected_fingerprint=service.fingerprint, transport=transport, **options)
         self._bind(service, share)
 
     async def shutdown(self) -> None:
@@ -92,7 +96,10 @@ def launch_async(
     *,
     start_timeout: float = START_TIMEOUT,
     python: str | None = None,
+    replicas: int | str = 1,
     **options: Any,
 ) -> Launching:
     """``AsyncTokenizerClient.launch``: as :func:`launch`, awaitable."""
-    return Launching(lambda: launch_client(LaunchedAsyncTokenizerClient, model, start_timeout, python, options))
+    return Launching(
+        lambda: launch_client(LaunchedAsyncTokenizerClient, model, start_timeout, python, replicas, options)
+    )

@@ -30,8 +30,10 @@ __all__ = [
 
 # -- the transports of launched clients -------------------------------------------------------------------
 class RecoveringTransport:
-    """A launched client's transport: ``inner`` does the I/O; when the service cannot be reached,
-    :meth:`LaunchedService.recover` relaunches it if it died, and the request is tried once more."""
+    """A launched client's transport: ``inner`` does the I/O; when a replica cannot be reached, either the
+    other replicas take its calls -- the ConnectError goes up, and the client sends the call to another
+    replica -- while it is relaunched in the background, or, when no other replica runs, the request waits
+    while :meth:`LaunchedService.recover` relaunches it if it died, and is tried once more."""
 
     def __init__(self, inner: SyncTransport, service: LaunchedService) -> None:
         self.inner = inner
@@ -41,7 +43,11 @@ class RecoveringTransport:
         try:
             return self.inner.handle_request(request)
         except ConnectError:
-            self.service.recover()
+            replica = self.service.replica_at(request.url)
+            if self.service.others_running(replica):
+                self.service.recover_in_background(replica)
+                raise
+            self.service.recover(replica)
             return self.inner.handle_request(request)
 
     def close(self) -> None:
@@ -81,13 +87,13 @@ class LaunchedTokenizerClient(Launched, TokenizerClient):
     ) -> None:
         inner = transport if transport is not None else HTTPTransport()
         transport = RecoveringTransport(inner, service)
-        super().__init__(service.url, expected_fingerprint=service.fingerprint, transport=transport, **options)
+        super().__init__(list(service.urls), expected_fingerprint=service.fingerprint, transport=transport, **options)
         self._bind(service, share)
         if share is not None:
             share.ownership.clients.add(self)  # closed when the service stops: an open connection delays it
 
     def shutdown(self) -> None:
-        """Let go of the launched service (it stops once no process on this machine uses it). Idempotent."""
+        """Let go of the launched service (its replicas stop once no process on this machine uses it). Idempotent."""
         self.close()
         if self._share is not None:
             release(self._share)
@@ -110,6 +116,7 @@ def launch_client(
     model: str | os.PathLike[str] | None,
     start_timeout: float,
     python: str | None,
+    replicas: int | str,
     options: Mapping[str, Any],
 ) -> Any:
     require_posix()  # before anything else: on Windows, say what to do instead
@@ -117,7 +124,7 @@ def launch_client(
     serve_options = {name: value for name, value in options.items() if name not in CLIENT_OPTIONS}
     api_key = client_options.get("api_key")
     expected = client_options.pop("expected_fingerprint", None)
-    command = ServeCommand.build(model, serve_options, api_key, python or sys.executable)
+    command = ServeCommand.build(model, serve_options, api_key, python or sys.executable, replicas)
     share = take_share(command, start_timeout)
     service = share.ownership.service
     if expected is not None and not fingerprint_matches(check_fingerprint_pin(expected), service.fingerprint):
@@ -138,9 +145,12 @@ def launch(
     *,
     start_timeout: float = START_TIMEOUT,
     python: str | None = None,
+    replicas: int | str = 1,
     **options: Any,
 ) -> LaunchedTokenizerClient:
     """``TokenizerClient.launch`` (its docstring says what it takes; the module docs of this and
     :mod:`.supervisor` say how it works)."""
-    client: LaunchedTokenizerClient = launch_client(LaunchedTokenizerClient, model, start_timeout, python, options)
+    client: LaunchedTokenizerClient = launch_client(
+        LaunchedTokenizerClient, model, start_timeout, python, replicas, options
+    )
     return client

@@ -1,16 +1,19 @@
 """Where launched services meet the processes that use them: one private directory per user on this machine.
 
-For each launch key (:func:`launch_key`: this machine, the tokenizer's identity, the serve settings, the
-interpreter) the directory holds five files, named by the key's first 16 hex digits:
+For each launch key (:func:`launch_key`: this machine, the tokenizer's identity, the serve settings and the
+number of replicas, the interpreter) the directory holds these files, named by the key's first 16 hex digits,
+and for each replica ``N`` of the service (0 when it has one) four of its own:
 
-- ``<key>.sock``: the service's Unix socket;
 - ``<key>.lock``: the rendezvous lock, held exclusively by the one process deciding whether to attach to the
-  running service or to launch one, so that the local ranks of a torchrun job start exactly one;
-- ``<key>.owners``: the owners lock, held *shared* by every process using the service for as long as it does;
-  the service stops once nobody holds it (``service/http/server/owners.py``), and holds it exclusively while it
-  stops, so that a process that comes meanwhile waits, then launches a new one;
-- ``<key>.json``: the record: the server's pid, its fingerprint, how many times it was launched;
-- ``<key>.log``: the server's output.
+  running replicas or to launch them (or relaunch one), so that the local ranks of a torchrun job start exactly
+  one set;
+- ``<key>-N.sock``: the replica's Unix socket;
+- ``<key>-N.owners``: its owners lock, held *shared* by every process using the service for as long as it does;
+  the replica stops once nobody holds it (``service/http/server/owners.py``), and holds it exclusively while it
+  stops, so that a process that comes meanwhile waits, then launches a new one (a lock per replica, so that
+  every replica sees its owners gone at once and they stop together, not one after the other);
+- ``<key>-N.json``: the record: the replica's pid, its fingerprint, how many times it was launched;
+- ``<key>-N.log``: the replica's output.
 
 The directory is ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else ``$XDG_RUNTIME_DIR/tokenizer-service``, else
 ``/tmp/tokenizer-service-<uid>``: short, because a Unix socket path holds at most 107 bytes, and private
@@ -132,7 +135,7 @@ def launch_key(model_identity: Any, arguments: list[str], secrets: Mapping[str, 
 
 @dataclass(frozen=True)
 class ServicePaths:
-    """The files of one launch key in the launch directory."""
+    """The files of one replica of a launch key in the launch directory (the lock is the key's, shared by all)."""
 
     socket: str
     lock: str
@@ -141,9 +144,10 @@ class ServicePaths:
     log: str
 
     @classmethod
-    def of(cls, folder: Path, key: str) -> ServicePaths:
+    def of(cls, folder: Path, key: str, replica: int = 0) -> ServicePaths:
         stem = str(folder / key[:16])
-        paths = cls(stem + ".sock", stem + ".lock", stem + ".owners", stem + ".json", stem + ".log")
+        own = f"{stem}-{replica}"
+        paths = cls(own + ".sock", stem + ".lock", own + ".owners", own + ".json", own + ".log")
         size = len(os.fsencode(paths.socket))
         if size > MAX_SOCKET_PATH_BYTES:
             raise LaunchError(
@@ -155,7 +159,7 @@ class ServicePaths:
 
 @dataclass
 class Record:
-    """What the launcher of the running service wrote down (``<key>.json``)."""
+    """What the launcher of a running replica wrote down (``<key>-N.json``)."""
 
     pid: int
     fingerprint: str

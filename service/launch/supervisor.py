@@ -1,15 +1,25 @@
 """``TokenizerClient.launch``: a private tokenizer service on this machine, for as long as a job uses it.
 
     client = TokenizerClient.launch("path/to/tokenizer", threads=8)   # no model: the embedded default
+    client = TokenizerClient.launch("path/to/tokenizer", replicas="auto")   # a big machine: one per 6 cores
     loader = DataLoader(rows, batch_size=32, num_workers=4, collate_fn=client.collator(padding=True))
 
 How:
 
 1. **One service per tokenizer and settings on this machine.** The launch key (the tokenizer files' identity,
-   the serve settings, the interpreter, the host) names the files of a rendezvous in a private directory
-   (:mod:`.rendezvous`). Under its lock the first process launches and every other one -- the other local
-   ranks of a torchrun, accelerate or DeepSpeed job, or a second job with the same tokenizer -- attaches to
-   the running service. Nothing reads ``LOCAL_RANK``: the script is the same for one process and eight.
+   the serve settings and the replicas asked for, the interpreter, the host) names the files of a rendezvous
+   in a private directory (:mod:`.rendezvous`). Under its lock the first process launches and every other one
+   -- the other local ranks of a torchrun, accelerate or DeepSpeed job, or a second job with the same tokenizer
+   -- attaches to the running service. Nothing reads ``LOCAL_RANK``: the script is the same for one process
+   and eight.
+   **Replicas** (``replicas=K``, or ``"auto"``: one per :data:`service.sizing.CORES_PER_REPLICA` cores this
+   process may use): the service is K servers, each the server we have -- one process, one tokenizer, never
+   forks -- on a socket of its own, with an equal share of the cores for its Rust pool and of the memory limit
+   for its budget (``--replica-of K``; ``threads=`` sets each one's pool instead). They start together and
+   all must serve one fingerprint, or the launch fails with the failing replica's own error line; every step
+   below is per replica, under the key's one lock. The client spreads its calls over them by the calls it has
+   outstanding on each (:mod:`service.client.retrying`); when one dies, its calls go to the others and it is
+   relaunched meanwhile (:class:`~service.launch.client.RecoveringTransport`).
 2. **Started by exec.** The service is ``python -m service serve --uds <socket> --owners-file <lock>`` run by
    ``subprocess`` (fork-exec: no Python code, and no tokenizer state, of this process runs in the child),
    in a session of its own (a Ctrl-C in the terminal reaches the training script, which lets go of it), its
@@ -24,10 +34,11 @@ How:
    rank exits, however it exits: a SIGKILLed job leaves no server. ``shutdown()``, the end of a ``with``
    block, or interpreter exit lets go; the last process to let go -- launcher or not -- stops the server
    running then (relaunched or not: the record names it) and waits for its exit.
-5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a service that
-   died while still owned is relaunched (once per service, whoever notices first: the record counts), and
-   the call goes on; a second death raises :class:`LaunchError` with its log. ``LaunchedService.pid`` reads
-   the record, so every process names the live server, whoever relaunched it.
+5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a replica that
+   died while still owned is relaunched (once per replica, whoever notices first: the record counts), and
+   the call goes on; a second death raises :class:`LaunchError` with its log (with other replicas running,
+   the calls go on there and the error is logged). ``LaunchedService.pids`` reads the records, so every
+   process names the live servers, whoever relaunched them.
 
 Forks and pickles: a client pickles its URL and service description, never a connection or a lock. A
 DataLoader worker -- forked or spawned -- uses the service and never owns it: in a forked child this
@@ -53,8 +64,9 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,7 +77,8 @@ from ..client.transports.base import Request, Response, Timeout
 from ..client.transports.stdlib import HTTPTransport
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
-from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, unix_socket_url
+from ..sizing import plan_replicas
+from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, serve_arguments, unix_socket_url
 from .rendezvous import (
     Record,
     ServicePaths,
@@ -82,9 +95,9 @@ __all__ = ["ServeCommand", "LaunchedService", "Share", "take_share", "release"]
 
 logger = logging.getLogger(__name__)
 
-#: Serve settings ``launch`` sets itself: where the service listens, who owns it, and that it stops at once.
-RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds"})
-#: A service is launched at most this many times per record: once, and relaunched once.
+#: Serve settings ``launch`` sets itself: where the service listens, who owns it, how it stops, its share.
+RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds", "reuse_port", "replica_of"})
+#: A replica is launched at most this many times per record: once, and relaunched once.
 MAX_LAUNCHES = 2
 #: How long a service that is stopping (draining) may take before a process waiting on it gives up.
 STOP_WAIT_SECONDS = 45.0
@@ -99,7 +112,8 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 @dataclass(frozen=True)
 class ServeCommand:
     """How to start the service: interpreter, model, serve flags, secrets (passed by environment, never on
-    the command line, which other users can read), and what identifies the tokenizer files."""
+    the command line, which other users can read), what identifies the tokenizer files, and how many
+    replicas (``replicas_asked`` as given: ``"auto"`` is one key whatever each rank's count of cores)."""
 
     python: str
     model: str | None
@@ -107,6 +121,8 @@ class ServeCommand:
     secrets: tuple[tuple[str, str], ...]
     model_identity: Any
     description: str
+    replicas: int = 1
+    replicas_asked: int | str = 1
 
     @classmethod
     def build(
@@ -115,6 +131,7 @@ class ServeCommand:
         serve_options: Mapping[str, Any],
         api_key: str | None,
         python: str,
+        replicas: object = 1,
     ) -> ServeCommand:
         if isinstance(model, os.PathLike):
             model = os.fspath(model)  # a pathlib.Path to the tokenizer's folder, as often as not
@@ -136,32 +153,32 @@ class ServeCommand:
                 f"launch() chooses where its service listens, who owns it and how it stops, so {reserved} cannot "
                 "be set; for a service on a TCP port, run `tokenizer-service serve` and connect with its URL"
             )
+        plan = plan_replicas(replicas, serve_options.get("threads"))
+        if plan.warning:
+            warnings.warn(f"TokenizerClient.launch: {plan.warning}", RuntimeWarning, stacklevel=5)  # the caller's line
         interpreter = shutil.which(python)
         if interpreter is None:
             raise LaunchError(
                 f"python={python!r} is not an interpreter that can be run (neither an executable file nor a "
                 "command on PATH): pass the path of the python that has tokenizer-service[server]"
             )
-        flags: list[str] = []
-        for name, value in sorted(serve_options.items()):
-            if value is None:
-                continue
-            flag = "--" + name.replace("_", "-")
-            if isinstance(value, bool):
-                flags.append(flag if value else "--no-" + flag[2:])
-            else:
-                flags += [flag, str(value)]
+        flags = tuple(serve_arguments(serve_options))
         secrets = ((API_KEY_ENV, api_key),) if api_key else ()
         identity, description = _model_identity(model)
-        return cls(interpreter, model, tuple(flags), secrets, identity, description)
+        asked = replicas if isinstance(replicas, int) else str(replicas).strip().lower()
+        return cls(interpreter, model, flags, secrets, identity, description, plan.count, asked)
 
     def key(self) -> str:
         arguments = [*self.flags, f"version={__version__}"]
+        if self.replicas_asked != 1:
+            arguments.append(f"replicas={self.replicas_asked}")
         return launch_key(self.model_identity, arguments, dict(self.secrets), self.python)
 
     def argv(self, paths: ServicePaths) -> list[str]:
         model = ["--model", self.model] if self.model is not None else []
         ours = ["--uds", paths.socket, "--owners-file", paths.owners, "--drain-listen-seconds", "0"]
+        if self.replicas > 1:
+            ours += ["--replica-of", str(self.replicas)]  # its share of the cores and of the memory limit
         return [self.python, "-m", "service", "serve", *ours, *model, *self.flags]
 
     def environment(self) -> dict[str, str]:
@@ -172,6 +189,11 @@ class ServeCommand:
             # running from a checkout: the child imports this very package
             env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         return env
+
+    def name(self, replica: int) -> str:
+        """``the tokenizer service for X`` (``replica 2 of 4 of ...`` when it has several)."""
+        which = f"replica {replica + 1} of {self.replicas} of " if self.replicas > 1 else ""
+        return f"{which}the tokenizer service for {self.description}"
 
 
 def _model_identity(model: str | None) -> tuple[Any, str]:
@@ -206,7 +228,7 @@ def _check_server_installed(python: str) -> None:
         )
 
 
-# -- starting and stopping the server ---------------------------------------------------------------------
+# -- starting and stopping the servers --------------------------------------------------------------------
 def _keep_previous_log(log: str) -> None:
     """Keep the log of the previous service of this tokenizer and settings as ``<log>.1`` (one generation): a
     crashed run's log survives the next launch, and logs never pile up."""
@@ -216,10 +238,17 @@ def _keep_previous_log(log: str) -> None:
         pass
 
 
-def _start(
-    command: ServeCommand, paths: ServicePaths, launches: int, timeout: float
-) -> tuple[subprocess.Popen[bytes], Record]:
-    """Start the server and wait until it is ready; its record, written. LaunchError if it cannot start."""
+@dataclass
+class _Starting:
+    """A replica's server, started, not known to be ready yet."""
+
+    replica: int
+    paths: ServicePaths
+    process: subprocess.Popen[bytes]
+    offset: int  # where this launch's lines begin in its log
+
+
+def _spawn(command: ServeCommand, replica: int, paths: ServicePaths, launches: int) -> _Starting:
     if launches == 1:
         _keep_previous_log(paths.log)
     with open(paths.log, "wb" if launches == 1 else "ab") as log:
@@ -236,14 +265,26 @@ def _start(
             close_fds=True,
             start_new_session=True,
         )
+    return _Starting(replica, paths, process, offset)
+
+
+def _start(
+    command: ServeCommand, replicas: Mapping[int, ServicePaths], launches: int, timeout: float
+) -> dict[int, tuple[subprocess.Popen[bytes], Record]]:
+    """Start the servers of ``replicas`` (index -> files) together and wait until every one is ready; their
+    records, written. LaunchError (every one of them stopped) if any cannot start."""
+    starting = [_spawn(command, replica, paths, launches) for replica, paths in replicas.items()]
     try:
-        fingerprint = _wait_until_ready(process, command, paths, timeout, offset)
+        fingerprints = _wait_until_ready(command, starting, timeout)
     except BaseException:
-        _stop(process)
+        _stop_all([s.process for s in starting], [])
         raise
-    record = Record(process.pid, fingerprint, launches, command.description)
-    record.write(paths.record)
-    return process, record
+    started = {}
+    for item in starting:
+        record = Record(item.process.pid, fingerprints[item.replica], launches, command.description)
+        record.write(item.paths.record)
+        started[item.replica] = (item.process, record)
+    return started
 
 
 def _get(url: str, path: str, timeout: Timeout) -> Response:
@@ -261,28 +302,34 @@ def _ready(url: str) -> bool:
         return False
 
 
-def _wait_until_ready(
-    process: subprocess.Popen[bytes], command: ServeCommand, paths: ServicePaths, timeout: float, offset: int
-) -> str:
-    url = unix_socket_url(paths.socket)
+def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], timeout: float) -> dict[int, str]:
+    """Each replica's fingerprint once all are ready; LaunchError with the first one's that exits, or any
+    not ready within ``timeout``."""
     deadline = time.monotonic() + timeout
     pause = 0.01
-    while not _ready(url):
-        code = process.poll()
-        if code is not None:
-            how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-            raise _failure(f"the tokenizer service for {command.description} {how} before it was ready", paths, offset)
-        if time.monotonic() > deadline:
-            raise _failure(
-                f"the tokenizer service for {command.description} was not ready within {timeout:g}s (start_timeout=)",
-                paths,
-                offset,
-            )
+    fingerprints: dict[int, str] = {}
+    while len(fingerprints) < len(starting):
+        for item in starting:
+            if item.replica in fingerprints:
+                continue
+            url = unix_socket_url(item.paths.socket)
+            if _ready(url):
+                info = json.loads(bytes(_get(url, INFO_PATH, Timeout(5.0, 30.0)).body))
+                fingerprints[item.replica] = info["fingerprint"]
+                continue
+            code = item.process.poll()
+            if code is not None:
+                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+                raise _failure(f"{command.name(item.replica)} {how} before it was ready", item.paths, item.offset)
+            if time.monotonic() > deadline:
+                raise _failure(
+                    f"{command.name(item.replica)} was not ready within {timeout:g}s (start_timeout=)",
+                    item.paths,
+                    item.offset,
+                )
         time.sleep(pause)
         pause = min(pause * 1.5, 0.1)
-    info = json.loads(bytes(_get(url, INFO_PATH, Timeout(5.0, 30.0)).body))
-    fingerprint: str = info["fingerprint"]
-    return fingerprint
+    return fingerprints
 
 
 def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | None = None) -> LaunchError:
@@ -301,23 +348,38 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
     return LaunchError(f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}", log_path=paths.log)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM our child server (it drains), SIGKILL if it overstays; reaped either way."""
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(STOP_WAIT_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait(5)
+def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]]) -> None:
+    """SIGTERM servers (they drain) -- ``ours``, started and reaped by this process, and ``others`` (pid,
+    socket), started by another one -- all at once, then wait for each to exit; SIGKILL one that overstays."""
+    running = [process for process in ours if process.poll() is None]
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    for pid, _ in others:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+    for pid, socket_path in others:
+        while process_alive(pid, socket_path):  # (its command line names the socket: not a reused pid)
+            if time.monotonic() > deadline:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.02)
 
 
-def _ready_or_gone(url: str, record: Record, socket_path: str, wait: float) -> bool:
+def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
     """True once the running server answers /readyz, False once it has exited; LaunchError if neither
     happens within ``wait`` seconds (a server that is stopping takes a moment)."""
+    url = unix_socket_url(paths.socket)
     deadline = time.monotonic() + wait
-    while process_alive(record.pid, socket_path):
+    while process_alive(record.pid, paths.socket):
         if _ready(url):
             return True
         if time.monotonic() > deadline:
@@ -332,40 +394,83 @@ def _ready_or_gone(url: str, record: Record, socket_path: str, wait: float) -> b
 # -- the service a client is bound to ---------------------------------------------------------------------
 @dataclass
 class LaunchedService:
-    """Where a launched service is and where its log goes; picklable (a DataLoader worker gets a copy). It
-    holds no lock and no process: what this process owns is kept apart, per process. :attr:`pid` is the
-    server's running now, relaunched or not."""
+    """Where a launched service's replicas are and where their logs go; picklable (a DataLoader worker gets
+    a copy). It holds no lock and no process: what this process owns is kept apart, per process. :attr:`pids`
+    are the servers running now, relaunched or not; ``url``, ``socket_path``, ``log_path`` and :attr:`pid`
+    name the first replica's (the only one's, without replicas)."""
 
-    url: str
-    socket_path: str
-    log_path: str  # every launch of the service writes here, relaunches appended
+    urls: tuple[str, ...]  # one per replica, as the client spreads its calls over them
     fingerprint: str
-    first_pid: int  # the server's when this process launched or attached to it
-    launched: bool  # whether this process started it (else it attached to a running one)
+    first_pids: tuple[int, ...]  # the servers' when this process launched or attached to them
+    launched: bool  # whether this process started them (else it attached to running ones)
     startup_seconds: float  # from the call to launch() to a ready service
     key: str
     command: ServeCommand = field(repr=False)
-    paths: ServicePaths = field(repr=False)
+    paths: tuple[ServicePaths, ...] = field(repr=False)
     start_timeout: float = field(repr=False)
 
     @property
+    def replicas(self) -> int:
+        return len(self.paths)
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def socket_path(self) -> str:
+        return self.paths[0].socket
+
+    @property
+    def log_path(self) -> str:
+        return self.paths[0].log  # every launch of the replica writes here, relaunches appended
+
+    @property
+    def log_paths(self) -> tuple[str, ...]:
+        return tuple(paths.log for paths in self.paths)
+
+    @property
+    def pids(self) -> tuple[int, ...]:
+        """The pids of the service's servers now: after a relaunch -- by this process, or by another one (a
+        DataLoader worker, another local rank) -- the relaunched server's, as the records say."""
+        return tuple(self._pid(replica) for replica in range(self.replicas))
+
+    @property
     def pid(self) -> int:
-        """The pid of the service's server now: after a relaunch -- by this process, or by another one (a
-        DataLoader worker, another local rank) -- the relaunched server's, as the record says."""
-        record = Record.read(self.paths.record)
-        return record.pid if record is not None else self.first_pid
+        """The first replica's pid now (see :attr:`pids`)."""
+        return self._pid(0)
+
+    def _pid(self, replica: int) -> int:
+        record = Record.read(self.paths[replica].record)
+        return record.pid if record is not None else self.first_pids[replica]
 
     def describe(self, owner: str) -> str:
-        return f"{owner}({self.socket_path!r}, pid={self.pid}, log={self.log_path!r})"
+        if self.replicas == 1:
+            return f"{owner}({self.socket_path!r}, pid={self.pid}, log={self.log_path!r})"
+        folder = os.path.dirname(self.socket_path)
+        return f"{owner}({self.replicas} replicas in {folder!r}, pids={list(self.pids)}, logs={list(self.log_paths)})"
 
-    def recover(self) -> None:
-        """Called when the service cannot be reached: returns once a ready service is there -- it was only
-        unreachable for a moment, or it died and is relaunched now (once per service, by whichever process
-        notices first) -- or raises LaunchError: it died again, or it stopped because nobody owns it."""
-        paths = self.paths
+    def replica_at(self, url: str) -> int:
+        """The replica a request URL goes to."""
+        return next((i for i, base in enumerate(self.urls) if url.startswith(base + "/") or url == base), 0)
+
+    def others_running(self, replica: int) -> bool:
+        """Whether a replica but ``replica`` runs: the calls can go there meanwhile."""
+        for other, paths in enumerate(self.paths):
+            if other != replica and (record := Record.read(paths.record)) is not None:
+                if process_alive(record.pid, paths.socket):
+                    return True
+        return False
+
+    def recover(self, replica: int = 0) -> None:
+        """Called when a replica cannot be reached: returns once it is ready -- it was only unreachable for a
+        moment, or it died and is relaunched now (once per replica, by whichever process notices first) -- or
+        raises LaunchError: it died again, or it stopped because nobody owns it."""
+        paths = self.paths[replica]
+        name = self.command.name(replica)
         with exclusive_lock(paths.lock, self.start_timeout + STOP_WAIT_SECONDS, "waiting for the launch lock"):
             record = Record.read(paths.record)
-            if record is not None and _ready_or_gone(self.url, record, paths.socket, STOP_WAIT_SECONDS):
+            if record is not None and _ready_or_gone(paths, record, STOP_WAIT_SECONDS):
                 return
             if nobody_holds(paths.owners):
                 raise LaunchError(
@@ -376,31 +481,59 @@ class LaunchedService:
             launches = record.launches if record is not None else 1
             if launches >= MAX_LAUNCHES:
                 raise _failure(
-                    f"the launched tokenizer service for {self.command.description} died again after its one relaunch",
+                    f"the launched {name} died again after its one relaunch",
                     paths,
                     silent="it wrote no error (killed by a signal? the out-of-memory killer, say)",
                 )
-            dead = record.pid if record is not None else self.first_pid
-            logger.warning("the launched tokenizer service (pid %s) died; relaunching it (log: %s)", dead, paths.log)
-            process, record = _start(self.command, paths, launches + 1, self.start_timeout)
+            dead = record.pid if record is not None else self.first_pids[replica]
+            logger.warning("the launched %s (pid %s) died; relaunching it (log: %s)", name, dead, paths.log)
+            [(process, record)] = _start(self.command, {replica: paths}, launches + 1, self.start_timeout).values()
             if record.fingerprint != self.fingerprint:
-                _stop(process)
+                _stop_all([process], [])
                 raise LaunchError(
-                    f"the relaunched tokenizer service serves another tokenizer ({record.fingerprint}, not "
+                    f"the relaunched {name} serves another tokenizer ({record.fingerprint}, not "
                     f"{self.fingerprint}): were its files changed?",
                     log_path=paths.log,
                 )
-            _adopt(self.key, process)
+            _adopt(self.key, replica, process)
+
+    def recover_in_background(self, replica: int) -> None:
+        """:meth:`recover` in a thread of its own (one at a time per replica in this process), for a replica
+        whose calls the others take meanwhile; a relaunch that fails is logged, and not tried again here."""
+        with _background_lock:
+            if (self.key, replica) in _background:
+                return
+            _background.add((self.key, replica))
+        thread = threading.Thread(
+            target=self._recover_quietly, args=(replica,), name=f"relaunch-replica-{replica}", daemon=True
+        )
+        thread.start()
+
+    def _recover_quietly(self, replica: int) -> None:
+        try:
+            self.recover(replica)
+        except LaunchError as exc:
+            logger.warning("%s; its calls go to the other replicas", exc)
+            return  # stays in _background: given up on in this process
+        except Exception:
+            logger.exception("relaunching the %s failed", self.command.name(replica))
+        with _background_lock:
+            _background.discard((self.key, replica))
+
+
+_background: set[tuple[str, int]] = set()  # (key, replica) being relaunched by a thread of this process, or given up
+_background_lock = threading.Lock()
 
 
 # -- what this process owns -------------------------------------------------------------------------------
 @dataclass
 class _Ownership:
-    """This process's hold on one launched service: its shared owners lock, and the server if it started it."""
+    """This process's hold on one launched service: its shared owners locks (one per replica), and the
+    servers it started."""
 
     service: LaunchedService
-    owners_fd: int
-    process: subprocess.Popen[bytes] | None
+    owners_fds: list[int]
+    processes: dict[int, subprocess.Popen[bytes]]  # replica -> the server this process started for it
     shares: int = 1  # clients of this process that have not let go
     pid: int = field(default_factory=os.getpid)
     clients: weakref.WeakSet[Any] = field(default_factory=weakref.WeakSet)  # sync clients: closed at the end
@@ -420,47 +553,66 @@ _children: list[subprocess.Popen[bytes]] = []  # servers this process started fo
 
 
 def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
-    """Attach to the running service of ``command``'s key, or launch it (see the module doc)."""
+    """Attach to the running replicas of ``command``'s key, or launch them (see the module doc)."""
     started = time.monotonic()
     key = command.key()
-    paths = ServicePaths.of(launch_directory(), key)
-    url = unix_socket_url(paths.socket)
-    owners_fd = hold_shared(paths.owners, STOP_WAIT_SECONDS, "waiting for the previous service to stop")
+    folder = launch_directory()
+    paths = tuple(ServicePaths.of(folder, key, replica) for replica in range(command.replicas))
+    owners_fds: list[int] = []
     try:
+        for replica_paths in paths:
+            owners_fds.append(
+                hold_shared(replica_paths.owners, STOP_WAIT_SECONDS, "waiting for the previous service to stop")
+            )
         with exclusive_lock(
-            paths.lock, start_timeout + STOP_WAIT_SECONDS, "waiting for another process launching the same service"
+            paths[0].lock, start_timeout + STOP_WAIT_SECONDS, "waiting for another process launching the same service"
         ):
-            record = Record.read(paths.record)
-            process = None
-            if record is None or not _ready_or_gone(url, record, paths.socket, STOP_WAIT_SECONDS):
+            records = {replica: Record.read(p.record) for replica, p in enumerate(paths)}
+            missing = {
+                replica: p
+                for replica, p in enumerate(paths)
+                if (record := records[replica]) is None or not _ready_or_gone(p, record, STOP_WAIT_SECONDS)
+            }
+            processes: dict[int, subprocess.Popen[bytes]] = {}
+            if missing:
                 _check_server_installed(command.python)
-                process, record = _start(command, paths, 1, start_timeout)
+                for replica, (process, record) in _start(command, missing, 1, start_timeout).items():
+                    processes[replica], records[replica] = process, record
+            running = [record for record in records.values() if record is not None]  # (all of them, now)
+            if len({record.fingerprint for record in running}) > 1:
+                _stop_all(list(processes.values()), [])
+                listing = "; ".join(f"{command.name(i)}: {record.fingerprint}" for i, record in enumerate(running))
+                raise LaunchError(
+                    f"the replicas serve different tokenizers ({listing}): were the tokenizer's files changed while "
+                    "they started? launch again",
+                    log_path=paths[0].log,
+                )
     except BaseException:
-        os.close(owners_fd)
+        for fd in owners_fds:
+            os.close(fd)
         raise
     service = LaunchedService(
-        url=url,
-        socket_path=paths.socket,
-        log_path=paths.log,
-        fingerprint=record.fingerprint,
-        first_pid=record.pid,
-        launched=process is not None,
+        urls=tuple(unix_socket_url(p.socket) for p in paths),
+        fingerprint=running[0].fingerprint,
+        first_pids=tuple(record.pid for record in running),
+        launched=bool(processes),
         startup_seconds=time.monotonic() - started,
         key=key,
         command=command,
         paths=paths,
         start_timeout=start_timeout,
     )
-    how = "launched" if process is not None else "attached to"
+    how = "launched" if processes else "attached to"
+    where = service.url if command.replicas == 1 else f"{command.replicas} replicas in {folder}"
     logger.info(
         "%s the tokenizer service for %s at %s in %.2fs (log: %s)",
         how,
         command.description,
-        url,
+        where,
         service.startup_seconds,
-        paths.log,
+        paths[0].log,
     )
-    return _Ownership(service, owners_fd, process)
+    return _Ownership(service, owners_fds, processes)
 
 
 def take_share(command: ServeCommand, start_timeout: float) -> Share:
@@ -503,54 +655,57 @@ def release(share: Share) -> None:
 
 
 def _let_go(ownership: _Ownership) -> None:
-    """Let go of the owners lock; the last process to let go -- whether it launched the service or attached
-    to it -- stops the server running now and waits for its exit (the server would stop in a quarter of a
-    second by itself), under the launch lock, so that no one relaunches it meanwhile."""
+    """Let go of the owners locks; the last process to let go -- whether it launched the service or attached
+    to it -- stops every replica running now and waits for their exit (they would stop in a quarter of a
+    second by themselves), under the launch lock, so that no one relaunches one meanwhile."""
     if ownership.pid != os.getpid():
         return
     for client in list(ownership.clients):
         client.close()  # its idle connections (the server would close them at once anyway)
     paths = ownership.service.paths
     try:
-        with exclusive_lock(paths.lock, STOP_WAIT_SECONDS, "waiting for the launch lock"):
-            if _last_owner(ownership.owners_fd):
-                _stop_running(paths, ownership.process)
-            os.close(ownership.owners_fd)
+        with exclusive_lock(paths[0].lock, STOP_WAIT_SECONDS, "waiting for the launch lock"):
+            if _last_owner(ownership.owners_fds[0]):  # (every owner holds every replica's lock)
+                _stop_running(paths, ownership.processes)
+            _close(ownership.owners_fds)
     except LaunchError:
-        os.close(ownership.owners_fd)  # the server's own watch stops it once nobody holds the lock
+        _close(ownership.owners_fds)  # each server's own watch stops it once nobody holds its lock
 
 
-def _stop_running(paths: ServicePaths, ours: subprocess.Popen[bytes] | None) -> None:
-    """Stop the server the record names, and wait until it has exited: ``ours`` (the one this process
-    started, reaped here), or one another process started -- relaunched by a DataLoader worker after ours
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.Popen[bytes]]) -> None:
+    """Stop the server each record names, and wait until all have exited: the ones this process started
+    (reaped here), and the ones another process started -- relaunched by a DataLoader worker after ours
     died, say, or launched by another local rank."""
-    if ours is not None:
-        _stop(ours)  # (reaped at once if it died already)
-    record = Record.read(paths.record)
-    if record is None or (ours is not None and record.pid == ours.pid):
-        return
-    if not process_alive(record.pid, paths.socket):  # (its command line names the socket: not a reused pid)
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(record.pid, signal.SIGTERM)  # it drains, as ours does
-        deadline = time.monotonic() + STOP_WAIT_SECONDS
-        while process_alive(record.pid, paths.socket):
-            if time.monotonic() > deadline:
-                os.kill(record.pid, signal.SIGKILL)
-                return
-            time.sleep(0.02)
+    others = []
+    for replica, replica_paths in enumerate(paths):
+        record = Record.read(replica_paths.record)
+        process = ours.get(replica)
+        if record is None or (process is not None and record.pid == process.pid):
+            continue
+        if process_alive(record.pid, replica_paths.socket):  # (its command line names the socket: not a reused pid)
+            others.append((record.pid, replica_paths.socket))
+    _stop_all(list(ours.values()), others)  # (ours are reaped at once if they died already)
 
 
 def _last_owner(owners_fd: int) -> bool:
     return try_lock(owners_fd, exclusive=True)  # ours shared -> exclusive: only if alone
 
 
-def _adopt(key: str, process: subprocess.Popen[bytes]) -> None:
+def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
     """A server this process relaunched: stopped with this process's ownership, or left to the others."""
     with _owned_lock:
         ownership = _owned.get(key)
         if ownership is not None and ownership.pid == os.getpid():
-            ownership.process = process
+            dead = ownership.processes.get(replica)
+            if dead is not None:
+                dead.poll()  # reaped: it died, or this relaunch would not be
+            ownership.processes[replica] = process
         else:
             _children.append(process)
 
@@ -567,15 +722,14 @@ def _let_go_of_everything() -> None:
 def _forget_after_fork() -> None:
     """In a forked child: close the inherited lock descriptors (the parent's locks stay: it holds the same
     open files) and own nothing, so the child's exit stops nothing."""
-    global _owned_lock
+    global _owned_lock, _background_lock
     _owned_lock = threading.Lock()  # another thread may have held it at the fork
+    _background_lock = threading.Lock()
     for inherited in _owned.values():
-        try:
-            os.close(inherited.owners_fd)
-        except OSError:
-            pass
+        _close(inherited.owners_fds)
     _owned.clear()
     _children.clear()
+    _background.clear()  # the parent's relaunching threads are not here
 
 
 atexit.register(_let_go_of_everything)

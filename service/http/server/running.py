@@ -17,8 +17,9 @@ update we want, from the first SIGTERM (and from a first Ctrl-C at a terminal, t
 All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM or SIGINT while draining
 stops at once, saying how many requests were left unanswered, with exit status 130.
 
-A private server (``private``: one with ``--owners-file``, which ``TokenizerClient.launch`` starts) drains
-for nobody: it stops because the processes it works for are gone, or the last of them is letting go. So it
+A private server (``private``: one with ``--owners-file`` that ``TokenizerClient.launch`` starts; a replica of
+``serve --replicas`` holds an owners file too, so as not to outlive its parent, but drains as ``serve`` does)
+drains for nobody: it stops because the processes it works for are gone, or the last of them is letting go. So it
 closes its listener at once (no ``drain_listen_seconds``: no load balancer routes to it), then its idle
 keep-alive connections (a forked DataLoader worker keeps one) instead of waiting for their keep-alive
 timeout, and exits as soon as the requests in flight are answered. A request that has begun to arrive, or
@@ -28,8 +29,9 @@ The server runs uvicorn's httptools protocol with the limits of :class:`~service
 (header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
 
 It listens on TCP (:func:`bind_listener`) or on a Unix domain socket (:func:`bind_unix_listener`, ``--uds``),
-whose drain removes the socket file first (:mod:`.listening`). With ``--owners-file`` the same drain also
-starts when the last process using the server has gone (:mod:`.owners`).
+whose drain removes the socket file first (:mod:`.listening`); a replica of ``serve --replicas`` on both: the
+port it shares with the others (``--reuse-port``) and a Unix socket of its own. With ``--owners-file`` the same
+drain also starts when the last process using the server has gone (:mod:`.owners`).
 
 uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
@@ -51,6 +53,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any, Protocol
 
@@ -195,15 +198,21 @@ class DrainingServer(uvicorn.Server):
         return len(self.server_state.connections)
 
 
-def bind_listener(host: str, port: int) -> socket.socket:
+def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
     not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
-    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``)."""
+    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``).
+    ``reuse_port``: with ``SO_REUSEPORT``, so that the replicas of ``serve --replicas`` (processes of this user)
+    bind the same port, and the kernel spreads new connections over those listening by a hash of their addresses."""
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = addresses[0]
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a restart reuses the port at once
+        if reuse_port:
+            if not hasattr(socket, "SO_REUSEPORT"):
+                raise OSError(errno.ENOPROTOOPT, "this system has no SO_REUSEPORT, which --replicas needs")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
         sock.bind(address)
@@ -301,7 +310,7 @@ def run(
     app: Any,
     drain: Drainable,
     *,
-    listener: socket.socket,
+    listeners: Sequence[socket.socket],
     log_level: str,
     access_log: bool,
     grace_seconds: float,
@@ -309,12 +318,14 @@ def run(
     keep_alive_seconds: float,
     drain_listen_seconds: float,
     http_protocol: str,
-    socket_file: SocketFile | None = None,
+    socket_files: Sequence[SocketFile] = (),
     owners: OwnersWatch | None = None,
+    private: bool = False,
 ) -> None:
-    """Serve ``app`` on ``listener`` (:func:`bind_listener`, or :func:`bind_unix_listener` with its
-    ``socket_file``) in this process (one uvicorn worker, never forking) until drained or interrupted, or
-    until ``owners`` sees the last process using the server gone."""
+    """Serve ``app`` on ``listeners`` (:func:`bind_listener`, :func:`bind_unix_listener` with its socket file
+    among ``socket_files``) in this process (one uvicorn worker, never forking) until drained or interrupted, or
+    until ``owners`` sees the last process using the server gone. ``private``: a server that drains for nobody
+    (see the module doc)."""
     config = uvicorn.Config(
         app,
         workers=1,
@@ -326,24 +337,24 @@ def run(
         **protocol_settings(http_protocol, guard),
     )
     guarded = guard if http_protocol == "guarded" else None
-    if listener.family == socket.AF_UNIX:
-        logger.info("serving on %s", unix_socket_url(listener.getsockname()))
-    else:
-        host, port = listener.getsockname()[:2]
-        logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
-    socket_files = (socket_file,) if socket_file is not None else ()
+    for listener in listeners:
+        if listener.family == socket.AF_UNIX:
+            logger.info("serving on %s", unix_socket_url(listener.getsockname()))
+        else:
+            host, port = listener.getsockname()[:2]
+            logger.info("serving on http://%s:%d", f"[{host}]" if ":" in host else host, port)
     server = DrainingServer(
         config,
         drain,
         grace_seconds,
         guarded,
         listen_seconds=drain_listen_seconds,
-        socket_files=socket_files,
-        private=owners is not None,
+        socket_files=tuple(socket_files),
+        private=private,
     )
     if owners is not None:
         owners.on_gone = server.stop_gracefully
-    server.run([listener])
+    server.run(list(listeners))
 
 
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:

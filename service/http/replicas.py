@@ -1,0 +1,322 @@
+"""``tokenizer-service serve --replicas K``: K servers behind one port, for a big machine without Kubernetes.
+
+One server process serves at most 1 / (its Python time per request) requests a second, whatever the cores
+(:mod:`service.sizing`); the cores beyond what one process keeps busy are used by more processes. Each replica is
+the server we have -- one process, one tokenizer, Rust parallelism on, never forks -- started by exec
+(``python -m service serve``), never forked from this one, which is not a server and loads no tokenizer.
+
+**One port for all.** Every replica binds the port itself with ``SO_REUSEPORT`` (``--reuse-port``), and the kernel
+spreads new connections over the replicas listening by a hash of their addresses: any HTTP client uses the one URL,
+and a burst of clients connecting at once lands on all replicas, not on one. (Measured on this machine, 2 replicas,
+8 keep-alive clients connecting together: one listening socket shared by the replicas -- vLLM's way for its
+``--api-server-count`` -- put all 8 on one replica in 2 runs of 3, since the first event loop to wake accepts every
+connection waiting; ``SO_REUSEPORT`` spreads them.) Connections are spread, not requests: a client that keeps few
+keep-alive connections keeps them on few replicas (the SDK's DataLoader workers each open their own); a replica's
+share does not follow its load. This process binds the port first (with ``SO_REUSEPORT``, never listening), so that
+a port in use by another program fails at once, and ``--port 0`` picks one for all; a port a server already answers
+on is refused (a set of this user's on it would otherwise be joined). A replica that dies takes the connections
+waiting in its own queue with it (the SDK retries them elsewhere). Unix sockets cannot be shared: ``--uds`` is
+refused with ``--replicas`` (``TokenizerClient.launch(replicas=N)`` spreads calls over one socket per replica).
+
+**All or nothing.** Each replica also listens on a private Unix socket, where this process asks ``/readyz`` and
+``/info``: the set is up once every replica is ready and all serve one fingerprint. A replica that exits before --
+its own error line is on stderr, above this process's -- stops every replica and this process exits 1; so does a
+replica that serves another fingerprint, and one that dies while serving: a partial set never stays up, and the
+process manager (systemd ``Restart=``, Docker's restart policy) starts a whole one again. The port answers as soon
+as the first replica is ready (each is the whole server); the set is up, and this process says so, once all are.
+
+**Signals and ownership.** SIGTERM and SIGINT are forwarded to every replica (each in a session of its own: a Ctrl-C
+in the terminal reaches this process, which passes it on), each drains as ``serve`` does, and this process exits
+once all have: 0 if every one drained, else the worst status. Each replica holds an owners lock this process
+shares (``--owners-file``, :mod:`service.http.server.owners`): if this process is killed, even with SIGKILL, every
+replica stops by itself (and drains); none outlives it.
+
+``--threads`` and ``--memory-budget-mib`` are per replica; unset, each replica takes an equal share of the cores this
+process may use and of the memory limit (``--replica-of``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from ..client.exceptions import TransportError
+from ..client.transports.base import Request, Timeout
+from ..client.transports.stdlib import HTTPTransport
+from ..sizing import plan_replicas
+from ..wire import (
+    API_KEY_ENV,
+    ENV_PREFIX,
+    INFO_PATH,
+    MAX_SOCKET_PATH_BYTES,
+    READY_PATH,
+    serve_arguments,
+    unix_socket_url,
+)
+from .settings import Settings
+
+__all__ = ["serve_replicas", "SET_BY_THE_PARENT"]
+
+logger = logging.getLogger(__name__)
+
+#: The settings this process sets for each replica itself (where it listens, who owns it, its share).
+SET_BY_THE_PARENT = frozenset({"replicas", "host", "port", "uds", "reuse_port", "owners_file", "replica_of"})
+#: How long a replica may drain past its own ``--graceful-shutdown-seconds`` before it is killed.
+STOP_MARGIN_SECONDS = 10.0
+_POLL_SECONDS = 0.05
+
+
+@dataclass
+class _Replica:
+    index: int
+    count: int
+    socket_path: str  # its private socket, where this process asks /readyz and /info
+    owners_path: str
+    process: subprocess.Popen[bytes] | None = None
+    fingerprint: str | None = None
+    owners_fd: int | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        pid = f", pid {self.process.pid}" if self.process is not None else ""
+        return f"replica {self.index + 1} of {self.count}{pid}"
+
+    def probe(self) -> str | None:
+        """Its fingerprint once it is ready, else None."""
+        url = unix_socket_url(self.socket_path)
+        transport = HTTPTransport()
+        try:
+            ready = transport.handle_request(Request("GET", url + READY_PATH, {}, timeout=Timeout(1.0, 5.0)))
+            if ready.status != 200:
+                return None
+            info = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=Timeout(1.0, 30.0)))
+            fingerprint: str = json.loads(bytes(info.body))["fingerprint"]
+            return fingerprint
+        except TransportError:
+            return None
+        finally:
+            transport.close()
+
+
+class _Signals:
+    """SIGTERM and SIGINT, noted here (in order) for the main loop to forward."""
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.received: list[int] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._note)
+
+    def _note(self, sig: int, frame: FrameType | None) -> None:
+        self.pending.append(sig)
+        self.received.append(sig)
+
+    def take(self) -> list[int]:
+        taken, self.pending = self.pending, []
+        return taken
+
+
+def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> int | None:
+    """Run ``settings.replicas`` replicas behind one port (see the module doc) until they have all stopped; their
+    exit status. None when one replica is what the cores allow (``--replicas auto`` on a small machine): then the
+    calling process serves, as ``serve`` does without ``--replicas``."""
+    plan = plan_replicas(settings.replicas, settings.threads)
+    if plan.warning:
+        print(f"{prog}: warning: {plan.warning}", file=sys.stderr, flush=True)
+    if plan.count == 1:
+        logger.info("--replicas %s: one replica on %d cores; serving in this process", settings.replicas, plan.cores)
+        return None
+    from .server import bind_listener
+
+    where = f"{settings.host}:{settings.port}"
+    try:  # before anything loads, as serve does: a port in use fails at once
+        if settings.port != 0 and _answered(settings.host, settings.port):
+            raise OSError(errno.EADDRINUSE, "a server is listening on it")
+        reserved = bind_listener(settings.host, settings.port, reuse_port=True)  # never listens: the replicas do
+    except OSError as exc:
+        print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    host, port = reserved.getsockname()[:2]
+    folder = _private_folder()
+    replicas = [
+        _Replica(i, plan.count, os.path.join(folder, f"{i}.sock"), os.path.join(folder, f"{i}.owners"))
+        for i in range(plan.count)
+    ]
+    signals = _Signals()
+    try:
+        for replica in replicas:
+            replica.owners_fd = _hold_shared(replica.owners_path)
+        argv, env = _replica_command(given)
+        shared = ["--host", settings.host, "--port", str(port), "--reuse-port", "--replica-of", str(plan.count)]
+        for replica in replicas:
+            own = ["--uds", replica.socket_path, "--owners-file", replica.owners_path]
+            replica.process = subprocess.Popen(
+                [*argv, *shared, *own],
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,  # a Ctrl-C in the terminal reaches this process only, which forwards it
+            )
+        status = _start(replicas, signals, prog)
+        if status is None:
+            url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
+            pids = ", ".join(str(r.process.pid) for r in replicas if r.process is not None)
+            logger.info(
+                "serving on %s with %d replicas (pids %s; %d Rust threads each; %s)",
+                url,
+                plan.count,
+                pids,
+                plan.threads_each,
+                replicas[0].fingerprint,
+            )
+            status = _serve(replicas, signals, prog)
+        return status
+    finally:
+        _stop_all(replicas, settings.graceful_shutdown_seconds)
+        reserved.close()
+        for replica in replicas:
+            if replica.owners_fd is not None:
+                os.close(replica.owners_fd)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _start(replicas: list[_Replica], signals: _Signals, prog: str) -> int | None:
+    """Wait until every replica is ready; None once all are (with one fingerprint), else the exit status."""
+    waiting = list(replicas)
+    while waiting:
+        forwarded = signals.take()
+        if forwarded:
+            _forward(replicas, forwarded)
+            return _wait_all(replicas, signals)
+        for replica in list(waiting):
+            assert replica.process is not None
+            code = replica.process.poll()
+            if code is not None:
+                print(f"{prog}: {replica.name} {_how(code)} before it was ready; stopping the others", file=sys.stderr)
+                return 1
+            replica.fingerprint = replica.probe()
+            if replica.fingerprint is not None:
+                waiting.remove(replica)
+        time.sleep(_POLL_SECONDS)
+    served = {replica.fingerprint for replica in replicas}
+    if len(served) > 1:
+        listing = "; ".join(f"{r.name}: {r.fingerprint}" for r in replicas)
+        print(
+            f"{prog}: the replicas serve different tokenizers ({listing}): were the tokenizer's files changed while "
+            "they loaded? stopping them all",
+            file=sys.stderr,
+        )
+        return 1
+    return None
+
+
+def _serve(replicas: list[_Replica], signals: _Signals, prog: str) -> int:
+    """Until a signal (forwarded; then until every replica has stopped) or a replica's death (then 1)."""
+    while True:
+        forwarded = signals.take()
+        if forwarded:
+            _forward(replicas, forwarded)
+            return _wait_all(replicas, signals)
+        for replica in replicas:
+            assert replica.process is not None
+            code = replica.process.poll()
+            if code is not None:
+                print(
+                    f"{prog}: {replica.name} {_how(code)} while serving; stopping the others (a partial set never "
+                    "stays up: restart the whole set)",
+                    file=sys.stderr,
+                )
+                return 1
+        time.sleep(_POLL_SECONDS)
+
+
+def _wait_all(replicas: list[_Replica], signals: _Signals) -> int:
+    """Wait for every replica to exit, forwarding any further signal; the worst exit status."""
+    while any(r.process is not None and r.process.poll() is None for r in replicas):
+        _forward(replicas, signals.take())
+        time.sleep(_POLL_SECONDS)
+    worst = 0
+    for replica in replicas:
+        assert replica.process is not None
+        code = replica.process.returncode
+        if code != 0:
+            logger.warning("%s %s", replica.name, _how(code))
+        worst = max(worst, 1 if code < 0 else code)
+    return worst
+
+
+def _forward(replicas: list[_Replica], signals: list[int]) -> None:
+    for sig in signals:
+        for replica in replicas:
+            if replica.process is not None and replica.process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    replica.process.send_signal(sig)
+
+
+def _stop_all(replicas: list[_Replica], grace_seconds: float) -> None:
+    """SIGTERM every replica still running (each drains), SIGKILL any that overstays; all reaped."""
+    running = [r.process for r in replicas if r.process is not None and r.process.poll() is None]
+    for process in running:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds + STOP_MARGIN_SECONDS
+    for process in running:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _replica_command(given: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """The command of every replica (this interpreter, ``serve`` with the flags given here but those this
+    process sets) and its environment (this one's, but ``--replicas``; an API key by environment only)."""
+    settings = {name: value for name, value in given.items() if name not in SET_BY_THE_PARENT}
+    api_key = settings.pop("api_key", None)
+    env = {name: value for name, value in os.environ.items() if name != ENV_PREFIX + "REPLICAS"}
+    if api_key is not None:
+        env[API_KEY_ENV] = str(api_key)  # never on a command line, which other users can read
+    return [sys.executable, "-m", "service", "serve", *serve_arguments(settings)], env
+
+
+def _hold_shared(path: str) -> int:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # nobody else knows the file: at once
+    return fd
+
+
+def _private_folder() -> str:
+    """A private directory for the replicas' sockets and owners files, short enough for a socket path."""
+    folder = tempfile.mkdtemp(prefix="tokenizer-service-replicas-")
+    if len(os.fsencode(os.path.join(folder, "0000.sock"))) > MAX_SOCKET_PATH_BYTES:
+        os.rmdir(folder)
+        folder = tempfile.mkdtemp(prefix="ts-replicas-", dir="/tmp")
+    return folder
+
+
+def _answered(host: str, port: int) -> bool:
+    """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: on this machine)."""
+    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    try:
+        with socket.create_connection((target, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def _how(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"

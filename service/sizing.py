@@ -1,0 +1,132 @@
+"""How many server processes the cores of this machine keep busy, and how many Rust threads each gets.
+
+One server process never scales past its Python side: its event loop, request parsing and answer shaping run
+under the GIL, so it serves at most 1 / (its GIL-held time per batch) batches a second, whatever the cores. On
+a big machine the cores beyond what one process keeps busy are fed by more processes -- replicas, each the one
+server we have (one process, one tokenizer, never forks) -- rather than by a bigger rayon pool.
+``TokenizerClient.launch(replicas=...)`` and ``tokenizer-service serve --replicas`` size them here; the
+Kubernetes manifests size a pod's CPU from the same figure (a pod larger than it wastes cores: add pods).
+
+Standard library only: the launcher (the training side) and the server both import it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "CORES_PER_REPLICA",
+    "AUTO",
+    "available_cpus",
+    "check_replicas",
+    "ReplicaPlan",
+    "plan_replicas",
+    "share_of_cores",
+]
+
+#: The cores one server process keeps busy: the figure ``replicas="auto"`` divides the cores by, and the most
+#: CPU a Kubernetes pod of one process should get. A *projection*, not a measurement on a big machine: from the
+#: per-thread CPU split measured on 2 cores (issue 33: batches of 256, padding longest, truncation 128; the
+#: Python threads told apart from the Rust pool's with py-spy and /proc/PID/task/TID/stat), one process's GIL
+#: side feeds (Rust pool ms / GIL side ms) pool threads before it saturates: 4.8 for short Chinese reviews
+#: (WordPiece, 22 / 4.6 ms), 5.6 for ~300-char English (byte-level BPE, 19 / 3.4), 8.8 for ~300-char Chinese
+#: (63 / 7.2), 12.2 for ~1000-char Chinese (216 / 17.7); plus the core of the GIL side itself. The smallest row,
+#: 5.8 cores, rounded to 6 -- also where one rayon pool on one tokenizer stops scaling well (tokenizers #1900 and
+#: #2337: flat past 4-8 threads; 60 % efficiency at 8 in HF's tokbench). Update it here when a measurement on a
+#: many-core machine gives the figure: everything that sizes by it reads this name.
+CORES_PER_REPLICA: Final = 6
+
+#: The value of ``replicas`` that sizes the count from the cores: one replica per :data:`CORES_PER_REPLICA`.
+AUTO: Final = "auto"
+
+
+def available_cpus() -> int:
+    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota if one is set (not the host's
+    count: a container or a ``taskset`` sees fewer)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, cpus)
+
+
+def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU quota in cores from cgroup v2 ``cpu.max`` or v1 ``cpu.cfs_quota_us``; None when unlimited."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota_us <= 0 else quota_us / period_us
+    except (OSError, ValueError):
+        return None
+
+
+def check_replicas(replicas: object) -> int | str:
+    """``replicas`` as given -- a whole number of at least 1, or ``"auto"`` -- or a ValueError (TypeError for
+    something that is not a number at all) saying what to write instead."""
+    if isinstance(replicas, str) and replicas.strip().lower() == AUTO:
+        return AUTO
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        error = ValueError if isinstance(replicas, (str, float)) else TypeError
+        raise error(
+            f"replicas must be a whole number of server processes (1 or more) or {AUTO!r} (one per "
+            f"{CORES_PER_REPLICA} cores this process may use), not {replicas!r}"
+        )
+    if replicas < 1:
+        raise ValueError(
+            f"replicas must be at least 1 (one server process), not {replicas}; {AUTO!r} sizes them from the cores"
+        )
+    return replicas
+
+
+@dataclass(frozen=True)
+class ReplicaPlan:
+    """How many replicas to start on ``cores`` cores, and what it costs when that is more than the cores."""
+
+    count: int
+    cores: int
+    threads: int | None  # each replica's Rust threads when asked for; None: its share of the cores
+    warning: str | None  # what the plan costs, when it asks for more processes or threads than there are cores
+
+    @property
+    def threads_each(self) -> int:
+        """The Rust threads each replica runs: as asked, or its share of the cores (at least 1)."""
+        return self.threads if self.threads is not None else share_of_cores(self.cores, self.count)
+
+
+def share_of_cores(cores: int, replicas: int) -> int:
+    """The Rust threads of one of ``replicas`` processes sharing ``cores`` cores: an equal share, at least 1."""
+    return max(1, cores // max(1, replicas))
+
+
+def plan_replicas(replicas: object, threads: int | None = None, cores: int | None = None) -> ReplicaPlan:
+    """The replicas ``replicas`` asks for (see :func:`check_replicas`) on ``cores`` cores (default: those this
+    process may use, :func:`available_cpus`), each with ``threads`` Rust threads (default: its share)."""
+    asked = check_replicas(replicas)
+    cores = available_cpus() if cores is None else cores
+    count = max(1, cores // CORES_PER_REPLICA) if asked == AUTO else int(asked)
+    warning = None
+    if count > cores:
+        warning = (
+            f"replicas={count} is more than the {cores} cores this process may use: each replica loads its own "
+            f"tokenizer and holds its own memory budget, and their event loops take turns on the same cores, so "
+            f"throughput is no higher than with {cores} and memory is {count - cores} tokenizer(s) larger "
+            f"(replicas={AUTO!r} gives {max(1, cores // CORES_PER_REPLICA)} here)"
+        )
+    elif threads is not None and count * threads > cores:
+        warning = (
+            f"replicas={count} with threads={threads} each runs {count * threads} Rust threads on {cores} cores: "
+            f"they contend for the cores (leave threads unset for an equal share: {share_of_cores(cores, count)} each)"
+        )
+    return ReplicaPlan(count, cores, threads, warning)
