@@ -1,12 +1,15 @@
 # Two commands do all the set-up on a fresh machine:
-#   make serve   -- create .venv, install, serve the embedded default tokenizer on 127.0.0.1:8000
-#   make test    -- create .venv, install, run the whole test suite (what CI runs)
+#   make serve   -- create .venv, install what serving needs (the server extra), serve the embedded default
+#                   tokenizer on 127.0.0.1:8000
+#   make test    -- add torch and the test extra to that .venv, run the whole test suite (what CI runs)
 #   make test-fast -- the suite without the tests marked slow (builds, whole jobs, browsers, benchmarks): for
 #                   development; CI runs them all
 # And for maintainers:
-#   make lint    -- ruff (lint + format check), mypy, import boundaries (CI runs it too)
+#   make lint    -- ruff (lint + format check), mypy, import boundaries (CI runs it too); adds the lint tools
 #   make emulators -- Azurite (the Azure Storage emulator, npm) under .cache/azurite, for the az:// tests (CI runs it)
-#   make docs    -- build the docs site into build/site/ (--strict; open build/site/index.html, offline too)
+#   make docs    -- build the docs site into build/site/ (--strict; open build/site/index.html, offline too); adds
+#                   the docs tools
+#   make install -- all of the set-up above at once (what CI does first)
 #   make fmt     -- apply ruff's fixes and formatting
 #   make bench   -- the side-by-side benchmark (ARGS=--smoke for a quick check)
 #   make fuzz    -- the OpenAPI fuzzer with 2,000 examples per operation (the suite runs 40)
@@ -14,24 +17,51 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
 LINTED := service tests testkit benchmarks scripts examples deploy
 
 .PHONY: serve test test-fast lint fmt docs bench fuzz mutants install clean emulators
 
-# Set-up says what it does as it goes: a line per step, then pip's own line per package (no --quiet).
-$(STAMP): pyproject.toml
-	@echo "==> [1/3] creating $(VENV)/ with $(PYTHON) and upgrading pip"
+# The set-up is made in steps into one venv, each once and recorded by its stamp in $(VENV)/: make serve needs
+# only the server extra; make test, make lint and make docs each add what they need beside it. Set-up says what
+# it does as it goes: a line per step, then pip's own line per package (no --quiet). One pip at a time in the
+# venv, whatever make -j runs beside it (flock, where the system has it).
+CREATED := $(VENV)/.created
+SERVER_STAMP := $(VENV)/.installed-server
+TEST_STAMP := $(VENV)/.installed-test
+LINT_STAMP := $(VENV)/.installed-lint
+DOCS_STAMP := $(VENV)/.installed-docs
+PIP := $(if $(shell command -v flock),flock $(VENV)/.pip-lock) $(BIN)/pip
+
+$(CREATED):
+	@echo "==> creating $(VENV)/ with $(PYTHON) and upgrading pip"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "==> [2/3] torch==2.13.0, the CPU build (pinned: any looser spec downloads multi-GB CUDA builds)"
-	$(BIN)/pip install --progress-bar on torch==2.13.0
-	@echo "==> [3/3] this package with the extras make test and make lint need: about 150 packages (pip says nothing while it unpacks them at the end: 1-2 min)"
-	$(BIN)/pip install --progress-bar on -e '.[test,lint]'
-	touch $(STAMP)
-	@echo "==> set up: $(VENV)/ ('source $(VENV)/bin/activate' to use its commands)"
+	touch $(CREATED)
 
-install: $(STAMP)
+$(SERVER_STAMP): pyproject.toml $(CREATED)
+	@echo "==> [serve] this package with the server extra, what serving needs (about 40 packages, no torch: ~30 s)"
+	$(PIP) install --progress-bar on -e '.[server]'
+	touch $(SERVER_STAMP)
+	@echo "==> set up to serve: $(VENV)/ ('source $(VENV)/bin/activate' to use its commands)"
+
+$(TEST_STAMP): pyproject.toml $(SERVER_STAMP)
+	@echo "==> [test 1/2] torch==2.13.0, the CPU build (pinned: any looser spec downloads multi-GB CUDA builds)"
+	$(PIP) install --progress-bar on torch==2.13.0
+	@echo "==> [test 2/2] the test extra: about 110 packages more (pip says nothing while it unpacks them at the end: 1-2 min)"
+	$(PIP) install --progress-bar on -e '.[test]'
+	touch $(TEST_STAMP)
+
+$(LINT_STAMP): pyproject.toml $(SERVER_STAMP)
+	@echo "==> [lint] ruff, mypy, import-linter, and the typed packages mypy reads (httpx, hypothesis)"
+	$(PIP) install --progress-bar on -e '.[server,httpx,lint]'
+	touch $(LINT_STAMP)
+
+$(DOCS_STAMP): pyproject.toml $(SERVER_STAMP)
+	@echo "==> [docs] MkDocs, Material and mkdocstrings"
+	$(PIP) install --progress-bar on -e '.[server,docs]'
+	touch $(DOCS_STAMP)
+
+install: $(TEST_STAMP) $(LINT_STAMP) $(DOCS_STAMP)
 
 # The object-store emulators that are not Python packages (testkit/objectstore.py finds them here); moto and
 # gcp-storage-emulator come with the test extra. Needs node and npm (Debian: apt-get install nodejs npm).
@@ -43,9 +73,9 @@ $(AZURITE_STAMP):
 
 emulators: $(AZURITE_STAMP)
 # `make test` installs Azurite too where npm is (without it the az:// tests skip, saying so; in CI they fail)
-TEST_NEEDS := $(STAMP) $(if $(shell command -v npm),$(AZURITE_STAMP))
+TEST_NEEDS := $(TEST_STAMP) $(if $(shell command -v npm),$(AZURITE_STAMP))
 
-serve: $(STAMP)
+serve: $(SERVER_STAMP)
 	$(BIN)/tokenizer-service serve $(ARGS)
 
 # The suite runs in TEST_PROCESSES pytest processes (pytest-xdist), a test module each at a time (module-scoped
@@ -57,30 +87,30 @@ PYTEST := RUST_BACKTRACE=0 $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist l
 test: $(TEST_NEEDS)
 	$(PYTEST) $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(TEST_STAMP)
 	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
-lint: $(STAMP)
+lint: $(LINT_STAMP)
 	$(BIN)/ruff check $(LINTED)
 	$(BIN)/ruff format --check $(LINTED)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 	$(BIN)/python -m scripts.import_cycles
 
-docs: $(STAMP)
+docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-fmt: $(STAMP)
+fmt: $(LINT_STAMP)
 	$(BIN)/ruff check --fix $(LINTED)
 	$(BIN)/ruff format $(LINTED)
 
-fuzz: $(STAMP)
+fuzz: $(TEST_STAMP)
 	FUZZ_EXAMPLES=2000 RUST_BACKTRACE=0 $(BIN)/python -m pytest -q tests/test_fuzz.py
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)
 
-mutants: $(STAMP)
+mutants: $(TEST_STAMP)
 	TEST_PROCESSES=$(TEST_PROCESSES) RUST_BACKTRACE=0 $(BIN)/python -m scripts.mutants $(ARGS)
 
 clean:

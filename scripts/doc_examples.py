@@ -1,8 +1,10 @@
 """The code examples of the README and the docs site, as the tests run them (``tests/test_docs_examples.py``).
 
 Every fenced ```` ```python ```` and ```` ```bash ```` block of ``README.md`` and ``docs/**/*.md`` is an example
-the tests run, exactly as written, unless an HTML comment on the line before it says otherwise (invisible
-on GitHub and on the site). What the comment may say:
+the tests run, exactly as written, from an empty folder outside the clone -- unless its first line says
+``# from the clone's root`` (the set-up with ``make``, ``pip install .``, the clone's own ``examples/``), which
+the reader sees too, or an HTML comment on the line before it says otherwise (invisible on GitHub and on the
+site). What the comment may say:
 
 ``<!-- example: skip: REASON -->``
     Not run, for the reason given (it needs a Kubernetes cluster, AWS, a GPU...). Keep these few:
@@ -32,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNABLE = ("python", "bash")
+#: The first line of a block that runs in the clone's root (every other block runs from any folder).
+CLONE_MARK = "# from the clone's root"
 #: The address the examples use for a service the reader started; the tests substitute the one they started.
 EXAMPLE_ADDRESS = "127.0.0.1:8000"
 
@@ -63,6 +67,11 @@ class Block:
         if self.language in RUNNABLE:
             return "run"
         return "text"
+
+    @property
+    def in_clone(self) -> bool:
+        """Whether the block runs in the clone's root (its first line says so), not from any folder."""
+        return self.code.startswith(CLONE_MARK)
 
     @property
     def skip_reason(self) -> str:
@@ -127,7 +136,8 @@ def main(argv: list[str]) -> int:
             if skipped_only and block.kind != "skip":
                 continue
             note = f" ({block.skip_reason})" if block.kind == "skip" else ""
-            print(f"{block.where:<40} {block.language:<7} {block.kind}{note}")
+            where = " (in the clone)" if block.in_clone else ""
+            print(f"{block.where:<40} {block.language:<7} {block.kind}{where}{note}")
     return 0
 
 

@@ -44,6 +44,8 @@ JOB_STEPS = "tests/test_job_steps.py"
 PRETOKENIZE = "tests/test_pretokenize.py"
 OBJECT_STORAGE = "tests/test_object_storage.py"
 TRAIN_OPTIONS = "tests/test_train_options.py"
+TRAIN = "tests/test_train.py"
+EMBEDDED = "tests/test_embedded.py"
 FINGERPRINT = "tests/test_fingerprint.py"
 
 
@@ -905,5 +907,27 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if self.counts_dir is not None:",
         "if False:",
         (TRAIN_OPTIONS,),
+    ),
+    # -- the second hour (issue 32) ----------------------------------------------------------------------------
+    Mutation(
+        "Ctrl-C falls back to uvicorn's handling (no drain, a KeyboardInterrupt traceback)",
+        "service/http/server/running.py",
+        "if sig in DRAIN_SIGNALS and self._loop is not None:",
+        "if sig == signal.SIGTERM and self._loop is not None:",
+        (DRAIN,),
+    ),
+    Mutation(
+        "an output folder that is a file is found only once work has begun",
+        "service/jobs/storage.py",
+        "if not existing.is_dir():",
+        "if False:",
+        (TRAIN, PRETOKENIZE),
+    ),
+    Mutation(
+        "embedded:default is taken for a path or a hub id",
+        "service/engine/loading.py",
+        "if source == DEFAULT_SOURCE:",
+        "if False:",
+        (EMBEDDED,),
     ),
 )

@@ -35,6 +35,11 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "train a tokenizer from a corpus sharded across workers: each counts its units, worker 0 trains (server side)",
         "server",
     ),
+    "default-tokenizer": (
+        "service.embedded",
+        "print the embedded default tokenizer's folder, or copy it (--copy DIR); commands take it as embedded:default",
+        None,
+    ),
 }
 
 # The commands that need every package of their extra, checked before they start (pretokenize runs the flat format
@@ -54,15 +59,19 @@ def build_parser() -> argparse.ArgumentParser:
             width=100,
         ),
         epilog=f"commands:\n{listing}\n\n'{PROG} COMMAND --help' describes a command's options.",
+        usage=f"{PROG} [-h] [--version] COMMAND ...",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND", help="what to run (below)")
+    parser.add_argument("command", nargs="?", choices=sorted(COMMANDS), metavar="COMMAND", help="what to run (below)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.error(f"name a command: {', '.join(COMMANDS)}")
     module_name, _, extra = COMMANDS[args.command]
     if extra is not None and args.command in WHOLE_EXTRA:
         problem = unmet_line(extra)

@@ -6,12 +6,16 @@ that needs a whole extra (``serve``, ``train``) checks it before it starts: a pa
 outside the declared range, is one line naming the package and the extra that brings it, at start-up rather
 than at the first request that reaches it (a chat route without jinja2, say).
 
+The client's own optional packages (torch, for tensors) are checked where they are asked for, the same way:
+:func:`require_module` says which extra brings the missing module, before any work (a request, a batch).
+
 Standard library only (it runs on a client-only install too); ``packaging``, when installed, adds environment
 markers and version ranges to the check.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from importlib import metadata
 
@@ -24,6 +28,18 @@ _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 def install_command(extra: str) -> str:
     """The command that installs ``extra``."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
+
+
+def require_module(module: str, extra: str, needed_by: str) -> None:
+    """Raise a ModuleNotFoundError that says what to install when ``module`` is not installed here: ``needed_by``
+    (what the user asked for: ``return_tensors="pt"``, ``client.collator()``...) needs it, and ``extra`` brings
+    it. Found without importing the module."""
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(
+            f"{needed_by} needs {module}, which is not installed: the {extra} extra brings it, "
+            f"{install_command(extra)}",
+            name=module,
+        )
 
 
 def unmet(extra: str) -> list[str]:

@@ -1,8 +1,9 @@
 """Naming what was meant when a name is misspelt: one rule for the HTTP API's fields and every command's flags.
 
 ``closest`` picks the known name a misspelling is nearest to; :class:`ArgumentParser` is argparse's parser
-that says it (``unrecognized argument --modle; did you mean --model?``). Every command builds its parser from
-this class, so a new command suggests as the others do. Standard library only: the client-side jobs use it.
+that says it (``unrecognized argument --modle; did you mean --model?``), on the first line of its answer.
+Every command builds its parser from this class, so a new command suggests as the others do. Standard library
+only: the client-side jobs use it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ def closest(name: str, known: Iterable[str]) -> str | None:
 class ArgumentParser(argparse.ArgumentParser):
     """An argparse parser that names the flag (or choice) meant when one is misspelt, instead of only
     listing what it did not recognise. The hint rides on whichever error argparse reports first (a
-    misspelt required flag is first reported as missing)."""
+    misspelt required flag is first reported as missing). An error is that one line, then where the flags
+    are described: not argparse's usage first, which for a command of 30 flags pushes the line that says
+    what to fix off the screen."""
 
     _given: Sequence[str] = ()
 
@@ -39,7 +42,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         hints = [f"{flag}: did you mean {meant}?" for flag, meant in self.misspelt_flags(self._given)]
-        super().error("; ".join([message, *hints]))
+        said = "; ".join([message, *hints])
+        self.exit(2, f"{self.prog}: error: {said}\n('{self.prog} --help' describes every flag)\n")
 
     def misspelt_flags(self, given: Sequence[str]) -> list[tuple[str, str]]:
         """``(flag given, flag meant)`` for each ``--flag`` in ``given`` that is none of this parser's (nor

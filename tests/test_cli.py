@@ -33,23 +33,38 @@ def longest_flag(command: str) -> str:
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_a_misspelt_flag_is_answered_with_the_flag_meant(command):
-    """Defect: `serve --modle x` got "unrecognized arguments: --modle x" and a page of usage. Each command's
-    longest flag, misspelt, without the command's required arguments: the hint rides on the first error."""
+def test_a_misspelt_flag_is_answered_with_the_flag_meant_first(command):
+    """Defect: `serve --modle x` got "unrecognized arguments: --modle x" and a page of usage; then the hint,
+    but after 30 lines of usage. Each command's longest flag, misspelt, without the command's required
+    arguments: the hint rides on the first error, which is the first line, and --help is named for the rest."""
     flag = longest_flag(command)
     result = run(command, misspelt(flag), "1")
     assert result.returncode == 2, result.stderr
-    last = result.stderr.strip().splitlines()[-1]
-    assert f"{misspelt(flag)}: did you mean {flag}?" in last, last
+    first, *rest = result.stderr.strip().splitlines()
+    assert first.startswith(f"tokenizer-service {command}: error: "), first
+    assert f"{misspelt(flag)}: did you mean {flag}?" in first, first
+    assert rest == [f"('tokenizer-service {command} --help' describes every flag)"], rest
 
 
 def test_serve_modle_names_model():
-    result = run("serve", "--modle", "service/default_tokenizer")
+    result = run("serve", "--modle", "embedded:default")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == (
-        "tokenizer-service serve: error: unrecognized arguments: --modle service/default_tokenizer; "
+    assert result.stderr.strip().splitlines()[0] == (
+        "tokenizer-service serve: error: unrecognized arguments: --modle embedded:default; "
         "--modle: did you mean --model?"
     )
+
+
+def test_the_command_alone_names_every_command():
+    """Defect: `tokenizer-service` alone said "the following arguments are required: COMMAND, args", naming
+    no command (and an `args` no help shows)."""
+    result = run()
+    assert result.returncode == 2
+    first = result.stderr.strip().splitlines()[0]
+    assert first.startswith("tokenizer-service: error: name a command: "), first
+    assert "args" not in first
+    for command in COMMANDS:
+        assert command in first, first
 
 
 def test_a_misspelt_command_or_choice_is_answered_with_the_one_meant():
@@ -58,5 +73,5 @@ def test_a_misspelt_command_or_choice_is_answered_with_the_one_meant():
 
 
 def test_an_unknown_flag_close_to_none_is_only_named():
-    last = run("serve", "--bogus").stderr.strip().splitlines()[-1]
-    assert last == "tokenizer-service serve: error: unrecognized arguments: --bogus"
+    first = run("serve", "--bogus").stderr.strip().splitlines()[0]
+    assert first == "tokenizer-service serve: error: unrecognized arguments: --bogus"

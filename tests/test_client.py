@@ -602,9 +602,10 @@ def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
     def top(modules):
         return {name.split(".")[0] for name in modules}
 
-    # The SDK alone at import; the data tools (service.data) only once a collator was asked for.
+    # The SDK alone at import; the data tools (service.data) only once a collator was asked for, and
+    # service.extras (standard library: which extra brings a missing torch) once tensors were.
     sdk = ("service.client", "service.transport")
-    for stage, allowed in (("after_import", sdk), ("after_use", (*sdk, "service.data"))):
+    for stage, allowed in (("after_import", sdk), ("after_use", (*sdk, "service.data", "service.extras"))):
         loaded = top(report[stage])
         assert not loaded & set(FORBIDDEN), (stage, sorted(loaded & set(FORBIDDEN)))
         ours = {m for m in report[stage] if m == "service" or m.startswith("service.")}

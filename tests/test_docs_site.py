@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import unicodedata
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -333,6 +334,90 @@ def test_home_page_and_a_guide_render_from_disk_with_search(browser, site):
         "search found nothing from disk",
     )
     _screenshot(browser, "search")
+
+
+#: The source's line length: a code block's line up to this many columns shows on one line at 1280 px.
+CODE_COLUMNS = 120
+# Every code block of the page as the reader sees it: its text, how many lines it takes on screen, whether its
+# text runs past its edge (scrolled out of sight), and whether any of its text lies under its copy button.
+CODE_BLOCKS = """
+return Array.from(document.querySelectorAll('article pre > code')).map(code => {
+  const style = getComputedStyle(code);
+  const inner = code.clientHeight - parseFloat(style.paddingTop) - parseFloat(style.paddingBottom);
+  const button = code.parentElement.querySelector('.md-code__nav, .md-clipboard');
+  let covered = false;
+  if (button) {
+    const b = button.getBoundingClientRect();
+    const range = document.createRange();
+    range.selectNodeContents(code);
+    covered = Array.from(range.getClientRects()).some(r => r.width > 0.5 && r.right > b.left + 0.5
+      && r.left < b.right - 0.5 && r.bottom > b.top + 0.5 && r.top < b.bottom - 0.5);
+  }
+  return {text: code.textContent, shownLines: Math.round(inner / parseFloat(style.lineHeight)),
+          hidden: code.scrollWidth > code.clientWidth + 1, covered: covered, button: button !== null};
+});
+"""
+
+
+def columns(line: str) -> int:
+    """How many columns a line of code takes in a monospace font (a CJK character takes two)."""
+    return sum(2 if unicodedata.east_asian_width(char) in ("W", "F") else 1 for char in line)
+
+
+@pytest.mark.slow
+def test_every_code_block_shows_all_of_its_text_at_1280_px(browser, site):
+    """Defect: in a 1280 px window the site cut code blocks (120-column blocks in a ~75-column content area:
+    the first DataLoader example hid `collate_fn=collate)` past its edge, 73 of 188 blocks), and the copy
+    button covered text of getting-started's first block. On every page, in the browser's 1280 px window: no
+    block hides text past its edge, a block of lines within 120 columns shows each of them on one line (a
+    longer one wraps), and no text lies under a copy button."""
+    assert browser.execute_script("return window.innerWidth") == 1280
+    problems, seen = [], 0
+    for html in sorted(site.rglob("*.html")):
+        if "assets" in html.relative_to(site).parts or html.name == "404.html":  # (its links are the server's)
+            continue
+        _open(browser, html)
+        for number, block in enumerate(browser.execute_script(CODE_BLOCKS), 1):
+            seen += 1
+            where = f"{html.relative_to(site)} block {number} ({block['text'][:40]!r})"
+            lines = block["text"].rstrip("\n").split("\n")
+            if block["hidden"]:
+                problems.append(f"{where}: text hidden past its edge")
+            if max(map(columns, lines)) <= CODE_COLUMNS and block["shownLines"] != len(lines):
+                shown = block["shownLines"]
+                problems.append(f"{where}: {len(lines)} lines within {CODE_COLUMNS} columns shown on {shown}")
+            if not block["button"] or block["covered"]:
+                problems.append(f"{where}: {'text under' if block['button'] else 'no'} copy button")
+    assert seen > 100, f"only {seen} code blocks found"
+    assert not problems, f"{len(problems)} of {seen} code blocks:\n" + "\n".join(problems)
+    _open(browser, site / "guides" / "dataloader.html")
+    _screenshot(browser, "code-blocks-1280")
+
+
+@pytest.mark.slow
+def test_characters_without_a_font_are_said_on_the_page_with_the_fix(browser, site):
+    """Defect: on a machine without a font for Chinese (Debian's default), the docs' Chinese showed as boxes
+    and nothing said why. A page that shows such characters says so at its top, with the fix, exactly when
+    this machine has no such font (the playground's own finding, glyphs.js, copied into the site); a page
+    without them says nothing. The pages where a reader first meets them say it in their text too."""
+    from testkit.fonts import chinese_font_installed, pages_fix
+
+    for page_name in ("getting-started.md", "guides/playground.md"):
+        assert pages_fix() in (REPO / "docs" / page_name).read_text(), page_name
+    installed = chinese_font_installed()
+    if installed is None:
+        pytest.skip("no fc-list to ask which fonts this machine has")
+    note = "const n = document.querySelector('article .missing-fonts'); return n ? n.textContent : null"
+    _open(browser, site / "getting-started.html")
+    shown = browser.execute_script(note)
+    if installed:
+        assert shown is None, shown
+    else:
+        assert shown is not None, "boxes, and nothing said"
+        assert "no font for Chinese, Japanese and Korean characters" in shown and pages_fix() in shown, shown
+        _screenshot(browser, "missing-fonts")
+    _open(browser, site / "reference" / "settings.html")  # no Chinese there
+    assert browser.execute_script(note) is None
 
 
 def written_forms(value: Any) -> set[str]:

@@ -12,6 +12,8 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -19,7 +21,8 @@ import httpx
 import pytest
 from gates import wait_until
 
-from testkit.servers import ServerProcess
+from testkit.servers import REPO, ServerProcess, free_port
+from testkit.venvs import linked_venv
 
 pytestmark = pytest.mark.slow  # every test starts, loads and signals a server of its own
 
@@ -339,3 +342,104 @@ def test_a_connection_that_never_sends_does_not_hold_the_drain():
         assert server.proc.wait(20) == 0
         assert time.monotonic() - sent_at < 10
         silent.close()
+
+
+# -- Ctrl-C at a terminal ---------------------------------------------------------------------------------
+def start_in_a_terminal(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``argv`` as a terminal's foreground job: a process group of its own (a terminal's Ctrl-C signals the
+    whole group), SIGINT at its default (a shell that starts jobs in the background would have it ignored)."""
+    return subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("command", ["tokenizer-service serve", "make serve"])
+def test_ctrl_c_drains_as_sigterm_does_without_a_traceback(command, tmp_path):
+    """Defect: Ctrl-C on `tokenizer-service serve` (and `make serve`) printed a 28-line KeyboardInterrupt
+    traceback and no "drained" line, while getting-started says Ctrl-C drains. SIGINT to the process group,
+    as a terminal sends it, with a request in flight: it is answered, the drain is said, the exit is clean."""
+    port = free_port()
+    env = {**os.environ, "TOKENIZER_SERVICE_PORT": str(port), "PYTHONPATH": str(REPO)}  # this checkout's service
+    if command == "make serve":
+        venv = linked_venv(tmp_path / "venv", cwd=REPO, targets=("serve",))  # this one: make sets up nothing
+        argv = ["make", "--no-print-directory", "serve", f"VENV={venv}"]
+    else:
+        argv = [sys.executable, "-m", "service", "serve"]
+    proc = start_in_a_terminal(argv, env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(url), 60, "the server ready")
+        held = HeldRequest(port, ["今天天气很好"] * 8)
+        wait_until(lambda: in_flight(url) >= 1, 10, "the request in flight")
+        os.killpg(proc.pid, signal.SIGINT)
+        wait_until(lambda: ready_status(url) == 503, 10, "readiness 503 after Ctrl-C")
+        assert held.finish()[0] == 200
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output, output
+    assert "SIGINT (Ctrl-C): draining 1 in-flight request(s)" in output, output
+    assert "drained in " in output, output
+    # make dies of the SIGINT it got too, once its child has exited: the shell shows 130 for both
+    assert proc.returncode in ((0, 130) if command != "make serve" else (0, 130, -signal.SIGINT)), output
+
+
+def _answers(url: str) -> bool:
+    try:
+        return ready_status(url) == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.mark.timeout(60)
+def test_ctrl_c_while_the_tokenizer_loads_is_one_line_and_exit_130():
+    """Before the server takes the signal over (loading the tokenizer takes seconds, a hub download minutes),
+    Ctrl-C is a KeyboardInterrupt: one line saying nothing was served, not its traceback."""
+    env = {**os.environ, "TOKENIZER_SERVICE_PORT": str(free_port()), "PYTHONPATH": str(REPO)}
+    proc = start_in_a_terminal([sys.executable, "-m", "service", "serve"], env)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        assert "loading the embedded default tokenizer" in first, first
+        os.killpg(proc.pid, signal.SIGINT)  # the tokenizer takes ~2 s to load: this lands while it does
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    assert output.splitlines() == ["tokenizer-service serve: interrupted (Ctrl-C) before serving; nothing was served"]
+    assert proc.returncode == 130
+
+
+@pytest.mark.timeout(60)
+def test_a_second_ctrl_c_while_draining_stops_at_once_saying_what_is_left():
+    port = free_port()
+    env = {**os.environ, "TOKENIZER_SERVICE_PORT": str(port), "PYTHONPATH": str(REPO)}
+    proc = start_in_a_terminal([sys.executable, "-m", "service", "serve", "--graceful-shutdown-seconds", "30"], env)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(url), 60, "the server ready")
+        held = HeldRequest(port, ["今天天气很好"])
+        wait_until(lambda: in_flight(url) >= 1, 10, "the request in flight")
+        os.killpg(proc.pid, signal.SIGINT)
+        wait_until(lambda: ready_status(url) == 503, 10, "readiness 503 after Ctrl-C")
+        os.killpg(proc.pid, signal.SIGINT)
+        output, _ = proc.communicate(timeout=10)  # not the 30 s of the grace period
+        held.sock.close()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+    assert "SIGINT (Ctrl-C) again: stopping now, 1 request(s) unanswered" in output, output
+    assert "Traceback" not in output and proc.returncode == 130, output

@@ -394,3 +394,27 @@ def test_fork_guard_counts_forks_after_load(engines):
 
 def test_available_cpus_honours_affinity():
     assert 1 <= available_cpus() <= len(os.sched_getaffinity(0))
+
+
+def test_only_transformers_notice_of_a_missing_torch_is_dropped():
+    """The server runs without torch on purpose: transformers' "PyTorch was not found" line is dropped (the
+    server install tier sees none at start-up: tests/test_installs.py); every other line of it passes."""
+    import logging
+
+    from service.engine.loading import TORCH_NOTICE_FILTER
+
+    transformers_logger = logging.getLogger("transformers")
+    assert TORCH_NOTICE_FILTER in transformers_logger.filters
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    transformers_logger.addHandler(handler)
+    try:
+        transformers_logger.warning(
+            "PyTorch was not found. Models won't be available and only tokenizers, configuration and file/data "
+            "utilities can be used."
+        )
+        transformers_logger.warning("some other advice")
+    finally:
+        transformers_logger.removeHandler(handler)
+    assert seen == ["some other advice"]

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from scripts.doc_examples import EXAMPLE_ADDRESS, blocks
+from service.extras import install_command
 from testkit import corpora
 from testkit.servers import REPO, ServerProcess
 
@@ -38,6 +39,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 #: The server's stack: none of it may be in a client-only install.
 SERVER_STACK = ("tokenizers", "transformers", "jinja2", "fastapi", "pydantic", "uvicorn")
 TORCH = "torch==2.13.0"  # the machine's CPU wheel: any looser spec downloads CUDA builds (see the Makefile)
+#: What a venv's commands run with: an empty PYTHONPATH adds nothing to sys.path, so the package they import is
+#: the one installed, not a checkout this process was given (a git worktree's tests set PYTHONPATH).
+NO_PYTHONPATH = {"PYTHONPATH": ""}
 
 
 class Venv:
@@ -75,9 +79,9 @@ class Venv:
         return {entry["name"].lower(): entry["version"] for entry in json.loads(listed)}
 
     def run(self, *args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **env}
-        )
+        """``args`` in ``cwd``: the installed package, never one on this process's PYTHONPATH."""
+        environment = {**os.environ, **NO_PYTHONPATH, **env}
+        return subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +97,10 @@ def venv_server(server_venv: Venv, chat_tokenizer_dirs: dict[str, Path], tmp_pat
     its own (so it imports the installed package, not the clone's)."""
     cwd = tmp_path_factory.mktemp("server-cwd")
     model = str(chat_tokenizer_dirs["wordpiece_default"])
-    server = ServerProcess("--model", model, python=server_venv.python, repo=cwd).start(timeout=120)
+    log = cwd / "serve.log"
+    server = ServerProcess(
+        "--model", model, python=server_venv.python, repo=cwd, log_path=log, env=NO_PYTHONPATH
+    ).start(timeout=120)
     try:
         yield server
     finally:
@@ -112,6 +119,16 @@ def test_the_server_install_serves_every_route_as_transformers_does(server_venv,
     )
     assert smoke.returncode == 0, smoke.stdout + smoke.stderr
     assert smoke.stdout.startswith("routes: all "), smoke.stdout
+
+
+def test_the_server_install_starts_without_a_word_about_torch(venv_server):
+    """Defect: the server-only install (no torch, on purpose: tokenizers need none) logged transformers'
+    "[transformers] PyTorch was not found. Models won't be available..." at every start. That line alone is
+    dropped: its start-up log is what serve itself says, and uvicorn's lines."""
+    assert venv_server.log_path is not None
+    log = venv_server.log_path.read_text()
+    assert "serving on http://127.0.0.1:" in log, log
+    assert "PyTorch was not found" not in log and "[transformers]" not in log, log
 
 
 def test_the_server_install_refuses_to_start_without_a_package_of_its_extra(server_venv, tmp_path):
@@ -173,6 +190,34 @@ def test_the_client_install_alone_encodes_and_runs_the_readme_dataloader(tmp_pat
     assert (tmp_path / "flat" / "manifest.json").exists() and (tmp_path / "flat" / "corpus.jsonl.00000.ds").exists()
     parquet = venv.run(*command, "--out", str(tmp_path / "parquet"), cwd=tmp_path)
     assert parquet.returncode == 1 and "tokenizer-service[pipeline]" in parquet.stderr
+
+    # Without torch, what needs it says so, and what to install, when it is asked for (defect: a bare
+    # "ModuleNotFoundError: No module named 'torch'" from the first batch).
+    asked = {
+        'return_tensors="pt"': "client(['你好'], return_tensors='pt')",
+        "a collator (client.collator())": "client.collator()",
+        "a chat collator (client.chat_collator())": "client.chat_collator()",
+        "service.data.TokenizedStream": "__import__('service.data', fromlist=['_']).TokenizedStream",
+        "service.pretokenize.TokenBlocks": "__import__('service.pretokenize', fromlist=['_']).TokenBlocks",
+    }
+    attempts = "".join(
+        f"try:\n    {call}\nexcept ModuleNotFoundError as exc:\n    print(exc)\nelse:\n    print('no error')\n"
+        for call in asked.values()
+    )
+    script = f"from service.client import TokenizerClient\nclient = TokenizerClient({venv_server.url!r})\n{attempts}"
+    result = venv.run(venv.python, "-c", script, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"{what} needs torch, which is not installed: the torch extra brings it, {install_command('torch')}"
+        for what in asked
+    ]
+
+    # The embedded default tokenizer is in this install too: its folder, by Python and by the command.
+    folder = venv.run(venv.python, "-c", "import service; print(service.DEFAULT_TOKENIZER_DIR)", cwd=tmp_path)
+    printed = venv.run(venv.bin("tokenizer-service"), "default-tokenizer", cwd=tmp_path)
+    assert folder.returncode == 0 and printed.returncode == 0, folder.stderr + printed.stderr
+    assert folder.stdout == printed.stdout and printed.stdout.startswith(str(venv.root)), printed.stdout
+    assert (Path(printed.stdout.strip()) / "tokenizer.json").is_file()
 
     # The DataLoader needs torch: the training image has it (here the machine's wheel).
     venv.pip("install", TORCH)

@@ -25,6 +25,7 @@ from testkit.servers import REPO
 
 STATIC = REPO / "service" / "http" / "static"
 ASSET_PATHS = sorted(playground.ASSETS)
+STATIC_FILES = ["playground.html", *(name for name, _ in playground.ASSETS.values())]
 
 
 @pytest.fixture(scope="module")
@@ -90,20 +91,22 @@ def test_the_page_is_self_contained_and_sends_texts_nowhere_else(client):
         assert client.get(path).headers["content-security-policy"] == policy
     html = response.text
     scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
-    # one external script of our own, and the JSON config block (data, which no browser executes)
+    # external scripts of our own, and the JSON config block (data, which no browser executes)
     assert [attrs.strip() for attrs, _ in scripts] == [
         'id="config" type="application/json"',
+        'src="playground/glyphs.js" defer',
         'src="playground/app.js" defer',
     ]
     assert not re.search(r"\son\w+\s*=", html), "inline event handlers would need 'unsafe-inline'"
     assert "style=" not in html
-    for name in ("playground.html", "playground.js", "playground.css"):
+    for name in STATIC_FILES:
         text = (STATIC / name).read_text()
         assert not re.search(r"https?://|//[a-z0-9.-]+\.[a-z]{2,}/|@import|url\(", text), f"{name} refers elsewhere"
-    script = (STATIC / "playground.js").read_text()
-    assert not re.search(r"\bconsole\.", script), "the page logs nothing"
-    assert "localStorage" not in script and "document.cookie" not in script, "the key stays in this tab"
-    assert not re.search(r"\binnerHTML\b|\bouterHTML\b|insertAdjacentHTML|document\.write", script), "text is text"
+    for name in (name for name in STATIC_FILES if name.endswith(".js")):
+        script = (STATIC / name).read_text()
+        assert not re.search(r"\bconsole\.", script), f"{name}: the page logs nothing"
+        assert "localStorage" not in script and "document.cookie" not in script, f"{name}: the key stays in this tab"
+        assert not re.search(r"\binnerHTML\b|\bouterHTML\b|insertAdjacentHTML|document\.write", script), name
 
 
 def test_with_an_api_key_the_page_is_open_and_every_api_call_needs_the_key():
@@ -165,6 +168,6 @@ def test_the_page_ships_in_the_wheel(tmp_path):
     )
     (wheel,) = (source / "dist").glob("*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for name in ("playground.html", "playground.js", "playground.css"):
+    for name in STATIC_FILES:
         assert f"service/http/static/{name}" in names
     assert zipfile.ZipFile(wheel).read("service/http/static/playground.js") == (STATIC / "playground.js").read_bytes()

@@ -25,6 +25,7 @@ import pytest
 
 from service import wire
 from service.http.playground import RENDER_CAP
+from testkit.fonts import chinese_font_installed, pages_fix
 from testkit.servers import REPO, ServerProcess
 
 pytestmark = pytest.mark.slow  # drives headless Chromium: `make test-fast` leaves it to CI
@@ -416,6 +417,31 @@ def test_byte_level_tokens_of_part_of_a_character_are_all_drawn(driver, servers)
     tip = hover(driver, shared[0])
     assert f"id {view['ids'][shared[0]]}" in tip and "drawn with the token before" in tip
     screenshot(driver, "byte-level-emoji")
+
+
+def test_characters_without_a_font_are_said_where_they_show_with_the_fix(driver, servers):
+    """Defect: on a machine without a font for Chinese (Debian's default), the default tokenizer's Chinese
+    showed as boxes in the playground, and nothing said why. The page says so under the tokens, with the
+    fix, exactly when this machine has no such font (fontconfig, which Chromium uses, is asked), and says
+    nothing for a text it can draw."""
+    installed = chinese_font_installed()
+    if installed is None:
+        pytest.skip("no fc-list to ask which fonts this machine has")
+    server = servers["wordpiece_default"]
+    open_page(driver, server.url + "/")
+    set_pair(driver, False)
+    type_text(driver, "text", CHINESE)
+    assert_page_shows(driver, expected_view(server, CHINESE, None), CHINESE, None)
+    shown = driver.execute_script("const n = document.getElementById('fonts'); return n.hidden ? null : n.textContent")
+    if installed:
+        assert shown is None, shown
+    else:
+        assert shown is not None, "boxes, and nothing said"
+        assert "no font for Chinese, Japanese and Korean characters" in shown and pages_fix() in shown, shown
+        screenshot(driver, "missing-fonts")
+    type_text(driver, "text", "plain English text")
+    assert_page_shows(driver, expected_view(server, "plain English text", None), "plain English text", None)
+    assert driver.execute_script("return document.getElementById('fonts').hidden")
 
 
 def test_a_100k_character_paste_is_capped_and_the_page_stays_responsive(driver, servers, corpus):

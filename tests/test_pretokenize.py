@@ -461,6 +461,23 @@ def test_arguments_are_checked_before_any_work(servers, tmp_path):
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
 
 
+def test_an_output_folder_that_cannot_be_one_is_refused_in_words_before_any_work(servers, tmp_path):
+    """Defect: `pretokenize --out afile` (an existing file) printed its start-up lines, asked the service, then
+    died on `[Errno 20] Not a directory: 'afile/part-0.jsonl.00000.done'`. Now one line, before the service
+    is asked: what --out is, and what to do."""
+    (tmp_path / "x.txt").write_text("hello\n")
+    (tmp_path / "afile").write_text("not a folder\n")
+    url = servers["wordpiece_default"].url
+    for out, wrong in [("afile", "afile is a file"), ("afile/tokens", "afile is a file")]:
+        refused = cli(str(tmp_path / "x.txt"), "--out", str(tmp_path / out), "--url", url)
+        assert refused.returncode == 1, refused.stderr
+        assert refused.stderr.count("\n") == 1, refused.stderr  # one line: no start-up lines before it
+        line = refused.stderr.strip()
+        assert line.startswith(f"tokenizer-service pretokenize: error: --out {tmp_path / out}: "), line
+        assert f"{tmp_path / wrong}, not a folder" in line and "Errno" not in line, line
+        assert (tmp_path / "afile").read_text() == "not a folder\n"
+
+
 def test_an_output_folder_among_the_inputs_is_not_read_back(servers, corpus_dir, tmp_path):
     inputs = tmp_path / "data"
     inputs.mkdir()

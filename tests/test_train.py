@@ -27,10 +27,12 @@ from typing import Any
 import pytest
 from gates import wait_until
 
-from service.jobs import OutputConflict, UnitsMissing
+from service.jobs import CorpusError, OutputConflict, UnitsMissing
 from service.training import RecipeError, TrainConfig, VocabularyTooSmall, preset, train
+from service.training.options import MODELS
+from service.training.vocabulary import check_lower_bound
 from testkit import assets
-from testkit.servers import REPO, ServerProcess
+from testkit.servers import REPO, ServerProcess, free_port
 from testkit.training import pretokens, reference_tokenizer
 
 UNIT = 48 * 1024
@@ -351,6 +353,37 @@ def test_a_vocabulary_smaller_than_alphabet_and_special_tokens_is_refused_naming
     assert not (tmp_path / "c" / "tokenizer.json").exists()
 
 
+@pytest.mark.parametrize("family", MODELS)
+def test_the_smallest_vocabulary_is_the_floor_of_the_real_trainer(family, corpus, tmp_path):
+    """Defect: `train --vocab-size 0` said "at least 1" where byte-level BPE cannot have fewer than 257
+    tokens. The floor the refusal names is what the family's own trainer gives when it learns nothing (an
+    empty corpus, vocab_size 1): its special tokens and the initial alphabet it always keeps."""
+    floor = reference_tokenizer(family, [], 1).get_vocab_size()
+    for too_small in (0, floor - 1):
+        with pytest.raises(VocabularyTooSmall) as refused:
+            train(config(corpus, tmp_path / "a", model=family, vocab_size=too_small), log=silent)
+        assert f"--vocab-size {too_small:,} is smaller than" in str(refused.value)
+        assert f"at least {floor:,} tokens are needed" in str(refused.value)
+    check_lower_bound(preset(family), floor)  # the floor itself is not refused before the corpus is read
+    assert not (tmp_path / "a").exists()  # nothing was done
+    if family == "byte-level-bpe":  # as a user sees it
+        done = cli(str(corpus), "--out", str(tmp_path / "b"), "--model", family, "--vocab-size", "0")
+        assert done.returncode == 1, done.stderr
+        assert f"at least {floor:,} tokens are needed" in done.stderr.strip().splitlines()[-1]
+
+
+def test_an_output_or_counts_folder_that_is_a_file_is_refused_in_words_before_any_work(corpus, tmp_path):
+    (tmp_path / "afile").write_text("not a folder\n")
+    for flag, out, options in [
+        ("--out", tmp_path / "afile", {}),
+        ("--counts", tmp_path / "o", {"counts_dir": tmp_path / "afile"}),
+    ]:
+        with pytest.raises(CorpusError) as refused:
+            train(config(corpus, out, model="bpe", vocab_size=3400, **options), log=silent)
+        assert str(refused.value).startswith(f"{flag} {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file, not a")
+    assert (tmp_path / "afile").read_text() == "not a folder\n" and not (tmp_path / "o.counts").exists()
+
+
 def test_recipes_naming_tokens_they_lack_are_refused(corpus, tmp_path):
     with pytest.raises(RecipeError, match=r"post-processor adds '\[CLS\]'"):
         train(config(corpus, tmp_path / "a", model="wordpiece", special_tokens=("[PAD]", "[UNK]", "[SEP]")), log=silent)
@@ -521,3 +554,32 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     assert skipped.returncode == 0, skipped.stderr
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 2
+
+
+@pytest.mark.slow  # three fresh interpreters
+def test_a_like_source_that_cannot_be_loaded_is_answered_in_trains_words(tmp_path):
+    """Defect: `train --like` offline advised "serve a local copy with --model DIR", and a --like path that
+    is not there said "--model takes a tokenizer.json file...": serve's words in a train command, whose
+    --model is the family. The advice names the flag of the command that was run."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "fine"}\n')
+    hub = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HOME": str(tmp_path / "hf-home")}  # closed
+    environment = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    for like, env, advice in [
+        ("some-org/some-model", hub, "pass --like DIR, a local copy"),
+        ("some-org/some-model", {**hub, "HF_HUB_OFFLINE": "1"}, "pass --like DIR, a local copy"),
+        ("./no-such-dir", {}, "--like takes a tokenizer.json file, a tokenizer directory or a hub model id"),
+    ]:
+        arguments = [str(corpus), "--out", str(tmp_path / "o"), "--like", like, "--vocab-size", "300"]
+        done = subprocess.run(
+            [sys.executable, "-m", "service", "train", *arguments],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**environment, **env},
+        )
+        line = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 1 and advice in line, line
+        assert "--model" not in line and "serve" not in line, line

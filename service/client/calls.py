@@ -176,6 +176,10 @@ def encode_call_for(
 ) -> Call[EncodeResult]:
     """An encode of ``body`` on ``path`` (``/encode`` or ``/chat/encode``): JSON lists shaped as transformers
     gives them (``batched``: a batch was asked for), or a safetensors blob as numpy arrays or torch tensors."""
+    if return_tensors == "pt":  # said before the request, not after its answer
+        from ..extras import require_module
+
+        require_module("torch", "torch", 'return_tensors="pt"')
     if return_tensors is None:
 
         def parse(response: Response, url: str) -> EncodeResult:

@@ -45,7 +45,7 @@ __all__ = [
     "TokenBudgetBatchSampler",
 ]
 
-#: Imported when first asked for: torch, where they need it.
+#: Imported when first asked for (torch, where they use it).
 _LAZY = {
     "TokenizedStream": "streaming",
     "Collator": "collate",
@@ -58,5 +58,9 @@ def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
+        if name == "TokenizedStream":  # a torch IterableDataset: without torch, said with the fix
+            from ..extras import require_module
+
+            require_module("torch", "torch", "service.data.TokenizedStream")
         return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

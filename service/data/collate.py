@@ -76,6 +76,9 @@ class Collator:
         packing: bool = False,
         **options: Any,
     ) -> None:
+        from ..extras import require_module
+
+        require_module("torch", "torch", "a collator (client.collator())")  # when it is made, not at its first batch
         unknown = set(options) - set(ENCODE_OPTIONS) - set(PACKING_OPTIONS)
         if "return_tensors" in unknown:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
@@ -294,6 +297,9 @@ class ChatCollator:
         return_position_ids: bool = False,
         **chat_options: Any,
     ) -> None:
+        from ..extras import require_module
+
+        require_module("torch", "torch", "a chat collator (client.chat_collator())")
         unknown = set(chat_options) - set(COLLATOR_CHAT_OPTIONS)
         if unknown:
             known = set(CHAT_OPTIONS)

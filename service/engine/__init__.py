@@ -14,6 +14,7 @@ reserved from), ``work`` (what runs on the tokenizer thread), ``encoding`` (opti
 into these calls and errors into statuses.
 """
 
+from ..embedded import DEFAULT_TOKENIZER_DIR
 from ..wire import ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .batching import BatchingConfig, BatchObserver
 from .bounds import BodyKind
@@ -21,7 +22,7 @@ from .encoding import EncodedBatch
 from .engine import Engine
 from .errors import ErrorKind, ServiceError
 from .limits import EngineLimits
-from .loading import DEFAULT_TOKENIZER_DIR, LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
+from .loading import LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
 from .parallelism import ForkGuard, available_cpus, configure_rust_parallelism
 from .work import TokenizedBatch
 

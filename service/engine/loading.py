@@ -18,14 +18,27 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..suggestions import closest
 from ..wire import FINGERPRINT_PREFIX
 from .encoding import TokenizerFacts
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent.parent / "default_tokenizer"
-DEFAULT_SOURCE = "embedded:default"
+
+class _NoTorchNotice(logging.Filter):
+    """Drops the one line transformers logs when it is imported without torch ("PyTorch was not found. Models
+    won't be available..."): the server runs without torch on purpose (tokenizers and their configuration need
+    none, the image leaves it out), so the line only alarms. Every other line of transformers passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("PyTorch was not found")
+
+
+TORCH_NOTICE_FILTER = _NoTorchNotice()
+logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before transformers is imported (below)
+
+DEFAULT_SOURCE = DEFAULT_TOKENIZER  # the embedded default's name (service.embedded): None means it too
 
 
 class TokenizerLoadError(Exception):
@@ -42,15 +55,22 @@ class LoadedTokenizer:
     fingerprint: str
 
 
-def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTokenizer:
-    """Load ``source`` (file, directory, hub id; None for the embedded default) as a fast tokenizer.
+def load_tokenizer(source: str | None, revision: str | None = None, *, option: str = "--model") -> LoadedTokenizer:
+    """Load ``source`` (file, directory, hub id; None or ``embedded:default`` for the embedded default) as a
+    fast tokenizer.
 
     A source that looks like a path (``./dir``, ``/abs``, ``~/x``, ``a/b/c``, ``x.json``) is a path: if
     nothing is there, the error says so rather than quoting the hub's rules for repo ids. Anything else is a
-    hub id (:func:`_from_hub`): it fails within seconds when the hub cannot be reached."""
+    hub id (:func:`_from_hub`): it fails within seconds when the hub cannot be reached. ``option`` is the
+    flag the source was given with, which the errors name in what they advise (``serve --model``,
+    ``train --like``)."""
     # Imported here: the client and the CLI's argument parsing must not pay for transformers.
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+    if source == DEFAULT_SOURCE:
+        if revision is not None:
+            raise TokenizerLoadError(f"--revision applies to hub ids, not to the embedded default ({source})")
+        source = None
     display = DEFAULT_SOURCE if source is None else source
     source = _fetched(source)
     path = None if source is None else Path(source).expanduser()
@@ -65,12 +85,12 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
             tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
         elif looks_like_a_path(display):
             raise TokenizerLoadError(
-                f"cannot load tokenizer {source!r}: {no_such_path(path)}; --model "
+                f"cannot load tokenizer {source!r}: {no_such_path(path)}; {option} "
                 "takes a tokenizer.json file, a tokenizer directory or a hub model id (org/name)"
             )
         else:
             try:
-                tokenizer = _from_hub(display, revision)
+                tokenizer = _from_hub(display, revision, option)
             except Exception as exc:  # a hub id and a relative path look alike: say what each gave
                 reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
                 raise TokenizerLoadError(
@@ -97,7 +117,7 @@ def load_tokenizer(source: str | None, revision: str | None = None) -> LoadedTok
 def describe_source(source: str | None, revision: str | None = None) -> str:
     """What ``load_tokenizer(source, revision)`` will load and from where, in a few words, said before the
     load begins (a hub download can take minutes): ``the directory /abs/mine``, ``hub id org/name``..."""
-    if source is None:
+    if source is None or source == DEFAULT_SOURCE:
         return f"the embedded default tokenizer ({DEFAULT_TOKENIZER_DIR})"
     if "://" in source and not source.startswith(("hf://", "file://")):
         return f"{source} (downloaded from its object store first)"
@@ -148,19 +168,20 @@ def looks_like_a_path(source: str) -> bool:
 HUB_CONNECT_SECONDS = 5.0
 
 
-def _from_hub(source: str, revision: str | None) -> Any:
+def _from_hub(source: str, revision: str | None, option: str) -> Any:
     """A hub id: downloaded (or revalidated) through transformers, as the user's training code would.
 
     huggingface_hub retries an unreachable hub for ~25 s per file (~50 s in all) before falling back to its
     cache. So the hub is tried first with one connection bounded by ``HUB_CONNECT_SECONDS``: unreachable,
     the tokenizer comes from the local cache if it is there, and otherwise the error says at once what to
-    do offline. ``HF_HUB_OFFLINE=1`` skips the hub altogether."""
+    do offline (a local copy given to ``option``, the command's flag). ``HF_HUB_OFFLINE=1`` skips the hub
+    altogether."""
     from huggingface_hub import constants
     from transformers import AutoTokenizer
 
     offline_hint = (
-        "offline, serve a local copy with --model DIR (a tokenizer directory, or its tokenizer.json), or put it "
-        "in the HF cache (HF_HOME) and set HF_HUB_OFFLINE=1"
+        f"offline, pass {option} DIR, a local copy (a tokenizer directory, or its tokenizer.json), or put it in "
+        "the HF cache (HF_HOME) and set HF_HUB_OFFLINE=1"
     )
     if constants.HF_HUB_OFFLINE:
         try:

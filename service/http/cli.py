@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from ..engine import TokenizerLoadError, configure_rust_parallelism, load_tokenizer
 from ..engine.loading import describe_source
+from ..exits import EXIT_INTERRUPTED
 from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
 from .settings import Settings
@@ -69,6 +70,14 @@ def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentPars
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve") -> int:
+    try:
+        return _serve(argv, prog)
+    except KeyboardInterrupt:  # Ctrl-C before the server took the signal over (from then on, it drains)
+        print(f"{prog}: interrupted (Ctrl-C) before serving; nothing was served", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _serve(argv: Sequence[str] | None, prog: str) -> int:
     parser = build_parser(prog)
     given = vars(parser.parse_args(argv))
     for flag in REFUSED_FLAGS:
@@ -142,6 +151,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve
         leave_unserved()
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        leave_unserved()
+        raise
     logger.info("loaded %s in %.1fs (%s)", loaded.source, time.monotonic() - started, loaded.fingerprint[:19])
 
     from .app import create_app

@@ -47,6 +47,8 @@ PAGE_PATHS = ("/", PLAYGROUND_PATH)
 #: also works behind a reverse proxy that serves the service under a path prefix.
 ASSETS = {
     f"{PLAYGROUND_PATH}/app.js": ("playground.js", "text/javascript; charset=utf-8"),
+    # which characters this browser has no font for, and the fix (shared with the docs site)
+    f"{PLAYGROUND_PATH}/glyphs.js": ("glyphs.js", "text/javascript; charset=utf-8"),
     f"{PLAYGROUND_PATH}/style.css": ("playground.css", "text/css; charset=utf-8"),
 }
 #: Served without the API key (see the module docstring): static files only, never an API route.

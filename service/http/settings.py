@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..embedded import DEFAULT_TOKENIZER
 from ..engine.batching import DEFAULT_BATCHING, BatchingConfig
 from ..engine.limits import DEFAULT_LIMITS, EngineLimits
 from ..engine.memory import (
@@ -35,7 +36,8 @@ class Settings(BaseSettings):
     model: str | None = Field(
         None,
         description="Tokenizer source: a tokenizer.json file, a HuggingFace tokenizer directory, or a hub "
-        "model id. Unset: the embedded default (a BERT-style Chinese/English WordPiece, works offline).",
+        f"model id. Unset, or {DEFAULT_TOKENIZER}: the embedded default (a BERT-style Chinese/English WordPiece, "
+        "works offline).",
     )
     revision: str | None = Field(
         None, description="Hub revision (branch, tag or commit) for a hub model id. Pin a commit in production."
@@ -282,7 +284,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Settings:
-        if self.revision is not None and self.model is None:
+        if self.revision is not None and self.model in (None, DEFAULT_TOKENIZER):
             raise ValueError("--revision needs --model: the embedded default tokenizer has no revisions")
         if self.replicas != 1 and (self.reuse_port or self.owners_file or self.replica_of != 1):
             raise ValueError(

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
 
+from ..exits import EXIT_INTERRUPTED
 from .errors import JobError, UnitsMissing
 from .flags import config_values
 from .workers import (
@@ -27,7 +28,7 @@ T = TypeVar("T")
 
 #: Exit statuses of every job: 0 done, 1 failed, 2 wrong arguments (argparse), 3 worker 0 stopped waiting for
 #: units that are not done, 130 interrupted.
-EXIT_FAILED, EXIT_INCOMPLETE, EXIT_INTERRUPTED = 1, 3, 130
+EXIT_FAILED, EXIT_INCOMPLETE = 1, 3
 
 WORKER_SOURCES = (
     f"--shard-index/--num-shards, else JOB_COMPLETION_INDEX (with --num-shards or ${TOTAL_ENV}), else "

@@ -12,7 +12,7 @@ from .flags import flag
 from .inputs import FORMATS, InputFile, find_inputs
 from .progress import PROGRESS_MODES, Log
 from .records import BAD_RECORD_POLICIES
-from .storage import STORAGE_OPTIONS_ENV, Storage, storage_options_from_json
+from .storage import STORAGE_OPTIONS_ENV, Storage, check_output_folder, storage_options_from_json
 from .units import DEFAULT_UNIT_BYTES, WorkUnit, format_size, parse_size, plan_units
 from .workers import TOTAL_ENV, Worker, resolve_worker
 
@@ -136,8 +136,17 @@ class JobConfig:
         """Raise a CorpusError naming the package and the extra that brings it when the job, as
         configured, needs one that is not installed: before any work (before a sidecar service starts)."""
 
+    def outputs(self) -> dict[str, str]:
+        """Where the job writes, by the flag that names it: checked before any work (:meth:`plan`), and never
+        read back as inputs."""
+        return {"--out": self.out_location}
+
     def plan(self, storage: Storage, exclude: Sequence[str] = ()) -> tuple[list[InputFile], list[WorkUnit], Worker]:
-        """The inputs, their units (the same on every worker) and this worker; refused before any work."""
-        files = find_inputs(self.inputs, exclude=exclude, storage=storage)
+        """The inputs, their units (the same on every worker) and this worker; refused before any work, as are
+        output folders that cannot be ones (:meth:`outputs`). ``exclude``: more locations not to read."""
+        outputs = self.outputs()
+        for flag_name, location in outputs.items():
+            check_output_folder(flag_name, location)
+        files = find_inputs(self.inputs, exclude=[*outputs.values(), *exclude], storage=storage)
         units = plan_units(files, self.unit_bytes, storage)
         return files, units, self.worker()

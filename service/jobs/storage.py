@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
-from .errors import StorageError
+from .errors import CorpusError, StorageError
 
 T = TypeVar("T")
 Log = Callable[[str], None]
@@ -89,6 +89,22 @@ def is_url(location: str | Path) -> bool:
 def local_path(location: str | Path) -> Path:
     text = str(location)
     return Path(text[len("file://") :] if text.lower().startswith("file://") else text)
+
+
+def check_output_folder(flag: str, location: str | Path) -> None:
+    """Refuse, in words, a local output folder that cannot be one: a file at its path or above it, or a folder
+    this process may not write in. (A store's prefix is a folder whatever holds the same name.)"""
+    if is_url(location):
+        return
+    path = local_path(location)
+    existing = next(candidate for candidate in (path, *path.absolute().parents) if candidate.exists())
+    if not existing.is_dir():
+        raise CorpusError(
+            f"{flag} {location}: {existing} is a file, not a folder; {flag} names the folder the job writes its "
+            "outputs in: give another path, or move the file away"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CorpusError(f"{flag} {location}: this user may not write in {existing}; give a folder it can write in")
 
 
 def join(location: str, name: str) -> str:

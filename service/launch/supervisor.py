@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
 from ..sizing import plan_replicas
 from ..transport.base import Request, Response, Timeout
@@ -105,7 +106,6 @@ LOG_LINES = 12
 
 _PROG = "tokenizer-service serve"
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
-_DEFAULT_TOKENIZER = Path(__file__).resolve().parents[1] / "default_tokenizer"
 
 
 # -- what to run -----------------------------------------------------------------------------------------
@@ -135,6 +135,8 @@ class ServeCommand:
     ) -> ServeCommand:
         if isinstance(model, os.PathLike):
             model = os.fspath(model)  # a pathlib.Path to the tokenizer's folder, as often as not
+        if model == DEFAULT_TOKENIZER:
+            model = None  # the same service as launch() without a model, found under the same key
         if model is not None and not isinstance(model, str):
             raise TypeError(
                 f"model must be a str or a path (a tokenizer file or folder, or a hub id) or None, "
@@ -199,7 +201,7 @@ def _model_identity(model: str | None) -> tuple[Any, str]:
     the name, size and modification time of its files (retraining a tokenizer in place changes them); a hub
     id by its name (with ``revision`` among the flags)."""
     if model is None:
-        return _files_identity(_DEFAULT_TOKENIZER), "the embedded default tokenizer"
+        return _files_identity(DEFAULT_TOKENIZER_DIR), "the embedded default tokenizer"
     path = Path(model).expanduser()
     if path.exists():
         return _files_identity(path), model

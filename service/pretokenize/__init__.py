@@ -14,6 +14,7 @@ Client side: it talks to the service with :mod:`service.client` and reads the co
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from ..extras import require_module
 from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
 from .manifest import MANIFEST_NAME, Manifest, ShardStats, read_manifest
 from .runner import Summary, pretokenize
@@ -46,6 +47,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name in _LAZY:  # torch's datasets: torch only when asked for
+        require_module("torch", "torch", f"service.pretokenize.{name}")
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -79,7 +79,7 @@ async def pretokenize(
     started = time.monotonic()
     config.check_installed()  # a client-only install learns which extra it needs before any work
     storage = config.storage(log)
-    _, units, worker = config.plan(storage, exclude=[config.out_location])
+    _, units, worker = config.plan(storage)
     own_encoder = encoder is None
     if encoder is None:
         encoder = ServiceEncoder(

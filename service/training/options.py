@@ -128,8 +128,8 @@ class TrainConfig(JobConfig):
             raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {self.phase!r}")
         if self.revision is not None and self.like is None:
             raise ValueError("--revision applies to --like (a hub tokenizer to take the recipe from)")
-        if self.vocab_size < 1:
-            raise ValueError(f"vocab_size must be at least 1, not {self.vocab_size}")
+        # vocab_size has no floor here: the recipe's (its special tokens and initial alphabet, 257 for
+        # byte-level BPE) is checked once the recipe is built, before any work (vocabulary.check_lower_bound)
         for name in ("limit_alphabet", "model_max_length", "processes"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -152,6 +152,9 @@ class TrainConfig(JobConfig):
             return str(self.counts_dir)
         out = self.out_location.rstrip("/")
         return out + ".counts" if is_url(out) else str(Path(out).resolve()) + ".counts"
+
+    def outputs(self) -> dict[str, str]:
+        return {**super().outputs(), "--counts": self.counts}
 
     @property
     def max_words(self) -> int:

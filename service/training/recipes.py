@@ -307,7 +307,7 @@ def recipe_like(
 
     try:
         local = fetch_tokenizer(source, storage) if is_url(source) and not source.startswith("hf://") else source
-        loaded = load_tokenizer(local, revision)
+        loaded = load_tokenizer(local, revision, option="--like")
     except TokenizerLoadError as exc:
         raise RecipeError(f"--like: {exc}") from exc
     tokenizer = loaded.tokenizer

@@ -85,7 +85,7 @@ def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
     if config.limit_alphabet is not None and recipe.family == "unigram":
         raise RecipeError("--limit-alphabet applies to BPE and WordPiece; the Unigram trainer keeps every character")
     check_lower_bound(recipe, config.vocab_size)
-    files, units, worker = config.plan(storage, exclude=[config.out_location, config.counts])
+    files, units, worker = config.plan(storage)
     step = TrainStep(config, recipe, files, storage, log)
     counts = config.phase in ("count", "all")
     report = run_worker(

@@ -71,7 +71,8 @@ def _count(n: int, word: str) -> str:
 
 def lower_bound(recipe: Recipe) -> tuple[int, str]:
     """The smallest vocabulary the recipe allows whatever the corpus (special tokens, byte pieces, the
-    initial alphabet), and what it is made of -- checked before any work."""
+    initial alphabet), and what it is made of -- checked before any work. It is what the family's trainer
+    gives when it learns nothing (an empty corpus), and never less than one token."""
     specials = set(recipe.special_contents)
     bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
     initial = set(recipe.initial_alphabet) - specials - bytes_
@@ -81,7 +82,8 @@ def lower_bound(recipe: Recipe) -> tuple[int, str]:
     if bytes_:
         parts.append(_count(len(bytes_), "byte piece"))
     parts.append(_count(len(specials), "special token"))
-    return len(specials) + len(bytes_) + len(initial), " plus ".join(parts)
+    total = len(specials) + len(bytes_) + len(initial)
+    return (total, " plus ".join(parts)) if total else (1, "one token")
 
 
 def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:

@@ -1,7 +1,8 @@
-"""Running the app under uvicorn, with a graceful drain on SIGTERM.
+"""Running the app under uvicorn, with a graceful drain on SIGTERM and on Ctrl-C (SIGINT).
 
 Plain uvicorn closes its listening socket the moment SIGTERM arrives (resetting the connections waiting in
-its accept queue) and re-raises the signal at exit. For a rolling update we want, from the first SIGTERM:
+its accept queue) and re-raises the signal at exit (for SIGINT: a KeyboardInterrupt traceback). For a rolling
+update we want, from the first SIGTERM (and from a first Ctrl-C at a terminal, the same way):
 
 1. ``/readyz`` turns 503 at once; requests already being answered complete, with ``Connection: close``;
    new requests get 503 + Retry-After + ``Connection: close`` (the client SDK retries elsewhere) while
@@ -13,8 +14,8 @@ its accept queue) and re-raises the signal at exit. For a rolling update we want
    under a request: :mod:`service.http.server.protocol`), and the process exits 0 as soon as no request and no
    connection is left: seconds after the signal, even while clients keep reconnecting.
 
-All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM, or SIGINT, falls back
-to uvicorn's own handling.
+All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM or SIGINT while draining
+stops at once, saying how many requests were left unanswered, with exit status 130.
 
 A private server (``private``: one with ``--owners-file`` that ``TokenizerClient.launch`` starts; a replica of
 ``serve --replicas`` holds an owners file too, so as not to outlive its parent, but drains as ``serve`` does)
@@ -58,6 +59,7 @@ from typing import Any, Protocol
 
 import uvicorn
 
+from ...exits import EXIT_INTERRUPTED
 from ...wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
 from .listening import SocketFile, close_listeners
 from .owners import OwnersWatch
@@ -66,6 +68,8 @@ from .protocol import ConnectionGuard, DrainState, uvicorn_protocol_settings
 logger = logging.getLogger(__name__)
 #: Descriptors kept for everything but client connections (listening socket, logs, tokenizer files...).
 SPARE_DESCRIPTORS = 64
+#: The signals that start the drain -- a pod being stopped, Ctrl-C at a terminal -- by the name the log gives.
+DRAIN_SIGNALS: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
 _POLL_SECONDS = 0.02
 
 
@@ -81,7 +85,8 @@ class Drainable(DrainState, Protocol):
 
 
 class DrainingServer(uvicorn.Server):
-    """A uvicorn server whose first SIGTERM drains ``drain`` before shutting down (see the module doc)."""
+    """A uvicorn server whose first SIGTERM or SIGINT drains ``drain`` before shutting down (see the module
+    doc)."""
 
     def __init__(
         self,
@@ -101,6 +106,7 @@ class DrainingServer(uvicorn.Server):
         self.grace_seconds = grace_seconds
         self.listen_seconds = 0.0 if private else min(listen_seconds, grace_seconds)
         self.drain_started: float | None = None
+        self.drain_signal = DRAIN_SIGNALS[signal.SIGTERM]
         self._loop: asyncio.AbstractEventLoop | None = None
         self._drain_task: asyncio.Task[None] | None = None
 
@@ -109,8 +115,15 @@ class DrainingServer(uvicorn.Server):
         await super().serve(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig == signal.SIGTERM and self.drain_started is None and self._loop is not None:
+        if sig in DRAIN_SIGNALS and self.drain_started is not None:
+            # Runs inside a signal handler: hand the work to the loop. (Never uvicorn's own handling, which
+            # would raise the signal again at exit: a KeyboardInterrupt traceback for SIGINT.)
+            if self._loop is not None:
+                self._loop.call_soon_threadsafe(self._stop_now, DRAIN_SIGNALS[sig])
+            return
+        if sig in DRAIN_SIGNALS and self._loop is not None:
             self.drain_started = time.monotonic()
+            self.drain_signal = DRAIN_SIGNALS[sig]
             # Runs inside a signal handler: hand the work to the loop, do nothing else here.
             self._loop.call_soon_threadsafe(self._start_drain)
             # A Rust encode cannot be interrupted, and interpreter exit joins the engine thread: past the
@@ -122,12 +135,19 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     def stop_gracefully(self) -> None:
-        """Drain and stop as on SIGTERM; callable from any thread (the owners watch calls it)."""
-        self.handle_exit(signal.SIGTERM, None)
+        """Drain and stop as on SIGTERM; callable from any thread (the owners watch calls it). Nothing more
+        when a drain has begun already (a signal's): that is not a second signal."""
+        if self.drain_started is None:
+            self.handle_exit(signal.SIGTERM, None)
 
     def _start_drain(self) -> None:
         assert self._loop is not None
         self._drain_task = self._loop.create_task(self._drain())  # keep a reference: tasks are weak
+
+    def _stop_now(self, name: str) -> None:
+        logger.warning("%s again: stopping now, %d request(s) unanswered", name, self.drain.in_flight)
+        logging.shutdown()
+        os._exit(EXIT_INTERRUPTED)
 
     def _give_up(self) -> None:
         logger.error("graceful shutdown exceeded %.0fs; exiting with work still running", self.grace_seconds)
@@ -141,7 +161,8 @@ class DrainingServer(uvicorn.Server):
         if self.guard is not None:
             self.guard.drain_connections()  # every answer closes its connection from now on
         logger.info(
-            "SIGTERM: draining %d in-flight request(s) and %d connection(s), at most %.0fs",
+            "%s: draining %d in-flight request(s) and %d connection(s), at most %.0fs",
+            self.drain_signal,
             self.drain.in_flight,
             self._open_connections(),
             self.grace_seconds,

@@ -468,6 +468,15 @@
           "(and the text they cover); the count and the id list are complete.";
     $("ids").value = `[${ids.join(", ")}]`;
     $("status").textContent = "";
+    showMissingFonts(text + (pair === null ? "" : pair));
+  }
+
+  // Characters drawn as boxes (no font on this machine): say so where the boxes are, with the fix.
+  function showMissingFonts(text) {
+    const glyphs = window.tokenizerServiceGlyphs;
+    const missing = glyphs.missingIn(text);
+    $("fonts").hidden = missing.length === 0;
+    $("fonts").replaceChildren(...(missing.length ? glyphs.notice(missing, "The tokens are right.") : []));
   }
 
   function gap(text) {
