@@ -158,8 +158,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "safetensors arrays flattened",
         "service/http/routes.py",
-        "blob = save_safetensors(result.data, metadata=metadata)",
-        "blob = save_safetensors({k: v.reshape(-1) for k, v in result.data.items()}, metadata=metadata)",
+        "return safetensors_bytes(result.data, metadata)",
+        "return safetensors_bytes({k: v.reshape(-1) for k, v in result.data.items()}, metadata)",
         (APP,),
         parity=True,
     ),
@@ -616,7 +616,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a dead replica's calls wait for its relaunch instead of going to the others",
-        "service/launch/client.py",
+        "service/launch/transport.py",
         "if self.service.others_running(replica):",
         "if False:",
         (REPLICAS,),

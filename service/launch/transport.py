@@ -49,6 +49,15 @@ class _Bound:
     def describe(self) -> str:
         return self.service.describe("launched")
 
+    def _stranded(self, request: Request) -> int | None:
+        """After a request could not connect: the replica to wait for, or None when another replica runs (the
+        client then sends the call there while this one is relaunched in the background)."""
+        replica = self.service.replica_at(request.url)
+        if self.service.others_running(replica):
+            self.service.recover_in_background(replica)
+            return None
+        return replica
+
 
 class LaunchedTransport(_Bound):
     """A launched client's transport: ``inner`` (default :class:`HTTPTransport`) does the I/O."""
@@ -64,9 +73,8 @@ class LaunchedTransport(_Bound):
         try:
             return self.inner.handle_request(request)
         except ConnectError:
-            replica = self.service.replica_at(request.url)
-            if self.service.others_running(replica):
-                self.service.recover_in_background(replica)
+            replica = self._stranded(request)
+            if replica is None:
                 raise  # the client sends the call to another replica
             self.service.recover(replica)
             return self.inner.handle_request(request)
@@ -96,9 +104,8 @@ class AsyncLaunchedTransport(_Bound):
         try:
             return await self.inner.handle_async_request(request)
         except ConnectError:
-            replica = self.service.replica_at(request.url)
-            if self.service.others_running(replica):
-                self.service.recover_in_background(replica)
+            replica = self._stranded(request)
+            if replica is None:
                 raise
             await asyncio.to_thread(self.service.recover, replica)
             return await self.inner.handle_async_request(request)
