@@ -7,41 +7,44 @@ A module of its own so that the sync client -- what DataLoader workers use -- ne
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from ..transport.base import AsyncTransport, SyncTransport, Timeout
 from ..transport.exceptions import TransportError
 from ..transport.streams import AsyncHTTPTransport
-from ..wire import LENGTHS_BATCH_TEXTS, ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, TokenizeOptions
 from .calls import (
     Call,
-    apply_chat_template_call,
-    chat_lengths_calls,
-    chat_options,
-    chat_ragged_call,
-    decode_call,
-    encode_call,
-    encode_ragged_call,
     finish,
-    info_call,
-    is_conversations,
-    lengths_calls,
-    read_conversations,
     retried_rejection,
-    tokenize_call,
 )
 from .clients import TokenizerClient, _ClientBase, launched
-from .results import EncodeResult, RaggedResult
 from .retrying import Attempts, RetryPolicy
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _twin(
+    method: Callable[Concatenate[TokenizerClient, P], T],
+) -> Callable[Concatenate[AsyncTokenizerClient, P], Coroutine[Any, Any, T]]:
+    """The coroutine twin of a :class:`TokenizerClient` method: the same signature, docstring and body, run with
+    this client as ``self``, whose ``_send`` (and ``_send_all``) are coroutines -- the body's last step, awaited."""
+
+    @functools.wraps(method)
+    async def twin(self: AsyncTokenizerClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        sent = method(self, *args, **kwargs)  # type: ignore[arg-type]  # (the body ends in an awaitable here)
+        return cast(T, await cast(Awaitable[Any], sent))
+
+    return twin
 
 
 class AsyncTokenizerClient(_ClientBase):
     """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
-    (``await client(texts, ...)``), ``aclose()`` and ``async with``. The default transport is
+    (``await client(texts, ...)``: each is the sync method's own body, :func:`_twin`), ``aclose()`` and
+    ``async with``. The default transport is
     :class:`AsyncHTTPTransport` (lean asyncio streams; one connection pool per process and event loop);
     ``transport=AsyncHTTPXTransport()`` uses ``httpx.AsyncClient`` instead."""
 
@@ -88,230 +91,19 @@ class AsyncTokenizerClient(_ClientBase):
         finally:
             attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted
 
-    async def encode(
-        self,
-        text: str | Sequence[str] | Sequence[tuple[str, str]],
-        text_pair: str | Sequence[str] | None = None,
-        *,
-        add_special_tokens: bool = True,
-        padding: bool | str = False,
-        truncation: bool | str | None = None,
-        max_length: int | None = None,
-        stride: int = 0,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_tensors: str | None = None,
-        return_token_type_ids: bool | None = None,
-        return_attention_mask: bool | None = None,
-        return_overflowing_tokens: bool = False,
-        return_special_tokens_mask: bool = False,
-        return_offsets_mapping: bool = False,
-        return_length: bool = False,
-    ) -> EncodeResult:
-        """As :meth:`TokenizerClient.encode`."""
-        options = EncodeOptions(
-            add_special_tokens=add_special_tokens,
-            padding=padding,
-            truncation=truncation,
-            max_length=max_length,
-            stride=stride,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_token_type_ids=return_token_type_ids,
-            return_attention_mask=return_attention_mask,
-            return_overflowing_tokens=return_overflowing_tokens,
-            return_special_tokens_mask=return_special_tokens_mask,
-            return_offsets_mapping=return_offsets_mapping,
-            return_length=return_length,
-        )
-        return await self._send(encode_call(text, text_pair, options, return_tensors))
+    async def _send_all(self, calls: Sequence[Call[Any]], combine: Callable[[list[Any]], T]) -> T:
+        return combine([await self._send(call) for call in calls])
 
+    encode = _twin(TokenizerClient.encode)
     __call__ = encode
-
-    async def lengths(
-        self,
-        text: str | Sequence[str] | Sequence[tuple[str, str]],
-        text_pair: str | Sequence[str] | None = None,
-        *,
-        add_special_tokens: bool = True,
-        truncation: bool | str | None = None,
-        max_length: int | None = None,
-        stride: int = 0,
-        return_overflowing_tokens: bool = False,
-        batch_size: int = LENGTHS_BATCH_TEXTS,
-    ) -> Any:
-        """As :meth:`TokenizerClient.lengths`."""
-        options = LengthOptions(
-            add_special_tokens=add_special_tokens,
-            truncation=truncation,
-            max_length=max_length,
-            stride=stride,
-            return_overflowing_tokens=return_overflowing_tokens,
-        )
-        if is_conversations(text) and text_pair is None:
-            calls, batched = chat_lengths_calls(text, options, batch_size)
-        else:
-            calls, batched = lengths_calls(text, text_pair, options, batch_size)
-        lengths = [n for call in calls for n in await self._send(call)]
-        return lengths if batched else lengths[0]
-
-    async def encode_ragged(
-        self,
-        text: str | Sequence[str] | Sequence[tuple[str, str]],
-        text_pair: str | Sequence[str] | None = None,
-        *,
-        add_special_tokens: bool = True,
-        padding: bool | str = False,
-        truncation: bool | str | None = None,
-        max_length: int | None = None,
-        stride: int = 0,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_token_type_ids: bool | None = None,
-        return_attention_mask: bool | None = None,
-        return_overflowing_tokens: bool = False,
-        return_special_tokens_mask: bool = False,
-        return_offsets_mapping: bool = False,
-        return_length: bool = False,
-    ) -> RaggedResult:
-        """As :meth:`TokenizerClient.encode_ragged`."""
-        options = EncodeOptions(
-            add_special_tokens=add_special_tokens,
-            padding=padding,
-            truncation=truncation,
-            max_length=max_length,
-            stride=stride,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_token_type_ids=return_token_type_ids,
-            return_attention_mask=return_attention_mask,
-            return_overflowing_tokens=return_overflowing_tokens,
-            return_special_tokens_mask=return_special_tokens_mask,
-            return_offsets_mapping=return_offsets_mapping,
-            return_length=return_length,
-        )
-        return await self._send(encode_ragged_call(text, text_pair, options))
-
-    async def decode(
-        self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
-    ) -> str:
-        """As :meth:`TokenizerClient.decode`."""
-        options = DecodeOptions(
-            skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
-        )
-        return await self._send(decode_call(ids, options, single=True))
-
-    async def batch_decode(
-        self, sequences: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
-    ) -> list[str]:
-        """As :meth:`TokenizerClient.batch_decode`."""
-        options = DecodeOptions(
-            skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=clean_up_tokenization_spaces
-        )
-        return await self._send(decode_call(sequences, options, single=False))
-
-    async def tokenize(
-        self,
-        text: str | Sequence[str] | Sequence[tuple[str, str]],
-        pair: str | Sequence[str] | None = None,
-        *,
-        add_special_tokens: bool = False,
-        truncation: bool | str | None = None,
-        max_length: int | None = None,
-        return_sequence_ids: bool = False,
-    ) -> Any:
-        """As :meth:`TokenizerClient.tokenize`."""
-        options = TokenizeOptions(
-            add_special_tokens=add_special_tokens,
-            truncation=truncation,
-            max_length=max_length,
-            return_sequence_ids=return_sequence_ids,
-        )
-        return await self._send(tokenize_call(text, pair, options))
-
-    async def apply_chat_template(
-        self,
-        conversation: Any,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        chat_template: str | None = None,
-        add_generation_prompt: bool = False,
-        continue_final_message: bool | str = False,
-        tokenize: bool = True,
-        sanitize_control_tokens: bool = False,
-        padding: bool | str = False,
-        truncation: bool | str | None = False,
-        max_length: int | None = None,
-        return_tensors: str | None = None,
-        return_dict: bool = True,
-        return_assistant_tokens_mask: bool = False,
-        tokenizer_kwargs: dict[str, Any] | None = None,
-        *,
-        assistant_masks_from: str = "generation",
-        **kwargs: Any,
-    ) -> Any:
-        """As :meth:`TokenizerClient.apply_chat_template`."""
-        options = chat_options(
-            tools=tools,
-            documents=documents,
-            chat_template=chat_template,
-            add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message,
-            sanitize_control_tokens=sanitize_control_tokens,
-            padding=padding,
-            truncation=truncation,
-            max_length=max_length,
-            return_assistant_tokens_mask=return_assistant_tokens_mask,
-            tokenizer_kwargs=tokenizer_kwargs,
-            assistant_masks_from=assistant_masks_from,
-            template_variables=kwargs,
-        )
-        call = apply_chat_template_call(
-            conversation, options, tokenize=tokenize, return_tensors=return_tensors, return_dict=return_dict
-        )
-        return await self._send(call)
-
-    async def chat_encode_ragged(
-        self,
-        conversations: Sequence[Any],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        chat_template: str | None = None,
-        add_generation_prompt: bool = False,
-        continue_final_message: bool | str = False,
-        padding: bool | str = False,
-        truncation: bool | str | None = False,
-        max_length: int | None = None,
-        return_assistant_tokens_mask: bool = False,
-        assistant_masks_from: str = "generation",
-        pad_to_multiple_of: int | None = None,
-        padding_side: str | None = None,
-        return_attention_mask: bool | None = None,
-        chat_template_kwargs: Mapping[str, Any] | None = None,
-    ) -> RaggedResult:
-        """As :meth:`TokenizerClient.chat_encode_ragged`."""
-        options = ChatOptions(
-            tools=tools,
-            documents=documents,
-            chat_template=chat_template,
-            add_generation_prompt=add_generation_prompt,
-            continue_final_message=continue_final_message,
-            chat_template_kwargs=chat_template_kwargs,
-            return_assistant_tokens_mask=return_assistant_tokens_mask,
-            assistant_masks_from=assistant_masks_from,
-            padding=padding,
-            truncation=truncation,
-            max_length=max_length,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_attention_mask=return_attention_mask,
-        )
-        return await self._send(chat_ragged_call(read_conversations(conversations)[0], options))
-
-    async def info(self) -> dict[str, Any]:
-        """As :meth:`TokenizerClient.info`."""
-        return await self._send(info_call())
+    lengths = _twin(TokenizerClient.lengths)
+    encode_ragged = _twin(TokenizerClient.encode_ragged)
+    decode = _twin(TokenizerClient.decode)
+    batch_decode = _twin(TokenizerClient.batch_decode)
+    tokenize = _twin(TokenizerClient.tokenize)
+    apply_chat_template = _twin(TokenizerClient.apply_chat_template)
+    chat_encode_ragged = _twin(TokenizerClient.chat_encode_ragged)
+    info = _twin(TokenizerClient.info)
 
     @classmethod
     def launch(cls, model: str | os.PathLike[str] | None = None, **options: Any) -> Launching:

@@ -355,6 +355,12 @@ class TokenizerClient(_ClientBase):
         finally:
             attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted
 
+    def _send_all(self, calls: Sequence[Call[Any]], combine: Callable[[list[Any]], T]) -> T:
+        """``combine`` of the answers to ``calls``, sent one after the other."""
+        return combine([self._send(call) for call in calls])
+
+    # The methods below are the async twin's too (service/client/async_client.py): each builds its call(s) and
+    # ends in one ``self._send`` (or ``_send_all``), which the twin's are coroutines of.
     def encode(
         self,
         text: str | Sequence[str] | Sequence[tuple[str, str]],
@@ -458,8 +464,12 @@ class TokenizerClient(_ClientBase):
             calls, batched = chat_lengths_calls(text, options, batch_size)
         else:
             calls, batched = lengths_calls(text, text_pair, options, batch_size)
-        lengths = [n for call in calls for n in self._send(call)]
-        return lengths if batched else lengths[0]
+
+        def counts(answers: list[list[Any]]) -> Any:
+            lengths = [n for answer in answers for n in answer]
+            return lengths if batched else lengths[0]
+
+        return self._send_all(calls, counts)
 
     def encode_ragged(
         self,
@@ -547,6 +557,7 @@ class TokenizerClient(_ClientBase):
 
     def apply_chat_template(
         self,
+        /,
         conversation: Any,
         tools: Sequence[Mapping[str, Any]] | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,
