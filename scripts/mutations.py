@@ -78,7 +78,6 @@ ENGINE_CHAT_RENDERER = "service/engine/chat/renderer.py"
 CHAT_CLIENT = "service/data/sft.py"
 EXECUTOR = "service/jobs/executor.py"
 STORAGE = "service/jobs/storage.py"
-ENCODERS = "service/pretokenize/encoders.py"
 TORCH_DATASETS = "service/pretokenize/torch_datasets.py"
 
 MUTATIONS: tuple[Mutation, ...] = (
@@ -837,17 +836,17 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a service outage stays silent until the deadline",
-        ENCODERS,
-        "if now - self._last_line >= OUTAGE_LINE_SECONDS and (not busy or waited >= OUTAGE_LINE_SECONDS):",
+        "service/client/retrying.py",
+        "if self.log is not None and now - self._last_line >= self.every and (not busy or waited >= self.every):",
         "if False:",
         (PRETOKENIZE,),
     ),
     Mutation(
         "a service outage is retried past --retry-deadline",
-        ENCODERS,
-        "if left <= 0:",
+        "service/client/retrying.py",
+        "if elapsed + wait > self.policy.deadline:",
         "if False:",
-        (PRETOKENIZE,),
+        (PRETOKENIZE, RESILIENCE),
     ),
     Mutation(
         "chat engine: a refused render's traceback keeps its renderings (memory given back to the budget, not freed)",

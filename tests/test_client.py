@@ -118,6 +118,7 @@ def test_exported_members():
             "EncodeResult",
             "RaggedResult",
             "RetryPolicy",
+            "RetryLog",
             "Timeout",
             "URL_ENV",
             "API_KEY_ENV",

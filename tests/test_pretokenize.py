@@ -9,6 +9,7 @@ import asyncio
 import gzip
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
@@ -32,43 +33,43 @@ UNIT = "48K"
 
 
 def test_an_outage_is_said_at_once_counted_down_and_past_the_deadline_names_the_url():
-    """The service's failures as every request in flight reports them: the first is said at once (which URL,
-    how), then a line every 10 s however many requests fail, a line when it answers again; a busy service is
-    said only once it has stayed busy 10 s; past the deadline, one error naming the URL and the cause."""
-    from service.client import ConnectError, RetriesExhausted, ServerBusy
-    from service.pretokenize.encoders import ServiceOutage
+    """The service's failures as every request in flight reports them to the client's retry log: the first is said
+    at once (which URL, how), then a line every 10 s however many requests fail, a line when it answers again; a
+    busy service is said only once it has stayed busy 10 s; past the deadline, one error naming the URL and the
+    cause."""
+    from service.client import ConnectError, RetryLog, ServerBusy
 
     now, lines = [100.0], []
-    outage = ServiceOutage(30, lines.append, clock=lambda: now[0])
-    down = RetriesExhausted(
-        "POST /encode failed", urls=["http://tok:8000"], attempts=3, last_error=ConnectError("cannot connect")
-    )
+    said = RetryLog(lines.append, prefix="pretokenize", flag="--retry-deadline", clock=lambda: now[0])
     for _ in range(5):  # five requests in flight fail within the same second
-        assert 0 < outage.failed(down, started=98.0) <= 10
+        said.failed("http://tok:8000", ConnectError("cannot connect"), started=98.0, deadline=30)
     assert lines == [
         "pretokenize: the service at http://tok:8000 fails (ConnectError: cannot connect); retrying for 28 s more "
         "(--retry-deadline)"
     ]
     now[0] = 109.0
-    outage.failed(down, started=107.0)
+    said.failed("http://tok:8000", ConnectError("cannot connect"), started=107.0, deadline=30)
     assert len(lines) == 1  # 9 s since the last line
     now[0] = 111.0
-    outage.failed(down, started=109.0)
+    said.failed("http://tok:8000", ConnectError("cannot connect"), started=109.0, deadline=30)
     assert lines[-1].startswith("pretokenize: the service at http://tok:8000 still fails") and "17 s more" in lines[-1]
-    outage.answered()
+    said.answered()
     assert lines[-1] == "pretokenize: the service answers again after 13 s" and len(lines) == 3
-    outage.answered()
+    said.answered()
     assert len(lines) == 3
 
-    busy = RetriesExhausted("busy", urls=["http://tok:8000"], last_error=ServerBusy("429 overloaded", retry_after=3))
-    outage.failed(busy, started=110.0)
+    busy = ServerBusy("429 overloaded", retry_after=3)
+    said.failed("http://tok:8000", busy, started=110.0, deadline=30)
     assert len(lines) == 3  # busy for a second: not an outage worth a line
     now[0] = 121.0
-    assert outage.failed(busy, started=120.0) == 3  # its Retry-After
+    said.failed("http://tok:8000", busy, started=120.0, deadline=30)
     assert "fails (ServerBusy: 429 overloaded)" in lines[-1] or "still fails (ServerBusy" in lines[-1]
     now[0] = 141.0
-    with pytest.raises(RetriesExhausted, match=r"the service at http://tok:8000 failed after retrying for 31 s "):
-        outage.failed(busy, started=140.0)
+    assert said.gave_up(["http://tok:8000"], 30, "ServerBusy: 429 overloaded").startswith(
+        "the service at http://tok:8000 failed after retrying for 31 s (--retry-deadline 30); last error: ServerBusy"
+    )
+    assert pickle.loads(pickle.dumps(said)).since == said.since  # it travels with a client; a log that cannot
+    assert pickle.loads(pickle.dumps(RetryLog(lambda line: None, prefix="p", flag="f"))).log is None  # stays here
 
 
 @pytest.fixture(scope="module")

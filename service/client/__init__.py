@@ -47,7 +47,7 @@ from ..transport.exceptions import (
 from ..wire import API_KEY_ENV, URL_ENV
 from .clients import TokenizerClient
 from .results import EncodeResult, RaggedResult
-from .retrying import RetryPolicy
+from .retrying import RetryLog, RetryPolicy
 
 if TYPE_CHECKING:
     from ..transport import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport
@@ -59,6 +59,7 @@ __all__ = [
     "EncodeResult",
     "RaggedResult",
     "RetryPolicy",
+    "RetryLog",
     "Timeout",
     "URL_ENV",
     "API_KEY_ENV",

@@ -28,16 +28,86 @@ Policy, in one place:
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..transport.exceptions import ConnectError, RetriesExhausted, ServiceUnreachable, TokenizerServiceError
+from ..transport.exceptions import (
+    ConnectError,
+    RetriesExhausted,
+    ServerBusy,
+    ServiceUnreachable,
+    TokenizerServiceError,
+)
 
-__all__ = ["RetryPolicy", "Endpoints", "Attempts"]
+__all__ = ["RetryPolicy", "RetryLog", "Endpoints", "Attempts"]
+
+
+class RetryLog:
+    """The visible long retry (a job's ``--retry-deadline``): a failing service said as it happens -- at once when
+    it cannot be reached (which URL, and how), after ``every`` seconds when it only says it is busy -- then a line
+    every ``every`` seconds counting down, and a line when it answers again. One per client, shared by its calls
+    in flight, so an outage is told once, not per call. Lines begin with ``prefix`` and name ``flag``, the
+    setting that bounds the retrying. Pickled without its ``log`` (a copy in a worker says nothing)."""
+
+    def __init__(
+        self,
+        log: Callable[[str], None],
+        *,
+        prefix: str,
+        flag: str,
+        every: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.log: Callable[[str], None] | None = log
+        self.prefix, self.flag, self.every, self.clock = prefix, flag, every, clock
+        self.since: float | None = None  # when the current outage began: the first try that failed in it
+        self._last_line = float("-inf")
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for name, instead in (("log", None), ("clock", time.monotonic)):
+            try:
+                pickle.dumps(state[name])
+            except (pickle.PicklingError, AttributeError, TypeError):
+                state[name] = instead
+        return state
+
+    def failed(self, url: str, error: BaseException, started: float, deadline: float) -> None:
+        """A try sent at ``started`` to ``url`` failed with ``error``; its call gives up ``deadline`` seconds after
+        its first try."""
+        now = self.clock()
+        if self.since is None:
+            self.since, self._last_line = started, float("-inf")
+        waited = now - self.since
+        busy = isinstance(error, ServerBusy)
+        if self.log is not None and now - self._last_line >= self.every and (not busy or waited >= self.every):
+            self._last_line = now
+            state = "still fails" if waited >= self.every else "fails"
+            left = max(0.0, deadline - waited)
+            cause = f"{type(error).__name__}: {error}"
+            self.log(
+                f"{self.prefix}: the service at {url} {state} ({cause}); retrying for {left:.0f} s more ({self.flag})"
+            )
+
+    def answered(self) -> None:
+        """A call succeeded: the outage, if any, is over."""
+        if self.since is not None:
+            if self.log is not None and self._last_line > float("-inf"):
+                self.log(f"{self.prefix}: the service answers again after {self.clock() - self.since:.0f} s")
+            self.since = None
+
+    def gave_up(self, urls: Sequence[str], deadline: float, cause: str) -> str:
+        """The message of the call that gives up."""
+        waited = self.clock() - (self.since if self.since is not None else self.clock())
+        return (
+            f"the service at {', '.join(urls)} failed after retrying for {waited:.0f} s ({self.flag} {deadline:g}); "
+            f"last error: {cause}"
+        )
 
 
 @dataclass(frozen=True)
@@ -47,7 +117,8 @@ class RetryPolicy:
     ``max_attempts`` counts every try of one call, the first included (1: never retry). ``deadline``
     bounds, in seconds, how late a retry may start after the first try. ``backoff_initial`` and
     ``backoff_max`` shape the jittered exponential wait after a connection error; ``max_retry_after``
-    caps how long a server's ``Retry-After`` is honoured.
+    caps how long a server's ``Retry-After`` is honoured. ``log``: a :class:`RetryLog` that says the retrying
+    as it goes (a job's long deadline), else it is silent.
 
     The defaults ride out a rolling restart of a replica (tens of seconds) but fail a dead deployment
     within about a minute, so a training job does not hang.
@@ -58,6 +129,7 @@ class RetryPolicy:
     backoff_initial: float = 0.1
     backoff_max: float = 5.0
     max_retry_after: float = 30.0
+    log: RetryLog | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -223,10 +295,14 @@ class Attempts:
         self.close()
         self.last_error = error
         self.endpoints.failed(state, self.policy, retry_after, error)
+        if self.policy.log is not None and (self.endpoints.answered or not isinstance(error, ConnectError)):
+            self.policy.log.failed(state.url, error, self.started, self.policy.deadline)
 
     def succeeded(self, state: _EndpointState) -> None:
         self.close()
         self.endpoints.succeeded(state)
+        if self.policy.log is not None:
+            self.policy.log.answered()
 
     def close(self) -> None:
         """The current try is over: its endpoint has one call fewer outstanding. Idempotent."""
@@ -249,6 +325,8 @@ class Attempts:
         last = self.last_error
         cause = f"{type(last).__name__}: {last}" if last is not None else "none"
         message = f"{self.what} failed {how} on {', '.join(urls)}; last error: {cause}"
+        if self.policy.log is not None:
+            message = self.policy.log.gave_up(urls, self.policy.deadline, cause)
         error = RetriesExhausted(message, urls=urls, attempts=self.count, last_error=last)
         error.__cause__ = last
         return error

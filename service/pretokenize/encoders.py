@@ -8,11 +8,9 @@ with an in-process tokenizer for comparison.
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -20,16 +18,10 @@ from ..client import (
     AsyncTokenizerClient,
     InvalidRequest,
     PayloadTooLarge,
-    RetriesExhausted,
+    RetryLog,
     RetryPolicy,
-    ServerBusy,
-    ServiceUnreachable,
-    TokenizerServiceError,
-    TransportError,
 )
 from ..jobs.storage import DEFAULT_RETRY_DEADLINE
-
-T = TypeVar("T")
 
 
 class TextsRefused(Exception):
@@ -101,77 +93,18 @@ class Encoder(Protocol):
         """Where the ids come from, for messages."""
 
 
-#: Seconds between two lines saying the service still does not answer.
-OUTAGE_LINE_SECONDS = 10.0
-#: How long one request tries (the client's failover over every URL, honouring Retry-After) before the
-#: outage is said and the request retried by :class:`ServiceOutage`.
-REQUEST_TRIES_SECONDS = 2.0
-
-
-class ServiceOutage:
-    """The service failing, said as it happens: at once when it cannot be reached (which URL, and what
-    failed), after :data:`OUTAGE_LINE_SECONDS` when it only says it is busy; then a line every
-    :data:`OUTAGE_LINE_SECONDS` counting down to ``deadline`` seconds after the first failure, and a line
-    when it answers again. Shared by every request in flight, so an outage is told once, not per request;
-    past the deadline, :class:`RetriesExhausted` naming the URLs and the last error."""
-
-    def __init__(self, deadline: float, log: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
-        self.deadline = deadline
-        self.log = log
-        self.clock = clock
-        self.since: float | None = None
-        self._last_line = float("-inf")
-
-    def failed(self, exc: TokenizerServiceError, started: float) -> float:
-        """Record a request, sent at ``started``, that failed; the seconds to wait before trying it again,
-        or raise past the deadline."""
-        now = self.clock()
-        if self.since is None:
-            self.since, self._last_line = started, float("-inf")
-        waited = now - self.since
-        left = self.deadline - waited
-        urls, cause = _failure(exc)
-        if left <= 0:
-            raise RetriesExhausted(
-                f"the service at {urls} failed after retrying for {waited:.0f} s (--retry-deadline "
-                f"{self.deadline:g}); last error: {cause}",
-                urls=getattr(exc, "urls", ()),
-                attempts=getattr(exc, "attempts", 1),
-                last_error=exc,
-            ) from exc
-        busy = isinstance(getattr(exc, "last_error", exc), ServerBusy)
-        if now - self._last_line >= OUTAGE_LINE_SECONDS and (not busy or waited >= OUTAGE_LINE_SECONDS):
-            self._last_line = now
-            state = "still fails" if waited >= OUTAGE_LINE_SECONDS else "fails"
-            self.log(
-                f"pretokenize: the service at {urls} {state} ({cause}); retrying for {left:.0f} s more "
-                f"(--retry-deadline)"
-            )
-        retry_after = getattr(getattr(exc, "last_error", exc), "retry_after", None)
-        return min(left, max(retry_after or 0.0, 1.0), OUTAGE_LINE_SECONDS)
-
-    def answered(self) -> None:
-        """A request succeeded: the outage, if any, is over."""
-        if self.since is not None:
-            if self._last_line > float("-inf"):
-                self.log(f"pretokenize: the service answers again after {self.clock() - self.since:.0f} s")
-            self.since = None
-
-
-def _failure(exc: TokenizerServiceError) -> tuple[str, str]:
-    """Which URLs failed, and how (the last cause), in words."""
-    urls = ", ".join(getattr(exc, "urls", ())) or str(getattr(exc, "url", None) or "?")
-    last = getattr(exc, "last_error", None) or exc
-    return urls, f"{type(last).__name__}: {last}"
+#: Tries of one request: as many as the retry deadline allows (the deadline is what bounds them).
+RETRY_ATTEMPTS = 1 << 30
 
 
 class ServiceEncoder:
     """Ids from the service: :meth:`AsyncTokenizerClient.encode_ragged` with the run's encode options, so
     the answer is flat ids plus lengths (no JSON, no padding), spread over every URL with failover; the
     tokenizer is pinned to the fingerprint seen first, so a redeployment mid-run stops the run instead of
-    mixing tokenizers. A request that fails everywhere (the service unreachable, restarting or busy) is
-    said at once and retried until ``retry_deadline`` seconds after the first failure (:class:`ServiceOutage`);
-    a URL that has never answered fails at once (:class:`~service.client.ServiceUnreachable`)."""
+    mixing tokenizers. A request that fails everywhere (the service unreachable, restarting or busy) is retried
+    by the client's one retry policy until ``retry_deadline`` seconds after its first try, said as it goes
+    (:class:`~service.client.retrying.RetryLog`: at once, then counted down, and when it answers again); a URL
+    that has never answered fails at once (:class:`~service.client.ServiceUnreachable`)."""
 
     def __init__(
         self,
@@ -186,35 +119,21 @@ class ServiceEncoder:
     ) -> None:
         self.options = options
         self.chat_options = chat_options or {}
-        self.outage = ServiceOutage(retry_deadline, log or (lambda message: None))
-        # Each request tries every URL for a few seconds (the client's failover), then the outage is said and
-        # the request tried again, rather than the client retrying silently for the whole deadline.
-        retry = RetryPolicy(max_attempts=1000, deadline=min(REQUEST_TRIES_SECONDS, retry_deadline), backoff_max=1.0)
+        said = RetryLog(log or (lambda message: None), prefix="pretokenize", flag="--retry-deadline")
+        # bounded by the deadline alone: every URL tried in turn (failover), Retry-After honoured
+        retry = RetryPolicy(max_attempts=RETRY_ATTEMPTS, deadline=retry_deadline, backoff_max=2.0, log=said)
         self.client = AsyncTokenizerClient(url, api_key=api_key, expected_fingerprint=expected_fingerprint, retry=retry)
 
-    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
-        while True:
-            started = self.outage.clock()
-            try:
-                result = await call()
-            except ServiceUnreachable:  # never answered: a wrong URL, not an outage to wait out
-                raise
-            except (RetriesExhausted, TransportError, ServerBusy) as exc:
-                await asyncio.sleep(self.outage.failed(exc, started))
-                continue
-            self.outage.answered()
-            return result
-
     async def facts(self) -> ServedTokenizer:
-        """``/info``: what the service serves; an unreachable URL is said at once (see :class:`ServiceOutage`)."""
-        facts = ServedTokenizer.from_info(await self._patiently(self.client.info))
+        """``/info``: what the service serves; an unreachable URL is said at once."""
+        facts = ServedTokenizer.from_info(await self.client.info())
         if self.client.expected_fingerprint is None:
             self.client.expected_fingerprint = facts.fingerprint
         return facts
 
     async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         try:
-            result = await self._patiently(lambda: self.client.encode_ragged(list(texts), **self.options))
+            result = await self.client.encode_ragged(list(texts), **self.options)
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise TextsRefused(exc.error or str(exc)) from exc
         except UnicodeEncodeError as exc:
@@ -227,9 +146,7 @@ class ServiceEncoder:
         """:meth:`AsyncTokenizerClient.chat_encode_ragged` with the run's chat options: flat ids, lengths and,
         when masks are asked for, the flat ``assistant_masks``."""
         try:
-            result = await self._patiently(
-                lambda: self.client.chat_encode_ragged(list(conversations), **self.chat_options)
-            )
+            result = await self.client.chat_encode_ragged(list(conversations), **self.chat_options)
         except (InvalidRequest, PayloadTooLarge) as exc:
             raise TextsRefused(exc.error or str(exc)) from exc
         except (TypeError, UnicodeEncodeError) as exc:
