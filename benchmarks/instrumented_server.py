@@ -38,7 +38,7 @@ _encode_calls = 0
 def _time_encode_calls() -> bool:
     """Sum the tokenizer thread's CPU inside ``TokenizerThread._encode``; False when the checkout has none."""
     try:
-        from service.engine.work import TokenizerThread
+        from service.engine.tokenizer_thread import TokenizerThread
     except ImportError:
         return False
     original = getattr(TokenizerThread, "_encode", None)

@@ -6,7 +6,7 @@
 Run from the repository root. It starts the default tokenizer's server twice in a child process, through
 ``tokenizer-service serve`` itself (same settings, same launcher and HTTP protocol): once as shipped, where
 ``POST /encode`` (as every work route) is answered by the routes' one path ahead of FastAPI's router
-(``WorkRoutesFirst``), and once with that shortcut removed, so ``/encode`` goes through FastAPI's routing and
+(``DirectWorkRoutes``), and once with that shortcut removed, so ``/encode`` goes through FastAPI's routing and
 dependency machinery as any FastAPI route would. Each is loaded by ``benchmarks.loadgen`` (raw keep-alive
 HTTP/1.1, one ~300-character text per request, binary answers) after a warm-up, and for the measured window:
 
@@ -92,7 +92,7 @@ def serve_profiled(port: int, stats_file: Path, through_fastapi: bool) -> None:
     factory wrapped: SIGUSR1 starts profiling the event-loop thread, SIGUSR2 stops and dumps the stats."""
     from service.http import app as app_module
     from service.http.cli import main as serve
-    from service.http.routes import WorkRoutesFirst
+    from service.http.routes import DirectWorkRoutes
 
     profiler = cProfile.Profile()
     create_app = app_module.create_app
@@ -100,7 +100,7 @@ def serve_profiled(port: int, stats_file: Path, through_fastapi: bool) -> None:
     def profiled_app(*args: Any, **kwargs: Any) -> Any:
         app = create_app(*args, **kwargs)
         if through_fastapi:
-            app.user_middleware = [m for m in app.user_middleware if m.cls is not WorkRoutesFirst]
+            app.user_middleware = [m for m in app.user_middleware if m.cls is not DirectWorkRoutes]
         signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
         signal.signal(signal.SIGUSR2, lambda *_: (profiler.disable(), profiler.dump_stats(str(stats_file))))
         return app
@@ -175,7 +175,7 @@ def profile_variant(through_fastapi: bool, seconds: float, concurrency: int, tex
     running = {g: s for g, s in groups.items() if g != LOOP}
     busy = sum(running.values()) or 1.0
     return {
-        "app": "through FastAPI's router" if through_fastapi else "as shipped (WorkRoutesFirst)",
+        "app": "through FastAPI's router" if through_fastapi else "as shipped (DirectWorkRoutes)",
         "other_cpu_cores": max(plain.cpu["other_cpu_cores"], profiled.cpu["other_cpu_cores"]),
         "rate_unprofiled": plain.statuses.get(200, 0) / plain.seconds,
         "rate_profiled": profiled.statuses.get(200, 0) / profiled.seconds,

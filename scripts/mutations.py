@@ -237,14 +237,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a batch's encodings handed to the wrong request",
-        "service/engine/work.py",
+        "service/engine/tokenizer_thread.py",
         "work.take(encodings[start:end])",
         "work.take(encodings[: end - start])",
         (ENGINE,),
     ),
     Mutation(
         "a sliced request encodes its first slice only",
-        "service/engine/work.py",
+        "service/engine/tokenizer_thread.py",
         "for end in work.slices or (len(work.inputs),):",
         "for end in (work.slices or (len(work.inputs),))[:1]:",
         (MEMORY,),
@@ -338,7 +338,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- the client ------------------------------------------------------------------------------------------
     Mutation(
         "a client option dropped on the way to the body",
-        "service/client/clients.py",
+        "service/client/sync_client.py",
         "return_sequence_ids=return_sequence_ids,",
         "return_sequence_ids=False,",
         (WIRE,),
@@ -352,7 +352,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the client gives up on a 408 after a stalled upload",
-        "service/client/calls.py",
+        "service/client/operations.py",
         "RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)",
         "RETRIED_REJECTIONS = (ServerBusy,)",
         (PROTOCOL,),
@@ -373,7 +373,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a pinned fingerprint is checked on /info only",
-        "service/client/calls.py",
+        "service/client/operations.py",
         "if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body",
         "if False:",
         (RESILIENCE, CLIENT),
@@ -587,7 +587,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a call that ends in an error stays counted on its URL (the client shuns it for good)",
-        "service/client/clients.py",
+        "service/client/sync_client.py",
         "attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted",
         "pass",
         (RESILIENCE,),
@@ -666,21 +666,21 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "chat client: tokenizer_kwargs lose padding_side (ids and masks padded on the default side over HTTP)",
-        "service/client/calls.py",
+        "service/client/operations.py",
         "extra = dict(tokenizer_kwargs or {})",
         'extra = {k: v for k, v in (tokenizer_kwargs or {}).items() if k != "padding_side"}',
         (CHAT_SERVER,),
     ),
     Mutation(
         "chat client: one conversation answered as a batch of one (transformers gives flat lists)",
-        "service/client/calls.py",
+        "service/client/operations.py",
         "encode = encode_call_for(body, CHAT_ENCODE_PATH, batched, False, return_tensors)",
         "encode = encode_call_for(body, CHAT_ENCODE_PATH, True, False, return_tensors)",
         (CHAT_SERVER,),
     ),
     Mutation(
         "chat client: lengths of conversations sent as texts",
-        "service/client/clients.py",
+        "service/client/sync_client.py",
         "if is_conversations(text) and text_pair is None:",
         "if False:",
         (CHAT_SERVER,),
@@ -865,7 +865,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "pretokenize chat: a record whose messages are not a conversation is not named as a bad record",
-        "service/jobs/records.py",
+        "service/jobs/documents.py",
         "problem = conversation_problem(value)",
         "problem = None",
         (PRETOKENIZE_CHAT,),

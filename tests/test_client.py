@@ -36,7 +36,7 @@ from service.client import (
     TokenizerClient,
     Unauthorized,
 )
-from service.client.calls import rejection
+from service.client.operations import rejection
 from service.client.results import arrays_from_safetensors
 from testkit.servers import ServerProcess
 

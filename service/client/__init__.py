@@ -45,9 +45,9 @@ from ..transport.exceptions import (
     Unauthorized,
 )
 from ..wire import API_KEY_ENV, URL_ENV
-from .clients import TokenizerClient
 from .results import EncodeResult, RaggedResult
 from .retrying import RetryLog, RetryPolicy
+from .sync_client import TokenizerClient
 
 if TYPE_CHECKING:
     from ..transport import AsyncHTTPTransport, AsyncHTTPXTransport, HTTPXTransport

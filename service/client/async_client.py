@@ -15,13 +15,14 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from ..transport.base import AsyncTransport, SyncTransport, Timeout
 from ..transport.exceptions import TransportError
 from ..transport.streams import AsyncHTTPTransport
-from .calls import (
+from .base import ClientBase, launched
+from .operations import (
     Call,
     finish,
     retried_rejection,
 )
-from .clients import TokenizerClient, _ClientBase, launched
 from .retrying import Attempts, RetryPolicy
+from .sync_client import TokenizerClient
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -41,7 +42,7 @@ def _twin(
     return twin
 
 
-class AsyncTokenizerClient(_ClientBase):
+class AsyncTokenizerClient(ClientBase):
     """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
     (``await client(texts, ...)``: each is the sync method's own body, :func:`_twin`), ``aclose()`` and
     ``async with``. The default transport is

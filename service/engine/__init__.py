@@ -24,7 +24,7 @@ from .errors import ErrorKind, ServiceError
 from .limits import EngineLimits
 from .loading import LoadedTokenizer, TokenizerLoadError, fingerprint, load_tokenizer
 from .parallelism import ForkGuard, available_cpus, configure_rust_parallelism
-from .work import TokenizedBatch
+from .tokenizer_thread import TokenizedBatch
 
 __all__ = [
     "Engine",

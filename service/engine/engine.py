@@ -28,7 +28,7 @@ from .limits import DEFAULT_LIMITS, EngineLimits
 from .loading import LoadedTokenizer
 from .memory import MemoryBudget, Reservation
 from .parallelism import ForkGuard
-from .work import DecodeWork, EncodeWork, LengthsWork, TokenizedBatch, TokenizerThread, TokenizeWork, Work
+from .tokenizer_thread import DecodeWork, EncodeWork, LengthsWork, TokenizedBatch, TokenizerThread, TokenizeWork, Work
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from .api_docs import DOCS_PATH, ApiDocs, declare_bearer_auth
 from .middleware import OPEN_PATHS, BearerAuth, CatchAll, ReleaseAfterSend, RequestMetrics
 from .playground import Playground
 from .responses import KIND_BY_STATUS, answer_error, error_response
-from .routes import Routes, WorkRoutesFirst
+from .routes import DirectWorkRoutes, Routes
 from .runtime import Runtime
 from .settings import Settings
 
@@ -73,7 +73,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
     # -- middleware, innermost first --------------------------------------------------------------------
     # Unexpected errors: CatchAll answers and logs them without their message (no exception handler for
     # Exception: Starlette would re-raise it to the server, which logs the message, request content and all).
-    app.add_middleware(WorkRoutesFirst, routes=routes)  # auth and metrics still wrap it
+    app.add_middleware(DirectWorkRoutes, routes=routes)  # auth and metrics still wrap it
     app.add_middleware(ReleaseAfterSend)  # after the fast path and the routes have sent their answers
     if settings.api_key is not None:
         app.add_middleware(BearerAuth, api_key=settings.api_key.get_secret_value())

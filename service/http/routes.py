@@ -89,7 +89,7 @@ Result = TypeVar("Result")
 
 
 @dataclass(frozen=True)
-class Answering:
+class AnswerContext:
     """What shaping an answer may use beside the body and the result."""
 
     media_type: str  # chosen from Accept by the route's ``answer_type``
@@ -112,7 +112,7 @@ class WorkRoute(Generic[Body, Result]):
     doc: str
     request: type[Body]
     submit: Callable[[Engine, Body, Reservation], asyncio.Future[Result]]
-    answer: Callable[[Body, Result, Answering], bytes]
+    answer: Callable[[Body, Result, AnswerContext], bytes]
     media_types: tuple[str, ...] = (JSON_MEDIA_TYPE,)
     answer_type: Callable[[str | None], str] = json_answer_type
     body: BodyKind = BodyKind.TEXTS
@@ -120,15 +120,17 @@ class WorkRoute(Generic[Body, Result]):
 
 
 # -- the work routes: request model, engine submit, answer shaping ----------------------------------------
-def _encode_answer(body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: Answering) -> bytes:
+def _encode_answer(body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: AnswerContext) -> bytes:
     return _encoded_answer(len(body.texts), result, answering)
 
 
-def _chat_encode_answer(body: ConversationsRequest[ChatOptions], result: EncodedBatch, answering: Answering) -> bytes:
+def _chat_encode_answer(
+    body: ConversationsRequest[ChatOptions], result: EncodedBatch, answering: AnswerContext
+) -> bytes:
     return _encoded_answer(len(body.conversations), result, answering)
 
 
-def _encoded_answer(rows: int, result: EncodedBatch, answering: Answering) -> bytes:
+def _encoded_answer(rows: int, result: EncodedBatch, answering: AnswerContext) -> bytes:
     """An encode's answer (JSON, safetensors, or the ragged binary), whatever its inputs were."""
     answering.metrics.texts.inc(rows)
     answering.metrics.tokens.inc(result.num_tokens)
@@ -146,7 +148,7 @@ def _encoded_answer(rows: int, result: EncodedBatch, answering: Answering) -> by
     return safetensors_bytes(result.data, metadata)
 
 
-def _tokenize_answer(body: TextsRequest[TokenizeOptions], result: TokenizedBatch, answering: Answering) -> bytes:
+def _tokenize_answer(body: TextsRequest[TokenizeOptions], result: TokenizedBatch, answering: AnswerContext) -> bytes:
     answer: dict[str, Any] = {"tokens": result.tokens}
     if result.sequence_ids is not None:
         answer["sequence_ids"] = result.sequence_ids
@@ -277,7 +279,7 @@ class Routes:
         self.runtime = runtime
         self.settings = runtime.settings
         self.metrics = runtime.metrics
-        #: path -> work route: what :class:`WorkRoutesFirst` dispatches
+        #: path -> work route: what :class:`DirectWorkRoutes` dispatches
         self.work_routes = {route.path: route for route in work_routes}
 
     def install(self, app: FastAPI) -> set[str]:
@@ -326,7 +328,7 @@ class Routes:
             body, reservation = await self._parse(request, route.request, route.body)
             result = await _unless_client_leaves(request, route.submit(engine, body, reservation))
             fingerprint = engine.loaded.fingerprint
-            content = route.answer(body, result, Answering(media_type, fingerprint, self.metrics))
+            content = route.answer(body, result, AnswerContext(media_type, fingerprint, self.metrics))
             return BodyResponse(content, media_type=media_type, headers={FINGERPRINT_HEADER: fingerprint})
         except ServiceError as error:
             return answer_error(error)
@@ -419,7 +421,7 @@ class Routes:
         return b"".join(chunks)
 
 
-class WorkRoutesFirst:
+class DirectWorkRoutes:
     """Every work route's POST goes straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependency
     solving and exit stacks, which cost more per small request than the route's own work. Same path, same
     answers; the FastAPI routes stay registered for the OpenAPI schema."""

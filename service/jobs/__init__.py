@@ -34,6 +34,7 @@ bar or log lines) and reports its peak memory.
 """
 
 from .config import JobConfig
+from .documents import BAD_RECORD_POLICIES, Document, DocumentReader
 from .errors import BadRecord, CorpusError, JobError, OutputConflict, StorageError, UnitsMissing
 from .executor import (
     DONE_SUFFIX,
@@ -47,9 +48,8 @@ from .executor import (
     run_worker,
 )
 from .inputs import FORMATS, InputFile, find_inputs
-from .records import BAD_RECORD_POLICIES, Document, DocumentReader
 from .storage import Folder, LocalFolder, ObjectFolder, Storage, fetch_tokenizer, is_url
-from .units import DEFAULT_UNIT_BYTES, WorkUnit, parse_size, plan_units
+from .work_units import DEFAULT_UNIT_BYTES, WorkUnit, parse_size, plan_units
 from .workers import RESOURCE_CONFIG_ENV, TOTAL_ENV, Worker, resolve_worker
 
 __all__ = [

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .documents import BAD_RECORD_POLICIES
 from .flags import flag
 from .inputs import FORMATS, InputFile, find_inputs
 from .progress import PROGRESS_MODES, Log
-from .records import BAD_RECORD_POLICIES
 from .storage import STORAGE_OPTIONS_ENV, Storage, check_output_folder, storage_options_from_json
-from .units import DEFAULT_UNIT_BYTES, WorkUnit, format_size, parse_size, plan_units
+from .work_units import DEFAULT_UNIT_BYTES, WorkUnit, format_size, parse_size, plan_units
 from .workers import TOTAL_ENV, Worker, resolve_worker
 
 

@@ -35,7 +35,7 @@ from .config import JobConfig
 from .errors import JobError, OutputConflict, UnitsMissing
 from .progress import Log, Progress, duration, human, peak_rss_bytes
 from .storage import Folder
-from .units import WorkUnit
+from .work_units import WorkUnit
 from .workers import Worker
 
 DONE_SUFFIX = ".done"

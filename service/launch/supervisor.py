@@ -91,7 +91,7 @@ from .rendezvous import (
     try_lock,
 )
 
-__all__ = ["ServeCommand", "LaunchedService", "Share", "take_share", "release"]
+__all__ = ["ServeCommand", "LaunchedService", "Share", "launch_or_attach", "release"]
 
 logger = logging.getLogger(__name__)
 
@@ -615,7 +615,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
     return _Ownership(service, owners_fds, processes)
 
 
-def take_share(command: ServeCommand, start_timeout: float) -> Share:
+def launch_or_attach(command: ServeCommand, start_timeout: float) -> Share:
     with _owned_lock:
         key = command.key()
         ownership = _owned.get(key)

@@ -22,7 +22,7 @@ from ..transport.exceptions import ConnectError, FingerprintMismatch
 from ..transport.stdlib import HTTPTransport
 from ..wire import check_fingerprint_pin, fingerprint_matches
 from .rendezvous import require_posix
-from .supervisor import LaunchedService, ServeCommand, Share, release, take_share
+from .supervisor import LaunchedService, ServeCommand, Share, launch_or_attach, release
 
 __all__ = ["LaunchedTransport", "AsyncLaunchedTransport", "Launch", "launch", "START_TIMEOUT"]
 
@@ -144,7 +144,7 @@ def launch(
     it serves another tokenizer than ``expected_fingerprint``."""
     require_posix()  # before anything else: on Windows, say what to do instead
     command = ServeCommand.build(model, serve_options, api_key, python or sys.executable, replicas)
-    share = take_share(command, start_timeout)
+    share = launch_or_attach(command, start_timeout)
     service = share.ownership.service
     if expected_fingerprint is not None and not fingerprint_matches(
         check_fingerprint_pin(expected_fingerprint), service.fingerprint

@@ -9,7 +9,7 @@ from typing import Any
 from ..jobs import JobConfig, is_url, parse_size
 from ..jobs.flags import flag
 from ..jobs.progress import human
-from ..jobs.units import format_size
+from ..jobs.work_units import format_size
 from .recipes import PRESETS
 
 #: Model families, one per preset (:data:`.recipes.PRESETS`): a WordPiece (BERT style), a byte-level BPE (GPT-2

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from .errors import BadRecord, CorpusError
 from .storage import Storage
-from .units import WorkUnit, parquet_file
+from .work_units import WorkUnit, parquet_file
 
 #: What to do with a record that cannot be read as a document.
 BAD_RECORD_POLICIES = ("error", "skip")

@@ -1,10 +1,5 @@
-"""``TokenizerClient``: a remote tokenizer that feels like the in-process one.
-
-Its async twin, ``AsyncTokenizerClient`` (:mod:`.async_client`), takes the same arguments and has the same
-methods, as coroutines; both build their calls with :mod:`.calls` and share the base class here. Construction
-only stores configuration: no socket, thread or event loop exists until the first call in a process, so a
-client can be built at import time, used in the parent, pickled into spawned DataLoader workers or
-inherited by forked ones, and each process opens its own connections.
+"""``TokenizerClient``: a remote tokenizer that feels like the in-process one. Its methods are the async twin's too
+(:mod:`.async_client`); both share :class:`~.base.ClientBase`.
 """
 
 from __future__ import annotations
@@ -15,28 +10,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .. import __version__
-from ..transport.base import Request, SyncTransport, Timeout
+from ..transport.base import SyncTransport, Timeout
 from ..transport.exceptions import TokenizerServiceError, TransportError
 from ..transport.stdlib import HTTPTransport
 from ..wire import (
-    API_KEY_ENV,
-    AUTH_SCHEME,
-    AUTHORIZATION_HEADER,
-    JSON_MEDIA_TYPE,
     LENGTHS_BATCH_TEXTS,
-    RAGGED_MEDIA_TYPE,
-    SAFETENSORS_MEDIA_TYPE,
-    URL_ENV,
     ChatOptions,
     DecodeOptions,
     EncodeOptions,
     LengthOptions,
     TokenizeOptions,
-    check_fingerprint_pin,
-    parse_service_url,
 )
-from .calls import (
+from .operations import (
     Call,
     apply_chat_template_call,
     chat_lengths_calls,
@@ -54,226 +39,17 @@ from .calls import (
     tokenize_call,
 )
 from .results import EncodeResult, RaggedResult
-from .retrying import Attempts, Endpoints, RetryPolicy
+from .retrying import Attempts, RetryPolicy
 
 if TYPE_CHECKING:  # the data tools are a layer above the SDK: imported when one is asked for
-    from ..data import ChatTokenizeFunction, TokenizeFunction
-    from ..data.collate import ChatCollator, Collator
+    pass
+
+from .base import ClientBase, launched
 
 T = TypeVar("T")
-C = TypeVar("C", bound="_ClientBase")
-_ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 
-def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
-    """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``:
-    ``http://``, ``https://`` or ``http+unix://`` (a Unix socket, :data:`service.wire.UNIX_SCHEME`)."""
-    if url is None:
-        url = os.environ.get(URL_ENV, "")
-        if not url.strip():
-            raise ValueError(
-                f"no service URL: set {URL_ENV}, or give one (--url on the command line, url= in Python): "
-                "one URL, several, or a comma-separated list"
-            )
-    parts = url.split(",") if isinstance(url, str) else list(url)
-    urls = []
-    for part in parts:
-        if not isinstance(part, str):
-            raise TypeError(f"URLs must be str, not {type(part).__name__}")
-        part = part.strip().rstrip("/")
-        if not part:
-            continue
-        parse_service_url(part)  # ValueError saying what to write instead
-        if part not in urls:
-            urls.append(part)
-    if not urls:
-        raise ValueError(f"no service URL in {url!r}: give an http(s) URL, e.g. http://127.0.0.1:8000")
-    return tuple(urls)
-
-
-class _ClientBase:
-    _transport: Any  # the twin's: a SyncTransport or an AsyncTransport
-
-    def __init__(
-        self,
-        url: str | Sequence[str] | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: Timeout | float | None = Timeout(),
-        retry: RetryPolicy = RetryPolicy(),
-        expected_fingerprint: str | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        self.urls = resolve_urls(url)
-        self.timeout = Timeout.of(timeout)
-        if not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, not {type(retry).__name__}")
-        self.retry = retry
-        self.expected_fingerprint = (
-            None if expected_fingerprint is None else check_fingerprint_pin(expected_fingerprint)
-        )
-        api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
-        self._api_key = api_key
-        self._extra_headers = dict(headers or {})
-        base = {"User-Agent": f"tokenizer-service-client/{__version__}", **self._extra_headers}
-        if api_key:
-            base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {api_key}"
-        self._headers = {accept: {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept, **base} for accept in _ACCEPTED}
-        self._endpoints = Endpoints(self.urls)
-
-    def _request(self, call: Call[Any], base_url: str) -> Request:
-        headers = self._headers[call.accept]
-        return Request(call.method, base_url + call.path, headers, call.body, self.timeout)
-
-    def _settings(self) -> dict[str, Any]:
-        return {
-            "url": list(self.urls),
-            "api_key": self._api_key,
-            "timeout": self.timeout,
-            "retry": self.retry,
-            "expected_fingerprint": self.expected_fingerprint,
-            "headers": self._extra_headers,
-        }
-
-    def collator(
-        self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
-    ) -> Collator:
-        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
-
-        The batch may hold strings, ``(text, pair)`` tuples, or dicts: then ``text_field`` (and
-        ``pair_field``) name the text(s), and every other field is collated as ``default_collate`` would
-        (labels become a tensor). The result is one dict of int64 tensors plus those fields. ``options``
-        are those of ``encode`` (``padding`` defaults to True here: tensors need rectangular batches).
-
-        ``packing=True``: padding-free batches, exactly as transformers' ``DataCollatorWithFlattening`` makes
-        them (``input_ids``/``labels``/``position_ids`` of shape ``[1, total]``; its options
-        ``return_flash_attn_kwargs``, ``return_seq_idx``, ``separator_id``, ``return_position_ids`` and
-        ``position_ids_start`` are taken here too). ``collator.batch_sampler(dataset, max_tokens=...)`` then
-        gives the batches a token budget (see :class:`Collator`).
-        """
-        from ..data.collate import Collator
-
-        return Collator(self.as_sync(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
-
-    def chat_collator(
-        self,
-        *,
-        messages_field: str = "messages",
-        pad_token_id: int | None = None,
-        assistant_only_loss: bool = True,
-        padding_free: bool = False,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str = "right",
-        return_position_ids: bool = False,
-        **chat_options: Any,
-    ) -> ChatCollator:
-        """A picklable ``collate_fn`` for supervised fine-tuning on conversations, equal to TRL's SFT collation
-        (its ``labels`` from the assistant masks, then ``DataCollatorForLanguageModeling``), tokenized through this
-        service: rows whose ``messages_field`` holds a conversation -> ``input_ids``, ``labels`` (-100 where the
-        assistant did not write the token, and on padding; every real token with ``assistant_only_loss=False``),
-        ``attention_mask``; ``padding_free=True`` packs the batch into one row with ``position_ids`` and no padding.
-        Other fields are collated as ``default_collate`` does. ``chat_options``: ``tools``, ``documents``,
-        ``chat_template``, ``chat_template_kwargs``, ``assistant_masks_from``, ``truncation``, ``max_length``.
-        ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget (see
-        :class:`ChatCollator`)."""
-        from ..data.collate import ChatCollator
-
-        return ChatCollator(
-            self.as_sync(),
-            messages_field=messages_field,
-            pad_token_id=pad_token_id,
-            assistant_only_loss=assistant_only_loss,
-            padding_free=padding_free,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_position_ids=return_position_ids,
-            **chat_options,
-        )
-
-    def tokenize_function(
-        self, column: str = "text", *, pair_column: str | None = None, **options: Any
-    ) -> TokenizeFunction:
-        """The function of ``dataset.map(function, batched=True, num_proc=N)`` (datasets): the columns
-        ``tokenizer(batch[column], **options)`` gives in-process, computed by this service, with datasets' cache keyed
-        on the served tokenizer and the options, never the URL (see :class:`service.data.TokenizeFunction`)."""
-        from ..data import TokenizeFunction
-
-        return TokenizeFunction(self.as_sync(), column, pair_column=pair_column, **options)
-
-    def chat_tokenize_function(
-        self, column: str = "messages", *, assistant_only_loss: bool = True, labels: bool = False, **chat_options: Any
-    ) -> ChatTokenizeFunction:
-        """The function of ``dataset.map(function, batched=True)`` over conversations: ``input_ids`` and
-        ``assistant_masks`` as TRL's ``SFTTrainer`` tokenizes them, so it takes the result as already tokenized (see
-        :class:`service.data.ChatTokenizeFunction`)."""
-        from ..data import ChatTokenizeFunction
-
-        return ChatTokenizeFunction(
-            self.as_sync(), column, assistant_only_loss=assistant_only_loss, labels=labels, **chat_options
-        )
-
-    def as_sync(self) -> TokenizerClient:
-        """A client of the same service and settings whose methods are plain calls: itself, or an async client's
-        sync twin (what its collators and map functions use: DataLoaders and datasets call them synchronously)."""
-        raise NotImplementedError
-
-    @property
-    def service(self) -> Any:
-        """The launched service this client is bound to (:meth:`TokenizerClient.launch`: its ``pid``/``pids``,
-        ``socket_path``, ``log_path``, ``fingerprint``...), or None for a client of a deployed service."""
-        return getattr(self._transport, "service", None)
-
-    def __repr__(self) -> str:
-        urls = ", ".join(self.urls)
-        pinned = f", expected_fingerprint={self.expected_fingerprint!r}" if self.expected_fingerprint else ""
-        describe = getattr(self._transport, "describe", None)
-        launched = f", {describe()}" if describe is not None else ""
-        return f"{type(self).__name__}({urls!r}{pinned}{launched})"
-
-
-#: The settings of ``launch`` that are the launcher's own; the client's are its constructor's parameters, every
-#: other one is a setting of ``tokenizer-service serve``.
-LAUNCH_SETTINGS = ("start_timeout", "python", "replicas")
-
-
-def split_launch_options(
-    client_class: Callable[..., Any], options: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``launch``'s keywords as (the client's, the launcher's, the server's): the client's are the parameters of
-    ``client_class`` (its URL aside: the launched service's), read from its signature."""
-    import inspect
-
-    own = set(inspect.signature(client_class).parameters) - {"url"}
-    client = {name: value for name, value in options.items() if name in own}
-    launcher = {name: value for name, value in options.items() if name in LAUNCH_SETTINGS}
-    server = {name: value for name, value in options.items() if name not in own and name not in LAUNCH_SETTINGS}
-    return client, launcher, server
-
-
-def launched(
-    client_class: Callable[..., C], model: Any, options: Mapping[str, Any], bound: Callable[[Any, Any], Any]
-) -> C:
-    """A ``client_class`` bound to the service ``launch`` starts or finds for ``model`` and ``options``:
-    ``bound(launch, inner)`` makes its transport (a launched one, around the ``transport=`` given, if any)."""
-    from ..launch.transport import launch
-
-    client_options, launcher, server = split_launch_options(client_class, options)
-    expected = client_options.pop("expected_fingerprint", None)
-    service = launch(model, server, api_key=client_options.get("api_key"), expected_fingerprint=expected, **launcher)
-    try:
-        transport = bound(service, client_options.pop("transport", None))
-        return client_class(
-            list(service.service.urls),
-            expected_fingerprint=service.service.fingerprint,
-            transport=transport,
-            **client_options,
-        )
-    except BaseException:
-        service.release()
-        raise
-
-
-class TokenizerClient(_ClientBase):
+class TokenizerClient(ClientBase):
     """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns
     what ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service.
 
