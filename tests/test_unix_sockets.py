@@ -35,7 +35,7 @@ from service.client import (
     InvalidRequest,
     TokenizerClient,
 )
-from service.client.sync_client import resolve_urls
+from service.client.base import resolve_urls
 from service.transport import Request, Timeout
 from service.wire import MAX_SOCKET_PATH_BYTES, UNIX_SCHEME, URL_ENV, parse_service_url, unix_socket_url
 from testkit.servers import REPO, ServerProcess
