@@ -105,7 +105,7 @@ fmt: $(LINT_STAMP)
 	$(BIN)/ruff format $(LINTED)
 
 fuzz: $(TEST_STAMP)
-	FUZZ_EXAMPLES=2000 RUST_BACKTRACE=0 $(BIN)/python -m pytest -q tests/test_fuzz.py
+	FUZZ_EXAMPLES=2000 RUST_BACKTRACE=0 $(BIN)/python -m pytest -q tests/http/test_fuzz.py
 
 bench: $(TEST_STAMP)
 	$(BIN)/python -m benchmarks.run $(ARGS)

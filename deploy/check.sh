@@ -7,7 +7,7 @@
 #    and the shell linter; the linters of requirements/deploy-tools.txt into .cache/deploy-venv; .venv;
 # 2. renders every overlay and every batch job (deploy/jobs/) with `kubectl kustomize`, validates them
 #    strictly with kubernetes-validate, runs yamllint, hadolint, shellcheck, checkov
-#    (deploy/checkov-skips.yaml: what is skipped and why) and tests/test_deploy_manifests.py (which also
+#    (deploy/checkov-skips.yaml: what is skipped and why) and tests/shipping/test_deploy_manifests.py (which also
 #    runs the pre-tokenize Job's container command against a live service, and the train Job's -- every
 #    index at once -- on a small corpus);
 # 3. starts its own dockerd, builds a Debian bookworm base image with mmdebstrap (no image registry is
@@ -198,7 +198,7 @@ print(",".join(skips))')
 }
 
 manifest_tests() {
-    KUBECTL="$KUBECTL" "$PY" -m pytest -q -p no:cacheprovider tests/test_deploy_manifests.py
+    KUBECTL="$KUBECTL" "$PY" -m pytest -q -p no:cacheprovider tests/shipping/test_deploy_manifests.py
 }
 
 # -- 3. dockerd, base image, image --------------------------------------------------------------------------

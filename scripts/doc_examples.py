@@ -1,4 +1,4 @@
-"""The code examples of the README and the docs site, as the tests run them (``tests/test_docs_examples.py``).
+"""The code examples of the README and the docs site, as the tests run them (``tests/shipping/test_docs_examples.py``).
 
 Every fenced ```` ```python ```` and ```` ```bash ```` block of ``README.md`` and ``docs/**/*.md`` is an example
 the tests run, exactly as written, from an empty folder outside the clone -- unless its first line says

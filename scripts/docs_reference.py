@@ -12,7 +12,7 @@ docstrings mkdocstrings renders (``:class:`Foo```) into plain code. What each ge
 - ``cli``: each command's ``--help``, from its own parser (``service.cli.COMMANDS``).
 - ``settings``: the one settings object (``service.http.settings.settings_table``).
 
-``python -m scripts.docs_reference NAME`` prints one of them. ``tests/test_docs_site.py`` checks the built
+``python -m scripts.docs_reference NAME`` prints one of them. ``tests/shipping/test_docs_site.py`` checks the built
 pages against the code both ways (everything in the code is in the reference, nothing else is).
 """
 

@@ -8,7 +8,7 @@ Run from the repository root. The working tree is never touched: the repository 
 temporary directory (without .git, .venv, caches and results), and each mutation is applied there, one at a
 time, then undone. For each, pytest runs the test files the mutation names (stopping at the first failure,
 without hypothesis shrinking: ``--hypothesis-profile=mutants``); a mutation of the parity table is then run
-against the real-server tier alone (tests/test_server.py), which must catch it too. First the same test
+against the real-server tier alone (tests/http/test_server.py), which must catch it too. First the same test
 files run on the unmutated copy (``--no-baseline`` skips that), so a mutant is never "caught" by a test that
 fails anyway. Real tokenizers come from the assets cache this checkout already holds
 (``$TOKENIZER_SERVICE_ASSETS``, else ``.cache/assets``).

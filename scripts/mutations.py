@@ -5,8 +5,8 @@ off-by-one in truncation or stride, an option dropped on the way to Rust, a batc
 lost on the wire, a retry rule or a fingerprint input forgotten. ``scripts/mutants.py`` applies each to a
 temporary copy of the repository, one at a time, and runs the tests named in ``caught_by`` (in order, stopping
 at the first failure): the mutation must make one of them fail. ``parity`` marks the mutations of the parity
-table (issue 14): those must also be caught by the real-server tier alone, ``tests/test_server.py``, because
-that is what users call. ``tests/test_mutants.py`` checks, in every test run, that each line still exists
+table (issue 14): those must also be caught by the real-server tier alone, ``tests/http/test_server.py``, because
+that is what users call. ``tests/shipping/test_mutants.py`` checks, in every test run, that each line still exists
 exactly once, so the list cannot drift from the code silently.
 """
 
@@ -14,39 +14,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-ENGINE = "tests/test_engine.py"
-BATCHING = "tests/test_batching.py"
-APP = "tests/test_app.py"
-SERVER = "tests/test_server.py"
-CLIENT = "tests/test_client.py"
-RESILIENCE = "tests/test_client_resilience.py"
-PROTOCOL = "tests/test_protocol.py"
-CHAT_MASKS = "tests/test_chat_masks.py"
-CHAT_PARITY = "tests/test_chat_parity.py"
-CHAT_REFUSALS = "tests/test_chat_refusals.py"
-CHAT_COLLATE = "tests/test_chat_collate.py"
-CHAT_SERVER = "tests/test_chat_server.py"
-CHAT_APP = "tests/test_chat_app.py"
-CHAT_DATALOADER = "tests/test_chat_dataloader.py"
-PRETOKENIZE_CHAT = "tests/test_pretokenize_chat.py"
-PRETOKENIZE_S3 = "tests/test_pretokenize_s3.py"
-WIRE = "tests/test_wire.py"
-MEMORY = "tests/test_memory.py"
-DRAIN = "tests/test_drain.py"
-API_DOCS = "tests/test_api_docs.py"
-EDGES = "tests/test_serve_edges.py"
-CLI = "tests/test_cli.py"
-UNIX = "tests/test_unix_sockets.py"
-LAUNCH = "tests/test_launch.py"
-REPLICAS = "tests/test_replicas.py"
-CORPUS = "tests/test_corpus.py"
-JOB_STEPS = "tests/test_job_steps.py"
-PRETOKENIZE = "tests/test_pretokenize.py"
-OBJECT_STORAGE = "tests/test_object_storage.py"
-TRAIN_OPTIONS = "tests/test_train_options.py"
-TRAIN = "tests/test_train.py"
-EMBEDDED = "tests/test_embedded.py"
-FINGERPRINT = "tests/test_fingerprint.py"
+ENGINE = "tests/engine/test_engine.py"
+BATCHING = "tests/engine/test_batching.py"
+APP = "tests/http/test_app.py"
+SERVER = "tests/http/test_server.py"
+CLIENT = "tests/client/test_client.py"
+RESILIENCE = "tests/client/test_client_resilience.py"
+PROTOCOL = "tests/http/test_protocol.py"
+CHAT_MASKS = "tests/engine/test_chat_masks.py"
+CHAT_PARITY = "tests/engine/test_chat_parity.py"
+CHAT_REFUSALS = "tests/engine/test_chat_refusals.py"
+CHAT_COLLATE = "tests/data/test_chat_collate.py"
+CHAT_SERVER = "tests/http/test_chat_server.py"
+CHAT_APP = "tests/http/test_chat_app.py"
+CHAT_DATALOADER = "tests/data/test_chat_dataloader.py"
+PRETOKENIZE_CHAT = "tests/pretokenize/test_pretokenize_chat.py"
+PRETOKENIZE_S3 = "tests/pretokenize/test_pretokenize_s3.py"
+WIRE = "tests/client/test_wire.py"
+MEMORY = "tests/engine/test_memory.py"
+DRAIN = "tests/http/test_drain.py"
+API_DOCS = "tests/http/test_api_docs.py"
+EDGES = "tests/http/test_serve_edges.py"
+CLI = "tests/http/test_cli.py"
+UNIX = "tests/http/test_unix_sockets.py"
+LAUNCH = "tests/launch/test_launch.py"
+REPLICAS = "tests/launch/test_replicas.py"
+CORPUS = "tests/jobs/test_corpus.py"
+JOB_STEPS = "tests/jobs/test_job_steps.py"
+PRETOKENIZE = "tests/pretokenize/test_pretokenize.py"
+OBJECT_STORAGE = "tests/jobs/test_object_storage.py"
+TRAIN_OPTIONS = "tests/training/test_train_options.py"
+TRAIN = "tests/training/test_train.py"
+EMBEDDED = "tests/http/test_embedded.py"
+FINGERPRINT = "tests/engine/test_fingerprint.py"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Print the settings table from the one settings object: the docs site's Settings page is built from the same
-function (scripts/docs_reference.py; tests/test_docs_site.py checks it against the object).
+function (scripts/docs_reference.py; tests/shipping/test_docs_site.py checks it against the object).
 
 python scripts/settings_table.py
 """

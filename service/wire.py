@@ -6,7 +6,7 @@ values and bounds they take), the output keys in the order a ``BatchEncoding`` h
 names, the error body's fields, the environment variables both read, and how a service URL (Unix sockets
 included) is written and read. Standard library only: importing it costs the training process nothing. The
 server's request models and the engine's options are these declarations (derived from them, never
-rewritten); ``tests/test_wire.py`` fails when the clients' spelled-out signatures drift from them.
+rewritten); ``tests/client/test_wire.py`` fails when the clients' spelled-out signatures drift from them.
 """
 
 from __future__ import annotations

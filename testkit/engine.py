@@ -7,9 +7,10 @@ carries no public API for them.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -77,3 +78,35 @@ def _as_lists(value: Any) -> Any:
     if isinstance(value, list):
         return [_as_lists(v) for v in value]
     return value
+
+
+class EngineRunner:
+    """An :class:`~service.engine.Engine` on its own event loop thread, callable from sync tests."""
+
+    def __init__(self, source: Any, **engine_kwargs: Any) -> None:
+        """``source``: what load_tokenizer takes (None: the embedded default), or a LoadedTokenizer."""
+        from service.engine import Engine, LoadedTokenizer
+        from service.engine.loading import load_tokenizer
+
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        loaded = source if isinstance(source, LoadedTokenizer) else load_tokenizer(source)
+        self.engine = Engine(loaded, threads=2, **engine_kwargs)
+        self.run(self.engine.astart())
+
+    def run(self, coro: Any, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def result(self, submit: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``await submit(*args, **kwargs)`` on the engine's loop (``submit``: an ``engine.submit_*``)."""
+
+        async def submitted() -> Any:
+            return await submit(*args, **kwargs)
+
+        return self.run(submitted())
+
+    def close(self) -> None:
+        self.run(self.engine.astop())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import Phase
 from hypothesis import settings as hypothesis_settings
-from parity import TALLIES, RegionTally
 
 from service.engine.loading import DEFAULT_TOKENIZER_DIR
 from testkit import assets
+from testkit.families import FAMILIES, MadeOnUse
+from testkit.parity import TALLIES, RegionTally
 from testkit.servers import ServerProcess
 
 # `pytest --hypothesis-profile=mutants` (scripts/mutants.py): no shrinking and no example database, so a
@@ -24,9 +23,6 @@ hypothesis_settings.register_profile(
 )
 
 T = TypeVar("T")
-
-# The three tokenizer families every parity test runs on.
-FAMILIES = ("wordpiece_default", "bytelevel_bpe", "sentencepiece")
 
 
 @pytest.fixture(scope="session")
@@ -49,81 +45,6 @@ def corpus() -> dict[str, list[str]]:
         "zh": assets.chinese_reviews(),
         "en": assets.english_paragraphs(),
     }
-
-
-class EngineRunner:
-    """An :class:`~service.engine.Engine` on its own event loop thread, callable from sync tests."""
-
-    def __init__(self, source: Any, **engine_kwargs: Any) -> None:
-        """``source``: what load_tokenizer takes (None: the embedded default), or a LoadedTokenizer."""
-        from service.engine import Engine, LoadedTokenizer
-        from service.engine.loading import load_tokenizer
-
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        loaded = source if isinstance(source, LoadedTokenizer) else load_tokenizer(source)
-        self.engine = Engine(loaded, threads=2, **engine_kwargs)
-        self.run(self.engine.astart())
-
-    def run(self, coro: Any, timeout: float = 60.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def result(self, submit: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``await submit(*args, **kwargs)`` on the engine's loop (``submit``: an ``engine.submit_*``)."""
-
-        async def submitted() -> Any:
-            return await submit(*args, **kwargs)
-
-        return self.run(submitted())
-
-    def close(self) -> None:
-        self.run(self.engine.astop())
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
-
-
-class MadeOnUse(Mapping[str, T]):
-    """family -> a resource made the first time it is asked for, so a run that selects one family (``-k``,
-    the mutation check) waits for that one only. ``made()``: what exists, for the teardown."""
-
-    def __init__(self, names: Iterable[str], make: Callable[[str], T]) -> None:
-        self._names = tuple(names)
-        self._make = make
-        self._made: dict[str, T] = {}
-
-    def __getitem__(self, name: str) -> T:
-        if name not in self._names:
-            raise KeyError(name)
-        if name not in self._made:
-            self._made[name] = self._make(name)
-        return self._made[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names)
-
-    def __len__(self) -> int:
-        return len(self._names)
-
-    def made(self) -> list[T]:
-        return list(self._made.values())
-
-
-@pytest.fixture(scope="session")
-def engines(tokenizer_dirs: dict[str, Path]) -> Iterator[Mapping[str, EngineRunner]]:
-    from service.engine import EngineLimits
-
-    # Parity is what these engines test; the memory budget has its own tests (test_memory.py). Its bounds are
-    # safe, hence loose where UTF-8 bytes stand for tokens (a pair truncated longest_first with overflow
-    # multiplies two such bounds), so a budget in the tens of GiB -- bookkeeping only -- keeps hypothesis'
-    # long pairs with tiny max_length from being refused where transformers encodes them.
-    limits = EngineLimits(
-        max_texts_per_request=4096, max_text_chars=1_000_000, max_response_tokens=1 << 28, memory_budget=64 << 30
-    )
-    runners = MadeOnUse(tokenizer_dirs, lambda name: EngineRunner(str(tokenizer_dirs[name]), limits=limits))
-    yield runners
-    for runner in runners.made():
-        runner.close()
 
 
 class SharedServers:
@@ -202,15 +123,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 # -- conversations (tests/test_chat_*.py) ----------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def chat_renderer() -> Iterator[Any]:
-    """The chat core's render thread (service.engine.chat.ChatRenderer), for every engine's loop."""
-    from service.engine.chat import ChatRenderer
-
-    renderer = ChatRenderer()
-    asyncio.run(renderer.astart())
-    yield renderer
-    asyncio.run(renderer.astop())
 
 
 @pytest.fixture(scope="session")

@@ -102,7 +102,8 @@ class AsyncTokenizerClient(ClientBase):
     decode = _twin(TokenizerClient.decode)
     batch_decode = _twin(TokenizerClient.batch_decode)
     tokenize = _twin(TokenizerClient.tokenize)
-    apply_chat_template = _twin(TokenizerClient.apply_chat_template)
+    # (transformers' signature: **kwargs beside a named self, which a ParamSpec cannot carry)
+    apply_chat_template = _twin(cast(Any, TokenizerClient.apply_chat_template))
     chat_encode_ragged = _twin(TokenizerClient.chat_encode_ragged)
     info = _twin(TokenizerClient.info)
 

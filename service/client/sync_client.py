@@ -333,7 +333,6 @@ class TokenizerClient(ClientBase):
 
     def apply_chat_template(
         self,
-        /,
         conversation: Any,
         tools: Sequence[Mapping[str, Any]] | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,

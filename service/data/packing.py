@@ -18,7 +18,7 @@ from typing import Any, Final
 
 __all__ = ["PACKING_OPTIONS", "flatten"]
 
-#: ``DataCollatorWithFlattening``'s options, with its defaults (``tests/test_packing.py`` holds them to it).
+#: ``DataCollatorWithFlattening``'s options, with its defaults (``tests/data/test_packing.py`` holds them to it).
 PACKING_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
     {
         "return_position_ids": True,

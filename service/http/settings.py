@@ -302,7 +302,7 @@ class Settings(BaseSettings):
 
 def settings_table() -> str:
     """The settings table, made from the fields above: the docs site's Settings page (built by
-    ``scripts/docs_reference.py``; ``tests/test_docs_site.py`` checks it against these fields) and
+    ``scripts/docs_reference.py``; ``tests/shipping/test_docs_site.py`` checks it against these fields) and
     ``python scripts/settings_table.py``."""
     rows = ["| flag | environment variable | default | what it does, and the trade-off |", "|---|---|---|---|"]
     for name, field in Settings.model_fields.items():

@@ -2,7 +2,7 @@
 
 Every path of a job -- inputs and globs, ``--out``, the count and coordination files, the manifest -- is a
 local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a server of its protocol:
-tests/test_object_storage.py; any other fsspec URL, ``hf://`` or ``memory://``, goes the same way, untested).
+tests/jobs/test_object_storage.py; any other fsspec URL, ``hf://`` or ``memory://``, goes the same way, untested).
 Local paths use the standard library only (a client-only install needs nothing more); URLs go through fsspec and
 the store's own package (``s3fs``, ``gcsfs``, ``adlfs``: the ``s3``, ``gcs``, ``azure`` extras), whose absence is
 named with the extra that installs it.

@@ -42,7 +42,7 @@ we do them as three steps, each where it belongs:
 
   On a template whose markers wrap exactly what follows the generation prompt up to the end of the message's
   rendering -- the placement the published training templates use (the cue outside, content and end of turn
-  inside) -- ``"turns"`` gives the same masks as ``"generation"`` (``tests/test_chat_masks.py`` checks it on
+  inside) -- ``"turns"`` gives the same masks as ``"generation"`` (``tests/engine/test_chat_masks.py`` checks it on
   three templates and hundreds of generated conversations). Where a template's markers sit elsewhere the two
   differ by the characters in between, and each mode keeps its own definition: e.g. markers opened before the
   cue's final newline (``<|im_start|>assistant{% generation %}\\n...``) make ``"generation"`` also mark the

@@ -3,7 +3,7 @@
 uvicorn has no public API for what a production tokenizer server needs (bounded header blocks and read
 deadlines, a drain that loses nothing, a server that lives exactly as long as its owners), so these modules
 override or call its internals; pyproject.toml caps uvicorn below its next minor release and
-``tests/test_uvicorn_internals.py`` fails on a uvicorn whose internals moved.
+``tests/http/test_uvicorn_internals.py`` fails on a uvicorn whose internals moved.
 
 - :mod:`.running`: running the app under uvicorn with a graceful drain on SIGTERM;
 - :mod:`.protocol`: uvicorn's httptools protocol with the HTTP/1.1 limits it lacks;

@@ -25,7 +25,7 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 Deadlines cost nothing per request beyond two clock reads: one sweep a second checks every connection.
 
 This subclass relies on uvicorn internals that are not its public API. ``pyproject.toml`` caps uvicorn
-below its next minor release, and ``tests/test_protocol.py`` checks each of these against the installed
+below its next minor release, and ``tests/http/test_protocol.py`` checks each of these against the installed
 uvicorn (a test fails on an upgrade that changes one):
 
 - ``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``: the methods overridden or called --

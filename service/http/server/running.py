@@ -33,7 +33,7 @@ whose drain removes the socket file first (:mod:`.listening`); a replica of ``se
 port it shares with the others (``--reuse-port``) and a Unix socket of its own. With ``--owners-file`` the same
 drain also starts when the last process using the server has gone (:mod:`.owners`).
 
-uvicorn internals used here (``tests/test_protocol.py`` checks they still exist in the installed uvicorn;
+uvicorn internals used here (``tests/http/test_protocol.py`` checks they still exist in the installed uvicorn;
 ``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
 ``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
 ``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections`` (each closed
