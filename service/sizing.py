@@ -110,19 +110,24 @@ def share_of_cores(cores: int, replicas: int) -> int:
     return max(1, cores // max(1, replicas))
 
 
-def plan_replicas(replicas: object, threads: int | None = None, cores: int | None = None) -> ReplicaPlan:
+def plan_replicas(
+    replicas: object, threads: int | None = None, cores: int | None = None, *, cores_per_replica: int | None = None
+) -> ReplicaPlan:
     """The replicas ``replicas`` asks for (see :func:`check_replicas`) on ``cores`` cores (default: those this
-    process may use, :func:`available_cpus`), each with ``threads`` Rust threads (default: its share)."""
+    process may use, :func:`available_cpus`), each with ``threads`` Rust threads (default: its share).
+    ``cores_per_replica``: what ``"auto"`` divides the cores by (default :data:`CORES_PER_REPLICA`; another value
+    is for what-ifs, as ``benchmarks.projection`` makes)."""
     asked = check_replicas(replicas)
     cores = available_cpus() if cores is None else cores
-    count = max(1, cores // CORES_PER_REPLICA) if asked == AUTO else int(asked)
+    per_replica = CORES_PER_REPLICA if cores_per_replica is None else cores_per_replica
+    count = max(1, cores // per_replica) if asked == AUTO else int(asked)
     warning = None
     if count > cores:
         warning = (
             f"replicas={count} is more than the {cores} cores this process may use: each replica loads its own "
             f"tokenizer and holds its own memory budget, and their event loops take turns on the same cores, so "
             f"throughput is no higher than with {cores} and memory is {count - cores} tokenizer(s) larger "
-            f"(replicas={AUTO!r} gives {max(1, cores // CORES_PER_REPLICA)} here)"
+            f"(replicas={AUTO!r} gives {max(1, cores // per_replica)} here)"
         )
     elif threads is not None and count * threads > cores:
         warning = (
