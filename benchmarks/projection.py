@@ -44,6 +44,8 @@ ASSUMPTIONS = (
     "#1900 and #2337 report one pool that stops scaling past 4-8 threads, which lowers one process's figure "
     "further and favours small replicas)",
     "one process's Python threads share one GIL, so it answers at most 1/G batches/s, whatever its cores",
+    "each replica keeps its t cores busy, its GIL side included, and no more (the cores K x t leaves are left idle: "
+    "conservative, the replicas are not pinned)",
     "G, R, C and W per batch do not change with the core count (no memory-bandwidth, cache or NUMA effects); "
     "measured on this shared machine, where sharing the cores inflates them",
     "the workaround's workers scale linearly, one per core; nothing else on the node uses the cores (the "

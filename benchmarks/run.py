@@ -58,7 +58,7 @@ Split ("split"): runs ``python -m benchmarks.cpu_split`` in its own process: one
 (3 clients, padding="longest", truncation, max_length=128), the GIL side (its Python threads) against the Rust
 pool, beside one parallelism-off worker, on the corpora of issue 33's table; one process's ceiling is 1 / GIL
 side.
-Scaling ("scaling"): runs ``python -m benchmarks.scaling`` in its own process (~12 min on 2 cores): per corpus of
+Scaling ("scaling"): runs ``python -m benchmarks.scaling`` in its own process (~10 min on 2 cores): per corpus of
 the split, the split itself, then batches/s on 1 and 2 cores (every process that makes the batches pinned to
 them, the load generator included) of one replica x 2 threads, 2 replicas x 1 thread (``TokenizerClient.launch``)
 and the workaround (2 parallelism-off processes), for batches of 256 and through the DataLoader collator; and a

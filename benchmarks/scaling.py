@@ -1,9 +1,10 @@
 """Scaling with the node, measured and modelled: one process's CPU split, throughput on 1 and 2 cores of one
 replica x 2 threads, 2 replicas x 1 thread and the workaround, and a projection to 16, 64 and 128 cores.
 
-    .venv/bin/python -m benchmarks.scaling                                  # the four corpora: ~12 min on 2 cores
+    .venv/bin/python -m benchmarks.scaling                                  # the four corpora: ~10 min on 2 cores
     .venv/bin/python -m benchmarks.scaling --corpora zh-short --rounds 5
-    .venv/bin/python -m benchmarks.scaling --smoke --out /tmp/scaling.json  # one corpus, tiny counts: ~40 s
+    .venv/bin/python -m benchmarks.scaling --smoke --out /tmp/scaling.json  # one corpus, tiny counts: ~30 s
+    .venv/bin/python -m benchmarks.scaling --report /tmp/scaling.json       # print a saved run again
 
 Run from the repository root (also scenario "scaling" of ``benchmarks.run``). For each corpus of
 ``benchmarks.cpu_split`` (the embedded default WordPiece on ~300-character Chinese, short Chinese reviews and
