@@ -161,9 +161,9 @@ class OwnedService:
 
 def owner_main(replicas: int, threads: int, model: str) -> int:
     """``--own``: launch the service, print its URLs and pids, hold it until the input ends, let go."""
-    from service.launch.client import launch
+    from service.client import TokenizerClient
 
-    client = launch(None if model == "default" else model, replicas=replicas, threads=threads)
+    client: Any = TokenizerClient.launch(None if model == "default" else model, replicas=replicas, threads=threads)
     try:
         print(json.dumps({"urls": list(client.service.urls), "pids": list(client.service.pids)}), flush=True)
         sys.stdin.read()
