@@ -1,6 +1,6 @@
 """Side-by-side benchmark: tokenizer-service against in-process tokenization, same texts, same run.
 
-    .venv/bin/python -m benchmarks.run              # full run: ~12 minutes on 2 cores, plus ~30 for scenario 6
+    .venv/bin/python -m benchmarks.run              # full run: ~12 min on 2 cores, +~30 scenario 6, +~10 scaling
     .venv/bin/python -m benchmarks.run --scenarios 1,2,3,4,5,rss,split   # all but scenarios 6-8 and scaling
     .venv/bin/python -m benchmarks.run --scenarios scaling   # replicas and the workaround on 1-2 cores, projected
     .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: ~90 s (CI)
