@@ -47,6 +47,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -203,20 +204,54 @@ class SplitServer:
             self.proc.wait(5)
 
 
+@dataclass(frozen=True)
+class Answered:
+    """What a closed loop of clients got: every answer (``total``), and those that came by its deadline, the last
+    of them ``by_deadline_seconds`` after the start: ``by_deadline / by_deadline_seconds`` is the rate while
+    every client was sending, without the tail where the last answers come in one by one."""
+
+    total: int
+    by_deadline: int
+    by_deadline_seconds: float
+
+    @property
+    def rate(self) -> float:
+        """Answers per second while every client was sending."""
+        if self.by_deadline == 0:  # one answer took longer than the whole window
+            return 0.0
+        return self.by_deadline / self.by_deadline_seconds
+
+
+def closed_loop(send: Callable[[int, int], object], clients: int, seconds: float) -> Answered:
+    """``clients`` threads, each calling ``send(client, n)`` for its n-th request as soon as its last is answered,
+    until ``seconds`` have passed; returns when every request sent is answered."""
+    started = time.perf_counter()
+    deadline = started + seconds
+
+    def client(index: int) -> tuple[int, int, float]:
+        sent = by_deadline = 0
+        last = started
+        while time.perf_counter() < deadline:
+            send(index, sent)
+            sent += 1
+            now = time.perf_counter()
+            if now <= deadline:
+                by_deadline, last = sent, now
+        return sent, by_deadline, last
+
+    with ThreadPoolExecutor(clients) as pool:
+        outcomes = list(pool.map(client, range(clients)))
+    return Answered(sum(o[0] for o in outcomes), sum(o[1] for o in outcomes), max(o[2] for o in outcomes) - started)
+
+
 def closed_load(server: SplitServer, bodies: list[bytes], seconds: float) -> int:
     """:data:`CLIENTS` clients, each sending its next batch as soon as its last is answered, until ``seconds``
     have passed; returns when every request sent is answered (the server idle again): the batches answered."""
-    deadline = time.perf_counter() + seconds
 
-    def client(index: int) -> int:
-        sent = 0
-        while time.perf_counter() < deadline:
-            server.post(index, bodies[(index + sent * CLIENTS) % len(bodies)])
-            sent += 1
-        return sent
+    def send(client: int, n: int) -> None:
+        server.post(client, bodies[(client + n * CLIENTS) % len(bodies)])
 
-    with ThreadPoolExecutor(CLIENTS) as pool:
-        return sum(pool.map(client, range(CLIENTS)))
+    return closed_loop(send, CLIENTS, seconds).total
 
 
 def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> dict[str, Any]:
@@ -288,15 +323,30 @@ class OneWorker:
             )
         return self
 
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
     def ask(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+        """Send ``command`` and wait for its answer."""
+        self.send(command)
+        return self.receive(command["op"], timeout)
+
+    def send(self, command: dict[str, Any]) -> None:
+        """Send ``command`` without waiting (several workers then measure at once; :meth:`receive` each answer)."""
+        assert self.proc is not None and self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(command) + "\n")
         self.proc.stdin.flush()
+
+    def receive(self, op: str, timeout: float) -> dict[str, Any]:
+        """The answer to the command ``op`` sent last."""
+        assert self.proc is not None and self.proc.stdout is not None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else ""
         if not line:
             tail = self.log_path.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"the worker gave no answer to {command['op']} (exit {self.proc.poll()}): {tail}")
+            raise RuntimeError(f"the worker gave no answer to {op} (exit {self.proc.poll()}): {tail}")
         answer: dict[str, Any] = json.loads(line)
         if "error" in answer:
             raise RuntimeError(f"the worker: {answer['error']}")
@@ -330,13 +380,23 @@ def worker_main() -> int:
                     tokenizer(batch, return_tensors="np", **OPTIONS_BATCH)
                 answer: dict[str, Any] = {"ok": True}
             else:
-                done = 0
+                done = by_deadline = 0
                 started = time.process_time()
-                deadline = time.perf_counter() + command["seconds"]
+                start = last = time.perf_counter()
+                deadline = start + command["seconds"]
                 while time.perf_counter() < deadline:
                     tokenizer(batches[done % len(batches)], return_tensors="np", **OPTIONS_BATCH)
                     done += 1
-                answer = {"batches": done, "cpu_ms": 1000 * (time.process_time() - started) / done}
+                    if (now := time.perf_counter()) <= deadline:
+                        by_deadline, last = done, now
+                # by_deadline: the batches done by the deadline, the last one by_deadline_seconds after the start
+                # (the rate while several workers measuring at once were all busy)
+                answer = {
+                    "batches": done,
+                    "cpu_ms": 1000 * (time.process_time() - started) / done,
+                    "by_deadline": by_deadline,
+                    "by_deadline_seconds": last - start,
+                }
         except Exception as exc:  # noqa: BLE001 -- reported to the driver, which stops the run
             answer = {"error": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(answer) + "\n")

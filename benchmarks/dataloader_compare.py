@@ -34,7 +34,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,14 @@ def measure_loader(
     batch_size: int,
     max_batches: int,
     seconds: float,
-    server_pid: int | None,
+    server_pids: int | Sequence[int] | None,
 ) -> dict[str, Any]:
+    """Batches/s of one DataLoader over ``texts`` (its first ``2 x workers`` batches not counted: the workers'
+    start-up), the CPU per batch inside the workers' ``collate`` and of the servers doing the work, if any
+    (one pid or several: a launched service's replicas)."""
     from torch.utils.data import DataLoader
+
+    pids = () if server_pids is None else (server_pids,) if isinstance(server_pids, int) else tuple(server_pids)
 
     warmup = 2 * workers  # the first batches pay for the worker start-up (fork, first connection)
     needed = (warmup + max_batches) * batch_size
@@ -115,14 +120,14 @@ def measure_loader(
     for _ in range(warmup):
         next(iterator)
     cpu: list[float] = []
-    server_before = process_cpu_seconds(server_pid) if server_pid else 0.0
+    server_before = sum(map(process_cpu_seconds, pids))
     started = time.perf_counter()
     for batch in iterator:
         cpu.append(batch["collate_cpu_seconds"])
         if len(cpu) >= max_batches or time.perf_counter() - started >= seconds:
             break
     elapsed = time.perf_counter() - started
-    server_cpu = process_cpu_seconds(server_pid) - server_before if server_pid else 0.0
+    server_cpu = sum(map(process_cpu_seconds, pids)) - server_before
     del iterator  # shuts the workers down
     return {
         "batches": len(cpu),

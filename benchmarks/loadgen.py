@@ -13,6 +13,7 @@ import math
 import os
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -99,9 +100,18 @@ def process_ticks(pid: int | str) -> int:
     return int(fields[11]) + int(fields[12])
 
 
-def busy_ticks() -> int:
-    """Busy CPU ticks of the whole machine (all cores) from /proc/stat: everything but idle and iowait."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+def busy_ticks(cores: Collection[int] | None = None) -> int:
+    """Busy CPU ticks from /proc/stat -- everything but idle and iowait -- of the whole machine (all cores), or of
+    ``cores`` only."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    if cores is None:
+        return _busy(lines[0])
+    wanted = {f"cpu{core}" for core in cores}
+    return sum(_busy(line) for line in lines[1:] if line.split(None, 1)[0] in wanted)
+
+
+def _busy(line: str) -> int:
+    values = [int(v) for v in line.split()[1:]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = (values + [0] * 8)[:8]
     return user + nice + system + irq + softirq + steal
 
@@ -128,22 +138,29 @@ class CpuSnapshot:
     self_ticks: int
     pid_ticks: dict[int, int]
     machine_ticks: int
+    reaped_children_ticks: float = 0.0
 
 
 class CpuProbe:
     """CPU used during a window by this process (the client), by the watched processes (server or
-    in-process worker), and by everything else on the machine (noise from other work)."""
+    in-process worker), and by everything else on the machine (noise from other work). ``reaped_children``:
+    the children this process started and waited for meanwhile (DataLoader workers) count as ours, not as
+    other work. ``cores``: other work is counted on these cores only (every process of ours pinned to them)."""
 
-    def __init__(self, *pids: int) -> None:
+    def __init__(self, *pids: int, reaped_children: bool = False, cores: Collection[int] | None = None) -> None:
         self.pids = pids
+        self.reaped_children = reaped_children
+        self.cores = cores
 
     def snapshot(self) -> CpuSnapshot:
+        children = os.times() if self.reaped_children else None
         return CpuSnapshot(
             time.perf_counter(),
             time.process_time(),
             process_ticks("self"),
             {pid: process_ticks(pid) for pid in self.pids},
-            busy_ticks(),
+            busy_ticks(self.cores),
+            (children.children_user + children.children_system) * CLOCK_TICKS if children else 0.0,
         )
 
     @staticmethod
@@ -151,6 +168,7 @@ class CpuProbe:
         wall = b.wall - a.wall
         watched = {pid: (b.pid_ticks[pid] - a.pid_ticks[pid]) / CLOCK_TICKS for pid in a.pid_ticks}
         ours = sum(b.pid_ticks[p] - a.pid_ticks[p] for p in a.pid_ticks) + (b.self_ticks - a.self_ticks)
+        ours += b.reaped_children_ticks - a.reaped_children_ticks
         other = max(0, (b.machine_ticks - a.machine_ticks) - ours) / CLOCK_TICKS
         return {
             "wall_seconds": wall,

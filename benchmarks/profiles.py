@@ -38,6 +38,7 @@ class Profile:
     padding_timeout: float = 600.0  # scenario 5 (padding_compare): ~200 s on 2 busy cores
     chat_timeout: float = 600.0  # scenario 8 (chat_compare): ~160 s on 2 busy cores
     split_timeout: float = 600.0  # scenario split (cpu_split): ~2 min on 2 cores
+    scaling_timeout: float = 1800.0  # scenario scaling (benchmarks.scaling): ~10 min on 2 cores
     pretok_bytes: int = 32 * 2**20  # scenario 6: the corpus every method pre-tokenizes
     pretok_rounds: int = 2
     pretok_rss_bytes: int = 2**30  # scenario 6, memory case: the service worker alone on this much input
@@ -92,6 +93,7 @@ SMOKE = Profile(
     padding_timeout=150.0,
     chat_timeout=150.0,
     split_timeout=120.0,
+    scaling_timeout=150.0,
     pretok_bytes=512 * 1024,
     pretok_rounds=1,
     pretok_rss_bytes=2 * 2**20,

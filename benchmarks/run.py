@@ -1,7 +1,8 @@
 """Side-by-side benchmark: tokenizer-service against in-process tokenization, same texts, same run.
 
-    .venv/bin/python -m benchmarks.run              # full run: ~12 minutes on 2 cores, plus ~30 for scenario 6
-    .venv/bin/python -m benchmarks.run --scenarios 1,2,3,4,5,rss,split   # all but scenario 6 (pre-tokenization)
+    .venv/bin/python -m benchmarks.run              # full run: ~12 min on 2 cores, +~30 scenario 6, +~10 scaling
+    .venv/bin/python -m benchmarks.run --scenarios 1,2,3,4,5,rss,split   # all but scenarios 6-8 and scaling
+    .venv/bin/python -m benchmarks.run --scenarios scaling   # replicas and the workaround on 1-2 cores, projected
     .venv/bin/python -m benchmarks.run --smoke      # every scenario with tiny counts: ~90 s (CI)
 
 Run from the repository root. It starts the servers itself (``python -m service serve`` on 127.0.0.1, a free
@@ -56,7 +57,14 @@ Scenarios, each against its in-process counterpart on the same texts (``benchmar
 Split ("split"): runs ``python -m benchmarks.cpu_split`` in its own process: one server's CPU per batch of 256
 (3 clients, padding="longest", truncation, max_length=128), the GIL side (its Python threads) against the Rust
 pool, beside one parallelism-off worker, on the corpora of issue 33's table; one process's ceiling is 1 / GIL
-side. Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
+side.
+Scaling ("scaling"): runs ``python -m benchmarks.scaling`` in its own process (~10 min on 2 cores): per corpus of
+the split, the split itself, then batches/s on 1 and 2 cores (every process that makes the batches pinned to
+them, the load generator included) of one replica x 2 threads, 2 replicas x 1 thread (``TokenizerClient.launch``)
+and the workaround (2 parallelism-off processes), for batches of 256 and through the DataLoader collator; and a
+PROJECTION to 16/64/128 cores for one process, ``replicas="auto"`` and the workaround, printed with its model
+(``benchmarks.projection``).
+Server memory: VmRSS at start, after each scenario and at the end, and VmHWM (peak), from /proc; and a
 soak ("rss"): the default tokenizer's server in a real ``[server]``-only venv (``benchmarks.server_venv``, made
 once under .cache/; torch absent -- in this venv transformers would import it, +180 MB), under rounds of the
 same mixed load, RSS after each.
@@ -101,6 +109,7 @@ from benchmarks.scenarios import (
     padding,
     pretokenize,
     rss_soak,
+    scaling,
 )
 from benchmarks.scenarios.measuring import Sides
 from benchmarks.service_client import ServiceClient
@@ -139,9 +148,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--scenarios",
-        default="1,2,3,4,5,6,7,8,rss,split",
-        help="comma-separated subset of 1,2,3,4,5,6,7,8,rss,split (rss: the memory soak; split: the CPU split by "
-        "thread; default: all)",
+        default="1,2,3,4,5,6,7,8,rss,split,scaling",
+        help="comma-separated subset of 1,2,3,4,5,6,7,8,rss,split,scaling (rss: the memory soak; split: the CPU "
+        "split by thread; scaling: replicas and the workaround on 1 and 2 cores, and projected; default: all)",
     )
     parser.add_argument(
         "--rounds",
@@ -185,7 +194,7 @@ def select_profile(args: argparse.Namespace) -> Profile:
 class Bench:
     """One run's measurements, in order: per tokenizer scenarios 1, 4 and 2 on the same servers; then the RSS
     soak on its own server; then scenarios 3 and 5, each in its own process; then scenarios 6 and 7 (each its
-    own server and processes); then scenario 8 and the CPU split, each in its own process."""
+    own server and processes); then scenario 8, the CPU split and scaling, each in its own process."""
 
     def __init__(self, profile: Profile, out_dir: Path, scenarios: set[str], work_dir: Path) -> None:
         self.profile = profile
@@ -208,6 +217,7 @@ class Bench:
             "scenario7": object_storage.empty_results(),
             "scenario8": {},
             "split": {},
+            "scaling": {},
             "servers": {},
             "rss_soak": {},
         }
@@ -243,6 +253,9 @@ class Bench:
         )
         self.results["split"] = (
             cpu_split.run(self.out_dir, self.profile) if "split" in self.scenarios else {"skipped": NOT_SELECTED}
+        )
+        self.results["scaling"] = (
+            scaling.run(self.out_dir, self.profile) if "scaling" in self.scenarios else {"skipped": NOT_SELECTED}
         )
         return self.results
 
@@ -335,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         ("8", "scenario8"),
         ("rss", "rss_soak"),
         ("split", "split"),
+        ("scaling", "scaling"),
     )
     failed = {name: results[key]["failed"] for name, key in sections if "failed" in results[key]}
     for name, reason in failed.items():

@@ -5,12 +5,24 @@ section per scenario, then memory and the targets; rendered as fixed-width text.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 from benchmarks import corpus, loadgen
 from benchmarks.machine import BUSY_CORES
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import batch_sizes, chat, concurrency, cpu_split, dataloader, long_texts, padding, pretokenize
+from benchmarks.scaling import ONE_REPLICA, TWO_REPLICAS, WORKAROUND
+from benchmarks.scenarios import (
+    batch_sizes,
+    chat,
+    concurrency,
+    cpu_split,
+    dataloader,
+    long_texts,
+    padding,
+    pretokenize,
+    scaling,
+)
 
 COLUMNS = (
     ("scenario", "#"),
@@ -89,6 +101,7 @@ def build_table(results: dict[str, Any], profile: Profile) -> list[Row]:
         *_scenario7(results.get("scenario7", {})),
         *_scenario8(results.get("scenario8", {})),
         *_split(results.get("split", {})),
+        *_scaling(results.get("scaling", {})),
         *_memory(results),
         *_targets(results["targets"]),
     ]
@@ -274,6 +287,74 @@ def _split(split: dict[str, Any]) -> list[Row]:
                 "note": _busy(server["other_cpu_cores"]),
             }
         )
+    return rows
+
+
+def _scaling(section: dict[str, Any]) -> list[Row]:
+    for outcome in ("skipped", "failed"):
+        if outcome in section:
+            return [
+                {"scenario": "scaling", "variant": "scaling (scaling.py)", "note": f"{outcome}: {section[outcome]}"}
+            ]
+    corpora = scaling.corpora(section)
+    if not corpora:
+        return []
+    rows: list[Row] = []
+    for row in corpora:
+        server, worker = row["split"]["server"], row["split"]["worker"]
+        rows.append(
+            {
+                "scenario": "scaling",
+                "texts": f"256 x {row['label']}",
+                "variant": "split: one serve process (measured)",
+                "ratio": f"(G+R)/G = {row['projection'][0]['fed_cores']:.1f} cores fed",
+                "cpu": f"G {server['gil_side_ms']:.3g} + R {server['rust_pool_ms']:.3g}, "
+                f"W {worker['cpu_ms']:.3g}/batch",
+                "note": _busy(server["other_cpu_cores"]),
+            }
+        )
+        cells = {(c["cores"], c["path"], c["variant"]): c for c in row["cells"]}
+        for ratios in row["ratios"]:
+            cores, path = ratios["cores"], ratios["path"]
+            group = [cells[(cores, path, variant)] for variant in (ONE_REPLICA, TWO_REPLICAS)]
+            work = cells[(cores, path, WORKAROUND)]
+            others = max(c["figures"]["other_cpu_cores"] for c in (*group, work))
+            two = ratios["two_vs_one"]
+            rows.append(
+                {
+                    "scenario": "scaling",
+                    "texts": f"{row['name']}, {path}",
+                    "variant": f"measured, {cores} core(s): 1r x 2t / 2r x 1t / workaround",
+                    "rate": " / ".join(human(c["figures"]["batches_per_s"]) for c in (*group, work)) + " b/s",
+                    "ratio": f"2r {two['median']:.2f}x 1r [{two['min']:.2f}-{two['max']:.2f}], "
+                    f"{ratios['one_vs_workaround']['median']:.2f}x / {ratios['two_vs_workaround']['median']:.2f}x "
+                    "workaround",
+                    "cpu": f"client {statistics.mean(c['figures']['client_cpu_ms'] for c in group):.3g}/batch",
+                    "note": f"others used {others:.2f} of the {cores} core(s)" if others > BUSY_CORES else "",
+                }
+            )
+        for projected in row["projection"]:
+            for point in projected["points"]:
+                rows.append(
+                    {
+                        "scenario": "scaling",
+                        "texts": f"{row['name']}, {projected['path']}",
+                        "variant": f"PROJECTION, {point['cores']} cores: one process / auto "
+                        f"({point['auto_replicas']} x {point['auto_threads']}) / workaround",
+                        "rate": f"{human(point['one_process'])} / {human(point['auto'])} / "
+                        f"{human(point['workaround'])} b/s",
+                        "ratio": f"auto {point['auto_vs_workaround']:.2f}x, one {point['one_vs_workaround']:.2f}x "
+                        "workaround",
+                        "note": "projection (model below), not measured",
+                    }
+                )
+    rows.append(
+        {
+            "scenario": "scaling",
+            "variant": "projection model",
+            "note": f"{section['data']['model']}; assumptions: " + "; ".join(section["data"]["assumptions"]),
+        }
+    )
     return rows
 
 

@@ -11,7 +11,8 @@ from collections import defaultdict
 from typing import Any
 
 from benchmarks.profiles import Profile
-from benchmarks.scenarios import chat, dataloader, padding
+from benchmarks.scaling import PROJECTED_THRESHOLD, SPREADING_THRESHOLD, TARGET_CORES
+from benchmarks.scenarios import chat, dataloader, padding, scaling
 
 THRESHOLDS = {
     "s1_binary_vs_encode_batch": 0.9,
@@ -109,6 +110,7 @@ def evaluate_targets(results: dict[str, Any], profile: Profile) -> list[dict[str
     _scenario6(targets, results["scenario6"])
     _scenario7(targets, results.get("scenario7", {}))
     _scenario8(targets, results.get("scenario8", {}))
+    _scaling(targets, results.get("scaling", {}))
     return targets.items
 
 
@@ -395,3 +397,52 @@ def _scenario8(targets: Targets, s8: dict[str, Any]) -> None:
         {f"{c['workers']} workers, batch {c['batch_size']}": c["ratio_vs_inprocess"] for c in cells},
         THRESHOLDS["s8_chat_collator_vs_collate_fn"],
     )
+
+
+SCALING_TARGETS = (  # name, kind of the rows (benchmarks.scaling's targets), threshold, description
+    (
+        "scaling_2_replicas_vs_1",
+        "measured",
+        SPREADING_THRESHOLD,
+        "scenario scaling, measured here: batches/s of 2 replicas x 1 thread / 1 replica x 2 threads at the same "
+        "cores (1 and 2), batches of 256 and the DataLoader collator, every row (the worst row shown)",
+    ),
+    (
+        "scaling_2_replicas_vs_1_per_core_left",
+        "measured, per core left",
+        SPREADING_THRESHOLD,
+        "scenario scaling, measured here: the same, of batches/s per core other processes left each variant (this "
+        "machine is shared: two processes take more of busy cores than one), every row (the worst row shown)",
+    ),
+    (
+        "scaling_auto_vs_workaround_projected",
+        "projection",
+        PROJECTED_THRESHOLD,
+        "scenario scaling, a PROJECTION (benchmarks.projection's model fed by the split measured here): "
+        f"replicas='auto' / the workaround (parallelism-off workers) on {TARGET_CORES} cores, every row (the worst "
+        "row shown)",
+    ),
+)
+
+
+def _scaling(targets: Targets, section: dict[str, Any]) -> None:
+    rows = scaling.targets(section)
+    for name, kind, threshold, description in SCALING_TARGETS:
+        of_kind = [row for row in rows if row["kind"] == kind]
+        if not of_kind:
+            reason = section.get("skipped") or section.get("failed") or "not run"
+            targets.items.append(
+                {"target": name, "description": description, "threshold": threshold, "measured": None}
+                | {"met": None, "reason": reason}
+            )
+            continue
+        worst = min(of_kind, key=lambda row: row["measured"])
+        targets.add(
+            name,
+            description,
+            worst["measured"],
+            threshold,
+            worst=round(worst["measured"], 4),
+            met_in_every_cell=all(row["met"] for row in of_kind),
+            per_cell={row["target"]: round(row["measured"], 4) for row in of_kind},
+        )

@@ -29,16 +29,18 @@ __all__ = [
 ]
 
 #: The cores one server process keeps busy: the figure ``replicas="auto"`` divides the cores by, and the most
-#: CPU a Kubernetes pod of one process should get. A *projection*, not a measurement on a big machine: from the
-#: per-thread CPU split measured on 2 cores (issue 33: batches of 256, padding longest, truncation 128; the
-#: Python threads told apart from the Rust pool's with py-spy and /proc/PID/task/TID/stat), one process's GIL
-#: side feeds (Rust pool ms / GIL side ms) pool threads before it saturates: 4.8 for short Chinese reviews
-#: (WordPiece, 22 / 4.6 ms), 5.6 for ~300-char English (byte-level BPE, 19 / 3.4), 8.8 for ~300-char Chinese
-#: (63 / 7.2), 12.2 for ~1000-char Chinese (216 / 17.7); plus the core of the GIL side itself. The smallest row,
-#: 5.8 cores, rounded to 6 -- also where one rayon pool on one tokenizer stops scaling well (tokenizers #1900 and
-#: #2337: flat past 4-8 threads; 60 % efficiency at 8 in HF's tokbench). Update it here when a measurement on a
-#: many-core machine gives the figure: everything that sizes by it reads this name.
-CORES_PER_REPLICA: Final = 6
+#: CPU a Kubernetes pod of one process should get. A *projection*, not a measurement on a big machine: one
+#: process's GIL side keeps (G + R) / G cores busy before it saturates, G being its Python threads' CPU per batch
+#: and R its Rust pool's, as ``benchmarks.cpu_split`` measures them on this project's 2-core machine (batches of
+#: 256, padding longest, truncation 128) and ``benchmarks.scaling`` prints per row (docs/guides/performance.md,
+#: "Scaling with the node"): short Chinese reviews (WordPiece) 5.1 (G 3.09, R 12.8 ms; 5.4 in another run, 5.1
+#: in the GIL-side work's), ~300-char English (byte-level BPE) 8.0 (2.14, 15.1), ~300-char Chinese 11.9
+#: (5.44, 59.5), ~1000-char Chinese 19.8 (11.09, 208). The tightest row rounded down: 5. At 6, a replica on short
+#: texts waits on its GIL side with a core to spare, and benchmarks.scaling's projection gives replicas="auto"
+#: 0.88x the workaround on 16 cores on that row (2 x 8); at 5, 3 x 5. Smaller replicas are also what one rayon
+#: pool that stops scaling past 4-8 threads (tokenizers #1900, #2337) favours. Update it here when a
+#: measurement on a many-core machine gives the figure: everything that sizes by it reads this name.
+CORES_PER_REPLICA: Final = 5
 
 #: The value of ``replicas`` that sizes the count from the cores: one replica per :data:`CORES_PER_REPLICA`.
 AUTO: Final = "auto"
@@ -110,19 +112,24 @@ def share_of_cores(cores: int, replicas: int) -> int:
     return max(1, cores // max(1, replicas))
 
 
-def plan_replicas(replicas: object, threads: int | None = None, cores: int | None = None) -> ReplicaPlan:
+def plan_replicas(
+    replicas: object, threads: int | None = None, cores: int | None = None, *, cores_per_replica: int | None = None
+) -> ReplicaPlan:
     """The replicas ``replicas`` asks for (see :func:`check_replicas`) on ``cores`` cores (default: those this
-    process may use, :func:`available_cpus`), each with ``threads`` Rust threads (default: its share)."""
+    process may use, :func:`available_cpus`), each with ``threads`` Rust threads (default: its share).
+    ``cores_per_replica``: what ``"auto"`` divides the cores by (default :data:`CORES_PER_REPLICA`; another value
+    is for what-ifs, as ``benchmarks.projection`` makes)."""
     asked = check_replicas(replicas)
     cores = available_cpus() if cores is None else cores
-    count = max(1, cores // CORES_PER_REPLICA) if asked == AUTO else int(asked)
+    per_replica = CORES_PER_REPLICA if cores_per_replica is None else cores_per_replica
+    count = max(1, cores // per_replica) if asked == AUTO else int(asked)
     warning = None
     if count > cores:
         warning = (
             f"replicas={count} is more than the {cores} cores this process may use: each replica loads its own "
             f"tokenizer and holds its own memory budget, and their event loops take turns on the same cores, so "
             f"throughput is no higher than with {cores} and memory is {count - cores} tokenizer(s) larger "
-            f"(replicas={AUTO!r} gives {max(1, cores // CORES_PER_REPLICA)} here)"
+            f"(replicas={AUTO!r} gives {max(1, cores // per_replica)} here)"
         )
     elif threads is not None and count * threads > cores:
         warning = (

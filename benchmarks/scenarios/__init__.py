@@ -10,7 +10,9 @@
   DataLoader, and ``/lengths`` vs ``/encode`` (``benchmarks.padding_compare``);
 - :mod:`~benchmarks.scenarios.rss_soak` ("rss"): server memory under rounds of the same load;
 - :mod:`~benchmarks.scenarios.cpu_split` ("split"): one server process's CPU per batch, the GIL side against
-  the Rust pool (``benchmarks.cpu_split``).
+  the Rust pool (``benchmarks.cpu_split``);
+- :mod:`~benchmarks.scenarios.scaling` ("scaling"): the split, replicas and the workaround on 1 and 2 cores, and
+  a projection to many cores with its model (``benchmarks.scaling``).
 
 :mod:`~benchmarks.scenarios.measuring` holds what they share: the request options, the interleaved rounds
 and the medians over them; :mod:`~benchmarks.scenarios.own_process` runs the scenarios that need a process of

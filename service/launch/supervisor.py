@@ -1,7 +1,7 @@
 """``TokenizerClient.launch``: a private tokenizer service on this machine, for as long as a job uses it.
 
     client = TokenizerClient.launch("path/to/tokenizer", threads=8)   # no model: the embedded default
-    client = TokenizerClient.launch("path/to/tokenizer", replicas="auto")   # a big machine: one per 6 cores
+    client = TokenizerClient.launch("path/to/tokenizer", replicas="auto")   # a big machine: one per 5 cores
     loader = DataLoader(rows, batch_size=32, num_workers=4, collate_fn=client.collator(padding=True))
 
 How:

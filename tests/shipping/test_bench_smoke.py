@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+import benchmarks.run
 from service.engine.parallelism import available_cpus
 from testkit.servers import REPO
 
@@ -31,6 +32,7 @@ SECTIONS = (
     "scenario7",
     "scenario8",
     "split",
+    "scaling",
     "servers",
     "rss_soak",
     "targets",
@@ -38,11 +40,15 @@ SECTIONS = (
 )
 
 
+#: Every scenario of a default run but scaling, whose smoke run tests/test_scaling.py makes (one run of it in CI).
+SMOKED_HERE = ",".join(name for name in benchmarks.run.parse_args([]).scenarios.split(",") if name != "scaling")
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.run", "--smoke", "--out-dir", str(tmp_path)],
+        [sys.executable, "-m", "benchmarks.run", "--smoke", "--scenarios", SMOKED_HERE, "--out-dir", str(tmp_path)],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -102,6 +108,7 @@ def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
     assert "failed" not in split and "skipped" not in split, split
     assert all(row["figures"]["this checkout"]["gil_side_ms"] > 0 for row in split["data"]["corpora"])
     assert any(row["scenario"] == "split" for row in results["table"])
+    assert results["scaling"] == {"skipped": "not selected (--scenarios)"}
     for name in PLOTS:
         assert (tmp_path / name).stat().st_size > 0, name
 

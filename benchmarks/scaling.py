@@ -1,0 +1,696 @@
+"""Scaling with the node, measured and modelled: one process's CPU split, throughput on 1 and 2 cores of one
+replica x 2 threads, 2 replicas x 1 thread and the workaround, and a projection to 16, 64 and 128 cores.
+
+    .venv/bin/python -m benchmarks.scaling                                  # the four corpora: ~10 min on 2 cores
+    .venv/bin/python -m benchmarks.scaling --corpora zh-short --rounds 5
+    .venv/bin/python -m benchmarks.scaling --smoke --out /tmp/scaling.json  # one corpus, tiny counts: ~30 s
+    .venv/bin/python -m benchmarks.scaling --report /tmp/scaling.json       # print a saved run again
+
+Run from the repository root (also scenario "scaling" of ``benchmarks.run``). For each corpus of
+``benchmarks.cpu_split`` (the embedded default WordPiece on ~300-character Chinese, short Chinese reviews and
+~1000-character Chinese; the byte-level BPE on ~300-character English), side by side in one run:
+
+1. **The split**, measured by ``benchmarks.cpu_split`` itself: one instrumented ``serve`` on every usable core
+   under 3 clients, batches of 256 texts (``padding="longest"``, ``truncation=True``, ``max_length=128``); the
+   GIL side G and the Rust pool R per batch, and the CPU W of one parallelism-off worker.
+2. **Throughput on 1 and 2 cores** of three variants:
+
+   - ``1 replica x 2 threads``: ``TokenizerClient.launch(model, replicas=1, threads=2)``;
+   - ``2 replicas x 1 thread``: ``TokenizerClient.launch(model, replicas=2, threads=1)`` (the client sends each
+     call to the replica with the fewest calls outstanding);
+   - the workaround: 2 processes with ``TOKENIZERS_PARALLELISM=false`` tokenizing in-process;
+
+   on two paths: **batches of 256** -- the service answers 4 threads of this process calling
+   ``client(texts, return_tensors="np", ...)`` in a closed loop, the workaround is 2 workers
+   (``benchmarks.cpu_split``'s) calling ``tokenizer(texts, return_tensors="np", ...)`` in a loop -- and **the
+   DataLoader collator** -- ``DataLoader(texts, batch_size=256, num_workers=2)`` (fork) with
+   ``collate_fn=client.collator(...)``, against the workaround's collate_fn calling the transformers tokenizer
+   in the worker (``benchmarks.dataloader_compare``'s). The same tensors come out (checked before measuring).
+
+   **Pinning.** Each measurement pins every thread (as ``taskset -a -p``) of every process that makes its
+   batches to the first N cores this process may use: the variant's servers, the workaround's workers, and this
+   process -- the load generator (its client threads) and the DataLoader's main process, whose workers fork
+   from it pinned. The load generator is not apart: it runs on the same N cores, so its CPU per batch (column
+   "client") is counted against the service, in the measurement and in the model (C). Batches/s is the rate
+   while every client or worker was busy: the answers that came by the deadline over the time of the last of
+   them (the DataLoader: batches received after 2 warm-up batches per worker, over the time to the last).
+3. **A projection** to 16, 64 and 128 cores (``benchmarks.projection``, its model and assumptions printed
+   beside it) for one process, for ``replicas="auto"`` (``service.sizing``'s own plan) and for the workaround,
+   fed by the split (G, R), the client side measured here (C) and the workaround's worker (W); at 1 and 2 cores
+   the same model is printed beside each measured cell, which says how far to trust it.
+
+Noise: the machine is shared. Every round measures every cell once, the (cores, path) groups and the variants in
+each in rotated order; figures are medians over rounds, ratios the median of the ratios within a round, shown
+with their range over rounds; each cell notes the most CPU other processes used while it ran. Targets: 2
+replicas >= 0.95x 1 replica at the same cores (measured: spreading costs nothing), and replicas="auto" >= 1.0x
+the workaround on 64 cores (projected), on every row. Every process it starts is stopped by PID (the launched
+services by their one owner letting go), also on error or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from benchmarks import corpus, cpu_split, projection
+from benchmarks.cpu_split import BATCH, CORPORA, THIS_CHECKOUT, Corpus, OneWorker, closed_loop
+from benchmarks.loadgen import CpuProbe
+from benchmarks.machine import machine_noise
+from benchmarks.pinning import first_cores, pin, usable_cores
+from benchmarks.processes import start_all, tokenizer_dir
+from benchmarks.progress import log
+from benchmarks.projection import Costs
+from benchmarks.scenarios.measuring import OPTIONS_BATCH, rotated
+from service.sizing import CORES_PER_REPLICA
+from service.wire import LAUNCH_DIR_ENV
+from testkit.servers import REPO
+
+CORES = (1, 2)
+BATCHES, COLLATOR = "batches of 256", "DataLoader collator"
+PATHS = (BATCHES, COLLATOR)
+ONE_REPLICA, TWO_REPLICAS, WORKAROUND = "1 replica x 2 threads", "2 replicas x 1 thread", "workaround"
+REPLICAS = {ONE_REPLICA: (1, 2), TWO_REPLICAS: (2, 1)}  # variant -> (replicas, Rust threads each)
+VARIANTS = (ONE_REPLICA, TWO_REPLICAS, WORKAROUND)
+CLIENTS = 4  # the load generator's threads on the batches path: two calls in flight per replica
+WORKERS = 2  # the workaround's processes, and the DataLoader's workers on either side
+PROJECTED_CORES = (16, 64, 128)
+TARGET_CORES = 64
+SPREADING_THRESHOLD = 0.95  # 2 replicas / 1 replica at the same cores, measured
+PROJECTED_THRESHOLD = 1.0  # replicas="auto" / the workaround on TARGET_CORES cores, projected
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How much to measure: every measurement is bounded by ``seconds`` (a DataLoader's also by ``loader_batches``)."""
+
+    corpora: tuple[str, ...] = tuple(c.name for c in CORPORA)
+    rounds: int = 3
+    seconds: float = 2.0
+    set_size: int = 1024  # texts per corpus: the batches every variant cycles through
+    loader_batches: int = 400
+    split: cpu_split.Counts = field(default_factory=lambda: cpu_split.FULL)
+
+
+FULL = Counts()
+SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH, loader_batches=6, split=cpu_split.SMOKE)
+
+
+# -- the processes under test ------------------------------------------------------------------------------
+class OwnedService:
+    """One variant's launched service, owned by a process of its own (``--own``): a process launches one service
+    per tokenizer, and the variants are two services of one tokenizer, measured side by side. This process calls
+    its replicas with a client on their sockets, which spreads calls as the launched client does (the fewest
+    outstanding); the owner lets go when its input ends, and the replicas stop (it waits for them)."""
+
+    def __init__(self, name: str, replicas: int, threads: int, model: str | None, log_path: Path) -> None:
+        self.name = name
+        self.command = [sys.executable, "-m", "benchmarks.scaling", "--own", str(replicas), str(threads)]
+        self.command.append(model or "default")
+        self.log_path = log_path
+        self.proc: subprocess.Popen[str] | None = None
+        self.pids: tuple[int, ...] = ()
+        self.client: Any = None
+
+    def start(self, timeout: float = 300.0) -> OwnedService:
+        from service.client import TokenizerClient
+
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                self.command, cwd=REPO, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
+            )
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            tail = self.log_path.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"{self.name}: its owner gave no URLs (exit {self.proc.poll()}): {tail}")
+        launched = json.loads(line)
+        self.pids = tuple(launched["pids"])
+        self.client = TokenizerClient(launched["urls"])
+        return self
+
+    def stop(self) -> None:
+        """Close the client's connections; the owner lets go of the service and exits (killed by PID if it lingers)."""
+        if self.client is not None:
+            self.client.close()
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()  # by PID; its replicas see their owners lock gone and stop by themselves
+            self.proc.wait(5)
+
+
+def owner_main(replicas: int, threads: int, model: str) -> int:
+    """``--own``: launch the service, print its URLs and pids, hold it until the input ends, let go."""
+    from service.client import TokenizerClient
+
+    client: Any = TokenizerClient.launch(None if model == "default" else model, replicas=replicas, threads=threads)
+    try:
+        print(json.dumps({"urls": list(client.service.urls), "pids": list(client.service.pids)}), flush=True)
+        sys.stdin.read()
+    finally:
+        client.shutdown()
+    return 0
+
+
+class Bench:
+    """One corpus's processes -- the two launched services, the workaround's workers (shared by every corpus),
+    the in-process tokenizer and the collate functions -- and the measurement of one cell."""
+
+    def __init__(
+        self, row: Corpus, workers: list[OneWorker], counts: Counts, work_dir: Path, loader: bool, cores: list[int]
+    ) -> None:
+        self.row = row
+        self.workers = workers
+        self.cores = cores  # the cores this run may use: a cell pins to the first N
+        self.counts = counts
+        self.work_dir = work_dir
+        self.paths = PATHS if loader else (BATCHES,)
+        self.texts = corpus.bucket_texts(row.language, row.bucket, counts.set_size)
+        self.batches = corpus.batches_of(self.texts, BATCH)
+        model_dir = tokenizer_dir(row.tokenizer)
+        model = None if row.tokenizer == "default" else str(model_dir)
+        self.services = {
+            name: OwnedService(name, replicas, threads, model, work_dir / f"owner-{replicas}x{threads}-{row.name}.log")
+            for name, (replicas, threads) in REPLICAS.items()
+        }
+        self.collates: dict[str, Any] = {}
+
+    def start(self) -> None:
+        """Launch both services, set the workers up on this corpus, check every variant gives the same tensors."""
+        from transformers import AutoTokenizer
+
+        batches_file = self.work_dir / f"scaling-{self.row.name}.json"
+        batches_file.write_text(json.dumps(self.batches, ensure_ascii=False), "utf-8")
+        model_dir = tokenizer_dir(self.row.tokenizer)
+        for worker in self.workers:
+            worker.send({"op": "setup", "tokenizer": str(model_dir), "batches_file": str(batches_file)})
+        log(f"{self.row.name}: launching {', '.join(self.services)}")
+        start_all(list(self.services.values()))
+        for worker in self.workers:
+            worker.receive("setup", 300)
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self._check_batches()
+        if COLLATOR in self.paths:
+            self._check_collates()
+
+    def _check_batches(self) -> None:
+        import numpy as np
+
+        theirs = self.tokenizer(self.batches[0], return_tensors="np", **OPTIONS_BATCH)
+        for name, service in self.services.items():
+            ours = service.client(self.batches[0], return_tensors="np", **OPTIONS_BATCH)
+            if list(ours) != list(theirs) or not all(np.array_equal(ours[k], theirs[k]) for k in theirs):
+                raise AssertionError(f"{name} and the in-process tokenizer give different arrays on {self.row.name}")
+
+    def _check_collates(self) -> None:
+        from benchmarks.dataloader_compare import InProcessCollate, check_identical_batches
+
+        self.collates = {name: service.client.collator(**OPTIONS_BATCH) for name, service in self.services.items()}
+        self.collates[WORKAROUND] = InProcessCollate(self.tokenizer)
+        # "in-process": the name check_identical_batches compares the others with
+        variants: dict[str, tuple[Callable[..., Any], int | None]] = {"in-process": (self.collates[WORKAROUND], None)}
+        variants |= {name: (collate, None) for name, collate in self.collates.items() if name != WORKAROUND}
+        check_identical_batches(variants, self.texts, [BATCH])
+
+    def stop(self) -> None:
+        """Stop both services (their owners let go; the replicas stop)."""
+        for service in self.services.values():
+            service.stop()
+
+    def server_pids(self, variant: str) -> tuple[int, ...]:
+        return self.services[variant].pids if variant in self.services else ()
+
+    def measure(self, cores: int, path: str, variant: str) -> dict[str, Any]:
+        """One cell: pin its processes and this one to the first ``cores`` cores, measure for a while."""
+        servers = self.server_pids(variant)
+        workers = tuple(w.pid for w in self.workers) if variant == WORKAROUND and path == BATCHES else ()
+        pinned = first_cores(self.cores, cores)
+        pin([os.getpid(), *servers, *workers], pinned)
+        probe = CpuProbe(*servers, *workers, reaped_children=True, cores=pinned)
+        before = probe.snapshot()
+        if path == BATCHES:
+            figures = self._batches(variant)
+        else:
+            figures = self._loader(variant, servers)
+        window = CpuProbe.delta(before, probe.snapshot())
+        if path == BATCHES and variant != WORKAROUND:
+            figures["server_cpu_ms"] = 1000 * window["watched_cpu_seconds"] / figures["batches"]
+            figures["client_cpu_ms"] = 1000 * window["client_cpu_seconds"] / figures["batches"]
+        figures |= {"other_cpu_cores": window["other_cpu_cores"], "wall_seconds": window["wall_seconds"]}
+        return {**figures, "pinned": ",".join(map(str, sorted(pinned)))}
+
+    def _batches(self, variant: str) -> dict[str, Any]:
+        seconds = self.counts.seconds
+        if variant == WORKAROUND:
+            for worker in self.workers:  # all at once
+                worker.send({"op": "measure", "seconds": seconds})
+            answers = [worker.receive("measure", seconds + 120) for worker in self.workers]
+            return {
+                "batches_per_s": sum(a["by_deadline"] / a["by_deadline_seconds"] for a in answers if a["by_deadline"]),
+                "batches": sum(a["batches"] for a in answers),
+                "worker_cpu_ms": statistics.mean(a["cpu_ms"] for a in answers),
+            }
+        client, batches = self.services[variant].client, self.batches
+
+        def send(index: int, n: int) -> None:
+            client(batches[(index + n * CLIENTS) % len(batches)], return_tensors="np", **OPTIONS_BATCH)
+
+        answered = closed_loop(send, CLIENTS, seconds)
+        return {"batches_per_s": answered.rate, "batches": answered.total}
+
+    def _loader(self, variant: str, servers: tuple[int, ...]) -> dict[str, Any]:
+        from benchmarks.dataloader_compare import measure_loader
+
+        figures = measure_loader(
+            self.texts, self.collates[variant], WORKERS, BATCH, self.counts.loader_batches, self.counts.seconds, servers
+        )
+        collate = figures["collate_cpu_ms_per_batch"]
+        out = {"batches_per_s": figures["batches_per_s"], "batches": figures["batches"]}
+        if variant == WORKAROUND:
+            return {**out, "worker_cpu_ms": collate}
+        return {**out, "server_cpu_ms": figures["server_cpu_ms_per_batch"], "client_cpu_ms": collate}
+
+
+# -- a corpus: the split, the cells in rounds, the ratios, the model --------------------------------------
+def measure_corpus(
+    row: Corpus, workers: list[OneWorker], counts: Counts, work_dir: Path, loader: bool, usable: list[int]
+) -> dict[str, Any]:
+    """The split, then every cell in interleaved rounds; the figures, the ratios and the projection of one corpus.
+    ``usable``: the cores the run may use (each cell pins to the first N of them; the split runs on all)."""
+    everywhere = set(usable)
+    pin([os.getpid(), *(w.pid for w in workers)], everywhere)  # the split's server inherits this process's cores
+    split_row = cpu_split.measure_corpus(row, {THIS_CHECKOUT: REPO}, workers[0], counts.split, work_dir)
+    split = {"server": split_row["figures"][THIS_CHECKOUT], "worker": split_row["figures"]["1 worker"]}
+    bench = Bench(row, workers, counts, work_dir, loader, usable)
+    groups = tuple((cores, path) for cores in CORES for path in bench.paths)
+    runs: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    try:
+        bench.start()
+        for round_ in range(counts.rounds):
+            log(f"{row.name}: round {round_ + 1}/{counts.rounds}")
+            for cores, path in rotated(groups, round_):
+                for variant in rotated(VARIANTS, round_):
+                    runs.setdefault((cores, path, variant), []).append(bench.measure(cores, path, variant))
+    finally:
+        pin([os.getpid(), *(w.pid for w in workers)], everywhere)
+        bench.stop()
+    cells = [
+        {"cores": cores, "path": path, "variant": variant, "rounds": cell}
+        for (cores, path, variant), cell in runs.items()
+    ]
+    return summarise({"name": row.name, "label": row.label, "split": split, "cells": cells})
+
+
+def summarise(measured: dict[str, Any]) -> dict[str, Any]:
+    """What one corpus's measurements (its split and each cell's rounds) give: each cell's medians and the model
+    beside it, the ratios within rounds, the model's inputs and the projection. ``--report`` redoes it from a saved
+    run's JSON (under the model of this checkout)."""
+    cells = sorted(measured["cells"], key=lambda c: (c["cores"], PATHS.index(c["path"]), VARIANTS.index(c["variant"])))
+    runs = {(c["cores"], c["path"], c["variant"]): c["rounds"] for c in cells}
+    paths = [path for path in PATHS if any(c["path"] == path for c in cells)]
+    for cell in cells:
+        cell["figures"] = _medians(cell["rounds"])
+    costs = {path: asdict(_costs(measured["split"], cells, path)) for path in paths}
+    for cell in cells:
+        path_costs, cores = Costs(**costs[cell["path"]]), cell["cores"]
+        left = max(0.05, cores - cell["figures"]["other_cpu_cores"])  # the cores other processes left to this cell
+        cell["model_batches_per_s"] = _modelled(path_costs, cores, cell["variant"])
+        cell["model_on_cores_left_batches_per_s"] = _modelled(path_costs, left, cell["variant"])
+    return {
+        **measured,
+        "cells": cells,
+        "ratios": [_ratios(runs, cores, path) for cores in CORES for path in paths],
+        "costs": costs,
+        "projection": [_projected(Costs(**costs[path]), path) for path in paths],
+    }
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, value in runs[0].items() if isinstance(value, (int, float))]
+    medians = {key: statistics.median(run[key] for run in runs) for key in keys}
+    medians["other_cpu_cores_max"] = max(run["other_cpu_cores"] for run in runs)
+    return medians
+
+
+def _paired(a: list[dict[str, Any]], b: list[dict[str, Any]], cores: int | None = None) -> dict[str, Any]:
+    """a / b within each round: the median, and the range over rounds (how noisy the machine was). With ``cores``:
+    of each one's batches/s per core other processes left it (``cores`` - theirs), which takes out what sharing
+    the cores with other work gave one variant more than the other."""
+
+    def rate(run: dict[str, Any]) -> float:
+        value: float = run["batches_per_s"]
+        return value if cores is None else value / max(0.05, cores - run["other_cpu_cores"])
+
+    values = [rate(x) / rate(y) for x, y in zip(a, b, strict=True) if y["batches_per_s"]]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": values}
+
+
+def _ratios(runs: dict[tuple[int, str, str], list[dict[str, Any]]], cores: int, path: str) -> dict[str, Any]:
+    one, two, work = (runs[(cores, path, variant)] for variant in VARIANTS)
+    return {
+        "cores": cores,
+        "path": path,
+        "two_vs_one": _paired(two, one),
+        "two_vs_one_per_core_left": _paired(two, one, cores),
+        "one_vs_workaround": _paired(one, work),
+        "two_vs_workaround": _paired(two, work),
+    }
+
+
+def _costs(split: dict[str, Any], cells: list[dict[str, Any]], path: str) -> Costs:
+    """The model's inputs for one path: G and R from the split; C, the client side measured in this path's service
+    cells (median over variants, cores and rounds); W, the workaround's worker (the split's, for batches of 256; the
+    collate_fn's, in the DataLoader)."""
+    ours = [run for c in cells if c["path"] == path and c["variant"] != WORKAROUND for run in c["rounds"]]
+    theirs = [run for c in cells if c["path"] == path and c["variant"] == WORKAROUND for run in c["rounds"]]
+    worker = split["worker"]["cpu_ms"] if path == BATCHES else statistics.median(r["worker_cpu_ms"] for r in theirs)
+    return Costs(
+        gil_ms=split["server"]["gil_side_ms"],
+        rust_ms=split["server"]["rust_pool_ms"],
+        client_ms=statistics.median(r["client_cpu_ms"] for r in ours),
+        worker_ms=worker,
+    )
+
+
+def _modelled(costs: Costs, cores: float, variant: str) -> float:
+    """What the model says a measured cell should give on ``cores`` cores."""
+    if variant == WORKAROUND:
+        return projection.workaround(costs, cores)
+    replicas, threads = REPLICAS[variant]
+    return projection.processes(costs, replicas, threads, cores)
+
+
+def _projected(costs: Costs, path: str) -> dict[str, Any]:
+    points = []
+    for cores in PROJECTED_CORES:
+        plan = projection.auto_plan(cores)
+        one, auto = projection.one_process(costs, cores), projection.replicas_auto(costs, cores)
+        work = projection.workaround(costs, cores)
+        one_curve = projection.one_process(costs, cores, pool_curve=True)
+        auto_curve = projection.replicas_auto(costs, cores, pool_curve=True)
+        points.append(
+            {
+                "cores": cores,
+                "one_process": one,
+                "auto": auto,
+                "auto_replicas": plan.count,
+                "auto_threads": plan.threads_each,
+                "workaround": work,
+                "one_vs_workaround": one / work,
+                "auto_vs_workaround": auto / work,
+                "pool_curve": {"one_vs_workaround": one_curve / work, "auto_vs_workaround": auto_curve / work},
+            }
+        )
+    return {"path": path, "fed_cores": costs.fed_cores, "points": points}
+
+
+# -- targets --------------------------------------------------------------------------------------------------
+def conclude(results: dict[str, Any]) -> dict[str, Any]:
+    """The run's targets and what the figures say of CORES_PER_REPLICA, added to ``results``."""
+    return {
+        **results,
+        "targets": evaluate(results["corpora"]),
+        "cores_per_replica": cores_per_replica(results["corpora"]),
+        "model": projection.MODEL,
+        "assumptions": list(projection.ASSUMPTIONS),
+        "pool_curve": projection.POOL_CURVE,
+    }
+
+
+def evaluate(corpora: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per row: 2 replicas / 1 replica measured at each core count (as measured, and per core other processes left
+    each), and replicas='auto' / the workaround projected on TARGET_CORES cores."""
+    targets = []
+    for row in corpora:
+        for ratios in row["ratios"]:
+            for kind, key in (("measured", "two_vs_one"), ("measured, per core left", "two_vs_one_per_core_left")):
+                value = ratios[key]["median"]
+                targets.append(
+                    {
+                        "target": f"scaling_2_replicas_vs_1[{row['name']}, {ratios['path']}, {ratios['cores']} cores]",
+                        "kind": kind,
+                        "measured": value,
+                        "threshold": SPREADING_THRESHOLD,
+                        "met": value >= SPREADING_THRESHOLD,
+                    }
+                )
+        for projected in row["projection"]:
+            point = next(p for p in projected["points"] if p["cores"] == TARGET_CORES)
+            value = point["auto_vs_workaround"]
+            targets.append(
+                {
+                    "target": f"scaling_auto_vs_workaround_{TARGET_CORES}_cores[{row['name']}, {projected['path']}]",
+                    "kind": "projection",
+                    "measured": value,
+                    "threshold": PROJECTED_THRESHOLD,
+                    "met": value >= PROJECTED_THRESHOLD,
+                }
+            )
+    return targets
+
+
+def cores_per_replica(corpora: list[dict[str, Any]]) -> dict[str, Any]:
+    """CORES_PER_REPLICA now; the cores each row's GIL side keeps busy ((G+R)/G) and the most every row supports;
+    the most cores per replica with which every row's projection meets the target (with the pool curve too)."""
+    split_rows = [Costs(**row["costs"][BATCHES]) for row in corpora]
+    every_row = [Costs(**costs) for row in corpora for costs in row["costs"].values()]
+    return {
+        "now": CORES_PER_REPLICA,
+        "fed_cores": {row["name"]: Costs(**row["costs"][BATCHES]).fed_cores for row in corpora},
+        "supported": projection.supported_cores_per_replica(split_rows),
+        "largest_meeting_target": projection.largest_meeting(every_row, TARGET_CORES, PROJECTED_THRESHOLD),
+        "largest_meeting_target_pool_curve": projection.largest_meeting(
+            every_row, TARGET_CORES, PROJECTED_THRESHOLD, pool_curve=True
+        ),
+    }
+
+
+# -- the report ---------------------------------------------------------------------------------------------
+def _range(ratio: dict[str, Any]) -> str:
+    return f"{ratio['median']:.2f}x [{ratio['min']:.2f}-{ratio['max']:.2f}]"
+
+
+def report(results: dict[str, Any]) -> str:
+    """The figures as printed: the split, the measured throughput, the projection with its model, the targets."""
+    meta = results["meta"]
+    corpora = results["corpora"]
+    others = [c["figures"]["other_cpu_cores"] for row in corpora for c in row["cells"]]
+    machine = (
+        f"{meta['cpus']} CPUs ({meta['cpu_model']}), shared with other work: other processes used "
+        f"{min(others, default=0):.2f}-{max(others, default=0):.2f} cores during the cells"
+    )
+    lines = [
+        f"Scaling with the node. MEASURED on this machine: {machine}.",
+        "",
+        "Per process, the CPU split (benchmarks.cpu_split: one serve on every core, 3 clients, batches of 256, "
+        f"padding longest, truncation {OPTIONS_BATCH['max_length']}); CPU ms per batch, median of "
+        f"{meta['counts']['split']['rounds']} round(s):",
+    ]
+    header = f"{'corpus, tokenizer':48} | {'GIL side G':>10} | {'Rust pool R':>11} | {'1 worker W':>10} | "
+    header += f"{'ceiling 1/G':>13} | {'(G+R)/G cores fed':>17}"
+    lines += [header, "-" * len(header)]
+    for row in corpora:
+        server, worker = row["split"]["server"], row["split"]["worker"]
+        fed = row["projection"][0]["fed_cores"]
+        lines.append(
+            f"{row['label']:48} | {server['gil_side_ms']:10.2f} | {server['rust_pool_ms']:11.1f} | "
+            f"{worker['cpu_ms']:10.1f} | {server['ceiling_batches_per_s']:7.0f} b/s | {fed:17.1f}"
+        )
+    lines += [
+        "",
+        f"Throughput, MEASURED here on 1 and 2 cores (batches of 256 texts per second, median of "
+        f"{meta['counts']['rounds']} round(s) of {meta['counts']['seconds']:g} s; ratios: median of the ratios "
+        "within a round [range over rounds]). Pinned: the servers, the workaround's processes and the load "
+        "generator (this process: its client threads, the DataLoader's main process and its workers) all on the "
+        "same N cores; 'client': the load generator's CPU per batch (batches of 256) or the DataLoader worker's "
+        "collate CPU per batch through the SDK, counted against the service. 'others': the CPU other processes used "
+        "on these N cores meanwhile (1r / 2r / workaround, medians); 'per core left': 2r / 1r of batches/s per core "
+        "they left (N - others), which takes out what sharing the cores gave one variant more than the other; "
+        "'model': the projection's model on the cores they left, for 1r / 2r / workaround.",
+    ]
+    header = (
+        f"{'corpus':14} | {'path':19} | {'N':>1} | {'1r x 2t':>7} | {'2r x 1t':>7} | {'workar.':>7} | "
+        f"{'2r / 1r':>19} | {'per core left':>19} | {'1r / workar.':>19} | {'2r / workar.':>19} | {'client':>6} | "
+        f"{'model 1r/2r/work':>16} | "
+        "others 1r/2r/work"
+    )
+    lines += [header, "-" * len(header)]
+    for row in corpora:
+        cells = {(c["cores"], c["path"], c["variant"]): c for c in row["cells"]}
+        for ratios in row["ratios"]:
+            cores, path = ratios["cores"], ratios["path"]
+            one, two, work = (cells[(cores, path, v)] for v in VARIANTS)
+            client = statistics.mean(c["figures"]["client_cpu_ms"] for c in (one, two))
+            model = "/".join(f"{c['model_on_cores_left_batches_per_s']:.0f}" for c in (one, two, work))
+            other = "/".join(f"{c['figures']['other_cpu_cores']:.2f}" for c in (one, two, work))
+            lines.append(
+                f"{row['name']:14} | {path:19} | {cores:1} | {one['figures']['batches_per_s']:7.1f} | "
+                f"{two['figures']['batches_per_s']:7.1f} | {work['figures']['batches_per_s']:7.1f} | "
+                f"{_range(ratios['two_vs_one']):>19} | {_range(ratios['two_vs_one_per_core_left']):>19} | "
+                f"{_range(ratios['one_vs_workaround']):>19} | "
+                f"{_range(ratios['two_vs_workaround']):>19} | {client:6.2f} | {model:>16} | {other}"
+            )
+    lines += [
+        "",
+        f"PROJECTION to {', '.join(map(str, PROJECTED_CORES))} cores -- not measured: a model fed by the figures "
+        "above (benchmarks.projection).",
+        f"  model: {projection.MODEL}",
+        "  assumptions:",
+        *(f"  - {a}" for a in projection.ASSUMPTIONS),
+        "  inputs per row, ms per batch: G and R from the split, C the client side measured above (median over the "
+        "service cells), W one worker (the split's for batches of 256, the workaround's collate_fn in the "
+        "DataLoader)",
+        f"  pool curve: {projection.POOL_CURVE}",
+    ]
+    header = (
+        f"{'corpus':14} | {'path':19} | {'G':>5} {'R':>6} {'C':>5} {'W':>6} | {'cores':>5} | {'one process':>11} | "
+        f"{'auto (K x t)':>20} | {'workaround':>10} | {'one / work.':>11} | {'auto / work.':>12} | "
+        "pool curve: one, auto / work."
+    )
+    lines += [header, "-" * len(header)]
+    for row in corpora:
+        for projected in row["projection"]:
+            costs = row["costs"][projected["path"]]
+            inputs = (
+                f"{costs['gil_ms']:5.2f} {costs['rust_ms']:6.1f} {costs['client_ms']:5.2f} {costs['worker_ms']:6.1f}"
+            )
+            for point in projected["points"]:
+                auto = f"{point['auto']:.0f} ({point['auto_replicas']} x {point['auto_threads']})"
+                lines.append(
+                    f"{row['name']:14} | {projected['path']:19} | {inputs} | {point['cores']:5} | "
+                    f"{point['one_process']:7.0f} b/s | {auto:>16} b/s | {point['workaround']:6.0f} b/s | "
+                    f"{point['one_vs_workaround']:10.2f}x | {point['auto_vs_workaround']:11.2f}x | "
+                    f"{point['pool_curve']['one_vs_workaround']:.2f}x, {point['pool_curve']['auto_vs_workaround']:.2f}x"
+                )
+                inputs = " " * len(inputs)
+    lines += ["", "Targets (every row):"]
+    for target in results["targets"]:
+        verdict = "met" if target["met"] else "MISSED"
+        lines.append(
+            f"  {target['target']:72} {target['kind']:23} {target['measured']:5.2f} vs >= {target['threshold']:g}: "
+            f"{verdict}"
+        )
+    sizing = results["cores_per_replica"]
+    fed = ", ".join(f"{name} {value:.1f}" for name, value in sizing["fed_cores"].items())
+    lines += [
+        "",
+        f"service.sizing.CORES_PER_REPLICA = {sizing['now']}. The cores one process's GIL side keeps busy, (G+R)/G "
+        f"from the split: {fed}; the most every row supports: {sizing['supported']}. The most cores per replica "
+        f"with which replicas='auto' projects >= {PROJECTED_THRESHOLD:g}x the workaround on {TARGET_CORES} cores on "
+        f"every row: {sizing['largest_meeting_target']} (perfect pool), "
+        f"{sizing['largest_meeting_target_pool_curve']} (pool curve) -- projections.",
+    ]
+    return "\n".join(lines)
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally blocks that stop every process
+
+
+def main(argv: list[str] | None = None) -> int:
+    doc = __doc__ or ""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.scaling",
+        description=doc.split("\n\n")[0],
+        epilog=doc.split("\n\n", 2)[2],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--smoke", action="store_true", help="one corpus, one short round (for CI)")
+    parser.add_argument(
+        "--corpora", default=None, help=f"comma-separated subset of {', '.join(c.name for c in CORPORA)}"
+    )
+    parser.add_argument("--rounds", type=int, default=None, help=f"rounds (default {FULL.rounds})")
+    parser.add_argument("--seconds", type=float, default=None, help=f"per measurement (default {FULL.seconds:g})")
+    parser.add_argument("--out", type=Path, default=None, help="also write every figure here, as JSON")
+    parser.add_argument(
+        "--report", type=Path, default=None, metavar="JSON", help="measure nothing: print a saved run's JSON again"
+    )
+    parser.add_argument("--own", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.own:
+        replicas, threads, model = args.own
+        return owner_main(int(replicas), int(threads), model)
+    if args.report:
+        saved = json.loads(args.report.read_text())
+        print(report(conclude({**saved, "corpora": [summarise(row) for row in saved["corpora"]]})))
+        return 0
+    counts = SMOKE if args.smoke else FULL
+    if args.corpora:
+        known = {c.name for c in CORPORA}
+        names = tuple(name.strip() for name in args.corpora.split(",") if name.strip())
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            parser.error(f"unknown corpora {', '.join(unknown)}: choose among {', '.join(sorted(known))}")
+        counts = replace(counts, corpora=names)
+    if args.rounds:
+        counts = replace(counts, rounds=args.rounds)
+    if args.seconds:
+        counts = replace(counts, seconds=args.seconds)
+    cores = usable_cores()
+    if len(cores) < max(CORES):
+        parser.error(f"this process may run on {len(cores)} core(s); the measurement needs {max(CORES)}")
+    # a DataLoader of 2 workers pinned to 1 core is a cell on purpose: torch's warning about it says nothing new
+    warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    loader = importlib.util.find_spec("torch") is not None
+    started = time.time()
+    from benchmarks.machine import host_facts
+
+    results: dict[str, Any] = {
+        "meta": {
+            "command": [sys.executable, *sys.argv],
+            "cpus": len(cores),
+            "cores": cores,
+            "cpu_model": host_facts()["cpu_model"],
+            "counts": asdict(counts),
+            "options": OPTIONS_BATCH,
+            "batch": BATCH,
+            "clients": CLIENTS,
+            "workers": WORKERS,
+            "other_cpu_cores_at_start": machine_noise(1.0),
+            "dataloader": "measured" if loader else "skipped: torch is not installed",
+        },
+        "corpora": [],
+    }
+    by_name = {c.name: c for c in CORPORA}
+    with tempfile.TemporaryDirectory(prefix="scaling-") as scratch:
+        os.environ[LAUNCH_DIR_ENV] = str(Path(scratch) / "launch")  # private: never attach to another run's service
+        workers = [OneWorker(Path(scratch)).start() for _ in range(WORKERS)]
+        try:
+            for name in counts.corpora:
+                results["corpora"].append(measure_corpus(by_name[name], workers, counts, Path(scratch), loader, cores))
+        finally:
+            for worker in workers:
+                worker.stop()
+    results = conclude(results)
+    results["seconds"] = time.time() - started
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+    print(report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
