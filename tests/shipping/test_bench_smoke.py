@@ -40,7 +40,7 @@ SECTIONS = (
 )
 
 
-#: Every scenario of a default run but scaling, whose smoke run tests/shipping/test_scaling.py makes (one run of it in CI).
+#: Every scenario of a default run but scaling, whose smoke run test_scaling.py makes (one run of it in CI).
 SMOKED_HERE = ",".join(name for name in benchmarks.run.parse_args([]).scenarios.split(",") if name != "scaling")
 
 
