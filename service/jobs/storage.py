@@ -5,7 +5,9 @@ local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested ag
 tests/jobs/test_object_storage.py; any other fsspec URL, ``hf://`` or ``memory://``, goes the same way, untested).
 Local paths use the standard library only (a client-only install needs nothing more); URLs go through fsspec and
 the store's own package (``s3fs``, ``gcsfs``, ``adlfs``: the ``s3``, ``gcs``, ``azure`` extras), whose absence is
-named with the extra that installs it.
+named with the extra that installs it. (fsspec for local paths too, as datatrove's ``DataFolder`` does, would
+remove no code: a local commit still needs its fsync and rename, its partial files cleared, and a fetch that is
+the file itself -- and it would make fsspec a dependency of local jobs on the client-only install.)
 
 Object stores have no rename and no append, so nothing is ever written in place: an output is written to a
 local spool file and uploaded whole (one PUT, or a multipart upload that the store's package aborts on
