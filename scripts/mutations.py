@@ -835,6 +835,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (OBJECT_STORAGE,),
     ),
     Mutation(
+        "missing S3 credentials retried as an outage (for --retry-deadline) instead of refused at once",
+        STORAGE,
+        '("botocore.exceptions", "NoCredentialsError"),',
+        '("botocore.exceptions", "NoCredentialsErrorNot"),',
+        ("tests/jobs/test_storage_errors.py",),
+    ),
+    Mutation(
         "a service outage stays silent until the deadline",
         "service/client/retrying.py",
         "if self.log is not None and now - self._last_line >= self.every and (not busy or waited >= self.every):",

@@ -73,10 +73,23 @@ _UPLOAD_OPTIONS: dict[str, dict[str, int]] = {
     "gcs": {"chunksize": UPLOAD_PART},
 }
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
-# Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores,
-# and botocore's (or another client's) errors whose class name says it is about credentials or set-up.
+# Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores.
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, ValueError)
-_PERMANENT_NAMES = ("Credential", "NoRegion", "ParamValidation", "InvalidAccessKeyId", "SignatureDoesNotMatch")
+#: The stores' own errors about credentials, by (module, class) as their packages define them: matched on an error's
+#: classes (subclasses included) without importing those packages, which a job of another store may not have.
+_CREDENTIAL_ERRORS = frozenset(
+    {
+        ("botocore.exceptions", "NoCredentialsError"),
+        ("botocore.exceptions", "PartialCredentialsError"),
+        ("botocore.exceptions", "CredentialRetrievalError"),
+        ("botocore.exceptions", "UnknownCredentialError"),
+        ("azure.core.exceptions", "ClientAuthenticationError"),
+        ("azure.identity._exceptions", "CredentialUnavailableError"),
+        ("google.auth.exceptions", "DefaultCredentialsError"),
+    }
+)
+#: ... and about the set-up (no region, a parameter the store's API refuses): refusals too, without a credentials hint.
+_SETUP_ERRORS = frozenset({("botocore.exceptions", "NoRegionError"), ("botocore.exceptions", "ParamValidationError")})
 # Client errors (4xx) that retrying may cure: a request timeout, throttling.
 _TRANSIENT_CLIENT_STATUSES = (408, 429)
 _CLIENT_MODULES = ("botocore", "aiobotocore", "aiohttp", "urllib3", "requests", "google", "azure", "s3fs", "gcsfs")
@@ -136,10 +149,7 @@ def _missing(exc: BaseException) -> bool:
 def transient(exc: BaseException) -> bool:
     """Whether retrying may cure ``exc``: a dropped or refused connection, a timeout, throttling or a server
     error -- not a missing object, a refusal, missing credentials or a wrong argument."""
-    if isinstance(exc, _PERMANENT) or _missing(exc):
-        return False
-    name = type(exc).__name__
-    if any(part in name for part in _PERMANENT_NAMES):
+    if isinstance(exc, _PERMANENT) or _missing(exc) or _one_of(exc, _CREDENTIAL_ERRORS | _SETUP_ERRORS):
         return False
     status = http_status(exc)
     if status is not None and 400 <= status < 500 and status not in _TRANSIENT_CLIENT_STATUSES:
@@ -156,9 +166,13 @@ CREDENTIALS_HINT = (
 )
 
 
+def _one_of(exc: BaseException, classes: frozenset[tuple[str, str]]) -> bool:
+    """Whether ``exc`` is (a subclass of) one of ``classes``, named by module and class."""
+    return any((kind.__module__, kind.__name__) in classes for kind in type(exc).__mro__)
+
+
 def _about_credentials(exc: BaseException) -> bool:
-    names = ("Credential", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ClientAuthentication")
-    return any(part in type(exc).__name__ for part in names) or http_status(exc) in (401, 403)
+    return _one_of(exc, _CREDENTIAL_ERRORS) or http_status(exc) in (401, 403)
 
 
 def describe_error(exc: BaseException) -> str:
