@@ -1,8 +1,9 @@
 """The uvicorn internals that service/http/server/ relies on, checked against the installed uvicorn.
 
 The room's docstring (``service/http/server/__init__.py``) is the one list of them, each with the test that fails
-without it. This fails on a uvicorn whose listed internals moved, before a silently broken override (a renamed
-method is simply never called) reaches a server.
+without it. This fails first on a uvicorn other than the release pyproject.toml pins (the one those tests ran on),
+and on one whose listed internals moved, before a silently broken override (a renamed method is simply never
+called) reaches a server.
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ def kept_internals() -> list[tuple[str, str, list[str] | None, list[str]]]:
 
 def parameters(function: Any) -> list[str]:
     return list(inspect.signature(function).parameters)[1:]  # after self
+
+
+def test_the_installed_uvicorn_is_the_release_the_room_was_tested_on():
+    """pyproject.toml admits only the uvicorn release(s) the room's tests ran on: to move to another, run them on
+    it (the tests in the room's table), then widen the pin."""
+    from importlib.metadata import version
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pin = next(Requirement(line) for line in project["optional-dependencies"]["server"] if line.startswith("uvicorn"))
+    assert pin.specifier and all(spec.operator == "==" for spec in pin.specifier), f"{pin}: one tested release"
+    assert pin.specifier.contains(version("uvicorn")), f"uvicorn {version('uvicorn')} is installed; the room pins {pin}"
 
 
 def test_the_uvicorn_internals_the_room_relies_on_are_still_there():
