@@ -81,7 +81,9 @@ def protocols() -> dict[str, Any]:
 
     from service.http.server.protocol import ConnectionGuard
 
-    guard = ConnectionGuard(max_header_bytes=32 * 1024, header_timeout=10, body_timeout=60, max_connections=4096)
+    guard = ConnectionGuard(
+        max_header_bytes=32 * 1024, header_timeout=10, body_timeout=60, max_connections=4096, keep_alive=5
+    )
     classes = {
         "uvicorn httptools": HttpToolsProtocol,
         "guarded httptools (ours)": guard.protocol_class(),

@@ -559,7 +559,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a private server waits out its idle keep-alive connections (a forked worker's holds its exit)",
         "service/http/server/running.py",
-        "connection.shutdown()",
+        "self.guard.close_idle()",
         "pass",
         (UNIX, LAUNCH),
     ),
@@ -935,5 +935,48 @@ MUTATIONS: tuple[Mutation, ...] = (
         "if source == DEFAULT_SOURCE:",
         "if False:",
         (EMBEDDED,),
+    ),
+    # -- the uvicorn room: each internal it keeps has a test that fails without it (issue 34) -------------------
+    Mutation(
+        "a request that begins to arrive leaves uvicorn's keep-alive timer running (cut when it fires)",
+        "service/http/server/protocol.py",
+        "self._unset_keepalive_if_required()",
+        "pass",
+        (PROTOCOL,),
+    ),
+    Mutation(
+        "an idle keep-alive connection gets a 408 at the body deadline of the request before it",
+        "service/http/server/protocol.py",
+        "self.deadline = None  # the request is in: no read deadline until the next one begins",
+        "pass",
+        (PROTOCOL,),
+    ),
+    Mutation(
+        "a request queued behind a slower one is timed out while the server is not reading it",
+        "service/http/server/protocol.py",
+        "if self.flow.read_paused:  # the server stopped reading (pipelining, flow control): not the client",
+        "if False:",
+        (PROTOCOL,),
+    ),
+    Mutation(
+        "a client that reads nothing of its answer holds its connection for ever",
+        "service/http/server/protocol.py",
+        "self.write_deadline = time.monotonic() + self.guard.body_timeout",
+        "pass",
+        (PROTOCOL,),
+    ),
+    Mutation(
+        "a close after an answer while draining resets a client still sending its body",
+        "service/http/server/protocol.py",
+        "cycle.transport = _LingeringTransport(self)  # type: ignore[assignment]",
+        "pass",
+        (DRAIN,),
+    ),
+    Mutation(
+        "the drain closes idle keep-alive connections once nothing is in flight (racing their next request)",
+        "service/http/server/running.py",
+        "return len(self.guard.connections)",
+        "return 0",
+        (DRAIN,),
     ),
 )

@@ -166,6 +166,7 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
         max_header_bytes=settings.max_header_bytes,
         header_timeout=settings.header_timeout_seconds,
         body_timeout=settings.body_timeout_seconds,
+        keep_alive=settings.keep_alive_seconds,
         drain_state=runtime,
     )
     # What is loaded now lives until exit: out of the collector's sight, it costs no full collection while
@@ -181,7 +182,6 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
             grace_seconds=settings.graceful_shutdown_seconds,
             drain_listen_seconds=settings.drain_listen_seconds,
             guard=guard,
-            keep_alive_seconds=settings.keep_alive_seconds,
             http_protocol=settings.http_protocol,
             socket_files=socket_files,
             owners=owners,

@@ -39,6 +39,17 @@ def ready_status(url: str) -> int:
     return httpx.get(url + "/readyz", timeout=5).status_code
 
 
+def listening(port: int) -> bool:
+    """Whether the server still accepts connections (each probe closed at once, so it holds none)."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+    except ConnectionRefusedError:
+        return False
+    except TimeoutError:  # the handshake was dropped: the listener is closing
+        pass
+    return True
+
+
 class HeldRequest:
     """A POST /encode whose client has sent the headers and half the body, and finishes when told to."""
 
@@ -70,9 +81,10 @@ class HeldRequest:
 
 
 @pytest.mark.timeout(120)
-def test_sigterm_under_load_completes_in_flight_requests_then_exits_cleanly(corpus, reference_tokenizers):
+def test_sigterm_under_load_completes_in_flight_requests_then_exits_cleanly(corpus, reference_tokenizers, tmp_path):
     texts = corpus["zh"][:50]
-    with ServerProcess("--graceful-shutdown-seconds", "30") as server:
+    log = tmp_path / "server.log"
+    with ServerProcess("--graceful-shutdown-seconds", "30", log_path=log) as server:
         held = [HeldRequest(server.port, texts[i:] + texts[:i]) for i in range(6)]
         wait_until(lambda: in_flight(server.url) == 6, 30, "six requests in flight")
         sent_at = time.monotonic()
@@ -84,6 +96,20 @@ def test_sigterm_under_load_completes_in_flight_requests_then_exits_cleanly(corp
         refused = httpx.post(server.url + "/encode", json={"texts": ["new work"]}, timeout=5)
         assert refused.status_code == 503 and refused.headers["Retry-After"] == "1"
         assert refused.json()["error_type"] == "unavailable"
+        # refused before its body is read, and its connection closed: a client still sending its 4 MB is not
+        # reset (the server reads and drops the rest before it closes) and reads the 503
+        late = KeepAliveClient(server.port)
+        late.send([" " * (4 << 20)])
+        status, headers, _ = late.response()
+        assert status == 503 and headers["connection"] == "close" and late.closed_by_server()
+        # two requests pipelined: the first is refused and closes the connection; the second is never served
+        # (its answer would come after the connection's end: an error in the log)
+        body = json.dumps({"texts": ["pipelined"]}).encode()
+        request = f"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+        pipelined = KeepAliveClient(server.port)
+        pipelined.sock.sendall(request * 2)
+        status, headers, _ = pipelined.response()
+        assert status == 503 and headers["connection"] == "close" and pipelined.closed_by_server()
         assert server.proc.poll() is None, "the server exited before its in-flight requests completed"
 
         reference = reference_tokenizers["wordpiece_default"]
@@ -93,6 +119,7 @@ def test_sigterm_under_load_completes_in_flight_requests_then_exits_cleanly(corp
             assert json.loads(body)["input_ids"] == reference(texts[i:] + texts[:i])["input_ids"]
         assert server.proc.wait(35) == 0
         assert time.monotonic() - sent_at < 30
+    assert "Traceback" not in log.read_text()
 
 
 @pytest.mark.timeout(60)
@@ -173,6 +200,8 @@ def test_sigterm_under_32_keep_alive_clients_loses_no_request(corpus):
         for client, rest in zip(busy, rests, strict=True):  # in flight at the signal: answered in full
             client.sock.sendall(rest)
             answers.append(client.response())
+        # nothing in flight any more, and the listener closes (after its window): the idle connections stay open
+        wait_until(lambda: not listening(server.port), 30, "the listener closed")
         for client in idle:  # idle at the signal: the next request is refused politely, not cut
             client.send(texts)
             answers.append(client.response())
@@ -295,7 +324,7 @@ def test_the_runtime_is_the_one_owner_of_the_draining_state():
 
     runtime = Runtime(Settings())
     guard = ConnectionGuard(
-        max_header_bytes=8192, header_timeout=1, body_timeout=1, max_connections=8, drain_state=runtime
+        max_header_bytes=8192, header_timeout=1, body_timeout=1, max_connections=8, keep_alive=1, drain_state=runtime
     )
     assert not runtime.draining and not guard.draining
     runtime.begin_drain()
@@ -329,19 +358,22 @@ def test_a_listener_refusing_new_handshakes_completes_none_and_keeps_its_queue()
 
 @pytest.mark.timeout(60)
 def test_a_connection_that_never_sends_does_not_hold_the_drain():
-    """A client that connects and never sends: during the drain its connection is closed once silent for
-    the keep-alive timeout (uvicorn times out only connections that had an answer), cleanly (EOF), and the
-    process exits long before the grace deadline."""
-    args = ("--graceful-shutdown-seconds", "30", "--drain-listen-seconds", "0", "--keep-alive-seconds", "1")
+    """A client that connects and never sends, before the drain or while the listener is still open during it:
+    its connection is closed once silent for the keep-alive timeout (uvicorn times out only connections that had
+    an answer), cleanly (EOF), and the process exits long before the grace deadline."""
+    args = ("--graceful-shutdown-seconds", "30", "--drain-listen-seconds", "2", "--keep-alive-seconds", "1")
     with ServerProcess(*args) as server:
         silent = socket.create_connection(("127.0.0.1", server.port), timeout=20)
         assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200  # accepted after the silent one
         sent_at = time.monotonic()
         server.proc.send_signal(signal.SIGTERM)
-        assert silent.recv(1) == b""  # closed by the server, cleanly
+        wait_until(lambda: ready_status(server.url) == 503, 10, "readiness 503 after SIGTERM")
+        late = socket.create_connection(("127.0.0.1", server.port), timeout=20)  # accepted while draining
+        assert silent.recv(1) == b"" and late.recv(1) == b""  # closed by the server, cleanly
         assert server.proc.wait(20) == 0
         assert time.monotonic() - sent_at < 10
         silent.close()
+        late.close()
 
 
 # -- Ctrl-C at a terminal ---------------------------------------------------------------------------------

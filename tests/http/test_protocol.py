@@ -73,11 +73,28 @@ def test_bytes_past_the_content_length_get_a_400_after_the_answer(server):
     assert [status for status, _, _ in answers] == [200, 400]
 
 
+def test_a_body_that_breaks_off_gets_a_400_after_the_answers_before_it_and_is_let_go_of(server):
+    """A chunked body whose stream breaks (a malformed chunk): queued behind a request, it gets its 400 after that
+    request's answer (never a wait for a body that cannot come); running, the app lets go of it at once, while
+    the server still lingers on the connection (until this end closes)."""
+    head = "POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"
+    broken = head.encode() + b'\r\n\r\n5\r\n{"tex\r\nnot a chunk\r\n'
+    answers = exchange(server.port, encode_request() + broken, timeout=10)
+    assert [status for status, _, _ in answers] == [200, 400]
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(broken)
+        status, headers, _ = parse_answers(read_until_closed(sock))[0]
+        wait_until(lambda: in_flight(server.url) == 0, 1, "the broken request let go of")
+    assert status == 400 and headers["connection"] == "close"
+
+
 def test_upgrade_h2c_is_ignored_and_the_body_is_read(server):
     """Defect: a request with Upgrade: h2c lost its body (422 "EOF")."""
     request = encode_request(BODY, "Connection: Upgrade, HTTP2-Settings", "Upgrade: h2c", "HTTP2-Settings: AAMAAABkAAQ")
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
-        sock.sendall(request + encode_request())  # and the connection goes on with the next request
+        sock.sendall(request[: -len(BODY)])  # the headers; the body once the app waits for it
+        wait_until(lambda: in_flight(server.url) == 1, 10, "the request waiting for its body")
+        sock.sendall(request[-len(BODY) :] + encode_request())  # and the connection goes on with the next request
         received = b""
         while received.count(b"input_ids") < 2:
             received += sock.recv(65536)
@@ -137,6 +154,8 @@ def test_slow_headers_and_a_slow_body_get_408_and_are_closed(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
         sock.sendall(request[:-5])  # the body's end never comes
         status, headers, body = parse_answers(read_until_closed(sock))[0]
+        # the server lingers on its end until this one closes: the request was let go of at the 408 all the same
+        wait_until(lambda: in_flight(server.url) == 0, 1, "the timed-out request let go of")
     assert status == 408 and "body" in json.loads(body)["error"]
     assert headers["connection"] == "close"
 
@@ -146,6 +165,26 @@ def read_until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         received += chunk
     return received
+
+
+def read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """The next whole answer on ``sock`` (headers and a Content-Length body)."""
+    received = b""
+    while True:
+        head, end, body = received.partition(b"\r\n\r\n")
+        if end and len(body) >= int(parse_answers(head + end)[0][1].get("content-length", 0)):
+            return parse_answers(received)[0]
+        chunk = sock.recv(65536)
+        assert chunk, "the server closed the connection without answering"
+        received += chunk
+
+
+def in_flight(url: str) -> float:
+    """HTTP requests the server is answering, not counting this scrape."""
+    for line in httpx.get(url + "/metrics", timeout=5).text.splitlines():
+        if line.startswith("tokenizer_http_in_flight "):
+            return float(line.split()[-1]) - 1
+    raise AssertionError("no tokenizer_http_in_flight in /metrics")
 
 
 def test_connections_beyond_the_limit_are_refused_and_logged(tmp_path):
@@ -247,3 +286,77 @@ def test_a_request_whose_upload_stalled_gets_408_and_the_client_sends_it_again(s
             client(["hello world"])
     assert isinstance(info.value.last_error, RequestTimeout) and info.value.last_error.status == 408
     assert "body did not arrive within 1s" in info.value.last_error.error
+
+
+@pytest.fixture(scope="module")
+def paced_server(tmp_path_factory):
+    """Deadlines ordered so that each can be seen alone: the body deadline (0.3 s) < the keep-alive timeout (2 s) <
+    the header deadline (5 s); and a lone encode waits 1 s for others to batch with, longer than the body deadline."""
+    log = tmp_path_factory.mktemp("paced") / "server.log"
+    args = ["--header-timeout-seconds", "5", "--body-timeout-seconds", "0.3", "--keep-alive-seconds", "2"]
+    with ServerProcess(*args, "--batch-wait-ms", "1000", log_path=log) as running:
+        running.log = log
+        yield running
+
+
+def test_the_keep_alive_timeout_and_the_read_deadlines_each_time_only_their_own_wait(paced_server):
+    """An idle keep-alive connection is not held to the body deadline of the request before it (no 408 while
+    idle), a request that begins to arrive stops the keep-alive timer (it is not cut when the timer would have
+    fired), and an idle connection is closed cleanly at its keep-alive timeout."""
+    with socket.create_connection(("127.0.0.1", paced_server.port), timeout=30) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert read_answer(sock)[0] == 200
+        sock.settimeout(1.2)  # idle past the body deadline, within the keep-alive timeout
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # a request begins, and is slow to finish
+        sock.settimeout(1.5)  # past the keep-alive timeout (2 s after the answer), within the header deadline
+        with pytest.raises(TimeoutError):
+            sock.recv(65536)
+        sock.sendall(b"\r\n")
+        sock.settimeout(30)
+        assert read_answer(sock)[0] == 200
+        assert sock.recv(65536) == b""  # idle again: closed at the keep-alive timeout, cleanly
+
+
+def test_the_body_deadline_counts_from_the_end_of_the_headers(paced_server):
+    """A body that stops arriving gets its 408 at the body deadline (0.3 s after the headers here), not at the
+    header deadline (5 s after the request's first byte)."""
+    with socket.create_connection(("127.0.0.1", paced_server.port), timeout=3) as sock:
+        sock.sendall(encode_request()[:-5])  # the body's end never comes
+        status, _, body = parse_answers(read_until_closed(sock))[0]  # (a TimeoutError after 3 s)
+    assert status == 408 and "the request's body did not arrive within 0.3s" in json.loads(body)["error"]
+
+
+def test_a_request_queued_behind_a_slower_one_is_not_timed_out_while_the_server_is_not_reading(paced_server):
+    """Pipelined behind a request that takes longer than the body deadline (a lone encode waits 1 s for a batch),
+    a request whose body the server has not read yet -- it stops reading a connection while the request before is
+    answered -- gets its answer, not a 408: only the time the client itself is slow counts."""
+    queued = encode_request(BODY + b" " * 1_000_000, "Connection: close")  # JSON allows the spaces: many reads
+    answers = exchange(paced_server.port, encode_request() + queued)
+    assert [status for status, _, _ in answers] == [200, 200]
+    assert json.loads(answers[1][2])["input_ids"] == [[2, 9746, 9660, 3]]
+
+
+def test_a_client_that_reads_nothing_of_a_large_answer_is_cut_after_the_body_deadline(paced_server):
+    """A client that stops reading its answer (12 MB, more than the socket buffers hold) would hold its
+    connection, and the answer's memory, for ever: once the answer has not moved for the body deadline, the
+    connection is closed."""
+    options = {"padding": "max_length", "max_length": 1000, "truncation": True}
+    request = encode_request(json.dumps({"texts": ["hello"] * 2000, **options}).encode())
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connecting: a small window
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", paced_server.port))
+        sock.sendall(request)
+        said = "closed a connection: its client read nothing of its answer for 0.3s"
+        wait_until(lambda: said in paced_server.log.read_text(), 20, "the stalled answer cut")
+        received = b""
+        try:
+            while chunk := sock.recv(1 << 20):
+                received += chunk
+        except ConnectionResetError:
+            pass
+    status, headers, body = parse_answers(received)[0]
+    length = int(headers["content-length"])
+    assert status == 200 and length > 10_000_000 and len(body) < length

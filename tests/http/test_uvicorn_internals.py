@@ -1,89 +1,101 @@
 """The uvicorn internals that service/http/server/ relies on, checked against the installed uvicorn.
 
-The server's room for uvicorn (service/http/server/) overrides and calls internals uvicorn does not promise
-to keep; pyproject.toml caps uvicorn below its next minor release, and this fails first on a uvicorn whose
-internals moved, before a silently broken override (a renamed method is simply never called) reaches a
-server.
+The room's docstring (``service/http/server/__init__.py``) is the one list of them, each with the test that fails
+without it. This fails first on a uvicorn other than the release pyproject.toml pins (the one those tests ran on),
+and on one whose listed internals moved, before a silently broken override (a renamed method is simply never
+called) reaches a server.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import re
 from typing import Any
 
+from testkit.servers import REPO
 
-def test_the_uvicorn_internals_the_server_relies_on_are_still_there():
-    """service/http/server/ overrides and calls uvicorn internals (protocol.py and running.py list them);
-    pyproject.toml caps uvicorn below its next minor release. This fails on a uvicorn whose internals moved,
-    before a silently broken override (a renamed method is simply never called) reaches a server."""
-    import asyncio
-    import inspect
+#: A kept internal in the room's docstring: ``Class.name`` for an attribute, ``Class.name(params)`` for a method.
+INTERNAL = re.compile(r"``(\w+)\.(\w+)(\([\w, ]*\))?``")
 
+
+def kept_internals() -> list[tuple[str, str, list[str] | None, list[str]]]:
+    """(class, name, the parameters after self or None for an attribute, the tests) for each kept internal."""
+    from service.http import server
+
+    kept = (server.__doc__ or "").split("Kept, each with")[1].split("\n\n", 2)[1]
+    rows = []
+    for item in re.split(r"\n- ", "\n" + kept)[1:]:
+        tests = re.findall(r"\b(test_\w+)", item)
+        for cls, name, call in INTERNAL.findall(item):
+            params = [p.strip() for p in call[1:-1].split(",") if p.strip()] if call else None
+            rows.append((cls, name, params, tests))
+    return rows
+
+
+def parameters(function: Any) -> list[str]:
+    return list(inspect.signature(function).parameters)[1:]  # after self
+
+
+def test_the_installed_uvicorn_is_the_release_the_room_was_tested_on():
+    """pyproject.toml admits only the uvicorn release(s) the room's tests ran on: to move to another, run them on
+    it (the tests in the room's table), then widen the pin."""
+    from importlib.metadata import version
+
+    import tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    pin = next(Requirement(line) for line in project["optional-dependencies"]["server"] if line.startswith("uvicorn"))
+    assert pin.specifier and all(spec.operator == "==" for spec in pin.specifier), f"{pin}: one tested release"
+    assert pin.specifier.contains(version("uvicorn")), f"uvicorn {version('uvicorn')} is installed; the room pins {pin}"
+
+
+def test_the_uvicorn_internals_the_room_relies_on_are_still_there():
     import uvicorn
-    from uvicorn.protocols.http import httptools_impl
+    from uvicorn.protocols.http import flow_control, httptools_impl
     from uvicorn.server import ServerState
 
-    from service.http.server import protocol, running
-
-    def parameters(function) -> list[str]:
-        return list(inspect.signature(function).parameters)
-
-    documented = (protocol.__doc__ or "") + (running.__doc__ or "")
-    cls = httptools_impl.HttpToolsProtocol
-    methods = {
-        "connection_made": ["self", "transport"],
-        "connection_lost": ["self", "exc"],
-        "data_received": ["self", "data"],
-        "on_message_begin": ["self"],
-        "on_headers_complete": ["self"],
-        "on_body": ["self", "body"],
-        "on_message_complete": ["self"],
-        "on_response_complete": ["self"],
-        "shutdown": ["self"],
-        "pause_writing": ["self"],
-        "resume_writing": ["self"],
-        "_start_asgi_task": ["self", "cycle", "app"],
-        "_unset_keepalive_if_required": ["self"],
-        "timeout_keep_alive_handler": ["self"],
-    }
-    for name, expected in methods.items():
-        assert parameters(getattr(cls, name)) == expected, f"HttpToolsProtocol.{name} changed"
-        assert f"``{name}" in documented, f"{name} is used but not listed in protocol.py's docstring"
+    from service.http.server.protocol import GuardedHttpToolsProtocol
+    from service.http.server.running import DrainingServer
 
     async def made() -> Any:
         config = uvicorn.Config(lambda scope, receive, send: None, ws="none", lifespan="off")
         config.load()
-        made = cls(config=config, server_state=ServerState(), app_state={})
+        made = httptools_impl.HttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
         made.connection_made(_NullTransport())
         made.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await asyncio.sleep(0)
         return made
 
     connection = asyncio.run(made())
-    attributes = ["transport", "flow", "parser", "pipeline", "cycle", "url", "headers", "loop", "server_state"]
-    attributes += ["timeout_keep_alive", "timeout_keep_alive_task"]
-    for name in attributes:
-        assert hasattr(connection, name), f"HttpToolsProtocol instances no longer have {name!r}"
-        assert f"``{name}" in documented, f"{name} is used but not listed in protocol.py's docstring"
-    assert isinstance(connection.server_state.total_requests, int)
-    for name in ("read_paused", "write_paused", "pause_reading", "resume_reading"):
-        assert hasattr(connection.flow, name), f"uvicorn's FlowControl no longer has {name!r}"
-    cycle = connection.cycle
-    assert isinstance(cycle, httptools_impl.RequestResponseCycle)
-    for name in ("transport", "keep_alive", "response_started", "response_complete", "disconnected", "more_body"):
-        assert hasattr(cycle, name), f"RequestResponseCycle no longer has {name!r}"
-    assert isinstance(cycle.message_event, asyncio.Event)
-
-    # running.py: the server's signal handler, listeners, connections and graceful-shutdown timeout
-    assert parameters(uvicorn.Server.handle_exit) == ["self", "sig", "frame"]
-    assert parameters(uvicorn.Server.serve) == parameters(uvicorn.Server.run) == ["self", "sockets"]
-    server = uvicorn.Server(uvicorn.Config(lambda scope, receive, send: None))
-    assert isinstance(server.server_state.connections, set) and server.should_exit is False
-    assert "self.servers" in inspect.getsource(uvicorn.Server.startup)
-    shutdown = inspect.getsource(uvicorn.Server.shutdown)
-    assert "self.servers" in shutdown and "self.config.timeout_graceful_shutdown" in shutdown
-    for name in ("run", "serve", "handle_exit", "servers", "server_state.connections", "should_exit"):
-        assert f"``Server.{name}" in documented, name
-    assert "``Config.timeout_graceful_shutdown``" in documented
+    classes: dict[str, tuple[type, Any, type | None]] = {  # the class, an instance, our subclass
+        "Server": (uvicorn.Server, uvicorn.Server(uvicorn.Config(lambda scope, receive, send: None)), DrainingServer),
+        "HttpToolsProtocol": (httptools_impl.HttpToolsProtocol, connection, GuardedHttpToolsProtocol),
+        "RequestResponseCycle": (httptools_impl.RequestResponseCycle, connection.cycle, None),
+        "FlowControl": (flow_control.FlowControl, connection.flow, None),
+    }
+    rows = kept_internals()
+    assert len(rows) >= 20 and {cls for cls, *_ in rows} == set(classes), "the table no longer parses"
+    sources = [path.read_text() for path in (REPO / "tests").rglob("test_*.py")]
+    defined_tests = {name for source in sources for name in re.findall(r"def (test_\w+)", source)}
+    for cls_name, name, params, tests in rows:
+        cls, instance, ours = classes[cls_name]
+        where = f"uvicorn's {cls_name}.{name}"
+        assert tests and set(tests) <= defined_tests, f"{where}: the table names no test, or one that is gone: {tests}"
+        if params is None:  # an attribute: on an instance, or set by the class's code later (Server.servers)
+            assert hasattr(instance, name) or f"self.{name} =" in inspect.getsource(cls), f"{where} is gone"
+            continue
+        assert callable(getattr(cls, name, None)), f"{where}() is gone"
+        assert parameters(getattr(cls, name)) == params, f"{where}() now takes {parameters(getattr(cls, name))}"
+        if ours is not None and name in vars(ours):
+            assert parameters(getattr(ours, name)) == params, f"our override of {where} takes other parameters"
+    # every override in the room is in the table (a new one cannot come in unchecked)
+    listed = {(cls, name) for cls, name, *_ in rows}
+    for cls_name, (cls, _, ours) in classes.items():
+        if ours is not None:
+            overrides = {name for name in vars(ours) if callable(vars(ours)[name]) and hasattr(cls, name)}
+            assert overrides <= {name for c, name in listed if c == cls_name} | {"__init__"}, (cls_name, overrides)
 
 
 class _NullTransport:

@@ -8,7 +8,8 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - the header block (request line and headers) bounded: 431 and close beyond ``max_header_bytes``;
 - header and body read deadlines: 408 and close when the headers are not complete ``header_timeout`` after
   the request's first byte, or the body ``body_timeout`` after the headers (time spent with reading paused
-  by the server itself does not count);
+  by the server itself does not count); and a client that takes in nothing of its answer for ``body_timeout``
+  is cut;
 - every close after an answer is lingering: half-close, then read and drop what the client still sends
   for up to ``LINGER_SECONDS``, so a client still sending (an 8 MB header block) reads its 431 instead of
   a reset;
@@ -16,30 +17,17 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - a malformed request (or bytes past a request's Content-Length) answered with 400 only after the
   responses to the requests pipelined before it, never instead of them;
 - ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
-- a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every answer from then on carries
-  ``Connection: close``, a connection is closed after an answer -- never under a request that has
-  arrived, even partly, and never while idle (its client may be sending) -- and a connection closed with
-  request bytes still unread is half-closed and drained first ("lingering close"), so the client reads
-  its answer instead of a reset.
+- a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every connection closes after its
+  last answer, which carries ``Connection: close`` -- never under a request that has arrived, even partly,
+  and never while idle (its client may be sending; a silent one closes at the keep-alive timeout) -- and a
+  connection closed with request bytes still unread is half-closed and drained first ("lingering close"), so
+  the client reads its answer instead of a reset.
 
-Deadlines cost nothing per request beyond two clock reads: one sweep a second checks every connection.
+Deadlines cost nothing per request beyond two clock reads: a sweep every ``SWEEP_SECONDS`` checks every
+connection.
 
-This subclass relies on uvicorn internals that are not its public API. ``pyproject.toml`` caps uvicorn
-below its next minor release, and ``tests/http/test_protocol.py`` checks each of these against the installed
-uvicorn (a test fails on an upgrade that changes one):
-
-- ``uvicorn.protocols.http.httptools_impl.HttpToolsProtocol``: the methods overridden or called --
-  ``connection_made``, ``connection_lost``, ``data_received``, ``on_message_begin``, ``on_headers_complete``,
-  ``on_body``, ``on_message_complete``, ``on_response_complete``, ``shutdown``, ``pause_writing``,
-  ``resume_writing``, ``_start_asgi_task(cycle, app)``, ``_unset_keepalive_if_required()``,
-  ``timeout_keep_alive_handler()`` -- and the attributes ``transport``, ``flow`` (``read_paused``,
-  ``write_paused``, ``pause_reading``, ``resume_reading``), ``parser``, ``pipeline`` (a deque of
-  ``(cycle, app)``), ``cycle``, ``url``, ``headers``, ``loop``, ``server_state.total_requests``,
-  ``timeout_keep_alive`` and ``timeout_keep_alive_task``;
-- ``RequestResponseCycle``: ``cycle.transport`` (replaced, so that the close after an answer lingers),
-  ``keep_alive``, ``response_started``, ``response_complete``, ``disconnected``, ``more_body`` and
-  ``message_event``;
-- ``uvicorn.Config(http=<protocol class>, ws="none")``.
+This subclass overrides and calls uvicorn internals that are not its public API: the room's docstring
+(:mod:`service.http.server`) lists each, with the test that fails without it.
 """
 
 from __future__ import annotations
@@ -87,12 +75,14 @@ class ConnectionGuard:
         header_timeout: float,
         body_timeout: float,
         max_connections: int,
+        keep_alive: float,
         drain_state: DrainState | None = None,
     ) -> None:
         self.max_header_bytes = max_header_bytes
         self.header_timeout = header_timeout
         self.body_timeout = body_timeout
         self.max_connections = max_connections
+        self.keep_alive = keep_alive
         self._drain_state = drain_state
         self.connections: set[GuardedHttpToolsProtocol] = set()
         self.refused = 0
@@ -137,6 +127,12 @@ class ConnectionGuard:
         answer; those accepted later close after their first (``on_headers_complete`` asks :attr:`draining`)."""
         for protocol in list(self.connections):
             protocol.drain()
+
+    def close_idle(self) -> None:
+        """Close every connection that is between requests now (a private server's drain: nobody is left to
+        send on them). One with a request arriving or being answered closes after its answer."""
+        for protocol in list(self.connections):
+            protocol.close_if_idle()
 
     def _sweep(self, loop: asyncio.AbstractEventLoop) -> None:
         now = time.monotonic()
@@ -196,7 +192,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_bytes_seen = 0
         self._partial_header_bytes = 0
         self._deferred_error: bytes | None = None
-        self._running: RequestResponseCycle | None = None
         self._refused = False
         self._lingering = False
         self._raw_body_left = 0  # body bytes of an ignored Upgrade request, read past the parser
@@ -204,7 +199,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- connection -------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        if not self.guard.admit(self, self.loop):
+        if not self.guard.admit(self, asyncio.get_running_loop()):
             self._refused = True
             self.transport = transport
             transport.abort()  # refused: nothing was read, nothing is owed
@@ -263,18 +258,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close_after(self.cycle)
 
     def on_message_complete(self) -> None:
-        self.deadline = None
+        self.deadline = None  # the request is in: no read deadline until the next one begins
         super().on_message_complete()
-
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        self._running = cycle
-        super()._start_asgi_task(cycle, app)
 
     def on_response_complete(self) -> None:
         if self._lingering:
             return  # that answer closed the connection: nothing queued behind it is served
         if self._deferred_error is not None and not self.pipeline:
-            self.server_state.total_requests += 1
             self._send_and_close(self._deferred_error)
             return
         super().on_response_complete()
@@ -301,6 +291,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             self.deadline = None
             return
+        if self.cycle is None and not self._in_headers:  # draining, and silent since it was accepted
+            self.transport.close()
+            return
         if self.flow.read_paused:  # the server stopped reading (pipelining, flow control): not the client
             self.deadline = now + self.guard.body_timeout
             return
@@ -310,9 +303,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             what = f"the request's body did not arrive within {self.guard.body_timeout:g}s of its headers"
         cycle = self.cycle
         if cycle is not None and not cycle.response_complete:
-            if cycle.response_started:  # the app is answering: nothing to say in its place
-                self.deadline = None
-                return
             cycle.disconnected = True  # the app sees the client gone and lets go of the request
             cycle.message_event.set()
         self._refuse_now(HttpErrorKind.REQUEST_TIMEOUT, f"{what}; the connection is closed")
@@ -320,10 +310,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def pause_writing(self) -> None:
         super().pause_writing()
         self.write_deadline = time.monotonic() + self.guard.body_timeout
-
-    def resume_writing(self) -> None:
-        self.write_deadline = None
-        super().resume_writing()
 
     def write_stalled(self) -> None:
         """A client that has not read its answer for ``body_timeout``: cut it (its request's memory goes)."""
@@ -344,28 +330,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def _malformed(self) -> None:
         """A request the parser refuses: 400, but only after the answers to the requests before it."""
         message = _raw_error(HttpErrorKind.MALFORMED_HTTP, "malformed HTTP request; the connection is closed")
-        broken = self.cycle if self.cycle is not None and self.cycle.more_body else None
-        if broken is not None:  # its body was being read when the stream broke
-            if any(c is broken for c, _ in self.pipeline):  # queued behind others: it never starts
-                self.pipeline = deque((c, a) for c, a in self.pipeline if c is not broken)
-            else:
-                broken.disconnected = True
-                broken.message_event.set()
-        running = self._running
-        pending = bool(self.pipeline) or (
-            running is not None and running is not broken and not running.response_complete
-        )
+        cycle = self.cycle  # the last request parsed: it runs unless others are queued before it
+        broken = cycle if cycle is not None and cycle.more_body else None
+        queued = broken is not None and any(c is broken for c, _ in self.pipeline)
+        if queued:  # its body was being read when the stream broke, behind others: it never starts
+            self.pipeline = deque((c, a) for c, a in self.pipeline if c is not broken)
+        elif broken is not None:  # running, its body being read when the stream broke
+            broken.disconnected = True
+            broken.message_event.set()
+        # An answer owed before the 400: to the requests queued (one runs meanwhile), or to the one running.
+        running = broken is None and cycle is not None and not cycle.response_complete
+        pending = queued or bool(self.pipeline) or running
         self.deadline = None
         if pending:
-            self._deferred_error = message
-            self.flow.pause_reading()
+            self._deferred_error = message  # sent by on_response_complete; what arrives meanwhile is dropped
         else:
             self._send_and_close(message)
 
     def _ignore_upgrade(self, rest: bytes) -> None:
         """An ``Upgrade`` the service does not speak: serve the request as plain HTTP/1.1. The parser
         stopped at the end of the headers (and called the message complete): read the body past it, then
-        go on with a fresh parser."""
+        go on parsing (httptools resumes after an upgrade)."""
         cycle = self.cycle
         headers = dict(self.headers)
         if cycle is None or b"transfer-encoding" in headers:
@@ -373,15 +358,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         length = headers.get(b"content-length", b"0")
         self._raw_body_left = int(length) if length.isdigit() else 0
-        cycle.more_body = self._raw_body_left > 0
+        cycle.more_body = self._raw_body_left > 0  # the parser called the message complete
         if cycle.more_body:
-            cycle.message_event.clear()
             self.deadline = time.monotonic() + self.guard.body_timeout
-        self.parser = httptools.HttpRequestParser(self)
-        try:
-            self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
-        except AttributeError:  # httptools < 0.6.3
-            pass
         if rest:
             self.data_received(rest)
 
@@ -395,44 +374,35 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- closing ----------------------------------------------------------------------------------------
     def drain(self) -> None:
-        """The server is draining: every answer from now on closes its connection. An idle connection
-        stays open until its next request (answered, then closed) or its keep-alive timeout: closing it
-        now would race a request the client may be sending at this moment."""
+        """The server is draining: the connection closes after the answer to the last request it has sent. An
+        idle connection stays open until its next request (answered, then closed) or its keep-alive timeout:
+        closing it now would race a request the client may be sending at this moment."""
         if self._in_headers:
             return  # on_headers_complete will mark its cycle
-        if self.cycle is None:
-            self._close_if_silent()
-        for cycle, _ in self.pipeline:
-            self._close_after(cycle)
         cycle = self.cycle
-        if cycle is not None and not cycle.response_complete:
+        if cycle is None:
+            self._close_if_silent()
+        elif not cycle.response_complete:  # the last request parsed: those queued before it keep the connection
             self._close_after(cycle)
-        if self._running is not None and not self._running.response_complete:
-            self._close_after(self._running)
 
     def _close_if_silent(self) -> None:
         """Draining, on a connection that has sent nothing yet: close it if it stays silent for the keep-alive
-        timeout, as an idle keep-alive connection is (uvicorn arms that timer only after an answer), so a
-        client that connects and never sends cannot hold the drain to its deadline."""
-        if self.timeout_keep_alive_task is None:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self.timeout_keep_alive_handler
-            )
+        timeout, as an idle keep-alive connection is (uvicorn times out only connections that had an answer),
+        so a client that connects and never sends cannot hold the drain to its deadline. (The sweep closes
+        it: :meth:`deadline_passed`; a first byte starts the header deadline instead.)"""
+        if self.deadline is None:
+            self.deadline = time.monotonic() + self.guard.keep_alive
 
     def _close_after(self, cycle: RequestResponseCycle) -> None:
         cycle.keep_alive = False  # the answer carries Connection: close, and the connection then closes
         if not isinstance(cycle.transport, _LingeringTransport):
             cycle.transport = _LingeringTransport(self)  # type: ignore[assignment]
 
-    def shutdown(self) -> None:
-        """The server is stopping: close if idle, else close after the answer being made. A request that
-        has begun to arrive is not cut (its headers are bounded by the header deadline)."""
-        if self._in_headers:
-            return
-        if self.cycle is None or self.cycle.response_complete:
+    def close_if_idle(self) -> None:
+        """Close now if between requests (a request that has begun to arrive, or is being answered, is not
+        cut: draining, it closes after its answer)."""
+        if not self._in_headers and (self.cycle is None or self.cycle.response_complete):
             self.transport.close()
-        else:
-            self._close_after(self.cycle)
 
     def close_lingering(self) -> None:
         """Close after the client's end: half-close now (the answer, then EOF), read and drop what it still
@@ -444,8 +414,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.deadline = None
         if transport.can_write_eof():
             transport.write_eof()
-            self.flow.resume_reading()  # reading paused (pipelining) would leave the client's bytes unread
-            self.loop.call_later(LINGER_SECONDS, transport.close)
+            self.flow.resume_reading()  # reading paused (pipelining, a body unread) would leave its bytes unread
+            asyncio.get_running_loop().call_later(LINGER_SECONDS, transport.close)
         else:
             transport.close()
 

@@ -33,12 +33,8 @@ whose drain removes the socket file first (:mod:`.listening`); a replica of ``se
 port it shares with the others (``--reuse-port``) and a Unix socket of its own. With ``--owners-file`` the same
 drain also starts when the last process using the server has gone (:mod:`.owners`).
 
-uvicorn internals used here (``tests/http/test_protocol.py`` checks they still exist in the installed uvicorn;
-``pyproject.toml`` caps uvicorn below its next minor release): ``Server.run(sockets)`` and
-``Server.serve(sockets)`` (given the socket bound before loading), ``Server.handle_exit`` (overridden),
-``Server.servers`` (the listeners, set by ``startup``), ``Server.server_state.connections`` (each closed
-as uvicorn's own shutdown does, by its ``shutdown()``),
-``Server.should_exit`` and ``Config.timeout_graceful_shutdown`` (read by ``shutdown``).
+The uvicorn internals used here (the server's signal handler, its listeners, its exit flag) are listed in the
+room's docstring (:mod:`service.http.server`), each with the test that fails without it.
 """
 
 from __future__ import annotations
@@ -93,7 +89,7 @@ class DrainingServer(uvicorn.Server):
         config: uvicorn.Config,
         drain: Drainable,
         grace_seconds: float,
-        guard: ConnectionGuard | None = None,
+        guard: ConnectionGuard,
         listen_seconds: float = 0.0,
         socket_files: tuple[SocketFile, ...] = (),
         private: bool = False,
@@ -158,8 +154,7 @@ class DrainingServer(uvicorn.Server):
         assert self.drain_started is not None
         deadline = self.drain_started + self.grace_seconds
         self.drain.begin_drain()  # /readyz -> 503, new requests -> 503 + Retry-After
-        if self.guard is not None:
-            self.guard.drain_connections()  # every answer closes its connection from now on
+        self.guard.drain_connections()  # every answer closes its connection from now on
         logger.info(
             "%s: draining %d in-flight request(s) and %d connection(s), at most %.0fs",
             self.drain_signal,
@@ -175,8 +170,7 @@ class DrainingServer(uvicorn.Server):
         if self.private:
             # A private server's users are gone: nobody will send on an idle connection, so do not wait for
             # its keep-alive timeout. A connection with a request arriving or running closes after its answer.
-            for connection in list(self.server_state.connections):
-                connection.shutdown()
+            self.guard.close_idle()
         # 3. What was accepted is answered: the drain itself holds no request; wait for those that were
         # running to finish, and for the connections to close after their last answer.
         await self._wait_until_idle(deadline)
@@ -185,7 +179,6 @@ class DrainingServer(uvicorn.Server):
             # would exit 0 as if nothing were lost: give up now, with the exit code that says so.
             self._give_up()
         # Connections still open are idle: uvicorn's shutdown closes them.
-        self.config.timeout_graceful_shutdown = max(1, int(deadline - time.monotonic()))
         logger.info("drained in %.1fs; shutting down", time.monotonic() - self.drain_started)
         self.should_exit = True
 
@@ -195,7 +188,7 @@ class DrainingServer(uvicorn.Server):
             await asyncio.sleep(_POLL_SECONDS)
 
     def _open_connections(self) -> int:
-        return len(self.server_state.connections)
+        return len(self.guard.connections)
 
 
 def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
@@ -283,6 +276,7 @@ def connection_guard(
     max_header_bytes: int,
     header_timeout: float,
     body_timeout: float,
+    keep_alive: float,
     drain_state: DrainState,
 ) -> ConnectionGuard:
     """The guard for this process: ``max_connections`` capped below the descriptor limit (raised first);
@@ -302,6 +296,7 @@ def connection_guard(
         header_timeout=header_timeout,
         body_timeout=body_timeout,
         max_connections=max_connections,
+        keep_alive=keep_alive,
         drain_state=drain_state,
     )
 
@@ -315,7 +310,6 @@ def run(
     access_log: bool,
     grace_seconds: float,
     guard: ConnectionGuard,
-    keep_alive_seconds: float,
     drain_listen_seconds: float,
     http_protocol: str,
     socket_files: Sequence[SocketFile] = (),
@@ -332,11 +326,10 @@ def run(
         log_level=log_level,
         access_log=access_log,
         timeout_graceful_shutdown=max(1, int(grace_seconds)),
-        timeout_keep_alive=max(1, round(keep_alive_seconds)),
+        timeout_keep_alive=max(1, round(guard.keep_alive)),
         server_header=False,
         **protocol_settings(http_protocol, guard),
     )
-    guarded = guard if http_protocol == "guarded" else None
     for listener in listeners:
         if listener.family == socket.AF_UNIX:
             logger.info("serving on %s", unix_socket_url(listener.getsockname()))
@@ -347,7 +340,7 @@ def run(
         config,
         drain,
         grace_seconds,
-        guarded,
+        guard,
         listen_seconds=drain_listen_seconds,
         socket_files=tuple(socket_files),
         private=private,
