@@ -129,40 +129,20 @@ class ClientBase:
 
         return Collator(self.as_sync(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
-    def chat_collator(
-        self,
-        *,
-        messages_field: str = "messages",
-        pad_token_id: int | None = None,
-        assistant_only_loss: bool = True,
-        padding_free: bool = False,
-        pad_to_multiple_of: int | None = None,
-        padding_side: str = "right",
-        return_position_ids: bool = False,
-        **chat_options: Any,
-    ) -> ChatCollator:
+    def chat_collator(self, **options: Any) -> ChatCollator:
         """A picklable ``collate_fn`` for supervised fine-tuning on conversations, equal to TRL's SFT collation
         (its ``labels`` from the assistant masks, then ``DataCollatorForLanguageModeling``), tokenized through this
         service: rows whose ``messages_field`` holds a conversation -> ``input_ids``, ``labels`` (-100 where the
         assistant did not write the token, and on padding; every real token with ``assistant_only_loss=False``),
         ``attention_mask``; ``padding_free=True`` packs the batch into one row with ``position_ids`` and no padding.
-        Other fields are collated as ``default_collate`` does. ``chat_options``: ``tools``, ``documents``,
-        ``chat_template``, ``chat_template_kwargs``, ``assistant_masks_from``, ``truncation``, ``max_length``.
-        ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget (see
-        :class:`ChatCollator`)."""
+        ``options``: :class:`~service.data.ChatCollator`'s (``messages_field``, ``pad_token_id``,
+        ``assistant_only_loss``, ``padding_free``, ``pad_to_multiple_of``, ``padding_side``,
+        ``return_position_ids``) and the chat options (``tools``, ``documents``, ``chat_template``,
+        ``chat_template_kwargs``, ``assistant_masks_from``, ``truncation``, ``max_length``).
+        ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget."""
         from ..data.collate import ChatCollator
 
-        return ChatCollator(
-            self.as_sync(),
-            messages_field=messages_field,
-            pad_token_id=pad_token_id,
-            assistant_only_loss=assistant_only_loss,
-            padding_free=padding_free,
-            pad_to_multiple_of=pad_to_multiple_of,
-            padding_side=padding_side,
-            return_position_ids=return_position_ids,
-            **chat_options,
-        )
+        return ChatCollator(self.as_sync(), **options)
 
     def tokenize_function(
         self, column: str = "text", *, pair_column: str | None = None, **options: Any

@@ -274,15 +274,17 @@ def test_client_lengths_signatures_follow_the_wire(client_class):
 
 @pytest.mark.parametrize("client_class", [TokenizerClient, AsyncTokenizerClient])
 def test_the_clients_collator_factories_spell_out_the_collators_own_defaults(client_class):
-    """``client.collator(...)`` and ``client.chat_collator(...)`` spell their keywords out (for help and IDEs): with
-    the collators' own defaults, the SFT ones being ``SFT_OPTIONS``; the two ``batch_sampler`` and
-    ``TokenBudgetBatchSampler.from_client`` count alike by default."""
+    """``client.collator(...)`` spells its keywords out with the collator's own defaults; ``client.chat_collator``
+    hands every keyword to ``ChatCollator`` (declared there once), whose SFT defaults are ``SFT_OPTIONS``; the two
+    ``batch_sampler`` and ``TokenBudgetBatchSampler.from_client`` count alike by default."""
     from service.data import ChatCollator, TokenBudgetBatchSampler
     from service.data.sft import SFT_OPTIONS
 
     assert keyword_defaults(client_class.collator) == keyword_defaults(Collator.__init__)
-    chat = keyword_defaults(client_class.chat_collator)
-    assert chat == keyword_defaults(ChatCollator.__init__)
+    assert [p.kind for p in inspect.signature(client_class.chat_collator).parameters.values()][1:] == [
+        inspect.Parameter.VAR_KEYWORD
+    ]
+    chat = keyword_defaults(ChatCollator.__init__)
     assert {name: chat[name] for name in SFT_OPTIONS} == dict(SFT_OPTIONS)
     sampling = keyword_defaults(Collator.batch_sampler)
     assert sampling == keyword_defaults(ChatCollator.batch_sampler)
