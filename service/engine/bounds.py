@@ -144,8 +144,9 @@ class RequestBounds:
         if truncation is not None:
             most = truncation.max_length
             # truncation never drops the special tokens, and an overflow row holds at least one token more;
-            # max_length=0 truncates nothing (tokenizers' own reading of 0)
-            if most > 0:
+            # max_length=0 truncates nothing (tokenizers' own reading of 0), nor does one below the special
+            # tokens (tokenizers subtracts them from it, and the subtraction wraps)
+            if most > 0 and most >= specials:
                 row_length = list(map(min, untruncated, repeat(max(most, specials + 1))))
             if plan.with_overflow:
                 fixed: list[int] | None = None

@@ -43,6 +43,20 @@ class TruncationSetting:
         }
 
 
+def check_stride(truncation: TruncationSetting, added_tokens: int) -> None:
+    """Refuse what the Rust tokenizer's ``enable_truncation`` refuses, before the call is sized, in the words
+    the tokenizer thread gives Rust's refusal: a stride above ``max_length`` minus the special tokens one
+    sequence gets. A ``max_length`` below those is no limit to Rust (its subtraction wraps): nothing refused."""
+    room = truncation.max_length - added_tokens
+    if room >= 0 and truncation.stride > room:
+        raise ServiceError(
+            ErrorKind.TOKENIZER,
+            f"the tokenizer refused this input: tokenizer stride set to {truncation.stride}, which is greater than "
+            f"or equal to its effective max length of {room} (= {truncation.max_length} original max length - "
+            f"{added_tokens} added special tokens); send a smaller stride or a larger max_length",
+        )
+
+
 @dataclass(frozen=True)
 class EncodePlan:
     """Options resolved against one tokenizer: everything needed to encode and shape the output."""

@@ -21,7 +21,7 @@ from ..wire import ChatOptions, DecodeOptions, EncodeOptions, LengthOptions, Tok
 from .batching import Batcher, BatchingConfig, BatchObserver, Job
 from .bounds import BodyKind, CostModel, EncodeBound, RequestBounds, held_bytes, utf8_length
 from .chat import ChatRenderer, ChatTemplates, PreparedChats, RenderCharge, RenderLimits, RenderWatch
-from .encoding import EncodedBatch, EncodePlan, RustCall, TokenizerFacts, plan_encode
+from .encoding import EncodedBatch, EncodePlan, RustCall, TokenizerFacts, check_stride, plan_encode
 from .errors import ErrorKind, ServiceError
 from .info import describe, tokenizer_facts
 from .limits import DEFAULT_LIMITS, EngineLimits
@@ -349,6 +349,8 @@ class Engine:
         plan = self._plans.get(options)
         if plan is None:
             plan = plan_encode(self._facts, options)  # raises for refused options: those are not cached
+            if plan.truncation is not None:
+                check_stride(plan.truncation, self._bounds.specials[0])
             # The key is the client's options, so a client sending endless distinct ones (every max_length a new
             # key) must not grow this without end; real clients send a handful and never reach 1024, and a whole
             # clear costs nothing on the hot path, unlike an LRU's bookkeeping (a plan is cheap to make again).

@@ -189,23 +189,44 @@ def test_concurrent_mixed_options_are_batched_and_identical(corpus, reference_to
 def test_one_bad_request_does_not_fail_its_batch_mates(engines, reference_tokenizers):
     runner, reference = engines["wordpiece_default"], reference_tokenizers["wordpiece_default"]
     good = {"truncation": True, "max_length": 8, "stride": 2, "return_overflowing_tokens": True}
-    bad = {"truncation": True, "max_length": 8, "stride": 7, "return_overflowing_tokens": True}  # stride too big
+    # a pair whose stride is more than either side keeps: Rust panics inside the batch's call, not before it
+    bad = {"truncation": True, "max_length": 8, "stride": 5, "return_overflowing_tokens": True}
     texts = ["一二三四五六七八九十一二三四五六七八九十"]
 
     async def together():
         return await asyncio.gather(
             runner.engine.submit_encode(texts, None, EncodeOptions(**good)),
-            runner.engine.submit_encode(texts, None, EncodeOptions(**bad)),
+            runner.engine.submit_encode(texts, texts, EncodeOptions(**bad)),
             runner.engine.submit_encode(texts, None, EncodeOptions(**good)),
             return_exceptions=True,
         )
 
     first, second, third = runner.run(together())
-    assert isinstance(reference_call(reference, texts, None, bad), BaseException)
+    assert isinstance(reference_call(reference, texts, texts, bad), BaseException)
     assert isinstance(second, ServiceError) and second.kind is ErrorKind.TOKENIZER
     expected = reference_call(reference, texts, None, good)
     assert_same(to_lists(first), expected)
     assert_same(to_lists(third), expected)
+
+
+def test_a_stride_transformers_refuses_is_refused_as_it_does_before_the_call_is_sized(engines, reference_tokenizers):
+    """Refused for its stride with transformers' message, not as too large: a huge pair whose overflow windows
+    (a stride above what max_length leaves) would be over any budget. And a max_length below the special tokens,
+    which tokenizers reads as no limit, is refused for nothing."""
+    runner, reference = engines["wordpiece_default"], reference_tokenizers["wordpiece_default"]
+    texts, pairs = ["今天"], ["天气很好" * 20_000]
+    options = {"truncation": True, "max_length": 2, "stride": 1, "return_overflowing_tokens": True}
+    theirs = reference_call(reference, texts, pairs, options)
+    assert isinstance(theirs, ValueError)
+    with pytest.raises(ServiceError) as refused:
+        runner.result(runner.engine.submit_encode, texts, pairs, EncodeOptions(**options))
+    assert refused.value.kind is ErrorKind.TOKENIZER
+    assert str(theirs).rstrip(", ") in str(refused.value)
+    below = {"max_length": 1, "stride": 5}
+    assert_same(
+        to_lists(runner.result(runner.engine.submit_encode, ["000000"], None, EncodeOptions(**below))),
+        reference_call(reference, ["000000"], None, below),
+    )
 
 
 def test_tokenize_and_decode_match_transformers(engines, reference_tokenizers, corpus):

@@ -80,6 +80,8 @@ def test_a_refused_render_gives_its_renderings_back_at_once():
 @example(call=(["\t", " \t\n"], None, {"truncation": True, "max_length": 0}))
 # overflow rows: one long text cut into many windows (the bound must count every row, not one per text)
 @example(call=(["今天天气很好" * 12], None, {"max_length": 8, "stride": 2, "return_overflowing_tokens": True}))
+# a max_length below the special tokens truncates nothing (tokenizers subtracts them, and the subtraction wraps)
+@example(call=(["000000"], None, {"max_length": 1}))
 def test_the_bound_is_never_below_the_result(engines, family, call):
     """Admission reserves from a bound computed before encoding: it must hold for any text and options."""
     texts, pairs, options = call
