@@ -257,6 +257,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         (MEMORY,),
     ),
     Mutation(
+        "a max_length below the special tokens bounded as if it truncated",
+        "service/engine/bounds.py",
+        "if most > 0 and most >= specials:",
+        "if most > 0:",
+        (MEMORY,),
+    ),
+    Mutation(
+        "a stride that leaves no room refused only at encode time (a huge pair answered too_large)",
+        "service/engine/encoding.py",
+        "if room >= 0 and truncation.stride > room:",
+        "if room > 0 and truncation.stride > room:",
+        (ENGINE,),
+    ),
+    Mutation(
         "the allocator trimmed after every large release",
         "service/engine/memory.py",
         "if wait > 0:",
