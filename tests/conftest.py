@@ -105,7 +105,14 @@ def region_tally(request: pytest.FixtureRequest) -> RegionTally:
 
 #: The modules that take minutes (clean venvs, whole jobs on three stores, every docs page, the benchmarks):
 #: they start first, so that with `pytest -n` (``make test``) none of them starts last and runs on alone.
-LONGEST_FIRST = ("test_installs.py", "test_object_storage.py", "test_docs_examples.py", "test_bench_smoke.py")
+LONGEST_FIRST = (
+    "test_installs.py",
+    "test_object_storage.py",
+    "test_docs_examples.py",
+    "test_bench_smoke.py",
+    "test_replicas.py",
+    "test_gpu_feed.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
