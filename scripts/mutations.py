@@ -243,6 +243,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (ENGINE,),
     ),
     Mutation(
+        "single sequences' type ids taken as 0 whatever the template gives them",
+        "service/engine/tokenizer_thread.py",
+        "return not pairs and self._zero_single_type_ids[add_special_tokens]",
+        "return not pairs",
+        (ENGINE,),
+    ),
+    Mutation(
         "a sliced request encodes its first slice only",
         "service/engine/tokenizer_thread.py",
         "for end in work.slices or (len(work.inputs),):",

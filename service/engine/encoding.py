@@ -234,8 +234,9 @@ class EncodedRows:
         return int(self.lengths.sum())
 
 
-def extract_rows(encodings: Sequence[Any], plan: EncodePlan) -> EncodedRows:
-    """The values ``plan`` needs from one request's Rust encodings (one per input text or pair)."""
+def extract_rows(encodings: Sequence[Any], plan: EncodePlan, zero_type_ids: bool = False) -> EncodedRows:
+    """The values ``plan`` needs from one request's Rust encodings (one per input text or pair).
+    ``zero_type_ids``: every encoding's type ids are known to be 0 (see ``TokenizerThread.zero_type_ids``)."""
     if plan.with_overflow:
         rows: list[Any] = []
         sample_map: list[int] = []
@@ -257,10 +258,10 @@ def extract_rows(encodings: Sequence[Any], plan: EncodePlan) -> EncodedRows:
         if key == "offset_mapping":
             flat = np.fromiter(chain.from_iterable(chain.from_iterable(values)), dtype=np.int64, count=2 * total)
             columns[key] = flat.reshape(total, 2)
-        elif key == "token_type_ids" and sum(map(sum, values)) == 0:
-            # mostly all 0 (a single sequence): summing the lists (ids are never negative) costs half of reading
-            # them into the array, and takes them one at a time (a list per row alive at once would make the
-            # collector run); others are read again, as every column is
+        elif key == "token_type_ids" and (zero_type_ids or sum(map(sum, values)) == 0):
+            # known to be 0, or found to be (often a pair's): summing the lists (ids are never negative) costs
+            # half of reading them into the array, and takes them one at a time (a list per row alive at once
+            # would make the collector run); others are read again, as every column is
             columns[key] = np.zeros(total, dtype=np.int64)
         else:
             values = map(attrgetter(attribute), rows)  # (a fresh pass: the test above consumed one)

@@ -342,7 +342,8 @@ class Engine:
                 f"{limit} token positions; send fewer texts or a smaller max_length",
             )
         bound = self._bounds.encode(texts, text_pairs, plan)
-        return EncodeWork(inputs, plan, bound.slices, limit), bound
+        zero_type_ids = self._thread.zero_type_ids(text_pairs is not None, plan.add_special_tokens)
+        return EncodeWork(inputs, plan, bound.slices, limit, zero_type_ids), bound
 
     def _plan(self, options: EncodeOptions) -> EncodePlan:
         """Resolved options, memoised: clients send the same few option sets over and over."""

@@ -93,17 +93,25 @@ class Work(ABC):
 class EncodeWork(Work):
     """``tokenizer(texts, text_pairs, **options)``: the rows ``plan`` asks for, padded and shaped."""
 
-    def __init__(self, inputs: Sequence[Any], plan: EncodePlan, slices: tuple[int, ...], max_response_tokens: int):
+    def __init__(
+        self,
+        inputs: Sequence[Any],
+        plan: EncodePlan,
+        slices: tuple[int, ...],
+        max_response_tokens: int,
+        zero_type_ids: bool = False,
+    ):
         self.inputs = inputs
         self.call = plan.rust_call
         self.slices = slices
         self._plan = plan
         self._limit = max_response_tokens
+        self._zero_type_ids = zero_type_ids
         self._parts: list[EncodedRows] = []
         self._held = 0
 
     def accumulate(self, encodings: Sequence[Any]) -> None:
-        part = extract_rows(encodings, self._plan)
+        part = extract_rows(encodings, self._plan, self._zero_type_ids)
         self._held += part.num_tokens
         if self._held > self._limit:  # fail early: even unpadded, the result is over the limit
             raise ServiceError(
@@ -194,6 +202,13 @@ class TokenizerThread:
         self._backend = tokenizer.backend_tokenizer
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
+        # probed now, before the thread starts (the only Rust calls made off it)
+        self._zero_single_type_ids = {flag: _single_type_ids_are_zero(self._backend, flag) for flag in (False, True)}
+
+    def zero_type_ids(self, pairs: bool, add_special_tokens: bool) -> bool:
+        """Whether every encoding of such inputs has type id 0 throughout, so the ids need not be read: known
+        for single sequences (pairs' are read)."""
+        return not pairs and self._zero_single_type_ids[add_special_tokens]
 
     @property
     def running(self) -> bool:
@@ -278,6 +293,22 @@ class TokenizerThread:
                 raise
             self._truncation = _read_truncation(backend)
             raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {_refusal(exc)}") from exc
+
+
+#: Texts one of which yields a token of its own in any tokenizer (one that normalises them all away tells nothing).
+_TYPE_ID_PROBES = ("a", "hello world", "0", "你好", ".", "é")
+
+
+def _single_type_ids_are_zero(backend: Any, add_special_tokens: bool) -> bool:
+    """Whether a single sequence's encodings hold type id 0 throughout. tokenizers gives every token of a piece
+    of the post-processor's template (the sequence, each special token) that piece's type id, whatever the
+    text, and overflow rows the same template: one probe that yields a token of the text tells it for every
+    text. No probe yielding one: not known (the ids are read)."""
+    for text in _TYPE_ID_PROBES:
+        encoding = backend.encode(text, add_special_tokens=add_special_tokens)
+        if 0 in encoding.sequence_ids:
+            return not any(encoding.type_ids)
+    return False
 
 
 def _refusal(exc: BaseException) -> str:

@@ -143,6 +143,42 @@ def test_a_tokenizer_configured_to_truncate_and_pad_on_the_left(tmp_path, corpus
         runner.close()
 
 
+def test_type_ids_a_template_gives_a_single_sequence_are_read(tmp_path, corpus):
+    """The engine skips reading type ids it knows to be 0 (the three families' single sequences); a tokenizer
+    whose template gives a single sequence type id 1 (and its special tokens 0 and 2) is read as Rust gives it,
+    with or without special tokens, overflow rows and padding included."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from service.engine.loading import DEFAULT_TOKENIZER_DIR
+    from testkit.engine import EngineRunner
+
+    typed = tmp_path / "typed-single"
+    shutil.copytree(DEFAULT_TOKENIZER_DIR, typed)
+    spec = json.loads((typed / "tokenizer.json").read_text())
+    spec["post_processor"]["single"] = [
+        {"SpecialToken": {"id": "[CLS]", "type_id": 0}},
+        {"Sequence": {"id": "A", "type_id": 1}},
+        {"SpecialToken": {"id": "[SEP]", "type_id": 2}},
+    ]
+    (typed / "tokenizer.json").write_text(json.dumps(spec))
+    reference = AutoTokenizer.from_pretrained(str(typed))
+    assert reference("今天")["token_type_ids"] == [0, 1, 1, 2]
+    runner = EngineRunner(str(typed))
+    texts = [*corpus["zh"][:6], "短", ""]
+    try:
+        for options in (
+            {"padding": True, "return_token_type_ids": True},
+            {"add_special_tokens": False, "return_token_type_ids": True, "padding": True},
+            {"truncation": True, "max_length": 10, "return_overflowing_tokens": True, "padding": True},
+        ):
+            check_parity(runner, reference, texts, None, options)
+    finally:
+        runner.close()
+
+
 def test_concurrent_mixed_options_are_batched_and_identical(corpus, reference_tokenizers):
     """Requests with mixed options queue while the engine is held; once it is free, those that need the same
     Rust call share one (in arrival order), and each answer is still exactly its own."""
