@@ -257,6 +257,20 @@ MUTATIONS: tuple[Mutation, ...] = (
         (MEMORY,),
     ),
     Mutation(
+        "the bytes bound takes a character's storage width for its UTF-8 bytes",
+        "service/engine/bounds.py",
+        "n if text.isascii() else n * min((size - header) // (n + 1) + 1, 4)",
+        "n if text.isascii() else n * min((size - header) // (n + 1), 4)",
+        (MEMORY,),
+    ),
+    Mutation(
+        "large requests keep the loose bytes bound (slices and refusals follow the looser bound)",
+        "service/engine/bounds.py",
+        "if bound.slices or bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:",
+        "if False:",
+        (MEMORY,),
+    ),
+    Mutation(
         "the bound counts one row per text whatever the overflow",
         "service/engine/bounds.py",
         "rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import enum
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
@@ -72,14 +72,45 @@ def utf8_length(text: str) -> int:
 
 
 def utf8_lengths(texts: Sequence[str]) -> list[int]:
-    """:func:`utf8_length` of each text, without a Python call per text (a batch's bounds are read on the
-    event loop): ASCII texts by their length, the others encoded; lone surrogates counted as there."""
+    """:func:`utf8_length` of each text, without a Python call per text: ASCII texts by their length, the
+    others encoded; lone surrogates counted as there."""
     if all(map(str.isascii, texts)):
         return list(map(len, texts))
     try:
         return list(map(len, map(str.encode, texts)))
     except UnicodeEncodeError:  # a lone surrogate, which strict UTF-8 refuses
         return list(map(utf8_length, texts))
+
+
+def _wide_str_header() -> int | None:
+    """The fixed part of a non-ASCII str's size in CPython's compact layout (the header, then length + 1
+    characters of 1, 2 or 4 bytes each, as the widest character needs), checked once; None elsewhere."""
+    header = sys.getsizeof("\xe9") - 2
+    if sys.getsizeof("\u4e2d\u4e2d") == header + 6 and sys.getsizeof("\U0001f600") == header + 8:
+        return header
+    return None
+
+
+_WIDE_STR_HEADER = _wide_str_header()
+
+
+def utf8_bounds(texts: Sequence[str]) -> list[int]:
+    """An upper bound of each text's UTF-8 bytes, without encoding it (an encode costs as much as reading the
+    body did, on the event loop): an ASCII text's length; else its length times the most UTF-8 bytes a
+    character of its storage takes (1, 2 or 4 bytes stored: at most 2, 3 or 4 in UTF-8) -- exact for text in
+    one script (Chinese: 3), loose for mostly-ASCII text with a few wider characters. The storage width is
+    read from the str's size, which only grows with what else it holds (a UTF-8 copy an earlier encode left):
+    read too wide, it bounds by 4, every character's most. Exact (:func:`utf8_lengths`) where str's layout
+    is not CPython's."""
+    if all(map(str.isascii, texts)):
+        return list(map(len, texts))
+    header = _WIDE_STR_HEADER
+    if header is None:
+        return utf8_lengths(texts)
+    return [
+        n if text.isascii() else n * min((size - header) // (n + 1) + 1, 4)
+        for text, n, size in zip(texts, map(len, texts), map(sys.getsizeof, texts), strict=True)
+    ]
 
 
 def held_bytes(texts: Sequence[str]) -> int:
@@ -127,13 +158,30 @@ class RequestBounds:
 
         Tokens per input are bounded by its UTF-8 bytes plus the special tokens (and one for a prefix
         some pre-tokenizers add per sequence); truncation caps a row; overflow adds at most one row per
-        ``max_length - stride - special tokens`` tokens; padding makes every row the padded length."""
+        ``max_length - stride - special tokens`` tokens; padding makes every row the padded length.
+
+        The bytes are bounded without encoding (:func:`utf8_bounds`), then counted exactly for a request that
+        bound makes large (encoded in slices, or over a quarter of the budget): where the bound decides
+        whether and how a request runs, it is the same as from the exact bytes."""
+        bound = self._encode(texts, pairs, plan, output, utf8_bounds)
+        if bound.slices or bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:
+            return self._encode(texts, pairs, plan, output, utf8_lengths)
+        return bound
+
+    def _encode(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[str] | None,
+        plan: EncodePlan,
+        output: bool,
+        utf8: Callable[[Sequence[str]], list[int]],
+    ) -> EncodeBound:
         costs = self.costs
         sequences = 1 if pairs is None else 2
         specials = self.specials[sequences - 1] if plan.add_special_tokens else 0
         truncation = plan.truncation
-        first = utf8_lengths(texts)
-        second = utf8_lengths(pairs) if pairs is not None else None
+        first = utf8(texts)
+        second = utf8(pairs) if pairs is not None else None
         extra = specials + sequences
         if second is None:
             untruncated = list(map(add, first, repeat(extra)))

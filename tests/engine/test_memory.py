@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import socket
 import threading
 import time
@@ -13,13 +14,17 @@ from pathlib import Path
 import httpx
 import pytest
 from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from test_engine import FIXED_CASES
 
 from service.engine import EncodeOptions, EngineLimits
+from service.engine import bounds as bounds_module
+from service.engine.bounds import utf8_bounds, utf8_lengths
+from service.engine.encoding import plan_encode
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.loading import load_tokenizer
 from service.engine.memory import MIB, cgroup_memory_limit, default_memory_budget
-from testkit.engine import EngineRunner, encode_bound, memory_limit_for_budget, to_lists
+from testkit.engine import EngineRunner, encode_bound, memory_limit_for_budget, to_lists, tokenizer_facts
 from testkit.families import FAMILIES
 from testkit.gates import HOLD, Gate, wait_until
 from testkit.parity import assert_same, encode_calls, reference_call
@@ -28,6 +33,45 @@ from testkit.servers import ServerProcess
 pytestmark = pytest.mark.slow  # budgets filled, peak RSS read: servers and engines of their own
 
 # -- the bounds -----------------------------------------------------------------------------------------
+WIDTHS = ["hello", "今天天气很好", "naïve café", "“quoted” — English", "😀😀", "an emoji 😀 in English", "ÿ", ""]
+
+
+@settings(max_examples=300, deadline=None)
+@given(texts=st.lists(st.text(), min_size=1, max_size=4))
+@example(texts=WIDTHS)
+@example(texts=["a lone surrogate \ud800 here", "\udfff"])
+def test_the_bytes_bound_holds_every_texts_utf8_bytes(texts):
+    """The bound of a text's UTF-8 bytes, read from its length and storage without encoding it, is never below
+    them (lone surrogates count 3, as the exact count does), and is exact for ASCII and one-script text."""
+    exact = utf8_lengths(texts)
+    for _ in range(2):  # as parsed, then holding the UTF-8 copy CPython keeps once a C extension asked for it
+        bounds = utf8_bounds(texts)
+        assert all(b >= e for b, e in zip(bounds, exact, strict=True)), (texts, bounds, exact)
+        pickle.dumps(texts)  # (pickle asks for it)
+
+
+def test_the_bytes_bound_is_exact_for_one_script_and_counts_exactly_without_cpythons_layout(monkeypatch):
+    bounds, exact = utf8_bounds(WIDTHS), utf8_lengths(WIDTHS)
+    assert [b == e for b, e in zip(bounds, exact, strict=True)] == [True, True, False, False, True, False, True, True]
+    monkeypatch.setattr(bounds_module, "_WIDE_STR_HEADER", None)
+    assert utf8_bounds(WIDTHS) == exact
+
+
+def test_a_large_requests_bound_is_counted_from_its_exact_bytes(sliced, corpus):
+    """A request the loose bound makes large (sliced, or a quarter of the budget) is bounded from its exact
+    UTF-8 bytes: how it is sliced, and whether it fits at all, never depend on the looser bound."""
+    runner, _ = sliced
+    engine = runner.engine
+    mixed = [f"“{text}”" for text in short_texts(corpus)]  # curly quotes: every English text stored 2 bytes wide
+    plan = plan_encode(tokenizer_facts(engine), EncodeOptions(padding=True))
+    loose = engine._bounds._encode(mixed, None, plan, True, utf8_bounds)
+    exact = engine._bounds._encode(mixed, None, plan, True, utf8_lengths)
+    assert loose.cost > exact.cost and loose.slices != exact.slices
+    assert encode_bound(engine, mixed, None, EncodeOptions(padding=True)) == exact
+    small = mixed[:8]
+    assert encode_bound(engine, small, None, EncodeOptions(padding=True)) == engine._bounds._encode(
+        small, None, plan, True, utf8_bounds
+    )
 
 
 def test_a_refused_render_gives_its_renderings_back_at_once():
