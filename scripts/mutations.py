@@ -157,8 +157,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "safetensors arrays flattened",
         "service/http/routes.py",
-        "return safetensors_bytes(result.data, metadata)",
-        "return safetensors_bytes({k: v.reshape(-1) for k, v in result.data.items()}, metadata)",
+        "return safetensors_parts(result.data, metadata)",
+        "return safetensors_parts({k: v.reshape(-1) for k, v in result.data.items()}, metadata)",
         (APP,),
         parity=True,
     ),

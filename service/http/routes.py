@@ -70,13 +70,14 @@ from .models import (
 from .negotiation import check_json_body, encode_answer_type, json_answer_type
 from .responses import (
     STATUS_BY_KIND,
+    BodyPart,
     BodyResponse,
     answer_error,
     error_response,
     json_bytes,
     json_response,
     ragged_arrays,
-    safetensors_bytes,
+    safetensors_parts,
 )
 from .runtime import Runtime
 
@@ -112,7 +113,7 @@ class WorkRoute(Generic[Body, Result]):
     doc: str
     request: type[Body]
     submit: Callable[[Engine, Body, Reservation], asyncio.Future[Result]]
-    answer: Callable[[Body, Result, AnswerContext], bytes]
+    answer: Callable[[Body, Result, AnswerContext], BodyPart | list[BodyPart]]
     media_types: tuple[str, ...] = (JSON_MEDIA_TYPE,)
     answer_type: Callable[[str | None], str] = json_answer_type
     body: BodyKind = BodyKind.TEXTS
@@ -120,17 +121,19 @@ class WorkRoute(Generic[Body, Result]):
 
 
 # -- the work routes: request model, engine submit, answer shaping ----------------------------------------
-def _encode_answer(body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: AnswerContext) -> bytes:
+def _encode_answer(
+    body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: AnswerContext
+) -> bytes | list[BodyPart]:
     return _encoded_answer(len(body.texts), result, answering)
 
 
 def _chat_encode_answer(
     body: ConversationsRequest[ChatOptions], result: EncodedBatch, answering: AnswerContext
-) -> bytes:
+) -> bytes | list[BodyPart]:
     return _encoded_answer(len(body.conversations), result, answering)
 
 
-def _encoded_answer(rows: int, result: EncodedBatch, answering: AnswerContext) -> bytes:
+def _encoded_answer(rows: int, result: EncodedBatch, answering: AnswerContext) -> bytes | list[BodyPart]:
     """An encode's answer (JSON, safetensors, or the ragged binary), whatever its inputs were."""
     answering.metrics.texts.inc(rows)
     answering.metrics.tokens.inc(result.num_tokens)
@@ -138,14 +141,14 @@ def _encoded_answer(rows: int, result: EncodedBatch, answering: AnswerContext) -
     if answering.media_type == JSON_MEDIA_TYPE:
         return json_bytes(result.data)
     if answering.media_type == RAGGED_MEDIA_TYPE:
-        return safetensors_bytes(ragged_arrays(result.data), metadata)
+        return safetensors_parts(ragged_arrays(result.data), metadata)
     if not result.rectangular:
         raise ServiceError(
             HttpErrorKind.NOT_ACCEPTABLE,
             "the rows have different lengths, which a tensor cannot hold: ask for padding "
             "(padding='longest' or 'max_length'), or accept application/json",
         )
-    return safetensors_bytes(result.data, metadata)
+    return safetensors_parts(result.data, metadata)
 
 
 def _tokenize_answer(body: TextsRequest[TokenizeOptions], result: TokenizedBatch, answering: AnswerContext) -> bytes:
@@ -389,10 +392,11 @@ class Routes:
     async def _read_body(
         self, request: Request, size: int | None, reservation: Reservation, kind: BodyKind
     ) -> bytes | bytearray:
-        """The body, in one buffer: with a Content-Length, copied into place as it arrives (never the
-        chunks and a joined copy at once); without one, the reservation grows as the body comes."""
+        """The body, in one buffer: as it came when it came in one piece (the usual case), else, with a
+        Content-Length, copied into place as it arrives (never the chunks and a joined copy at once); without
+        one, the reservation grows as the body comes."""
         limit = self.settings.max_body_bytes
-        buffer = bytearray(size) if size else None
+        buffer: bytearray | None = None
         chunks: list[bytes] = []
         received = 0
         reserved = size or 0
@@ -403,8 +407,13 @@ class Routes:
                 end = received + len(chunk)
                 if end > limit:
                     raise ServiceError(ErrorKind.TOO_LARGE, f"the body exceeds max_body_bytes={limit}")
-                if buffer is not None:
-                    buffer[received:end] = chunk  # the server's parser holds the body to its Content-Length
+                if size:  # (the server's parser holds the body to its Content-Length)
+                    if not received and end == size:
+                        chunks.append(chunk)
+                    else:
+                        if buffer is None:
+                            buffer = bytearray(size)
+                        buffer[received:end] = chunk
                 else:
                     if end > reserved:
                         # doubling: a body of n bytes costs about log2(n) resizes (each a budget transaction that
@@ -418,7 +427,7 @@ class Routes:
             raise ServiceError(HttpErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
         if buffer is not None:
             return buffer if received == len(buffer) else buffer[:received]
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 class DirectWorkRoutes:
