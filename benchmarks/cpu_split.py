@@ -364,8 +364,40 @@ class OneWorker:
             self.proc.wait(5)
 
 
+def api_floor_ms(backend: Any, bodies: list[bytes], rounds: int) -> dict[str, float]:
+    """What any server on tokenizers 0.23's Python API holds the GIL for per batch beside the encode call's own
+    Python side (which the servers measure, "in call"), CPU ms of this one thread, median over ``rounds`` passes
+    of ``bodies``: parsing the texts out of the request body (orjson), reading each encoding's ids -- a Python
+    list of Python ints per text, the only way that API gives them -- into one int64 buffer (``array.fromlist``,
+    the cheapest conversion measured), and freeing the encodings (Rust frees them under the GIL). The encode
+    call itself is untimed; it runs with parallelism on, as the servers' does (the pool's threads allocate what
+    this thread frees, as there)."""
+    from array import array
+
+    parse, read, free = [], [], []
+    for _ in range(rounds):
+        for body in bodies:
+            started = time.thread_time()
+            texts = orjson.loads(body)["texts"]
+            parsed = time.thread_time()
+            encodings = backend.encode_batch_fast(texts)
+            reading = time.thread_time()
+            ids = array("Q")
+            for encoding in encodings:
+                ids.fromlist(encoding.ids)
+            freeing = time.thread_time()
+            del encodings
+            freed = time.thread_time()
+            parse.append(parsed - started)
+            read.append(freeing - reading)
+            free.append(freed - freeing)
+    medians = {name: 1000 * statistics.median(values) for name, values in (("parse", parse), ("read", read))}
+    return {**medians, "free": 1000 * statistics.median(free)}
+
+
 def worker_main() -> int:
-    """The worker's side: ``setup`` loads a tokenizer and batches, ``measure`` tokenizes them for a while."""
+    """The worker's side: ``setup`` loads a tokenizer and batches, ``measure`` tokenizes them for a while,
+    ``floor`` measures :func:`api_floor_ms`."""
     from transformers import AutoTokenizer
 
     tokenizer: Any = None
@@ -379,6 +411,16 @@ def worker_main() -> int:
                 for batch in batches:  # untimed: the first calls warm caches up
                     tokenizer(batch, return_tensors="np", **OPTIONS_BATCH)
                 answer: dict[str, Any] = {"ok": True}
+            elif command["op"] == "floor":
+                backend = tokenizer.backend_tokenizer
+                backend.enable_truncation(max_length=OPTIONS_BATCH["max_length"])  # as the batches' call sets it
+                os.environ["TOKENIZERS_PARALLELISM"] = "true"  # (read by tokenizers at each call)
+                try:
+                    bodies = [orjson.dumps({"texts": batch, **OPTIONS_BATCH}) for batch in batches]
+                    answer = api_floor_ms(backend, bodies, command["rounds"])
+                finally:
+                    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+                    backend.no_truncation()
             else:
                 done = by_deadline = 0
                 started = time.process_time()
@@ -426,6 +468,7 @@ def measure_corpus(
         for server in servers.values():  # every batch once through each server before measuring
             for body in bodies:
                 server.post(0, body)
+        floor = worker.ask({"op": "floor", "rounds": counts.rounds}, 300)
         variants = tuple(runs)
         for round_ in range(counts.rounds):
             log(f"{row.name}: round {round_ + 1}/{counts.rounds}")
@@ -438,7 +481,7 @@ def measure_corpus(
         for server in servers.values():
             server.stop()
     figures = {name: _medians(name_runs) for name, name_runs in runs.items()}
-    return {**asdict(row), "figures": figures, "rounds": runs}
+    return {**asdict(row), "figures": figures, "rounds": runs, "api_floor_ms": floor}
 
 
 def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -487,6 +530,25 @@ def report(results: dict[str, Any]) -> str:
                 value = figures[other]["gil_side_ms"]
                 cells.append(f"{other} {value:.2f} ({value / figures[base]['gil_side_ms']:.2f}x)")
             lines.append(f"  {row['label']:48} " + ", ".join(cells))
+    lines += [
+        "",
+        "The floor of tokenizers 0.23's Python API, ms/batch: the servers' 'in call' (the encode call's Python",
+        "side) + what any server must do with its answer under the GIL (measured alone, in the worker):",
+    ]
+    for row in results["corpora"]:
+        floor = row.get("api_floor_ms")
+        if floor is None:
+            continue
+        for checkout in meta["checkouts"]:
+            f = row["figures"][checkout]
+            if f["in_encode_call_ms"] is None:
+                continue
+            total = f["in_encode_call_ms"] + floor["parse"] + floor["read"] + floor["free"]
+            lines.append(
+                f"  {row['label']:48} {checkout}: in call {f['in_encode_call_ms']:.2f} + parse {floor['parse']:.2f} "
+                f"+ ids read {floor['read']:.2f} + encodings freed {floor['free']:.2f} = {total:.2f} "
+                f"({total / f['gil_side_ms']:.0%} of its GIL side)"
+            )
     lines.append(
         "\nGIL side: CPU of the Python threads (loop: the event loop thread; tok.thr: the tokenizer thread, of "
         "which 'in call' inside the Rust encode call, GIL held there but for a wait of ~0 CPU; other: any other "
