@@ -117,14 +117,9 @@ class Collator:
             encoded = flatten(rows, **self.packing_options)
         else:
             encoded = dict(self.client.encode(texts, pairs, return_tensors="pt", **self.options))
-        if extras and extras[0]:
-            from torch.utils.data import default_collate
+        from .sft import collate_fields
 
-            collated = default_collate(extras)
-            clash = set(collated) & set(encoded)
-            if clash:
-                raise ValueError(f"field(s) {sorted(clash)} clash with the collator's output keys; rename them")
-            encoded.update(collated)
+        encoded.update(collate_fields(extras or [], taken=list(encoded)))
         return encoded
 
     @property
