@@ -113,18 +113,13 @@ class ClientBase(Generic[TransportT]):
     def collator(
         self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
     ) -> Collator:
-        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
-
-        The batch may hold strings, ``(text, pair)`` tuples, or dicts: then ``text_field`` (and
-        ``pair_field``) name the text(s), and every other field is collated as ``default_collate`` would
-        (labels become a tensor). The result is one dict of int64 tensors plus those fields. ``options``
-        are those of ``encode`` (``padding`` defaults to True here: tensors need rectangular batches).
-
-        ``packing=True``: padding-free batches, exactly as transformers' ``DataCollatorWithFlattening`` makes
-        them (``input_ids``/``labels``/``position_ids`` of shape ``[1, total]``; its options
-        ``return_flash_attn_kwargs``, ``return_seq_idx``, ``separator_id``, ``return_position_ids`` and
-        ``position_ids_start`` are taken here too). ``collator.batch_sampler(dataset, max_tokens=...)`` then
-        gives the batches a token budget (see :class:`Collator`).
+        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service: a
+        :class:`~service.data.Collator`. A batch holds strings, ``(text, pair)`` tuples, or dicts (``text_field`` and
+        ``pair_field`` name the text(s); every other field is collated as ``default_collate`` would); the result is
+        one dict of int64 tensors plus those fields. ``options`` are those of ``encode`` (``padding`` defaults to
+        True: tensors need rectangular batches). ``packing=True``: padding-free batches, exactly as transformers'
+        ``DataCollatorWithFlattening`` makes them, with its options. ``collator.batch_sampler(dataset,
+        max_tokens=...)`` gives the batches a token budget.
         """
         from ..data.collate import Collator
 

@@ -49,28 +49,23 @@ class TokenizerClient(ClientBase[SyncTransport]):
     """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns
     what ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service.
 
-    ``url``: a base URL, several (list or comma-separated: calls are spread over them, with failover), or
-    None for ``$TOKENIZER_SERVICE_URL``. ``api_key``: sent as ``Authorization: Bearer`` (default
-    ``$TOKENIZER_SERVICE_API_KEY``). ``timeout``: seconds or :class:`Timeout` (default: its connect and read
-    defaults). ``retry``: a :class:`RetryPolicy` for connection errors and the answers raised as
-    :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a proxy's 502, a slow
-    upload).
-    ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
-    :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at least 12 hex
-    digits, as ``serve`` logs it, pins the fingerprints that begin with it).
-    ``transport``: a :class:`~service.transport.SyncTransport` (default :class:`HTTPTransport`).
-
     Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
     connections (a later call reconnects).
 
     Args:
-        url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several, or None.
-        api_key: the service's API key, if it has one.
-        timeout: per request: seconds, or a :class:`Timeout`.
-        retry: when and how long to retry, and fail over.
-        expected_fingerprint: the tokenizer this client accepts answers from.
+        url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several (a list, or
+            comma-separated: calls are spread over them, with failover), or None for ``$TOKENIZER_SERVICE_URL``.
+        api_key: sent as ``Authorization: Bearer`` (default ``$TOKENIZER_SERVICE_API_KEY``).
+        timeout: per request: seconds, or a :class:`Timeout` (default: its connect and read defaults).
+        retry: a :class:`RetryPolicy`: how long to retry, and fail over, on connection errors and the answers
+            raised as :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a
+            proxy's 502, a slow upload).
+        expected_fingerprint: pin the tokenizer: any answer from a server with another fingerprint raises
+            :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at
+            least 12 hex digits, as ``serve`` logs it, pins the fingerprints that begin with it).
         headers: extra headers sent with every request.
-        transport: how requests are sent (tests pass a :class:`MockTransport`).
+        transport: how requests are sent: a :class:`~service.transport.SyncTransport` (default
+            :class:`HTTPTransport`; tests pass a :class:`MockTransport`).
 
     Raises:
         ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, or a URL that is not a service URL
