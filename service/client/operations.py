@@ -112,6 +112,14 @@ def _json_body(response: Response, url: str, key: str | None = None) -> Any:
     return body
 
 
+def _listed(body: dict[str, Any], key: str, count: int, what: str, url: str, entry: type | None = None) -> list[Any]:
+    """``body[key]``, which must be a list of ``count`` entries (each an ``entry``, if given); else ProtocolError."""
+    values = body.get(key)
+    if not isinstance(values, list) or len(values) != count or (entry and not all(type(v) is entry for v in values)):
+        raise ProtocolError(f"{url}: expected {count} {what} under {key!r}, got {values!r:.200}", url=url)
+    return values
+
+
 # -- building calls --------------------------------------------------------------------------------------
 
 
@@ -240,12 +248,8 @@ def _checked_batch_size(batch_size: int) -> int:
 
 def _lengths_parser(count: int, overflowing: bool) -> Callable[[Response, str], list[Any]]:
     def parse(response: Response, url: str) -> list[Any]:
-        lengths = _json_body(response, url, LENGTHS_KEY)[LENGTHS_KEY]
-        entry = list if overflowing else int
-        if not isinstance(lengths, list) or len(lengths) != count or not all(type(n) is entry for n in lengths):
-            want = "lists of ints" if overflowing else "ints"
-            raise ProtocolError(f"{url}: expected {count} {want} under {LENGTHS_KEY!r}, got {lengths!r:.200}", url=url)
-        return lengths
+        entry, want = (list, "lists of ints") if overflowing else (int, "ints")
+        return _listed(_json_body(response, url, LENGTHS_KEY), LENGTHS_KEY, count, want, url, entry)
 
     return parse
 
@@ -293,18 +297,10 @@ def tokenize_call(text: Any, pair: Any, options: TokenizeOptions) -> Call[Any]:
 
     def parse(response: Response, url: str) -> Any:
         body = _json_body(response, url, "tokens")
-        tokens = body["tokens"]
-        if not isinstance(tokens, list) or len(tokens) != len(texts):
-            raise ProtocolError(
-                f"{url}: expected {len(texts)} token lists under 'tokens', got {tokens!r:.200}", url=url
-            )
+        tokens = _listed(body, "tokens", len(texts), "token lists", url)
         if not with_ids:
             return tokens if batched else tokens[0]
-        sequence_ids = body.get("sequence_ids")
-        if not isinstance(sequence_ids, list) or len(sequence_ids) != len(texts):
-            raise ProtocolError(
-                f"{url}: expected {len(texts)} lists under 'sequence_ids', got {sequence_ids!r:.200}", url=url
-            )
+        sequence_ids = _listed(body, "sequence_ids", len(texts), "lists", url)
         if batched:
             return {"tokens": tokens, "sequence_ids": sequence_ids}
         return {"tokens": tokens[0], "sequence_ids": sequence_ids[0]}
@@ -396,11 +392,7 @@ def apply_chat_template_call(
     if not tokenize:
 
         def texts(response: Response, url: str) -> Any:
-            rendered = _json_body(response, url, "texts")["texts"]
-            if not isinstance(rendered, list) or len(rendered) != len(conversations):
-                raise ProtocolError(
-                    f"{url}: expected {len(conversations)} texts under 'texts', got {rendered!r:.200}", url=url
-                )
+            rendered = _listed(_json_body(response, url, "texts"), "texts", len(conversations), "texts", url)
             return rendered if batched else rendered[0]
 
         return Call("POST", CHAT_RENDER_PATH, body, texts)
