@@ -26,24 +26,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from ..transport import AsyncTransport, HTTPTransport, MockTransport, Request, Response, SyncTransport, Timeout
-from ..transport.exceptions import (
-    ConnectError,
-    FingerprintMismatch,
-    InvalidRequest,
-    LaunchError,
-    NotAcceptable,
-    PayloadTooLarge,
-    ProtocolError,
-    RequestRejected,
-    RequestTimeout,
-    RetriesExhausted,
-    ServerBusy,
-    ServiceUnreachable,
-    TokenizerServiceError,
-    TransportError,
-    TransportTimeout,
-    Unauthorized,
-)
+from ..transport.exceptions import *  # noqa: F403  # the SDK raises the one exception tree: all of it
+from ..transport.exceptions import __all__ as _EXCEPTIONS
 from ..wire import API_KEY_ENV, URL_ENV
 from .results import EncodeResult, RaggedResult
 from .retrying import RetryLog, RetryPolicy
@@ -73,23 +57,7 @@ __all__ = [
     "MockTransport",
     "SyncTransport",
     "AsyncTransport",
-    # errors
-    "TokenizerServiceError",
-    "TransportError",
-    "ConnectError",
-    "TransportTimeout",
-    "ProtocolError",
-    "RequestRejected",
-    "InvalidRequest",
-    "Unauthorized",
-    "PayloadTooLarge",
-    "NotAcceptable",
-    "ServerBusy",
-    "RequestTimeout",
-    "FingerprintMismatch",
-    "RetriesExhausted",
-    "ServiceUnreachable",
-    "LaunchError",
+    *_EXCEPTIONS,
 ]
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Sequence
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from ..transport.base import AsyncTransport, SyncTransport, Timeout
+from ..transport.base import AsyncTransport, SyncTransport
 from ..transport.exceptions import TransportError
 from ..transport.streams import AsyncHTTPTransport
 from .base import ClientBase, launched
@@ -21,7 +21,7 @@ from .operations import (
     finish,
     retried_rejection,
 )
-from .retrying import Attempts, RetryPolicy
+from .retrying import Attempts
 from .sync_client import TokenizerClient
 
 T = TypeVar("T")
@@ -42,33 +42,15 @@ def _twin(
     return twin
 
 
-class AsyncTokenizerClient(ClientBase):
+class AsyncTokenizerClient(ClientBase[AsyncTransport]):
     """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
     (``await client(texts, ...)``: each is the sync method's own body, :func:`_twin`), ``aclose()`` and
     ``async with``. The default transport is
     :class:`AsyncHTTPTransport` (lean asyncio streams; one connection pool per process and event loop);
     ``transport=AsyncHTTPXTransport()`` uses ``httpx.AsyncClient`` instead."""
 
-    def __init__(
-        self,
-        url: str | Sequence[str] | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: Timeout | float | None = Timeout(),
-        retry: RetryPolicy = RetryPolicy(),
-        expected_fingerprint: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: AsyncTransport | None = None,
-    ) -> None:
-        super().__init__(
-            url,
-            api_key=api_key,
-            timeout=timeout,
-            retry=retry,
-            expected_fingerprint=expected_fingerprint,
-            headers=headers,
-        )
-        self._transport: AsyncTransport = transport if transport is not None else AsyncHTTPTransport()
+    def _default_transport(self) -> AsyncTransport:
+        return AsyncHTTPTransport()
 
     async def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._endpoints, self.retry, call.what)
@@ -115,10 +97,7 @@ class AsyncTokenizerClient(ClientBase):
         def start() -> AsyncTokenizerClient:
             from ..launch.transport import AsyncLaunchedTransport
 
-            def bound(launch: Any, inner: Any) -> AsyncLaunchedTransport:
-                return AsyncLaunchedTransport(launch.service, launch.share, inner)
-
-            return launched(cls, model, options, bound)
+            return launched(cls, model, options, AsyncLaunchedTransport)
 
         return Launching(start)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import __version__
-from ..transport.base import Request, Timeout
+from ..transport.base import AsyncTransport, Request, SyncTransport, Timeout
 from ..wire import (
     API_KEY_ENV,
     AUTH_SCHEME,
@@ -25,17 +25,15 @@ from ..wire import (
     check_fingerprint_pin,
     parse_service_url,
 )
-from .operations import (
-    Call,
-)
+from .operations import Call
 from .retrying import Endpoints, RetryPolicy
 
 if TYPE_CHECKING:
     from ..data import ChatTokenizeFunction, TokenizeFunction, TokenizerLike
     from ..data.collate import ChatCollator, Collator
 
-T = TypeVar("T")
-C = TypeVar("C", bound="ClientBase")
+C = TypeVar("C", bound="ClientBase[Any]")
+TransportT = TypeVar("TransportT", SyncTransport, AsyncTransport)
 _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 
@@ -65,9 +63,7 @@ def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
     return tuple(urls)
 
 
-class ClientBase:
-    _transport: Any  # the twin's: a SyncTransport or an AsyncTransport
-
+class ClientBase(Generic[TransportT]):
     def __init__(
         self,
         url: str | Sequence[str] | None = None,
@@ -77,6 +73,7 @@ class ClientBase:
         retry: RetryPolicy = RetryPolicy(),
         expected_fingerprint: str | None = None,
         headers: Mapping[str, str] | None = None,
+        transport: TransportT | None = None,
     ) -> None:
         self.urls = resolve_urls(url)
         self.timeout = Timeout.of(timeout)
@@ -94,6 +91,10 @@ class ClientBase:
             base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {api_key}"
         self._headers = {accept: {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept, **base} for accept in _ACCEPTED}
         self._endpoints = Endpoints(self.urls)
+        self._transport: TransportT = transport if transport is not None else self._default_transport()
+
+    def _default_transport(self) -> TransportT:
+        raise NotImplementedError
 
     def _request(self, call: Call[Any], base_url: str) -> Request:
         headers = self._headers[call.accept]
@@ -112,18 +113,13 @@ class ClientBase:
     def collator(
         self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
     ) -> Collator:
-        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service.
-
-        The batch may hold strings, ``(text, pair)`` tuples, or dicts: then ``text_field`` (and
-        ``pair_field``) name the text(s), and every other field is collated as ``default_collate`` would
-        (labels become a tensor). The result is one dict of int64 tensors plus those fields. ``options``
-        are those of ``encode`` (``padding`` defaults to True here: tensors need rectangular batches).
-
-        ``packing=True``: padding-free batches, exactly as transformers' ``DataCollatorWithFlattening`` makes
-        them (``input_ids``/``labels``/``position_ids`` of shape ``[1, total]``; its options
-        ``return_flash_attn_kwargs``, ``return_seq_idx``, ``separator_id``, ``return_position_ids`` and
-        ``position_ids_start`` are taken here too). ``collator.batch_sampler(dataset, max_tokens=...)`` then
-        gives the batches a token budget (see :class:`Collator`).
+        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service: a
+        :class:`~service.data.Collator`. A batch holds strings, ``(text, pair)`` tuples, or dicts (``text_field`` and
+        ``pair_field`` name the text(s); every other field is collated as ``default_collate`` would); the result is
+        one dict of int64 tensors plus those fields. ``options`` are those of ``encode`` (``padding`` defaults to
+        True: tensors need rectangular batches). ``packing=True``: padding-free batches, exactly as transformers'
+        ``DataCollatorWithFlattening`` makes them, with its options. ``collator.batch_sampler(dataset,
+        max_tokens=...)`` gives the batches a token budget.
         """
         from ..data.collate import Collator
 
@@ -190,32 +186,24 @@ class ClientBase:
 LAUNCH_SETTINGS = ("start_timeout", "python", "replicas")
 
 
-def split_launch_options(
-    client_class: Callable[..., Any], options: Mapping[str, Any]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """``launch``'s keywords as (the client's, the launcher's, the server's): the client's are the parameters of
-    ``client_class`` (its URL aside: the launched service's), read from its signature."""
+def launched(
+    client_class: Callable[..., C], model: Any, options: Mapping[str, Any], transport_class: Callable[..., Any]
+) -> C:
+    """A ``client_class`` bound to the service ``launch`` starts or finds for ``model`` and ``options`` (the
+    client's, read from its signature, its URL aside; the launcher's; the server's), on a ``transport_class``
+    (a launched transport, around the ``transport=`` given, if any)."""
     import inspect
 
-    own = set(inspect.signature(client_class).parameters) - {"url"}
-    client = {name: value for name, value in options.items() if name in own}
-    launcher = {name: value for name, value in options.items() if name in LAUNCH_SETTINGS}
-    server = {name: value for name, value in options.items() if name not in own and name not in LAUNCH_SETTINGS}
-    return client, launcher, server
-
-
-def launched(
-    client_class: Callable[..., C], model: Any, options: Mapping[str, Any], bound: Callable[[Any, Any], Any]
-) -> C:
-    """A ``client_class`` bound to the service ``launch`` starts or finds for ``model`` and ``options``:
-    ``bound(launch, inner)`` makes its transport (a launched one, around the ``transport=`` given, if any)."""
     from ..launch.transport import launch
 
-    client_options, launcher, server = split_launch_options(client_class, options)
+    own = set(inspect.signature(client_class).parameters) - {"url"}
+    client_options = {name: value for name, value in options.items() if name in own}
+    launcher = {name: value for name, value in options.items() if name in LAUNCH_SETTINGS}
+    server = {name: value for name, value in options.items() if name not in own and name not in LAUNCH_SETTINGS}
     expected = client_options.pop("expected_fingerprint", None)
     service = launch(model, server, api_key=client_options.get("api_key"), expected_fingerprint=expected, **launcher)
     try:
-        transport = bound(service, client_options.pop("transport", None))
+        transport = transport_class(service.service, service.share, client_options.pop("transport", None))
         return client_class(
             list(service.service.urls),
             expected_fingerprint=service.service.fingerprint,

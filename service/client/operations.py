@@ -57,17 +57,11 @@ from .results import (
     to_torch,
 )
 
-
-def _json_loader() -> Callable[[bytes | bytearray], Any]:
-    """orjson's ``loads`` where installed (faster; it is on the server side), else the standard library's."""
-    try:
-        import orjson
-    except ImportError:  # pragma: no cover - depends on the environment
-        return json.loads
-    return orjson.loads
-
-
-_json_loads = _json_loader()
+_json_loads: Callable[[bytes | bytearray], Any]
+try:  # orjson where installed: faster (it is on the server side)
+    from orjson import loads as _json_loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _json_loads = json.loads
 
 #: The exception of each ``error_type`` (the one status table, ``service.wire.ERROR_TYPES``), and of each status
 #: for an error answer whose body names no ``error_type`` the table knows (a proxy's page, say).
@@ -116,6 +110,14 @@ def _json_body(response: Response, url: str, key: str | None = None) -> Any:
         want = f"an object with {key!r}" if key else "an object"
         raise ProtocolError(f"{url}: expected {want}, got {bytes(response.body[:100])!r}", url=url)
     return body
+
+
+def _listed(body: dict[str, Any], key: str, count: int, what: str, url: str, entry: type | None = None) -> list[Any]:
+    """``body[key]``, which must be a list of ``count`` entries (each an ``entry``, if given); else ProtocolError."""
+    values = body.get(key)
+    if not isinstance(values, list) or len(values) != count or (entry and not all(type(v) is entry for v in values)):
+        raise ProtocolError(f"{url}: expected {count} {what} under {key!r}, got {values!r:.200}", url=url)
+    return values
 
 
 # -- building calls --------------------------------------------------------------------------------------
@@ -227,11 +229,8 @@ def lengths_calls(
     """The ``/lengths`` requests for ``text`` (a str, a batch, or pairs, read as ``encode`` reads them), at most
     ``batch_size`` texts each, and whether the input was a batch. Each call's answer is checked to hold one
     entry per text it sent."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    _checked_batch_size(batch_size)
     texts, pairs, batched = split_inputs(text, text_pair)
-    if not texts:
-        return [], batched
     overflowing = bool(options.return_overflowing_tokens)
     calls = []
     for start in range(0, len(texts), batch_size):
@@ -241,14 +240,16 @@ def lengths_calls(
     return calls, batched
 
 
+def _checked_batch_size(batch_size: int) -> int:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
+    return batch_size
+
+
 def _lengths_parser(count: int, overflowing: bool) -> Callable[[Response, str], list[Any]]:
     def parse(response: Response, url: str) -> list[Any]:
-        lengths = _json_body(response, url, LENGTHS_KEY)[LENGTHS_KEY]
-        entry = list if overflowing else int
-        if not isinstance(lengths, list) or len(lengths) != count or not all(type(n) is entry for n in lengths):
-            want = "lists of ints" if overflowing else "ints"
-            raise ProtocolError(f"{url}: expected {count} {want} under {LENGTHS_KEY!r}, got {lengths!r:.200}", url=url)
-        return lengths
+        entry, want = (list, "lists of ints") if overflowing else (int, "ints")
+        return _listed(_json_body(response, url, LENGTHS_KEY), LENGTHS_KEY, count, want, url, entry)
 
     return parse
 
@@ -296,18 +297,10 @@ def tokenize_call(text: Any, pair: Any, options: TokenizeOptions) -> Call[Any]:
 
     def parse(response: Response, url: str) -> Any:
         body = _json_body(response, url, "tokens")
-        tokens = body["tokens"]
-        if not isinstance(tokens, list) or len(tokens) != len(texts):
-            raise ProtocolError(
-                f"{url}: expected {len(texts)} token lists under 'tokens', got {tokens!r:.200}", url=url
-            )
+        tokens = _listed(body, "tokens", len(texts), "token lists", url)
         if not with_ids:
             return tokens if batched else tokens[0]
-        sequence_ids = body.get("sequence_ids")
-        if not isinstance(sequence_ids, list) or len(sequence_ids) != len(texts):
-            raise ProtocolError(
-                f"{url}: expected {len(texts)} lists under 'sequence_ids', got {sequence_ids!r:.200}", url=url
-            )
+        sequence_ids = _listed(body, "sequence_ids", len(texts), "lists", url)
         if batched:
             return {"tokens": tokens, "sequence_ids": sequence_ids}
         return {"tokens": tokens[0], "sequence_ids": sequence_ids[0]}
@@ -346,8 +339,6 @@ def _plain_message(message: Any) -> Any:
         return message
     if hasattr(message, "model_dump"):
         return message.model_dump()
-    import dataclasses
-
     if dataclasses.is_dataclass(message) and not isinstance(message, type):
         return dataclasses.asdict(message)
     return message  # the server names what is wrong with it
@@ -368,24 +359,9 @@ def _chat_body(conversations: list[Any], options: ChatOptions) -> bytes:
         raise TypeError(f"conversations and their options must hold JSON values only ({exc})") from None
 
 
-def chat_options(
-    *,
-    tools: Any,
-    documents: Any,
-    chat_template: str | None,
-    add_generation_prompt: bool,
-    continue_final_message: bool | str,
-    sanitize_control_tokens: bool,
-    padding: bool | str,
-    truncation: bool | str | None,
-    max_length: int | None,
-    return_assistant_tokens_mask: bool,
-    tokenizer_kwargs: dict[str, Any] | None,
-    assistant_masks_from: str,
-    template_variables: dict[str, Any],
-) -> ChatOptions:
-    """The wire's :class:`ChatOptions` from ``apply_chat_template``'s arguments, mapped as transformers maps them:
-    ``tokenizer_kwargs`` to the tokenizer's options, every other keyword to a template variable."""
+def chat_tokenizer_kwargs(tokenizer_kwargs: dict[str, Any] | None, sanitize_control_tokens: bool) -> dict[str, Any]:
+    """``apply_chat_template``'s ``tokenizer_kwargs`` as options of the wire's :class:`ChatOptions` (transformers maps
+    every other keyword to a template variable), refusing what the service does not support."""
     if sanitize_control_tokens:
         raise ValueError(
             "sanitize_control_tokens is not supported by the service yet: control tokens in messages are encoded "
@@ -397,20 +373,7 @@ def chat_options(
         raise ValueError(
             f"tokenizer_kwargs {unknown} are not supported by the service; it takes {list(CHAT_TOKENIZER_KWARGS)}"
         )
-    return ChatOptions(
-        tools=tools,
-        documents=documents,
-        chat_template=chat_template,
-        add_generation_prompt=add_generation_prompt,
-        continue_final_message=continue_final_message,
-        chat_template_kwargs=template_variables or None,
-        return_assistant_tokens_mask=return_assistant_tokens_mask,
-        assistant_masks_from=assistant_masks_from,
-        padding=padding,
-        truncation=truncation,
-        max_length=max_length,
-        **extra,
-    )
+    return extra
 
 
 def apply_chat_template_call(
@@ -429,11 +392,7 @@ def apply_chat_template_call(
     if not tokenize:
 
         def texts(response: Response, url: str) -> Any:
-            rendered = _json_body(response, url, "texts")["texts"]
-            if not isinstance(rendered, list) or len(rendered) != len(conversations):
-                raise ProtocolError(
-                    f"{url}: expected {len(conversations)} texts under 'texts', got {rendered!r:.200}", url=url
-                )
+            rendered = _listed(_json_body(response, url, "texts"), "texts", len(conversations), "texts", url)
             return rendered if batched else rendered[0]
 
         return Call("POST", CHAT_RENDER_PATH, body, texts)
@@ -461,39 +420,28 @@ def chat_lengths_calls(
 ) -> tuple[list[Call[list[int]]], bool]:
     """The requests of ``client.lengths`` of a conversation or a batch of them (as :func:`lengths_calls` is of
     texts), and whether the input was a batch: each count ``len(apply_chat_template(conversation,
-    truncation=..., max_length=...)["input_ids"])`` with the tokenizer's default template; the options that only
-    texts have are refused when set."""
+    truncation=..., max_length=...)["input_ids"])`` with the tokenizer's default template, read as the row lengths
+    of a ragged encode of ids only; the options that only texts have are refused when set."""
     if options.stride or options.return_overflowing_tokens:
         raise ValueError(
             "stride and return_overflowing_tokens do not apply to conversations (apply_chat_template has none)"
         )
     conversations, batched = read_conversations(conversation)
-    chat = ChatOptions(truncation=options.truncation, max_length=options.max_length)
-    return _chat_lengths_batches(conversations, chat, batch_size), batched
-
-
-def chat_ragged_call(conversations: list[Any], options: ChatOptions) -> Call[RaggedResult]:
-    """``/chat/encode`` of a batch of conversations, answered in the ragged binary layout."""
-    return ragged_call_for(_chat_body(conversations, options), CHAT_ENCODE_PATH)
-
-
-def _chat_lengths_batches(conversations: list[Any], options: ChatOptions, batch_size: int) -> list[Call[list[int]]]:
-    """Token counts of conversations, ``batch_size`` per request: the row lengths of their ragged encode (ids
-    only: no attention mask, no masks, no padding)."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
-    counted = dataclasses.replace(
-        options, padding=False, return_attention_mask=False, return_assistant_tokens_mask=False, pad_to_multiple_of=None
-    )
+    counted = ChatOptions(truncation=options.truncation, max_length=options.max_length, return_attention_mask=False)
     calls = []
-    for start in range(0, len(conversations), batch_size):
+    for start in range(0, len(conversations), _checked_batch_size(batch_size)):
         ragged = chat_ragged_call(conversations[start : start + batch_size], counted)
 
         def parse(response: Response, url: str, ragged: Call[RaggedResult] = ragged) -> list[int]:
             return [int(n) for n in ragged.parse(response, url).row_lengths.tolist()]
 
         calls.append(Call("POST", CHAT_ENCODE_PATH, ragged.body, parse, accept=ragged.accept))
-    return calls
+    return calls, batched
+
+
+def chat_ragged_call(conversations: list[Any], options: ChatOptions) -> Call[RaggedResult]:
+    """``/chat/encode`` of a batch of conversations, answered in the ragged binary layout."""
+    return ragged_call_for(_chat_body(conversations, options), CHAT_ENCODE_PATH)
 
 
 def info_call() -> Call[dict[str, Any]]:

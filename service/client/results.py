@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -55,9 +56,6 @@ class EncodeResult(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return len(self._data)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -182,8 +180,6 @@ def ragged_from_safetensors(body: bytes | bytearray, url: str) -> RaggedResult:
 
 
 def ordered(data: dict[str, Any]) -> dict[str, Any]:
-    if list(data) == sorted(data, key=lambda k: _RANK.get(k, len(_RANK))):
-        return data
     return {k: data[k] for k in sorted(data, key=lambda k: _RANK.get(k, len(_RANK)))}
 
 
@@ -213,9 +209,7 @@ def arrays_from_safetensors(body: bytes | bytearray, url: str) -> dict[str, Any]
             start, end = entry["data_offsets"]
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError(f"{url}: bad safetensors entry {name!r}: {entry!r}", url=url) from exc
-        count = 1
-        for dim in shape:
-            count *= dim
+        count = math.prod(shape)
         if end - start != count * dtype.itemsize or base + end > len(body):
             raise ProtocolError(f"{url}: safetensors entry {name!r} does not fit its shape {shape}", url=url)
         if count == 0:

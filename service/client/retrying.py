@@ -156,11 +156,8 @@ class Endpoints:
     """The base URLs of one client with their health and load, per process (rebuilt after a fork or
     unpickling), shared by the threads of the process under one lock."""
 
-    def __init__(self, urls: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
-        if not urls:
-            raise ValueError("at least one URL is needed")
+    def __init__(self, urls: Sequence[str]) -> None:
         self.urls = tuple(urls)
-        self.clock = clock
         self._pid: int | None = None
         self._states: list[_EndpointState] = []
         self._next = 0
@@ -170,10 +167,10 @@ class Endpoints:
         self.answered = False
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"urls": self.urls, "clock": self.clock, "answered": self.answered}
+        return {"urls": self.urls, "answered": self.answered}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.urls, self.clock, self.answered = state["urls"], state["clock"], state["answered"]
+        self.urls, self.answered = state["urls"], state["answered"]
         self._pid, self._states, self._next, self._lock = None, [], 0, threading.Lock()
 
     def _current(self) -> list[_EndpointState]:
@@ -196,7 +193,7 @@ class Endpoints:
         return state, wait
 
     def _pick(self, states: list[_EndpointState], avoid: _EndpointState | None) -> tuple[_EndpointState, float]:
-        now = self.clock()
+        now = time.monotonic()
         count = len(states)
         start = self._next
         self._next = (start + 1) % count
@@ -250,7 +247,7 @@ class Endpoints:
                 pause = min(max(retry_after, 0.0), policy.max_retry_after)
             else:
                 pause = policy.backoff(state.failures)
-            state.available_at = self.clock() + pause
+            state.available_at = time.monotonic() + pause
 
 
 class Attempts:
@@ -261,7 +258,7 @@ class Attempts:
         self.endpoints = endpoints
         self.policy = policy
         self.what = what  # "POST /encode", for messages
-        self.started = endpoints.clock()
+        self.started = time.monotonic()
         self.count = 0
         self.tried: list[str] = []
         self.last_error: BaseException | None = None
@@ -279,7 +276,7 @@ class Attempts:
         state, wait = self.endpoints.choose(avoid=self._last)
         self._outstanding = state
         if self.count > 0:
-            elapsed = self.endpoints.clock() - self.started
+            elapsed = time.monotonic() - self.started
             if elapsed + wait > self.policy.deadline:
                 self.close()
                 raise self._exhausted(

@@ -8,9 +8,9 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from ..transport.base import SyncTransport, Timeout
+from ..transport.base import SyncTransport
 from ..transport.exceptions import TokenizerServiceError, TransportError
 from ..transport.stdlib import HTTPTransport
 from ..wire import (
@@ -21,12 +21,13 @@ from ..wire import (
     LengthOptions,
     TokenizeOptions,
 )
+from .base import ClientBase, launched
 from .operations import (
     Call,
     apply_chat_template_call,
     chat_lengths_calls,
-    chat_options,
     chat_ragged_call,
+    chat_tokenizer_kwargs,
     decode_call,
     encode_call,
     encode_ragged_call,
@@ -39,42 +40,32 @@ from .operations import (
     tokenize_call,
 )
 from .results import EncodeResult, RaggedResult
-from .retrying import Attempts, RetryPolicy
-
-if TYPE_CHECKING:  # the data tools are a layer above the SDK: imported when one is asked for
-    pass
-
-from .base import ClientBase, launched
+from .retrying import Attempts
 
 T = TypeVar("T")
 
 
-class TokenizerClient(ClientBase):
+class TokenizerClient(ClientBase[SyncTransport]):
     """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns
     what ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service.
-
-    ``url``: a base URL, several (list or comma-separated: calls are spread over them, with failover), or
-    None for ``$TOKENIZER_SERVICE_URL``. ``api_key``: sent as ``Authorization: Bearer`` (default
-    ``$TOKENIZER_SERVICE_API_KEY``). ``timeout``: seconds or :class:`Timeout` (default: its connect and read
-    defaults). ``retry``: a :class:`RetryPolicy` for connection errors and the answers raised as
-    :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a proxy's 502, a slow
-    upload).
-    ``expected_fingerprint``: pin the tokenizer; any answer from a server with another fingerprint raises
-    :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at least 12 hex
-    digits, as ``serve`` logs it, pins the fingerprints that begin with it).
-    ``transport``: a :class:`~service.transport.SyncTransport` (default :class:`HTTPTransport`).
 
     Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
     connections (a later call reconnects).
 
     Args:
-        url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several, or None.
-        api_key: the service's API key, if it has one.
-        timeout: per request: seconds, or a :class:`Timeout`.
-        retry: when and how long to retry, and fail over.
-        expected_fingerprint: the tokenizer this client accepts answers from.
+        url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several (a list, or
+            comma-separated: calls are spread over them, with failover), or None for ``$TOKENIZER_SERVICE_URL``.
+        api_key: sent as ``Authorization: Bearer`` (default ``$TOKENIZER_SERVICE_API_KEY``).
+        timeout: per request: seconds, or a :class:`Timeout` (default: its connect and read defaults).
+        retry: a :class:`RetryPolicy`: how long to retry, and fail over, on connection errors and the answers
+            raised as :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a
+            proxy's 502, a slow upload).
+        expected_fingerprint: pin the tokenizer: any answer from a server with another fingerprint raises
+            :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at
+            least 12 hex digits, as ``serve`` logs it, pins the fingerprints that begin with it).
         headers: extra headers sent with every request.
-        transport: how requests are sent (tests pass a :class:`MockTransport`).
+        transport: how requests are sent: a :class:`~service.transport.SyncTransport` (default
+            :class:`HTTPTransport`; tests pass a :class:`MockTransport`).
 
     Raises:
         ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, or a URL that is not a service URL
@@ -88,26 +79,8 @@ class TokenizerClient(ClientBase):
         ```
     """
 
-    def __init__(
-        self,
-        url: str | Sequence[str] | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: Timeout | float | None = Timeout(),
-        retry: RetryPolicy = RetryPolicy(),
-        expected_fingerprint: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: SyncTransport | None = None,
-    ) -> None:
-        super().__init__(
-            url,
-            api_key=api_key,
-            timeout=timeout,
-            retry=retry,
-            expected_fingerprint=expected_fingerprint,
-            headers=headers,
-        )
-        self._transport: SyncTransport = transport if transport is not None else HTTPTransport()
+    def _default_transport(self) -> SyncTransport:
+        return HTTPTransport()
 
     def _send(self, call: Call[T]) -> T:
         attempts = Attempts(self._endpoints, self.retry, call.what)
@@ -368,20 +341,19 @@ class TokenizerClient(ClientBase):
         a transformers argument) marks each assistant message's rendered turn instead, exactly, or refuses a
         template that rewrites earlier turns. ``sanitize_control_tokens`` is not supported yet.
         """
-        options = chat_options(
+        options = ChatOptions(
             tools=tools,
             documents=documents,
             chat_template=chat_template,
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
-            sanitize_control_tokens=sanitize_control_tokens,
+            chat_template_kwargs=kwargs or None,
+            return_assistant_tokens_mask=return_assistant_tokens_mask,
+            assistant_masks_from=assistant_masks_from,
             padding=padding,
             truncation=truncation,
             max_length=max_length,
-            return_assistant_tokens_mask=return_assistant_tokens_mask,
-            tokenizer_kwargs=tokenizer_kwargs,
-            assistant_masks_from=assistant_masks_from,
-            template_variables=kwargs,
+            **chat_tokenizer_kwargs(tokenizer_kwargs, sanitize_control_tokens),
         )
         call = apply_chat_template_call(
             conversation, options, tokenize=tokenize, return_tensors=return_tensors, return_dict=return_dict
@@ -460,10 +432,7 @@ class TokenizerClient(ClientBase):
         says to run ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/supervisor.py``."""
         from ..launch.transport import LaunchedTransport
 
-        def bound(launch: Any, inner: Any) -> LaunchedTransport:
-            return LaunchedTransport(launch.service, launch.share, inner)
-
-        return launched(cls, model, options, bound)
+        return launched(cls, model, options, LaunchedTransport)
 
     def close(self) -> None:
         """Close this process's idle connections."""

@@ -28,9 +28,8 @@ _PACKING_ENCODE_OPTIONS = frozenset(LENGTHS_OPTIONS) - {"return_overflowing_toke
 class Collator:
     """``collate_fn(batch) -> dict`` of tensors.
 
-    A batch is a list of ``str``, of ``(text, pair)`` tuples, or of dicts. For dicts, ``text_field`` (and
-    ``pair_field``, if set) name the text(s); every other field is collated as
-    ``torch.utils.data.default_collate`` would and added to the result (it must not reuse a key of the result).
+    A batch is a list of ``str``, of ``(text, pair)`` tuples, or of dicts, whose fields other than the text(s) are
+    collated as ``torch.utils.data.default_collate`` would and added to the result (not under a key of the result).
 
     Padded (default): int64 tensors as ``tokenizer(texts, ..., return_tensors="pt")``; ``options`` are the
     encode options, ``padding`` defaults to True.
@@ -117,14 +116,9 @@ class Collator:
             encoded = flatten(rows, **self.packing_options)
         else:
             encoded = dict(self.client.encode(texts, pairs, return_tensors="pt", **self.options))
-        if extras and extras[0]:
-            from torch.utils.data import default_collate
+        from .sft import collate_fields
 
-            collated = default_collate(extras)
-            clash = set(collated) & set(encoded)
-            if clash:
-                raise ValueError(f"field(s) {sorted(clash)} clash with the collator's output keys; rename them")
-            encoded.update(collated)
+        encoded.update(collate_fields(extras or [], taken=list(encoded)))
         return encoded
 
     @property
@@ -245,11 +239,6 @@ class ChatCollator:
     (-100 where the token does not count, and on padding) and ``attention_mask``, or with ``padding_free=True``
     one row with ``position_ids`` and flash-attention's boundaries.
 
-    ``chat_options``: those of TRL's tokenize step (:data:`COLLATOR_CHAT_OPTIONS`): ``tools``, ``documents``,
-    ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
-    ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens). ``pad_token_id``:
-    default the served tokenizer's pad token, else its eos token (as TRL), read from ``/info`` once per process.
-
     Made by ``client.chat_collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
     workers each use their own connections.
 
@@ -257,15 +246,17 @@ class ChatCollator:
         client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes
             (the async client's ``chat_collator()`` gives its sync twin).
         messages_field: the dict key holding a row's conversation.
-        pad_token_id: the id padding and ``padding_free`` boundaries use (default: from ``/info``, above).
+        pad_token_id: the id padding and ``padding_free`` boundaries use (default: the served tokenizer's pad
+            token, else its eos token, as TRL's, read from ``/info`` once per process).
         assistant_only_loss: labels only where the assistant wrote the token (TRL's default for this
             collator); False: every real token.
         padding_free: one row per batch with ``position_ids`` instead of padded rows.
         pad_to_multiple_of: pad each batch's length up to a multiple of this.
         padding_side: ``"right"`` (TRL's default) or ``"left"``.
         return_position_ids: add ``position_ids`` to padded batches too.
-        **chat_options: ``tools``, ``documents``, ``chat_template``, ``chat_template_kwargs``,
-            ``assistant_masks_from``, ``truncation``, ``max_length``.
+        **chat_options: those of TRL's tokenize step (:data:`COLLATOR_CHAT_OPTIONS`): ``tools``, ``documents``,
+            ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
+            ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens).
 
     Raises:
         TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a

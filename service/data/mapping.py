@@ -51,7 +51,7 @@ def _where(row: int, indices: Sequence[int] | None) -> str:
     )
 
 
-def column_values(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[Any]:
+def column_values(batch: Mapping[str, Any], column: str) -> list[Any]:
     """The values of ``column`` in a batch of ``map(batched=True)``; refuses a missing column and an empty batch."""
     if column not in batch:
         raise MapInputError(f"column {column!r} is not in the dataset; its columns are {sorted(batch)}")
@@ -63,7 +63,7 @@ def column_values(batch: Mapping[str, Any], column: str, indices: Sequence[int] 
 
 def column_texts(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[str]:
     """The texts of ``column``: every row a str (None, numbers and lists are refused, never coerced)."""
-    texts = column_values(batch, column, indices)
+    texts = column_values(batch, column)
     for row, text in enumerate(texts):
         if not isinstance(text, str):
             raise MapInputError(
@@ -74,7 +74,7 @@ def column_texts(batch: Mapping[str, Any], column: str, indices: Sequence[int] |
 
 def column_conversations(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[Any]:
     """The conversations of ``column``: every row a non-empty list of message mappings."""
-    conversations = column_values(batch, column, indices)
+    conversations = column_values(batch, column)
     for row, conversation in enumerate(conversations):
         if (
             not isinstance(conversation, list)
@@ -89,16 +89,19 @@ def column_conversations(batch: Mapping[str, Any], column: str, indices: Sequenc
 
 
 class _CachedByIdentity:
-    """What both functions share: the client, and the form datasets' cache hashes (see the module docs)."""
+    """What both functions share: the client, the column, the options sent, and the form datasets' cache hashes (see
+    the module docs)."""
 
-    client: TokenizerLike
+    def __init__(self, client: TokenizerLike, column: str, options: Any) -> None:
+        self.client = client
+        self.column = column
+        self.options = changed_options(options)  # validated as the client validates them
+        register_cache_identity(type(self))
 
     def cache_identity(self) -> dict[str, Any]:
         """What determines this function's output: the served tokenizer's fingerprint (asked of the service now),
         the function's kind and its settings. Never the URL."""
         return {"fingerprint": self.client.info()["fingerprint"], "kind": type(self).__qualname__, **self._settings()}
-
-    column: str
 
     def map(self, dataset: Any, **map_kwargs: Any) -> Any:
         """``dataset.map(self, batched=True, with_indices=True, **map_kwargs)`` (a ``datasets.Dataset`` or a streaming
@@ -138,11 +141,8 @@ class TokenizeFunction(_CachedByIdentity):
         unknown = sorted(set(options) - names)
         if unknown:
             raise TypeError(f"unknown options {unknown}: a map takes those of encode, {sorted(names)}")
-        self.client = client
-        self.column = column
         self.pair_column = pair_column
-        self.options = changed_options(EncodeOptions(**options))  # validated as the client validates them
-        register_cache_identity(type(self))
+        super().__init__(client, column, EncodeOptions(**options))
 
     def _settings(self) -> dict[str, Any]:
         return {"column": self.column, "pair_column": self.pair_column, "options": self.options}
@@ -179,13 +179,9 @@ class ChatTokenizeFunction(_CachedByIdentity):
         unknown = sorted(set(chat_options) - CHAT_MAP_OPTIONS)
         if unknown:
             raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(CHAT_MAP_OPTIONS)}")
-        self.client = client
-        self.column = column
         self.assistant_only_loss = assistant_only_loss
         self.labels = labels
-        options = ChatOptions(return_assistant_tokens_mask=assistant_only_loss, **chat_options)
-        self.options = changed_options(options)
-        register_cache_identity(type(self))
+        super().__init__(client, column, ChatOptions(return_assistant_tokens_mask=assistant_only_loss, **chat_options))
 
     def _settings(self) -> dict[str, Any]:
         return {"column": self.column, "labels": self.labels, "options": self.options}

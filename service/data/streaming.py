@@ -119,7 +119,7 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
             columns = self.function(batch, indices)  # errors name the document's index in the source
         else:
             columns = self.function(batch)
-        made = {name: values for name, values in columns.items()}
+        made = dict(columns)
         for name, values in made.items():
             if len(values) != len(rows):
                 raise ValueError(

@@ -15,13 +15,10 @@ and for each replica ``N`` of the service (0 when it has one) four of its own:
 - ``<key>-N.json``: the record: the replica's pid, its fingerprint, how many times it was launched;
 - ``<key>-N.log``: the replica's output.
 
-The directory is ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else ``$XDG_RUNTIME_DIR/tokenizer-service``, else
-``/tmp/tokenizer-service-<uid>``: short, because a Unix socket path holds at most 107 bytes, and private
-(mode 0700, owned by this user), because whoever can reach a socket can use the service. Locks are
-``flock`` locks, which the kernel drops when their process dies, however it dies.
-
-Standard library only, and nothing here starts a process: :mod:`.supervisor` does. POSIX only (Unix sockets
-and ``flock``): ``fcntl`` is imported where a lock is taken, never at import, so the client -- and this
+The directory (:func:`launch_directory`) is short, because a Unix socket path holds at most 107 bytes, and
+private (mode 0700, owned by this user), because whoever can reach a socket can use the service. Locks are
+``flock`` locks, which the kernel drops when their process dies, however it dies. Standard library only; nothing
+here starts a process. ``fcntl`` is imported where a lock is taken, never at import, so the client -- and this
 module -- import on Windows, where :func:`require_posix` says what to do instead.
 """
 
@@ -83,7 +80,8 @@ def _has_flock() -> bool:
 
 
 def launch_directory() -> Path:
-    """The private directory of launched services (see the module doc), created if missing; LaunchError
+    """The private directory of launched services: ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else
+    ``$XDG_RUNTIME_DIR/tokenizer-service``, else ``/tmp/tokenizer-service-<uid>``, created if missing; LaunchError
     saying what to do when it cannot be used."""
     configured = os.environ.get(LAUNCH_DIR_ENV)
     if configured:

@@ -1,53 +1,37 @@
-"""``TokenizerClient.launch``: a private tokenizer service on this machine, for as long as a job uses it.
-
-    client = TokenizerClient.launch("path/to/tokenizer", threads=8)   # no model: the embedded default
-    client = TokenizerClient.launch("path/to/tokenizer", replicas="auto")   # a big machine: one per 5 cores
-    loader = DataLoader(rows, batch_size=32, num_workers=4, collate_fn=client.collator(padding=True))
+"""``TokenizerClient.launch``: a private tokenizer service on this machine, for as long as a job uses it (what
+users see of it: the guide ``docs/guides/dataloader.md``, "A launched service").
 
 How:
 
 1. **One service per tokenizer and settings on this machine.** The launch key (the tokenizer files' identity,
    the serve settings and the replicas asked for, the interpreter, the host) names the files of a rendezvous
    in a private directory (:mod:`.rendezvous`). Under its lock the first process launches and every other one
-   -- the other local ranks of a torchrun, accelerate or DeepSpeed job, or a second job with the same tokenizer
-   -- attaches to the running service. Nothing reads ``LOCAL_RANK``: the script is the same for one process
-   and eight.
-   **Replicas** (``replicas=K``, or ``"auto"``: one per :data:`service.sizing.CORES_PER_REPLICA` cores this
-   process may use): the service is K servers, each the server we have -- one process, one tokenizer, never
-   forks -- on a socket of its own, with an equal share of the cores for its Rust pool and of the memory limit
-   for its budget (``--replica-of K``; ``threads=`` sets each one's pool instead). They start together and
-   all must serve one fingerprint, or the launch fails with the failing replica's own error line; every step
-   below is per replica, under the key's one lock. The client spreads its calls over them by the calls it has
-   outstanding on each (:mod:`service.client.retrying`); when one dies, its calls go to the others and it is
-   relaunched meanwhile (:class:`~service.launch.transport.LaunchedTransport`).
-2. **Started by exec.** The service is ``python -m service serve --uds <socket> --owners-file <lock>`` run by
-   ``subprocess`` (fork-exec: no Python code, and no tokenizer state, of this process runs in the child),
-   in a session of its own (a Ctrl-C in the terminal reaches the training script, which lets go of it), its
-   output in a log file. This process never imports the server's modules; the server's settings are
-   exactly ``launch``'s arguments (``TOKENIZER_SERVICE_*`` variables of this environment, which may describe
-   a remote service, are not passed on).
-3. **Ready, then pinned.** ``launch`` returns once ``/readyz`` answers, with a client pinned to the
-   fingerprint the service reports; a service that cannot start raises :class:`LaunchError` with the
-   server's own one-line error and the end of its log.
-4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses
-   the service; the server stops once nobody holds it (``service/http/server/owners.py``) -- when the last local
-   rank exits, however it exits: a SIGKILLed job leaves no server. ``shutdown()``, the end of a ``with``
-   block, or interpreter exit lets go; the last process to let go -- launcher or not -- stops the server
-   running then (relaunched or not: the record names it) and waits for its exit.
-5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a replica that
-   died while still owned is relaunched (once per replica, whoever notices first: the record counts), and
-   the call goes on; a second death raises :class:`LaunchError` with its log (with other replicas running,
-   the calls go on there and the error is logged). ``LaunchedService.pids`` reads the records, so every
-   process names the live servers, whoever relaunched them.
+   -- another local rank of a torchrun, accelerate or DeepSpeed job, or another job with the same tokenizer --
+   attaches; nothing reads ``LOCAL_RANK``. **Replicas** (``replicas=K``, or ``"auto"``): K servers, each on a
+   socket of its own with an equal share of the cores and of the memory limit (``--replica-of K``); they start
+   together and must serve one fingerprint; every step below is per replica, under the key's one lock. The
+   client spreads its calls by the calls it has outstanding on each (:mod:`service.client.retrying`); a dead
+   replica's calls go to the others while it is relaunched (:class:`~service.launch.transport.LaunchedTransport`).
+2. **Started by exec.** ``python -m service serve --uds <socket> --owners-file <lock>`` run by ``subprocess``
+   (fork-exec: no Python code, and no tokenizer state, of this process runs in the child), in a session of its
+   own (a Ctrl-C in the terminal reaches the training script, which lets go of it), its output in a log file.
+   Its settings are exactly ``launch``'s arguments: ``TOKENIZER_SERVICE_*`` variables of this environment, which
+   may describe a remote service, are not passed on.
+3. **Ready, then pinned.** ``launch`` returns once ``/readyz`` answers, pinned to the fingerprint the service
+   reports; one that cannot start raises :class:`LaunchError` with the server's own error line and its log's end.
+4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses the
+   service, which stops once nobody holds it (``service/http/server/owners.py``), however its users exit. The
+   last process to let go -- launcher or not -- stops the server running then (relaunched or not: the record
+   names it) and waits for its exit.
+5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a replica that died
+   while still owned is relaunched once, by whichever process notices first (the record counts), and the call
+   goes on; a second death raises :class:`LaunchError` (logged, with other replicas running).
 
-Forks and pickles: a client pickles its URL and service description, never a connection or a lock. A
-DataLoader worker -- forked or spawned -- uses the service and never owns it: in a forked child this
-process's lock descriptors are closed (the parent's locks stay held) and its ownership is forgotten, so the
-child's exit stops nothing, ``atexit`` included.
-
-POSIX only (Unix sockets and ``flock``), yet importable anywhere: nothing POSIX-only is imported with this
-module, and on Windows ``launch`` raises :class:`LaunchError` saying to run ``tokenizer-service serve`` and
-pass its URL (:func:`.rendezvous.require_posix`); the client itself works there over TCP.
+A client pickles its URL and service description, never a connection or a lock: a DataLoader worker uses the
+service and never owns it (in a forked child this process's lock descriptors are closed and its ownership is
+forgotten, so the child's exit stops nothing, ``atexit`` included). POSIX only, yet importable anywhere: on
+Windows ``launch`` raises :class:`LaunchError` saying to run ``tokenizer-service serve`` and pass its URL
+(:func:`.rendezvous.require_posix`).
 """
 
 from __future__ import annotations
@@ -229,15 +213,6 @@ def _check_server_installed(python: str) -> None:
 
 
 # -- starting and stopping the servers --------------------------------------------------------------------
-def _keep_previous_log(log: str) -> None:
-    """Keep the log of the previous service of this tokenizer and settings as ``<log>.1`` (one generation): a
-    crashed run's log survives the next launch, and logs never pile up."""
-    try:
-        os.replace(log, log + ".1")
-    except FileNotFoundError:
-        pass
-
-
 @dataclass
 class _Starting:
     """A replica's server, started, not known to be ready yet."""
@@ -249,8 +224,9 @@ class _Starting:
 
 
 def _spawn(command: ServeCommand, replica: int, paths: ServicePaths, launches: int) -> _Starting:
-    if launches == 1:
-        _keep_previous_log(paths.log)
+    if launches == 1:  # the previous service's log kept as <log>.1: a crashed run's survives, none pile up
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(paths.log, paths.log + ".1")
     with open(paths.log, "wb" if launches == 1 else "ab") as log:
         offset = log.tell()
         what = "launched" if launches == 1 else f"relaunched (launch {launches} of {MAX_LAUNCHES})"
@@ -665,7 +641,8 @@ def _let_go(ownership: _Ownership) -> None:
     paths = ownership.service.paths
     try:
         with exclusive_lock(paths[0].lock, STOP_WAIT_SECONDS, "waiting for the launch lock"):
-            if _last_owner(ownership.owners_fds[0]):  # (every owner holds every replica's lock)
+            # ours shared -> exclusive only if alone (every owner holds every replica's lock)
+            if try_lock(ownership.owners_fds[0], exclusive=True):
                 _stop_running(paths, ownership.processes)
             _close(ownership.owners_fds)
     except LaunchError:
@@ -691,10 +668,6 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
         if process_alive(record.pid, replica_paths.socket):  # (its command line names the socket: not a reused pid)
             others.append((record.pid, replica_paths.socket))
     _stop_all(list(ours.values()), others)  # (ours are reaped at once if they died already)
-
-
-def _last_owner(owners_fd: int) -> bool:
-    return try_lock(owners_fd, exclusive=True)  # ours shared -> exclusive: only if alone
 
 
 def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:

@@ -1,12 +1,9 @@
 """What ``TokenizerClient.launch`` adds to an ordinary client, as its transport (httpx's way: behaviour comes in
-through ``transport=``): the transport of a client bound to a launched service. It holds the service (where its
-replicas are, their pids and logs) and this client's share of its ownership; when a replica cannot be reached,
-the other replicas take the call while it is relaunched, or, with none running, the request waits for the
-relaunch and is tried once more; :meth:`LaunchedTransport.release` lets go of the share (the client's
-``shutdown()``, the end of its ``with`` block, or interpreter exit). A copy in another process -- a DataLoader
-worker, forked or spawned -- uses the service and owns nothing: the share is never pickled.
-
-This module imports no asyncio at import time: DataLoader workers unpickle the sync transport.
+through ``transport=``): the launched service (where its replicas are, their pids and logs) and this client's
+share of its ownership. A call a replica cannot take goes to the others while it is relaunched, or, with none
+running, waits for the relaunch and is tried once more. A copy in another process -- a DataLoader worker, forked or
+spawned -- uses the service and owns nothing: the share is never pickled. No asyncio at import: DataLoader workers
+unpickle the sync transport.
 """
 
 from __future__ import annotations
