@@ -6,10 +6,13 @@ errors at this boundary.
 
 from __future__ import annotations
 
+import os
 import ssl
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 __all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport"]
 
@@ -80,6 +83,50 @@ Transport = SyncTransport | AsyncTransport
 
 class StaleConnection(Exception):
     """A reused keep-alive connection turned out closed before any answer: retry once on a new one."""
+
+
+Conn = TypeVar("Conn")
+Origin = tuple[str, str, int]  # ServiceAddress.origin
+
+
+class IdleConnections(Generic[Conn]):
+    """Idle connections of one process (and event loop, ``loop``, for the async transport), per origin, most
+    recently used first: taken while ``usable`` (default: always) and younger than the expiry, else ``close``d."""
+
+    def __init__(
+        self, close: Callable[[Conn], object], usable: Callable[[Conn], bool] | None = None, loop: Any = None
+    ) -> None:
+        self.pid = os.getpid()
+        self.loop = loop
+        self.lock = threading.Lock()  # the sync client may be used from several threads
+        self.idle: dict[Origin, list[tuple[Conn, float]]] = {}
+        self._close = close
+        self._usable = usable
+
+    def take(self, key: Origin, expiry: float) -> Conn | None:
+        with self.lock:
+            stack = self.idle.get(key)
+            while stack:
+                conn, since = stack.pop()
+                if time.monotonic() - since < expiry and (self._usable is None or self._usable(conn)):
+                    return conn
+                self._close(conn)  # idle longer than servers keep it open, or closed: do not even try it
+        return None
+
+    def give(self, key: Origin, conn: Conn, limit: int) -> None:
+        with self.lock:
+            stack = self.idle.setdefault(key, [])
+            if len(stack) < limit:
+                stack.append((conn, time.monotonic()))
+                return
+        self._close(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            stacks, self.idle = list(self.idle.values()), {}
+        for stack in stacks:
+            for conn, _ in stack:
+                self._close(conn)
 
 
 class PooledTransport:

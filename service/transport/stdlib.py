@@ -9,48 +9,14 @@ from __future__ import annotations
 import http.client
 import os
 import socket
-import threading
-import time
 
 from ..wire import UNIX_HOST, ServiceAddress, parse_service_url
-from .base import PooledTransport, Request, Response, StaleConnection
+from .base import IdleConnections, Origin, PooledTransport, Request, Response, StaleConnection
 from .exceptions import ConnectError, ProtocolError, TransportTimeout
 
 __all__ = ["HTTPTransport"]
 
-
-class _Pools:
-    """Idle connections of one process, per origin, most recently used first."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.lock = threading.Lock()
-        self.idle: dict[tuple[str, str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
-
-    def take(self, key: tuple[str, str, int], expiry: float) -> http.client.HTTPConnection | None:
-        with self.lock:
-            stack = self.idle.get(key)
-            while stack:
-                conn, since = stack.pop()
-                if time.monotonic() - since < expiry:
-                    return conn
-                conn.close()  # idle longer than servers keep it open: do not even try it
-        return None
-
-    def give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection, limit: int) -> None:
-        with self.lock:
-            stack = self.idle.setdefault(key, [])
-            if len(stack) < limit:
-                stack.append((conn, time.monotonic()))
-                return
-        conn.close()
-
-    def close(self) -> None:
-        with self.lock:
-            stacks, self.idle = list(self.idle.values()), {}
-        for stack in stacks:
-            for conn, _ in stack:
-                conn.close()
+_Pools = IdleConnections[http.client.HTTPConnection]
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -91,7 +57,7 @@ class HTTPTransport(PooledTransport):
             # Fork safety: first use in this process (a forked DataLoader worker's PID differs). Connections
             # inherited across a fork belong to the parent: never use them (two processes on one socket
             # interleave bytes); the parent keeps its own copies.
-            pools = self._pools = _Pools()
+            pools = self._pools = _Pools(lambda conn: conn.close())
             self._ssl_context = None
         return pools
 
@@ -135,7 +101,7 @@ class HTTPTransport(PooledTransport):
         return conn
 
     def _exchange(
-        self, conn: http.client.HTTPConnection, key: tuple[str, str, int], target: str, request: Request, pools: _Pools
+        self, conn: http.client.HTTPConnection, key: Origin, target: str, request: Request, pools: _Pools
     ) -> Response:
         url = request.url
         try:

@@ -4,48 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 
 from ..wire import ServiceAddress, parse_service_url
-from .base import PooledTransport, Request, Response, StaleConnection
+from .base import IdleConnections, Origin, PooledTransport, Request, Response, StaleConnection
 from .exceptions import ConnectError, ProtocolError, TransportTimeout
 
 __all__ = ["AsyncHTTPTransport"]
 
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-class _AsyncPools:
-    """Idle connections of one process and event loop, per origin."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.pid = os.getpid()
-        self.loop = loop
-        self.idle: dict[tuple[str, str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]] = {}
-
-    def take(self, key: tuple[str, str, int], expiry: float) -> _Connection | None:
-        stack = self.idle.get(key)
-        while stack:
-            reader, writer, since = stack.pop()
-            if time.monotonic() - since < expiry and not reader.at_eof() and not writer.is_closing():
-                return reader, writer
-            writer.close()
-        return None
-
-    def give(
-        self, key: tuple[str, str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int
-    ) -> None:
-        stack = self.idle.setdefault(key, [])
-        if len(stack) < limit:
-            stack.append((reader, writer, time.monotonic()))
-        else:
-            writer.close()
-
-    def close(self) -> None:
-        stacks, self.idle = list(self.idle.values()), {}
-        for stack in stacks:
-            for _, writer, _ in stack:
-                writer.close()
+_AsyncPools = IdleConnections[_Connection]
 
 
 class AsyncHTTPTransport(PooledTransport):
@@ -65,7 +32,9 @@ class AsyncHTTPTransport(PooledTransport):
         pools: _AsyncPools | None = self._pools
         if pools is None or pools.pid != os.getpid() or pools.loop is not loop:
             # Streams belong to the loop (and process) that opened them; those of another are abandoned.
-            pools = self._pools = _AsyncPools(loop)
+            pools = self._pools = _AsyncPools(
+                lambda conn: conn[1].close(), lambda conn: not conn[0].at_eof() and not conn[1].is_closing(), loop
+            )
         return pools
 
     async def handle_async_request(self, request: Request) -> Response:
@@ -104,7 +73,7 @@ class AsyncHTTPTransport(PooledTransport):
         return await asyncio.open_connection(address.host, address.port, ssl=tls)
 
     async def _exchange(
-        self, conn: _Connection, key: tuple[str, str, int], head: bytes, request: Request, pools: _AsyncPools
+        self, conn: _Connection, key: Origin, head: bytes, request: Request, pools: _AsyncPools
     ) -> Response:
         reader, writer = conn
         url = request.url
@@ -123,7 +92,7 @@ class AsyncHTTPTransport(PooledTransport):
             if not keep:  # an error, a cancellation, or the server's wish: the connection's state is unknown
                 writer.close()
         if keep:
-            pools.give(key, reader, writer, self.max_idle_connections)
+            pools.give(key, conn, self.max_idle_connections)
         return Response(status, headers, body)
 
     async def aclose(self) -> None:
