@@ -424,9 +424,3 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self.transport.write(data)
         self.close_lingering()
-
-
-def uvicorn_protocol_settings(guard: ConnectionGuard) -> dict[str, Any]:
-    """What ``uvicorn.Config`` needs to run the guarded protocol (no WebSocket: every Upgrade is ignored)."""
-    settings: dict[str, Any] = {"http": guard.protocol_class(), "ws": "none"}
-    return settings
