@@ -22,7 +22,7 @@ closes, never in a cookie or ``localStorage``.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from importlib import resources
 
 from fastapi import FastAPI
@@ -111,6 +111,24 @@ def render_page(docs_path: str | None) -> bytes:
     return html.replace(_CONFIG_MARK, config).encode()
 
 
+def install_static(
+    app: FastAPI, page_paths: Iterable[str], page: bytes, assets: Mapping[str, tuple[bytes, str]]
+) -> set[str]:
+    """Serve ``page`` (HTML) at ``page_paths`` and each asset (body, media type) at its path on ``app``, from
+    memory, outside the OpenAPI schema, with :data:`STATIC_HEADERS`; returns the paths."""
+    served = {**dict.fromkeys(page_paths, (page, "text/html; charset=utf-8")), **assets}
+
+    def endpoint(body: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
+        async def serve_static() -> Response:
+            return Response(body, media_type=media_type, headers=STATIC_HEADERS)
+
+        return serve_static
+
+    for path, (body, media_type) in served.items():
+        app.router.add_api_route(path, endpoint(body, media_type), methods=["GET"], include_in_schema=False)
+    return set(served)
+
+
 class Playground:
     """The page and its assets, read from the package once, answered from memory."""
 
@@ -119,21 +137,5 @@ class Playground:
         self.assets = {path: (_static(name), media_type) for path, (name, media_type) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:
-        """Register the page and asset routes on ``app`` (outside the OpenAPI schema); returns their paths."""
-        for path in PAGE_PATHS:
-            app.router.add_api_route(path, self.serve_page, methods=["GET"], include_in_schema=False)
-        for path in self.assets:
-            app.router.add_api_route(path, self._asset_endpoint(path), methods=["GET"], include_in_schema=False)
-        return set(OPEN_PATHS)
-
-    async def serve_page(self) -> Response:
-        """The tokenizer playground (HTML)."""
-        return Response(self.page, media_type="text/html; charset=utf-8", headers=STATIC_HEADERS)
-
-    def _asset_endpoint(self, path: str) -> Callable[[], Awaitable[Response]]:
-        body, media_type = self.assets[path]
-
-        async def serve_asset() -> Response:
-            return Response(body, media_type=media_type, headers=STATIC_HEADERS)
-
-        return serve_asset
+        """Register the page and asset routes on ``app``; returns their paths."""
+        return install_static(app, PAGE_PATHS, self.page, self.assets)
