@@ -42,25 +42,16 @@ def require_module(module: str, extra: str, needed_by: str) -> None:
         )
 
 
-def unmet(extra: str) -> list[str]:
-    """One phrase per requirement of ``extra`` that this environment does not meet (not installed, or installed at
-    a version outside the declared range), in the order pyproject.toml declares them. Empty when all are met, or
-    when the distribution itself is not installed (a source tree on ``sys.path``: nothing to read)."""
+def unmet_line(extra: str) -> str | None:
+    """The one line a command prints before refusing to start: each requirement of ``extra`` that this environment
+    does not meet (not installed, or installed at a version outside the declared range), in the order
+    pyproject.toml declares them, and what installs them. None when all are met, or when the distribution itself is
+    not installed (a source tree on ``sys.path``: nothing to read)."""
     try:
         requirements = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
-        return []
-    problems: list[str] = []
-    for line in requirements:
-        problem = _unmet(line, extra)
-        if problem is not None:
-            problems.append(problem)
-    return problems
-
-
-def unmet_line(extra: str) -> str | None:
-    """:func:`unmet` as the one line a command prints before refusing to start, or None when all is met."""
-    problems = unmet(extra)
+        return None
+    problems = [problem for line in requirements if (problem := _unmet(line, extra)) is not None]
     if not problems:
         return None
     them = "it" if len(problems) == 1 else "them"

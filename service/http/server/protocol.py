@@ -19,15 +19,11 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
 - a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every connection closes after its
   last answer, which carries ``Connection: close`` -- never under a request that has arrived, even partly,
-  and never while idle (its client may be sending; a silent one closes at the keep-alive timeout) -- and a
-  connection closed with request bytes still unread is half-closed and drained first ("lingering close"), so
-  the client reads its answer instead of a reset.
+  and never while idle (its client may be sending; a silent one closes at the keep-alive timeout).
 
-Deadlines cost nothing per request beyond two clock reads: a sweep every ``SWEEP_SECONDS`` checks every
-connection.
-
-This subclass overrides and calls uvicorn internals that are not its public API: the room's docstring
-(:mod:`service.http.server`) lists each, with the test that fails without it.
+Deadlines cost two clock reads per request: a sweep every ``SWEEP_SECONDS`` checks every connection. The
+uvicorn internals overridden or called here are listed in the room's docstring (:mod:`service.http.server`),
+each with the test that fails without it.
 """
 
 from __future__ import annotations
