@@ -81,7 +81,6 @@ class ConnectionGuard:
         self.keep_alive = keep_alive
         self._drain_state = drain_state
         self.connections: set[GuardedHttpToolsProtocol] = set()
-        self.refused = 0
         self._refused_unlogged = 0
         self._last_refusal_log = 0.0
         self._sweeper: asyncio.TimerHandle | None = None
@@ -93,7 +92,6 @@ class ConnectionGuard:
     # -- connections ------------------------------------------------------------------------------------
     def admit(self, protocol: GuardedHttpToolsProtocol, loop: asyncio.AbstractEventLoop) -> bool:
         if len(self.connections) >= self.max_connections:
-            self.refused += 1
             self._refused_unlogged += 1
             now = time.monotonic()
             if now - self._last_refusal_log >= REFUSAL_LOG_SECONDS:
@@ -315,9 +313,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.abort()
 
     def _refuse_now(self, kind: HttpErrorKind, message: str) -> None:
-        """Answer ``kind`` now and close. Lingeringly: the client may still be sending (the rest of an 8 MB
-        header block); a plain close with its bytes unread would reset the connection, and the client,
-        still writing, would never read the answer."""
+        """Answer ``kind`` now and close, lingeringly: the client may still be sending (an 8 MB header block)."""
         self.deadline = None
         logger.info("closed a connection: %s", message)
         self._send_and_close(_raw_error(kind, message))

@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import uvicorn
 
 from ...exits import EXIT_INTERRUPTED
-from ...wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
+from ...wire import unix_socket_url
 from .listening import SocketFile, close_listeners
 from .owners import OwnersWatch
 from .protocol import ConnectionGuard, DrainState
@@ -206,8 +206,6 @@ def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
     """Bind a Unix domain socket at ``path`` (mode 0660), as :func:`bind_listener` binds TCP: before the load,
     not listening yet. A socket file left by a server that died (a connect is refused) is replaced; a live
     one, or a file that is not a socket, is refused with an OSError that says so."""
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-        raise OSError(errno.ENAMETOOLONG, f"a Unix socket path holds at most {MAX_SOCKET_PATH_BYTES} bytes")
     try:
         existing = os.lstat(path)
     except FileNotFoundError:
