@@ -4,10 +4,8 @@ The one declaration is ``[project.optional-dependencies]`` in pyproject.toml; pi
 distribution's metadata, which is what is read here, so the check and the install can never disagree. A command
 that needs a whole extra (``serve``, ``train``) checks it before it starts: a package missing, or at a version
 outside the declared range, is one line naming the package and the extra that brings it, at start-up rather
-than at the first request that reaches it (a chat route without jinja2, say).
-
-The client's own optional packages (torch, for tensors) are checked where they are asked for, the same way:
-:func:`require_module` says which extra brings the missing module, before any work (a request, a batch).
+than at the first request that reaches it (a chat route without jinja2, say); the client's own optional packages
+(torch, for tensors) where they are asked for (:func:`require_module`).
 
 Standard library only (it runs on a client-only install too); ``packaging``, when installed, adds environment
 markers and version ranges to the check.

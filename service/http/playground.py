@@ -1,22 +1,15 @@
-"""The tokenizer playground: one small page for people, served by the app at ``/`` and ``/playground``.
+"""The tokenizer playground: one small page for people, served by the app at ``/`` and ``/playground``
+(docs/guides/playground.md says what it shows, conversation mode included).
 
 Plain HTML, CSS and JavaScript shipped in the package (``service/http/static/``): no CDN, no build step,
-no framework, so it works offline and in an air-gapped cluster. The page calls ``/info``, ``/encode`` and
-``/tokenize`` of the service that served it -- in its conversation mode also ``/chat/render`` and
-``/chat/encode`` -- and nothing else: its Content-Security-Policy allows no other origin for scripts, styles or
-requests, and it logs nothing.
+no framework, so it works offline and in an air-gapped cluster. The page calls the routes of the service that
+served it and nothing else: its Content-Security-Policy allows no other origin for scripts, styles or requests.
 
-Conversation mode: an editor of messages (role, content), the conversation rendered by the tokenizer's chat
-template with each token drawn over the rendered text (``/encode`` of that text without added special tokens:
-the very tokens ``/chat/encode`` makes of it), and the tokens that would train -- ``assistant_masks`` -- marked.
-A template without generation markers is refused by the service; the page shows that refusal and offers the
-switch to ``"turns"``.
-
-The API key: the page and its two assets are the same static bytes for every install and hold nothing of
-the service, so they are served without the key (a browser cannot send a bearer token when it navigates
-to a page). Every API call the page makes needs the key like any other client's: when the service answers
-401, the page asks for the key once and keeps it in ``sessionStorage`` -- this tab only, gone when the tab
-closes, never in a cookie or ``localStorage``.
+The API key: the page and its assets are the same static bytes for every install and hold nothing of the
+service, so they are served without the key (a browser cannot send a bearer token when it navigates to a
+page). Every API call the page makes needs the key like any other client's: when the service answers 401,
+the page asks for the key once and keeps it in ``sessionStorage`` -- this tab only, never in a cookie or
+``localStorage``.
 """
 
 from __future__ import annotations

@@ -38,7 +38,6 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from ..sizing import plan_replicas
@@ -105,10 +104,7 @@ class _Signals:
     def __init__(self) -> None:
         self.pending: list[int] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._note)
-
-    def _note(self, sig: int, frame: FrameType | None) -> None:
-        self.pending.append(sig)
+            signal.signal(sig, lambda sig, frame: self.pending.append(sig))
 
     def take(self) -> list[int]:
         taken, self.pending = self.pending, []
