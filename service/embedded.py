@@ -1,16 +1,8 @@
 """The embedded default tokenizer: the name every command takes for it, and where its files are.
 
 Its files ship inside the package (package data), so it is there in every install -- the client alone too --
-and works offline, from any folder:
-
-- ``embedded:default`` (:data:`DEFAULT_TOKENIZER`) names it wherever a tokenizer source is taken:
-  ``tokenizer-service serve --model embedded:default`` (the same as no ``--model``), ``tokenizer-service train
-  --like embedded:default``, ``TokenizerClient.launch("embedded:default")``;
-- :data:`DEFAULT_TOKENIZER_DIR` is its folder, for in-process transformers:
-  ``AutoTokenizer.from_pretrained(service.DEFAULT_TOKENIZER_DIR)``;
-- ``tokenizer-service default-tokenizer`` prints that folder, and ``--copy DIR`` copies its files into a folder
-  of your own (to change them: the package's own files are left as they are).
-
+and works offline, from any folder. ``tokenizer-service default-tokenizer`` prints its folder, and ``--copy DIR``
+copies its files into a folder of your own (to change them: the package's own files are left as they are).
 Standard library only: it runs on a client-only install.
 """
 
@@ -22,22 +14,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-#: The name of the embedded default tokenizer, taken wherever a tokenizer source is.
+#: The name of the embedded default tokenizer, taken wherever a tokenizer source is: ``serve --model`` (the same as
+#: no ``--model``), ``train --like``, ``TokenizerClient.launch``.
 DEFAULT_TOKENIZER = "embedded:default"
-#: The folder of its files (``tokenizer.json``, ``tokenizer_config.json``), inside the installed package.
+#: The folder of its files (``tokenizer.json``, ``tokenizer_config.json``), inside the installed package:
+#: ``AutoTokenizer.from_pretrained(service.DEFAULT_TOKENIZER_DIR)``.
 DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent / "default_tokenizer"
-
-
-def default_tokenizer_files() -> list[Path]:
-    """The files of the embedded default tokenizer, by name."""
-    return sorted(path for path in DEFAULT_TOKENIZER_DIR.iterdir() if path.is_file())
 
 
 def copy_default_tokenizer(target: str | Path) -> Path:
     """Copy the embedded default tokenizer's files into ``target`` (made if missing) and return it; a file of
     the same name there is never overwritten (FileExistsError naming it)."""
     folder = Path(target)
-    files = default_tokenizer_files()
+    files = sorted(path for path in DEFAULT_TOKENIZER_DIR.iterdir() if path.is_file())
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f"{folder} is a file, not a folder")
     taken = [folder / path.name for path in files if (folder / path.name).exists()]

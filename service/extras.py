@@ -4,10 +4,8 @@ The one declaration is ``[project.optional-dependencies]`` in pyproject.toml; pi
 distribution's metadata, which is what is read here, so the check and the install can never disagree. A command
 that needs a whole extra (``serve``, ``train``) checks it before it starts: a package missing, or at a version
 outside the declared range, is one line naming the package and the extra that brings it, at start-up rather
-than at the first request that reaches it (a chat route without jinja2, say).
-
-The client's own optional packages (torch, for tensors) are checked where they are asked for, the same way:
-:func:`require_module` says which extra brings the missing module, before any work (a request, a batch).
+than at the first request that reaches it (a chat route without jinja2, say); the client's own optional packages
+(torch, for tensors) where they are asked for (:func:`require_module`).
 
 Standard library only (it runs on a client-only install too); ``packaging``, when installed, adds environment
 markers and version ranges to the check.
@@ -42,25 +40,16 @@ def require_module(module: str, extra: str, needed_by: str) -> None:
         )
 
 
-def unmet(extra: str) -> list[str]:
-    """One phrase per requirement of ``extra`` that this environment does not meet (not installed, or installed at
-    a version outside the declared range), in the order pyproject.toml declares them. Empty when all are met, or
-    when the distribution itself is not installed (a source tree on ``sys.path``: nothing to read)."""
+def unmet_line(extra: str) -> str | None:
+    """The one line a command prints before refusing to start: each requirement of ``extra`` that this environment
+    does not meet (not installed, or installed at a version outside the declared range), in the order
+    pyproject.toml declares them, and what installs them. None when all are met, or when the distribution itself is
+    not installed (a source tree on ``sys.path``: nothing to read)."""
     try:
         requirements = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
-        return []
-    problems: list[str] = []
-    for line in requirements:
-        problem = _unmet(line, extra)
-        if problem is not None:
-            problems.append(problem)
-    return problems
-
-
-def unmet_line(extra: str) -> str | None:
-    """:func:`unmet` as the one line a command prints before refusing to start, or None when all is met."""
-    problems = unmet(extra)
+        return None
+    problems = [problem for line in requirements if (problem := _unmet(line, extra)) is not None]
     if not problems:
         return None
     them = "it" if len(problems) == 1 else "them"

@@ -52,14 +52,8 @@ DOC: Final = "doc"
 
 
 def _option(default: Any, *, values: tuple[Any, ...] | None = None, minimum: int | None = None, doc: str = "") -> Any:
-    metadata: dict[str, Any] = {}
-    if values is not None:
-        metadata[VALUES] = values
-    if minimum is not None:
-        metadata[MINIMUM] = minimum
-    if doc:
-        metadata[DOC] = doc
-    return field(default=default, metadata=metadata)
+    metadata = {VALUES: values, MINIMUM: minimum, DOC: doc or None}
+    return field(default=default, metadata={key: value for key, value in metadata.items() if value is not None})
 
 
 def _as_in(options: type[Any], name: str, **changes: Any) -> Any:

@@ -18,14 +18,13 @@ tries; the probes and ``/metrics``, which need no key, are marked so.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI
-from starlette.responses import Response
 
-from .playground import STATIC_HEADERS
+from .playground import install_static
 
 #: The page; FastAPI's own is turned off (``FastAPI(docs_url=None)``).
 DOCS_PATH = "/docs"
@@ -33,10 +32,14 @@ DOCS_PATH = "/docs"
 OPENAPI_PATH = "/openapi.json"
 #: path -> (package, file in it, media type). Linked from the page by relative URLs (behind a path prefix too).
 ASSETS = {
-    f"{DOCS_PATH}/swagger-ui-bundle.js": ("fastapi_offline", "static/swagger-ui-bundle.js", "text/javascript"),
-    f"{DOCS_PATH}/swagger-ui.css": ("fastapi_offline", "static/swagger-ui.css", "text/css"),
+    f"{DOCS_PATH}/swagger-ui-bundle.js": (
+        "fastapi_offline",
+        "static/swagger-ui-bundle.js",
+        "text/javascript; charset=utf-8",
+    ),
+    f"{DOCS_PATH}/swagger-ui.css": ("fastapi_offline", "static/swagger-ui.css", "text/css; charset=utf-8"),
     f"{DOCS_PATH}/favicon.png": ("fastapi_offline", "static/favicon.png", "image/png"),
-    f"{DOCS_PATH}/init.js": (__package__, "static/docs.js", "text/javascript"),
+    f"{DOCS_PATH}/init.js": (__package__, "static/docs.js", "text/javascript; charset=utf-8"),
 }
 #: Served without the API key: the page, its files and the schema (see the module doc).
 OPEN_PATHS = frozenset({DOCS_PATH, OPENAPI_PATH, *ASSETS})
@@ -56,25 +59,8 @@ class ApiDocs:
         self.assets = {path: (_read(package, name), media) for path, (package, name, media) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:
-        """Register the page and its files on ``app`` (outside the schema); returns the paths served."""
-        app.router.add_api_route(DOCS_PATH, self.serve_page, methods=["GET"], include_in_schema=False)
-        for path in self.assets:
-            app.router.add_api_route(path, self._asset_endpoint(path), methods=["GET"], include_in_schema=False)
-        return {DOCS_PATH, *self.assets}
-
-    async def serve_page(self) -> Response:
-        """The API docs (HTML)."""
-        return Response(self.page, media_type="text/html; charset=utf-8", headers=STATIC_HEADERS)
-
-    def _asset_endpoint(self, path: str) -> Callable[[], Awaitable[Response]]:
-        body, media_type = self.assets[path]
-        if media_type.startswith("text/"):
-            media_type += "; charset=utf-8"
-
-        async def serve_asset() -> Response:
-            return Response(body, media_type=media_type, headers=STATIC_HEADERS)
-
-        return serve_asset
+        """Register the page and its files on ``app``; returns the paths served."""
+        return install_static(app, (DOCS_PATH,), self.page, self.assets)
 
 
 def declare_bearer_auth(app: FastAPI, open_paths: Iterable[str], description: str) -> None:

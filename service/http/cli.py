@@ -10,6 +10,7 @@ import argparse
 import gc
 import logging
 import os
+import socket
 import sys
 import time
 import types
@@ -17,7 +18,7 @@ import typing
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from ..engine import TokenizerLoadError, configure_rust_parallelism, load_tokenizer
 from ..engine.loading import describe_source
@@ -36,13 +37,12 @@ REFUSED_FLAGS = {
 
 
 def _flag_type(annotation: Any) -> Any:
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) > 1:
-        return str  # a number or a word (--replicas 4, --replicas auto): the settings read it
-    base = args[0] if args and (typing.get_origin(annotation) in (typing.Union, types.UnionType)) else annotation
-    if getattr(base, "__name__", "") == "SecretStr":
-        return str
-    return base
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) > 1:
+            return str  # a number or a word (--replicas 4, --replicas auto): the settings read it
+        annotation = args[0]
+    return str if annotation is SecretStr else annotation
 
 
 def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentParser:
@@ -101,17 +101,17 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
             return status  # else one replica is what the cores allow: this process serves, as without --replicas
     # Said at once: loading takes seconds (a hub download minutes); the launcher says the URL once it listens.
     logger.info("loading %s", describe_source(settings.model, settings.revision))
-    from .server import (
-        OwnersWatch,
-        SocketFile,
-        bind_listener,
-        bind_unix_listener,
-        connection_guard,
-        run,
-    )
+    from .server import OwnersWatch, SocketFile, bind_listener, bind_unix_listener, connection_guard, run
 
     socket_files: list[SocketFile] = []
-    listeners = []
+    listeners: list[socket.socket] = []
+
+    def leave_unserved() -> None:
+        for listener in listeners:
+            listener.close()
+        for socket_file in socket_files:
+            socket_file.remove()
+
     where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
     try:  # before the tokenizer loads (that can take minutes): a port in use fails at once
         if settings.uds is not None:
@@ -122,18 +122,9 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
             where = f"{settings.host}:{settings.port}"
             listeners.append(bind_listener(settings.host, settings.port, reuse_port=settings.reuse_port))
     except OSError as exc:
-        for listener in listeners:
-            listener.close()
-        for socket_file in socket_files:
-            socket_file.remove()
+        leave_unserved()
         print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
-
-    def leave_unserved() -> None:
-        for listener in listeners:
-            listener.close()
-        for socket_file in socket_files:
-            socket_file.remove()
 
     def stop_loading() -> None:  # the owners left while the tokenizer was loading: nothing to drain
         leave_unserved()

@@ -1,10 +1,7 @@
-"""The kinds of error only the web layer meets: what goes wrong with a request as HTTP -- a malformed request
-line, headers over the limit or too slow to arrive, a missing API key, an unknown path or method, a body or answer
-in a media type the route cannot read or give, a client that left -- which the engine never meets.
-
-They are raised as the engine's own error (:class:`service.engine.errors.ServiceError`) with one of these kinds:
-the engine's kinds and these share one status table (``service.wire.ERROR_TYPES``, keyed by a kind's value: the
-``error_type`` a client reads) and one error body shape (:mod:`service.http.responses`).
+"""The kinds of error only the web layer meets (what goes wrong with a request as HTTP, which the engine never
+meets), raised as the engine's own error (:class:`service.engine.errors.ServiceError`): the engine's kinds and these
+share one status table (``service.wire.ERROR_TYPES``, keyed by a kind's value: the ``error_type`` a client reads)
+and one error body shape (:mod:`service.http.responses`).
 """
 
 from __future__ import annotations

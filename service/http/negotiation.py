@@ -44,20 +44,6 @@ def _quality(ranges: dict[str, float], media: str) -> float:
     return ranges.get("*/*", 0.0)
 
 
-def wants_safetensors(accept: str | None) -> bool:
-    """Whether to answer ``/encode`` as safetensors: when ``Accept`` rates it above zero and above JSON, or
-    as high as JSON and by name (not through a wildcard). JSON otherwise (also when ``Accept`` accepts
-    neither: the error, if any, is JSON)."""
-    if accept is None or accept == "*/*" or accept == JSON_MEDIA_TYPE:
-        return False  # the common cases, without parsing
-    if accept == SAFETENSORS_MEDIA_TYPE:
-        return True
-    ranges = _media_ranges(accept)
-    binary = _quality(ranges, SAFETENSORS_MEDIA_TYPE)
-    json = _quality(ranges, JSON_MEDIA_TYPE)
-    return binary > 0 and (binary > json or (binary == json and SAFETENSORS_MEDIA_TYPE in ranges))
-
-
 def wants_ragged(accept: str | None) -> bool:
     """Whether to answer ``/encode`` in the ragged binary layout: only when ``Accept`` names it (an opt-in,
     never reached through a wildcard), rated above zero and at least as high as JSON and safetensors."""
@@ -97,11 +83,19 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
 
 
 def encode_answer_type(accept: str | None) -> str:
-    """The media type ``/encode`` answers in, as ``Accept`` asks: the ragged binary layout, safetensors, or
-    JSON (also when ``Accept`` accepts none of them: the error, if any, is JSON)."""
+    """The media type ``/encode`` answers in, as ``Accept`` asks: the ragged binary layout (:func:`wants_ragged`);
+    safetensors when ``Accept`` rates it above zero and above JSON, or as high as JSON and by name (not through a
+    wildcard); JSON otherwise (also when ``Accept`` accepts none of them: the error, if any, is JSON)."""
+    if accept is None or accept == "*/*" or accept == JSON_MEDIA_TYPE:
+        return JSON_MEDIA_TYPE  # the common cases, without parsing
+    if accept == SAFETENSORS_MEDIA_TYPE:
+        return SAFETENSORS_MEDIA_TYPE
     if wants_ragged(accept):
         return RAGGED_MEDIA_TYPE
-    if wants_safetensors(accept):
+    ranges = _media_ranges(accept)
+    binary = _quality(ranges, SAFETENSORS_MEDIA_TYPE)
+    json = _quality(ranges, JSON_MEDIA_TYPE)
+    if binary > 0 and (binary > json or (binary == json and SAFETENSORS_MEDIA_TYPE in ranges)):
         return SAFETENSORS_MEDIA_TYPE
     return JSON_MEDIA_TYPE
 

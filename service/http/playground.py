@@ -1,28 +1,21 @@
-"""The tokenizer playground: one small page for people, served by the app at ``/`` and ``/playground``.
+"""The tokenizer playground: one small page for people, served by the app at ``/`` and ``/playground``
+(docs/guides/playground.md says what it shows, conversation mode included).
 
 Plain HTML, CSS and JavaScript shipped in the package (``service/http/static/``): no CDN, no build step,
-no framework, so it works offline and in an air-gapped cluster. The page calls ``/info``, ``/encode`` and
-``/tokenize`` of the service that served it -- in its conversation mode also ``/chat/render`` and
-``/chat/encode`` -- and nothing else: its Content-Security-Policy allows no other origin for scripts, styles or
-requests, and it logs nothing.
+no framework, so it works offline and in an air-gapped cluster. The page calls the routes of the service that
+served it and nothing else: its Content-Security-Policy allows no other origin for scripts, styles or requests.
 
-Conversation mode: an editor of messages (role, content), the conversation rendered by the tokenizer's chat
-template with each token drawn over the rendered text (``/encode`` of that text without added special tokens:
-the very tokens ``/chat/encode`` makes of it), and the tokens that would train -- ``assistant_masks`` -- marked.
-A template without generation markers is refused by the service; the page shows that refusal and offers the
-switch to ``"turns"``.
-
-The API key: the page and its two assets are the same static bytes for every install and hold nothing of
-the service, so they are served without the key (a browser cannot send a bearer token when it navigates
-to a page). Every API call the page makes needs the key like any other client's: when the service answers
-401, the page asks for the key once and keeps it in ``sessionStorage`` -- this tab only, gone when the tab
-closes, never in a cookie or ``localStorage``.
+The API key: the page and its assets are the same static bytes for every install and hold nothing of the
+service, so they are served without the key (a browser cannot send a bearer token when it navigates to a
+page). Every API call the page makes needs the key like any other client's: when the service answers 401,
+the page asks for the key once and keeps it in ``sessionStorage`` -- this tab only, never in a cookie or
+``localStorage``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from importlib import resources
 
 from fastapi import FastAPI
@@ -111,6 +104,24 @@ def render_page(docs_path: str | None) -> bytes:
     return html.replace(_CONFIG_MARK, config).encode()
 
 
+def install_static(
+    app: FastAPI, page_paths: Iterable[str], page: bytes, assets: Mapping[str, tuple[bytes, str]]
+) -> set[str]:
+    """Serve ``page`` (HTML) at ``page_paths`` and each asset (body, media type) at its path on ``app``, from
+    memory, outside the OpenAPI schema, with :data:`STATIC_HEADERS`; returns the paths."""
+    served = {**dict.fromkeys(page_paths, (page, "text/html; charset=utf-8")), **assets}
+
+    def endpoint(body: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
+        async def serve_static() -> Response:
+            return Response(body, media_type=media_type, headers=STATIC_HEADERS)
+
+        return serve_static
+
+    for path, (body, media_type) in served.items():
+        app.router.add_api_route(path, endpoint(body, media_type), methods=["GET"], include_in_schema=False)
+    return set(served)
+
+
 class Playground:
     """The page and its assets, read from the package once, answered from memory."""
 
@@ -119,21 +130,5 @@ class Playground:
         self.assets = {path: (_static(name), media_type) for path, (name, media_type) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:
-        """Register the page and asset routes on ``app`` (outside the OpenAPI schema); returns their paths."""
-        for path in PAGE_PATHS:
-            app.router.add_api_route(path, self.serve_page, methods=["GET"], include_in_schema=False)
-        for path in self.assets:
-            app.router.add_api_route(path, self._asset_endpoint(path), methods=["GET"], include_in_schema=False)
-        return set(OPEN_PATHS)
-
-    async def serve_page(self) -> Response:
-        """The tokenizer playground (HTML)."""
-        return Response(self.page, media_type="text/html; charset=utf-8", headers=STATIC_HEADERS)
-
-    def _asset_endpoint(self, path: str) -> Callable[[], Awaitable[Response]]:
-        body, media_type = self.assets[path]
-
-        async def serve_asset() -> Response:
-            return Response(body, media_type=media_type, headers=STATIC_HEADERS)
-
-        return serve_asset
+        """Register the page and asset routes on ``app``; returns their paths."""
+        return install_static(app, PAGE_PATHS, self.page, self.assets)

@@ -1,38 +1,24 @@
 """``tokenizer-service serve --replicas K``: K servers behind one port, for a big machine without Kubernetes.
+What it promises, and the measurements behind its choices: docs/guides/deploying.md, "One big machine, without
+Kubernetes".
 
-One server process serves at most 1 / (its Python time per request) requests a second, whatever the cores
-(:mod:`service.sizing`); the cores beyond what one process keeps busy are used by more processes. Each replica is
-the server we have -- one process, one tokenizer, Rust parallelism on, never forks -- started by exec
-(``python -m service serve``), never forked from this one, which is not a server and loads no tokenizer.
+Each replica is the server we have -- one process, one tokenizer, Rust parallelism on, never forks -- started by
+exec (``python -m service serve``), never forked from this process, which is not a server and loads no tokenizer.
+This process:
 
-**One port for all.** Every replica binds the port itself with ``SO_REUSEPORT`` (``--reuse-port``), and the kernel
-spreads new connections over the replicas listening by a hash of their addresses: any HTTP client uses the one URL,
-and a burst of clients connecting at once lands on all replicas, not on one. (Measured on this machine, 2 replicas,
-8 keep-alive clients connecting together: one listening socket shared by the replicas -- vLLM's way for its
-``--api-server-count`` -- put all 8 on one replica in 2 runs of 3, since the first event loop to wake accepts every
-connection waiting; ``SO_REUSEPORT`` spreads them.) Connections are spread, not requests: a client that keeps few
-keep-alive connections keeps them on few replicas (the SDK's DataLoader workers each open their own); a replica's
-share does not follow its load. This process binds the port first (with ``SO_REUSEPORT``, never listening), so that
-a port in use by another program fails at once, and ``--port 0`` picks one for all; a port a server already answers
-on is refused (a set of this user's on it would otherwise be joined). A replica that dies takes the connections
-waiting in its own queue with it (the SDK retries them elsewhere). Unix sockets cannot be shared: ``--uds`` is
-refused with ``--replicas`` (``TokenizerClient.launch(replicas=N)`` spreads calls over one socket per replica).
-
-**All or nothing.** Each replica also listens on a private Unix socket, where this process asks ``/readyz`` and
-``/info``: the set is up once every replica is ready and all serve one fingerprint. A replica that exits before --
-its own error line is on stderr, above this process's -- stops every replica and this process exits 1; so does a
-replica that serves another fingerprint, and one that dies while serving: a partial set never stays up, and the
-process manager (systemd ``Restart=``, Docker's restart policy) starts a whole one again. The port answers as soon
-as the first replica is ready (each is the whole server); the set is up, and this process says so, once all are.
-
-**Signals and ownership.** SIGTERM and SIGINT are forwarded to every replica (each in a session of its own: a Ctrl-C
-in the terminal reaches this process, which passes it on), each drains as ``serve`` does, and this process exits
-once all have: 0 if every one drained, else the worst status. Each replica holds an owners lock this process
-shares (``--owners-file``, :mod:`service.http.server.owners`): if this process is killed, even with SIGKILL, every
-replica stops by itself (and drains); none outlives it.
-
-``--threads`` and ``--memory-budget-mib`` are per replica; unset, each replica takes an equal share of the cores this
-process may use and of the memory limit (``--replica-of``).
+- binds the port first (with ``SO_REUSEPORT``, never listening), so that a port in use by another program fails
+  at once and ``--port 0`` picks one for all; a port a server already answers on is refused (a set of this
+  user's on it would otherwise be joined). Every replica binds it too (``--reuse-port``) and the kernel spreads
+  new connections over them: one listening socket shared by the replicas (vLLM's ``--api-server-count``) puts
+  a burst of connections on whichever event loop wakes first;
+- asks each replica's ``/readyz`` and ``/info`` on a private Unix socket: the set is up once every replica is
+  ready and all serve one fingerprint. One that exits first (its own error line is on stderr, above this
+  process's), serves another fingerprint, or dies while serving stops every replica, and this process exits 1:
+  a partial set never stays up, and the process manager starts a whole one again;
+- forwards SIGTERM and SIGINT to every replica (each in a session of its own: a Ctrl-C in the terminal reaches
+  this process only, which passes it on), and exits once all have drained: 0, else the worst status;
+- shares an owners lock with each replica (``--owners-file``, :mod:`service.http.server.owners`): if this
+  process is killed, even with SIGKILL, every replica stops by itself (and drains).
 """
 
 from __future__ import annotations
@@ -50,9 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from types import FrameType
 from typing import Any
 
 from ..sizing import plan_replicas
@@ -118,13 +103,8 @@ class _Signals:
 
     def __init__(self) -> None:
         self.pending: list[int] = []
-        self.received: list[int] = []
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._note)
-
-    def _note(self, sig: int, frame: FrameType | None) -> None:
-        self.pending.append(sig)
-        self.received.append(sig)
+            signal.signal(sig, lambda sig, frame: self.pending.append(sig))
 
     def take(self) -> list[int]:
         taken, self.pending = self.pending, []
@@ -171,20 +151,18 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
                 env=env,
                 start_new_session=True,  # a Ctrl-C in the terminal reaches this process only, which forwards it
             )
-        status = _start(replicas, signals, prog)
-        if status is None:
-            url = f"http://{f'[{host}]' if ':' in host else host}:{port}"
-            pids = ", ".join(str(r.process.pid) for r in replicas if r.process is not None)
+
+        def say_up() -> None:
             logger.info(
                 "serving on %s with %d replicas (pids %s; %d Rust threads each; %s)",
-                url,
+                f"http://{f'[{host}]' if ':' in host else host}:{port}",
                 plan.count,
-                pids,
+                ", ".join(str(r.process.pid) for r in replicas if r.process is not None),
                 plan.threads_each,
                 replicas[0].fingerprint,
             )
-            status = _serve(replicas, signals, prog)
-        return status
+
+        return _supervise(replicas, signals, prog, say_up)
     finally:
         _stop_all(replicas, settings.graceful_shutdown_seconds)
         reserved.close()
@@ -194,38 +172,10 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _start(replicas: list[_Replica], signals: _Signals, prog: str) -> int | None:
-    """Wait until every replica is ready; None once all are (with one fingerprint), else the exit status."""
-    waiting = list(replicas)
-    while waiting:
-        forwarded = signals.take()
-        if forwarded:
-            _forward(replicas, forwarded)
-            return _wait_all(replicas, signals)
-        for replica in list(waiting):
-            assert replica.process is not None
-            code = replica.process.poll()
-            if code is not None:
-                print(f"{prog}: {replica.name} {_how(code)} before it was ready; stopping the others", file=sys.stderr)
-                return 1
-            replica.fingerprint = replica.probe()
-            if replica.fingerprint is not None:
-                waiting.remove(replica)
-        time.sleep(_POLL_SECONDS)
-    served = {replica.fingerprint for replica in replicas}
-    if len(served) > 1:
-        listing = "; ".join(f"{r.name}: {r.fingerprint}" for r in replicas)
-        print(
-            f"{prog}: the replicas serve different tokenizers ({listing}): were the tokenizer's files changed while "
-            "they loaded? stopping them all",
-            file=sys.stderr,
-        )
-        return 1
-    return None
-
-
-def _serve(replicas: list[_Replica], signals: _Signals, prog: str) -> int:
-    """Until a signal (forwarded; then until every replica has stopped) or a replica's death (then 1)."""
+def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: Callable[[], None]) -> int:
+    """Until a signal (forwarded; then until every replica has stopped: :func:`_wait_all`) or a replica's exit
+    (then 1). Once every replica is ready, ``say_up()``; 1 instead if they serve different fingerprints."""
+    waiting, up = list(replicas), False
     while True:
         forwarded = signals.take()
         if forwarded:
@@ -233,14 +183,28 @@ def _serve(replicas: list[_Replica], signals: _Signals, prog: str) -> int:
             return _wait_all(replicas, signals)
         for replica in replicas:
             assert replica.process is not None
+            starting = replica in waiting
             code = replica.process.poll()
             if code is not None:
+                when = "before it was ready" if starting else "while serving"
+                after = "" if starting else " (a partial set never stays up: restart the whole set)"
+                print(f"{prog}: {replica.name} {_how(code)} {when}; stopping the others{after}", file=sys.stderr)
+                return 1
+            if starting:
+                replica.fingerprint = replica.probe()
+                if replica.fingerprint is not None:
+                    waiting.remove(replica)
+        if not waiting and not up:
+            if len({replica.fingerprint for replica in replicas}) > 1:
+                listing = "; ".join(f"{r.name}: {r.fingerprint}" for r in replicas)
                 print(
-                    f"{prog}: {replica.name} {_how(code)} while serving; stopping the others (a partial set never "
-                    "stays up: restart the whole set)",
+                    f"{prog}: the replicas serve different tokenizers ({listing}): were the tokenizer's files changed "
+                    "while they loaded? stopping them all",
                     file=sys.stderr,
                 )
                 return 1
+            say_up()
+            up = True
         time.sleep(_POLL_SECONDS)
 
 

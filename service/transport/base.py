@@ -6,14 +6,15 @@ errors at this boundary.
 
 from __future__ import annotations
 
+import os
 import ssl
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from ..wire import ServiceAddress, parse_service_url
-
-__all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport", "address_of"]
+__all__ = ["Timeout", "Request", "Response", "SyncTransport", "AsyncTransport", "Transport"]
 
 
 @dataclass(frozen=True)
@@ -80,20 +81,73 @@ class AsyncTransport(Protocol):
 Transport = SyncTransport | AsyncTransport
 
 
-def address_of(request: Request) -> ServiceAddress:
-    """Where ``request`` goes: scheme, host and port, or a Unix socket's path (``service.wire.parse_service_url``)."""
-    return parse_service_url(request.url)
-
-
 class StaleConnection(Exception):
     """A reused keep-alive connection turned out closed before any answer: retry once on a new one."""
 
 
-def ssl_context(verify: bool | str) -> ssl.SSLContext:
-    """A client TLS context: ``verify`` True (system CAs), False (no verification) or a CA bundle path."""
-    if verify is False:
-        context = ssl.create_default_context()
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-        return context
-    return ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+Conn = TypeVar("Conn")
+Origin = tuple[str, str, int]  # ServiceAddress.origin
+
+
+class IdleConnections(Generic[Conn]):
+    """Idle connections of one process (and event loop, ``loop``, for the async transport), per origin, most
+    recently used first: taken while ``usable`` (default: always) and younger than the expiry, else ``close``d."""
+
+    def __init__(
+        self, close: Callable[[Conn], object], usable: Callable[[Conn], bool] | None = None, loop: Any = None
+    ) -> None:
+        self.pid = os.getpid()
+        self.loop = loop
+        self.lock = threading.Lock()  # the sync client may be used from several threads
+        self.idle: dict[Origin, list[tuple[Conn, float]]] = {}
+        self._close = close
+        self._usable = usable
+
+    def take(self, key: Origin, expiry: float) -> Conn | None:
+        with self.lock:
+            stack = self.idle.get(key)
+            while stack:
+                conn, since = stack.pop()
+                if time.monotonic() - since < expiry and (self._usable is None or self._usable(conn)):
+                    return conn
+                self._close(conn)  # idle longer than servers keep it open, or closed: do not even try it
+        return None
+
+    def give(self, key: Origin, conn: Conn, limit: int) -> None:
+        with self.lock:
+            stack = self.idle.setdefault(key, [])
+            if len(stack) < limit:
+                stack.append((conn, time.monotonic()))
+                return
+        self._close(conn)
+
+    def close(self) -> None:
+        with self.lock:
+            stacks, self.idle = list(self.idle.values()), {}
+        for stack in stacks:
+            for conn, _ in stack:
+                self._close(conn)
+
+
+class PooledTransport:
+    """What the lean transports (:mod:`.stdlib`, :mod:`.streams`) share: their options, a TLS context made once,
+    and no connections or context when pickled (a spawned DataLoader worker starts empty)."""
+
+    def __init__(self, max_idle_connections: int, keepalive_expiry: float, verify: bool | str) -> None:
+        self.max_idle_connections = max_idle_connections
+        self.keepalive_expiry = keepalive_expiry
+        self.verify = verify  # True (system CAs), False (no verification) or a CA bundle path
+        self._pools: Any = None
+        self._ssl_context: ssl.SSLContext | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_pools": None, "_ssl_context": None}
+
+    def _https_context(self) -> ssl.SSLContext:
+        if self._ssl_context is None:
+            verify = self.verify
+            self._ssl_context = ssl.create_default_context(cafile=verify if isinstance(verify, str) else None)
+            if verify is False:
+                self._ssl_context.check_hostname = False
+                self._ssl_context.verify_mode = ssl.CERT_NONE
+        return self._ssl_context

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from ..wire import UNIX_HOST
-from .base import Request, Response, Timeout, address_of
+from ..wire import UNIX_HOST, parse_service_url
+from .base import Request, Response
 from .exceptions import ConnectError, ProtocolError, TransportError, TransportTimeout
 
 __all__ = ["HTTPXTransport", "AsyncHTTPXTransport"]
@@ -30,118 +30,98 @@ def _translate_httpx_error(exc: Exception, url: str) -> TransportError:
     return ProtocolError(f"{url}: {type(exc).__name__}: {exc}", url=url)
 
 
-def _httpx_timeout(timeout: Timeout) -> httpx.Timeout:
-    return httpx.Timeout(timeout.read, connect=timeout.connect, pool=timeout.connect)
-
-
 def _route(request: Request) -> tuple[str | None, str]:
     """(the Unix socket to go through or None, the URL to give httpx)."""
-    address = address_of(request)
+    address = parse_service_url(request.url)
     if address.socket_path is None:
         return None, request.url
     return address.socket_path, f"http://{UNIX_HOST}{address.target}"
 
 
-def _client_options(client_options: dict[str, Any], socket_path: str | None, transport_class: Any) -> dict[str, Any]:
-    """The options of the httpx client for ``socket_path``: as given for TCP; for a socket, those of the
-    transport (``verify``, ``limits``, ``http2``...) go to a ``transport_class(uds=socket_path)``."""
-    if socket_path is None:
-        return client_options
-    if "transport" in client_options or "mounts" in client_options:
-        raise ValueError("an httpx transport= or mounts= of your own cannot reach a Unix socket (http+unix:// URL)")
-    accepted = set(inspect.signature(transport_class).parameters) - {"uds"}
-    for_transport = {name: value for name, value in client_options.items() if name in accepted}
-    rest = {name: value for name, value in client_options.items() if name not in accepted}
-    return {**rest, "transport": transport_class(uds=socket_path, **for_transport)}
+def _send_options(request: Request) -> dict[str, Any]:
+    """The keywords of httpx's ``request()`` besides the method and URL."""
+    timeout = httpx.Timeout(request.timeout.read, connect=request.timeout.connect, pool=request.timeout.connect)
+    return {"content": request.body, "headers": request.headers, "timeout": timeout}
 
 
-class HTTPXTransport:
+def _response(answer: httpx.Response) -> Response:
+    return Response(answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.content)
+
+
+class _ClientsPerSocket:
+    """The httpx clients of one transport, made lazily, one per Unix socket (None: TCP), and only ever used by
+    the process (and, async, the event loop: a connection pool belongs to the loop it was made on) that made
+    them; those of another are left to the GC (they cannot be closed from here)."""
+
+    def __init__(self, client_class: Any, transport_class: Any, **client_options: Any) -> None:
+        self.client_options = client_options
+        self._classes = (client_class, transport_class)
+        self._clients: dict[str | None, Any] = {}
+        self._owner: Any = None  # the process id, or (process id, event loop), the clients belong to
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_clients": {}, "_owner": None}
+
+    def _client(self, socket_path: str | None, owner: Any) -> Any:
+        if self._owner != owner:
+            self._clients, self._owner = {}, owner
+        client = self._clients.get(socket_path)
+        if client is None:
+            client_class, transport_class = self._classes
+            options = self.client_options
+            if socket_path is not None:  # the transport's options (verify, limits, http2...) go to one on the socket
+                if "transport" in options or "mounts" in options:
+                    raise ValueError(
+                        "an httpx transport= or mounts= of your own cannot reach a Unix socket (http+unix:// URL)"
+                    )
+                accepted = set(inspect.signature(transport_class).parameters) - {"uds"}
+                for_transport = {name: value for name, value in options.items() if name in accepted}
+                rest = {name: value for name, value in options.items() if name not in accepted}
+                options = {**rest, "transport": transport_class(uds=socket_path, **for_transport)}
+            client = self._clients[socket_path] = client_class(**options)
+        return client
+
+    def _take_own_clients(self, owner: Any) -> list[Any]:
+        clients, self._clients = self._clients, {}
+        return list(clients.values()) if self._owner == owner else []
+
+
+class HTTPXTransport(_ClientsPerSocket):
     """A sync transport over ``httpx.Client`` (created lazily, once per process and per Unix socket).
     Keyword arguments go to ``httpx.Client`` (``verify=``, ``limits=``, ``http2=``...)."""
 
     def __init__(self, **client_options: Any) -> None:
-        self.client_options = client_options
-        self._clients: dict[str | None, Any] = {}
-        self._pid: int | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_clients": {}, "_pid": None}
-
-    def _current_client(self, socket_path: str | None) -> Any:
-        if self._pid != os.getpid():
-            self._clients, self._pid = {}, os.getpid()  # another process's clients are never used here
-        client = self._clients.get(socket_path)
-        if client is None:
-            options = _client_options(self.client_options, socket_path, httpx.HTTPTransport)
-            client = self._clients[socket_path] = httpx.Client(**options)
-        return client
+        super().__init__(httpx.Client, httpx.HTTPTransport, **client_options)
 
     def handle_request(self, request: Request) -> Response:
         socket_path, url = _route(request)
-        client = self._current_client(socket_path)
         try:
-            answer = client.request(
-                request.method,
-                url,
-                content=request.body,
-                headers=request.headers,
-                timeout=_httpx_timeout(request.timeout),
-            )
+            answer = self._client(socket_path, os.getpid()).request(request.method, url, **_send_options(request))
         except httpx.TransportError as exc:
             raise _translate_httpx_error(exc, request.url) from exc
-        return Response(answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.content)
+        return _response(answer)
 
     def close(self) -> None:
-        clients, self._clients = self._clients, {}
-        if self._pid == os.getpid():
-            for client in clients.values():
-                client.close()
+        for client in self._take_own_clients(os.getpid()):
+            client.close()
 
 
-class AsyncHTTPXTransport:
+class AsyncHTTPXTransport(_ClientsPerSocket):
     """An async transport over ``httpx.AsyncClient``, created lazily per process, event loop *and* Unix
     socket (an async connection pool belongs to the loop it was made on)."""
 
     def __init__(self, **client_options: Any) -> None:
-        self.client_options = client_options
-        self._clients: dict[str | None, Any] = {}
-        self._pid: int | None = None
-        self._loop: Any = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_clients": {}, "_pid": None, "_loop": None}
-
-    def _owned_here(self) -> bool:
-        return self._pid == os.getpid() and self._loop is asyncio.get_running_loop()
-
-    def _current_client(self, socket_path: str | None) -> Any:
-        if not self._owned_here():
-            # Clients of another process or loop cannot be closed from here; they are left to the GC.
-            self._clients = {}
-            self._pid, self._loop = os.getpid(), asyncio.get_running_loop()
-        client = self._clients.get(socket_path)
-        if client is None:
-            options = _client_options(self.client_options, socket_path, httpx.AsyncHTTPTransport)
-            client = self._clients[socket_path] = httpx.AsyncClient(**options)
-        return client
+        super().__init__(httpx.AsyncClient, httpx.AsyncHTTPTransport, **client_options)
 
     async def handle_async_request(self, request: Request) -> Response:
         socket_path, url = _route(request)
-        client = self._current_client(socket_path)
+        client = self._client(socket_path, (os.getpid(), asyncio.get_running_loop()))
         try:
-            answer = await client.request(
-                request.method,
-                url,
-                content=request.body,
-                headers=request.headers,
-                timeout=_httpx_timeout(request.timeout),
-            )
+            answer = await client.request(request.method, url, **_send_options(request))
         except httpx.TransportError as exc:
             raise _translate_httpx_error(exc, request.url) from exc
-        return Response(answer.status_code, {k.lower(): v for k, v in answer.headers.items()}, answer.content)
+        return _response(answer)
 
     async def aclose(self) -> None:
-        clients, self._clients = self._clients, {}
-        if clients and self._owned_here():
-            for client in clients.values():
-                await client.aclose()
+        for client in self._take_own_clients((os.getpid(), asyncio.get_running_loop())):
+            await client.aclose()

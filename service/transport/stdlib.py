@@ -2,10 +2,6 @@
 
 Lean because client CPU matters (the DataLoader worker that waits on us also feeds the GPU): about a third
 of the CPU per request of ``httpx.Client`` (``benchmarks/dataloader_compare.py`` measures both).
-
-Fork safety: connections are created lazily and remembered together with the PID that created them. In a
-forked DataLoader worker the PID differs, so the worker opens its own connections and never writes to a
-socket it shares with its parent. Pickling drops the connections (spawned workers start empty).
 """
 
 from __future__ import annotations
@@ -13,50 +9,14 @@ from __future__ import annotations
 import http.client
 import os
 import socket
-import ssl
-import threading
-import time
-from typing import Any
 
-from ..wire import UNIX_HOST, ServiceAddress
-from .base import Request, Response, StaleConnection, address_of, ssl_context
+from ..wire import UNIX_HOST, ServiceAddress, parse_service_url
+from .base import IdleConnections, Origin, PooledTransport, Request, Response, StaleConnection
 from .exceptions import ConnectError, ProtocolError, TransportTimeout
 
 __all__ = ["HTTPTransport"]
 
-
-class _Pools:
-    """Idle connections of one process, per origin, most recently used first."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.lock = threading.Lock()
-        self.idle: dict[tuple[str, str, int], list[tuple[http.client.HTTPConnection, float]]] = {}
-
-    def take(self, key: tuple[str, str, int], expiry: float) -> http.client.HTTPConnection | None:
-        with self.lock:
-            stack = self.idle.get(key)
-            while stack:
-                conn, since = stack.pop()
-                if time.monotonic() - since < expiry:
-                    return conn
-                conn.close()  # idle longer than servers keep it open: do not even try it
-        return None
-
-    def give(self, key: tuple[str, str, int], conn: http.client.HTTPConnection, limit: int) -> None:
-        with self.lock:
-            stack = self.idle.setdefault(key, [])
-            if len(stack) < limit:
-                stack.append((conn, time.monotonic()))
-                return
-        conn.close()
-
-    def close(self) -> None:
-        with self.lock:
-            stacks, self.idle = list(self.idle.values()), {}
-        for stack in stacks:
-            for conn, _ in stack:
-                conn.close()
+_Pools = IdleConnections[http.client.HTTPConnection]
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
@@ -77,7 +37,7 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-class HTTPTransport:
+class HTTPTransport(PooledTransport):
     """The default sync transport: stdlib ``http.client`` with keep-alive, per process, thread-safe.
 
     ``max_idle_connections`` bounds the idle connections kept per origin (one per thread that uses the
@@ -89,26 +49,20 @@ class HTTPTransport:
     def __init__(
         self, *, max_idle_connections: int = 8, keepalive_expiry: float = 4.0, verify: bool | str = True
     ) -> None:
-        self.max_idle_connections = max_idle_connections
-        self.keepalive_expiry = keepalive_expiry
-        self.verify = verify
-        self._pools: _Pools | None = None
-        self._ssl_context: ssl.SSLContext | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pools": None, "_ssl_context": None}
+        super().__init__(max_idle_connections, keepalive_expiry, verify)
 
     def _current_pools(self) -> _Pools:
-        pools = self._pools
+        pools: _Pools | None = self._pools
         if pools is None or pools.pid != os.getpid():
-            # First use in this process. Connections inherited across a fork belong to the parent: never
-            # use them (two processes on one socket interleave bytes); the parent keeps its own copies.
-            pools = self._pools = _Pools()
+            # Fork safety: first use in this process (a forked DataLoader worker's PID differs). Connections
+            # inherited across a fork belong to the parent: never use them (two processes on one socket
+            # interleave bytes); the parent keeps its own copies.
+            pools = self._pools = _Pools(lambda conn: conn.close())
             self._ssl_context = None
         return pools
 
     def handle_request(self, request: Request) -> Response:
-        address = address_of(request)
+        address = parse_service_url(request.url)
         key = address.origin
         pools = self._current_pools()
         conn = pools.take(key, self.keepalive_expiry)
@@ -146,13 +100,8 @@ class HTTPTransport:
             raise ConnectError(f"cannot connect to {request.url}: {exc}", url=request.url) from exc
         return conn
 
-    def _https_context(self) -> ssl.SSLContext:
-        if self._ssl_context is None:
-            self._ssl_context = ssl_context(self.verify)
-        return self._ssl_context
-
     def _exchange(
-        self, conn: http.client.HTTPConnection, key: tuple[str, str, int], target: str, request: Request, pools: _Pools
+        self, conn: http.client.HTTPConnection, key: Origin, target: str, request: Request, pools: _Pools
     ) -> Response:
         url = request.url
         try:

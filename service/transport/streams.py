@@ -1,62 +1,21 @@
-"""The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams.
-
-About a fifth of the client CPU per request of ``httpx.AsyncClient`` under 32-way concurrency
-(``benchmarks/dataloader_compare.py``); it speaks only what the service speaks (Content-Length or chunked
-bodies, no redirects, no proxies). One connection pool per process *and* event loop: streams belong to the
-loop that opened them, and connections inherited across a fork belong to the parent.
-"""
+"""The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams (:class:`AsyncHTTPTransport`)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-import ssl
-import time
-from typing import Any
 
-from ..wire import ServiceAddress
-from .base import Request, Response, StaleConnection, address_of, ssl_context
+from ..wire import ServiceAddress, parse_service_url
+from .base import IdleConnections, Origin, PooledTransport, Request, Response, StaleConnection
 from .exceptions import ConnectError, ProtocolError, TransportTimeout
 
 __all__ = ["AsyncHTTPTransport"]
 
 _Connection = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+_AsyncPools = IdleConnections[_Connection]
 
 
-class _AsyncPools:
-    """Idle connections of one process and event loop, per origin."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.pid = os.getpid()
-        self.loop = loop
-        self.idle: dict[tuple[str, str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter, float]]] = {}
-
-    def take(self, key: tuple[str, str, int], expiry: float) -> _Connection | None:
-        stack = self.idle.get(key)
-        while stack:
-            reader, writer, since = stack.pop()
-            if time.monotonic() - since < expiry and not reader.at_eof() and not writer.is_closing():
-                return reader, writer
-            writer.close()
-        return None
-
-    def give(
-        self, key: tuple[str, str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter, limit: int
-    ) -> None:
-        stack = self.idle.setdefault(key, [])
-        if len(stack) < limit:
-            stack.append((reader, writer, time.monotonic()))
-        else:
-            writer.close()
-
-    def close(self) -> None:
-        stacks, self.idle = list(self.idle.values()), {}
-        for stack in stacks:
-            for _, writer, _ in stack:
-                writer.close()
-
-
-class AsyncHTTPTransport:
+class AsyncHTTPTransport(PooledTransport):
     """The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams, one pool per
     process and event loop. About a fifth of the client CPU per request of ``httpx.AsyncClient`` under
     32-way concurrency (``benchmarks/dataloader_compare.py``); it speaks only what the service speaks
@@ -66,30 +25,20 @@ class AsyncHTTPTransport:
     def __init__(
         self, *, max_idle_connections: int = 64, keepalive_expiry: float = 4.0, verify: bool | str = True
     ) -> None:
-        self.max_idle_connections = max_idle_connections
-        self.keepalive_expiry = keepalive_expiry
-        self.verify = verify
-        self._pools: _AsyncPools | None = None
-        self._ssl_context: ssl.SSLContext | None = None
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_pools": None, "_ssl_context": None}
-
-    def _https_context(self) -> ssl.SSLContext:
-        if self._ssl_context is None:
-            self._ssl_context = ssl_context(self.verify)
-        return self._ssl_context
+        super().__init__(max_idle_connections, keepalive_expiry, verify)
 
     def _current_pools(self) -> _AsyncPools:
         loop = asyncio.get_running_loop()
-        pools = self._pools
+        pools: _AsyncPools | None = self._pools
         if pools is None or pools.pid != os.getpid() or pools.loop is not loop:
             # Streams belong to the loop (and process) that opened them; those of another are abandoned.
-            pools = self._pools = _AsyncPools(loop)
+            pools = self._pools = _AsyncPools(
+                lambda conn: conn[1].close(), lambda conn: not conn[0].at_eof() and not conn[1].is_closing(), loop
+            )
         return pools
 
     async def handle_async_request(self, request: Request) -> Response:
-        address = address_of(request)
+        address = parse_service_url(request.url)
         key = address.origin
         pools = self._current_pools()
         head = _request_head(request, address)
@@ -124,7 +73,7 @@ class AsyncHTTPTransport:
         return await asyncio.open_connection(address.host, address.port, ssl=tls)
 
     async def _exchange(
-        self, conn: _Connection, key: tuple[str, str, int], head: bytes, request: Request, pools: _AsyncPools
+        self, conn: _Connection, key: Origin, head: bytes, request: Request, pools: _AsyncPools
     ) -> Response:
         reader, writer = conn
         url = request.url
@@ -143,7 +92,7 @@ class AsyncHTTPTransport:
             if not keep:  # an error, a cancellation, or the server's wish: the connection's state is unknown
                 writer.close()
         if keep:
-            pools.give(key, reader, writer, self.max_idle_connections)
+            pools.give(key, conn, self.max_idle_connections)
         return Response(status, headers, body)
 
     async def aclose(self) -> None:

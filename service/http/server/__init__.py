@@ -51,13 +51,9 @@ Kept, each with the test that fails without it:
 - ``RequestResponseCycle.disconnected``, ``RequestResponseCycle.message_event``:
   test_slow_headers_and_a_slow_body_get_408_and_are_closed
 
-Gone, no test failing without them: the ``shutdown``, ``_start_asgi_task`` and ``resume_writing`` overrides
-(:meth:`.protocol.ConnectionGuard.close_idle` closes idle connections; the request running is the last one
-parsed unless others queue), ``timeout_keep_alive_task`` and its handler (the guard's sweep closes a silent
-connection), ``server_state.connections`` (the guard's own set), ``server_state.total_requests``, ``loop``,
-``response_started`` (an answer begun no longer holds off a 408), ``flow.pause_reading()`` before a deferred 400,
-a fresh parser and ``message_event.clear()`` after an ``Upgrade`` (httptools resumes), and
-``timeout_graceful_shutdown`` rewritten while draining.
+Gone, since no test failed without them (the commit that removed them says what replaced each): the
+``shutdown``, ``_start_asgi_task`` and ``resume_writing`` overrides, the keep-alive timeout task, ``server_state``,
+``response_started``, and rewriting ``timeout_graceful_shutdown`` while draining.
 
 The serve command uses this room through the names below only.
 """

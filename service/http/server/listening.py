@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -114,16 +114,7 @@ class SocketFile:
         return True
 
 
-class Listener(Protocol):
-    """What :func:`close_listeners` closes: an asyncio (or uvloop) server."""
-
-    @property
-    def sockets(self) -> Sequence[Any]: ...
-
-    def close(self) -> None: ...
-
-
-async def close_listeners(servers: Iterable[Listener], socket_files: Sequence[SocketFile] = ()) -> None:
+async def close_listeners(servers: Iterable[asyncio.Server], socket_files: Sequence[SocketFile] = ()) -> None:
     """Close the listening sockets of ``servers`` (see the module doc): after this, a new connection is
     refused; every one the kernel completed before was accepted and is the server's to answer.
     ``socket_files``: the files of the Unix sockets among them, removed first."""

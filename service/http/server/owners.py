@@ -19,6 +19,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
@@ -30,33 +31,22 @@ CHECK_SECONDS = 0.25
 class OwnersWatch:
     """Calls ``on_gone`` (from its own thread, once) when no process holds a shared lock on ``path``."""
 
-    def __init__(self, path: str, on_gone: Callable[[], None], interval: float = CHECK_SECONDS) -> None:
+    def __init__(self, path: str, on_gone: Callable[[], None]) -> None:
         self.path = path
         self.on_gone = on_gone  # replaceable: what "stop" means changes once the server runs
-        self.interval = interval
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="owners-watch", daemon=True)
 
     def start(self) -> OwnersWatch:
-        self._thread.start()
+        threading.Thread(target=self._watch, name="owners-watch", daemon=True).start()
         return self
 
-    def owners_gone(self) -> bool:
-        """Whether no process holds the lock; if so this process now holds it, exclusively, until it exits."""
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        return True
-
     def _watch(self) -> None:
-        while not self._stopped.wait(self.interval):
-            if self.owners_gone():
-                logger.info("every process using this server has gone (--owners-file %s): stopping", self.path)
-                self.on_gone()
-                return
-
-    def stop(self) -> None:
-        """Stop watching (the lock, if taken, is kept until the process exits)."""
-        self._stopped.set()
+        while True:
+            time.sleep(CHECK_SECONDS)
+            try:  # taken once no process holds it, and then held (exclusively) until this process exits
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            logger.info("every process using this server has gone (--owners-file %s): stopping", self.path)
+            self.on_gone()
+            return

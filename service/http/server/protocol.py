@@ -19,15 +19,11 @@ sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds
 - ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
 - a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every connection closes after its
   last answer, which carries ``Connection: close`` -- never under a request that has arrived, even partly,
-  and never while idle (its client may be sending; a silent one closes at the keep-alive timeout) -- and a
-  connection closed with request bytes still unread is half-closed and drained first ("lingering close"), so
-  the client reads its answer instead of a reset.
+  and never while idle (its client may be sending; a silent one closes at the keep-alive timeout).
 
-Deadlines cost nothing per request beyond two clock reads: a sweep every ``SWEEP_SECONDS`` checks every
-connection.
-
-This subclass overrides and calls uvicorn internals that are not its public API: the room's docstring
-(:mod:`service.http.server`) lists each, with the test that fails without it.
+Deadlines cost two clock reads per request: a sweep every ``SWEEP_SECONDS`` checks every connection. The
+uvicorn internals overridden or called here are listed in the room's docstring (:mod:`service.http.server`),
+each with the test that fails without it.
 """
 
 from __future__ import annotations
@@ -85,7 +81,6 @@ class ConnectionGuard:
         self.keep_alive = keep_alive
         self._drain_state = drain_state
         self.connections: set[GuardedHttpToolsProtocol] = set()
-        self.refused = 0
         self._refused_unlogged = 0
         self._last_refusal_log = 0.0
         self._sweeper: asyncio.TimerHandle | None = None
@@ -97,7 +92,6 @@ class ConnectionGuard:
     # -- connections ------------------------------------------------------------------------------------
     def admit(self, protocol: GuardedHttpToolsProtocol, loop: asyncio.AbstractEventLoop) -> bool:
         if len(self.connections) >= self.max_connections:
-            self.refused += 1
             self._refused_unlogged += 1
             now = time.monotonic()
             if now - self._last_refusal_log >= REFUSAL_LOG_SECONDS:
@@ -319,9 +313,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.abort()
 
     def _refuse_now(self, kind: HttpErrorKind, message: str) -> None:
-        """Answer ``kind`` now and close. Lingeringly: the client may still be sending (the rest of an 8 MB
-        header block); a plain close with its bytes unread would reset the connection, and the client,
-        still writing, would never read the answer."""
+        """Answer ``kind`` now and close, lingeringly: the client may still be sending (an 8 MB header block)."""
         self.deadline = None
         logger.info("closed a connection: %s", message)
         self._send_and_close(_raw_error(kind, message))
@@ -424,9 +416,3 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self.transport.write(data)
         self.close_lingering()
-
-
-def uvicorn_protocol_settings(guard: ConnectionGuard) -> dict[str, Any]:
-    """What ``uvicorn.Config`` needs to run the guarded protocol (no WebSocket: every Upgrade is ignored)."""
-    settings: dict[str, Any] = {"http": guard.protocol_class(), "ws": "none"}
-    return settings

@@ -11,30 +11,20 @@ update we want, from the first SIGTERM (and from a first Ctrl-C at a terminal, t
 2. then the listener closes so that new connections are refused -- clean for every client, the SDK fails
    over at once -- without resetting the ones the kernel had already accepted (:mod:`.listening`);
 3. connections already accepted are answered (a keep-alive connection closes after an answer and never
-   under a request: :mod:`service.http.server.protocol`), and the process exits 0 as soon as no request and no
-   connection is left: seconds after the signal, even while clients keep reconnecting.
+   under a request: :mod:`.protocol`), and the process exits 0 as soon as no request and no connection is
+   left: seconds after the signal, even while clients keep reconnecting.
 
 All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM or SIGINT while draining
 stops at once, saying how many requests were left unanswered, with exit status 130.
 
 A private server (``private``: one with ``--owners-file`` that ``TokenizerClient.launch`` starts; a replica of
 ``serve --replicas`` holds an owners file too, so as not to outlive its parent, but drains as ``serve`` does)
-drains for nobody: it stops because the processes it works for are gone, or the last of them is letting go. So it
-closes its listener at once (no ``drain_listen_seconds``: no load balancer routes to it), then its idle
-keep-alive connections (a forked DataLoader worker keeps one) instead of waiting for their keep-alive
-timeout, and exits as soon as the requests in flight are answered. A request that has begun to arrive, or
-is being answered, is still never cut.
+drains for nobody: the processes it works for are gone, or the last of them is letting go. So it closes its
+listener at once, then its idle keep-alive connections (a forked DataLoader worker keeps one), and exits as soon
+as the requests in flight are answered. A request that has begun to arrive, or is being answered, is never cut.
 
-The server runs uvicorn's httptools protocol with the limits of :class:`~service.http.server.protocol.ConnectionGuard`
-(header size, read deadlines, most connections), and raises the descriptor soft limit to the hard one.
-
-It listens on TCP (:func:`bind_listener`) or on a Unix domain socket (:func:`bind_unix_listener`, ``--uds``),
-whose drain removes the socket file first (:mod:`.listening`); a replica of ``serve --replicas`` on both: the
-port it shares with the others (``--reuse-port``) and a Unix socket of its own. With ``--owners-file`` the same
-drain also starts when the last process using the server has gone (:mod:`.owners`).
-
-The uvicorn internals used here (the server's signal handler, its listeners, its exit flag) are listed in the
-room's docstring (:mod:`service.http.server`), each with the test that fails without it.
+The uvicorn internals used here are listed in the room's docstring (:mod:`service.http.server`), each with the
+test that fails without it.
 """
 
 from __future__ import annotations
@@ -56,10 +46,10 @@ from typing import Any, Protocol
 import uvicorn
 
 from ...exits import EXIT_INTERRUPTED
-from ...wire import MAX_SOCKET_PATH_BYTES, unix_socket_url
+from ...wire import unix_socket_url
 from .listening import SocketFile, close_listeners
 from .owners import OwnersWatch
-from .protocol import ConnectionGuard, DrainState, uvicorn_protocol_settings
+from .protocol import ConnectionGuard, DrainState
 
 logger = logging.getLogger(__name__)
 #: Descriptors kept for everything but client connections (listening socket, logs, tokenizer files...).
@@ -73,11 +63,9 @@ class Drainable(DrainState, Protocol):
     """What the launcher drains (:class:`service.http.runtime.Runtime`, the owner of the draining state)."""
 
     @property
-    def in_flight(self) -> int:
-        """Requests being answered now."""
+    def in_flight(self) -> int: ...
 
-    def begin_drain(self) -> None:
-        """Refuse new work from now on; let admitted work finish."""
+    def begin_drain(self) -> None: ...
 
 
 class DrainingServer(uvicorn.Server):
@@ -194,9 +182,8 @@ class DrainingServer(uvicorn.Server):
 def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
     """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
     not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
-    rather than left waiting in a queue nobody reads. uvicorn is handed the socket (``Server.run([sock])``).
-    ``reuse_port``: with ``SO_REUSEPORT``, so that the replicas of ``serve --replicas`` (processes of this user)
-    bind the same port, and the kernel spreads new connections over those listening by a hash of their addresses."""
+    rather than left waiting in a queue nobody reads. ``reuse_port``: with ``SO_REUSEPORT``, shared by the
+    replicas of ``serve --replicas``."""
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = addresses[0]
     sock = socket.socket(family, kind, proto)
@@ -219,8 +206,6 @@ def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
     """Bind a Unix domain socket at ``path`` (mode 0660), as :func:`bind_listener` binds TCP: before the load,
     not listening yet. A socket file left by a server that died (a connect is refused) is replaced; a live
     one, or a file that is not a socket, is refused with an OSError that says so."""
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-        raise OSError(errno.ENAMETOOLONG, f"a Unix socket path holds at most {MAX_SOCKET_PATH_BYTES} bytes")
     try:
         existing = os.lstat(path)
     except FileNotFoundError:
@@ -270,17 +255,9 @@ def raise_descriptor_limit() -> int:
     return target
 
 
-def connection_guard(
-    *,
-    max_connections: int,
-    max_header_bytes: int,
-    header_timeout: float,
-    body_timeout: float,
-    keep_alive: float,
-    drain_state: DrainState,
-) -> ConnectionGuard:
-    """The guard for this process: ``max_connections`` capped below the descriptor limit (raised first);
-    it asks ``drain_state`` (the runtime) whether the server is draining."""
+def connection_guard(*, max_connections: int, **limits: Any) -> ConnectionGuard:
+    """The guard for this process, with ``limits`` (:class:`ConnectionGuard`'s keywords): ``max_connections``
+    capped below the descriptor limit (raised first)."""
     descriptors = raise_descriptor_limit()
     allowed = max(8, descriptors - SPARE_DESCRIPTORS)
     if max_connections > allowed:
@@ -291,14 +268,7 @@ def connection_guard(
             allowed,
         )
         max_connections = allowed
-    return ConnectionGuard(
-        max_header_bytes=max_header_bytes,
-        header_timeout=header_timeout,
-        body_timeout=body_timeout,
-        max_connections=max_connections,
-        keep_alive=keep_alive,
-        drain_state=drain_state,
-    )
+    return ConnectionGuard(max_connections=max_connections, **limits)
 
 
 def run(
@@ -353,7 +323,7 @@ def run(
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:
     """uvicorn's protocol settings: the guarded protocol, or (for comparison) uvicorn's own."""
     if http_protocol == "guarded":
-        return uvicorn_protocol_settings(guard)
+        return {"http": guard.protocol_class(), "ws": "none"}  # no WebSocket: every Upgrade is ignored
     logger.warning(
         "--http-protocol %s: no header or body deadlines, no connection limit (comparison only)", http_protocol
     )
