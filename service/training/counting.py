@@ -38,6 +38,7 @@ from ..jobs import DocumentReader, Folder, Storage, WorkUnit
 from ..jobs.cli import interrupt_on_sigterm
 from ..jobs.progress import Progress, peak_rss_bytes
 from .countfiles import CountWriter, merge_files, write_counts
+from .recipes import json_key
 
 COUNTS_SUFFIX = ".counts"
 CHARS_SUFFIX = ".chars.json"
@@ -92,8 +93,7 @@ class CountingSpec:
         }
 
     def key(self) -> str:
-        canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return json_key(self.settings())
 
     def describe(self) -> dict[str, Any]:
         """The settings and their key, as records store them."""

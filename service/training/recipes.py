@@ -47,14 +47,7 @@ class RecipeError(JobError):
 
 
 def _special(content: str) -> dict[str, Any]:
-    return {
-        "content": content,
-        "single_word": False,
-        "lstrip": False,
-        "rstrip": False,
-        "normalized": False,
-        "special": True,
-    }
+    return dict(content=content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
 
 
 @dataclass(frozen=True)
@@ -116,26 +109,29 @@ class Recipe:
 
     def key(self) -> str:
         """A hash of the whole recipe: a finished tokenizer made from another recipe is trained again."""
-        canonical = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return json_key(self.describe())
+
+
+def json_key(value: Any) -> str:
+    """The SHA-256 of ``value``'s canonical JSON (sorted keys, no spaces), as records and manifests store it."""
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # -- presets ----------------------------------------------------------------------------------------------
+_COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
+
+
 def _components(normalizer: Any, pre_tokenizer: Any, post_processor: Any, decoder: Any) -> dict[str, Any]:
     """The JSON of tokenizers objects, as a tokenizer.json holds them."""
     from tokenizers import Tokenizer, models
 
     holder = Tokenizer(models.BPE())
-    if normalizer is not None:
-        holder.normalizer = normalizer
-    if pre_tokenizer is not None:
-        holder.pre_tokenizer = pre_tokenizer
-    if post_processor is not None:
-        holder.post_processor = post_processor
-    if decoder is not None:
-        holder.decoder = decoder
+    for name, component in zip(_COMPONENTS, (normalizer, pre_tokenizer, post_processor, decoder), strict=True):
+        if component is not None:
+            setattr(holder, name, component)
     document = json.loads(holder.to_str())
-    return {name: document[name] for name in ("normalizer", "pre_tokenizer", "post_processor", "decoder")}
+    return {name: document[name] for name in _COMPONENTS}
 
 
 def _model_options(model: Any) -> dict[str, Any]:
@@ -145,27 +141,6 @@ def _model_options(model: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if key not in ("vocab", "merges")}
 
 
-#: The preset of each model family, by name (see the module docstring); :func:`preset` builds one.
-PRESETS: dict[str, Callable[[], Recipe]] = {}
-
-
-def _registered(family: str) -> Callable[[Callable[[], Recipe]], Callable[[], Recipe]]:
-    def register(build: Callable[[], Recipe]) -> Callable[[], Recipe]:
-        PRESETS[family] = build
-        return build
-
-    return register
-
-
-def preset(family: str) -> Recipe:
-    """The preset recipe of a model family (see the module docstring)."""
-    build = PRESETS.get(family)
-    if build is None:
-        raise RecipeError(f"no preset for model family {family!r} (presets: {', '.join(PRESETS)})")
-    return build()
-
-
-@_registered("wordpiece")
 def _wordpiece() -> Recipe:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
@@ -201,7 +176,6 @@ def _wordpiece() -> Recipe:
     )
 
 
-@_registered("byte-level-bpe")
 def _byte_level_bpe() -> Recipe:
     from tokenizers import decoders, models, pre_tokenizers, processors
 
@@ -231,7 +205,6 @@ def _byte_level_bpe() -> Recipe:
     )
 
 
-@_registered("bpe")
 def _bpe() -> Recipe:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
@@ -260,7 +233,6 @@ def _bpe() -> Recipe:
     )
 
 
-@_registered("unigram")
 def _unigram() -> Recipe:
     from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
@@ -286,6 +258,23 @@ def _unigram() -> Recipe:
         origin={"preset": family},
         **parts,
     )
+
+
+#: The preset of each model family, by name (see the module docstring); :func:`preset` builds one.
+PRESETS: dict[str, Callable[[], Recipe]] = {
+    "wordpiece": _wordpiece,
+    "byte-level-bpe": _byte_level_bpe,
+    "bpe": _bpe,
+    "unigram": _unigram,
+}
+
+
+def preset(family: str) -> Recipe:
+    """The preset recipe of a model family (see the module docstring)."""
+    build = PRESETS.get(family)
+    if build is None:
+        raise RecipeError(f"no preset for model family {family!r} (presets: {', '.join(PRESETS)})")
+    return build()
 
 
 # -- --like -----------------------------------------------------------------------------------------------
