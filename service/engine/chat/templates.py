@@ -6,6 +6,8 @@ Nothing here calls into the Rust tokenizer."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,29 +24,17 @@ from .limits import RenderLimits
 _MAX_ERROR_DETAIL = 300
 #: transformers' test for generation markers in a template (``render_jinja_template``).
 _GENERATION_MARKER = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
-#: What transformers passes to every template itself: a template variable of that name cannot come from
-#: ``chat_template_kwargs`` (in transformers, those names bind to ``apply_chat_template``'s own parameters, or
-#: collide with the render's arguments).
-RESERVED_TEMPLATE_VARIABLES = frozenset(
-    {
-        "messages",
-        "tools",
-        "documents",
-        "add_generation_prompt",
-        "conversation",
-        "chat_template",
-        "continue_final_message",
-        "tokenize",
-        "sanitize_control_tokens",
-        "padding",
-        "truncation",
-        "max_length",
-        "return_tensors",
-        "return_dict",
-        "return_assistant_tokens_mask",
-        "tokenizer_kwargs",
-    }
-)
+
+
+@functools.cache
+def _reserved_template_variables() -> frozenset[str]:
+    """What transformers passes to every template itself: a template variable of such a name cannot come from
+    ``chat_template_kwargs`` (in transformers, those names bind to ``apply_chat_template``'s own parameters, or
+    collide with the render's ``messages``)."""
+    from transformers import PreTrainedTokenizerBase
+
+    parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters
+    return frozenset(parameters.keys() - {"self", "kwargs"} | {"messages"})
 
 
 @dataclass(frozen=True)
@@ -277,7 +267,7 @@ def _check_options(options: ChatOptions) -> None:
     if kwargs is not None:
         if not isinstance(kwargs, Mapping) or not all(isinstance(key, str) for key in kwargs):
             raise ServiceError(invalid, "chat_template_kwargs must be an object of template variables")
-        reserved = sorted(RESERVED_TEMPLATE_VARIABLES.intersection(kwargs))
+        reserved = sorted(_reserved_template_variables().intersection(kwargs))
         if reserved:
             raise ServiceError(
                 invalid,
