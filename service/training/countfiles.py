@@ -44,7 +44,7 @@ class CountFileError(JobError):
 
 
 class CountWriter:
-    """Write ``(pre-token, count)`` pairs, in strictly increasing pre-token order, to a binary stream."""
+    """Writes ``(pre-token, count)`` pairs, in strictly increasing pre-token order, to a binary stream."""
 
     def __init__(self, stream: IO[bytes], name: str = "count file") -> None:
         self.stream = stream
@@ -64,10 +64,6 @@ class CountWriter:
         self._counts.append(count)
         if len(self._words) >= BLOCK_WORDS:
             self._flush()
-
-    def write_all(self, counts: Iterable[Count]) -> None:
-        for word, count in counts:
-            self.write(word, count)
 
     def _flush(self) -> None:
         if not self._words:
@@ -97,13 +93,14 @@ class CountWriter:
 def write_counts(stream: IO[bytes], counts: Iterable[Count], name: str = "count file") -> CountWriter:
     """Write sorted ``counts`` as a whole count file; the writer holds the file's totals."""
     writer = CountWriter(stream, name)
-    writer.write_all(counts)
+    for word, count in counts:
+        writer.write(word, count)
     writer.close()
     return writer
 
 
-def read_blocks(path: Path) -> Iterator[tuple[list[str], array[int]]]:
-    """The blocks of a count file: (pre-tokens, counts), checked for wholeness as they are read."""
+def read_counts(path: Path) -> Iterator[Count]:
+    """Every ``(pre-token, count)`` of a count file, in order, checked for wholeness as it is read."""
     with open(path, "rb", buffering=1 << 20) as stream:
         if stream.read(len(MAGIC)) != MAGIC:
             raise CountFileError(f"{path}: not a count file")
@@ -132,7 +129,7 @@ def read_blocks(path: Path) -> Iterator[tuple[list[str], array[int]]]:
             words = [text[start:end] for start, end in itertools.pairwise(offsets)]
             distinct += n
             total += sum(numbers)
-            yield words, numbers
+            yield from zip(words, numbers, strict=True)
 
 
 def _exact(stream: IO[bytes], size: int, path: Path) -> bytes:
@@ -140,12 +137,6 @@ def _exact(stream: IO[bytes], size: int, path: Path) -> bytes:
     if len(data) != size:
         raise CountFileError(f"{path}: truncated")
     return data
-
-
-def read_counts(path: Path) -> Iterator[Count]:
-    """Every ``(pre-token, count)`` of a count file, in order."""
-    for words, numbers in read_blocks(path):
-        yield from zip(words, numbers, strict=True)
 
 
 def merge_counts(streams: Sequence[Iterable[Count]]) -> Iterator[Count]:

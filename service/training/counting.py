@@ -35,7 +35,7 @@ from typing import Any
 from ..jobs import DocumentReader, Folder, Storage, WorkUnit
 from ..jobs.cli import interrupt_on_sigterm
 from ..jobs.progress import Progress, peak_rss_bytes
-from .countfiles import CountWriter, merge_files, write_counts
+from .countfiles import merge_files, write_counts
 from .recipes import json_key
 
 COUNTS_SUFFIX = ".counts"
@@ -208,9 +208,7 @@ def _counter(spec: CountingSpec) -> PreTokenCounter:
     return _COUNTERS[key]
 
 
-def count_unit(
-    unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, report: Report | None = None
-) -> CountStats:
+def count_unit(unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, report: Report) -> CountStats:
     """Count one unit into ``<unit>.counts`` + ``<unit>.chars.json`` of ``folder`` (each written whole); its
     statistics, for the record the caller commits. Spills go to a private local directory, removed after."""
     started = time.monotonic()
@@ -230,7 +228,7 @@ def count_unit(
             if len(counts) >= spec.max_words:
                 spills.append(_spill(counts, spill_dir, len(spills)))
                 counts = Counter()
-            if report is not None and time.monotonic() - last_report >= 0.2:
+            if time.monotonic() - last_report >= 0.2:
                 report(documents - reported_documents, pretokens - reported_pretokens, reader.consumed)
                 reported_documents, reported_pretokens, last_report = documents, pretokens, time.monotonic()
         stats = CharStats()
@@ -242,15 +240,12 @@ def count_unit(
                 merged = merge_files(spills, spill_dir)
             else:
                 merged = ((word, counts[word]) for word in sorted(counts))
-            writer = CountWriter(stream, folder.url(counts_name))
-            writer.write_all(stats.add_words(merged))
-            writer.close()
+            writer = write_counts(stream, stats.add_words(merged), folder.url(counts_name))
         del counts
         folder.write_bytes(chars_name, stats.to_json())
     finally:
         shutil.rmtree(spill_dir, ignore_errors=True)
-    if report is not None:
-        report(documents - reported_documents, pretokens - reported_pretokens, unit.weight)
+    report(documents - reported_documents, pretokens - reported_pretokens, unit.weight)
     return CountStats(
         documents=documents,
         pretokens=pretokens,

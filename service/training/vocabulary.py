@@ -69,10 +69,17 @@ def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def lower_bound(recipe: Recipe) -> tuple[int, str]:
-    """The smallest vocabulary the recipe allows whatever the corpus (special tokens, byte pieces, the
-    initial alphabet), and what it is made of -- checked before any work. It is what the family's trainer
-    gives when it learns nothing (an empty corpus), and never less than one token."""
+def _too_small(vocab_size: int, parts: list[str], minimum: int, hint: str = "") -> VocabularyTooSmall:
+    return VocabularyTooSmall(
+        f"--vocab-size {vocab_size:,} is smaller than {' plus '.join(parts)}: at least {minimum:,} tokens are "
+        f"needed; raise --vocab-size to {minimum:,} or more{hint}"
+    )
+
+
+def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
+    """Refuse a ``vocab_size`` below the smallest vocabulary the recipe allows whatever the corpus (special
+    tokens, byte pieces, the initial alphabet), before any work: what the family's trainer gives when it learns
+    nothing (an empty corpus), and never less than one token."""
     specials = set(recipe.special_contents)
     bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
     initial = set(recipe.initial_alphabet) - specials - bytes_
@@ -82,17 +89,9 @@ def lower_bound(recipe: Recipe) -> tuple[int, str]:
     if bytes_:
         parts.append(_count(len(bytes_), "byte piece"))
     parts.append(_count(len(specials), "special token"))
-    total = len(specials) + len(bytes_) + len(initial)
-    return (total, " plus ".join(parts)) if total else (1, "one token")
-
-
-def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
-    minimum, made_of = lower_bound(recipe)
-    if vocab_size < minimum:
-        raise VocabularyTooSmall(
-            f"--vocab-size {vocab_size:,} is smaller than {made_of}: at least {minimum:,} tokens are needed; "
-            f"raise --vocab-size to {minimum:,} or more"
-        )
+    minimum = len(specials) + len(bytes_) + len(initial)
+    if vocab_size < max(1, minimum):
+        raise _too_small(vocab_size, parts if minimum else ["one token"], max(1, minimum))
 
 
 def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alphabet: int | None) -> VocabularyPlan:
@@ -103,12 +102,14 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
     counts: dict[str, float] = dict(stats.counts)
     for char in recipe.initial_alphabet:
         counts[char] = float("inf")  # as the trainer does: the initial alphabet is always kept first
-    if limit_alphabet is not None and limit_alphabet < len(counts):
+    limited = limit_alphabet is not None and limit_alphabet < len(counts)
+    if limited:
         ranked = sorted(counts, key=lambda char: (-counts[char], ord(char)))
         alphabet = tuple(sorted(ranked[:limit_alphabet]))
     else:
         alphabet = tuple(sorted(counts))
     bytes_ = [piece for piece in BYTE_PIECES if piece not in special_set] if recipe.byte_fallback else []
+    alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
     affixed: list[str] = []
     seeds: list[str] = list(bytes_)
     unigram = recipe.family == "unigram"
@@ -125,8 +126,7 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
                 pieces.add(char + suffix)
         taken = special_set | set(bytes_) | set(alphabet)
         affixed = sorted(pieces - taken)
-        seeds += [char for char in alphabet if char not in special_set and char not in bytes_] + affixed
-    alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
+        seeds += alphabet_new + affixed
     minimum = len(specials) + len(bytes_) + len(alphabet_new) + len(affixed)
     if vocab_size < minimum:
         parts = [f"the alphabet of the corpus ({_count(len(alphabet_new), 'character')})"]
@@ -135,17 +135,12 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
         if bytes_:
             parts.append(_count(len(bytes_), "byte piece"))
         parts.append(_count(len(specials), "special token"))
-        hint = "" if unigram else ", or keep fewer characters with --limit-alphabet"
-        raise VocabularyTooSmall(
-            f"--vocab-size {vocab_size:,} is smaller than {' plus '.join(parts)}: at least {minimum:,} tokens are "
-            f"needed; raise --vocab-size to {minimum:,} or more{hint}"
+        raise _too_small(
+            vocab_size, parts, minimum, "" if unigram else ", or keep fewer characters with --limit-alphabet"
         )
     separator = next((c for c in SEPARATOR_CANDIDATES if c not in counts), None)
-    if separator is None:
-        raise VocabularyTooSmall(
-            "the corpus uses every separator candidate; cannot replay its counts"
-        )  # pragma: no cover
-    limited = limit_alphabet is not None and limit_alphabet < len(counts)
+    if separator is None:  # pragma: no cover
+        raise VocabularyTooSmall("the corpus uses every separator candidate; cannot replay its counts")
     return VocabularyPlan(
         alphabet=alphabet,
         seeds=tuple(seeds),
