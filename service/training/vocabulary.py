@@ -69,10 +69,18 @@ def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def _too_small(vocab_size: int, parts: list[str], minimum: int, hint: str = "") -> VocabularyTooSmall:
+def _too_small(
+    vocab_size: int, minimum: int, parts: list[str], byte_pieces: int, specials: int, hint: str = ""
+) -> VocabularyTooSmall:
+    """The refusal of ``vocab_size``, below ``minimum``: ``parts`` of it, then the byte pieces and special tokens."""
+    if byte_pieces:
+        parts.append(_count(byte_pieces, "byte piece"))
+    parts.append(_count(specials, "special token"))
+    made_of = " plus ".join(parts) if minimum else "one token"
+    minimum = max(1, minimum)
     return VocabularyTooSmall(
-        f"--vocab-size {vocab_size:,} is smaller than {' plus '.join(parts)}: at least {minimum:,} tokens are "
-        f"needed; raise --vocab-size to {minimum:,} or more{hint}"
+        f"--vocab-size {vocab_size:,} is smaller than {made_of}: at least {minimum:,} tokens are needed; raise "
+        f"--vocab-size to {minimum:,} or more{hint}"
     )
 
 
@@ -83,15 +91,10 @@ def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
     specials = set(recipe.special_contents)
     bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
     initial = set(recipe.initial_alphabet) - specials - bytes_
-    parts = []
-    if initial:
-        parts.append(f"the alphabet ({_count(len(initial), 'byte-level symbol')})")
-    if bytes_:
-        parts.append(_count(len(bytes_), "byte piece"))
-    parts.append(_count(len(specials), "special token"))
+    parts = [f"the alphabet ({_count(len(initial), 'byte-level symbol')})"] if initial else []
     minimum = len(specials) + len(bytes_) + len(initial)
     if vocab_size < max(1, minimum):
-        raise _too_small(vocab_size, parts if minimum else ["one token"], max(1, minimum))
+        raise _too_small(vocab_size, minimum, parts, len(bytes_), len(specials))
 
 
 def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alphabet: int | None) -> VocabularyPlan:
@@ -132,12 +135,8 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
         parts = [f"the alphabet of the corpus ({_count(len(alphabet_new), 'character')})"]
         if affixed:
             parts.append(f"{_count(len(affixed), 'piece')} with {recipe.prefix or recipe.suffix!r}")
-        if bytes_:
-            parts.append(_count(len(bytes_), "byte piece"))
-        parts.append(_count(len(specials), "special token"))
-        raise _too_small(
-            vocab_size, parts, minimum, "" if unigram else ", or keep fewer characters with --limit-alphabet"
-        )
+        hint = "" if unigram else ", or keep fewer characters with --limit-alphabet"
+        raise _too_small(vocab_size, minimum, parts, len(bytes_), len(specials), hint)
     separator = next((c for c in SEPARATOR_CANDIDATES if c not in counts), None)
     if separator is None:  # pragma: no cover
         raise VocabularyTooSmall("the corpus uses every separator candidate; cannot replay its counts")
