@@ -1,15 +1,12 @@
 """The memory budget: what all in-flight work may hold at once, whatever arrives.
 
-Every request reserves a safe upper bound of what it will hold -- its body while it is read and parsed,
-then its inputs, the Rust encodings of one slice, its output arrays and its serialised answer -- before any
-of that is allocated, and gives it back once its answer has been sent. A request whose bound exceeds the
-whole budget can never be served (TOO_LARGE, 413); one that does not fit beside the work already admitted
-is refused at once (OVERLOADED, 429 with Retry-After). Reservations are made through the batcher's
-admission (:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body
-not yet read), so one place decides.
-
-The bounds themselves -- safe upper bounds, computed from a request's inputs and options before it runs, and
-the slices a large request is encoded in -- are :mod:`service.engine.bounds`.
+Every request reserves a safe upper bound (:mod:`service.engine.bounds`) of what it will hold -- its body while
+it is read and parsed, then its inputs, the Rust encodings of one slice, its output arrays and its serialised
+answer -- before any of that is allocated, and gives it back once its answer has been sent. A bound over the
+whole budget can never be served (TOO_LARGE, 413); one that does not fit beside the work already admitted is
+refused at once (OVERLOADED, 429 with Retry-After). Reservations are made through the batcher's admission
+(:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body not yet read),
+so one place decides.
 
 After a large answer the allocator keeps the freed pages in its arenas (glibc: ~120 MB kept after a 2M-token
 answer, whatever ``MALLOC_ARENA_MAX`` says); ``malloc_trim(0)`` hands them back in ~10 ms, so it runs, off

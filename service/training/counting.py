@@ -1,13 +1,12 @@
-"""Phase 1, on every worker: count the pre-tokens of each of its units, exactly, in bounded memory.
+"""Phase 1, on every worker: count the pre-tokens of each of its units, exactly, in bounded memory
+(``docs/guides/train.md``, "Recipes, phases, faults").
 
-A unit's documents are counted a batch at a time by the trainers' own Rust word count
-(:class:`PreTokenCounter`). When a process holds ``max_words`` distinct pre-tokens it writes them, sorted, to a
-spill file and starts afresh; at the end of the unit the spills and what is left are merged (:mod:`.countfiles`),
-adding equal pre-tokens, into the unit's count file. Nothing is pruned, so the counts are exact whatever the
-memory budget. Beside it, ``.chars.json`` holds each character's total count and the positions it takes in
-pre-tokens (what the trainer's alphabet and affixed pieces need). Both are written whole into the counts folder
-(a local directory or an object-store prefix; spills stay on local disk), and the executor's ``.done`` record
-(:class:`CountStats` inside) is written last, by the worker that ran the unit.
+A process holding ``max_words`` distinct pre-tokens writes them, sorted, to a spill file on local disk and
+starts afresh; at the end of the unit the spills and the rest are merged exactly (:mod:`.countfiles`) into its
+count file. Nothing is pruned, so the counts are exact whatever the memory budget. Beside it, ``.chars.json``
+holds each character's total count and the positions it takes in pre-tokens (what the trainer's alphabet and
+affixed pieces need). Both are written whole into the counts folder, then the executor's ``.done`` record
+(:class:`CountStats` inside).
 
 The units of a worker are counted by ``processes`` processes of a ``spawn`` pool (the offline job may
 use processes; a forked child would inherit a Rust pool that was already used, so it is never forked).

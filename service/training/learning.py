@@ -1,17 +1,14 @@
-"""Phase 2, once: wait for every unit's counts, sum them, and train the model on the sums.
+"""Phase 2, once: sum every unit's counts and train the model on the sums.
 
-The tokenizers trainers learn from word counts (``feed`` turns text into a map from pre-token to count,
-``train`` learns from that map alone), but Python cannot hand them a map (a trainer's state holds one, where
-counting reads it, but ``train_from_iterator`` replaces it with what it is fed). So the summed counts are
-*replayed*: each pre-token fed as many times as it was counted, joined by a separator character found nowhere
-in the corpus, through a tokenizer with no normalizer whose pre-tokenizer only splits at that separator. The
-trainer then builds exactly the map it would have built from the raw corpus (the counts are exact): a BPE so
-trained has the vocabulary, ids and merges of ``train_from_iterator`` on the raw corpus, which the tests check.
-Replaying costs time per pre-token occurrence (a few microseconds each), not per input byte.
+Python cannot hand a trainer word counts (``train_from_iterator`` replaces a trainer's own with what it is fed),
+so the summed counts are *replayed*: each pre-token fed as many times as it was counted, joined by a separator
+character found nowhere in the corpus, through a tokenizer with no normalizer whose pre-tokenizer only splits at
+that separator. The trainer then builds exactly the map the raw corpus would give it (``docs/guides/train.md``,
+"Exactness", says what the tests hold), at a cost per pre-token occurrence (a few microseconds), not per byte.
 
 ``min_frequency`` applies to the global sums: the BPE and WordPiece trainers apply it, as always, to the counts
-of pairs, computed from the replayed counts; the Unigram trainer has no such option, so for Unigram pre-tokens
-counted fewer than ``min_frequency`` times over the whole corpus are left out.
+of pairs; the Unigram trainer has no such option, so for Unigram pre-tokens counted fewer than
+``min_frequency`` times over the whole corpus are left out.
 """
 
 from __future__ import annotations

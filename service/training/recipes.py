@@ -2,24 +2,12 @@
 
 A :class:`Recipe` holds the normalizer, pre-tokenizer, post-processor and decoder (as tokenizers JSON), the
 model family and its options, the special tokens (in id order) and the call config transformers keeps in
-``tokenizer_config.json``. It comes from a preset per model family, or from an existing tokenizer
-(``--like``: a file, a directory or a hub id, loaded exactly as the server loads it), so a team can re-train
-a known recipe on its own data. Every worker builds the same recipe from the same flags; the part that
-decides the counts (normalizer and pre-tokenizer) is hashed into every unit's record, so counts made with
-another recipe are never mixed in.
-
-Presets (after the tokenizers library's own ``implementations``):
-
-=================  ===========================================================================================
-``wordpiece``      BERT: BertNormalizer (clean-up, every CJK character split out, lower-casing), BertPreTokenizer,
-                   ``[CLS] A [SEP] B [SEP]`` with type ids, ``[PAD] [UNK] [CLS] [SEP] [MASK]``, 512 positions
-``byte-level-bpe`` GPT-2: ByteLevel pre-tokenizer (GPT-2's regex, no prefix space), the 256 byte symbols as the
-                   initial alphabet, ``<|endoftext|>`` (also the pad token), 1024 positions
-``bpe``            SentencePiece-style BPE: NFKC, Metaspace (``▁``), ``<unk> <s> </s> <pad>``, ``<s> A``, 2048
-                   positions
-``unigram``        SentencePiece-style Unigram: Nmt + NFKC + runs of spaces collapsed, Metaspace (``▁``),
-                   ``<pad> </s> <unk>``, ``A </s>`` (T5's layout), 512 positions
-=================  ===========================================================================================
+``tokenizer_config.json``. It comes from a preset per model family (after the tokenizers library's own
+``implementations``; ``docs/guides/train.md`` describes them), or from an existing tokenizer (``--like``: a
+file, a directory or a hub id, loaded exactly as the server loads it), so a team can re-train a known recipe on
+its own data. Every worker builds the same recipe from the same flags; the part that decides the counts
+(normalizer and pre-tokenizer) is hashed into every unit's record, so counts made with another recipe are never
+mixed in.
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """What the trainer must be told besides the counts: the alphabet, the pieces that get fixed ids, the smallest
 vocabulary that can hold them, and the separator the counts are replayed with.
 
-**Exactness.** The BPE and WordPiece trainers number the alphabet in code-point order, but a piece with an
-affix (WordPiece's ``##x``, a ``</w>`` suffix) gets its id in the order the trainer's hash map yields the
-words, and merges that tie on count are broken by those ids: two runs on the same text, in one process,
-give different ids and a slightly different vocabulary. So when the model has an affix, these pieces are
-given their ids up front, in code-point order (passed to the trainer ahead of the corpus, as it does with
-special tokens, then taken back out of the added tokens): the result no longer depends on hash order, and
-1 worker and N workers give the same tokenizer.json. A plain BPE (``bpe``, ``byte-level-bpe``) needs none of
-this: its result is already the same as ``train_from_iterator`` on the raw corpus, ids and merges included.
-``--limit-alphabet`` keeps the most frequent characters, ties broken by code point (the trainer's own cut
-breaks them in hash order). A byte-fallback model gets SentencePiece's 256 byte pieces ``<0x00>``...
+**Exactness** (``docs/guides/train.md``): the BPE and WordPiece trainers give a piece with an affix (WordPiece's
+``##x``, a ``</w>`` suffix) its id in the order their hash map yields the words, and break ties between merges by
+id. So with an affix, the alphabet and these pieces get their ids up front, in code-point order (passed to the
+trainer ahead of the corpus, as special tokens are, then taken back out of the added tokens): 1 worker and N
+workers give the same tokenizer.json. A plain BPE needs none of this. ``--limit-alphabet`` keeps the most
+frequent characters, ties broken by code point (the trainer's cut breaks them in hash order). A byte-fallback
+model gets SentencePiece's 256 byte pieces ``<0x00>``...
 """
 
 from __future__ import annotations
