@@ -239,7 +239,7 @@ def count_unit(unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Stor
                 merged = merge_files(spills, spill_dir)
             else:
                 merged = ((word, counts[word]) for word in sorted(counts))
-            writer = write_counts(stream, stats.add_words(merged), folder.url(counts_name))
+            distinct = write_counts(stream, stats.add_words(merged), folder.url(counts_name))
         del counts
         folder.write_bytes(chars_name, stats.to_json())
     finally:
@@ -248,7 +248,7 @@ def count_unit(unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Stor
     return CountStats(
         documents=documents,
         pretokens=pretokens,
-        distinct=writer.distinct,
+        distinct=distinct,
         alphabet=len(stats.counts),
         skipped=reader.skipped,
         skipped_examples=reader.skipped_examples,
