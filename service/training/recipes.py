@@ -110,16 +110,27 @@ def json_key(value: Any) -> str:
 _COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
 
 
-def _components(normalizer: Any, pre_tokenizer: Any, post_processor: Any, decoder: Any) -> dict[str, Any]:
-    """The JSON of tokenizers objects, as a tokenizer.json holds them."""
+def _preset(
+    family: str, model: dict[str, Any], unk_token: str | None, specials: list[str], *components: Any, **fields: Any
+) -> Recipe:
+    """A preset recipe; ``components``: the tokenizers objects of :data:`_COMPONENTS` (or None), kept as a
+    tokenizer.json holds them."""
     from tokenizers import Tokenizer, models
 
     holder = Tokenizer(models.BPE())
-    for name, component in zip(_COMPONENTS, (normalizer, pre_tokenizer, post_processor, decoder), strict=True):
+    for name, component in zip(_COMPONENTS, components, strict=True):
         if component is not None:
             setattr(holder, name, component)
     document = json.loads(holder.to_str())
-    return {name: document[name] for name in _COMPONENTS}
+    return Recipe(
+        family=family,
+        model=model,
+        unk_token=unk_token,
+        special_tokens=tuple(map(_special, specials)),
+        origin={"preset": family},
+        **{name: document[name] for name in _COMPONENTS},
+        **fields,
+    )
 
 
 def _model_options(model: Any) -> dict[str, Any]:
@@ -132,9 +143,11 @@ def _model_options(model: Any) -> dict[str, Any]:
 def _wordpiece() -> Recipe:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-    family = "wordpiece"
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    parts = _components(
+    return _preset(
+        "wordpiece",
+        _model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
+        "[UNK]",
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
         normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True),
         pre_tokenizers.BertPreTokenizer(),
         processors.TemplateProcessing(
@@ -143,12 +156,6 @@ def _wordpiece() -> Recipe:
             special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
         ),
         decoders.WordPiece(prefix="##"),
-    )
-    return Recipe(
-        family=family,
-        model=_model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
-        unk_token="[UNK]",
-        special_tokens=tuple(map(_special, specials)),
         config={
             "unk_token": "[UNK]",
             "sep_token": "[SEP]",
@@ -159,26 +166,21 @@ def _wordpiece() -> Recipe:
             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
             "clean_up_tokenization_spaces": True,
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
 def _byte_level_bpe() -> Recipe:
     from tokenizers import decoders, models, pre_tokenizers, processors
 
-    family = "byte-level-bpe"
-    parts = _components(
+    return _preset(
+        "byte-level-bpe",
+        _model_options(models.BPE()),
+        None,
+        ["<|endoftext|>"],
         None,
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         processors.ByteLevel(trim_offsets=False),
         decoders.ByteLevel(),
-    )
-    return Recipe(
-        family=family,
-        model=_model_options(models.BPE()),
-        unk_token=None,
-        special_tokens=(_special("<|endoftext|>"),),
         initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
         config={
             "bos_token": "<|endoftext|>",
@@ -188,26 +190,21 @@ def _byte_level_bpe() -> Recipe:
             "model_max_length": 1024,
             "model_input_names": ["input_ids", "attention_mask"],
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
 def _bpe() -> Recipe:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-    family = "bpe"
-    parts = _components(
+    return _preset(
+        "bpe",
+        _model_options(models.BPE(unk_token="<unk>")),
+        "<unk>",
+        ["<unk>", "<s>", "</s>", "<pad>"],
         normalizers.NFKC(),
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
         processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)]),
         decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-    )
-    return Recipe(
-        family=family,
-        model=_model_options(models.BPE(unk_token="<unk>")),
-        unk_token="<unk>",
-        special_tokens=tuple(map(_special, ["<unk>", "<s>", "</s>", "<pad>"])),
         config={
             "bos_token": "<s>",
             "eos_token": "</s>",
@@ -216,26 +213,21 @@ def _bpe() -> Recipe:
             "model_max_length": 2048,
             "model_input_names": ["input_ids", "attention_mask"],
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
 def _unigram() -> Recipe:
     from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
-    family = "unigram"
-    parts = _components(
+    return _preset(
+        "unigram",
+        {"type": "Unigram", "byte_fallback": False},
+        "<unk>",
+        ["<pad>", "</s>", "<unk>"],
         normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]),
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
         processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)]),
         decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-    )
-    return Recipe(
-        family=family,
-        model={"type": "Unigram", "byte_fallback": False},
-        unk_token="<unk>",
-        special_tokens=tuple(map(_special, ["<pad>", "</s>", "<unk>"])),
         config={
             "eos_token": "</s>",
             "unk_token": "<unk>",
@@ -243,8 +235,6 @@ def _unigram() -> Recipe:
             "model_max_length": 512,
             "model_input_names": ["input_ids", "attention_mask"],
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
