@@ -311,11 +311,10 @@ def count_units(
     processes: int,
     progress: Progress,
     commit: Callable[[WorkUnit, CountStats], object],
-) -> list[CountStats]:
+) -> None:
     """Count ``units`` on ``processes`` processes (in this one when 1), calling ``commit(unit, stats)`` as
-    each finishes; their statistics, in unit order. The first failure stops the others (their unfinished
-    units stay not done) and is raised."""
-    records: dict[str, CountStats] = {}
+    each finishes. The first failure stops the others (their unfinished units stay not done) and is raised."""
+    counted: set[str] = set()
     by_name = {unit.name: unit for unit in units}
     consumed: dict[str, int] = {}  # the input consumed of each unit being counted
     finished = 0  # the weight of the units counted
@@ -327,7 +326,7 @@ def count_units(
     def done(name: str, stats: CountStats) -> None:
         nonlocal finished
         commit(by_name[name], stats)
-        records[name] = stats
+        counted.add(name)
         consumed.pop(name, None)
         finished += by_name[name].weight
         progress.advance(0, 0, finished + sum(consumed.values()))
@@ -335,13 +334,13 @@ def count_units(
     if processes <= 1 or len(units) <= 1:
         for unit in units:
             done(unit.name, count_unit(unit, folder, spec, storage, functools.partial(advance, unit.name)))
-        return [records[unit.name] for unit in units]
+        return
     context = multiprocessing.get_context("spawn")
     messages: Any = context.Queue()  # progress, from the counting processes
     pool = context.Pool(min(processes, len(units)), initializer=_init_process, initargs=(messages,))
     try:
         answers = pool.imap_unordered(_count_in_process, [(u, folder, spec, storage) for u in units])
-        while len(records) < len(units):
+        while len(counted) < len(units):
             with contextlib.suppress(queue.Empty):
                 while True:
                     advance(*messages.get_nowait())
@@ -356,7 +355,6 @@ def count_units(
         raise
     finally:
         pool.join()
-    return [records[unit.name] for unit in units]
 
 
 def read_chars(folder: Folder, unit: WorkUnit) -> CharStats:

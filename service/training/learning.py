@@ -82,7 +82,6 @@ class Replay:
     min_count: int = 0
     on_word: Callable[[int], None] | None = None
     distinct: int = field(default=0, init=False)  # pre-tokens fed
-    pretokens: int = field(default=0, init=False)  # occurrences fed
     left_out: int = field(default=0, init=False)  # distinct pre-tokens under min_count
 
     def __iter__(self) -> Iterator[str]:
@@ -94,7 +93,6 @@ class Replay:
                 self.left_out += 1
                 continue
             self.distinct += 1
-            self.pretokens += count
             if self.on_word is not None and self.distinct % 65536 == 0:
                 self.on_word(self.distinct)
             piece = word + separator
@@ -159,7 +157,6 @@ def make_trainer(recipe: Recipe, plan: VocabularyPlan, vocab_size: int, min_freq
 class Learnt:
     tokenizer: Any  # the trained replay tokenizer
     distinct: int
-    pretokens: int
     left_out: int
     seconds: float
 
@@ -195,7 +192,7 @@ def learn(
     tokenizer = replay_tokenizer(recipe, plan.separator)
     trainer = make_trainer(recipe, plan, vocab_size, min_frequency, show_progress)
     tokenizer.train_from_iterator(replay, trainer=trainer)
-    return Learnt(tokenizer, replay.distinct, replay.pretokens, replay.left_out, time.monotonic() - started)
+    return Learnt(tokenizer, replay.distinct, replay.left_out, time.monotonic() - started)
 
 
 def local_count_files(folder: Folder, units: Sequence[WorkUnit], scratch: Path) -> list[Path]:
