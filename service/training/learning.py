@@ -79,8 +79,8 @@ class Replay:
 
     counts: Iterable[tuple[str, int]]
     separator: str
-    min_count: int = 0
-    on_word: Callable[[int], None] | None = None
+    min_count: int
+    on_word: Callable[[int], None]  # called with the pre-tokens fed so far, every 65,536
     distinct: int = field(default=0, init=False)  # pre-tokens fed
     left_out: int = field(default=0, init=False)  # distinct pre-tokens under min_count
 
@@ -93,7 +93,7 @@ class Replay:
                 self.left_out += 1
                 continue
             self.distinct += 1
-            if self.on_word is not None and self.distinct % 65536 == 0:
+            if self.distinct % 65536 == 0:
                 self.on_word(self.distinct)
             piece = word + separator
             length = len(piece)

@@ -265,9 +265,7 @@ def _uses_byte_level(component: dict[str, Any] | None) -> bool:
     return any(_uses_byte_level(part) for part in inner)
 
 
-def recipe_like(
-    source: str, revision: str | None = None, family: str | None = None, storage: Storage | None = None
-) -> Recipe:
+def recipe_like(source: str, revision: str | None, family: str | None, storage: Storage | None) -> Recipe:
     """The recipe of an existing tokenizer (file, directory, hub id, or a directory or file under an
     object-store URL, fetched first), loaded as the server loads it."""
     from ..engine.loading import TokenizerLoadError, load_tokenizer
