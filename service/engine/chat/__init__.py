@@ -49,10 +49,9 @@ string ``role``; an empty conversation; ``continue_final_message`` when the last
 passes itself; a template name the tokenizer lacks (transformers would render the name as a template). Template
 bodies in a request are refused unless the server allows them (:attr:`ChatTemplates.allow_template_bodies`).
 
-**Options** keep transformers 5's names and defaults (:class:`ChatOptions`). ``pad_to_multiple_of``,
-``padding_side`` and ``return_attention_mask`` are what transformers 5 takes in ``tokenizer_kwargs=`` (as plain
-keywords it hands them to the template as variables instead); ``chat_template_kwargs`` are its ``**kwargs``
-(template variables). A missing template variable renders as nothing, as in jinja and transformers, until the
+**Options** keep transformers 5's names and defaults (:class:`ChatOptions` says where transformers takes each:
+passed as plain keywords, ``pad_to_multiple_of``, ``padding_side`` and ``return_attention_mask`` would reach the
+template as variables). A missing template variable renders as nothing, as in jinja and transformers, until the
 template reads into it (``message.content.strip()``): that is refused, naming it.
 
 No conversation content is logged or put in an error message (except what a template's own
