@@ -5,13 +5,9 @@
     batch = await engine.submit_encode(["a text"], options=EncodeOptions(padding=True))
     await engine.astop()
 
-Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request). The parts:
-``engine`` (the front: admission and lifecycle), ``limits`` (what a request may ask, and their defaults),
-``batching`` (the queue), ``bounds`` (what a request may hold), ``memory`` (the budget those bounds are
-reserved from), ``work`` (what runs on the tokenizer thread), ``encoding`` (option resolution and shaping),
-``chat`` (conversations: templates, the render thread, masks), ``loading``, ``parallelism``, ``info``,
-``errors``. The web layer (``service.http``) only translates requests
-into these calls and errors into statuses.
+Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request). The web layer
+(``service.http``) only translates requests into these calls and errors into statuses. The modules are named
+in ``docs/explanations/how-it-works.md``.
 """
 
 from ..embedded import DEFAULT_TOKENIZER_DIR

@@ -1,9 +1,7 @@
-"""The engine's error vocabulary.
-
-The engine raises :class:`ServiceError` with an :class:`ErrorKind`: what a caller of the engine can get
-wrong, or what the engine cannot do right now. The web layer raises the same error with the kinds only HTTP has
-(``service.http.errors``) and answers every kind with the status the one table of the wire contract gives its
-value (``service.wire.ERROR_TYPES``). Nothing here knows about HTTP.
+"""The engine's error vocabulary: :class:`ServiceError` with an :class:`ErrorKind`, what a caller of the engine
+can get wrong or what the engine cannot do right now. The web layer raises the same error with the kinds only
+HTTP has (``service.http.errors``) and answers every kind with the status the wire contract's one table gives
+its value (``service.wire.ERROR_TYPES``). Nothing here knows about HTTP.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ Loading goes through transformers so that special tokens, ``model_max_length``, 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -26,16 +27,14 @@ from .encoding import TokenizerFacts
 logger = logging.getLogger(__name__)
 
 
-class _NoTorchNotice(logging.Filter):
+def _no_torch_notice(record: logging.LogRecord) -> bool:
     """Drops the one line transformers logs when it is imported without torch ("PyTorch was not found. Models
     won't be available..."): the server runs without torch on purpose (tokenizers and their configuration need
     none, the image leaves it out), so the line only alarms. Every other line of transformers passes."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("PyTorch was not found")
+    return not str(record.msg).startswith("PyTorch was not found")
 
 
-TORCH_NOTICE_FILTER = _NoTorchNotice()
+TORCH_NOTICE_FILTER = _no_torch_notice
 logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before transformers is imported (below)
 
 DEFAULT_SOURCE = DEFAULT_TOKENIZER  # the embedded default's name (service.embedded): None means it too
@@ -179,24 +178,23 @@ def _from_hub(source: str, revision: str | None, option: str) -> Any:
     from huggingface_hub import constants
     from transformers import AutoTokenizer
 
+    load = functools.partial(AutoTokenizer.from_pretrained, source, revision=revision, trust_remote_code=False)
     offline_hint = (
         f"offline, pass {option} DIR, a local copy (a tokenizer directory, or its tokenizer.json), or put it in "
         "the HF cache (HF_HOME) and set HF_HUB_OFFLINE=1"
     )
     if constants.HF_HUB_OFFLINE:
         try:
-            return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
+            return load()
         except OSError as exc:
             raise TokenizerLoadError(
                 f"HF_HUB_OFFLINE is set and it is not in the HF cache ({constants.HF_HUB_CACHE}); {offline_hint}"
             ) from exc
     unreachable = hub_unreachable(constants.ENDPOINT, HUB_CONNECT_SECONDS)
     if unreachable is None:
-        return AutoTokenizer.from_pretrained(source, revision=revision, trust_remote_code=False)
+        return load()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            source, revision=revision, trust_remote_code=False, local_files_only=True
-        )
+        tokenizer = load(local_files_only=True)
     except OSError as exc:
         raise TokenizerLoadError(
             f"the hub ({constants.ENDPOINT}) cannot be reached ({unreachable}) and it is not in the HF cache "
@@ -317,15 +315,11 @@ def chat_template_inputs(tokenizer: Any) -> tuple[str | dict[str, str] | None, d
     templates = tokenizer.chat_template
     if isinstance(templates, Mapping):
         templates = {str(name): str(body) for name, body in sorted(templates.items())}
-    variables = {name: _plain(value) for name, value in sorted(tokenizer.special_tokens_map.items())}
+    variables = {  # as JSON holds them: a string, or a list of strings (``additional_special_tokens``)
+        name: [str(item) for item in value] if isinstance(value, (list, tuple)) else str(value)
+        for name, value in sorted(tokenizer.special_tokens_map.items())
+    }
     return templates, variables
-
-
-def _plain(value: Any) -> Any:
-    """A special token as JSON holds it: a string, or a list of strings (``additional_special_tokens``)."""
-    if isinstance(value, (list, tuple)):
-        return [str(item) for item in value]
-    return str(value)
 
 
 def special_token_ids(tokenizer: Any) -> dict[str, int]:

@@ -1,15 +1,12 @@
 """The memory budget: what all in-flight work may hold at once, whatever arrives.
 
-Every request reserves a safe upper bound of what it will hold -- its body while it is read and parsed,
-then its inputs, the Rust encodings of one slice, its output arrays and its serialised answer -- before any
-of that is allocated, and gives it back once its answer has been sent. A request whose bound exceeds the
-whole budget can never be served (TOO_LARGE, 413); one that does not fit beside the work already admitted
-is refused at once (OVERLOADED, 429 with Retry-After). Reservations are made through the batcher's
-admission (:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body
-not yet read), so one place decides.
-
-The bounds themselves -- safe upper bounds, computed from a request's inputs and options before it runs, and
-the slices a large request is encoded in -- are :mod:`service.engine.bounds`.
+Every request reserves a safe upper bound (:mod:`service.engine.bounds`) of what it will hold -- its body while
+it is read and parsed, then its inputs, the Rust encodings of one slice, its output arrays and its serialised
+answer -- before any of that is allocated, and gives it back once its answer has been sent. A bound over the
+whole budget can never be served (TOO_LARGE, 413); one that does not fit beside the work already admitted is
+refused at once (OVERLOADED, 429 with Retry-After). Reservations are made through the batcher's admission
+(:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body not yet read),
+so one place decides.
 
 After a large answer the allocator keeps the freed pages in its arenas (glibc: ~120 MB kept after a 2M-token
 answer, whatever ``MALLOC_ARENA_MAX`` says); ``malloc_trim(0)`` hands them back in ~10 ms, so it runs, off
@@ -22,7 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import logging
+import functools
 import math
 import threading
 import time
@@ -30,8 +27,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .errors import ErrorKind, ServiceError
-
-logger = logging.getLogger(__name__)
 
 MIB = 1 << 20
 #: The budget when the process has no cgroup memory limit (a laptop, a VM): documented in the README.
@@ -95,25 +90,22 @@ class MemoryBudget:
 
     def _take(self, nbytes: int, what: str, held: int) -> None:
         with self._lock:
-            self._take_locked(nbytes, what, held)
-
-    def _take_locked(self, nbytes: int, what: str, held: int) -> None:
-        if nbytes > self.capacity:
-            raise ServiceError(
-                ErrorKind.TOO_LARGE,
-                f"{what} needs up to {_mib(nbytes)} of memory, over the server's whole memory budget of "
-                f"{_mib(self.capacity)}; send fewer or shorter texts per request (or a smaller max_length)",
-            )
-        if nbytes - held > self.capacity - self.in_use:
-            raise ServiceError(
-                ErrorKind.OVERLOADED,
-                f"{what} needs up to {_mib(nbytes)} of memory and the server's memory budget has "
-                f"{_mib(self.capacity - self.in_use)} free now; retry shortly",
-                retry_after=1.0,
-            )
-        self.in_use += nbytes - held
-        if self._on_change is not None:
-            self._on_change(self.in_use)
+            if nbytes > self.capacity:
+                raise ServiceError(
+                    ErrorKind.TOO_LARGE,
+                    f"{what} needs up to {_mib(nbytes)} of memory, over the server's whole memory budget of "
+                    f"{_mib(self.capacity)}; send fewer or shorter texts per request (or a smaller max_length)",
+                )
+            if nbytes - held > self.capacity - self.in_use:
+                raise ServiceError(
+                    ErrorKind.OVERLOADED,
+                    f"{what} needs up to {_mib(nbytes)} of memory and the server's memory budget has "
+                    f"{_mib(self.capacity - self.in_use)} free now; retry shortly",
+                    retry_after=1.0,
+                )
+            self.in_use += nbytes - held
+            if self._on_change is not None:
+                self._on_change(self.in_use)
 
     def _add(self, delta: int) -> None:
         with self._lock:
@@ -157,46 +149,39 @@ def _mib(nbytes: int) -> str:
     return f"{nbytes / MIB:,.1f} MiB"
 
 
+@functools.cache
+def _libc_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):  # musl, macOS: nothing to trim this way
+        return None
+
+
 class _Trimmer:
     """Runs glibc's ``malloc_trim(0)`` on a short-lived thread (a no-op elsewhere), at most once per
     ``interval`` seconds. One thread at a time; a request made while it waits is served by its trim, and one
     made while it trims makes it trim once more after the interval, so memory freed meanwhile is returned too.
     ``function``: the trim to run (default: the C library's)."""
 
-    _malloc_trim: Callable[[int], int] | None = None
-    _loaded = False
-
     def __init__(self, function: Callable[[int], int] | None = None, interval: float = TRIM_INTERVAL_SECONDS) -> None:
-        self._given = function
+        self._function = function or _libc_malloc_trim()
         self._interval = interval
         self._lock = threading.Lock()
         self._running = False
         self._pending = False
         self._last = -math.inf  # monotonic time the last trim ended
 
-    @classmethod
-    def _function(cls) -> Callable[[int], int] | None:
-        if not cls._loaded:
-            cls._loaded = True
-            try:
-                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-                cls._malloc_trim = libc.malloc_trim
-            except (OSError, AttributeError):  # musl, macOS: nothing to trim this way
-                cls._malloc_trim = None
-        return cls._malloc_trim
-
     def trim_soon(self) -> None:
-        if self._given is None and self._function() is None:
+        if self._function is None:
             return
         with self._lock:
             self._pending = True
             if self._running:
                 return
             self._running = True
-        threading.Thread(target=self._trim, name="malloc-trim", daemon=True).start()
+        threading.Thread(target=self._trim, args=(self._function,), name="malloc-trim", daemon=True).start()
 
-    def _trim(self) -> None:
-        function = self._given or self._function()
+    def _trim(self, function: Callable[[int], int]) -> None:
         while True:
             with self._lock:
                 if not self._pending:
@@ -207,6 +192,5 @@ class _Trimmer:
                 time.sleep(wait)
             with self._lock:
                 self._pending = False  # this trim returns what was freed until now
-            if function is not None:
-                function(0)
+            function(0)
             self._last = time.monotonic()

@@ -1,9 +1,6 @@
-"""Rust thread-pool sizing and the at-fork guard.
-
-The whole point of the service is that one process keeps the Rust tokenizer's rayon pool busy and never
-forks. This module sizes that pool from the CPUs the process may really use (affinity and cgroup quota:
-:func:`service.sizing.available_cpus`, shared with the launcher) and counts any fork that happens after the
-tokenizer is loaded.
+"""Rust thread-pool sizing and the at-fork guard: the whole point of the service is that one process keeps the
+Rust tokenizer's rayon pool busy and never forks. The pool is sized from the CPUs the process may really use
+(affinity and cgroup quota: :func:`service.sizing.available_cpus`, shared with the launcher).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Training a tokenizer from a corpus sharded across workers, exactly as one process would on the whole corpus.
 
-Server side: it runs the tokenizers trainers (and loads ``--like`` tokenizers as the server does); it never
-imports the web layer or the client. It reads the corpus with :mod:`service.jobs`, exactly as
-``tokenizer-service pretokenize`` does (same formats, same units, same worker index resolution).
+Server side (it runs the tokenizers trainers), but never the web layer or the client. It reads the corpus with
+:mod:`service.jobs` exactly as ``tokenizer-service pretokenize`` does (formats, units, worker index).
 
 - :mod:`.recipes`: what the tokenizer is besides its vocabulary (presets, or ``--like`` an existing one).
 - :mod:`.counting`: phase 1, every worker counts the pre-tokens of its units (processes, spills, exact).

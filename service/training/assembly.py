@@ -1,12 +1,10 @@
 """The trained model made into a whole tokenizer, saved where ``AutoTokenizer`` and the server load it.
 
-The trained model gets the recipe's normalizer, pre-tokenizer, decoder and post-processor (its special
-tokens' ids looked up in the new vocabulary), the recipe's added tokens, and the call config in
-``tokenizer_config.json``. The files are saved into a local staging directory, loaded back exactly as the
-server loads a directory (:func:`service.engine.loading.load_tokenizer`) to check them and to compute the
-fingerprint the service will report, then put into ``--out`` one by one, each whole (renamed on a disk,
-uploaded whole to a store); ``manifest.json`` is written last and names every file with its size and
-SHA-256, so a folder with a manifest is whole.
+The trained model gets the recipe's pipeline (the post-processor's ids looked up in the new vocabulary), added
+tokens and call config. The files are saved into a local staging directory, loaded back exactly as the server
+loads a directory, to check them and compute the fingerprint the service will report, then put into ``--out``
+one by one, each whole; ``manifest.json`` last, naming every file with its size and SHA-256, so a folder with a
+manifest is whole.
 """
 
 from __future__ import annotations

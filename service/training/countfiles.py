@@ -43,67 +43,38 @@ class CountFileError(JobError):
     """A count file is not whole or not sorted; the message names it."""
 
 
-class CountWriter:
-    """Write ``(pre-token, count)`` pairs, in strictly increasing pre-token order, to a binary stream."""
-
-    def __init__(self, stream: IO[bytes], name: str = "count file") -> None:
-        self.stream = stream
-        self.name = name
-        self.distinct = 0
-        self.total = 0
-        self._last: str | None = None
-        self._words: list[str] = []
-        self._counts: list[int] = []
-        stream.write(MAGIC)
-
-    def write(self, word: str, count: int) -> None:
-        if self._last is not None and word <= self._last:
-            raise CountFileError(f"{self.name}: pre-tokens out of order ({self._last!r} then {word!r})")
-        self._last = word
-        self._words.append(word)
-        self._counts.append(count)
-        if len(self._words) >= BLOCK_WORDS:
-            self._flush()
-
-    def write_all(self, counts: Iterable[Count]) -> None:
-        for word, count in counts:
-            self.write(word, count)
-
-    def _flush(self) -> None:
-        if not self._words:
-            return
-        words, counts = self._words, self._counts
+def write_counts(stream: IO[bytes], counts: Iterable[Count], name: str = "count file") -> int:
+    """Write ``(pre-token, count)`` pairs, in strictly increasing pre-token order, as a whole count file (the
+    stream stays open: its owner closes it); the number of distinct pre-tokens written."""
+    stream.write(MAGIC)
+    distinct = total = 0
+    last: str | None = None
+    pairs = iter(counts)
+    while block := list(itertools.islice(pairs, BLOCK_WORDS)):
+        for word, _ in block:
+            if last is not None and word <= last:
+                raise CountFileError(f"{name}: pre-tokens out of order ({last!r} then {word!r})")
+            last = word
+        words = [word for word, _ in block]
         text = "".join(words).encode("utf-8")
         lengths = array("I", map(len, words))
-        numbers = array("Q", counts)
+        numbers = array("Q", (count for _, count in block))
         if not _LITTLE:
             lengths.byteswap()
             numbers.byteswap()
-        self.stream.write(_HEADER.pack(len(words), len(text)))
-        self.stream.write(lengths.tobytes())
-        self.stream.write(numbers.tobytes())
-        self.stream.write(text)
-        self.distinct += len(words)
-        self.total += sum(counts)
-        self._words, self._counts = [], []
-
-    def close(self) -> None:
-        """Write the last block and the end record (the stream stays open: its owner closes it)."""
-        self._flush()
-        self.stream.write(_HEADER.pack(0, 0))
-        self.stream.write(_END.pack(self.distinct, self.total))
+        stream.write(_HEADER.pack(len(words), len(text)))
+        stream.write(lengths.tobytes())
+        stream.write(numbers.tobytes())
+        stream.write(text)
+        distinct += len(words)
+        total += sum(count for _, count in block)
+    stream.write(_HEADER.pack(0, 0))
+    stream.write(_END.pack(distinct, total))
+    return distinct
 
 
-def write_counts(stream: IO[bytes], counts: Iterable[Count], name: str = "count file") -> CountWriter:
-    """Write sorted ``counts`` as a whole count file; the writer holds the file's totals."""
-    writer = CountWriter(stream, name)
-    writer.write_all(counts)
-    writer.close()
-    return writer
-
-
-def read_blocks(path: Path) -> Iterator[tuple[list[str], array[int]]]:
-    """The blocks of a count file: (pre-tokens, counts), checked for wholeness as they are read."""
+def read_counts(path: Path) -> Iterator[Count]:
+    """Every ``(pre-token, count)`` of a count file, in order, checked for wholeness as it is read."""
     with open(path, "rb", buffering=1 << 20) as stream:
         if stream.read(len(MAGIC)) != MAGIC:
             raise CountFileError(f"{path}: not a count file")
@@ -132,7 +103,7 @@ def read_blocks(path: Path) -> Iterator[tuple[list[str], array[int]]]:
             words = [text[start:end] for start, end in itertools.pairwise(offsets)]
             distinct += n
             total += sum(numbers)
-            yield words, numbers
+            yield from zip(words, numbers, strict=True)
 
 
 def _exact(stream: IO[bytes], size: int, path: Path) -> bytes:
@@ -140,12 +111,6 @@ def _exact(stream: IO[bytes], size: int, path: Path) -> bytes:
     if len(data) != size:
         raise CountFileError(f"{path}: truncated")
     return data
-
-
-def read_counts(path: Path) -> Iterator[Count]:
-    """Every ``(pre-token, count)`` of a count file, in order."""
-    for words, numbers in read_blocks(path):
-        yield from zip(words, numbers, strict=True)
 
 
 def merge_counts(streams: Sequence[Iterable[Count]]) -> Iterator[Count]:

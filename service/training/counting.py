@@ -1,16 +1,12 @@
-"""Phase 1, on every worker: count the pre-tokens of each of its units, exactly, in bounded memory.
+"""Phase 1, on every worker: count the pre-tokens of each of its units, exactly, in bounded memory
+(``docs/guides/train.md``, "Recipes, phases, faults").
 
-A unit's documents are fed, a batch at a time, to a WordLevel trainer behind a tokenizer that holds the
-recipe's normalizer and pre-tokenizer: the trainers' own Rust word count, the very one ``train_from_iterator``
-runs on raw text, after which the trainer's state holds each pre-token's count (:class:`PreTokenCounter`;
-``normalize_str`` + ``pre_tokenize_str`` give the same counts, and are the fallback). When a process holds
-``max_words`` distinct pre-tokens it writes them, sorted, to a spill file and starts afresh; at the end of
-the unit the spills and what is left are merged (:mod:`.countfiles`), adding equal pre-tokens, into the
-unit's count file. Nothing is pruned, so the counts are exact whatever the memory budget. Beside it,
-``.chars.json`` holds each character's total count and the positions it takes in pre-tokens (what the
-trainer's alphabet and affixed pieces need). Both are written whole into the counts folder (a local
-directory or an object-store prefix; spills stay on local disk), and the executor's ``.done`` record
-(:class:`CountStats` inside) is written last, by the worker that ran the unit.
+A process holding ``max_words`` distinct pre-tokens writes them, sorted, to a spill file on local disk and
+starts afresh; at the end of the unit the spills and the rest are merged exactly (:mod:`.countfiles`) into its
+count file. Nothing is pruned, so the counts are exact whatever the memory budget. Beside it, ``.chars.json``
+holds each character's total count and the positions it takes in pre-tokens (what the trainer's alphabet and
+affixed pieces need). Both are written whole into the counts folder, then the executor's ``.done`` record
+(:class:`CountStats` inside).
 
 The units of a worker are counted by ``processes`` processes of a ``spawn`` pool (the offline job may
 use processes; a forked child would inherit a Rust pool that was already used, so it is never forked).
@@ -18,6 +14,8 @@ use processes; a forked child would inherit a Rust pool that was already used, s
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -25,11 +23,10 @@ import os
 import queue
 import shutil
 import signal
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -37,7 +34,8 @@ from typing import Any
 from ..jobs import DocumentReader, Folder, Storage, WorkUnit
 from ..jobs.cli import interrupt_on_sigterm
 from ..jobs.progress import Progress, peak_rss_bytes
-from .countfiles import CountWriter, merge_files, write_counts
+from .countfiles import merge_files, write_counts
+from .recipes import json_key
 
 COUNTS_SUFFIX = ".counts"
 CHARS_SUFFIX = ".chars.json"
@@ -79,7 +77,7 @@ class CountingSpec:
     max_words: int
 
     def settings(self) -> dict[str, Any]:
-        """Everything that changes the counts of a unit, as every record stores it."""
+        """Everything that changes the counts of a unit."""
         import tokenizers
 
         return {
@@ -92,8 +90,7 @@ class CountingSpec:
         }
 
     def key(self) -> str:
-        canonical = json.dumps(self.settings(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return json_key(self.settings())
 
     def describe(self) -> dict[str, Any]:
         """The settings and their key, as records store them."""
@@ -101,16 +98,15 @@ class CountingSpec:
 
 
 def count_files(unit: WorkUnit) -> list[str]:
-    """The names of a unit's outputs in the counts folder: its count file and its characters."""
+    """A unit's outputs in the counts folder: its count file and its characters."""
     return [unit.name + COUNTS_SUFFIX, unit.name + CHARS_SUFFIX]
 
 
 class PreTokenCounter:
-    """Counts the pre-tokens of texts exactly as a tokenizers trainer counts the texts it is fed -- by feeding
-    them to a trainer: a tokenizer with the recipe's normalizer and pre-tokenizer trains a WordLevel trainer
-    (its own Rust word-count path, the very one ``train_from_iterator`` runs), whose state then holds the
-    counts. Where a tokenizers release would not expose them, the same counts come from ``normalize_str``
-    and ``pre_tokenize_str`` in Python (about half as fast)."""
+    """Counts the pre-tokens of texts exactly as a tokenizers trainer counts what it is fed -- by feeding them to
+    one: a tokenizer with the recipe's normalizer and pre-tokenizer trains a WordLevel trainer (the very Rust
+    word count ``train_from_iterator`` runs), whose state then holds the counts. Where a tokenizers release would
+    not expose them, ``normalize_str`` and ``pre_tokenize_str`` give the same counts in Python (half as fast)."""
 
     def __init__(self, normalizer: dict[str, Any] | None, pre_tokenizer: dict[str, Any] | None) -> None:
         from tokenizers import Tokenizer
@@ -158,12 +154,12 @@ class PreTokenCounter:
         return counts
 
 
+@dataclass
 class CharStats:
     """Each character's total count over a set of counted pre-tokens, and the positions it takes."""
 
-    def __init__(self, counts: dict[str, int] | None = None, masks: dict[str, int] | None = None) -> None:
-        self.counts: dict[str, int] = counts if counts is not None else {}
-        self.masks: dict[str, int] = masks if masks is not None else {}
+    counts: dict[str, int] = field(default_factory=dict)
+    masks: dict[str, int] = field(default_factory=dict)
 
     def add_words(self, counts: Iterable[tuple[str, int]]) -> Iterator[tuple[str, int]]:
         """Pass ``counts`` through, adding each pre-token's characters on the way."""
@@ -211,9 +207,7 @@ def _counter(spec: CountingSpec) -> PreTokenCounter:
     return _COUNTERS[key]
 
 
-def count_unit(
-    unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, report: Report | None = None
-) -> CountStats:
+def count_unit(unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, report: Report) -> CountStats:
     """Count one unit into ``<unit>.counts`` + ``<unit>.chars.json`` of ``folder`` (each written whole); its
     statistics, for the record the caller commits. Spills go to a private local directory, removed after."""
     started = time.monotonic()
@@ -233,7 +227,7 @@ def count_unit(
             if len(counts) >= spec.max_words:
                 spills.append(_spill(counts, spill_dir, len(spills)))
                 counts = Counter()
-            if report is not None and time.monotonic() - last_report >= 0.2:
+            if time.monotonic() - last_report >= 0.2:
                 report(documents - reported_documents, pretokens - reported_pretokens, reader.consumed)
                 reported_documents, reported_pretokens, last_report = documents, pretokens, time.monotonic()
         stats = CharStats()
@@ -245,19 +239,16 @@ def count_unit(
                 merged = merge_files(spills, spill_dir)
             else:
                 merged = ((word, counts[word]) for word in sorted(counts))
-            writer = CountWriter(stream, folder.url(counts_name))
-            writer.write_all(stats.add_words(merged))
-            writer.close()
+            distinct = write_counts(stream, stats.add_words(merged), folder.url(counts_name))
         del counts
         folder.write_bytes(chars_name, stats.to_json())
     finally:
         shutil.rmtree(spill_dir, ignore_errors=True)
-    if report is not None:
-        report(documents - reported_documents, pretokens - reported_pretokens, unit.weight)
+    report(documents - reported_documents, pretokens - reported_pretokens, unit.weight)
     return CountStats(
         documents=documents,
         pretokens=pretokens,
-        distinct=writer.distinct,
+        distinct=distinct,
         alphabet=len(stats.counts),
         skipped=reader.skipped,
         skipped_examples=reader.skipped_examples,
@@ -320,70 +311,50 @@ def count_units(
     processes: int,
     progress: Progress,
     commit: Callable[[WorkUnit, CountStats], object],
-) -> list[CountStats]:
+) -> None:
     """Count ``units`` on ``processes`` processes (in this one when 1), calling ``commit(unit, stats)`` as
-    each finishes; their statistics, in unit order. The first failure stops the others (their unfinished
-    units stay not done) and is raised."""
+    each finishes. The first failure stops the others (their unfinished units stay not done) and is raised."""
+    counted: set[str] = set()
+    by_name = {unit.name: unit for unit in units}
+    consumed: dict[str, int] = {}  # the input consumed of each unit being counted
+    finished = 0  # the weight of the units counted
+
+    def advance(name: str, documents: int, pretokens: int, position: int) -> None:
+        consumed[name] = position
+        progress.advance(documents, pretokens, finished + sum(consumed.values()))
+
+    def done(name: str, stats: CountStats) -> None:
+        nonlocal finished
+        commit(by_name[name], stats)
+        counted.add(name)
+        consumed.pop(name, None)
+        finished += by_name[name].weight
+        progress.advance(0, 0, finished + sum(consumed.values()))
+
     if processes <= 1 or len(units) <= 1:
-        results = []
-        for i, unit in enumerate(units):
-            stats = _count_here(unit, folder, spec, storage, progress, sum(u.weight for u in units[:i]))
-            commit(unit, stats)
-            results.append(stats)
-        return results
+        for unit in units:
+            done(unit.name, count_unit(unit, folder, spec, storage, functools.partial(advance, unit.name)))
+        return
     context = multiprocessing.get_context("spawn")
     messages: Any = context.Queue()  # progress, from the counting processes
-    outcomes: queue.Queue[tuple[str, Any]] = queue.Queue()  # results or the first error, from the pool
-    records: dict[str, CountStats] = {}
-    by_name = {unit.name: unit for unit in units}
-    consumed: dict[str, int] = {}
-    weights = {unit.name: unit.weight for unit in units}
-    finished_weight = 0
     pool = context.Pool(min(processes, len(units)), initializer=_init_process, initargs=(messages,))
     try:
         answers = pool.imap_unordered(_count_in_process, [(u, folder, spec, storage) for u in units])
-
-        def collect() -> None:
+        while len(counted) < len(units):
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    advance(*messages.get_nowait())
             try:
-                for record in answers:
-                    outcomes.put(("done", record))
-            except BaseException as exc:  # noqa: BLE001 -- a counting process's exception, re-raised in the main loop
-                outcomes.put(("error", exc))
-
-        threading.Thread(target=collect, daemon=True, name="count-results").start()
-        while len(records) < len(units):
-            try:
-                name, documents, pretokens, position = messages.get(timeout=0.2)
-                consumed[name] = position
-                progress.advance(documents, pretokens, finished_weight + sum(consumed.values()))
-            except queue.Empty:
-                pass
-            while not outcomes.empty():
-                kind, outcome = outcomes.get()
-                if kind == "error":
-                    raise outcome
-                name, stats = outcome
-                commit(by_name[name], stats)
-                records[name] = stats
-                consumed.pop(name, None)
-                finished_weight += weights[name]
-                progress.advance(0, 0, finished_weight + sum(consumed.values()))
+                name, stats = answers.next(timeout=0.2)  # raises a counting process's exception
+            except multiprocessing.TimeoutError:
+                continue
+            done(name, stats)
         pool.close()
     except BaseException:
         pool.terminate()
         raise
     finally:
         pool.join()
-    return [records[unit.name] for unit in units]
-
-
-def _count_here(
-    unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, progress: Progress, weight_before: int
-) -> CountStats:
-    def report(documents: int, pretokens: int, consumed: int) -> None:
-        progress.advance(documents, pretokens, weight_before + consumed)
-
-    return count_unit(unit, folder, spec, storage, report)
 
 
 def read_chars(folder: Folder, unit: WorkUnit) -> CharStats:

@@ -1,19 +1,14 @@
-"""Phase 2, once: wait for every unit's counts, sum them, and train the model on the sums.
+"""Phase 2, once: sum every unit's counts and train the model on the sums.
 
-The tokenizers trainers learn from word counts (``feed`` turns text into a map from pre-token to count,
-``train`` learns from that map alone), but Python cannot hand them a map. So the summed counts are
-*replayed*: each pre-token is fed as many times as it was counted, joined by a separator character that
-occurs nowhere in the corpus, through a tokenizer whose normalizer is off and whose pre-tokenizer only
-splits at that separator. (A trainer's state does hold its word counts -- counting reads them from there,
-see :mod:`.counting` -- but ``train_from_iterator`` replaces them with what it is fed, so they cannot be
-handed in that way.) The trainer then builds exactly the map it would have built from the raw corpus
-(the counts are exact, see :mod:`.counting`) -- a BPE so trained has the vocabulary, ids and merges of
-``train_from_iterator`` on the raw corpus, which the tests check. Replaying costs time in proportion to the
-number of pre-token occurrences (a few microseconds each), not to the input size.
+Python cannot hand a trainer word counts (``train_from_iterator`` replaces a trainer's own with what it is fed),
+so the summed counts are *replayed*: each pre-token fed as many times as it was counted, joined by a separator
+character found nowhere in the corpus, through a tokenizer with no normalizer whose pre-tokenizer only splits at
+that separator. The trainer then builds exactly the map the raw corpus would give it (``docs/guides/train.md``,
+"Exactness", says what the tests hold), at a cost per pre-token occurrence (a few microseconds), not per byte.
 
-``min_frequency`` applies to the global sums: for BPE and WordPiece the trainer applies it, as always, to
-the counts of pairs, computed from the replayed (global) counts; the Unigram trainer has no such option, so
-for Unigram pre-tokens counted fewer than ``min_frequency`` times over the whole corpus are left out.
+``min_frequency`` applies to the global sums: the BPE and WordPiece trainers apply it, as always, to the counts
+of pairs; the Unigram trainer has no such option, so for Unigram pre-tokens counted fewer than
+``min_frequency`` times over the whole corpus are left out.
 """
 
 from __future__ import annotations
@@ -21,7 +16,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +52,7 @@ class CountTotals:
     count_peak_rss_bytes: int = 0  # the largest counting process
 
     def describe(self) -> dict[str, Any]:
-        return {
-            "units": self.units,
-            "documents": self.documents,
-            "pretokens": self.pretokens,
-            "skipped": self.skipped,
-        }
+        return {name: getattr(self, name) for name in ("units", "documents", "pretokens", "skipped")}
 
 
 def gather(
@@ -83,24 +73,16 @@ def gather(
     return stats, totals
 
 
+@dataclass
 class Replay:
     """The summed counts as texts for the trainer (see the module docstring), with what was fed."""
 
-    def __init__(
-        self,
-        counts: Iterable[tuple[str, int]],
-        separator: str,
-        *,
-        min_count: int = 0,
-        on_word: Callable[[int], None] | None = None,
-    ) -> None:
-        self.counts = counts
-        self.separator = separator
-        self.min_count = min_count
-        self.on_word = on_word
-        self.distinct = 0  # pre-tokens fed
-        self.pretokens = 0  # occurrences fed
-        self.left_out = 0  # distinct pre-tokens under min_count
+    counts: Iterable[tuple[str, int]]
+    separator: str
+    min_count: int
+    on_word: Callable[[int], None]  # called with the pre-tokens fed so far, every 65,536
+    distinct: int = field(default=0, init=False)  # pre-tokens fed
+    left_out: int = field(default=0, init=False)  # distinct pre-tokens under min_count
 
     def __iter__(self) -> Iterator[str]:
         separator, limit, min_count = self.separator, REPLAY_CHARS, self.min_count
@@ -111,8 +93,7 @@ class Replay:
                 self.left_out += 1
                 continue
             self.distinct += 1
-            self.pretokens += count
-            if self.on_word is not None and self.distinct % 65536 == 0:
+            if self.distinct % 65536 == 0:
                 self.on_word(self.distinct)
             piece = word + separator
             length = len(piece)
@@ -152,21 +133,15 @@ def make_trainer(recipe: Recipe, plan: VocabularyPlan, vocab_size: int, min_freq
 
     special = [AddedToken(**token) for token in recipe.special_tokens]
     seeds = [AddedToken(piece, special=True, normalized=False) for piece in plan.seeds]
-    if recipe.family == "unigram":
-        return trainers.UnigramTrainer(
-            vocab_size=vocab_size,
-            show_progress=show_progress,
-            special_tokens=special + seeds,
-            initial_alphabet=list(plan.initial_alphabet),
-            unk_token=recipe.unk_token,
-        )
     options: dict[str, Any] = {
         "vocab_size": vocab_size,
-        "min_frequency": min_frequency,
         "show_progress": show_progress,
         "special_tokens": special + seeds,
         "initial_alphabet": list(plan.initial_alphabet),
     }
+    if recipe.family == "unigram":
+        return trainers.UnigramTrainer(unk_token=recipe.unk_token, **options)
+    options["min_frequency"] = min_frequency
     if plan.limit_alphabet is not None:
         options["limit_alphabet"] = plan.limit_alphabet
     if recipe.suffix:
@@ -182,7 +157,6 @@ def make_trainer(recipe: Recipe, plan: VocabularyPlan, vocab_size: int, min_freq
 class Learnt:
     tokenizer: Any  # the trained replay tokenizer
     distinct: int
-    pretokens: int
     left_out: int
     seconds: float
 
@@ -218,7 +192,7 @@ def learn(
     tokenizer = replay_tokenizer(recipe, plan.separator)
     trainer = make_trainer(recipe, plan, vocab_size, min_frequency, show_progress)
     tokenizer.train_from_iterator(replay, trainer=trainer)
-    return Learnt(tokenizer, replay.distinct, replay.pretokens, replay.left_out, time.monotonic() - started)
+    return Learnt(tokenizer, replay.distinct, replay.left_out, time.monotonic() - started)
 
 
 def local_count_files(folder: Folder, units: Sequence[WorkUnit], scratch: Path) -> list[Path]:

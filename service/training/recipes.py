@@ -2,24 +2,12 @@
 
 A :class:`Recipe` holds the normalizer, pre-tokenizer, post-processor and decoder (as tokenizers JSON), the
 model family and its options, the special tokens (in id order) and the call config transformers keeps in
-``tokenizer_config.json``. It comes from a preset per model family, or from an existing tokenizer
-(``--like``: a file, a directory or a hub id, loaded exactly as the server loads it), so a team can re-train
-a known recipe on its own data. Every worker builds the same recipe from the same flags; the part that
-decides the counts (normalizer and pre-tokenizer) is hashed into every unit's record, so counts made with
-another recipe are never mixed in.
-
-Presets (after the tokenizers library's own ``implementations``):
-
-=================  ===========================================================================================
-``wordpiece``      BERT: BertNormalizer (clean-up, every CJK character split out, lower-casing), BertPreTokenizer,
-                   ``[CLS] A [SEP] B [SEP]`` with type ids, ``[PAD] [UNK] [CLS] [SEP] [MASK]``, 512 positions
-``byte-level-bpe`` GPT-2: ByteLevel pre-tokenizer (GPT-2's regex, no prefix space), the 256 byte symbols as the
-                   initial alphabet, ``<|endoftext|>`` (also the pad token), 1024 positions
-``bpe``            SentencePiece-style BPE: NFKC, Metaspace (``▁``), ``<unk> <s> </s> <pad>``, ``<s> A``, 2048
-                   positions
-``unigram``        SentencePiece-style Unigram: Nmt + NFKC + runs of spaces collapsed, Metaspace (``▁``),
-                   ``<pad> </s> <unk>``, ``A </s>`` (T5's layout), 512 positions
-=================  ===========================================================================================
+``tokenizer_config.json``. It comes from a preset per model family (after the tokenizers library's own
+``implementations``; ``docs/guides/train.md`` describes them), or from an existing tokenizer (``--like``: a
+file, a directory or a hub id, loaded exactly as the server loads it), so a team can re-train a known recipe on
+its own data. Every worker builds the same recipe from the same flags; the part that decides the counts
+(normalizer and pre-tokenizer) is hashed into every unit's record, so counts made with another recipe are never
+mixed in.
 """
 
 from __future__ import annotations
@@ -47,14 +35,7 @@ class RecipeError(JobError):
 
 
 def _special(content: str) -> dict[str, Any]:
-    return {
-        "content": content,
-        "single_word": False,
-        "lstrip": False,
-        "rstrip": False,
-        "normalized": False,
-        "special": True,
-    }
+    return dict(content=content, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
 
 
 @dataclass(frozen=True)
@@ -116,26 +97,40 @@ class Recipe:
 
     def key(self) -> str:
         """A hash of the whole recipe: a finished tokenizer made from another recipe is trained again."""
-        canonical = json.dumps(self.describe(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+        return json_key(self.describe())
+
+
+def json_key(value: Any) -> str:
+    """The SHA-256 of ``value``'s canonical JSON (sorted keys, no spaces), as records and manifests store it."""
+    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 # -- presets ----------------------------------------------------------------------------------------------
-def _components(normalizer: Any, pre_tokenizer: Any, post_processor: Any, decoder: Any) -> dict[str, Any]:
-    """The JSON of tokenizers objects, as a tokenizer.json holds them."""
+_COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
+
+
+def _preset(
+    family: str, model: dict[str, Any], unk_token: str | None, specials: list[str], *components: Any, **fields: Any
+) -> Recipe:
+    """A preset recipe; ``components``: the tokenizers objects of :data:`_COMPONENTS` (or None), kept as a
+    tokenizer.json holds them."""
     from tokenizers import Tokenizer, models
 
     holder = Tokenizer(models.BPE())
-    if normalizer is not None:
-        holder.normalizer = normalizer
-    if pre_tokenizer is not None:
-        holder.pre_tokenizer = pre_tokenizer
-    if post_processor is not None:
-        holder.post_processor = post_processor
-    if decoder is not None:
-        holder.decoder = decoder
+    for name, component in zip(_COMPONENTS, components, strict=True):
+        if component is not None:
+            setattr(holder, name, component)
     document = json.loads(holder.to_str())
-    return {name: document[name] for name in ("normalizer", "pre_tokenizer", "post_processor", "decoder")}
+    return Recipe(
+        family=family,
+        model=model,
+        unk_token=unk_token,
+        special_tokens=tuple(map(_special, specials)),
+        origin={"preset": family},
+        **{name: document[name] for name in _COMPONENTS},
+        **fields,
+    )
 
 
 def _model_options(model: Any) -> dict[str, Any]:
@@ -145,33 +140,14 @@ def _model_options(model: Any) -> dict[str, Any]:
     return {key: value for key, value in options.items() if key not in ("vocab", "merges")}
 
 
-#: The preset of each model family, by name (see the module docstring); :func:`preset` builds one.
-PRESETS: dict[str, Callable[[], Recipe]] = {}
-
-
-def _registered(family: str) -> Callable[[Callable[[], Recipe]], Callable[[], Recipe]]:
-    def register(build: Callable[[], Recipe]) -> Callable[[], Recipe]:
-        PRESETS[family] = build
-        return build
-
-    return register
-
-
-def preset(family: str) -> Recipe:
-    """The preset recipe of a model family (see the module docstring)."""
-    build = PRESETS.get(family)
-    if build is None:
-        raise RecipeError(f"no preset for model family {family!r} (presets: {', '.join(PRESETS)})")
-    return build()
-
-
-@_registered("wordpiece")
 def _wordpiece() -> Recipe:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-    family = "wordpiece"
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    parts = _components(
+    return _preset(
+        "wordpiece",
+        _model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
+        "[UNK]",
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
         normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=True),
         pre_tokenizers.BertPreTokenizer(),
         processors.TemplateProcessing(
@@ -180,12 +156,6 @@ def _wordpiece() -> Recipe:
             special_tokens=[("[CLS]", 2), ("[SEP]", 3)],
         ),
         decoders.WordPiece(prefix="##"),
-    )
-    return Recipe(
-        family=family,
-        model=_model_options(models.WordPiece(unk_token="[UNK]", max_input_chars_per_word=100)),
-        unk_token="[UNK]",
-        special_tokens=tuple(map(_special, specials)),
         config={
             "unk_token": "[UNK]",
             "sep_token": "[SEP]",
@@ -196,27 +166,21 @@ def _wordpiece() -> Recipe:
             "model_input_names": ["input_ids", "token_type_ids", "attention_mask"],
             "clean_up_tokenization_spaces": True,
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
-@_registered("byte-level-bpe")
 def _byte_level_bpe() -> Recipe:
     from tokenizers import decoders, models, pre_tokenizers, processors
 
-    family = "byte-level-bpe"
-    parts = _components(
+    return _preset(
+        "byte-level-bpe",
+        _model_options(models.BPE()),
+        None,
+        ["<|endoftext|>"],
         None,
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
         processors.ByteLevel(trim_offsets=False),
         decoders.ByteLevel(),
-    )
-    return Recipe(
-        family=family,
-        model=_model_options(models.BPE()),
-        unk_token=None,
-        special_tokens=(_special("<|endoftext|>"),),
         initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
         config={
             "bos_token": "<|endoftext|>",
@@ -226,27 +190,21 @@ def _byte_level_bpe() -> Recipe:
             "model_max_length": 1024,
             "model_input_names": ["input_ids", "attention_mask"],
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
-@_registered("bpe")
 def _bpe() -> Recipe:
     from tokenizers import decoders, models, normalizers, pre_tokenizers, processors
 
-    family = "bpe"
-    parts = _components(
+    return _preset(
+        "bpe",
+        _model_options(models.BPE(unk_token="<unk>")),
+        "<unk>",
+        ["<unk>", "<s>", "</s>", "<pad>"],
         normalizers.NFKC(),
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
         processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s>:1 $B:1", special_tokens=[("<s>", 1)]),
         decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-    )
-    return Recipe(
-        family=family,
-        model=_model_options(models.BPE(unk_token="<unk>")),
-        unk_token="<unk>",
-        special_tokens=tuple(map(_special, ["<unk>", "<s>", "</s>", "<pad>"])),
         config={
             "bos_token": "<s>",
             "eos_token": "</s>",
@@ -255,27 +213,21 @@ def _bpe() -> Recipe:
             "model_max_length": 2048,
             "model_input_names": ["input_ids", "attention_mask"],
         },
-        origin={"preset": family},
-        **parts,
     )
 
 
-@_registered("unigram")
 def _unigram() -> Recipe:
     from tokenizers import Regex, decoders, normalizers, pre_tokenizers, processors
 
-    family = "unigram"
-    parts = _components(
+    return _preset(
+        "unigram",
+        {"type": "Unigram", "byte_fallback": False},
+        "<unk>",
+        ["<pad>", "</s>", "<unk>"],
         normalizers.Sequence([normalizers.Nmt(), normalizers.NFKC(), normalizers.Replace(Regex(" {2,}"), " ")]),
         pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="always"),
         processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B:1 </s>:1", special_tokens=[("</s>", 1)]),
         decoders.Metaspace(replacement="▁", prepend_scheme="always"),
-    )
-    return Recipe(
-        family=family,
-        model={"type": "Unigram", "byte_fallback": False},
-        unk_token="<unk>",
-        special_tokens=tuple(map(_special, ["<pad>", "</s>", "<unk>"])),
         config={
             "eos_token": "</s>",
             "unk_token": "<unk>",
@@ -283,9 +235,24 @@ def _unigram() -> Recipe:
             "model_max_length": 512,
             "model_input_names": ["input_ids", "attention_mask"],
         },
-        origin={"preset": family},
-        **parts,
     )
+
+
+#: The preset of each model family, by name (see the module docstring); :func:`preset` builds one.
+PRESETS: dict[str, Callable[[], Recipe]] = {
+    "wordpiece": _wordpiece,
+    "byte-level-bpe": _byte_level_bpe,
+    "bpe": _bpe,
+    "unigram": _unigram,
+}
+
+
+def preset(family: str) -> Recipe:
+    """The preset recipe of a model family (see the module docstring)."""
+    build = PRESETS.get(family)
+    if build is None:
+        raise RecipeError(f"no preset for model family {family!r} (presets: {', '.join(PRESETS)})")
+    return build()
 
 
 # -- --like -----------------------------------------------------------------------------------------------
@@ -298,9 +265,7 @@ def _uses_byte_level(component: dict[str, Any] | None) -> bool:
     return any(_uses_byte_level(part) for part in inner)
 
 
-def recipe_like(
-    source: str, revision: str | None = None, family: str | None = None, storage: Storage | None = None
-) -> Recipe:
+def recipe_like(source: str, revision: str | None, family: str | None, storage: Storage | None) -> Recipe:
     """The recipe of an existing tokenizer (file, directory, hub id, or a directory or file under an
     object-store URL, fetched first), loaded as the server loads it."""
     from ..engine.loading import TokenizerLoadError, load_tokenizer

@@ -4,8 +4,7 @@ once the executor has waited for every unit, sums the counts and trains once (ph
 
 from __future__ import annotations
 
-import hashlib
-import json
+import contextlib
 import platform
 import shutil
 import sys
@@ -23,7 +22,7 @@ from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
 from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn, local_count_files
 from .options import TrainConfig
-from .recipes import Recipe, RecipeError, build_recipe
+from .recipes import Recipe, RecipeError, build_recipe, json_key
 from .vocabulary import VocabularyPlan, check_lower_bound, plan_vocabulary
 
 
@@ -166,18 +165,125 @@ class TrainStep(Step[CountStats, TrainSummary]):
     def finalize(
         self, job: ShardedJob[CountStats], records: list[DoneRecord[CountStats]], waited: float
     ) -> TrainSummary:
-        return _merge_and_train(self.config, self.recipe, self.files, job, records, waited, self.storage, self.log)
+        config, recipe = self.config, self.recipe
+        started = time.monotonic() - waited  # the merge began with the wait
+        reset_peak_rss()
+        counted = self._gather_counts(job, records, waited)
+        out = self.storage.folder(config.out_location)
+        done = _already_trained(out, counted, started, self.log)
+        if done is not None:
+            return done
+        learnt = self._learn(job, counted)
+        tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
+        peak = peak_rss_bytes()
+        shortfall = _shortfall(recipe, config, tokenizer.get_vocab_size())
+        manifest = save(tokenizer, recipe, out, self._manifest(job, counted, learnt, peak, shortfall))
+        result = TrainSummary(
+            out.url(),
+            manifest["tokenizer"]["fingerprint"],
+            manifest["tokenizer"]["vocab_size"],
+            counted.totals.documents,
+            counted.totals.pretokens,
+            learnt.distinct + learnt.left_out,
+            target_vocab_size=config.vocab_size,
+            shortfall=shortfall,
+            waited_seconds=waited,
+            train_seconds=learnt.seconds,
+            seconds=time.monotonic() - started,
+            peak_rss_bytes=peak,
+        )
+        self.log(f"train: wrote {out.url()} ({result.vocab_size:,} tokens, {result.fingerprint})")
+        if shortfall:
+            self.log(f"train: {shortfall}")
+        return result
+
+    def _gather_counts(
+        self, job: ShardedJob[CountStats], records: list[DoneRecord[CountStats]], waited: float
+    ) -> _Counted:
+        """Sum every unit's records and characters, and plan the vocabulary (refusing a --vocab-size below the
+        alphabet and the special tokens)."""
+        config, recipe = self.config, self.recipe
+        stats, totals = gather(records, job.units, job.folder)
+        if totals.pretokens == 0:
+            raise CorpusError(f"the corpus holds no text to learn from ({totals.documents:,} documents, all empty)")
+        plan = plan_vocabulary(recipe, stats, config.vocab_size, config.limit_alphabet)
+        options = {"model": recipe.family, **config.training_options()}
+        request = {
+            "recipe": recipe.key(),
+            "counting": job.settings["key"],
+            "units": [unit.describe() for unit in job.units],
+            "options": options,
+            "versions": versions(),
+        }
+        return _Counted(totals, plan, options, json_key(request), waited)
+
+    def _learn(self, job: ShardedJob[CountStats], counted: _Counted) -> Learnt:
+        """Merge every unit's count file (local copies of remote ones) and train once."""
+        config = self.config
+        self.log(
+            f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
+            f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {self.recipe.family} "
+            f"of {config.vocab_size:,} tokens"
+        )
+        scratch = Path(tempfile.mkdtemp(prefix="tokenizer-service-merge-"))
+        try:
+            return learn(
+                self.recipe,
+                counted.plan,
+                local_count_files(job.folder, job.units, scratch / "counts"),
+                scratch / "rounds",
+                vocab_size=config.vocab_size,
+                min_frequency=config.min_frequency,
+                show_progress=config.progress == "bar" or (config.progress == "auto" and sys.stderr.isatty()),
+                log=self.log,
+                distinct_upper_bound=counted.totals.distinct_upper_bound,
+            )
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _manifest(
+        self, job: ShardedJob[CountStats], counted: _Counted, learnt: Learnt, peak: int, shortfall: str | None
+    ) -> dict[str, Any]:
+        """What ``manifest.json`` records besides the tokenizer's files and fingerprint."""
+        config, totals = self.config, counted.totals
+        return {
+            "created_by": f"tokenizer-service {__version__}",
+            "request": counted.request,
+            "inputs": {
+                "files": [file.describe() for file in self.files],
+                "units": len(job.units),
+                "unit_bytes": config.unit_bytes,
+                "text_field": config.text_field,
+                "on_bad_record": config.on_bad_record,
+            },
+            "counts": {
+                **totals.describe(),
+                "distinct_pretokens": learnt.distinct + learnt.left_out,
+                "left_out_under_min_frequency": learnt.left_out,
+                "counting_key": job.settings["key"],
+            },
+            "options": counted.options,
+            "recipe": self.recipe.describe(),
+            "vocabulary": {**counted.plan.describe(), "target_vocab_size": config.vocab_size, "shortfall": shortfall},
+            "versions": versions(),
+            "phases": {
+                "count": {
+                    "unit_seconds_summed": round(totals.count_seconds, 3),
+                    "peak_rss_bytes": totals.count_peak_rss_bytes,
+                },
+                "merge": {
+                    "waited_seconds": round(counted.waited, 3),
+                    "train_seconds": round(learnt.seconds, 3),
+                    "peak_rss_bytes": peak,
+                },
+            },
+        }
 
 
-# -- phase 2 ----------------------------------------------------------------------------------------------
-def reset_peak_rss() -> bool:
+def reset_peak_rss() -> None:
     """Start this process's peak RSS (VmHWM) afresh, so that a phase reports its own (Linux only)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear:
-            clear.write("5")
-        return True
-    except OSError:
-        return False
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
 
 
 def versions() -> dict[str, str]:
@@ -197,86 +303,11 @@ def versions() -> dict[str, str]:
 class _Counted:
     """Every unit's counts, gathered and checked: what training needs besides the recipe."""
 
-    records: list[DoneRecord[CountStats]]
-    stats: CharStats
     totals: CountTotals
     plan: VocabularyPlan
     options: dict[str, Any]
     request: str  # the key of everything that goes into the tokenizer
     waited: float
-
-
-def _merge_and_train(
-    config: TrainConfig,
-    recipe: Recipe,
-    files: list[InputFile],
-    job: ShardedJob[CountStats],
-    records: list[DoneRecord[CountStats]],
-    waited: float,
-    storage: Storage,
-    log: Log,
-) -> TrainSummary:
-    started = time.monotonic() - waited  # the merge began with the wait
-    reset_peak_rss()
-    counted = _gather_counts(config, recipe, job, records, waited)
-    out = storage.folder(config.out_location)
-    done = _already_trained(out, counted, started, log)
-    if done is not None:
-        return done
-    learnt = _learn(config, recipe, job, counted, log)
-    tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
-    peak = peak_rss_bytes()
-    shortfall = _shortfall(recipe, config, tokenizer.get_vocab_size())
-    manifest = save(
-        tokenizer,
-        recipe,
-        out,
-        _manifest(config, recipe, files, job, counted, learnt, peak, shortfall),
-    )
-    result = TrainSummary(
-        out.url(),
-        manifest["tokenizer"]["fingerprint"],
-        manifest["tokenizer"]["vocab_size"],
-        counted.totals.documents,
-        counted.totals.pretokens,
-        learnt.distinct + learnt.left_out,
-        target_vocab_size=config.vocab_size,
-        shortfall=shortfall,
-        waited_seconds=counted.waited,
-        train_seconds=learnt.seconds,
-        seconds=time.monotonic() - started,
-        peak_rss_bytes=peak,
-    )
-    log(f"train: wrote {out.url()} ({result.vocab_size:,} tokens, {result.fingerprint})")
-    if shortfall:
-        log(f"train: {shortfall}")
-    return result
-
-
-def _gather_counts(
-    config: TrainConfig,
-    recipe: Recipe,
-    job: ShardedJob[CountStats],
-    records: list[DoneRecord[CountStats]],
-    waited: float,
-) -> _Counted:
-    """Sum every unit's records and characters, and plan the vocabulary (refusing a --vocab-size below the
-    alphabet and the special tokens)."""
-    stats, totals = gather(records, job.units, job.folder)
-    if totals.pretokens == 0:
-        raise CorpusError(f"the corpus holds no text to learn from ({totals.documents:,} documents, all empty)")
-    plan = plan_vocabulary(recipe, stats, config.vocab_size, config.limit_alphabet)
-    options = {"model": recipe.family, **config.training_options()}
-    request = {
-        "recipe": recipe.key(),
-        "counting": job.settings["key"],
-        "units": [unit.describe() for unit in job.units],
-        "options": options,
-        "versions": versions(),
-    }
-    canonical = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    key = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-    return _Counted(records, stats, totals, plan, options, key, waited)
 
 
 def _already_trained(out: Folder, counted: _Counted, started: float, log: Log) -> TrainSummary | None:
@@ -301,31 +332,6 @@ def _already_trained(out: Folder, counted: _Counted, started: float, log: Log) -
     )
 
 
-def _learn(config: TrainConfig, recipe: Recipe, job: ShardedJob[CountStats], counted: _Counted, log: Log) -> Learnt:
-    """Merge every unit's count file (local copies of remote ones) and train once."""
-    show_progress = config.progress == "bar" or (config.progress == "auto" and sys.stderr.isatty())
-    log(
-        f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
-        f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {recipe.family} of "
-        f"{config.vocab_size:,} tokens"
-    )
-    scratch = Path(tempfile.mkdtemp(prefix="tokenizer-service-merge-"))
-    try:
-        return learn(
-            recipe,
-            counted.plan,
-            local_count_files(job.folder, job.units, scratch / "counts"),
-            scratch / "rounds",
-            vocab_size=config.vocab_size,
-            min_frequency=config.min_frequency,
-            show_progress=show_progress,
-            log=log,
-            distinct_upper_bound=counted.totals.distinct_upper_bound,
-        )
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
 def _shortfall(recipe: Recipe, config: TrainConfig, reached: int) -> str | None:
     """Why the vocabulary stopped short of ``--vocab-size`` (None when it did not)."""
     if reached >= config.vocab_size:
@@ -339,52 +345,6 @@ def _shortfall(recipe: Recipe, config: TrainConfig, reached: int) -> str | None:
         f"the vocabulary has {reached:,} tokens, not the {config.vocab_size:,} asked for (--vocab-size): {why}; "
         "train on a bigger corpus, or ask for fewer tokens"
     )
-
-
-def _manifest(
-    config: TrainConfig,
-    recipe: Recipe,
-    files: list[InputFile],
-    job: ShardedJob[CountStats],
-    counted: _Counted,
-    learnt: Learnt,
-    peak: int,
-    shortfall: str | None,
-) -> dict[str, Any]:
-    """What ``manifest.json`` records besides the tokenizer's files and fingerprint."""
-    totals = counted.totals
-    return {
-        "created_by": f"tokenizer-service {__version__}",
-        "request": counted.request,
-        "inputs": {
-            "files": [file.describe() for file in files],
-            "units": len(job.units),
-            "unit_bytes": config.unit_bytes,
-            "text_field": config.text_field,
-            "on_bad_record": config.on_bad_record,
-        },
-        "counts": {
-            **totals.describe(),
-            "distinct_pretokens": learnt.distinct + learnt.left_out,
-            "left_out_under_min_frequency": learnt.left_out,
-            "counting_key": job.settings["key"],
-        },
-        "options": counted.options,
-        "recipe": recipe.describe(),
-        "vocabulary": {**counted.plan.describe(), "target_vocab_size": config.vocab_size, "shortfall": shortfall},
-        "versions": versions(),
-        "phases": {
-            "count": {
-                "unit_seconds_summed": round(totals.count_seconds, 3),
-                "peak_rss_bytes": totals.count_peak_rss_bytes,
-            },
-            "merge": {
-                "waited_seconds": round(counted.waited, 3),
-                "train_seconds": round(learnt.seconds, 3),
-                "peak_rss_bytes": peak,
-            },
-        },
-    }
 
 
 def describe_summary(summary: Summary) -> str:

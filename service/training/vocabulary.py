@@ -1,16 +1,13 @@
 """What the trainer must be told besides the counts: the alphabet, the pieces that get fixed ids, the smallest
 vocabulary that can hold them, and the separator the counts are replayed with.
 
-**Exactness.** The BPE and WordPiece trainers number the alphabet in code-point order, but a piece with an
-affix (WordPiece's ``##x``, a ``</w>`` suffix) gets its id in the order the trainer's hash map yields the
-words, and merges that tie on count are broken by those ids: two runs on the same text, in one process,
-give different ids and a slightly different vocabulary. So when the model has an affix, these pieces are
-given their ids up front, in code-point order (passed to the trainer ahead of the corpus, as it does with
-special tokens, then taken back out of the added tokens): the result no longer depends on hash order, and
-1 worker and N workers give the same tokenizer.json. A plain BPE (``bpe``, ``byte-level-bpe``) needs none of
-this: its result is already the same as ``train_from_iterator`` on the raw corpus, ids and merges included.
-``--limit-alphabet`` keeps the most frequent characters, ties broken by code point (the trainer's own cut
-breaks them in hash order). A byte-fallback model gets SentencePiece's 256 byte pieces ``<0x00>``...
+**Exactness** (``docs/guides/train.md``): the BPE and WordPiece trainers give a piece with an affix (WordPiece's
+``##x``, a ``</w>`` suffix) its id in the order their hash map yields the words, and break ties between merges by
+id. So with an affix, the alphabet and these pieces get their ids up front, in code-point order (passed to the
+trainer ahead of the corpus, as special tokens are, then taken back out of the added tokens): 1 worker and N
+workers give the same tokenizer.json. A plain BPE needs none of this. ``--limit-alphabet`` keeps the most
+frequent characters, ties broken by code point (the trainer's cut breaks them in hash order). A byte-fallback
+model gets SentencePiece's 256 byte pieces ``<0x00>``...
 """
 
 from __future__ import annotations
@@ -69,30 +66,32 @@ def _count(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
 
 
-def lower_bound(recipe: Recipe) -> tuple[int, str]:
-    """The smallest vocabulary the recipe allows whatever the corpus (special tokens, byte pieces, the
-    initial alphabet), and what it is made of -- checked before any work. It is what the family's trainer
-    gives when it learns nothing (an empty corpus), and never less than one token."""
-    specials = set(recipe.special_contents)
-    bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
-    initial = set(recipe.initial_alphabet) - specials - bytes_
-    parts = []
-    if initial:
-        parts.append(f"the alphabet ({_count(len(initial), 'byte-level symbol')})")
-    if bytes_:
-        parts.append(_count(len(bytes_), "byte piece"))
-    parts.append(_count(len(specials), "special token"))
-    total = len(specials) + len(bytes_) + len(initial)
-    return (total, " plus ".join(parts)) if total else (1, "one token")
+def _too_small(
+    vocab_size: int, minimum: int, parts: list[str], byte_pieces: int, specials: int, hint: str = ""
+) -> VocabularyTooSmall:
+    """The refusal of ``vocab_size``, below ``minimum``: ``parts`` of it, then the byte pieces and special tokens."""
+    if byte_pieces:
+        parts.append(_count(byte_pieces, "byte piece"))
+    parts.append(_count(specials, "special token"))
+    made_of = " plus ".join(parts) if minimum else "one token"
+    minimum = max(1, minimum)
+    return VocabularyTooSmall(
+        f"--vocab-size {vocab_size:,} is smaller than {made_of}: at least {minimum:,} tokens are needed; raise "
+        f"--vocab-size to {minimum:,} or more{hint}"
+    )
 
 
 def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
-    minimum, made_of = lower_bound(recipe)
-    if vocab_size < minimum:
-        raise VocabularyTooSmall(
-            f"--vocab-size {vocab_size:,} is smaller than {made_of}: at least {minimum:,} tokens are needed; "
-            f"raise --vocab-size to {minimum:,} or more"
-        )
+    """Refuse a ``vocab_size`` below the smallest vocabulary the recipe allows whatever the corpus (special
+    tokens, byte pieces, the initial alphabet), before any work: what the family's trainer gives when it learns
+    nothing (an empty corpus), and never less than one token."""
+    specials = set(recipe.special_contents)
+    bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
+    initial = set(recipe.initial_alphabet) - specials - bytes_
+    parts = [f"the alphabet ({_count(len(initial), 'byte-level symbol')})"] if initial else []
+    minimum = len(specials) + len(bytes_) + len(initial)
+    if vocab_size < max(1, minimum):
+        raise _too_small(vocab_size, minimum, parts, len(bytes_), len(specials))
 
 
 def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alphabet: int | None) -> VocabularyPlan:
@@ -103,12 +102,14 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
     counts: dict[str, float] = dict(stats.counts)
     for char in recipe.initial_alphabet:
         counts[char] = float("inf")  # as the trainer does: the initial alphabet is always kept first
-    if limit_alphabet is not None and limit_alphabet < len(counts):
+    limited = limit_alphabet is not None and limit_alphabet < len(counts)
+    if limited:
         ranked = sorted(counts, key=lambda char: (-counts[char], ord(char)))
         alphabet = tuple(sorted(ranked[:limit_alphabet]))
     else:
         alphabet = tuple(sorted(counts))
     bytes_ = [piece for piece in BYTE_PIECES if piece not in special_set] if recipe.byte_fallback else []
+    alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
     affixed: list[str] = []
     seeds: list[str] = list(bytes_)
     unigram = recipe.family == "unigram"
@@ -125,27 +126,17 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
                 pieces.add(char + suffix)
         taken = special_set | set(bytes_) | set(alphabet)
         affixed = sorted(pieces - taken)
-        seeds += [char for char in alphabet if char not in special_set and char not in bytes_] + affixed
-    alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
+        seeds += alphabet_new + affixed
     minimum = len(specials) + len(bytes_) + len(alphabet_new) + len(affixed)
     if vocab_size < minimum:
         parts = [f"the alphabet of the corpus ({_count(len(alphabet_new), 'character')})"]
         if affixed:
             parts.append(f"{_count(len(affixed), 'piece')} with {recipe.prefix or recipe.suffix!r}")
-        if bytes_:
-            parts.append(_count(len(bytes_), "byte piece"))
-        parts.append(_count(len(specials), "special token"))
         hint = "" if unigram else ", or keep fewer characters with --limit-alphabet"
-        raise VocabularyTooSmall(
-            f"--vocab-size {vocab_size:,} is smaller than {' plus '.join(parts)}: at least {minimum:,} tokens are "
-            f"needed; raise --vocab-size to {minimum:,} or more{hint}"
-        )
+        raise _too_small(vocab_size, minimum, parts, len(bytes_), len(specials), hint)
     separator = next((c for c in SEPARATOR_CANDIDATES if c not in counts), None)
-    if separator is None:
-        raise VocabularyTooSmall(
-            "the corpus uses every separator candidate; cannot replay its counts"
-        )  # pragma: no cover
-    limited = limit_alphabet is not None and limit_alphabet < len(counts)
+    if separator is None:  # pragma: no cover
+        raise VocabularyTooSmall("the corpus uses every separator candidate; cannot replay its counts")
     return VocabularyPlan(
         alphabet=alphabet,
         seeds=tuple(seeds),

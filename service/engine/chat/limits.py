@@ -1,10 +1,7 @@
-"""What a render answers to as it runs: the bounds of one request's rendering (:class:`RenderLimits`), and the
-watch it checks as it goes (:class:`RenderWatch`) -- its caller leaving, its deadline, and the memory its
-finished renderings hold, charged to the request's reservation (:class:`RenderCharge`).
-
-The lowest layer of the chat package: it imports none of its siblings. A render stopped because its caller has
-gone raises :class:`_RenderCancelled`, which only the render thread (``renderer.py``) turns back into a
-cancellation."""
+"""What a render answers to as it runs: its bounds (:class:`RenderLimits`) and the watch it checks as it goes
+(:class:`RenderWatch`, charging :class:`RenderCharge`). The lowest layer of the chat package: it imports none of its
+siblings. A render stopped because its caller has gone raises :class:`_RenderCancelled`, which only the render
+thread (``renderer.py``) turns back into a cancellation."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""Rendering, on the render thread: each conversation through the tokenizer's jinja template exactly as
-transformers' ``render_jinja_template`` renders it (:func:`render_chats`), with transformers' own data
-preparation, compiled template and sandbox; the final message tagged and cut for ``continue_final_message``; the
-assistant's character spans, from the template's ``{% generation %}`` markers or from the conversation's own
-turns (:func:`_turn_spans`); and a template's failures as refusals naming the conversation. Pure Python: it
-reads the template text and the special tokens, never the Rust tokenizer. The package docstring says why it
-runs on its own thread and what the two sources of spans mean."""
+"""Step 1, on the render thread (:func:`render_chats`): each conversation through the tokenizer's jinja template as
+transformers' ``render_jinja_template`` renders it; ``continue_final_message``; the assistant's character spans,
+from ``{% generation %}`` markers or from the turns (:func:`_turn_spans`); a template's failures as refusals naming
+the conversation. Pure Python, never the Rust tokenizer: the package docstring says why."""
 
 from __future__ import annotations
 
@@ -73,7 +70,7 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
     tools = ctu._plain_template_data(list(options.tools) if options.tools is not None else None)
     documents = ctu._plain_template_data(list(options.documents) if options.documents is not None else None)
     variables = ctu._plain_template_data(dict(prepared.template_variables))
-    renderer = _Renderer(compiled, tools, documents, variables, limits.max_chars, watch)
+    renderer = _Renderer(compiled, template.body, tools, documents, variables, limits.max_chars, watch)
 
     texts: list[str] = []
     all_spans: list[list[tuple[int, int]]] = []
@@ -86,7 +83,6 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
                 messages,
                 options.add_generation_prompt,
                 continue_final_message=options.continue_final_message,
-                template_body=template.body,
                 track=masks and not turns,
             )
             if turns:
@@ -111,24 +107,17 @@ def _messages(ctu: Any, conversation: Sequence[Mapping[str, Any]]) -> list[dict[
     return list(ctu._alias_reasoning_fields(ctu._plain_template_data(normalized)))
 
 
+@dataclass
 class _Renderer:
     """One compiled template with the arguments every rendering of a request shares."""
 
-    def __init__(
-        self,
-        compiled: Any,
-        tools: Any,
-        documents: Any,
-        variables: dict[str, Any],
-        max_chars: int,
-        watch: RenderWatch,
-    ) -> None:
-        self.compiled = compiled
-        self.tools = tools
-        self.documents = documents
-        self.variables = variables
-        self.max_chars = max_chars
-        self.watch = watch
+    compiled: Any
+    template_body: str
+    tools: Any
+    documents: Any
+    variables: dict[str, Any]
+    max_chars: int
+    watch: RenderWatch
 
     def render(
         self,
@@ -136,14 +125,13 @@ class _Renderer:
         add_generation_prompt: bool,
         *,
         continue_final_message: bool | str = False,
-        template_body: str = "",
         track: bool = False,
     ) -> tuple[str, list[tuple[int, int]]]:
         """The rendering of ``messages`` and (``track``) the generation spans, as ``render_jinja_template``
         makes them for one conversation; stops as soon as the text passes ``max_chars``."""
         final_text = ""
         if continue_final_message:
-            messages, final_text = _tag_final_message(messages, continue_final_message, template_body)
+            messages, final_text = _tag_final_message(messages, continue_final_message, self.template_body)
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
         compiled = self.compiled
@@ -180,16 +168,13 @@ class _Renderer:
             blocks.append(block)
             length += len(block)
             if length > self.max_chars:
-                raise self._too_long()
+                raise _RenderRefused(
+                    ErrorKind.TOO_LARGE,
+                    f"it renders to over max_text_chars={self.max_chars} characters; send a shorter conversation",
+                )
             if len(blocks) >= _COMPACT_BLOCKS:
                 blocks[:] = ["".join(blocks)]
                 self.watch.check()
-
-    def _too_long(self) -> _RenderRefused:
-        return _RenderRefused(
-            ErrorKind.TOO_LARGE,
-            f"it renders to over max_text_chars={self.max_chars} characters; send a shorter conversation",
-        )
 
 
 def _tag_final_message(

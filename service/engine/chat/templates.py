@@ -6,6 +6,8 @@ Nothing here calls into the Rust tokenizer."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,39 +24,30 @@ from .limits import RenderLimits
 _MAX_ERROR_DETAIL = 300
 #: transformers' test for generation markers in a template (``render_jinja_template``).
 _GENERATION_MARKER = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
-#: What transformers passes to every template itself: a template variable of that name cannot come from
-#: ``chat_template_kwargs`` (in transformers, those names bind to ``apply_chat_template``'s own parameters, or
-#: collide with the render's arguments).
-RESERVED_TEMPLATE_VARIABLES = frozenset(
-    {
-        "messages",
-        "tools",
-        "documents",
-        "add_generation_prompt",
-        "conversation",
-        "chat_template",
-        "continue_final_message",
-        "tokenize",
-        "sanitize_control_tokens",
-        "padding",
-        "truncation",
-        "max_length",
-        "return_tensors",
-        "return_dict",
-        "return_assistant_tokens_mask",
-        "tokenizer_kwargs",
-    }
-)
+
+
+@functools.cache
+def _reserved_template_variables() -> frozenset[str]:
+    """What transformers passes to every template itself: a template variable of such a name cannot come from
+    ``chat_template_kwargs`` (in transformers, those names bind to ``apply_chat_template``'s own parameters, or
+    collide with the render's ``messages``)."""
+    from transformers import PreTrainedTokenizerBase
+
+    parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters
+    return frozenset(parameters.keys() - {"self", "kwargs"} | {"messages"})
 
 
 @dataclass(frozen=True)
 class _Template:
     name: str | None  # None: a body from the request, or the tokenizer's one unnamed template
     body: str
-    has_markers: bool
 
     def describe(self) -> str:
         return "the chat template" if self.name is None else f"the chat template {self.name!r}"
+
+    @property
+    def has_markers(self) -> bool:
+        return _GENERATION_MARKER.search(self.body) is not None
 
     def compile(self) -> Any:
         """transformers' compiled template (cached by transformers), or a ServiceError saying why there is none:
@@ -114,7 +107,7 @@ class ChatTemplates:
         self.unusable: dict[str, str] = {}
         for name, body in self._bodies().items():
             try:
-                _template(name or None, body).compile()
+                _Template(name or None, body).compile()
             except ServiceError as error:
                 self.unusable[name] = error.message
 
@@ -137,10 +130,6 @@ class ChatTemplates:
         """The names of the tokenizer's templates (empty for one unnamed template or none)."""
         return sorted(self._named)
 
-    @property
-    def has_template(self) -> bool:
-        return self._single is not None or bool(self._named)
-
     def _bodies(self) -> dict[str, str]:
         """name ("" for the one unnamed template) -> template body."""
         return {"": self._single} if self._single is not None else dict(sorted(self._named.items()))
@@ -150,7 +139,7 @@ class ChatTemplates:
         cannot be rendered (``unusable``: name, "" for the one unnamed template, -> the reason)."""
         bodies = self._bodies()
         return {
-            "chat_template": self.has_template,
+            "chat_template": bool(bodies),
             "chat_template_names": self.names,
             "generation_markers": {name: _GENERATION_MARKER.search(body) is not None for name, body in bodies.items()},
             "template_bodies_allowed": self.allow_template_bodies,
@@ -218,7 +207,7 @@ class ChatTemplates:
                         f"(names: {self.names})",
                     )
             if name in self._named:
-                return _template(name, self._named[name])
+                return _Template(name, self._named[name])
         elif name is None:
             if self._single is None:
                 raise ServiceError(
@@ -226,9 +215,9 @@ class ChatTemplates:
                     "this tokenizer has no chat template: serve a tokenizer whose tokenizer_config.json or "
                     "chat_template.jinja carries one",
                 )
-            return _template(None, self._single)
+            return _Template(None, self._single)
         if self.allow_template_bodies:
-            return _template(None, name)
+            return _Template(None, name)
         shown = repr(name) if len(name) <= 64 and "\n" not in name else "(a template body)"
         names = f"its templates are {self.names}" if self._named else "it has one unnamed template: omit chat_template"
         if self._single is None and not self._named:
@@ -238,10 +227,6 @@ class ChatTemplates:
             f"chat_template {shown} is not one of this tokenizer's chat templates ({names}); template bodies "
             "in requests are refused unless the server is started with --allow-chat-template-bodies",
         )
-
-
-def _template(name: str | None, body: str) -> _Template:
-    return _Template(name, body, bool(_GENERATION_MARKER.search(body)))
 
 
 def _check_options(options: ChatOptions) -> None:
@@ -277,7 +262,7 @@ def _check_options(options: ChatOptions) -> None:
     if kwargs is not None:
         if not isinstance(kwargs, Mapping) or not all(isinstance(key, str) for key in kwargs):
             raise ServiceError(invalid, "chat_template_kwargs must be an object of template variables")
-        reserved = sorted(RESERVED_TEMPLATE_VARIABLES.intersection(kwargs))
+        reserved = sorted(_reserved_template_variables().intersection(kwargs))
         if reserved:
             raise ServiceError(
                 invalid,
