@@ -160,11 +160,12 @@ class RequestBounds:
         some pre-tokenizers add per sequence); truncation caps a row; overflow adds at most one row per
         ``max_length - stride - special tokens`` tokens; padding makes every row the padded length.
 
-        The bytes are bounded without encoding (:func:`utf8_bounds`), then counted exactly for a request that
-        bound makes large (encoded in slices, or over a quarter of the budget): where the bound decides
-        whether and how a request runs, it is the same as from the exact bytes."""
+        The bytes are bounded without encoding (:func:`utf8_bounds`), which may cut a request into finer slices
+        than its exact bytes would (the result is the same); a request that bound makes costly (over a quarter of
+        the budget) is bounded from its exact bytes, so its reservation is tight and whether it fits at all is
+        decided as from the exact bytes."""
         bound = self._encode(texts, pairs, plan, output, utf8_bounds)
-        if bound.slices or bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:
+        if bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:  # (a quarter of the budget)
             return self._encode(texts, pairs, plan, output, utf8_lengths)
         return bound
 

@@ -33,7 +33,7 @@ from testkit.servers import ServerProcess
 pytestmark = pytest.mark.slow  # budgets filled, peak RSS read: servers and engines of their own
 
 # -- the bounds -----------------------------------------------------------------------------------------
-WIDTHS = ["hello", "今天天气很好", "naïve café", "“quoted” — English", "😀😀", "an emoji 😀 in English", "ÿ", ""]
+WIDTHS = ["hello", "今天天气很好", "naïve café", "“quoted” — English", "😀😀", "an emoji 😀 in English", "ÿþ", ""]
 
 
 @settings(max_examples=300, deadline=None)
@@ -51,27 +51,35 @@ def test_the_bytes_bound_holds_every_texts_utf8_bytes(texts):
 
 
 def test_the_bytes_bound_is_exact_for_one_script_and_counts_exactly_without_cpythons_layout(monkeypatch):
-    bounds, exact = utf8_bounds(WIDTHS), utf8_lengths(WIDTHS)
+    texts = [text.encode().decode() for text in WIDTHS]  # as parsed: no UTF-8 copy held (another test pickles them)
+    bounds, exact = utf8_bounds(texts), utf8_lengths(texts)
     assert [b == e for b, e in zip(bounds, exact, strict=True)] == [True, True, False, False, True, False, True, True]
     monkeypatch.setattr(bounds_module, "_WIDE_STR_HEADER", None)
-    assert utf8_bounds(WIDTHS) == exact
+    assert utf8_bounds(texts) == exact
 
 
-def test_a_large_requests_bound_is_counted_from_its_exact_bytes(sliced, corpus):
-    """A request the loose bound makes large (sliced, or a quarter of the budget) is bounded from its exact
-    UTF-8 bytes: how it is sliced, and whether it fits at all, never depend on the looser bound."""
+def test_a_costly_requests_bound_is_counted_from_its_exact_bytes(sliced, reference_tokenizers, corpus):
+    """The loose bytes bound sizes a request's reservation and may cut it into finer slices (the result is the
+    same); a request it makes costly (over a quarter of the budget) is bounded from its exact bytes, so whether
+    it fits at all never depends on the looser bound."""
     runner, _ = sliced
     engine = runner.engine
-    mixed = [f"“{text}”" for text in short_texts(corpus)]  # curly quotes: every English text stored 2 bytes wide
-    plan = plan_encode(tokenizer_facts(engine), EncodeOptions(padding=True))
-    loose = engine._bounds._encode(mixed, None, plan, True, utf8_bounds)
-    exact = engine._bounds._encode(mixed, None, plan, True, utf8_lengths)
-    assert loose.cost > exact.cost and loose.slices != exact.slices
-    assert encode_bound(engine, mixed, None, EncodeOptions(padding=True)) == exact
-    small = mixed[:8]
-    assert encode_bound(engine, small, None, EncodeOptions(padding=True)) == engine._bounds._encode(
-        small, None, plan, True, utf8_bounds
+    quoted = [f"“{text[:150]}”" for text in corpus["en"]][:1400]  # curly quotes: stored 2 bytes wide, UTF-8 ~1
+    truncated = EncodeOptions(truncation=True, max_length=16)
+    plan = plan_encode(tokenizer_facts(engine), truncated)
+    loose = engine._bounds._encode(quoted, None, plan, True, utf8_bounds)
+    exact = engine._bounds._encode(quoted, None, plan, True, utf8_lengths)
+    assert loose.cost <= BUDGET // 4 and len(loose.slices) > len(exact.slices) >= 2
+    assert encode_bound(engine, quoted, None, truncated) == loose
+    result = runner.result(engine.submit_encode, quoted, None, truncated)
+    expected = reference_call(
+        reference_tokenizers["wordpiece_default"], quoted, None, {"truncation": True, "max_length": 16}
     )
+    assert_same(to_lists(result), expected, "finer slices")
+    padded = EncodeOptions(padding=True)
+    plan = plan_encode(tokenizer_facts(engine), padded)
+    assert engine._bounds._encode(quoted, None, plan, True, utf8_bounds).cost > BUDGET // 4
+    assert encode_bound(engine, quoted, None, padded) == engine._bounds._encode(quoted, None, plan, True, utf8_lengths)
 
 
 def test_a_refused_render_gives_its_renderings_back_at_once():
