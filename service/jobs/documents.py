@@ -3,22 +3,20 @@
 - ``.txt`` (and ``.txt.gz``): every line is a document, its text without the line break (``\\n`` or
   ``\\r\\n``); empty lines are empty documents.
 - ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string;
-  ``keep_fields`` are carried along (missing ones as None). Blank lines are not records. A line that is a
-  bare JSON string is a bad record whose message gives the fix (``{"text": ...}``, and a ``jq`` line that
-  converts the file): the file is then one that datasets' and datatrove's JSON readers take too.
+  ``keep_fields`` are carried along (missing ones as None). A bare JSON string is a bad record whose message
+  gives the fix (``{"text": ...}``, and a ``jq`` line that converts the file), as datasets' and datatrove's
+  JSON readers refuse it too.
 - ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
 
-With ``messages_field`` (conversations, for chat templates), a record's document is the conversation that field
-holds instead of a text: a non-empty list of message objects, each with a string ``role`` (JSON Lines: a JSON
-array; Parquet: a list-of-structs column). Text files hold no conversations.
+With ``messages_field``, a record's document is the conversation that field holds: a non-empty list of message
+objects, each with a string ``role`` (a JSON array; in Parquet a list-of-structs column). A UTF-8 byte order mark
+does not belong to the first document. JSON is parsed by the standard library only, so what a record holds never
+depends on which optional packages are installed.
 
-A UTF-8 byte order mark at the start of a text file is not part of its first document. JSON is parsed by
-the standard library only, so what a record holds never depends on which optional packages are installed.
-
-A record that cannot be a document -- malformed JSON, not UTF-8, no text field, a text that is not a
-string, a line over ``max_record_bytes`` -- raises :class:`BadRecord` naming ``path:line`` (``path row N``
-for Parquet), or with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped` (the first few
-kept as examples in :attr:`DocumentReader.skipped_examples`) and left out.
+A record that cannot be a document -- malformed JSON, not UTF-8, no text field, a text that is not a string, a
+line over ``max_record_bytes`` -- raises :class:`BadRecord` naming ``path:line`` (``path row N`` for Parquet), or
+with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped` (the first few in
+:attr:`DocumentReader.skipped_examples`) and left out.
 """
 
 from __future__ import annotations
@@ -175,26 +173,18 @@ class DocumentReader:
                     continue
                 if line_start == 0 and line.startswith(_BOM):
                     line = line[len(_BOM) :]
-                document = self._json_line(line, line_start) if json_lines else self._text_line(line, line_start)
-                if document is not None:
+                try:
+                    decoded = line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self.reject(line_start, f"not valid UTF-8 (byte {exc.start} of the line)")
+                    continue
+                if not json_lines:
+                    yield Document(decoded[:-2] if decoded.endswith("\r\n") else decoded.removesuffix("\n"), line_start)
+                elif (document := self._json_line(decoded, line_start)) is not None:
                     yield document
         self.consumed = self.unit.weight
 
-    def _text_line(self, line: bytes, position: int) -> Document | None:
-        if line.endswith(b"\n"):
-            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-        try:
-            return Document(line.decode("utf-8"), position)
-        except UnicodeDecodeError as exc:
-            self.reject(position, f"not valid UTF-8 (byte {exc.start} of the line)")
-            return None
-
-    def _json_line(self, line: bytes, position: int) -> Document | None:
-        try:
-            decoded = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            self.reject(position, f"not valid UTF-8 (byte {exc.start} of the line)")
-            return None
+    def _json_line(self, decoded: str, position: int) -> Document | None:
         if not decoded.strip():
             return None  # a blank line is not a record
         try:
@@ -268,12 +258,10 @@ class DocumentReader:
                     self.reject(row + i, f"column {self.text_field!r} is null")
                     continue
                 fields = tuple(column[i] for column in kept)
-                if self.messages:
-                    document = self._conversation(text, row + i, fields)
-                    if document is not None:
-                        yield document
-                    continue
-                yield Document(text, row + i, fields)
+                if not self.messages:
+                    yield Document(text, row + i, fields)
+                elif (document := self._conversation(text, row + i, fields)) is not None:
+                    yield document
             row += len(texts)
             self.consumed = self.unit.weight * (row - first_row) // rows_in_unit
         self.consumed = self.unit.weight
