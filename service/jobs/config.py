@@ -26,12 +26,8 @@ def _storage_options(text: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """The fields every sharded job over a corpus shares, each a flag of every job (:mod:`.flags`).
-
-    ``inputs``: files, directories, globs or URLs. ``out``: a local path or a URL. ``storage_options``: the
-    filesystem options for URLs (an endpoint...), never printed nor recorded. ``wait_seconds``: how long
-    worker 0 waits without any unit getting done. ``retry_deadline``: how long a failing request (to a store,
-    or to the service) is retried."""
+    """The fields every sharded job over a corpus shares, each a flag of every job (:mod:`.flags`) whose help
+    says what it means."""
 
     inputs: tuple[str, ...] = field(
         metadata=flag(
@@ -131,10 +127,6 @@ class JobConfig:
     def worker(self) -> Worker:
         """This process's place among the workers (see :func:`~.workers.resolve_worker`)."""
         return resolve_worker(self.shard_index, self.num_shards, self.environ)
-
-    def check_installed(self) -> None:
-        """Raise a CorpusError naming the package and the extra that brings it when the job, as
-        configured, needs one that is not installed: before any work (before a sidecar service starts)."""
 
     def outputs(self) -> dict[str, str]:
         """Where the job writes, by the flag that names it: checked before any work (:meth:`plan`), and never

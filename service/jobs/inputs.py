@@ -121,7 +121,7 @@ def _remote_matches(pattern: str, storage: Storage) -> list[tuple[str, str, int]
     scheme = pattern.split("://", 1)[0]
 
     def url(found: str) -> str:
-        return f"{scheme}://{found.split('://', 1)[-1].lstrip('/') if '://' in found else found.lstrip('/')}"
+        return f"{scheme}://{found.split('://', 1)[-1].lstrip('/')}"
 
     def listing() -> list[tuple[str, str, int]]:
         fs.invalidate_cache()

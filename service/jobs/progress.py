@@ -1,12 +1,10 @@
 """Progress of a worker over its units: a bar on a terminal (tqdm, when installed), a log line every few
 seconds otherwise (a batch job's log), with documents/s, tokens/s (or whatever the job counts) and the ETA;
-and the peak memory a job reports at its end.
-
-Shared by the offline jobs that walk a corpus (``pretokenize``, ``train``), with the :data:`Log` they report
-through."""
+the peak memory a job reports at its end; and the :data:`Log` the offline jobs report through."""
 
 from __future__ import annotations
 
+import importlib.util
 import resource
 import sys
 import time
@@ -43,12 +41,9 @@ PROGRESS_MODES = ("auto", "bar", "log", "none")
 
 
 class Progress:
-    """Counts documents, tokens and input bytes (the units' weight) against the total of this worker.
-    ``counted`` names the second count in the rates and log lines (``"tokens"``, ``"pre-tokens"``).
-
-    ``mode``: ``"bar"`` (tqdm), ``"log"`` (a line every ``interval`` seconds), ``"none"``, or ``"auto"``
-    (a bar when ``stream`` is a terminal and tqdm is installed, else log lines).
-    """
+    """Counts documents, tokens and input bytes (the units' weight) against the total of this worker, shown as
+    ``mode`` says (:data:`PROGRESS_MODES`; log lines every ``interval`` seconds). ``counted`` names the second
+    count in the rates and log lines (``"tokens"``, ``"pre-tokens"``)."""
 
     def __init__(
         self,
@@ -75,7 +70,7 @@ class Progress:
         self._last_bar = self.started
         self._bar: Any = None
         if mode == "auto":
-            mode = "bar" if _isatty(self.stream) and _has_tqdm() else "log"
+            mode = "bar" if _isatty(self.stream) and importlib.util.find_spec("tqdm") is not None else "log"
         if mode == "bar":
             from tqdm import tqdm
 
@@ -144,11 +139,3 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def _has_tqdm() -> bool:
-    try:
-        import tqdm  # noqa: F401
-    except ImportError:
-        return False
-    return True

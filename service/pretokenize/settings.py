@@ -35,19 +35,11 @@ def _json_object(value: str) -> dict[str, object]:
 
 @dataclass(frozen=True, kw_only=True)
 class PretokenizeConfig(JobConfig):
-    """Every knob of ``tokenizer-service pretokenize``; each field declares its CLI flag (see ``--help``). The
-    fields shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
-
-    Encode options are those of a transformers tokenizer call (``add_special_tokens``, ``truncation``,
-    ``max_length``): each document's ids equal ``tokenizer(text, **options)["input_ids"]``, followed by the
-    end-of-sequence id when ``append_eos`` is set (``eos_token_id``, default the tokenizer's ``eos_token``).
-
-    Conversations (``messages_field``: the field holding each record's messages, instead of ``text_field``):
-    each document's ids equal ``tokenizer.apply_chat_template(messages, chat_template=..., truncation=...,
-    max_length=..., **chat_template_kwargs)["input_ids"]`` and, with ``loss_masks`` (the default), its loss mask
-    -- 1 where the token counts toward the loss -- its ``assistant_masks`` (``assistant_masks_from``: the
-    template's generation markers, refused where it has none, or the rendered turns), written beside the ids.
-    """
+    """Every knob of ``tokenizer-service pretokenize``; each field declares its CLI flag (see ``--help``), those
+    shared with every sharded job are :class:`JobConfig`'s. Each document's ids equal ``tokenizer(text,
+    **options)["input_ids"]`` (then the eos id with ``append_eos``); a conversation's equal
+    ``tokenizer.apply_chat_template(messages, ...)["input_ids"]``, and with ``loss_masks`` its
+    ``assistant_masks`` are written beside them."""
 
     url: str | tuple[str, ...] | None = field(
         default=None,
@@ -177,6 +169,7 @@ class PretokenizeConfig(JobConfig):
             raise ValueError(f"max_length must be at least 1, not {self.max_length}")
 
     def check_installed(self) -> None:
+        """A CorpusError naming the extra to install when the output format needs pyarrow, before any work."""
         if self.output_format == "parquet":
             from .shards import import_pyarrow
 
