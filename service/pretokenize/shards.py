@@ -1,33 +1,23 @@
-"""Token shards: one per work unit, named from it, each file written whole, closed by a ``.done`` record.
+"""Token shards: one per work unit, named from it, each file written whole, closed by a ``.done`` record
+(the layouts, and who reads them: docs/guides/pretokenize.md).
 
-``<out>/<unit name>.parquet``
-    One row per document: ``input_ids`` (a list of the narrowest unsigned integer type that holds every id
-    of the vocabulary: uint16 up to 65,536 tokens, else uint32), ``position`` (where the document is in its
-    input file: the byte offset of its line, or its row number in a Parquet file) and the kept fields.
-    Row groups of at most 8,192 documents or 262,144 tokens, zstd-compressed.
-``<out>/<unit name>.ds``, ``.ds.index`` and ``.ds.metadata`` (``--format flat``)
-    datatrove's layout, read by its ``DatatroveFolderDataset``: every document's ids back to back as
-    little-endian uint16/uint32 (``numpy.memmap(path, dtype)`` reads it; nanoGPT's ``train.bin`` is the same
-    kind of array), the end offset of each document in tokens as little-endian uint64, and datatrove's
-    metadata (``<tokenizer>|<bytes per token>``, the token count, the count in words).
-``<out>/<unit name>.bin`` and ``.idx`` (``--format megatron``)
-    Megatron-LM's indexed dataset, exactly as its ``tools/preprocess_data.py`` writes it for the same ids
-    (one sequence per non-empty document; uint16 below 65,500 tokens, else int32, its ``optimal_dtype``),
-    read by megatron-core's ``IndexedDataset``; the manifest's ``megatron-data-args.txt`` lists the prefixes.
+- ``<unit>.parquet``: per document ``input_ids`` (the narrowest unsigned type holding the vocabulary: uint16 up to
+  65,536 tokens, else uint32), ``position`` (the byte offset of its line, or its row number) and the kept fields,
+  in zstd row groups of at most 8,192 documents or 262,144 tokens.
+- ``<unit>.ds``, ``.ds.index``, ``.ds.metadata`` (``--format flat``): datatrove's layout, for its
+  ``DatatroveFolderDataset`` -- the ids back to back (little-endian uint16/uint32), each document's end in tokens
+  (uint64), and its metadata (``<tokenizer>|<bytes per token>``, the token count, the count in words).
+- ``<unit>.bin`` and ``.idx`` (``--format megatron``): Megatron-LM's indexed dataset, exactly as its
+  ``tools/preprocess_data.py`` writes it for the same ids (uint16 below 65,500 tokens, else int32).
 
-Conversations with loss masks (``--messages-field``) add, beside the ids, one mask value per token -- 1 where
-the token counts toward the loss (the assistant wrote it), else 0:
+Conversations add one loss mask value per token (1: the assistant wrote it, it counts toward the loss): Parquet an
+``assistant_masks`` column; flat ``<unit>.ds.loss``, datatrove's loss file (one byte per token), which its
+``DocumentTokenizerMerger`` (``save_loss_metadata=True``) merges with the tokens; megatron ``<unit>.loss.bin`` and
+``.loss.idx``, a second indexed dataset of uint8 with the same sequences (Megatron-LM's own GPT datasets read no
+mask: a trainer that wants the assistant's tokens only reads this sidecar).
 
-- Parquet: an ``assistant_masks`` column (a list of uint8 per document, aligned with ``input_ids``);
-- flat: ``<unit name>.ds.loss``, datatrove's loss file (one byte per token, 1 = counts toward the loss), which
-  its ``DocumentTokenizerMerger`` (``save_loss_metadata=True``) merges and shuffles with the tokens;
-- megatron: ``<unit name>.loss.bin`` and ``.loss.idx``, a second indexed dataset of uint8 with the same
-  sequences, read by megatron-core's ``IndexedDataset`` like the ids (Megatron-LM's own GPT datasets build their
-  loss mask from the end-of-document token and read no mask: a trainer that wants the assistant's tokens only
-  reads this sidecar beside the ids).
-
-A shard's bytes depend only on its unit's content, the tokenizer and the output settings -- never on the
-number of workers, the request sizes or the timing -- so N workers write the same bytes as one.
+A shard's bytes depend only on its unit's content, the tokenizer and the output settings -- never on the number of
+workers, the request sizes or the timing -- so N workers write the same bytes as one.
 """
 
 from __future__ import annotations
@@ -99,6 +89,13 @@ class ShardWriter:
     ) -> None:
         """Append documents: their ids back to back, each one's length, and (a writer made with ``masks``) the
         loss mask of every id."""
+        if self.masks and (masks is None or len(masks) != len(ids)):
+            raise CorpusError(f"a shard with loss masks needs one mask value per id ({len(ids)} ids)")
+        self._write(ids, lengths, documents, masks)
+        self.tokens += int(lengths.sum())
+        self.documents += len(lengths)
+
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         raise NotImplementedError
 
     def _finish(self) -> None:
@@ -126,17 +123,13 @@ class FlatShardWriter(ShardWriter):
         self._index = self._file(index_name)
         self._loss = self._file(self.names[3]) if masks else None
 
-    def write(
-        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
-    ) -> None:
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         self._tokens.write(np.ascontiguousarray(ids, dtype=self.dtype).data)
         if self._loss is not None:
-            self._loss.write(loss_bytes(_given(masks, len(ids))))
+            self._loss.write(loss_bytes(masks))
         ends = np.cumsum(lengths, dtype=np.uint64)
         ends += np.uint64(self.tokens)
         self._index.write(ends.astype("<u8", copy=False).data)
-        self.tokens += int(lengths.sum())
-        self.documents += len(lengths)
 
     def _finish(self) -> None:
         # As datatrove's DocumentTokenizer.write_final_metadata: "<tokenizer>|<token size>", count, count in words.
@@ -169,11 +162,8 @@ class _IndexedDataset:
         np.cumsum(lengths > 0, out=document_indices[1:])
         writer, name = self._index
         index = writer._file(name)
-        index.write(MEGATRON_HEADER)
-        index.write(struct.pack("<Q", 1))
-        index.write(struct.pack("<B", MEGATRON_DTYPE_CODES[self.dtype.name]))
-        index.write(struct.pack("<Q", len(sequences)))
-        index.write(struct.pack("<Q", len(document_indices)))
+        code = MEGATRON_DTYPE_CODES[self.dtype.name]  # after the header: version 1, dtype, sequences, documents
+        index.write(MEGATRON_HEADER + struct.pack("<QBQQ", 1, code, len(sequences), len(document_indices)))
         index.write(sequences.astype("<i4").tobytes())
         index.write(pointers.tobytes())
         index.write(document_indices.tobytes())
@@ -189,14 +179,10 @@ class MegatronShardWriter(ShardWriter):
         self._ids = _IndexedDataset(self, self.names[0], self.names[1], dtype)
         self._masks = _IndexedDataset(self, self.names[2], self.names[3], np.dtype("u1")) if masks else None
 
-    def write(
-        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
-    ) -> None:
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         self._ids.write(ids, lengths)
         if self._masks is not None:
-            self._masks.write(np.asarray(_given(masks, len(ids)) != 0, dtype=np.uint8), lengths)
-        self.tokens += int(lengths.sum())
-        self.documents += len(lengths)
+            self._masks.write(np.asarray(masks != 0, dtype=np.uint8), lengths)
 
     def _finish(self) -> None:
         self._ids.finish()
@@ -234,11 +220,9 @@ class ParquetShardWriter(ShardWriter):
         self._documents: list[Document] = []
         self._buffered_tokens = 0
 
-    def write(
-        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
-    ) -> None:
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         if self.masks:
-            self._masks.append(np.asarray(_given(masks, len(ids)) != 0, dtype=np.uint8))
+            self._masks.append(np.asarray(masks != 0, dtype=np.uint8))
         self._ids.append(np.ascontiguousarray(ids, dtype=self.dtype))
         self._lengths.append(lengths.astype(np.int64, copy=False))
         self._documents.extend(documents)
@@ -282,8 +266,6 @@ class ParquetShardWriter(ShardWriter):
         if self._writer is None:
             self._open(table.schema)
         self._writer.write_table(table.cast(self._schema))
-        self.documents += count
-        self.tokens += taken
         self._ids = [ids[taken:]]
         if masks is not None:
             self._masks = [masks[taken:]]
@@ -312,12 +294,6 @@ class ParquetShardWriter(ShardWriter):
             fields += [pa.field(name, self.field_types.get(name) or pa.null()) for name in self.keep_fields]
             self._open(pa.schema(fields))
         self._writer.close()
-
-
-def _given(masks: np.ndarray | None, count: int) -> np.ndarray:
-    if masks is None or len(masks) != count:
-        raise CorpusError(f"a shard with loss masks needs one mask value per id ({count} ids)")
-    return masks
 
 
 def arrow_view(pa: Any, values: np.ndarray) -> Any:
