@@ -1,24 +1,21 @@
 """Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json``.
 
-- :class:`TokenizedDocuments`: document ``i`` of the run (in manifest order) as an int64 id tensor, from
-  any format; with ``fields=`` a dict that also holds the kept fields (Parquet).
-- :class:`TokenBlocks`: fixed-length blocks of the flat format's token stream (every document's ids back
-  to back, shard after shard) for LM pre-training.
+- :class:`TokenizedDocuments`: document ``i`` of the run (in manifest order) as an int64 id tensor, from any
+  format; with ``fields=`` a dict that also holds the kept fields (Parquet).
+- :class:`TokenBlocks`: fixed-length blocks of the flat format's token stream for LM pre-training.
 
-With ``loss_masks=True`` (a conversations run, ``pretokenize --messages-field``) both give dicts of
-``input_ids``, ``assistant_masks`` (the run's loss mask, 1 where the token counts toward the loss) and
-``labels`` (``input_ids`` with ``-100`` where the mask is 0), all aligned token for token.
+With ``loss_masks=True`` (a conversations run) both give dicts of ``input_ids``, ``assistant_masks`` and
+``labels``, aligned token for token.
 
-A run on a local disk (or a shared file system) is read through memory maps. A run on object storage
-(``s3://``, ``gs://``, any fsspec store: where the jobs write it) is read where it is, through the jobs' storage
-layer (:mod:`service.jobs.storage`: ``storage_options``, the store's own credential chain, retries with
-backoff): the flat and Megatron files by ranged GETs of :data:`REMOTE_BLOCK_BYTES` into a per-process cache of
-at most :data:`REMOTE_CACHE_BYTES` (least recently used blocks dropped first), never an object whole; Parquet
-row groups by pyarrow over the remote file, as the jobs read their Parquet inputs.
+A local run (or one on a shared file system) is read through memory maps. A run on object storage is read where
+it is, through the jobs' storage layer (:mod:`service.jobs.storage`: ``storage_options``, the store's own
+credential chain, retries): the flat and Megatron files by ranged GETs of :data:`REMOTE_BLOCK_BYTES` into a
+per-process cache of at most :data:`REMOTE_CACHE_BYTES` (least recently used blocks dropped first), never an
+object whole; Parquet row groups by pyarrow over the remote file, as the jobs read their Parquet inputs.
 
 Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest, the storage options and a
 few numbers, and each process opens its own memory maps, Parquet readers, store connections and block cache on
-first use (a map, a file, a connection or a cache of the parent is never used in a child).
+first use (never the parent's).
 """
 
 from __future__ import annotations
@@ -142,18 +139,11 @@ class _RemoteValues:
         index = int(key) + (self.count if int(key) < 0 else 0)
         if not 0 <= index < self.count:
             raise IndexError(f"{self.url}: value {key} of {self.count}")
-        position = self.offset + index * size
-        return np.frombuffer(self.cache.read(self.url, position, position + size), self.dtype)[0]
+        return self[index : index + 1][0]
 
 
 #: What a flat or Megatron file's values are read as: a memory map (local) or ranged reads (a store).
 Values = np.ndarray | _RemoteValues
-
-
-def _manifest(source: str | Path | Manifest, storage_options: Mapping[str, Any]) -> Manifest:
-    if isinstance(source, Manifest):
-        return source
-    return read_manifest(source, Storage(dict(storage_options)))
 
 
 @dataclass(frozen=True)
@@ -227,7 +217,9 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
         self, manifest: str | Path | Manifest, loss_masks: bool, storage_options: Mapping[str, Any] | None
     ) -> None:
         self._storage_options = dict(storage_options or {})
-        self.manifest = _manifest(manifest, self._storage_options)
+        if not isinstance(manifest, Manifest):
+            manifest = read_manifest(manifest, Storage(self._storage_options))
+        self.manifest = manifest
         self.remote = is_url(self.manifest.root)
         self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
         self.loss_masks = loss_masks
