@@ -55,12 +55,13 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
     ``failures``, or an OSError/ValueError) is one line on stderr and status 1; :class:`UnitsMissing` is
     status 3 (worker 0 stopped waiting; a rerun finishes); Ctrl-C or SIGTERM is 130, done units kept."""
     interrupt_on_sigterm()
+    failed: tuple[type[BaseException], ...] = (JobError, OSError, ValueError, *failures)
     try:
         return 0, job()
     except UnitsMissing as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE, None
-    except (JobError, OSError, ValueError) + failures as exc:
+    except failed as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
     except KeyboardInterrupt:
