@@ -109,7 +109,7 @@ class DocumentReader:
         """``path:line`` (text formats) or ``path row N`` (Parquet) of the record at ``position``."""
         if self.unit.file.format == "parquet":
             return f"{self.path} row {position}"
-        return f"{self.path}:{line_number(self._open(), self.unit.file.format, position)}"
+        return f"{self.path}:{line_number(self._open(), position)}"
 
     def reject(self, position: int, reason: str) -> None:
         """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records
@@ -317,7 +317,7 @@ def _skip_line(stream: IO[bytes]) -> int:
             return skipped
 
 
-def line_number(stream: IO[bytes], file_format: str, position: int) -> int:
+def line_number(stream: IO[bytes], position: int) -> int:
     """The 1-based line number of the line starting at byte ``position`` of ``stream`` (the decompressed
     stream for gzip): the newlines before it, counted in bounded chunks. For messages only: it rereads the
     file's head."""

@@ -95,6 +95,11 @@ def _key(path: str) -> str:
     return os.path.realpath(path).replace(os.sep, "/")
 
 
+def _supported(name: str) -> bool:
+    """Whether a directory's file ``name`` is an input: a format we read, not hidden."""
+    return format_of(name) is not None and not name.startswith(".")
+
+
 def _local_matches(pattern: str) -> list[tuple[str, str, int]]:
     matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
     result: list[tuple[str, str, int]] = []
@@ -103,10 +108,7 @@ def _local_matches(pattern: str) -> list[tuple[str, str, int]]:
             continue
         if os.path.isdir(match):
             inside = [
-                os.path.join(root, name)
-                for root, _, names in os.walk(match)
-                for name in names
-                if format_of(name) is not None and not name.startswith(".")
+                os.path.join(root, name) for root, _, names in os.walk(match) for name in names if _supported(name)
             ]
             result.extend((os.path.realpath(path), "file", os.path.getsize(path)) for path in inside)
             if not inside:
@@ -125,28 +127,20 @@ def _remote_matches(pattern: str, storage: Storage) -> list[tuple[str, str, int]
 
     def listing() -> list[tuple[str, str, int]]:
         fs.invalidate_cache()
-        if glob.has_magic(path):
-            entries: dict[str, Any] = fs.glob(path, detail=True)
-        else:
+        directory = not glob.has_magic(path)  # else a glob: every file it matches
+        if directory:
             try:
                 info = fs.info(path)
             except FileNotFoundError:
                 return []
             if info.get("type") != "directory":
                 return [(url(path), "file", int(info.get("size") or 0))]
-            entries = fs.find(path, detail=True)
-            inside = [
-                (url(name), "file", int(entry.get("size") or 0))
-                for name, entry in sorted(entries.items())
-                if entry.get("type") != "directory"
-                and format_of(name) is not None
-                and not posixpath.basename(name).startswith(".")
-            ]
-            return inside or [(url(path), "directory", 0)]
-        return [
+        entries: dict[str, Any] = fs.find(path, detail=True) if directory else fs.glob(path, detail=True)
+        files = [
             (url(name), "file", int(entry.get("size") or 0))
             for name, entry in sorted(entries.items())
-            if entry.get("type") != "directory"
+            if entry.get("type") != "directory" and (not directory or _supported(posixpath.basename(name)))
         ]
+        return files or ([(url(path), "directory", 0)] if directory else [])
 
     return storage.call(pattern, listing)
