@@ -187,15 +187,8 @@ class _MegatronIndex:
         return start, int(self.pointers[stop - 1]) // self.dtype.itemsize + int(self.lengths[stop - 1])
 
 
-@dataclass(frozen=True)
-class _RowGroup:
-    """One row group's id lists (and mask lists) as offsets and values, and its kept fields as Python values."""
-
-    offsets: np.ndarray
-    values: np.ndarray
-    mask_offsets: np.ndarray | None
-    mask_values: np.ndarray | None
-    kept: dict[str, list[Any]]
+#: A Parquet row group: the offsets and values of its id lists (and mask lists), and its kept fields' values.
+_RowGroup = tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, list[Any]]]
 
 
 class _PerProcess:
@@ -288,15 +281,13 @@ class TokenizedDocuments(_ManifestDataset):
 
     With ``loss_masks=True`` (a conversations run: ``pretokenize --messages-field``) each item is
     ``{"input_ids", "assistant_masks", "labels"}``, three int64 tensors of the same length: the ids, the mask
-    the run wrote (1 where the token counts toward the loss: the assistant wrote it), and the labels a trainer
-    takes -- the ids with ``-100`` where the mask is 0, not shifted (transformers' models shift them; TRL's
-    ``DataCollatorForLanguageModeling`` pads them with ``-100``). With ``fields`` the kept fields are there too.
+    the run wrote (1 where the token counts toward the loss: the assistant wrote it), and the labels -- the ids
+    with ``-100`` where the mask is 0, not shifted (transformers' models shift them; TRL's
+    ``DataCollatorForLanguageModeling`` pads them with ``-100``).
 
-    Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads them (or packs them);
-    define it at module level, so spawned workers can unpickle it.
-
-    A run on object storage is read where the job wrote it (``TokenizedDocuments("s3://tokens/web-v1",
-    storage_options=...)``): see the module's docstring for how, and what it costs in memory.
+    Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads (or packs) them, defined at
+    module level so that spawned workers can unpickle it. A run on object storage is read where the job wrote it,
+    by ranged reads into a bounded per-process cache.
 
     Args:
         manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, ``gs://``, any
@@ -369,10 +360,17 @@ class TokenizedDocuments(_ManifestDataset):
         shard = self.manifest.shards[shard_number]
         local = index - int(self._starts[shard_number])
         values: dict[str, Any] = {}
+        masks = None
         if self.manifest.format == "flat":
-            ids, masks = self._flat_document(shard, local)
+            ends = self._map(shard.files[1], np.dtype("<u8"))
+            start, end = int(ends[local - 1]) if local else 0, int(ends[local])
+            ids = np.asarray(self._map(shard.files[0], self.dtype)[start:end])
+            if self.loss_masks:
+                masks = np.asarray(self._loss(shard)[start:end])
         elif self.manifest.format == "megatron":
-            ids, masks = self._megatron_document(shard, local)
+            ids = self._megatron_values(shard, "", local)
+            if self.loss_masks:
+                masks = self._megatron_values(shard, ".loss", local)
         else:
             ids, masks, values = self._parquet_document(shard, local)
         if masks is not None:
@@ -381,16 +379,6 @@ class TokenizedDocuments(_ManifestDataset):
         if not self.fields:
             return tensor
         return {"input_ids": tensor, **values}
-
-    def _flat_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
-        ends = self._map(shard.files[1], np.dtype("<u8"))
-        start, end = int(ends[local - 1]) if local else 0, int(ends[local])
-        ids = np.asarray(self._map(shard.files[0], self.dtype)[start:end])
-        return ids, np.asarray(self._loss(shard)[start:end]) if self.loss_masks else None
-
-    def _megatron_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
-        ids = self._megatron_values(shard, "", local)
-        return ids, self._megatron_values(shard, ".loss", local) if self.loss_masks else None
 
     def _megatron_values(self, shard: ShardEntry, prefix: str, local: int) -> np.ndarray:
         """Document ``local`` of the shard's indexed dataset ``<shard><prefix>.bin``/``.idx``."""
@@ -424,22 +412,16 @@ class TokenizedDocuments(_ManifestDataset):
         else:
             files.row_groups.move_to_end(key)
         row = local - int(group_starts[group])
-        ids = cached.values[int(cached.offsets[row]) : int(cached.offsets[row + 1])]
-        masks = None
-        if cached.mask_offsets is not None and cached.mask_values is not None:
-            masks = cached.mask_values[int(cached.mask_offsets[row]) : int(cached.mask_offsets[row + 1])]
-        return ids, masks, {name: column[row] for name, column in cached.kept.items()}
+        lists, kept = cached
+        ids, *masks = (values[int(offsets[row]) : int(offsets[row + 1])] for offsets, values in lists)
+        return ids, masks[0] if masks else None, {name: column[row] for name, column in kept.items()}
 
     def _read_row_group(self, reader: Any, group: int) -> _RowGroup:
-        masks = [MASKS_COLUMN] if self.loss_masks else []
-        table = reader.read_row_group(group, columns=["input_ids", *masks, *self.fields])
-        ids = table.column("input_ids").combine_chunks()
-        mask_column = table.column(MASKS_COLUMN).combine_chunks() if masks else None
-        return _RowGroup(
-            numpy_view(ids.offsets),
-            numpy_view(ids.values),
-            None if mask_column is None else numpy_view(mask_column.offsets),
-            None if mask_column is None else numpy_view(mask_column.values),
+        lists = ["input_ids", *([MASKS_COLUMN] if self.loss_masks else [])]
+        table = reader.read_row_group(group, columns=[*lists, *self.fields])
+        arrays = [table.column(name).combine_chunks() for name in lists]
+        return (
+            [(numpy_view(array.offsets), numpy_view(array.values)) for array in arrays],
             {name: table.column(name).to_pylist() for name in self.fields},
         )
 
