@@ -86,37 +86,26 @@ class DoneRecord(Generic[S]):
             return None
 
 
+@dataclass(kw_only=True, eq=False)
 class ShardedJob(Generic[S]):
     """A step's units in one work folder: ``outputs``, ``settings`` and ``conflict_hint`` as :class:`BaseStep`
     declares them (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        step: str,
-        folder: Folder,
-        units: Sequence[WorkUnit],
-        worker: Worker | None,
-        settings: dict[str, Any],
-        stats_type: type[S],
-        outputs: Callable[[WorkUnit], list[str]],
-        log: Log,
-        conflict_hint: str = "use another --out, or delete the old outputs",
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.step = step
-        self.folder = folder
-        self.units = list(units)
-        self.worker = worker
-        self.settings = settings
-        self.stats_type = stats_type
-        self.outputs = outputs
-        self.log = log
-        self.conflict_hint = conflict_hint
-        self.clock = clock
-        self.sleep = sleep
-        self.committed: list[DoneRecord[S]] = []  # the records this process wrote, in order
+    step: str
+    folder: Folder
+    units: Sequence[WorkUnit]
+    worker: Worker | None
+    settings: dict[str, Any]
+    stats_type: type[S]
+    outputs: Callable[[WorkUnit], list[str]]
+    log: Log
+    conflict_hint: str = "use another --out, or delete the old outputs"
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    committed: list[DoneRecord[S]] = field(default_factory=list, init=False)  # the records this process wrote
+
+    def __post_init__(self) -> None:
+        self.units = list(self.units)
 
     @staticmethod
     def record_name(unit: WorkUnit) -> str:
