@@ -12,9 +12,7 @@ from ..jobs import JobConfig
 from ..jobs.flags import flag
 from ..wire import API_KEY_ENV, ASSISTANT_MASK_SOURCES, FINGERPRINT_SCHEME, URL_ENV
 
-#: Output formats, each the layout a trainer reads itself: Parquet (a list column of ids per document, the
-#: document's position, kept fields), flat (datatrove's ``.ds`` + ``.ds.index`` + ``.ds.metadata``) and
-#: megatron (Megatron-LM's indexed dataset, ``.bin`` + ``.idx``).
+#: Output formats, each the layout a trainer reads itself (see ``--format`` and :mod:`.shards`).
 OUTPUT_FORMATS = ("parquet", "flat", "megatron")
 
 
@@ -140,7 +138,7 @@ class PretokenizeConfig(JobConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.messages_field is not None:
+        if self.chat:
             if not self.add_special_tokens:
                 raise ValueError(
                     "--no-add-special-tokens does not apply to conversations: the chat template writes the special "
@@ -162,11 +160,9 @@ class PretokenizeConfig(JobConfig):
             raise ValueError("kept fields need --format parquet: the flat and megatron formats hold token ids only")
         if self.eos_token_id is not None and not self.append_eos:
             raise ValueError("an eos token id is only used with append_eos")
-        for name in ("concurrency", "request_texts", "request_chars"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"max_length must be at least 1, not {self.max_length}")
+        for name in ("concurrency", "request_texts", "request_chars", "max_length"):
+            if (value := getattr(self, name)) is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
 
     def check_installed(self) -> None:
         """A CorpusError naming the extra to install when the output format needs pyarrow, before any work."""
@@ -175,15 +171,17 @@ class PretokenizeConfig(JobConfig):
 
             import_pyarrow()
 
-    def encode_options(self) -> dict[str, Any]:
-        """The ``/encode`` options every request carries: the call's options, and only ``input_ids`` back."""
+    def call_options(self) -> dict[str, Any]:
+        """The options of the tokenizer call each document's ids equal."""
         return {
             "add_special_tokens": self.add_special_tokens,
             "truncation": self.truncation,
             "max_length": self.max_length,
-            "return_attention_mask": False,
-            "return_token_type_ids": False,
         }
+
+    def encode_options(self) -> dict[str, Any]:
+        """The ``/encode`` options every request carries: the call's options, and only ``input_ids`` back."""
+        return {**self.call_options(), "return_attention_mask": False, "return_token_type_ids": False}
 
     @property
     def chat(self) -> bool:
@@ -196,9 +194,8 @@ class PretokenizeConfig(JobConfig):
         return self.chat and self.loss_masks
 
     def chat_options(self) -> dict[str, Any]:
-        """The ``/chat/encode`` options every request of a conversations run carries (those of
-        ``service.wire.ChatOptions``): the template, its variables, truncation as ``apply_chat_template`` takes
-        it (off unless asked for), the masks, and only the ids and masks back."""
+        """The ``/chat/encode`` options every request of a conversations run carries (``service.wire.ChatOptions``):
+        truncation as ``apply_chat_template`` takes it (off unless asked for), and only the ids and masks back."""
         return {
             "chat_template": self.chat_template,
             "chat_template_kwargs": self.chat_template_kwargs,
@@ -218,11 +215,7 @@ class PretokenizeConfig(JobConfig):
             "format": self.output_format,
             "text_field": self.text_field,
             "keep_fields": list(self.keep_fields),
-            "encode": {
-                "add_special_tokens": self.add_special_tokens,
-                "truncation": self.truncation,
-                "max_length": self.max_length,
-            },
+            "encode": self.call_options(),
             "append_eos": self.append_eos,
             "eos_token_id": eos_token_id,
             **({"chat": {"messages_field": self.messages_field, **self.chat_options()}} if self.chat else {}),
