@@ -2,21 +2,13 @@
 stores), which units a worker takes, progress, the command-line skeleton -- and the corpus they walk: inputs,
 work units, documents.
 
-Shared by ``tokenizer-service pretokenize`` (client side) and ``tokenizer-service train`` (server side), so that
-both read the same files the same way, split them into the same units, and record, refuse and wait the same way.
-It imports only the standard library (fsspec for URLs, pyarrow for Parquet, when asked), never the client nor the
-server. Corpus reading lives here rather than in a package of its own: the executor plans in units and records
-what each was made from, and reading goes through ``storage`` -- two packages would import each other.
-
-A job, in the order it uses the pieces::
-
-    storage = config.storage(log)                        # a JobConfig: --storage-options, --retry-deadline
-    files, units, worker = config.plan(storage)          # inputs (paths, globs, URLs) -> units; this worker
-    report = run_worker(step, folder=storage.folder(config.out_location), units=units, worker=worker,
-                        config=config, log=log)          # the executor (see its module), over a Step
-
-Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each with a
-stable :attr:`WorkUnit.name`, so N workers produce the same outputs as one.
+Shared by ``tokenizer-service pretokenize`` (client side) and ``train`` (server side), so that both read, split,
+record, refuse and wait the same way; it imports the standard library only (fsspec for URLs, pyarrow for
+Parquet, when asked). The corpus is read here, not in a package of its own: the executor plans in units and
+records what each was made from, and reading goes through ``storage`` -- two packages would import each other.
+A job: ``files, units, worker = config.plan(config.storage(log))``, then :func:`run_worker` over its
+:class:`Step` (see :mod:`.executor`). Units do not depend on the number of workers, so N workers produce the
+same outputs as one.
 """
 
 from .config import JobConfig

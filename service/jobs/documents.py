@@ -1,22 +1,18 @@
 """Documents out of a work unit, streamed: one line or one row at a time, never a whole file in memory.
 
-- ``.txt`` (and ``.txt.gz``): every line is a document, its text without the line break (``\\n`` or
-  ``\\r\\n``); empty lines are empty documents.
-- ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string;
-  ``keep_fields`` are carried along (missing ones as None). A bare JSON string is a bad record whose message
-  gives the fix (``{"text": ...}``, and a ``jq`` line that converts the file), as datasets' and datatrove's
-  JSON readers refuse it too.
+- ``.txt`` (and ``.txt.gz``): every line is a document, without its line break; empty lines are empty documents.
+- ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string
+  (``keep_fields`` carried along, missing ones as None). A bare JSON string is a bad record whose message gives the
+  fix, as datasets' and datatrove's JSON readers refuse it too.
 - ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
 
 With ``messages_field``, a record's document is the conversation that field holds: a non-empty list of message
-objects, each with a string ``role`` (a JSON array; in Parquet a list-of-structs column). A UTF-8 byte order mark
-does not belong to the first document. JSON is parsed by the standard library only, so what a record holds never
-depends on which optional packages are installed.
+objects, each with a string ``role``. A UTF-8 byte order mark does not belong to the first document. JSON is
+parsed by the standard library only, so what a record holds never depends on the optional packages installed.
 
-A record that cannot be a document -- malformed JSON, not UTF-8, no text field, a text that is not a string, a
-line over ``max_record_bytes`` -- raises :class:`BadRecord` naming ``path:line`` (``path row N`` for Parquet), or
-with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped` (the first few in
-:attr:`DocumentReader.skipped_examples`) and left out.
+A record that cannot be a document (malformed JSON, not UTF-8, no text field, a line over ``max_record_bytes``...)
+raises :class:`BadRecord` naming ``path:line`` (``path row N`` for Parquet), or with ``on_bad_record="skip"`` is
+counted in :attr:`DocumentReader.skipped` (the first few in :attr:`DocumentReader.skipped_examples`).
 """
 
 from __future__ import annotations
@@ -64,11 +60,8 @@ class Document:
 
 
 class DocumentReader:
-    """Iterate the documents of one :class:`WorkUnit`; see the module docstring for the formats.
-
-    ``consumed`` is how much of the unit's ``weight`` has been read (for progress); after the iteration,
-    ``skipped`` counts the bad records left out and ``skipped_examples`` describes the first few.
-    """
+    """Iterate the documents of one :class:`WorkUnit` (see the module docstring); ``consumed``: how much of its
+    ``weight`` has been read."""
 
     def __init__(
         self,
@@ -112,9 +105,8 @@ class DocumentReader:
         return f"{self.path}:{line_number(self._open(), position)}"
 
     def reject(self, position: int, reason: str) -> None:
-        """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records
-        may be rejected in any order (a job may find a record bad after reading further); the examples kept
-        are always the first ones in the file."""
+        """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records may be
+        rejected in any order (after reading further); the examples kept are the first ones in the file."""
         if self.on_bad_record == "error":
             raise BadRecord(self.locate(position), reason)
         self.skipped += 1
@@ -318,9 +310,8 @@ def _skip_line(stream: IO[bytes]) -> int:
 
 
 def line_number(stream: IO[bytes], position: int) -> int:
-    """The 1-based line number of the line starting at byte ``position`` of ``stream`` (the decompressed
-    stream for gzip): the newlines before it, counted in bounded chunks. For messages only: it rereads the
-    file's head."""
+    """The 1-based number of the line starting at byte ``position`` of ``stream``, counted in bounded chunks (for
+    messages only: it rereads the file's head)."""
     newlines = 0
     with stream:
         remaining = position

@@ -2,15 +2,11 @@
 another run's outputs, progress, and worker 0's wait for every unit.
 
 As in datatrove, whose executor knows only ``rank`` and ``world_size`` and owns the per-rank loop (skip what is
-done, run, stats, mark complete), a job is a step: :class:`Step` (or :class:`AsyncStep`) says what a unit
-produces and how the job finishes -- its ``settings``, a unit's ``outputs``, ``process`` this worker's units,
-``finalize`` from every unit's record -- and :func:`run_worker` (or :func:`arun_worker`) does the rest::
-
-    report = run_worker(step, folder=out, units=units, worker=worker, config=config, log=log)
-        # this worker's units not done (every record in the folder checked first), each cleared of what an
-        # interrupted attempt left; step.process(todo, job, progress) writes each unit's outputs and
-        # job.commit(unit, stats)s it: its .done record, written last, the only commit; then, on worker 0,
-        # every unit's record (waited for, checked) goes to step.finalize
+done, run, stats, mark complete), a job is a :class:`Step` (or :class:`AsyncStep`): its ``settings``, a unit's
+``outputs``, ``process`` this worker's units, ``finalize`` from every unit's record. :func:`run_worker` (or
+:func:`arun_worker`) does the rest: this worker's units not done (every record in the folder checked first),
+each cleared of what an interrupted attempt left, processed, and committed by its ``.done`` record, written
+last; then, on worker 0, every unit's record, waited for and checked, goes to ``finalize``.
 
 A unit is done when its ``<unit>.done`` record exists and every output it lists is in the folder with the size
 it records: readers trust only what a record lists. A record made with other settings, from another input, or of
@@ -124,9 +120,8 @@ class ShardedJob(Generic[S]):
         return DoneRecord.from_json(data, self.stats_type)
 
     def check(self, record: DoneRecord[S], unit: WorkUnit, listing: dict[str, int]) -> bool:
-        """Whether a done unit can be kept: True when every output it lists is in the folder with the size
-        it records, False when it must be redone. Raises :class:`OutputConflict` when it was made with other
-        settings or from another input: those are never mixed, nor silently overwritten."""
+        """True when every output ``record`` lists is in the folder with its size, False when the unit must be
+        redone; an :class:`OutputConflict` when it was made with other settings or from another input."""
         where = self.folder.url()
         if record.settings != self.settings:
             raise OutputConflict(
@@ -142,8 +137,7 @@ class ShardedJob(Generic[S]):
         return all(name in expected and listing.get(name) == expected[name] for name in self.outputs(unit))
 
     def refuse_foreign(self, listing: dict[str, int]) -> None:
-        """Records of units outside this plan (other inputs, another --unit-bytes) would make a mixed
-        output: refuse before any work."""
+        """Refuse, before any work, records of units outside this plan: they would make a mixed output."""
         planned = {self.record_name(unit) for unit in self.units}
         foreign = sorted(name for name in listing if name.endswith(DONE_SUFFIX) and name not in planned)
         if foreign:
@@ -240,11 +234,10 @@ class ShardedJob(Generic[S]):
 
 class BaseStep(Generic[S, R]):
     """What :class:`Step` and :class:`AsyncStep` share: everything about a job but how its units are processed.
-
-    ``name``: the job in log lines and messages; ``stats_type``: the dataclass of a unit's statistics in its
-    record; ``settings``: everything besides a unit's input that decides its outputs (recorded; another run's
-    are refused); ``conflict_hint``: what to do about such a conflict; ``missing_hint``: what worker 0 says
-    when it gives up waiting; ``progress_prefix`` (default ``name``) and ``counted``: how progress reads."""
+    ``settings``: everything besides a unit's input that decides its outputs (recorded; another run's are
+    refused); ``stats_type``: the dataclass of a unit's statistics in its record; ``conflict_hint`` and
+    ``missing_hint``: what to do about a conflict, what worker 0 says when it gives up waiting; ``name``,
+    ``progress_prefix`` (default ``name``) and ``counted``: how its log lines and progress read."""
 
     name: str
     stats_type: type[S]
@@ -282,8 +275,7 @@ class AsyncStep(BaseStep[S, R]):
 
 @dataclass
 class WorkerReport(Generic[S, R]):
-    """What the executor did on this worker: its units, the records it wrote, and (worker 0) what the
-    step's finalize made."""
+    """What the executor did on this worker: its units, the records it wrote, and what finalize made."""
 
     worker: Worker
     units: int  # in the whole plan
@@ -308,11 +300,9 @@ def run_worker(
     work: bool = True,
     finish: bool | None = None,
 ) -> WorkerReport[S, R]:
-    """Run this worker's part of ``step`` over ``units`` in ``folder``: its units that are not done (every
-    record in the folder is checked first, whoever made it), each cleared, processed and committed, with
-    progress; then, when ``finish`` (default: worker 0), wait for every unit (``config.wait_seconds``
-    without progress at most, else :class:`UnitsMissing`) and ``step.finalize`` from their records.
-    ``work=False``: only finish (another run processed the units)."""
+    """Run this worker's part of ``step`` over ``units`` in ``folder`` (see the module docstring); worker 0, or
+    any with ``finish``, then waits ``config.wait_seconds`` without progress at most (else :class:`UnitsMissing`)
+    and finalizes. ``work=False``: only finish (another run processed the units)."""
     run = _WorkerRun(step, folder, units, worker, config, log, work)
     if run.todo:
         with closing(run.progress()) as progress:

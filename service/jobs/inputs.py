@@ -52,14 +52,10 @@ class InputFile:
 def find_inputs(
     patterns: Sequence[str], *, exclude: Sequence[str] = (), storage: Storage | None = None
 ) -> list[InputFile]:
-    """Resolve files, directories (every supported file under them), globs (``**`` recurses) and URLs of
-    any of these (``s3://bucket/corpus/*.jsonl.gz``) to input files, without duplicates, sorted by name so
-    that every worker sees the same list. Nothing under the ``exclude`` folders is an input (a job's own
-    output folder, when it lies among its inputs).
-
-    Raises :class:`CorpusError` for a pattern that matches nothing or a file named explicitly (or by a
-    glob) whose format is not supported.
-    """
+    """Resolve files, directories (every supported file under them), globs (``**`` recurses) and URLs of any of
+    these to input files, without duplicates, sorted by name so that every worker sees the same list; nothing under
+    the ``exclude`` folders (a job's own outputs) is one. A :class:`CorpusError` for a pattern that matches nothing
+    or a file named explicitly (or by a glob) whose format is not supported."""
     if not patterns:
         raise CorpusError("no inputs given: name files, directories, globs or URLs")
     storage = storage if storage is not None else Storage()

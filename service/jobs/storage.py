@@ -1,20 +1,17 @@
 """Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface.
 
-Every path of a job (inputs and globs, ``--out``, the count and coordination files, the manifest) is a local path or
-a URL: ``s3://``, ``gs://``, ``az://``/``abfs://`` are each tested against a server of their protocol
-(tests/jobs/test_object_storage.py); any other fsspec URL goes the same way, untested. Local paths use the standard
-library only (the client-only install); URLs need fsspec and the store's package (the ``s3``, ``gcs``, ``azure``
-extras), whose absence is named with its extra. (fsspec for local paths too, as datatrove's ``DataFolder`` does,
-would remove no code -- a local commit still needs its fsync and rename, its partial files cleared -- and would make
-fsspec a dependency of local jobs.)
+Every path of a job is a local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a
+server of its protocol in tests/jobs/test_object_storage.py; any other fsspec URL goes the same way, untested).
+Local paths need the standard library only; URLs need fsspec and the store's package, whose absence names its
+extra. (fsspec for local paths too, as datatrove's ``DataFolder`` does, would remove no code -- a local commit
+still needs its fsync, rename and partial files cleared -- and would make local jobs depend on fsspec.)
 
-Nothing is written in place: on a local disk an output is written under a temporary name and renamed; object stores
-have no rename, so it is spooled to a local file and uploaded whole (one PUT, or a multipart upload aborted on
-failure). A job's ``.done`` record, written last, is its only commit (:mod:`.executor`). Remote reads are ranged
-GETs in bounded blocks, resumed at the byte a dropped connection stopped at. Every request is retried with backoff
-on throttling and dropped connections until ``--retry-deadline``, saying which URL failed, then counting down; a
-refusal (no credentials, access denied, no such bucket) stops at once naming the URL. Credentials come only from
-each store's own chain; ``--storage-options`` goes to the filesystem and is never printed nor recorded.
+Nothing is written in place: a local output is written under a temporary name and renamed; an object (stores have
+no rename) is spooled to a local file and uploaded whole. A job's ``.done`` record, written last, is its only
+commit (:mod:`.executor`). Remote reads are ranged GETs in bounded blocks, resumed where a dropped connection
+stopped. Every request is retried with backoff on throttling and dropped connections until ``--retry-deadline``,
+saying which URL failed, then counting down; a refusal (credentials, access, no such bucket) stops at once. The
+credentials are each store's own chain's; ``--storage-options`` goes to the filesystem, never printed nor recorded.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
-"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor.
+"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor. For each of this
+worker's units not done: documents (streamed) -> batches -> encoded, ``concurrency`` batches in flight -> results
+taken in order -> shard writer -> files put whole -> ``.done`` record.
 
-The flow, for each of this worker's units that is not done yet::
-
-    read documents (streamed) -> batches of texts (or conversations) -> encode, `concurrency` batches in flight
-                              -> results taken in order -> shard writer -> files put whole -> .done record
-
-Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents,
-``request_chars`` characters each) and their answers exist at once, plus one Parquet row group; files are
-never held whole (an object store's shard is spooled to local disk and uploaded whole). Batches continue
-across unit boundaries, so the service never idles between units. Worker 0 then waits for the other
-workers' shards (the executor's wait) and writes the manifest (:meth:`PretokenizeStep.finalize`).
+Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents, ``request_chars``
+characters each) and their answers, plus one Parquet row group; files are never held whole. Batches continue
+across unit boundaries, so the service never idles between units. Worker 0 then waits for the other workers'
+shards and writes the manifest (:meth:`PretokenizeStep.finalize`).
 """
 
 from __future__ import annotations

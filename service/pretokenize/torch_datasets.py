@@ -1,21 +1,14 @@
-"""Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json``.
+"""Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json`` --
+:class:`TokenizedDocuments` (document ``i``, any format) and :class:`TokenBlocks` (fixed-length blocks of the flat
+format's token stream); with ``loss_masks=True``, dicts of ``input_ids``, ``assistant_masks`` and ``labels``.
 
-- :class:`TokenizedDocuments`: document ``i`` of the run (in manifest order) as an int64 id tensor, from any
-  format; with ``fields=`` a dict that also holds the kept fields (Parquet).
-- :class:`TokenBlocks`: fixed-length blocks of the flat format's token stream for LM pre-training.
-
-With ``loss_masks=True`` (a conversations run) both give dicts of ``input_ids``, ``assistant_masks`` and
-``labels``, aligned token for token.
-
-A local run (or one on a shared file system) is read through memory maps. A run on object storage is read where
-it is, through the jobs' storage layer (:mod:`service.jobs.storage`: ``storage_options``, the store's own
-credential chain, retries): the flat and Megatron files by ranged GETs of :data:`REMOTE_BLOCK_BYTES` into a
-per-process cache of at most :data:`REMOTE_CACHE_BYTES` (least recently used blocks dropped first), never an
-object whole; Parquet row groups by pyarrow over the remote file, as the jobs read their Parquet inputs.
+A local run is read through memory maps. A run on object storage is read where it is, through the jobs' storage
+layer (``storage_options``, the store's own credentials, retries): the flat and Megatron files by ranged GETs of
+:data:`REMOTE_BLOCK_BYTES` into a per-process cache of at most :data:`REMOTE_CACHE_BYTES` (least recently used
+blocks dropped first), never an object whole; Parquet row groups by pyarrow over the remote file.
 
 Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest, the storage options and a
-few numbers, and each process opens its own memory maps, Parquet readers, store connections and block cache on
-first use (never the parent's).
+few numbers, and each process opens its own memory maps, Parquet readers, connections and block cache.
 """
 
 from __future__ import annotations
