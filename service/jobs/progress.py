@@ -9,6 +9,7 @@ import resource
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TextIO
 
 #: Where a job's messages go: one line each.
@@ -45,29 +46,14 @@ class Progress:
     ``mode`` says (:data:`PROGRESS_MODES`; log lines every ``interval`` seconds). ``counted`` names the second
     count in the rates and log lines (``"tokens"``, ``"pre-tokens"``)."""
 
-    def __init__(
-        self,
-        total_weight: int,
-        *,
-        mode: str,
-        interval: float,
-        prefix: str,
-        counted: str,
-        stream: TextIO | None = None,
-        clock: Any = time.monotonic,
-    ) -> None:
-        self.stream = stream if stream is not None else sys.stderr
+    def __init__(self, total_weight: int, *, mode: str, interval: float, prefix: str, counted: str) -> None:
+        self.stream = sys.stderr
         self.total = max(total_weight, 1)
         self.interval = interval
         self.prefix = prefix
         self.counted = counted
-        self.clock = clock
-        self.started = clock()
-        self.documents = 0
-        self.tokens = 0
-        self.weight = 0
-        self._last_log = self.started
-        self._last_bar = self.started
+        self.started = self._last_log = self._last_bar = time.monotonic()
+        self.documents = self.tokens = self.weight = 0
         self._bar: Any = None
         if mode == "auto":
             mode = "bar" if _isatty(self.stream) and importlib.util.find_spec("tqdm") is not None else "log"
@@ -86,7 +72,7 @@ class Progress:
         self.tokens += tokens
         step = max(0, min(weight, self.total) - self.weight)
         self.weight += step
-        now = self.clock()
+        now = time.monotonic()
         if self._bar is not None:
             self._bar.update(step)
             if now - self._last_bar >= 0.5:
@@ -100,12 +86,10 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         return f"{human(self.documents / elapsed)} docs/s, {human(self.tokens / elapsed)} {self.counted}/s"
 
-    def log_line(self, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
+    def log_line(self, now: float) -> None:
         elapsed = max(now - self.started, 1e-9)
         fraction = self.weight / self.total
-        eta = elapsed / fraction - elapsed if fraction > 0 else float("nan")
-        eta_text = duration(eta) if fraction > 0 else "?"
+        eta_text = duration(elapsed / fraction - elapsed) if fraction > 0 else "?"
         print(
             f"{self.prefix}: {fraction:6.1%} of {human(self.total, 'B')}, {self.documents:,} documents, "
             f"{human(self.tokens)} {self.counted}; {self._rates(now)}; elapsed {duration(elapsed)}, ETA {eta_text}",
@@ -115,7 +99,7 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.set_postfix_str(self._rates(self.clock()), refresh=False)
+            self._bar.set_postfix_str(self._rates(time.monotonic()), refresh=False)
             self._bar.close()
             self._bar = None
 
@@ -124,13 +108,10 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set: ``VmHWM`` of /proc/self/status (Linux), else ``ru_maxrss``. Not
     ru_maxrss first: Linux carries it across exec, so a worker started by a big process would report the
     parent's size."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
