@@ -458,9 +458,6 @@ class LocalFolder(Folder):
         self.path = path
         self.location = str(path)
 
-    def __reduce__(self) -> tuple[type[LocalFolder], tuple[Path]]:
-        return type(self), (self.path,)
-
     def file(self, name: str) -> Path:
         return self.path / name
 
