@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,21 +123,17 @@ class JobConfig:
     def storage(self, log: Log | None = None) -> Storage:
         return Storage(dict(self.storage_options), self.retry_deadline, log)
 
-    def worker(self) -> Worker:
-        """This process's place among the workers (see :func:`~.workers.resolve_worker`)."""
-        return resolve_worker(self.shard_index, self.num_shards, self.environ)
-
     def outputs(self) -> dict[str, str]:
         """Where the job writes, by the flag that names it: checked before any work (:meth:`plan`), and never
         read back as inputs."""
         return {"--out": self.out_location}
 
-    def plan(self, storage: Storage, exclude: Sequence[str] = ()) -> tuple[list[InputFile], list[WorkUnit], Worker]:
-        """The inputs, their units (the same on every worker) and this worker; refused before any work, as are
-        output folders that cannot be ones (:meth:`outputs`). ``exclude``: more locations not to read."""
+    def plan(self, storage: Storage) -> tuple[list[InputFile], list[WorkUnit], Worker]:
+        """The inputs, their units (the same on every worker) and this worker (:func:`~.workers.resolve_worker`);
+        refused before any work, as are output folders that cannot be ones (:meth:`outputs`)."""
         outputs = self.outputs()
         for flag_name, location in outputs.items():
             check_output_folder(flag_name, location)
-        files = find_inputs(self.inputs, exclude=[*outputs.values(), *exclude], storage=storage)
+        files = find_inputs(self.inputs, exclude=list(outputs.values()), storage=storage)
         units = plan_units(files, self.unit_bytes, storage)
-        return files, units, self.worker()
+        return files, units, resolve_worker(self.shard_index, self.num_shards, self.environ)
