@@ -69,9 +69,4 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
         return EXIT_INTERRUPTED, None
 
 
-__all__ = [
-    "WORKER_SOURCES",
-    "parse",
-    "interrupt_on_sigterm",
-    "run_job",
-]
+__all__ = ["WORKER_SOURCES", "parse", "interrupt_on_sigterm", "run_job"]

@@ -97,8 +97,7 @@ class JobConfig:
         ),
     )
     progress: str = field(
-        default="auto",
-        metadata=flag("auto: a bar on a terminal, log lines otherwise", choices=PROGRESS_MODES),
+        default="auto", metadata=flag("auto: a bar on a terminal, log lines otherwise", choices=PROGRESS_MODES)
     )
     log_every: float = field(
         default=10.0, metadata=flag("seconds between progress log lines", parse=float, metavar="SECONDS")

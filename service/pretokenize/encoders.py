@@ -11,13 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..client import (
-    AsyncTokenizerClient,
-    InvalidRequest,
-    PayloadTooLarge,
-    RetryLog,
-    RetryPolicy,
-)
+from ..client import AsyncTokenizerClient, InvalidRequest, PayloadTooLarge, RetryLog, RetryPolicy
 from ..jobs.storage import DEFAULT_RETRY_DEADLINE
 
 

@@ -109,8 +109,7 @@ class PretokenizeConfig(JobConfig):
     )
     # conversations
     messages_field: str | None = field(
-        default=None,
-        metadata=flag("the JSON field or Parquet column holding each conversation", metavar="FIELD"),
+        default=None, metadata=flag("the JSON field or Parquet column holding each conversation", metavar="FIELD")
     )
     chat_template: str | None = field(
         default=None, metadata=flag("one of the tokenizer's named templates (GET /info)", metavar="NAME")
@@ -132,8 +131,7 @@ class PretokenizeConfig(JobConfig):
         ),
     )
     loss_masks: bool = field(
-        default=True,
-        metadata=flag("write the ids of conversations only", name="--no-loss-masks", action="store_false"),
+        default=True, metadata=flag("write the ids of conversations only", name="--no-loss-masks", action="store_false")
     )
 
     def __post_init__(self) -> None:
