@@ -214,16 +214,17 @@ class ParquetShardWriter(ShardWriter):
         self._stream = self._file(name)
         self._writer: Any = None
         self._schema: Any = None
-        self._ids: list[np.ndarray] = []
-        self._masks: list[np.ndarray] = []
-        self._lengths: list[np.ndarray] = []
+        # What is buffered: the values of each list column (the ids, and the masks beside them), and per document
+        # its number of values and the document itself.
+        self._lists = {"input_ids": [np.zeros(0, dtype)], **({MASKS_COLUMN: [np.zeros(0, np.uint8)]} if masks else {})}
+        self._lengths = [np.zeros(0, np.int64)]
         self._documents: list[Document] = []
         self._buffered_tokens = 0
 
     def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
+        self._lists["input_ids"].append(np.ascontiguousarray(ids, dtype=self.dtype))
         if self.masks:
-            self._masks.append(np.asarray(masks != 0, dtype=np.uint8))
-        self._ids.append(np.ascontiguousarray(ids, dtype=self.dtype))
+            self._lists[MASKS_COLUMN].append(np.asarray(masks != 0, dtype=np.uint8))
         self._lengths.append(lengths.astype(np.int64, copy=False))
         self._documents.extend(documents)
         self._buffered_tokens += int(lengths.sum())
@@ -237,22 +238,19 @@ class ParquetShardWriter(ShardWriter):
         return min(GROUP_ROWS, reach, len(lengths))
 
     def _write_group(self, count: int) -> None:
+        """Write the next ``count`` buffered documents as a row group (none: only open the file)."""
         pa = self._pa
-        ids = np.concatenate(self._ids) if len(self._ids) != 1 else self._ids[0]
-        lengths = np.concatenate(self._lengths) if len(self._lengths) != 1 else self._lengths[0]
+        self._lists = {name: [_joined(parts)] for name, parts in self._lists.items()}
+        lengths = _joined(self._lengths)
         documents = self._documents
         offsets = np.zeros(count + 1, dtype=np.int32)
         np.cumsum(lengths[:count], out=offsets[1:])
         taken = int(offsets[-1])
-        positions = np.fromiter((d.position for d in documents[:count]), np.uint64, count)
         columns: dict[str, Any] = {
-            "input_ids": pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, ids[:taken])),
+            name: pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, values[:taken]))
+            for name, (values,) in self._lists.items()
         }
-        masks = None
-        if self.masks:
-            masks = np.concatenate(self._masks) if len(self._masks) != 1 else self._masks[0]
-            columns[MASKS_COLUMN] = pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, masks[:taken]))
-        columns["position"] = arrow_view(pa, positions)
+        columns["position"] = arrow_view(pa, np.fromiter((d.position for d in documents[:count]), np.uint64, count))
         for i, name in enumerate(self.keep_fields):
             values = [d.fields[i] for d in documents[:count]]
             try:
@@ -265,10 +263,9 @@ class ParquetShardWriter(ShardWriter):
         table = pa.Table.from_arrays(list(columns.values()), names=list(columns))
         if self._writer is None:
             self._open(table.schema)
-        self._writer.write_table(table.cast(self._schema))
-        self._ids = [ids[taken:]]
-        if masks is not None:
-            self._masks = [masks[taken:]]
+        if count:
+            self._writer.write_table(table.cast(self._schema))
+        self._lists = {name: [values[taken:]] for name, (values,) in self._lists.items()}
         self._lengths = [lengths[count:]]
         self._documents = documents[count:]
         self._buffered_tokens -= taken
@@ -286,14 +283,12 @@ class ParquetShardWriter(ShardWriter):
         while self._documents:
             self._write_group(self._group_size())
         if self._writer is None:  # no document at all: a valid file with the columns and no row
-            pa = self._pa
-            fields = [pa.field("input_ids", pa.list_(pa.from_numpy_dtype(self.dtype)))]
-            if self.masks:
-                fields.append(pa.field(MASKS_COLUMN, pa.list_(pa.uint8())))
-            fields.append(pa.field("position", pa.uint64()))
-            fields += [pa.field(name, self.field_types.get(name) or pa.null()) for name in self.keep_fields]
-            self._open(pa.schema(fields))
+            self._write_group(0)
         self._writer.close()
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def arrow_view(pa: Any, values: np.ndarray) -> Any:
