@@ -468,10 +468,8 @@ class LocalFolder(Folder):
         for root, _, names in os.walk(self.path):
             for file_name in names:
                 full = Path(root) / file_name
-                try:
+                with suppress(FileNotFoundError):  # renamed away meanwhile (another worker's temporary file)
                     found[full.relative_to(self.path).as_posix()] = full.stat().st_size
-                except FileNotFoundError:  # renamed away meanwhile (another worker's temporary file)
-                    pass
         return found
 
     def size(self, name: str) -> int | None:
@@ -488,17 +486,13 @@ class LocalFolder(Folder):
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}{_PARTIAL_MARK}{os.getpid()}")
-        stream: IO[bytes] | None = None
         try:  # opened inside: an interrupt (SIGTERM) right after the open still removes the partial file
-            stream = open(partial, "wb")
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-            stream.close()
+            with open(partial, "wb") as stream:
+                yield stream
+                stream.flush()
+                os.fsync(stream.fileno())
             os.replace(partial, path)
         except BaseException:
-            if stream is not None:
-                stream.close()
             partial.unlink(missing_ok=True)
             raise
 
