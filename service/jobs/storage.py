@@ -226,10 +226,9 @@ class Storage:
 
     # -- retries --------------------------------------------------------------------------------------------
     def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
-        """``action()``, retried with backoff while it fails transiently (see :func:`transient`), until
-        ``retry_deadline`` seconds after its first failure. ``what`` names the URL in messages. A missing
-        object propagates as FileNotFoundError (``writing``: a missing bucket, a StorageError); any other
-        refusal, or the deadline, is a StorageError."""
+        """``action()``, retried with backoff while it fails transiently (:func:`transient`), until
+        ``retry_deadline`` seconds after its first failure; ``what`` names the URL. A missing object is a
+        FileNotFoundError (``writing``: a missing bucket, a StorageError); a refusal or the deadline, a StorageError."""
         first_failure: float | None = None
         last_line = 0.0
         attempt = 0
@@ -329,10 +328,9 @@ def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _try_once(fs: Any) -> None:
-    """Azure, as S3 above: the client tries a request once, so the job's own retry runs (saying which URL
-    failed, counting down, within ``--retry-deadline``) instead of Azure's client waiting 15 s, 18 s and 24 s
-    between silent tries (~60 s a request, past a short deadline). adlfs passes no retry option on, so the
-    setting goes to the retry policy its client made (azure-storage-blob's ``retry_total``)."""
+    """Azure, as S3 above: the client tries a request once, so the job's own retry runs instead of Azure's client
+    waiting 15 s, 18 s and 24 s between silent tries (~60 s a request, past a short deadline). adlfs passes no
+    retry option on, so the setting goes to the retry policy its client made (azure-storage-blob's)."""
     policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
     if policy is not None and hasattr(policy, "total_retries"):
         policy.total_retries = 0
@@ -575,10 +573,8 @@ class ObjectFolder(Folder):
             spool.unlink(missing_ok=True)
 
     def upload(self, local: Path, name: str) -> None:
-        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure).
-        S3 and GCS send it in parts of :data:`UPLOAD_PART` bytes, a few at a time, so memory does not grow with
-        the file (their packages would otherwise read a file of up to 100 MiB whole for a single PUT, and s3fs
-        10 parts at once)."""
+        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure), S3
+        and GCS in parts of :data:`UPLOAD_PART` (their packages would read a file of up to 100 MiB whole)."""
         parts = _UPLOAD_OPTIONS.get(EXTRAS.get(self.location.split("://", 1)[0].lower(), ""), {})
         self._call(name, lambda fs, path: fs.put_file(str(local), path, **parts), writing=True)
 
@@ -596,10 +592,9 @@ class ObjectFolder(Folder):
 
 
 def fetch_tokenizer(url: str, storage: Storage | None = None) -> str:
-    """A tokenizer under an object-store URL -- a directory (prefix) or a single ``tokenizer.json`` --
-    downloaded whole into a private local directory (mode 0700, removed at exit) and returned as a local
-    path, to be loaded exactly as a local one (and fingerprinted the same: the fingerprint is of the
-    content). Storage options come from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
+    """A tokenizer under an object-store URL (a prefix, or a single ``tokenizer.json``) downloaded whole into a
+    private local directory (mode 0700, removed at exit): a local path, loaded and fingerprinted as a local one.
+    Storage options come from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
     if storage is None:
         storage = Storage(storage_options_from_json(os.environ.get(STORAGE_OPTIONS_ENV)))
     folder = storage.folder(url)

@@ -36,14 +36,9 @@ __all__ = [
     "TokenBlocks",
 ]
 
-_LAZY = {
-    "TokenizedDocuments": "service.pretokenize.torch_datasets",
-    "TokenBlocks": "service.pretokenize.torch_datasets",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:  # torch's datasets: torch only when asked for
+    if name in ("TokenizedDocuments", "TokenBlocks"):  # torch's datasets: torch only when asked for
         require_module("torch", "torch", f"service.pretokenize.{name}")
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module("service.pretokenize.torch_datasets"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
