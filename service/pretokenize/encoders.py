@@ -64,14 +64,12 @@ class Encoder(Protocol):
         """The tokenizer's identity and limits."""
 
     async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(flat ids, lengths)``: every text's ids concatenated, and each text's number of ids. Raises
-        :class:`TextsRefused` when a text of the batch is refused."""
+        """``(flat ids, lengths)`` of ``texts``, or :class:`TextsRefused` when one of them is refused."""
 
     async def encode_conversations(
         self, conversations: Sequence[list[dict[str, Any]]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(flat ids, lengths, flat loss masks or None)`` of a batch of conversations (a conversations run
-        only). Raises :class:`TextsRefused` when a conversation of the batch is refused."""
+        """``(flat ids, lengths, flat loss masks or None)`` of a conversations run's batch, or :class:`TextsRefused`."""
 
     async def aclose(self) -> None:
         """Release connections."""
