@@ -2,35 +2,13 @@
 stores), which units a worker takes, progress, the command-line skeleton -- and the corpus they walk: inputs,
 work units, documents.
 
-Shared by every sharded job -- ``tokenizer-service pretokenize`` (client side) and ``tokenizer-service
-train`` (server side) -- so that both read the same files the same way, split them into the same units, and
-record, refuse and wait the same way. It imports only the standard library (fsspec for URLs, pyarrow for
-Parquet, when asked), never the client nor the server.
-
-Corpus reading (``inputs``, ``units``, ``records``) lives here rather than in a package of its own: the
-executor plans in units and records what each was made from, and reading goes through ``storage`` -- two
-packages would import each other.
-
-The pieces, in the order a job uses them::
-
-    from service.jobs import JobConfig, Step, run_worker, DocumentReader
-
-    storage = config.storage(log)                             # --storage-options, --retry-deadline
-    files, units, worker = config.plan(storage)               # inputs (paths, globs, URLs) -> units; the worker
-    report = run_worker(step, folder=storage.folder(config.out_location), units=units, worker=worker,
-                        config=config, log=log)
-        # the executor: this worker's units (units[index::count]) not done yet, cleared, then
-        #   step.process(todo, job, progress): for each unit, DocumentReader(unit, storage=storage) (.text,
-        #   .position, .fields, streamed) -> the unit's outputs in the folder -> job.commit(unit, stats), its
-        #   .done record, written last
-        # then, on worker 0: every unit's record, waited for and checked -> step.finalize(job, records, waited)
-
-Units do not depend on the number of workers: the same inputs and ``unit_bytes`` give the same units, each
-with a stable :attr:`WorkUnit.name`, so N workers produce the same set of outputs as one. ``storage`` writes
-every output whole (rename on a disk, a whole upload to a store); ``executor`` keeps a ``.done`` record per
-unit, so a rerun skips finished units; ``flags`` makes a job's command-line flags from its config dataclass
-and ``cli`` reads them and holds the exit statuses the jobs share; ``progress`` shows a worker's progress (a
-bar or log lines) and reports its peak memory.
+Shared by ``tokenizer-service pretokenize`` (client side) and ``train`` (server side), so that both read, split,
+record, refuse and wait the same way; it imports the standard library only (fsspec for URLs, pyarrow for
+Parquet, when asked). The corpus is read here, not in a package of its own: the executor plans in units and
+records what each was made from, and reading goes through ``storage`` -- two packages would import each other.
+A job: ``files, units, worker = config.plan(config.storage(log))``, then :func:`run_worker` over its
+:class:`Step` (see :mod:`.executor`). Units do not depend on the number of workers, so N workers produce the
+same outputs as one.
 """
 
 from .config import JobConfig

@@ -1,8 +1,6 @@
 """The command-line skeleton every sharded job shares (``pretokenize``, ``train``): its config read from the
-flags its dataclass declares (:mod:`.flags`; those of :class:`~.config.JobConfig` are every job's: how the
-documents are read, where they are, which worker this is, how the work is cut, how stores are reached, how
-progress is shown), and one way to run a job and turn its outcome into an exit status. One definition, so the
-jobs read the same flags the same way and fail the same way."""
+flags its dataclass declares (:mod:`.flags`; :class:`~.config.JobConfig`'s are every job's), and one way to run
+a job and turn its outcome into an exit status, so that the jobs read their flags and fail the same way."""
 
 from __future__ import annotations
 
@@ -16,13 +14,7 @@ from typing import Any, TypeVar
 from ..exits import EXIT_INTERRUPTED
 from .errors import JobError, UnitsMissing
 from .flags import config_values
-from .workers import (
-    RESOURCE_CONFIG_ENV,
-    SAGEMAKER_CURRENT_HOST_ENV,
-    SAGEMAKER_HOSTS_ENV,
-    SAGEMAKER_RESOURCE_CONFIGS,
-    TOTAL_ENV,
-)
+from .workers import SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV, SAGEMAKER_RESOURCE_CONFIGS, TOTAL_ENV
 
 T = TypeVar("T")
 
@@ -63,15 +55,13 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
     ``failures``, or an OSError/ValueError) is one line on stderr and status 1; :class:`UnitsMissing` is
     status 3 (worker 0 stopped waiting; a rerun finishes); Ctrl-C or SIGTERM is 130, done units kept."""
     interrupt_on_sigterm()
+    failed: tuple[type[BaseException], ...] = (JobError, OSError, ValueError, *failures)
     try:
         return 0, job()
     except UnitsMissing as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE, None
-    except (JobError, OSError, ValueError) as exc:
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return EXIT_FAILED, None
-    except failures as exc:
+    except failed as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
     except KeyboardInterrupt:
@@ -79,10 +69,4 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
         return EXIT_INTERRUPTED, None
 
 
-__all__ = [
-    "RESOURCE_CONFIG_ENV",
-    "WORKER_SOURCES",
-    "parse",
-    "interrupt_on_sigterm",
-    "run_job",
-]
+__all__ = ["WORKER_SOURCES", "parse", "interrupt_on_sigterm", "run_job"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +25,8 @@ def _storage_options(text: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """The fields every sharded job over a corpus shares, each a flag of every job (:mod:`.flags`).
-
-    ``inputs``: files, directories, globs or URLs. ``out``: a local path or a URL. ``storage_options``: the
-    filesystem options for URLs (an endpoint...), never printed nor recorded. ``wait_seconds``: how long
-    worker 0 waits without any unit getting done. ``retry_deadline``: how long a failing request (to a store,
-    or to the service) is retried."""
+    """The fields every sharded job over a corpus shares, each a flag of every job (:mod:`.flags`) whose help
+    says what it means."""
 
     inputs: tuple[str, ...] = field(
         metadata=flag(
@@ -102,8 +97,7 @@ class JobConfig:
         ),
     )
     progress: str = field(
-        default="auto",
-        metadata=flag("auto: a bar on a terminal, log lines otherwise", choices=PROGRESS_MODES),
+        default="auto", metadata=flag("auto: a bar on a terminal, log lines otherwise", choices=PROGRESS_MODES)
     )
     log_every: float = field(
         default=10.0, metadata=flag("seconds between progress log lines", parse=float, metavar="SECONDS")
@@ -128,25 +122,17 @@ class JobConfig:
     def storage(self, log: Log | None = None) -> Storage:
         return Storage(dict(self.storage_options), self.retry_deadline, log)
 
-    def worker(self) -> Worker:
-        """This process's place among the workers (see :func:`~.workers.resolve_worker`)."""
-        return resolve_worker(self.shard_index, self.num_shards, self.environ)
-
-    def check_installed(self) -> None:
-        """Raise a CorpusError naming the package and the extra that brings it when the job, as
-        configured, needs one that is not installed: before any work (before a sidecar service starts)."""
-
     def outputs(self) -> dict[str, str]:
         """Where the job writes, by the flag that names it: checked before any work (:meth:`plan`), and never
         read back as inputs."""
         return {"--out": self.out_location}
 
-    def plan(self, storage: Storage, exclude: Sequence[str] = ()) -> tuple[list[InputFile], list[WorkUnit], Worker]:
-        """The inputs, their units (the same on every worker) and this worker; refused before any work, as are
-        output folders that cannot be ones (:meth:`outputs`). ``exclude``: more locations not to read."""
+    def plan(self, storage: Storage) -> tuple[list[InputFile], list[WorkUnit], Worker]:
+        """The inputs, their units (the same on every worker) and this worker (:func:`~.workers.resolve_worker`);
+        refused before any work, as are output folders that cannot be ones (:meth:`outputs`)."""
         outputs = self.outputs()
         for flag_name, location in outputs.items():
             check_output_folder(flag_name, location)
-        files = find_inputs(self.inputs, exclude=[*outputs.values(), *exclude], storage=storage)
+        files = find_inputs(self.inputs, exclude=list(outputs.values()), storage=storage)
         units = plan_units(files, self.unit_bytes, storage)
-        return files, units, self.worker()
+        return files, units, resolve_worker(self.shard_index, self.num_shards, self.environ)

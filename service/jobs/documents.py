@@ -1,24 +1,18 @@
 """Documents out of a work unit, streamed: one line or one row at a time, never a whole file in memory.
 
-- ``.txt`` (and ``.txt.gz``): every line is a document, its text without the line break (``\\n`` or
-  ``\\r\\n``); empty lines are empty documents.
-- ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string;
-  ``keep_fields`` are carried along (missing ones as None). Blank lines are not records. A line that is a
-  bare JSON string is a bad record whose message gives the fix (``{"text": ...}``, and a ``jq`` line that
-  converts the file): the file is then one that datasets' and datatrove's JSON readers take too.
+- ``.txt`` (and ``.txt.gz``): every line is a document, without its line break; empty lines are empty documents.
+- ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string
+  (``keep_fields`` carried along, missing ones as None). A bare JSON string is a bad record whose message gives the
+  fix, as datasets' and datatrove's JSON readers refuse it too.
 - ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
 
-With ``messages_field`` (conversations, for chat templates), a record's document is the conversation that field
-holds instead of a text: a non-empty list of message objects, each with a string ``role`` (JSON Lines: a JSON
-array; Parquet: a list-of-structs column). Text files hold no conversations.
+With ``messages_field``, a record's document is the conversation that field holds: a non-empty list of message
+objects, each with a string ``role``. A UTF-8 byte order mark does not belong to the first document. JSON is
+parsed by the standard library only, so what a record holds never depends on the optional packages installed.
 
-A UTF-8 byte order mark at the start of a text file is not part of its first document. JSON is parsed by
-the standard library only, so what a record holds never depends on which optional packages are installed.
-
-A record that cannot be a document -- malformed JSON, not UTF-8, no text field, a text that is not a
-string, a line over ``max_record_bytes`` -- raises :class:`BadRecord` naming ``path:line`` (``path row N``
-for Parquet), or with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped` (the first few
-kept as examples in :attr:`DocumentReader.skipped_examples`) and left out.
+A record that cannot be a document (malformed JSON, not UTF-8, no text field, a line over ``max_record_bytes``...)
+raises :class:`BadRecord` naming ``path:line`` (``path row N`` for Parquet), or with ``on_bad_record="skip"`` is
+counted in :attr:`DocumentReader.skipped` (the first few in :attr:`DocumentReader.skipped_examples`).
 """
 
 from __future__ import annotations
@@ -66,11 +60,8 @@ class Document:
 
 
 class DocumentReader:
-    """Iterate the documents of one :class:`WorkUnit`; see the module docstring for the formats.
-
-    ``consumed`` is how much of the unit's ``weight`` has been read (for progress); after the iteration,
-    ``skipped`` counts the bad records left out and ``skipped_examples`` describes the first few.
-    """
+    """Iterate the documents of one :class:`WorkUnit` (see the module docstring); ``consumed``: how much of its
+    ``weight`` has been read."""
 
     def __init__(
         self,
@@ -111,12 +102,11 @@ class DocumentReader:
         """``path:line`` (text formats) or ``path row N`` (Parquet) of the record at ``position``."""
         if self.unit.file.format == "parquet":
             return f"{self.path} row {position}"
-        return f"{self.path}:{line_number(self._open(), self.unit.file.format, position)}"
+        return f"{self.path}:{line_number(self._open(), position)}"
 
     def reject(self, position: int, reason: str) -> None:
-        """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records
-        may be rejected in any order (a job may find a record bad after reading further); the examples kept
-        are always the first ones in the file."""
+        """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records may be
+        rejected in any order (after reading further); the examples kept are the first ones in the file."""
         if self.on_bad_record == "error":
             raise BadRecord(self.locate(position), reason)
         self.skipped += 1
@@ -175,26 +165,18 @@ class DocumentReader:
                     continue
                 if line_start == 0 and line.startswith(_BOM):
                     line = line[len(_BOM) :]
-                document = self._json_line(line, line_start) if json_lines else self._text_line(line, line_start)
-                if document is not None:
+                try:
+                    decoded = line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    self.reject(line_start, f"not valid UTF-8 (byte {exc.start} of the line)")
+                    continue
+                if not json_lines:
+                    yield Document(decoded[:-2] if decoded.endswith("\r\n") else decoded.removesuffix("\n"), line_start)
+                elif (document := self._json_line(decoded, line_start)) is not None:
                     yield document
         self.consumed = self.unit.weight
 
-    def _text_line(self, line: bytes, position: int) -> Document | None:
-        if line.endswith(b"\n"):
-            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
-        try:
-            return Document(line.decode("utf-8"), position)
-        except UnicodeDecodeError as exc:
-            self.reject(position, f"not valid UTF-8 (byte {exc.start} of the line)")
-            return None
-
-    def _json_line(self, line: bytes, position: int) -> Document | None:
-        try:
-            decoded = line.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            self.reject(position, f"not valid UTF-8 (byte {exc.start} of the line)")
-            return None
+    def _json_line(self, decoded: str, position: int) -> Document | None:
         if not decoded.strip():
             return None  # a blank line is not a record
         try:
@@ -268,12 +250,10 @@ class DocumentReader:
                     self.reject(row + i, f"column {self.text_field!r} is null")
                     continue
                 fields = tuple(column[i] for column in kept)
-                if self.messages:
-                    document = self._conversation(text, row + i, fields)
-                    if document is not None:
-                        yield document
-                    continue
-                yield Document(text, row + i, fields)
+                if not self.messages:
+                    yield Document(text, row + i, fields)
+                elif (document := self._conversation(text, row + i, fields)) is not None:
+                    yield document
             row += len(texts)
             self.consumed = self.unit.weight * (row - first_row) // rows_in_unit
         self.consumed = self.unit.weight
@@ -329,10 +309,9 @@ def _skip_line(stream: IO[bytes]) -> int:
             return skipped
 
 
-def line_number(stream: IO[bytes], file_format: str, position: int) -> int:
-    """The 1-based line number of the line starting at byte ``position`` of ``stream`` (the decompressed
-    stream for gzip): the newlines before it, counted in bounded chunks. For messages only: it rereads the
-    file's head."""
+def line_number(stream: IO[bytes], position: int) -> int:
+    """The 1-based number of the line starting at byte ``position`` of ``stream``, counted in bounded chunks (for
+    messages only: it rereads the file's head)."""
     newlines = 0
     with stream:
         remaining = position

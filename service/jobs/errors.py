@@ -1,15 +1,5 @@
-"""What goes wrong in an offline job: one root, :class:`JobError`, whose message always says what to change.
-
-=========================  ====================================================================================
-:class:`CorpusError`       the inputs, the plan or the worker set-up cannot work
-:class:`BadRecord`         one record cannot be read as a document (``where``: ``path:line`` or ``path row N``)
-:class:`OutputConflict`    the work folder holds outputs of another run (other settings, inputs, tokenizer)
-:class:`UnitsMissing`      worker 0 stopped waiting: some units are not done (the message names them)
-:class:`StorageError`      a store refused or stayed unreachable past the retry deadline (names the URL)
-=========================  ====================================================================================
-
-The command-line skeleton (:mod:`.cli`) maps them to exit codes: :class:`UnitsMissing` 3, the others 1.
-"""
+"""What goes wrong in an offline job: one root, :class:`JobError`, whose message always says what to change. The
+command-line skeleton (:mod:`.cli`) maps them to exit codes: :class:`UnitsMissing` 3, the others 1."""
 
 from __future__ import annotations
 
@@ -19,7 +9,7 @@ class JobError(Exception):
 
 
 class CorpusError(JobError):
-    """The inputs, the plan or the worker set-up cannot work; the message says what to change."""
+    """The inputs, the plan or the worker set-up cannot work."""
 
 
 class BadRecord(CorpusError):
@@ -36,8 +26,8 @@ class BadRecord(CorpusError):
 
 
 class OutputConflict(JobError):
-    """The work folder holds outputs that must not be mixed with this run's (another tokenizer, other
-    settings, other inputs); the message names one and says what to do."""
+    """The work folder holds outputs of another run (another tokenizer, other settings, other inputs); the
+    message names one."""
 
 
 class UnitsMissing(JobError):

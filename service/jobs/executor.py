@@ -1,33 +1,25 @@
-"""One executor for every sharded job over a corpus: this worker's units, their completion records,
-refusal of another run's outputs, progress, and worker 0's wait for every unit.
+"""One executor for every sharded job over a corpus: this worker's units, their completion records, refusal of
+another run's outputs, progress, and worker 0's wait for every unit.
 
-A job is a step run per worker over its units (as in datatrove, whose executor knows only ``rank`` and
-``world_size`` and owns the per-rank loop: skip what is done, run, stats, mark complete). A step says what a
-unit produces and how the job finishes -- :class:`Step` (or :class:`AsyncStep`): its ``settings``, the
-``outputs`` of a unit, ``process`` this worker's units, ``finalize`` from every unit's record -- and
-:func:`run_worker` (or :func:`arun_worker`) does the rest, the same for every job::
-
-    report = run_worker(step, folder=out, units=units, worker=worker, config=config, log=log)
-        # this worker's units that are not done (every record in the folder checked first), each cleared of
-        # what an interrupted attempt left; step.process(todo, job, progress) writes each unit's outputs and
-        # job.commit(unit, stats)s it -- the .done record, written last: the only commit; then, on worker 0,
-        # every unit's record (waited for, checked) goes to step.finalize
-
-``pretokenize`` writes a token shard per unit, ``train`` counts a unit's pre-tokens; a third job is one file.
+As in datatrove, whose executor knows only ``rank`` and ``world_size`` and owns the per-rank loop (skip what is
+done, run, stats, mark complete), a job is a :class:`Step` (or :class:`AsyncStep`): its ``settings``, a unit's
+``outputs``, ``process`` this worker's units, ``finalize`` from every unit's record. :func:`run_worker` (or
+:func:`arun_worker`) does the rest: this worker's units not done (every record in the folder checked first),
+each cleared of what an interrupted attempt left, processed, and committed by its ``.done`` record, written
+last; then, on worker 0, every unit's record, waited for and checked, goes to ``finalize``.
 
 A unit is done when its ``<unit>.done`` record exists and every output it lists is in the folder with the size
-it records: readers trust only what a record lists. A record made with other settings or from another input
-is an :class:`~.errors.OutputConflict` -- never mixed, never silently overwritten -- and so is a record of a
-unit that this run's plan does not have. Outputs do not depend on the number of workers, so N workers leave
-the same folder as one.
+it records: readers trust only what a record lists. A record made with other settings, from another input, or of
+a unit this run's plan does not have is an :class:`~.errors.OutputConflict` -- never mixed, never silently
+overwritten. Outputs do not depend on the number of workers, so N workers leave the same folder as one.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Generic, TypeVar
 
@@ -68,14 +60,7 @@ class DoneRecord(Generic[S]):
     stats: S
 
     def to_json(self) -> bytes:
-        document = {
-            "name": self.name,
-            "unit": self.unit,
-            "files": [asdict(f) for f in self.files],
-            "settings": self.settings,
-            "stats": asdict(self.stats),  # type: ignore[call-overload]
-        }
-        return (json.dumps(document, indent=1, ensure_ascii=False) + "\n").encode()
+        return (json.dumps(asdict(self), indent=1, ensure_ascii=False) + "\n").encode()
 
     @classmethod
     def from_json(cls, data: bytes, stats_type: type[S]) -> DoneRecord[S] | None:
@@ -97,39 +82,26 @@ class DoneRecord(Generic[S]):
             return None
 
 
+@dataclass(kw_only=True, eq=False)
 class ShardedJob(Generic[S]):
-    """A step's units in one work folder (see the module docstring). ``outputs(unit)``: the names of the
-    unit's output files in the folder; ``settings``: everything besides the unit's input that decides its
-    outputs (recorded; another run's are refused); ``conflict_hint``: what to do about a conflict."""
+    """A step's units in one work folder: ``outputs``, ``settings`` and ``conflict_hint`` as :class:`BaseStep`
+    declares them (see the module docstring)."""
 
-    def __init__(
-        self,
-        *,
-        step: str,
-        folder: Folder,
-        units: Sequence[WorkUnit],
-        worker: Worker | None,
-        settings: dict[str, Any],
-        stats_type: type[S],
-        outputs: Callable[[WorkUnit], list[str]],
-        log: Log,
-        conflict_hint: str = "use another --out, or delete the old outputs",
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        self.step = step
-        self.folder = folder
-        self.units = list(units)
-        self.worker = worker
-        self.settings = settings
-        self.stats_type = stats_type
-        self.outputs = outputs
-        self.log = log
-        self.conflict_hint = conflict_hint
-        self.clock = clock
-        self.sleep = sleep
-        self.done: dict[str, DoneRecord[S]] = {}
-        self.committed: list[DoneRecord[S]] = []  # the records this process wrote, in order
+    step: str
+    folder: Folder
+    units: Sequence[WorkUnit]
+    worker: Worker | None
+    settings: dict[str, Any]
+    stats_type: type[S]
+    outputs: Callable[[WorkUnit], list[str]]
+    log: Log
+    conflict_hint: str = "use another --out, or delete the old outputs"
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+    committed: list[DoneRecord[S]] = field(default_factory=list, init=False)  # the records this process wrote
+
+    def __post_init__(self) -> None:
+        self.units = list(self.units)
 
     @staticmethod
     def record_name(unit: WorkUnit) -> str:
@@ -148,9 +120,8 @@ class ShardedJob(Generic[S]):
         return DoneRecord.from_json(data, self.stats_type)
 
     def check(self, record: DoneRecord[S], unit: WorkUnit, listing: dict[str, int]) -> bool:
-        """Whether a done unit can be kept: True when every output it lists is in the folder with the size
-        it records, False when it must be redone. Raises :class:`OutputConflict` when it was made with other
-        settings or from another input: those are never mixed, nor silently overwritten."""
+        """True when every output ``record`` lists is in the folder with its size, False when the unit must be
+        redone; an :class:`OutputConflict` when it was made with other settings or from another input."""
         where = self.folder.url()
         if record.settings != self.settings:
             raise OutputConflict(
@@ -166,8 +137,7 @@ class ShardedJob(Generic[S]):
         return all(name in expected and listing.get(name) == expected[name] for name in self.outputs(unit))
 
     def refuse_foreign(self, listing: dict[str, int]) -> None:
-        """Records of units outside this plan (other inputs, another --unit-bytes) would make a mixed
-        output: refuse before any work."""
+        """Refuse, before any work, records of units outside this plan: they would make a mixed output."""
         planned = {self.record_name(unit) for unit in self.units}
         foreign = sorted(name for name in listing if name.endswith(DONE_SUFFIX) and name not in planned)
         if foreign:
@@ -182,11 +152,12 @@ class ShardedJob(Generic[S]):
         it, so that a run made differently stops now rather than after hours of work."""
         listing = self.folder.listing()
         self.refuse_foreign(listing)
+        done = set()
         for unit in self.units:
             if self.record_name(unit) in listing and (record := self.read_record(unit)) is not None:
                 if self.check(record, unit, listing):
-                    self.done[unit.name] = record
-        return [unit for unit in self.mine() if unit.name not in self.done]
+                    done.add(unit.name)
+        return [unit for unit in self.mine() if unit.name not in done]
 
     def clear(self, unit: WorkUnit) -> None:
         """Remove the unit's record (first: it must never vouch for what is rewritten) and whatever an
@@ -205,7 +176,6 @@ class ShardedJob(Generic[S]):
             files.append(OutputFile(name, size))
         record = DoneRecord(unit.name, unit.describe(), tuple(files), self.settings, stats)
         self.folder.write_bytes(self.record_name(unit), record.to_json())
-        self.done[unit.name] = record
         self.committed.append(record)
         return record
 
@@ -264,11 +234,10 @@ class ShardedJob(Generic[S]):
 
 class BaseStep(Generic[S, R]):
     """What :class:`Step` and :class:`AsyncStep` share: everything about a job but how its units are processed.
-
-    ``name``: the job in log lines and messages; ``stats_type``: the dataclass of a unit's statistics in its
-    record; ``settings``: everything besides a unit's input that decides its outputs (recorded; another run's
-    are refused); ``conflict_hint``: what to do about such a conflict; ``missing_hint``: what worker 0 says
-    when it gives up waiting; ``progress_prefix`` (default ``name``) and ``counted``: how progress reads."""
+    ``settings``: everything besides a unit's input that decides its outputs (recorded; another run's are
+    refused); ``stats_type``: the dataclass of a unit's statistics in its record; ``conflict_hint`` and
+    ``missing_hint``: what to do about a conflict, what worker 0 says when it gives up waiting; ``name``,
+    ``progress_prefix`` (default ``name``) and ``counted``: how its log lines and progress read."""
 
     name: str
     stats_type: type[S]
@@ -301,14 +270,12 @@ class AsyncStep(BaseStep[S, R]):
     """A job whose work is a coroutine (requests in flight); run by :func:`arun_worker`."""
 
     async def process(self, units: list[WorkUnit], job: ShardedJob[S], progress: Progress) -> None:
-        """As :meth:`Step.process`."""
         raise NotImplementedError
 
 
 @dataclass
 class WorkerReport(Generic[S, R]):
-    """What the executor did on this worker: its units, the records it wrote, and (worker 0) what the
-    step's finalize made."""
+    """What the executor did on this worker: its units, the records it wrote, and what finalize made."""
 
     worker: Worker
     units: int  # in the whole plan
@@ -333,35 +300,25 @@ def run_worker(
     work: bool = True,
     finish: bool | None = None,
 ) -> WorkerReport[S, R]:
-    """Run this worker's part of ``step`` over ``units`` in ``folder``: its units that are not done (every
-    record in the folder is checked first, whoever made it), each cleared, processed and committed, with
-    progress; then, when ``finish`` (default: worker 0), wait for every unit (``config.wait_seconds``
-    without progress at most, else :class:`UnitsMissing`) and ``step.finalize`` from their records.
-    ``work=False``: only finish (another run processed the units)."""
+    """Run this worker's part of ``step`` over ``units`` in ``folder`` (see the module docstring); worker 0, or
+    any with ``finish``, then waits ``config.wait_seconds`` without progress at most (else :class:`UnitsMissing`)
+    and finalizes. ``work=False``: only finish (another run processed the units)."""
     run = _WorkerRun(step, folder, units, worker, config, log, work)
     if run.todo:
-        with run.processing() as progress:
+        with closing(run.progress()) as progress:
             step.process(run.todo, run.job, progress)
     return run.finish(finish)
 
 
 async def arun_worker(
-    step: AsyncStep[S, R],
-    *,
-    folder: Folder,
-    units: Sequence[WorkUnit],
-    worker: Worker,
-    config: JobConfig,
-    log: Log,
-    work: bool = True,
-    finish: bool | None = None,
+    step: AsyncStep[S, R], *, folder: Folder, units: Sequence[WorkUnit], worker: Worker, config: JobConfig, log: Log
 ) -> WorkerReport[S, R]:
     """:func:`run_worker` for a step whose work is a coroutine."""
-    run = _WorkerRun(step, folder, units, worker, config, log, work)
+    run = _WorkerRun(step, folder, units, worker, config, log, True)
     if run.todo:
-        with run.processing() as progress:
+        with closing(run.progress()) as progress:
             await step.process(run.todo, run.job, progress)
-    return run.finish(finish)
+    return run.finish(None)
 
 
 class _WorkerRun(Generic[S, R]):
@@ -380,7 +337,6 @@ class _WorkerRun(Generic[S, R]):
         self.started = time.monotonic()
         self.step = step
         self.config = config
-        self.log = log
         self.job = ShardedJob(
             step=step.name,
             folder=folder,
@@ -411,19 +367,14 @@ class _WorkerRun(Generic[S, R]):
         for unit in self.todo:
             self.job.clear(unit)
 
-    @contextmanager
-    def processing(self) -> Iterator[Progress]:
-        progress = Progress(
+    def progress(self) -> Progress:
+        return Progress(
             self.report.processed_bytes,
             mode=self.config.progress,
             interval=self.config.log_every,
             prefix=self.step.progress_prefix or self.step.name,
             counted=self.step.counted,
         )
-        try:
-            yield progress
-        finally:
-            progress.close()
 
     def finish(self, finish: bool | None) -> WorkerReport[S, R]:
         report = self.report

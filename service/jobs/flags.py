@@ -1,11 +1,9 @@
 """A job's command-line flags, derived from its config dataclass, as ``serve``'s are from its ``Settings``.
 
-Each field of a job's config (:class:`~.config.JobConfig` and the jobs' subclasses) that is a flag says so
-beside its default: ``field(default=8, metadata=flag("requests in flight", metavar="N"))``. The flag's name
-(``--field-name`` unless given), its type, choices, default and the "(default ...)" of its help are read
-from that declaration; a job's command only says in which help section each flag appears
-(:func:`add_flags`) and reads the config back (:func:`config_values`). So a default is written once, and the
-help cannot show another.
+Each config field that is a flag says so beside its default: ``field(default=8, metadata=flag("requests in
+flight", metavar="N"))``. The flag's name, type, choices, default and the "(default ...)" of its help are read
+from that declaration; a command only places each flag in a help section (:func:`add_flags`) and reads the config
+back (:func:`config_values`). So a default is written once, and the help cannot show another.
 """
 
 from __future__ import annotations

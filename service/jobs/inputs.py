@@ -52,14 +52,10 @@ class InputFile:
 def find_inputs(
     patterns: Sequence[str], *, exclude: Sequence[str] = (), storage: Storage | None = None
 ) -> list[InputFile]:
-    """Resolve files, directories (every supported file under them), globs (``**`` recurses) and URLs of
-    any of these (``s3://bucket/corpus/*.jsonl.gz``) to input files, without duplicates, sorted by name so
-    that every worker sees the same list. Nothing under the ``exclude`` folders is an input (a job's own
-    output folder, when it lies among its inputs).
-
-    Raises :class:`CorpusError` for a pattern that matches nothing or a file named explicitly (or by a
-    glob) whose format is not supported.
-    """
+    """Resolve files, directories (every supported file under them), globs (``**`` recurses) and URLs of any of
+    these to input files, without duplicates, sorted by name so that every worker sees the same list; nothing under
+    the ``exclude`` folders (a job's own outputs) is one. A :class:`CorpusError` for a pattern that matches nothing
+    or a file named explicitly (or by a glob) whose format is not supported."""
     if not patterns:
         raise CorpusError("no inputs given: name files, directories, globs or URLs")
     storage = storage if storage is not None else Storage()
@@ -95,6 +91,11 @@ def _key(path: str) -> str:
     return os.path.realpath(path).replace(os.sep, "/")
 
 
+def _supported(name: str) -> bool:
+    """Whether a directory's file ``name`` is an input: a format we read, not hidden."""
+    return format_of(name) is not None and not name.startswith(".")
+
+
 def _local_matches(pattern: str) -> list[tuple[str, str, int]]:
     matches = sorted(glob.glob(pattern, recursive=True)) if glob.has_magic(pattern) else [pattern]
     result: list[tuple[str, str, int]] = []
@@ -103,10 +104,7 @@ def _local_matches(pattern: str) -> list[tuple[str, str, int]]:
             continue
         if os.path.isdir(match):
             inside = [
-                os.path.join(root, name)
-                for root, _, names in os.walk(match)
-                for name in names
-                if format_of(name) is not None and not name.startswith(".")
+                os.path.join(root, name) for root, _, names in os.walk(match) for name in names if _supported(name)
             ]
             result.extend((os.path.realpath(path), "file", os.path.getsize(path)) for path in inside)
             if not inside:
@@ -121,32 +119,24 @@ def _remote_matches(pattern: str, storage: Storage) -> list[tuple[str, str, int]
     scheme = pattern.split("://", 1)[0]
 
     def url(found: str) -> str:
-        return f"{scheme}://{found.split('://', 1)[-1].lstrip('/') if '://' in found else found.lstrip('/')}"
+        return f"{scheme}://{found.split('://', 1)[-1].lstrip('/')}"
 
     def listing() -> list[tuple[str, str, int]]:
         fs.invalidate_cache()
-        if glob.has_magic(path):
-            entries: dict[str, Any] = fs.glob(path, detail=True)
-        else:
+        directory = not glob.has_magic(path)  # else a glob: every file it matches
+        if directory:
             try:
                 info = fs.info(path)
             except FileNotFoundError:
                 return []
             if info.get("type") != "directory":
                 return [(url(path), "file", int(info.get("size") or 0))]
-            entries = fs.find(path, detail=True)
-            inside = [
-                (url(name), "file", int(entry.get("size") or 0))
-                for name, entry in sorted(entries.items())
-                if entry.get("type") != "directory"
-                and format_of(name) is not None
-                and not posixpath.basename(name).startswith(".")
-            ]
-            return inside or [(url(path), "directory", 0)]
-        return [
+        entries: dict[str, Any] = fs.find(path, detail=True) if directory else fs.glob(path, detail=True)
+        files = [
             (url(name), "file", int(entry.get("size") or 0))
             for name, entry in sorted(entries.items())
-            if entry.get("type") != "directory"
+            if entry.get("type") != "directory" and (not directory or _supported(posixpath.basename(name)))
         ]
+        return files or ([(url(path), "directory", 0)] if directory else [])
 
     return storage.call(pattern, listing)

@@ -1,16 +1,15 @@
 """Progress of a worker over its units: a bar on a terminal (tqdm, when installed), a log line every few
 seconds otherwise (a batch job's log), with documents/s, tokens/s (or whatever the job counts) and the ETA;
-and the peak memory a job reports at its end.
-
-Shared by the offline jobs that walk a corpus (``pretokenize``, ``train``), with the :data:`Log` they report
-through."""
+the peak memory a job reports at its end; and the :data:`Log` the offline jobs report through."""
 
 from __future__ import annotations
 
+import importlib.util
 import resource
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, TextIO
 
 #: Where a job's messages go: one line each.
@@ -43,39 +42,21 @@ PROGRESS_MODES = ("auto", "bar", "log", "none")
 
 
 class Progress:
-    """Counts documents, tokens and input bytes (the units' weight) against the total of this worker.
-    ``counted`` names the second count in the rates and log lines (``"tokens"``, ``"pre-tokens"``).
+    """Counts documents, tokens and input bytes (the units' weight) against the total of this worker, shown as
+    ``mode`` says (:data:`PROGRESS_MODES`; log lines every ``interval`` seconds). ``counted`` names the second
+    count in the rates and log lines (``"tokens"``, ``"pre-tokens"``)."""
 
-    ``mode``: ``"bar"`` (tqdm), ``"log"`` (a line every ``interval`` seconds), ``"none"``, or ``"auto"``
-    (a bar when ``stream`` is a terminal and tqdm is installed, else log lines).
-    """
-
-    def __init__(
-        self,
-        total_weight: int,
-        *,
-        mode: str,
-        interval: float,
-        prefix: str,
-        counted: str,
-        stream: TextIO | None = None,
-        clock: Any = time.monotonic,
-    ) -> None:
-        self.stream = stream if stream is not None else sys.stderr
+    def __init__(self, total_weight: int, *, mode: str, interval: float, prefix: str, counted: str) -> None:
+        self.stream = sys.stderr
         self.total = max(total_weight, 1)
         self.interval = interval
         self.prefix = prefix
         self.counted = counted
-        self.clock = clock
-        self.started = clock()
-        self.documents = 0
-        self.tokens = 0
-        self.weight = 0
-        self._last_log = self.started
-        self._last_bar = self.started
+        self.started = self._last_log = self._last_bar = time.monotonic()
+        self.documents = self.tokens = self.weight = 0
         self._bar: Any = None
         if mode == "auto":
-            mode = "bar" if _isatty(self.stream) and _has_tqdm() else "log"
+            mode = "bar" if _isatty(self.stream) and importlib.util.find_spec("tqdm") is not None else "log"
         if mode == "bar":
             from tqdm import tqdm
 
@@ -91,7 +72,7 @@ class Progress:
         self.tokens += tokens
         step = max(0, min(weight, self.total) - self.weight)
         self.weight += step
-        now = self.clock()
+        now = time.monotonic()
         if self._bar is not None:
             self._bar.update(step)
             if now - self._last_bar >= 0.5:
@@ -105,12 +86,10 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         return f"{human(self.documents / elapsed)} docs/s, {human(self.tokens / elapsed)} {self.counted}/s"
 
-    def log_line(self, now: float | None = None) -> None:
-        now = self.clock() if now is None else now
+    def log_line(self, now: float) -> None:
         elapsed = max(now - self.started, 1e-9)
         fraction = self.weight / self.total
-        eta = elapsed / fraction - elapsed if fraction > 0 else float("nan")
-        eta_text = duration(eta) if fraction > 0 else "?"
+        eta_text = duration(elapsed / fraction - elapsed) if fraction > 0 else "?"
         print(
             f"{self.prefix}: {fraction:6.1%} of {human(self.total, 'B')}, {self.documents:,} documents, "
             f"{human(self.tokens)} {self.counted}; {self._rates(now)}; elapsed {duration(elapsed)}, ETA {eta_text}",
@@ -120,7 +99,7 @@ class Progress:
 
     def close(self) -> None:
         if self._bar is not None:
-            self._bar.set_postfix_str(self._rates(self.clock()), refresh=False)
+            self._bar.set_postfix_str(self._rates(time.monotonic()), refresh=False)
             self._bar.close()
             self._bar = None
 
@@ -129,13 +108,10 @@ def peak_rss_bytes() -> int:
     """This process's peak resident set: ``VmHWM`` of /proc/self/status (Linux), else ``ru_maxrss``. Not
     ru_maxrss first: Linux carries it across exec, so a worker started by a big process would report the
     parent's size."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    with suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
@@ -144,11 +120,3 @@ def _isatty(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
-
-
-def _has_tqdm() -> bool:
-    try:
-        import tqdm  # noqa: F401
-    except ImportError:
-        return False
-    return True

@@ -1,30 +1,23 @@
 """Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface.
 
-Every path of a job -- inputs and globs, ``--out``, the count and coordination files, the manifest -- is a
-local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a server of its protocol:
-tests/jobs/test_object_storage.py; any other fsspec URL, ``hf://`` or ``memory://``, goes the same way, untested).
-Local paths use the standard library only (a client-only install needs nothing more); URLs go through fsspec and
-the store's own package (``s3fs``, ``gcsfs``, ``adlfs``: the ``s3``, ``gcs``, ``azure`` extras), whose absence is
-named with the extra that installs it. (fsspec for local paths too, as datatrove's ``DataFolder`` does, would
-remove no code: a local commit still needs its fsync and rename, its partial files cleared, and a fetch that is
-the file itself -- and it would make fsspec a dependency of local jobs on the client-only install.)
+Every path of a job is a local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a
+server of its protocol in tests/jobs/test_object_storage.py; any other fsspec URL goes the same way, untested).
+Local paths need the standard library only; URLs need fsspec and the store's package, whose absence names its
+extra. (fsspec for local paths too, as datatrove's ``DataFolder`` does, would remove no code -- a local commit
+still needs its fsync, rename and partial files cleared -- and would make local jobs depend on fsspec.)
 
-Object stores have no rename and no append, so nothing is ever written in place: an output is written to a
-local spool file and uploaded whole (one PUT, or a multipart upload that the store's package aborts on
-failure), so no partial object is ever visible; on a local disk it is written under a temporary name and
-renamed. A job's ``.done`` record, written last, is its only commit (:mod:`.executor`).
-
-Reads stream: a remote file is read through ranged GETs in bounded blocks, and a dropped connection is resumed
-at the byte it stopped at. Every request to a store is retried with backoff on throttling and dropped
-connections until the retry deadline (``--retry-deadline``), with a line saying which URL failed and how, then
-a countdown; a refusal (no credentials, access denied, no such bucket) stops at once naming the URL. Credentials
-come only from each store's standard chain (environment, profile, instance or pod identity); ``--storage-options``
-(JSON: an endpoint, a region...) goes to the filesystem and is never printed nor recorded.
+Nothing is written in place: a local output is written under a temporary name and renamed; an object (stores have
+no rename) is spooled to a local file and uploaded whole. A job's ``.done`` record, written last, is its only
+commit (:mod:`.executor`). Remote reads are ranged GETs in bounded blocks, resumed where a dropped connection
+stopped. Every request is retried with backoff on throttling and dropped connections until ``--retry-deadline``,
+saying which URL failed, then counting down; a refusal (credentials, access, no such bucket) stops at once. The
+credentials are each store's own chain's; ``--storage-options`` goes to the filesystem, never printed nor recorded.
 """
 
 from __future__ import annotations
 
 import atexit
+import glob
 import io
 import json
 import os
@@ -36,15 +29,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
 from .errors import CorpusError, StorageError
+from .progress import Log
 
 T = TypeVar("T")
-Log = Callable[[str], None]
 
 #: The environment variable the server reads ``serve --model URL``'s storage options from (JSON).
 STORAGE_OPTIONS_ENV = "TOKENIZER_SERVICE_STORAGE_OPTIONS"
@@ -66,10 +59,8 @@ READ_BLOCK = 4 << 20
 #: s3fs holds and sends at once (its default, 10, would hold 10 parts): an upload's memory, whatever the file.
 UPLOAD_PART = 8 << 20
 UPLOAD_PARTS_AT_ONCE = 2
-_UPLOAD_OPTIONS: dict[str, dict[str, int]] = {
+_UPLOAD_OPTIONS: dict[str, dict[str, int]] = {  # by extra
     "s3": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},
-    "s3a": {"chunksize": UPLOAD_PART, "max_concurrency": UPLOAD_PARTS_AT_ONCE},
-    "gs": {"chunksize": UPLOAD_PART},
     "gcs": {"chunksize": UPLOAD_PART},
 }
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
@@ -235,10 +226,9 @@ class Storage:
 
     # -- retries --------------------------------------------------------------------------------------------
     def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
-        """``action()``, retried with backoff while it fails transiently (see :func:`transient`), until
-        ``retry_deadline`` seconds after its first failure. ``what`` names the URL in messages. A missing
-        object propagates as FileNotFoundError (``writing``: a missing bucket, a StorageError); any other
-        refusal, or the deadline, is a StorageError."""
+        """``action()``, retried with backoff while it fails transiently (:func:`transient`), until
+        ``retry_deadline`` seconds after its first failure; ``what`` names the URL. A missing object is a
+        FileNotFoundError (``writing``: a missing bucket, a StorageError); a refusal or the deadline, a StorageError."""
         first_failure: float | None = None
         last_line = 0.0
         attempt = 0
@@ -338,10 +328,9 @@ def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _try_once(fs: Any) -> None:
-    """Azure, as S3 above: the client tries a request once, so the job's own retry runs (saying which URL
-    failed, counting down, within ``--retry-deadline``) instead of Azure's client waiting 15 s, 18 s and 24 s
-    between silent tries (~60 s a request, past a short deadline). adlfs passes no retry option on, so the
-    setting goes to the retry policy its client made (azure-storage-blob's ``retry_total``)."""
+    """Azure, as S3 above: the client tries a request once, so the job's own retry runs instead of Azure's client
+    waiting 15 s, 18 s and 24 s between silent tries (~60 s a request, past a short deadline). adlfs passes no
+    retry option on, so the setting goes to the retry policy its client made (azure-storage-blob's)."""
     policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
     if policy is not None and hasattr(policy, "total_retries"):
         policy.total_retries = 0
@@ -376,9 +365,6 @@ class _ResumingReader(io.RawIOBase):
     def seekable(self) -> bool:
         return True
 
-    def tell(self) -> int:
-        return self._position
-
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self._size}[whence]
         self._position = max(0, base + offset)
@@ -407,10 +393,8 @@ class _ResumingReader(io.RawIOBase):
     def _drop(self) -> None:
         stream, self._stream = self._stream, None
         if stream is not None:
-            try:
+            with suppress(Exception):  # a broken connection's file: nothing to keep
                 stream.close()
-            except Exception:  # noqa: BLE001 -- a broken connection's file: nothing to keep
-                pass
 
     def close(self) -> None:
         self._drop()
@@ -472,9 +456,6 @@ class LocalFolder(Folder):
         self.path = path
         self.location = str(path)
 
-    def __reduce__(self) -> tuple[type[LocalFolder], tuple[Path]]:
-        return type(self), (self.path,)
-
     def file(self, name: str) -> Path:
         return self.path / name
 
@@ -485,10 +466,8 @@ class LocalFolder(Folder):
         for root, _, names in os.walk(self.path):
             for file_name in names:
                 full = Path(root) / file_name
-                try:
+                with suppress(FileNotFoundError):  # renamed away meanwhile (another worker's temporary file)
                     found[full.relative_to(self.path).as_posix()] = full.stat().st_size
-                except FileNotFoundError:  # renamed away meanwhile (another worker's temporary file)
-                    pass
         return found
 
     def size(self, name: str) -> int | None:
@@ -505,17 +484,13 @@ class LocalFolder(Folder):
         path = self.file(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f".{path.name}{_PARTIAL_MARK}{os.getpid()}")
-        stream: IO[bytes] | None = None
         try:  # opened inside: an interrupt (SIGTERM) right after the open still removes the partial file
-            stream = open(partial, "wb")
-            yield stream
-            stream.flush()
-            os.fsync(stream.fileno())
-            stream.close()
+            with open(partial, "wb") as stream:
+                yield stream
+                stream.flush()
+                os.fsync(stream.fileno())
             os.replace(partial, path)
         except BaseException:
-            if stream is not None:
-                stream.close()
             partial.unlink(missing_ok=True)
             raise
 
@@ -530,12 +505,8 @@ class LocalFolder(Folder):
             path = self.file(name)
             path.unlink(missing_ok=True)
             if path.parent.is_dir():
-                for leftover in path.parent.glob(f".{_escape_glob(path.name)}{_PARTIAL_MARK}*"):
+                for leftover in path.parent.glob(f".{glob.escape(path.name)}{_PARTIAL_MARK}*"):
                     leftover.unlink(missing_ok=True)
-
-
-def _escape_glob(name: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 class ObjectFolder(Folder):
@@ -551,19 +522,16 @@ class ObjectFolder(Folder):
     def __reduce__(self) -> tuple[type[ObjectFolder], tuple[str, Storage]]:
         return type(self), (self.location, self.storage)
 
-    def _resolve(self) -> tuple[Any, str]:
+    def _call(self, name: str, action: Callable[[Any, str], T], *, writing: bool = False) -> T:
+        """``action(filesystem, path of name)``, retried as :meth:`Storage.call` does."""
         if self._fs is None:
-            self._fs, self._root = self.storage.filesystem(self.location)
-            self._root = self._root.rstrip("/")
-        return self._fs, self._root
-
-    def _path(self, name: str) -> str:
-        return f"{self._resolve()[1]}/{name}" if name else self._resolve()[1]
+            self._fs, root = self.storage.filesystem(self.location)
+            self._root = root.rstrip("/")
+        path = f"{self._root}/{name}" if name else self._root
+        return self.storage.call(self.url(name), lambda: action(self._fs, path), writing=writing)
 
     def listing(self) -> dict[str, int]:
-        fs, root = self._resolve()
-
-        def find() -> dict[str, int]:
+        def find(fs: Any, root: str) -> dict[str, int]:
             fs.invalidate_cache(root)
             try:
                 found = fs.find(root, detail=True)
@@ -576,30 +544,23 @@ class ObjectFolder(Folder):
                 if path.startswith(prefix) and info.get("type") != "directory"
             }
 
-        return self.storage.call(self.url(), find)
+        return self._call("", find)
 
     def size(self, name: str) -> int | None:
-        fs, _ = self._resolve()
-        path = self._path(name)
-
-        def info() -> int | None:
+        def info(fs: Any, path: str) -> int | None:
             fs.invalidate_cache(path)
             try:
                 return int(fs.info(path)["size"])
             except FileNotFoundError:
                 return None
 
-        return self.storage.call(self.url(name), info)
+        return self._call(name, info)
 
     def read_bytes(self, name: str) -> bytes:
-        fs, _ = self._resolve()
-        path = self._path(name)
-        return self.storage.call(self.url(name), lambda: bytes(fs.cat_file(path)))
+        return self._call(name, lambda fs, path: bytes(fs.cat_file(path)))
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        fs, _ = self._resolve()
-        path = self._path(name)
-        self.storage.call(self.url(name), lambda: fs.pipe_file(path, data), writing=True)
+        self._call(name, lambda fs, path: fs.pipe_file(path, data), writing=True)
 
     @contextmanager
     def writer(self, name: str) -> Iterator[IO[bytes]]:
@@ -612,40 +573,28 @@ class ObjectFolder(Folder):
             spool.unlink(missing_ok=True)
 
     def upload(self, local: Path, name: str) -> None:
-        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure).
-        S3 and GCS send it in parts of :data:`UPLOAD_PART` bytes, a few at a time, so memory does not grow with
-        the file (their packages would otherwise read a file of up to 100 MiB whole for a single PUT, and s3fs
-        10 parts at once)."""
-        fs, _ = self._resolve()
-        path = self._path(name)
-        parts = _UPLOAD_OPTIONS.get(self.location.split("://", 1)[0].lower(), {})
-        self.storage.call(self.url(name), lambda: fs.put_file(str(local), path, **parts), writing=True)
+        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure), S3
+        and GCS in parts of :data:`UPLOAD_PART` (their packages would read a file of up to 100 MiB whole)."""
+        parts = _UPLOAD_OPTIONS.get(EXTRAS.get(self.location.split("://", 1)[0].lower(), ""), {})
+        self._call(name, lambda fs, path: fs.put_file(str(local), path, **parts), writing=True)
 
     def fetch(self, name: str, target: Path) -> Path:
-        fs, _ = self._resolve()
-        path = self._path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
-        self.storage.call(self.url(name), lambda: fs.get_file(path, str(target)))
+        self._call(name, lambda fs, path: fs.get_file(path, str(target)))
         return target
 
     def remove(self, name: str) -> None:
-        fs, _ = self._resolve()
-        path = self._path(name)
-
-        def remove() -> None:
-            try:
+        def remove(fs: Any, path: str) -> None:
+            with suppress(FileNotFoundError):
                 fs.rm_file(path)
-            except FileNotFoundError:
-                pass
 
-        self.storage.call(self.url(name), remove)
+        self._call(name, remove)
 
 
 def fetch_tokenizer(url: str, storage: Storage | None = None) -> str:
-    """A tokenizer under an object-store URL -- a directory (prefix) or a single ``tokenizer.json`` --
-    downloaded whole into a private local directory (mode 0700, removed at exit) and returned as a local
-    path, to be loaded exactly as a local one (and fingerprinted the same: the fingerprint is of the
-    content). Storage options come from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
+    """A tokenizer under an object-store URL (a prefix, or a single ``tokenizer.json``) downloaded whole into a
+    private local directory (mode 0700, removed at exit): a local path, loaded and fingerprinted as a local one.
+    Storage options come from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
     if storage is None:
         storage = Storage(storage_options_from_json(os.environ.get(STORAGE_OPTIONS_ENV)))
     folder = storage.folder(url)

@@ -1,25 +1,19 @@
-"""Which worker this process is: its index and the number of workers, from flags or the scheduler.
+"""Which worker this process is: its index and the number of workers, from flags or the scheduler. The first
+present wins:
 
-The first of these that is present wins:
+- ``--shard-index``/``--num-shards`` (``index``/``count``);
+- ``JOB_COMPLETION_INDEX``: a Kubernetes Indexed Job, whose total is not in the pod's environment: ``count`` or
+  ``$JOB_COMPLETIONS`` (set it to ``spec.completions``);
+- ``SLURM_ARRAY_TASK_ID``/``_COUNT``: a Slurm job array (ids need not start at 0: ``SLURM_ARRAY_TASK_MIN`` and
+  ``_STEP`` are honoured);
+- ``RANK``/``WORLD_SIZE`` (torchrun, most launchers), then ``NODE_INDEX``/``NUM_NODES`` (one worker per node);
+- SageMaker: ``current_host`` among ``hosts``, sorted as SageMaker numbers them (``algo-2`` before ``algo-10``),
+  from a Processing or a Training job's resource config (or the file :data:`RESOURCE_CONFIG_ENV` names) and the
+  training toolkit's ``SM_CURRENT_HOST``/``SM_HOSTS``, which must agree.
 
-====================================  ==========================================================================
-``index`` / ``count`` (the flags)     ``--shard-index`` / ``--num-shards``
-``JOB_COMPLETION_INDEX``              a Kubernetes Indexed Job; the total is not in the pod's environment:
-                                      ``count`` or ``$JOB_COMPLETIONS`` (set it to ``spec.completions``)
-``SLURM_ARRAY_TASK_ID`` / ``_COUNT``  a Slurm job array (ids need not start at 0: ``SLURM_ARRAY_TASK_MIN``
-                                      and ``SLURM_ARRAY_TASK_STEP`` are honoured)
-``RANK`` / ``WORLD_SIZE``             torchrun and most launchers
-``NODE_INDEX`` / ``NUM_NODES``        multi-node jobs that start one worker per node
-SageMaker's resource config           ``/opt/ml/config/resourceconfig.json`` (a Processing job's container) or
-                                      ``/opt/ml/input/config/resourceconfig.json`` (a Training job's), and
-                                      ``SM_CURRENT_HOST``/``SM_HOSTS`` (the training toolkit's): ``current_host``
-                                      among ``hosts``, sorted as SageMaker numbers them (``algo-1``, ``algo-2``,
-                                      ... ``algo-10``); ``$`` :data:`RESOURCE_CONFIG_ENV` names another file
-====================================  ==========================================================================
-
-Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess; so
-is a SageMaker description that cannot be read, or two that disagree: a host that took itself for the only
-worker would redo every unit and write the final outputs beside worker 0.
+Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess; so is
+a SageMaker description that cannot be read, or two that disagree: a host that took itself for the only worker
+would redo every unit and write the final outputs beside worker 0.
 """
 
 from __future__ import annotations
@@ -34,16 +28,12 @@ from typing import TypeVar
 
 from .errors import CorpusError
 
-#: The total number of workers of a Kubernetes Indexed Job (its ``spec.completions``), which Kubernetes
-#: does not put in the environment itself.
+#: The total of a Kubernetes Indexed Job (its ``spec.completions``), which Kubernetes does not put in the environment.
 TOTAL_ENV = "JOB_COMPLETIONS"
-#: Where SageMaker describes the instances of a job to each of them: in a Processing job's container, and in
-#: a Training job's (the same JSON: ``current_host`` among ``hosts``).
+#: Where SageMaker describes a job's instances to each: a Processing job's container, a Training job's.
 SAGEMAKER_RESOURCE_CONFIGS = ("/opt/ml/config/resourceconfig.json", "/opt/ml/input/config/resourceconfig.json")
-#: The same two facts as SageMaker's training toolkit puts them in the environment: a name, a JSON list.
-SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV = "SM_CURRENT_HOST", "SM_HOSTS"
-#: Names another resource config file, read instead of SageMaker's (a test, or a container that mounts it
-#: elsewhere); it must exist.
+SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV = "SM_CURRENT_HOST", "SM_HOSTS"  # a name, a JSON list
+#: Another resource config file, read instead of SageMaker's (a test, a container that mounts it elsewhere).
 RESOURCE_CONFIG_ENV = "TOKENIZER_SERVICE_RESOURCE_CONFIG"
 
 T = TypeVar("T")
@@ -58,8 +48,7 @@ class Worker:
     source: str
 
     def take(self, units: Sequence[T]) -> list[T]:
-        """This worker's share of ``units``: every ``count``-th one from ``index`` (``units[index::count]``),
-        so consecutive units go to different workers."""
+        """This worker's share, ``units[index::count]``: consecutive units go to different workers."""
         return list(units[self.index :: self.count])
 
     def describe(self) -> str:
@@ -73,10 +62,8 @@ def resolve_worker(
     *,
     root: str | Path = "/",
 ) -> Worker:
-    """This process's :class:`Worker`, from ``index``/``count`` (flags) or the environment (see the module
-    docstring). Raises :class:`CorpusError` for a missing half, a non-integer, an index out of range, or a
-    SageMaker description unreadable or inconsistent. ``root``: where SageMaker's files are looked for (a
-    test's folder)."""
+    """This process's :class:`Worker` (see the module docstring), or a :class:`CorpusError` saying what is
+    wrong. ``root``: where SageMaker's files are looked for (a test's folder)."""
     env = os.environ if environ is None else environ
     if index is not None:
         if count is None:
@@ -108,10 +95,7 @@ def resolve_worker(
 
 
 def sagemaker_worker(environ: Mapping[str, str], root: str | Path = "/") -> Worker | None:
-    """The worker of a SageMaker instance: the place of ``current_host`` among ``hosts``, hosts sorted by
-    their number (``algo-2`` before ``algo-10``), from every description of the job present (the resource
-    config where a Processing or a Training job puts it, ``SM_CURRENT_HOST``/``SM_HOSTS``), which must
-    agree; None when there is none."""
+    """The worker of a SageMaker instance (see the module docstring); None when no description is present."""
     named = environ.get(RESOURCE_CONFIG_ENV)
     if named and not Path(named).exists():
         raise CorpusError(f"{RESOURCE_CONFIG_ENV}={named}: no such file")

@@ -1,14 +1,10 @@
-"""Pre-tokenization through the service, and reading its shards back in training.
+"""Pre-tokenization through the service, and reading its shards back in training. Client side: it talks to the
+service with :mod:`service.client` and reads the corpus with :mod:`service.jobs`; it never imports tokenizers,
+transformers or the server.
 
-Client side: it talks to the service with :mod:`service.client` and reads the corpus with
-:mod:`service.jobs` (its executor, its storage); it never imports tokenizers, transformers or the server.
-
-- ``tokenizer-service pretokenize`` (:mod:`.cli`) or :func:`pretokenize` (a :class:`PretokenizeConfig`):
-  one worker's share of a corpus, written as token shards (Parquet, datatrove's flat layout, or Megatron-LM's
-  indexed dataset); worker 0 writes the manifest.
-- :func:`read_manifest`: what a finished run holds.
-- :class:`TokenizedDocuments` and :class:`TokenBlocks` (:mod:`.torch_datasets`, imported when first asked
-  for): map-style torch datasets over a manifest, safe in forked or spawned DataLoader workers.
+``tokenizer-service pretokenize`` (:mod:`.cli`) or :func:`pretokenize` writes one worker's share of a corpus as
+token shards (Parquet, datatrove's or Megatron-LM's layout) and worker 0 the manifest (:func:`read_manifest`);
+:class:`TokenizedDocuments` and :class:`TokenBlocks` (imported when first asked for) read them in DataLoaders.
 """
 
 import importlib
@@ -40,14 +36,9 @@ __all__ = [
     "TokenBlocks",
 ]
 
-_LAZY = {
-    "TokenizedDocuments": "service.pretokenize.torch_datasets",
-    "TokenBlocks": "service.pretokenize.torch_datasets",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:  # torch's datasets: torch only when asked for
+    if name in ("TokenizedDocuments", "TokenBlocks"):  # torch's datasets: torch only when asked for
         require_module("torch", "torch", f"service.pretokenize.{name}")
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module("service.pretokenize.torch_datasets"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

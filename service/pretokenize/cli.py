@@ -30,10 +30,6 @@ Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (p
 """
 
 
-#: The job's configuration: every flag is one of its fields (:func:`service.jobs.flags.add_flags`).
-CONFIG = PretokenizeConfig
-
-
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog=prog,
@@ -104,7 +100,7 @@ HELPS = {
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:
-    config = jobcli.parse(build_parser(prog), argv, CONFIG)
+    config = jobcli.parse(build_parser(prog), argv, PretokenizeConfig)
     from ..client import TokenizerServiceError  # numpy and the async client: after argument checks
     from .runner import describe_summary, pretokenize
 

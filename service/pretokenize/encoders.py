@@ -1,9 +1,6 @@
 """Where the token ids come from: an :class:`Encoder` turns a batch of texts (or conversations, with their loss
-masks) into flat ids and row lengths.
-
-:class:`ServiceEncoder` asks the service (the async client, several URLs, the ragged binary answer). The
-pre-tokenization runner only knows the protocol, so the benchmark can run the very same reading and writing
-with an in-process tokenizer for comparison.
+masks) into flat ids and row lengths. :class:`ServiceEncoder` asks the service; the runner only knows the
+protocol, so the benchmark runs the very same reading and writing with an in-process tokenizer for comparison.
 """
 
 from __future__ import annotations
@@ -14,13 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..client import (
-    AsyncTokenizerClient,
-    InvalidRequest,
-    PayloadTooLarge,
-    RetryLog,
-    RetryPolicy,
-)
+from ..client import AsyncTokenizerClient, InvalidRequest, PayloadTooLarge, RetryLog, RetryPolicy
 from ..jobs.storage import DEFAULT_RETRY_DEADLINE
 
 
@@ -62,11 +53,7 @@ class ServedTokenizer:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "fingerprint": self.fingerprint,
-            "source": self.source,
-            "revision": self.revision,
-            "tokenizer_class": self.tokenizer_class,
-            "vocab_size": self.vocab_size,
+            name: getattr(self, name) for name in ("fingerprint", "source", "revision", "tokenizer_class", "vocab_size")
         }
 
 
@@ -77,14 +64,12 @@ class Encoder(Protocol):
         """The tokenizer's identity and limits."""
 
     async def encode(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``(flat ids, lengths)``: every text's ids concatenated, and each text's number of ids. Raises
-        :class:`TextsRefused` when a text of the batch is refused."""
+        """``(flat ids, lengths)`` of ``texts``, or :class:`TextsRefused` when one of them is refused."""
 
     async def encode_conversations(
         self, conversations: Sequence[list[dict[str, Any]]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(flat ids, lengths, flat loss masks or None)`` of a batch of conversations (a conversations run
-        only). Raises :class:`TextsRefused` when a conversation of the batch is refused."""
+        """``(flat ids, lengths, flat loss masks or None)`` of a conversations run's batch, or :class:`TextsRefused`."""
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -98,13 +83,11 @@ RETRY_ATTEMPTS = 1 << 30
 
 
 class ServiceEncoder:
-    """Ids from the service: :meth:`AsyncTokenizerClient.encode_ragged` with the run's encode options, so
-    the answer is flat ids plus lengths (no JSON, no padding), spread over every URL with failover; the
-    tokenizer is pinned to the fingerprint seen first, so a redeployment mid-run stops the run instead of
-    mixing tokenizers. A request that fails everywhere (the service unreachable, restarting or busy) is retried
-    by the client's one retry policy until ``retry_deadline`` seconds after its first try, said as it goes
-    (:class:`~service.client.retrying.RetryLog`: at once, then counted down, and when it answers again); a URL
-    that has never answered fails at once (:class:`~service.client.ServiceUnreachable`)."""
+    """Ids from the service: :meth:`AsyncTokenizerClient.encode_ragged` (flat ids plus lengths: no JSON, no
+    padding), spread over every URL with failover; the tokenizer is pinned to the fingerprint seen first, so a
+    redeployment mid-run stops the run instead of mixing tokenizers. A request that fails everywhere is retried by
+    the client's retry policy until ``retry_deadline`` seconds after its first try, said as it goes; a URL that has
+    never answered fails at once (:class:`~service.client.ServiceUnreachable`)."""
 
     def __init__(
         self,

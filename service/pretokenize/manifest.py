@@ -1,11 +1,7 @@
-"""What a shard's ``.done`` record holds besides the executor's part, and the ``manifest.json`` of a finished run.
-
-A shard's record (:class:`~service.jobs.DoneRecord` with :class:`ShardStats`) says what it holds
-(documents, tokens, skipped records), what it was made from (its work unit), how (the tokenizer fingerprint
-and the output settings) and its files with their sizes. Worker 0 writes the manifest once every shard is
-done: the shards in order, their counts, the tokenizer (fingerprint, source) and the settings -- what
-training reads (``service.pretokenize.torch_datasets``, datatrove, Megatron-LM) -- and, for the Megatron
-format, ``megatron-data-args.txt`` (the shard prefixes, for Megatron's ``--data-args-path``).
+"""What a shard's ``.done`` record holds besides the executor's part (:class:`ShardStats`), and the
+``manifest.json`` of a finished run: worker 0 writes it once every shard is done -- the shards in order, their
+counts, the tokenizer and the settings, what training reads -- and, for the Megatron format,
+``megatron-data-args.txt`` (the shard prefixes, for Megatron's ``--data-args-path``).
 """
 
 from __future__ import annotations

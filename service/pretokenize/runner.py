@@ -1,15 +1,11 @@
-"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor.
+"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor. For each of this
+worker's units not done: documents (streamed) -> batches -> encoded, ``concurrency`` batches in flight -> results
+taken in order -> shard writer -> files put whole -> ``.done`` record.
 
-The flow, for each of this worker's units that is not done yet::
-
-    read documents (streamed) -> batches of texts (or conversations) -> encode, `concurrency` batches in flight
-                              -> results taken in order -> shard writer -> files put whole -> .done record
-
-Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents,
-``request_chars`` characters each) and their answers exist at once, plus one Parquet row group; files are
-never held whole (an object store's shard is spooled to local disk and uploaded whole). Batches continue
-across unit boundaries, so the service never idles between units. Worker 0 then waits for the other
-workers' shards (the executor's wait) and writes the manifest (:meth:`PretokenizeStep.finalize`).
+Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents, ``request_chars``
+characters each) and their answers, plus one Parquet row group; files are never held whole. Batches continue
+across unit boundaries, so the service never idles between units. Worker 0 then waits for the other workers'
+shards and writes the manifest (:meth:`PretokenizeStep.finalize`).
 """
 
 from __future__ import annotations
@@ -18,6 +14,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Iterator
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,24 +77,21 @@ async def pretokenize(
     config.check_installed()  # a client-only install learns which extra it needs before any work
     storage = config.storage(log)
     _, units, worker = config.plan(storage)
-    own_encoder = encoder is None
-    if encoder is None:
-        encoder = ServiceEncoder(
-            config.url,
-            config.encode_options(),
-            api_key=config.api_key,
-            expected_fingerprint=config.expected_fingerprint,
-            retry_deadline=config.retry_deadline,
-            log=log,
-            chat_options=config.chat_options() if config.chat else None,
-        )
-    try:
+    async with AsyncExitStack() as stack:
+        if encoder is None:
+            encoder = ServiceEncoder(
+                config.url,
+                config.encode_options(),
+                api_key=config.api_key,
+                expected_fingerprint=config.expected_fingerprint,
+                retry_deadline=config.retry_deadline,
+                log=log,
+                chat_options=config.chat_options() if config.chat else None,
+            )
+            stack.push_async_callback(encoder.aclose)
         step = PretokenizeStep(config, encoder, storage, log)
         await step.prepare(units)
         report = await arun_worker(step, folder=step.out, units=units, worker=worker, config=config, log=log)
-    finally:
-        if own_encoder:
-            await encoder.aclose()
     return Summary(
         worker,
         report.units,
@@ -192,7 +186,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
     async def process(self, units: list[WorkUnit], job: ShardedJob[ShardStats], progress: Progress) -> None:
         self.job = job
         self.progress = progress
-        await self._pipeline(self._jobs(units))
+        await self._pipeline(units)
         if self.config.progress != "none":
             written = [record.stats for record in job.committed]
             tokens = sum(stats.tokens for stats in written)
@@ -203,26 +197,22 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
                 "skipped"
             )
 
-    def _jobs(self, todo: list[WorkUnit]) -> Iterator[_UnitJob]:
-        before = 0
-        for unit in todo:
-            reader = DocumentReader(
-                unit,
-                text_field=self.config.text_field,
-                keep_fields=self.config.keep_fields,
-                on_bad_record=self.config.on_bad_record,
-                storage=self.storage,
-                messages_field=self.config.messages_field,
-            )
-            yield _UnitJob(unit, reader, before)
-            before += unit.weight
-
-    def _events(self, jobs: Iterator[_UnitJob]) -> Iterator[tuple[_UnitJob, list[Document] | None, int]]:
+    def _events(self, units: list[WorkUnit]) -> Iterator[tuple[_UnitJob, list[Document] | None, int]]:
         """(job, batch, input consumed) for every batch of every unit, then (job, None, weight) at its end."""
         config = self.config
         max_chars = self.facts.max_text_chars
-        for job in jobs:
-            reader = job.reader
+        before = 0
+        for unit in units:
+            reader = DocumentReader(
+                unit,
+                text_field=config.text_field,
+                keep_fields=config.keep_fields,
+                on_bad_record=config.on_bad_record,
+                storage=self.storage,
+                messages_field=config.messages_field,
+            )
+            job = _UnitJob(unit, reader, before)
+            before += unit.weight
             batch: list[Document] = []
             chars = 0
             for document in reader:
@@ -245,11 +235,11 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
                 yield job, batch, reader.consumed
             yield job, None, job.unit.weight
 
-    async def _pipeline(self, jobs: Iterator[_UnitJob]) -> None:
+    async def _pipeline(self, units: list[WorkUnit]) -> None:
         pending: deque[tuple[_UnitJob, asyncio.Future[_Encoded] | None, int]] = deque()
         self._open_writer: ShardWriter | None = None  # the one shard being written (results come in order)
         try:
-            for job, batch, consumed in self._events(jobs):
+            for job, batch, consumed in self._events(units):
                 task = asyncio.ensure_future(self._encode(batch)) if batch is not None else None
                 pending.append((job, task, consumed))
                 while len(pending) > self.config.concurrency:

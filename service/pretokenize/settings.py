@@ -12,9 +12,7 @@ from ..jobs import JobConfig
 from ..jobs.flags import flag
 from ..wire import API_KEY_ENV, ASSISTANT_MASK_SOURCES, FINGERPRINT_SCHEME, URL_ENV
 
-#: Output formats, each the layout a trainer reads itself: Parquet (a list column of ids per document, the
-#: document's position, kept fields), flat (datatrove's ``.ds`` + ``.ds.index`` + ``.ds.metadata``) and
-#: megatron (Megatron-LM's indexed dataset, ``.bin`` + ``.idx``).
+#: Output formats, each the layout a trainer reads itself (see ``--format`` and :mod:`.shards`).
 OUTPUT_FORMATS = ("parquet", "flat", "megatron")
 
 
@@ -35,19 +33,11 @@ def _json_object(value: str) -> dict[str, object]:
 
 @dataclass(frozen=True, kw_only=True)
 class PretokenizeConfig(JobConfig):
-    """Every knob of ``tokenizer-service pretokenize``; each field declares its CLI flag (see ``--help``). The
-    fields shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
-
-    Encode options are those of a transformers tokenizer call (``add_special_tokens``, ``truncation``,
-    ``max_length``): each document's ids equal ``tokenizer(text, **options)["input_ids"]``, followed by the
-    end-of-sequence id when ``append_eos`` is set (``eos_token_id``, default the tokenizer's ``eos_token``).
-
-    Conversations (``messages_field``: the field holding each record's messages, instead of ``text_field``):
-    each document's ids equal ``tokenizer.apply_chat_template(messages, chat_template=..., truncation=...,
-    max_length=..., **chat_template_kwargs)["input_ids"]`` and, with ``loss_masks`` (the default), its loss mask
-    -- 1 where the token counts toward the loss -- its ``assistant_masks`` (``assistant_masks_from``: the
-    template's generation markers, refused where it has none, or the rendered turns), written beside the ids.
-    """
+    """Every knob of ``tokenizer-service pretokenize``; each field declares its CLI flag (see ``--help``), those
+    shared with every sharded job are :class:`JobConfig`'s. Each document's ids equal ``tokenizer(text,
+    **options)["input_ids"]`` (then the eos id with ``append_eos``); a conversation's equal
+    ``tokenizer.apply_chat_template(messages, ...)["input_ids"]``, and with ``loss_masks`` its
+    ``assistant_masks`` are written beside them."""
 
     url: str | tuple[str, ...] | None = field(
         default=None,
@@ -119,8 +109,7 @@ class PretokenizeConfig(JobConfig):
     )
     # conversations
     messages_field: str | None = field(
-        default=None,
-        metadata=flag("the JSON field or Parquet column holding each conversation", metavar="FIELD"),
+        default=None, metadata=flag("the JSON field or Parquet column holding each conversation", metavar="FIELD")
     )
     chat_template: str | None = field(
         default=None, metadata=flag("one of the tokenizer's named templates (GET /info)", metavar="NAME")
@@ -142,13 +131,12 @@ class PretokenizeConfig(JobConfig):
         ),
     )
     loss_masks: bool = field(
-        default=True,
-        metadata=flag("write the ids of conversations only", name="--no-loss-masks", action="store_false"),
+        default=True, metadata=flag("write the ids of conversations only", name="--no-loss-masks", action="store_false")
     )
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.messages_field is not None:
+        if self.chat:
             if not self.add_special_tokens:
                 raise ValueError(
                     "--no-add-special-tokens does not apply to conversations: the chat template writes the special "
@@ -170,27 +158,28 @@ class PretokenizeConfig(JobConfig):
             raise ValueError("kept fields need --format parquet: the flat and megatron formats hold token ids only")
         if self.eos_token_id is not None and not self.append_eos:
             raise ValueError("an eos token id is only used with append_eos")
-        for name in ("concurrency", "request_texts", "request_chars"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"max_length must be at least 1, not {self.max_length}")
+        for name in ("concurrency", "request_texts", "request_chars", "max_length"):
+            if (value := getattr(self, name)) is not None and value < 1:
+                raise ValueError(f"{name} must be at least 1, not {value}")
 
     def check_installed(self) -> None:
+        """A CorpusError naming the extra to install when the output format needs pyarrow, before any work."""
         if self.output_format == "parquet":
             from .shards import import_pyarrow
 
             import_pyarrow()
 
-    def encode_options(self) -> dict[str, Any]:
-        """The ``/encode`` options every request carries: the call's options, and only ``input_ids`` back."""
+    def call_options(self) -> dict[str, Any]:
+        """The options of the tokenizer call each document's ids equal."""
         return {
             "add_special_tokens": self.add_special_tokens,
             "truncation": self.truncation,
             "max_length": self.max_length,
-            "return_attention_mask": False,
-            "return_token_type_ids": False,
         }
+
+    def encode_options(self) -> dict[str, Any]:
+        """The ``/encode`` options every request carries: the call's options, and only ``input_ids`` back."""
+        return {**self.call_options(), "return_attention_mask": False, "return_token_type_ids": False}
 
     @property
     def chat(self) -> bool:
@@ -203,9 +192,8 @@ class PretokenizeConfig(JobConfig):
         return self.chat and self.loss_masks
 
     def chat_options(self) -> dict[str, Any]:
-        """The ``/chat/encode`` options every request of a conversations run carries (those of
-        ``service.wire.ChatOptions``): the template, its variables, truncation as ``apply_chat_template`` takes
-        it (off unless asked for), the masks, and only the ids and masks back."""
+        """The ``/chat/encode`` options every request of a conversations run carries (``service.wire.ChatOptions``):
+        truncation as ``apply_chat_template`` takes it (off unless asked for), and only the ids and masks back."""
         return {
             "chat_template": self.chat_template,
             "chat_template_kwargs": self.chat_template_kwargs,
@@ -225,11 +213,7 @@ class PretokenizeConfig(JobConfig):
             "format": self.output_format,
             "text_field": self.text_field,
             "keep_fields": list(self.keep_fields),
-            "encode": {
-                "add_special_tokens": self.add_special_tokens,
-                "truncation": self.truncation,
-                "max_length": self.max_length,
-            },
+            "encode": self.call_options(),
             "append_eos": self.append_eos,
             "eos_token_id": eos_token_id,
             **({"chat": {"messages_field": self.messages_field, **self.chat_options()}} if self.chat else {}),

@@ -1,33 +1,23 @@
-"""Token shards: one per work unit, named from it, each file written whole, closed by a ``.done`` record.
+"""Token shards: one per work unit, named from it, each file written whole, closed by a ``.done`` record
+(the layouts, and who reads them: docs/guides/pretokenize.md).
 
-``<out>/<unit name>.parquet``
-    One row per document: ``input_ids`` (a list of the narrowest unsigned integer type that holds every id
-    of the vocabulary: uint16 up to 65,536 tokens, else uint32), ``position`` (where the document is in its
-    input file: the byte offset of its line, or its row number in a Parquet file) and the kept fields.
-    Row groups of at most 8,192 documents or 262,144 tokens, zstd-compressed.
-``<out>/<unit name>.ds``, ``.ds.index`` and ``.ds.metadata`` (``--format flat``)
-    datatrove's layout, read by its ``DatatroveFolderDataset``: every document's ids back to back as
-    little-endian uint16/uint32 (``numpy.memmap(path, dtype)`` reads it; nanoGPT's ``train.bin`` is the same
-    kind of array), the end offset of each document in tokens as little-endian uint64, and datatrove's
-    metadata (``<tokenizer>|<bytes per token>``, the token count, the count in words).
-``<out>/<unit name>.bin`` and ``.idx`` (``--format megatron``)
-    Megatron-LM's indexed dataset, exactly as its ``tools/preprocess_data.py`` writes it for the same ids
-    (one sequence per non-empty document; uint16 below 65,500 tokens, else int32, its ``optimal_dtype``),
-    read by megatron-core's ``IndexedDataset``; the manifest's ``megatron-data-args.txt`` lists the prefixes.
+- ``<unit>.parquet``: per document ``input_ids`` (the narrowest unsigned type holding the vocabulary: uint16 up to
+  65,536 tokens, else uint32), ``position`` (the byte offset of its line, or its row number) and the kept fields,
+  in zstd row groups of at most 8,192 documents or 262,144 tokens.
+- ``<unit>.ds``, ``.ds.index``, ``.ds.metadata`` (``--format flat``): datatrove's layout, for its
+  ``DatatroveFolderDataset`` -- the ids back to back (little-endian uint16/uint32), each document's end in tokens
+  (uint64), and its metadata (``<tokenizer>|<bytes per token>``, the token count, the count in words).
+- ``<unit>.bin`` and ``.idx`` (``--format megatron``): Megatron-LM's indexed dataset, exactly as its
+  ``tools/preprocess_data.py`` writes it for the same ids (uint16 below 65,500 tokens, else int32).
 
-Conversations with loss masks (``--messages-field``) add, beside the ids, one mask value per token -- 1 where
-the token counts toward the loss (the assistant wrote it), else 0:
+Conversations add one loss mask value per token (1: the assistant wrote it, it counts toward the loss): Parquet an
+``assistant_masks`` column; flat ``<unit>.ds.loss``, datatrove's loss file (one byte per token), which its
+``DocumentTokenizerMerger`` (``save_loss_metadata=True``) merges with the tokens; megatron ``<unit>.loss.bin`` and
+``.loss.idx``, a second indexed dataset of uint8 with the same sequences (Megatron-LM's own GPT datasets read no
+mask: a trainer that wants the assistant's tokens only reads this sidecar).
 
-- Parquet: an ``assistant_masks`` column (a list of uint8 per document, aligned with ``input_ids``);
-- flat: ``<unit name>.ds.loss``, datatrove's loss file (one byte per token, 1 = counts toward the loss), which
-  its ``DocumentTokenizerMerger`` (``save_loss_metadata=True``) merges and shuffles with the tokens;
-- megatron: ``<unit name>.loss.bin`` and ``.loss.idx``, a second indexed dataset of uint8 with the same
-  sequences, read by megatron-core's ``IndexedDataset`` like the ids (Megatron-LM's own GPT datasets build their
-  loss mask from the end-of-document token and read no mask: a trainer that wants the assistant's tokens only
-  reads this sidecar beside the ids).
-
-A shard's bytes depend only on its unit's content, the tokenizer and the output settings -- never on the
-number of workers, the request sizes or the timing -- so N workers write the same bytes as one.
+A shard's bytes depend only on its unit's content, the tokenizer and the output settings -- never on the number of
+workers, the request sizes or the timing -- so N workers write the same bytes as one.
 """
 
 from __future__ import annotations
@@ -99,6 +89,13 @@ class ShardWriter:
     ) -> None:
         """Append documents: their ids back to back, each one's length, and (a writer made with ``masks``) the
         loss mask of every id."""
+        if self.masks and (masks is None or len(masks) != len(ids)):
+            raise CorpusError(f"a shard with loss masks needs one mask value per id ({len(ids)} ids)")
+        self._write(ids, lengths, documents, masks)
+        self.tokens += int(lengths.sum())
+        self.documents += len(lengths)
+
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         raise NotImplementedError
 
     def _finish(self) -> None:
@@ -126,17 +123,13 @@ class FlatShardWriter(ShardWriter):
         self._index = self._file(index_name)
         self._loss = self._file(self.names[3]) if masks else None
 
-    def write(
-        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
-    ) -> None:
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         self._tokens.write(np.ascontiguousarray(ids, dtype=self.dtype).data)
         if self._loss is not None:
-            self._loss.write(loss_bytes(_given(masks, len(ids))))
+            self._loss.write(loss_bytes(masks))
         ends = np.cumsum(lengths, dtype=np.uint64)
         ends += np.uint64(self.tokens)
         self._index.write(ends.astype("<u8", copy=False).data)
-        self.tokens += int(lengths.sum())
-        self.documents += len(lengths)
 
     def _finish(self) -> None:
         # As datatrove's DocumentTokenizer.write_final_metadata: "<tokenizer>|<token size>", count, count in words.
@@ -169,11 +162,8 @@ class _IndexedDataset:
         np.cumsum(lengths > 0, out=document_indices[1:])
         writer, name = self._index
         index = writer._file(name)
-        index.write(MEGATRON_HEADER)
-        index.write(struct.pack("<Q", 1))
-        index.write(struct.pack("<B", MEGATRON_DTYPE_CODES[self.dtype.name]))
-        index.write(struct.pack("<Q", len(sequences)))
-        index.write(struct.pack("<Q", len(document_indices)))
+        code = MEGATRON_DTYPE_CODES[self.dtype.name]  # after the header: version 1, dtype, sequences, documents
+        index.write(MEGATRON_HEADER + struct.pack("<QBQQ", 1, code, len(sequences), len(document_indices)))
         index.write(sequences.astype("<i4").tobytes())
         index.write(pointers.tobytes())
         index.write(document_indices.tobytes())
@@ -189,14 +179,10 @@ class MegatronShardWriter(ShardWriter):
         self._ids = _IndexedDataset(self, self.names[0], self.names[1], dtype)
         self._masks = _IndexedDataset(self, self.names[2], self.names[3], np.dtype("u1")) if masks else None
 
-    def write(
-        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
-    ) -> None:
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
         self._ids.write(ids, lengths)
         if self._masks is not None:
-            self._masks.write(np.asarray(_given(masks, len(ids)) != 0, dtype=np.uint8), lengths)
-        self.tokens += int(lengths.sum())
-        self.documents += len(lengths)
+            self._masks.write(np.asarray(masks != 0, dtype=np.uint8), lengths)
 
     def _finish(self) -> None:
         self._ids.finish()
@@ -228,18 +214,17 @@ class ParquetShardWriter(ShardWriter):
         self._stream = self._file(name)
         self._writer: Any = None
         self._schema: Any = None
-        self._ids: list[np.ndarray] = []
-        self._masks: list[np.ndarray] = []
-        self._lengths: list[np.ndarray] = []
+        # What is buffered: the values of each list column (the ids, and the masks beside them), and per document
+        # its number of values and the document itself.
+        self._lists = {"input_ids": [np.zeros(0, dtype)], **({MASKS_COLUMN: [np.zeros(0, np.uint8)]} if masks else {})}
+        self._lengths = [np.zeros(0, np.int64)]
         self._documents: list[Document] = []
         self._buffered_tokens = 0
 
-    def write(
-        self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
-    ) -> None:
+    def _write(self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: Any) -> None:
+        self._lists["input_ids"].append(np.ascontiguousarray(ids, dtype=self.dtype))
         if self.masks:
-            self._masks.append(np.asarray(_given(masks, len(ids)) != 0, dtype=np.uint8))
-        self._ids.append(np.ascontiguousarray(ids, dtype=self.dtype))
+            self._lists[MASKS_COLUMN].append(np.asarray(masks != 0, dtype=np.uint8))
         self._lengths.append(lengths.astype(np.int64, copy=False))
         self._documents.extend(documents)
         self._buffered_tokens += int(lengths.sum())
@@ -253,22 +238,19 @@ class ParquetShardWriter(ShardWriter):
         return min(GROUP_ROWS, reach, len(lengths))
 
     def _write_group(self, count: int) -> None:
+        """Write the next ``count`` buffered documents as a row group (none: only open the file)."""
         pa = self._pa
-        ids = np.concatenate(self._ids) if len(self._ids) != 1 else self._ids[0]
-        lengths = np.concatenate(self._lengths) if len(self._lengths) != 1 else self._lengths[0]
+        self._lists = {name: [_joined(parts)] for name, parts in self._lists.items()}
+        lengths = _joined(self._lengths)
         documents = self._documents
         offsets = np.zeros(count + 1, dtype=np.int32)
         np.cumsum(lengths[:count], out=offsets[1:])
         taken = int(offsets[-1])
-        positions = np.fromiter((d.position for d in documents[:count]), np.uint64, count)
         columns: dict[str, Any] = {
-            "input_ids": pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, ids[:taken])),
+            name: pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, values[:taken]))
+            for name, (values,) in self._lists.items()
         }
-        masks = None
-        if self.masks:
-            masks = np.concatenate(self._masks) if len(self._masks) != 1 else self._masks[0]
-            columns[MASKS_COLUMN] = pa.ListArray.from_arrays(arrow_view(pa, offsets), arrow_view(pa, masks[:taken]))
-        columns["position"] = arrow_view(pa, positions)
+        columns["position"] = arrow_view(pa, np.fromiter((d.position for d in documents[:count]), np.uint64, count))
         for i, name in enumerate(self.keep_fields):
             values = [d.fields[i] for d in documents[:count]]
             try:
@@ -281,12 +263,9 @@ class ParquetShardWriter(ShardWriter):
         table = pa.Table.from_arrays(list(columns.values()), names=list(columns))
         if self._writer is None:
             self._open(table.schema)
-        self._writer.write_table(table.cast(self._schema))
-        self.documents += count
-        self.tokens += taken
-        self._ids = [ids[taken:]]
-        if masks is not None:
-            self._masks = [masks[taken:]]
+        if count:
+            self._writer.write_table(table.cast(self._schema))
+        self._lists = {name: [values[taken:]] for name, (values,) in self._lists.items()}
         self._lengths = [lengths[count:]]
         self._documents = documents[count:]
         self._buffered_tokens -= taken
@@ -304,20 +283,12 @@ class ParquetShardWriter(ShardWriter):
         while self._documents:
             self._write_group(self._group_size())
         if self._writer is None:  # no document at all: a valid file with the columns and no row
-            pa = self._pa
-            fields = [pa.field("input_ids", pa.list_(pa.from_numpy_dtype(self.dtype)))]
-            if self.masks:
-                fields.append(pa.field(MASKS_COLUMN, pa.list_(pa.uint8())))
-            fields.append(pa.field("position", pa.uint64()))
-            fields += [pa.field(name, self.field_types.get(name) or pa.null()) for name in self.keep_fields]
-            self._open(pa.schema(fields))
+            self._write_group(0)
         self._writer.close()
 
 
-def _given(masks: np.ndarray | None, count: int) -> np.ndarray:
-    if masks is None or len(masks) != count:
-        raise CorpusError(f"a shard with loss masks needs one mask value per id ({count} ids)")
-    return masks
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def arrow_view(pa: Any, values: np.ndarray) -> Any:

@@ -1,24 +1,14 @@
-"""Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json``.
+"""Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json`` --
+:class:`TokenizedDocuments` (document ``i``, any format) and :class:`TokenBlocks` (fixed-length blocks of the flat
+format's token stream); with ``loss_masks=True``, dicts of ``input_ids``, ``assistant_masks`` and ``labels``.
 
-- :class:`TokenizedDocuments`: document ``i`` of the run (in manifest order) as an int64 id tensor, from
-  any format; with ``fields=`` a dict that also holds the kept fields (Parquet).
-- :class:`TokenBlocks`: fixed-length blocks of the flat format's token stream (every document's ids back
-  to back, shard after shard) for LM pre-training.
-
-With ``loss_masks=True`` (a conversations run, ``pretokenize --messages-field``) both give dicts of
-``input_ids``, ``assistant_masks`` (the run's loss mask, 1 where the token counts toward the loss) and
-``labels`` (``input_ids`` with ``-100`` where the mask is 0), all aligned token for token.
-
-A run on a local disk (or a shared file system) is read through memory maps. A run on object storage
-(``s3://``, ``gs://``, any fsspec store: where the jobs write it) is read where it is, through the jobs' storage
-layer (:mod:`service.jobs.storage`: ``storage_options``, the store's own credential chain, retries with
-backoff): the flat and Megatron files by ranged GETs of :data:`REMOTE_BLOCK_BYTES` into a per-process cache of
-at most :data:`REMOTE_CACHE_BYTES` (least recently used blocks dropped first), never an object whole; Parquet
-row groups by pyarrow over the remote file, as the jobs read their Parquet inputs.
+A local run is read through memory maps. A run on object storage is read where it is, through the jobs' storage
+layer (``storage_options``, the store's own credentials, retries): the flat and Megatron files by ranged GETs of
+:data:`REMOTE_BLOCK_BYTES` into a per-process cache of at most :data:`REMOTE_CACHE_BYTES` (least recently used
+blocks dropped first), never an object whole; Parquet row groups by pyarrow over the remote file.
 
 Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest, the storage options and a
-few numbers, and each process opens its own memory maps, Parquet readers, store connections and block cache on
-first use (a map, a file, a connection or a cache of the parent is never used in a child).
+few numbers, and each process opens its own memory maps, Parquet readers, connections and block cache.
 """
 
 from __future__ import annotations
@@ -142,18 +132,11 @@ class _RemoteValues:
         index = int(key) + (self.count if int(key) < 0 else 0)
         if not 0 <= index < self.count:
             raise IndexError(f"{self.url}: value {key} of {self.count}")
-        position = self.offset + index * size
-        return np.frombuffer(self.cache.read(self.url, position, position + size), self.dtype)[0]
+        return self[index : index + 1][0]
 
 
 #: What a flat or Megatron file's values are read as: a memory map (local) or ranged reads (a store).
 Values = np.ndarray | _RemoteValues
-
-
-def _manifest(source: str | Path | Manifest, storage_options: Mapping[str, Any]) -> Manifest:
-    if isinstance(source, Manifest):
-        return source
-    return read_manifest(source, Storage(dict(storage_options)))
 
 
 @dataclass(frozen=True)
@@ -197,15 +180,8 @@ class _MegatronIndex:
         return start, int(self.pointers[stop - 1]) // self.dtype.itemsize + int(self.lengths[stop - 1])
 
 
-@dataclass(frozen=True)
-class _RowGroup:
-    """One row group's id lists (and mask lists) as offsets and values, and its kept fields as Python values."""
-
-    offsets: np.ndarray
-    values: np.ndarray
-    mask_offsets: np.ndarray | None
-    mask_values: np.ndarray | None
-    kept: dict[str, list[Any]]
+#: A Parquet row group: the offsets and values of its id lists (and mask lists), and its kept fields' values.
+_RowGroup = tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, list[Any]]]
 
 
 class _PerProcess:
@@ -227,7 +203,9 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
         self, manifest: str | Path | Manifest, loss_masks: bool, storage_options: Mapping[str, Any] | None
     ) -> None:
         self._storage_options = dict(storage_options or {})
-        self.manifest = _manifest(manifest, self._storage_options)
+        if not isinstance(manifest, Manifest):
+            manifest = read_manifest(manifest, Storage(self._storage_options))
+        self.manifest = manifest
         self.remote = is_url(self.manifest.root)
         self.dtype = np.dtype(self.manifest.dtype).newbyteorder("<")
         self.loss_masks = loss_masks
@@ -296,15 +274,13 @@ class TokenizedDocuments(_ManifestDataset):
 
     With ``loss_masks=True`` (a conversations run: ``pretokenize --messages-field``) each item is
     ``{"input_ids", "assistant_masks", "labels"}``, three int64 tensors of the same length: the ids, the mask
-    the run wrote (1 where the token counts toward the loss: the assistant wrote it), and the labels a trainer
-    takes -- the ids with ``-100`` where the mask is 0, not shifted (transformers' models shift them; TRL's
-    ``DataCollatorForLanguageModeling`` pads them with ``-100``). With ``fields`` the kept fields are there too.
+    the run wrote (1 where the token counts toward the loss: the assistant wrote it), and the labels -- the ids
+    with ``-100`` where the mask is 0, not shifted (transformers' models shift them; TRL's
+    ``DataCollatorForLanguageModeling`` pads them with ``-100``).
 
-    Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads them (or packs them);
-    define it at module level, so spawned workers can unpickle it.
-
-    A run on object storage is read where the job wrote it (``TokenizedDocuments("s3://tokens/web-v1",
-    storage_options=...)``): see the module's docstring for how, and what it costs in memory.
+    Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads (or packs) them, defined at
+    module level so that spawned workers can unpickle it. A run on object storage is read where the job wrote it,
+    by ranged reads into a bounded per-process cache.
 
     Args:
         manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, ``gs://``, any
@@ -377,10 +353,17 @@ class TokenizedDocuments(_ManifestDataset):
         shard = self.manifest.shards[shard_number]
         local = index - int(self._starts[shard_number])
         values: dict[str, Any] = {}
+        masks = None
         if self.manifest.format == "flat":
-            ids, masks = self._flat_document(shard, local)
+            ends = self._map(shard.files[1], np.dtype("<u8"))
+            start, end = int(ends[local - 1]) if local else 0, int(ends[local])
+            ids = np.asarray(self._map(shard.files[0], self.dtype)[start:end])
+            if self.loss_masks:
+                masks = np.asarray(self._loss(shard)[start:end])
         elif self.manifest.format == "megatron":
-            ids, masks = self._megatron_document(shard, local)
+            ids = self._megatron_values(shard, "", local)
+            if self.loss_masks:
+                masks = self._megatron_values(shard, ".loss", local)
         else:
             ids, masks, values = self._parquet_document(shard, local)
         if masks is not None:
@@ -389,16 +372,6 @@ class TokenizedDocuments(_ManifestDataset):
         if not self.fields:
             return tensor
         return {"input_ids": tensor, **values}
-
-    def _flat_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
-        ends = self._map(shard.files[1], np.dtype("<u8"))
-        start, end = int(ends[local - 1]) if local else 0, int(ends[local])
-        ids = np.asarray(self._map(shard.files[0], self.dtype)[start:end])
-        return ids, np.asarray(self._loss(shard)[start:end]) if self.loss_masks else None
-
-    def _megatron_document(self, shard: ShardEntry, local: int) -> tuple[np.ndarray, np.ndarray | None]:
-        ids = self._megatron_values(shard, "", local)
-        return ids, self._megatron_values(shard, ".loss", local) if self.loss_masks else None
 
     def _megatron_values(self, shard: ShardEntry, prefix: str, local: int) -> np.ndarray:
         """Document ``local`` of the shard's indexed dataset ``<shard><prefix>.bin``/``.idx``."""
@@ -432,22 +405,16 @@ class TokenizedDocuments(_ManifestDataset):
         else:
             files.row_groups.move_to_end(key)
         row = local - int(group_starts[group])
-        ids = cached.values[int(cached.offsets[row]) : int(cached.offsets[row + 1])]
-        masks = None
-        if cached.mask_offsets is not None and cached.mask_values is not None:
-            masks = cached.mask_values[int(cached.mask_offsets[row]) : int(cached.mask_offsets[row + 1])]
-        return ids, masks, {name: column[row] for name, column in cached.kept.items()}
+        lists, kept = cached
+        ids, *masks = (values[int(offsets[row]) : int(offsets[row + 1])] for offsets, values in lists)
+        return ids, masks[0] if masks else None, {name: column[row] for name, column in kept.items()}
 
     def _read_row_group(self, reader: Any, group: int) -> _RowGroup:
-        masks = [MASKS_COLUMN] if self.loss_masks else []
-        table = reader.read_row_group(group, columns=["input_ids", *masks, *self.fields])
-        ids = table.column("input_ids").combine_chunks()
-        mask_column = table.column(MASKS_COLUMN).combine_chunks() if masks else None
-        return _RowGroup(
-            numpy_view(ids.offsets),
-            numpy_view(ids.values),
-            None if mask_column is None else numpy_view(mask_column.offsets),
-            None if mask_column is None else numpy_view(mask_column.values),
+        lists = ["input_ids", *([MASKS_COLUMN] if self.loss_masks else [])]
+        table = reader.read_row_group(group, columns=[*lists, *self.fields])
+        arrays = [table.column(name).combine_chunks() for name in lists]
+        return (
+            [(numpy_view(array.offsets), numpy_view(array.values)) for array in arrays],
             {name: table.column(name).to_pylist() for name in self.fields},
         )
 
