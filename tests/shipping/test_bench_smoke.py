@@ -200,6 +200,24 @@ def test_cpu_split_smoke_run_tells_the_threads_apart(tmp_path):
         assert split["other_native_ms"] < 0.1 * split["process_ms"]
         assert split["ceiling_batches_per_s"] == pytest.approx(1000 / split["gil_side_ms"])
     assert "GIL side ms/batch, each checkout against this checkout" in done.stdout
+    assert all(row["api_floor_ms"][part] > 0 for part in ("parse", "read", "free"))
+    assert "The floor of tokenizers 0.23's Python API" in done.stdout
+
+
+def test_api_floor_smoke_run_measures_each_part_of_the_call():
+    """benchmarks.api_floor on one corpus, one pass: the installed tokenizers' row, every part measured."""
+    import tokenizers
+
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.api_floor", "--corpora", "zh-short", "--rounds", "1"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = [line for line in done.stdout.splitlines() if f"| {tokenizers.__version__:>10} |" in line]
+    assert all(float(figure) > 0 for figure in row.split("|")[-1].split())
 
 
 @pytest.mark.slow
