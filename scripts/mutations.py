@@ -259,8 +259,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the bytes bound takes a character's storage width for its UTF-8 bytes",
         "service/engine/bounds.py",
-        "n if text.isascii() else n * min((size - header) // (n + 1) + 1, 4)",
-        "n if text.isascii() else n * min((size - header) // (n + 1), 4)",
+        "per_char = np.minimum((sizes - header) // (lengths + 1) + 1, 4)",
+        "per_char = np.minimum((sizes - header) // (lengths + 1), 4)",
         (MEMORY,),
     ),
     Mutation(

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from itertools import repeat
 from operator import add
 
+import numpy as np
+
 from .encoding import EncodePlan
 
 
@@ -107,10 +109,13 @@ def utf8_bounds(texts: Sequence[str]) -> list[int]:
     header = _WIDE_STR_HEADER
     if header is None:
         return utf8_lengths(texts)
-    return [
-        n if text.isascii() else n * min((size - header) // (n + 1) + 1, 4)
-        for text, n, size in zip(texts, map(len, texts), map(sys.getsizeof, texts), strict=True)
-    ]
+    count = len(texts)  # (numpy: a Python expression per text cost more than encoding short texts)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
+    sizes = np.fromiter(map(sys.getsizeof, texts), dtype=np.int64, count=count)
+    ascii_ = np.fromiter(map(str.isascii, texts), dtype=bool, count=count)
+    per_char = np.minimum((sizes - header) // (lengths + 1) + 1, 4)
+    bounds: list[int] = np.where(ascii_, lengths, lengths * per_char).tolist()
+    return bounds
 
 
 def held_bytes(texts: Sequence[str]) -> int:
