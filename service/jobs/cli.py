@@ -1,6 +1,5 @@
-"""The command-line skeleton every sharded job shares (``pretokenize``, ``train``): its config read from the
-flags its dataclass declares (:mod:`.flags`; :class:`~.config.JobConfig`'s are every job's), and one way to run
-a job and turn its outcome into an exit status, so that the jobs read their flags and fail the same way."""
+"""The command-line skeleton every sharded job shares (``pretokenize``, ``train``): the config read from the flags
+its dataclass declares (:mod:`.flags`), and one way to run a job and turn its outcome into an exit status."""
 
 from __future__ import annotations
 
@@ -31,8 +30,7 @@ WORKER_SOURCES = (
 
 
 def parse(parser: argparse.ArgumentParser, argv: Any, config_type: type[T]) -> T:
-    """The job's config from the command line (its flags built by :func:`.flags.add_flags`); a config the
-    job refuses (ValueError) is a usage error (2)."""
+    """The job's config from the command line; a config the job refuses (ValueError) is a usage error (2)."""
     args = parser.parse_args(argv)
     try:
         return config_type(**config_values(config_type, args))
@@ -41,8 +39,7 @@ def parse(parser: argparse.ArgumentParser, argv: Any, config_type: type[T]) -> T
 
 
 def interrupt_on_sigterm() -> None:
-    """Make SIGTERM (a pod or a job being stopped) unwind like Ctrl-C, so that the output being written
-    leaves no temporary file behind. Done units stay done."""
+    """SIGTERM (a pod or a job stopped) unwinds like Ctrl-C: the output being written leaves no temporary file."""
     signal.signal(signal.SIGTERM, _interrupt)
 
 
