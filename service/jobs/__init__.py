@@ -3,6 +3,7 @@ storage, worker index, progress, the command-line skeleton, and the corpus they 
 documents). The corpus lives here because the executor plans in units and reading goes through ``storage``.
 Standard library only (fsspec for URLs, pyarrow for Parquet, when asked); see docs/guides/pretokenize.md.
 """
+
 from .config import JobConfig
 from .documents import BAD_RECORD_POLICIES, Document, DocumentReader
 from .errors import BadRecord, CorpusError, JobError, OutputConflict, StorageError, UnitsMissing

@@ -1,7 +1,5 @@
-"""``tokenizer-service pretokenize``: a corpus to token shards through the service, one worker of many.
-
-Runs on a client-only install (``pip install tokenizer-service``: numpy and the client); the Parquet
-format and the progress bar come with the ``pipeline`` extra (pyarrow, tqdm).
+"""``tokenizer-service pretokenize``: a corpus to token shards through the service, one worker of many. Runs on a
+client-only install; Parquet and the progress bar come with the ``pipeline`` extra (pyarrow, tqdm).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""What a shard's ``.done`` record holds besides the executor's part (:class:`ShardStats`), and the
-``manifest.json`` of a finished run: worker 0 writes it once every shard is done -- the shards in order, their
-counts, the tokenizer and the settings, what training reads -- and, for the Megatron format,
-``megatron-data-args.txt`` (the shard prefixes, for Megatron's ``--data-args-path``).
+"""A shard's statistics in its ``.done`` record (:class:`ShardStats`), and the ``manifest.json`` worker 0 writes
+once every shard is done (the shards in order, their counts, the tokenizer, the settings) with, for Megatron,
+``megatron-data-args.txt`` (the shard prefixes, for its ``--data-args-path``).
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ class ShardStats:
 def build_manifest(
     records: list[DoneRecord[ShardStats]], *, tokenizer: dict[str, Any], settings: dict[str, Any], dtype: str
 ) -> dict[str, Any]:
-    """The manifest of a finished run, from the records of every shard in unit order."""
+    """The manifest of a finished run, from every shard's record in unit order."""
     shards = [
         {
             "name": record.name,
@@ -64,7 +63,7 @@ def build_manifest(
 
 
 def write_manifest(folder: Folder, manifest: dict[str, Any]) -> str:
-    """Write the manifest (and, for the Megatron format, the data-args file) into ``folder``; its URL."""
+    """Write the manifest (and Megatron's data-args file) into ``folder``; its URL."""
     if manifest["format"] == "megatron":
         prefixes = [folder.url(shard["name"]) for shard in manifest["shards"]]
         folder.write_bytes(MEGATRON_DATA_ARGS, ("\n".join(prefixes) + "\n").encode())

@@ -1,11 +1,8 @@
-"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor. For each of this
-worker's units not done: documents (streamed) -> batches -> encoded, ``concurrency`` batches in flight -> results
-taken in order -> shard writer -> files put whole -> ``.done`` record.
-
-Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents, ``request_chars``
-characters each) and their answers, plus one Parquet row group; files are never held whole. Batches continue
-across unit boundaries, so the service never idles between units. Worker 0 then waits for the other workers'
-shards and writes the manifest (:meth:`PretokenizeStep.finalize`).
+"""One worker's pre-tokenization run, the ``pretokenize`` step on the sharded-job executor: for each unit not
+done, documents (streamed) -> batches, ``concurrency`` in flight -> results in order -> shard writer -> files put
+whole -> ``.done`` record; worker 0 then writes the manifest. Memory is bounded by the window (``concurrency``
+batches and their answers, plus one Parquet row group). Batches continue across units, so the service never
+idles between them.
 """
 
 from __future__ import annotations
@@ -37,13 +34,12 @@ from .manifest import ShardStats, build_manifest, write_manifest
 from .settings import PretokenizeConfig
 from .shards import FlatShardWriter, MegatronShardWriter, ParquetShardWriter, ShardWriter, shard_files, token_dtype
 
-#: A conversation sent once before any work: options the service refuses for every conversation (no generation
-#: markers for the masks, an unknown template) are said up front, not once per document.
+#: Sent once before any work: options refused for every conversation (no generation markers for the masks, an
+#: unknown template) are said up front, not once per document.
 PROBE_CONVERSATION = [
     {"role": "user", "content": "tokenizer-service pretokenize: checking the chat options"},
     {"role": "assistant", "content": "ok"},
 ]
-#: What worker 0 says when it gives up waiting (with the missing units before it).
 MISSING_HINT = (
     "No manifest yet: run worker 0 again once the other workers have finished; it skips done shards and writes "
     "the manifest."
@@ -70,9 +66,8 @@ class Summary:
 async def pretokenize(
     config: PretokenizeConfig, *, encoder: Encoder | None = None, log: Log = log_to_stderr
 ) -> Summary:
-    """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also waits for the
-    others and writes the manifest (else :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come
-    from (default: the service at ``config.url``)."""
+    """Run this worker's share of ``config``; worker 0 also waits for the others and writes the manifest (else
+    :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come from (default: the service at ``config.url``)."""
     started = time.monotonic()
     config.check_installed()  # a client-only install learns which extra it needs before any work
     storage = config.storage(log)
@@ -125,8 +120,8 @@ class _Encoded:
 
 
 class PretokenizeStep(AsyncStep[ShardStats, str]):
-    """The ``pretokenize`` step: a unit becomes a token shard (see the module docstring); worker 0's
-    finalize writes the manifest and gives its URL. :meth:`prepare` asks the service before any work."""
+    """The ``pretokenize`` step: a unit becomes a token shard; worker 0's finalize writes the manifest, giving its
+    URL. :meth:`prepare` asks the service before any work."""
 
     name = "pretokenize"
     stats_type = ShardStats
@@ -145,8 +140,8 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
 
     # -- before any work --------------------------------------------------------------------------------
     async def prepare(self, units: list[WorkUnit]) -> None:
-        """The served tokenizer, and the settings its shards record; what the service refuses for every
-        document (options, an eos it has not) is refused here."""
+        """The served tokenizer and the settings shards record; what the service refuses for every document
+        (options, an eos it has not) is refused here."""
         config = self.config
         text_files = sorted({unit.file.path for unit in units if unit.file.format.startswith("txt")})
         if config.keep_fields and text_files:
@@ -165,7 +160,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
                 )
             if not 0 <= self.eos < facts.vocab_size:
                 raise CorpusError(f"--eos-id {self.eos} is not an id of the vocabulary (0..{facts.vocab_size - 1})")
-        try:  # options the tokenizer refuses are refused for every document: say so once, up front
+        try:
             if config.chat:
                 await self.encoder.encode_conversations([PROBE_CONVERSATION])
             else:
@@ -256,7 +251,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             raise
 
     async def _consume(self, job: _UnitJob, task: asyncio.Future[_Encoded] | None, consumed: int) -> None:
-        """Take the next result in order: write a batch into the unit's shard, or close the shard."""
+        """Write the next result in order into its unit's shard, or close the shard."""
         if job.writer is None:
             job.writer = self._open_writer = self._writer(job)
         if task is not None:
@@ -337,7 +332,6 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
 
     # -- worker 0: the manifest -------------------------------------------------------------------------
     def finalize(self, job: ShardedJob[ShardStats], records: list[DoneRecord[ShardStats]], waited: float) -> str:
-        """Every shard is done and checked against this run: write the manifest; its URL."""
         manifest = build_manifest(
             records, tokenizer=self.facts.describe(), settings=self.settings, dtype=self.dtype.name
         )
@@ -351,7 +345,6 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
 
 
 def describe_summary(summary: Summary) -> str:
-    """The closing line of a worker."""
     rate = summary.tokens / summary.seconds if summary.seconds else 0.0
     parts = [
         f"pretokenize: {summary.worker.describe()} finished in {duration(summary.seconds)}",
