@@ -106,13 +106,15 @@ class ShardedJob(Generic[S]):
         """``units[index::count]`` (all of them without a worker)."""
         return self.worker.take(self.units) if self.worker is not None else list(self.units)
 
-    # -- records ------------------------------------------------------------------------------------------
-    def read_record(self, unit: WorkUnit) -> DoneRecord[S] | None:
+    def done_record(self, unit: WorkUnit, listing: dict[str, int]) -> DoneRecord[S] | None:
+        """The unit's record if the unit is done and whole (:meth:`check`), else None."""
+        if self.record_name(unit) not in listing:
+            return None
         try:
-            data = self.folder.read_bytes(self.record_name(unit))
+            record = DoneRecord.from_json(self.folder.read_bytes(self.record_name(unit)), self.stats_type)
         except FileNotFoundError:
             return None
-        return DoneRecord.from_json(data, self.stats_type)
+        return record if record is not None and self.check(record, unit, listing) else None
 
     def check(self, record: DoneRecord[S], unit: WorkUnit, listing: dict[str, int]) -> bool:
         """Whether every output ``record`` lists is in the folder with its size (else the unit is redone); an
@@ -141,17 +143,12 @@ class ShardedJob(Generic[S]):
                 f"another --unit-bytes): {self.conflict_hint}"
             )
 
-    # -- this worker's units --------------------------------------------------------------------------------
     def pending(self) -> list[WorkUnit]:
         """This worker's units not done. Every record in the folder is checked first, whoever made it: a run
         made differently stops now, not after hours of work."""
         listing = self.folder.listing()
         self.refuse_foreign(listing)
-        done = set()
-        for unit in self.units:
-            if self.record_name(unit) in listing and (record := self.read_record(unit)) is not None:
-                if self.check(record, unit, listing):
-                    done.add(unit.name)
+        done = {unit.name for unit in self.units if self.done_record(unit, listing) is not None}
         return [unit for unit in self.mine() if unit.name not in done]
 
     def clear(self, unit: WorkUnit) -> None:
@@ -173,7 +170,6 @@ class ShardedJob(Generic[S]):
         self.committed.append(record)
         return record
 
-    # -- worker 0 -----------------------------------------------------------------------------------------
     def wait_for_all(
         self, *, stall_timeout: float, poll: float = WAIT_POLL_SECONDS, missing_hint: str = ""
     ) -> list[DoneRecord[S]]:
@@ -200,21 +196,15 @@ class ShardedJob(Generic[S]):
                 )
             last_done = done
             self.sleep(max(0.05, min(poll, stall_timeout - (now - last_progress))))
-        records: list[DoneRecord[S]] = []
-        missing = []
-        for unit in self.units:
-            record = self.read_record(unit) if self.record_name(unit) in listing else None
-            if record is None or not self.check(record, unit, listing):
-                missing.append(unit)
-            else:
-                records.append(record)
+        records = [self.done_record(unit, listing) for unit in self.units]
+        missing = [unit for unit, record in zip(self.units, records, strict=True) if record is None]
         if missing:
             raise UnitsMissing(
                 f"{self.step}: {len(missing)} of {total} units are not done after waiting {duration(stall_timeout)} "
                 f"without progress: {self._names(missing)}. {missing_hint}".rstrip(),
                 [unit.name for unit in missing],
             )
-        return records
+        return [record for record in records if record is not None]
 
     def _names(self, missing: Sequence[WorkUnit]) -> str:
         order = {unit.name: index for index, unit in enumerate(self.units)}
