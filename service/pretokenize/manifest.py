@@ -17,6 +17,8 @@ from ..jobs.storage import join
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
 MEGATRON_DATA_ARGS = "megatron-data-args.txt"
+#: The counts of each shard and of the whole run, in this order.
+COUNTS = ("documents", "tokens", "skipped")
 
 
 @dataclass(frozen=True)
@@ -30,6 +32,11 @@ class ShardStats:
     dtype: str
 
 
+def totals(records: list[DoneRecord[ShardStats]]) -> dict[str, int]:
+    """Each of :data:`COUNTS` summed over ``records``."""
+    return {count: sum(getattr(record.stats, count) for record in records) for count in COUNTS}
+
+
 def build_manifest(
     records: list[DoneRecord[ShardStats]], *, tokenizer: dict[str, Any], settings: dict[str, Any], dtype: str
 ) -> dict[str, Any]:
@@ -38,9 +45,7 @@ def build_manifest(
         {
             "name": record.name,
             "files": [f.name for f in record.files],
-            "documents": record.stats.documents,
-            "tokens": record.stats.tokens,
-            "skipped": record.stats.skipped,
+            **{count: getattr(record.stats, count) for count in COUNTS},
             "unit": record.unit,
         }
         for record in records
@@ -52,12 +57,7 @@ def build_manifest(
         "dtype": dtype,
         "tokenizer": tokenizer,
         "settings": settings,
-        "totals": {
-            "shards": len(shards),
-            "documents": sum(s["documents"] for s in shards),
-            "tokens": sum(s["tokens"] for s in shards),
-            "skipped": sum(s["skipped"] for s in shards),
-        },
+        "totals": {"shards": len(shards), **totals(records)},
         "shards": shards,
     }
 

@@ -30,7 +30,7 @@ from ..jobs import (
 )
 from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
 from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
-from .manifest import ShardStats, build_manifest, write_manifest
+from .manifest import ShardStats, build_manifest, totals, write_manifest
 from .settings import PretokenizeConfig
 from .shards import FlatShardWriter, MegatronShardWriter, ParquetShardWriter, ShardWriter, shard_files, token_dtype
 
@@ -93,9 +93,7 @@ async def pretokenize(
         report.mine,
         already_done=report.already_done,
         written=len(report.committed),
-        documents=sum(record.stats.documents for record in report.committed),
-        tokens=sum(record.stats.tokens for record in report.committed),
-        skipped=sum(record.stats.skipped for record in report.committed),
+        **totals(report.committed),
         seconds=time.monotonic() - started,
         manifest=report.result,
         peak_rss_bytes=peak_rss_bytes(),
@@ -138,7 +136,6 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
     def outputs(self, unit: WorkUnit) -> list[str]:
         return shard_files(unit, self.config.output_format, self.config.writes_masks)
 
-    # -- before any work --------------------------------------------------------------------------------
     async def prepare(self, units: list[WorkUnit]) -> None:
         """The served tokenizer and the settings shards record; what the service refuses for every document
         (options, an eos it has not) is refused here."""
@@ -177,19 +174,16 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             f"{facts.vocab_size:,} tokens -> {self.dtype.name}; format {config.output_format}, out {self.out.url()}"
         )
 
-    # -- this worker's units ----------------------------------------------------------------------------
     async def process(self, units: list[WorkUnit], job: ShardedJob[ShardStats], progress: Progress) -> None:
         self.job = job
         self.progress = progress
         await self._pipeline(units)
         if self.config.progress != "none":
-            written = [record.stats for record in job.committed]
-            tokens = sum(stats.tokens for stats in written)
-            rate = tokens / max(time.monotonic() - progress.started, 1e-9)
+            written = totals(job.committed)
+            rate = written["tokens"] / max(time.monotonic() - progress.started, 1e-9)
             self.log(
-                f"pretokenize: wrote {len(written)} shards: {sum(stats.documents for stats in written):,} documents, "
-                f"{tokens:,} tokens ({human(rate)} tokens/s), {sum(stats.skipped for stats in written):,} records "
-                "skipped"
+                f"pretokenize: wrote {len(job.committed)} shards: {written['documents']:,} documents, "
+                f"{written['tokens']:,} tokens ({human(rate)} tokens/s), {written['skipped']:,} records skipped"
             )
 
     def _events(self, units: list[WorkUnit]) -> Iterator[tuple[_UnitJob, list[Document] | None, int]]:
@@ -330,7 +324,6 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             )
         return _Encoded(documents, ids, lengths, [], masks if self.config.writes_masks else None)
 
-    # -- worker 0: the manifest -------------------------------------------------------------------------
     def finalize(self, job: ShardedJob[ShardStats], records: list[DoneRecord[ShardStats]], waited: float) -> str:
         manifest = build_manifest(
             records, tokenizer=self.facts.describe(), settings=self.settings, dtype=self.dtype.name
