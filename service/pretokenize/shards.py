@@ -65,9 +65,10 @@ class ShardWriter:
     """Writes one shard: ``write()`` documents in order, then ``commit()`` (every file appears whole) or
     ``abort()`` (nothing appears)."""
 
-    def __init__(self, folder: Folder, unit: WorkUnit, output_format: str, masks: bool = False) -> None:
+    def __init__(self, folder: Folder, unit: WorkUnit, output_format: str, dtype: np.dtype[Any], masks: bool) -> None:
         self.folder = folder
         self.unit = unit
+        self.dtype = dtype
         self.masks = masks
         self.names = shard_files(unit, output_format, masks)
         self.documents = 0
@@ -108,8 +109,7 @@ class FlatShardWriter(ShardWriter):
     def __init__(
         self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], tokenizer: str, masks: bool = False
     ) -> None:
-        super().__init__(folder, unit, "flat", masks)
-        self.dtype = dtype
+        super().__init__(folder, unit, "flat", dtype, masks)
         self.tokenizer = tokenizer.replace("|", "_")  # datatrove splits the first line at "|"
         tokens_name, index_name, self._metadata_name = self.names[:3]
         self._tokens = self._file(tokens_name)
@@ -165,8 +165,7 @@ class MegatronShardWriter(ShardWriter):
     """Megatron-LM's indexed dataset of the ids, and (with ``masks``) one of uint8 loss masks, same sequences."""
 
     def __init__(self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], masks: bool = False) -> None:
-        super().__init__(folder, unit, "megatron", masks)
-        self.dtype = dtype
+        super().__init__(folder, unit, "megatron", dtype, masks)
         self._ids = _IndexedDataset(self, self.names[0], self.names[1], dtype)
         self._masks = _IndexedDataset(self, self.names[2], self.names[3], np.dtype("u1")) if masks else None
 
@@ -194,10 +193,8 @@ class ParquetShardWriter(ShardWriter):
         metadata: dict[str, Any],
         masks: bool = False,
     ) -> None:
-        super().__init__(folder, unit, "parquet", masks)
-        pa, pq = import_pyarrow()
-        self._pa, self._pq = pa, pq
-        self.dtype = dtype
+        super().__init__(folder, unit, "parquet", dtype, masks)
+        self._pa, self._pq = import_pyarrow()
         self.keep_fields = keep_fields
         self.field_types = dict(field_types)
         self.metadata = {"tokenizer_service": json.dumps(metadata, sort_keys=True)}
