@@ -93,7 +93,6 @@ class DocumentReader:
         self._examples: list[tuple[int, str]] = []  # (position, reason): the first few by position
         self.field_types: dict[str, Any] = {}  # Parquet: the arrow type of each kept field
 
-    # -- bad records ------------------------------------------------------------------------------------
     def locate(self, position: int) -> str:
         if self.unit.file.format == "parquet":
             return f"{self.path} row {position}"
@@ -116,7 +115,6 @@ class DocumentReader:
         """The first few skipped records (by position in the file), as ``path:line: reason``."""
         return [f"{self.locate(position)}: {reason}" for position, reason in self._examples]
 
-    # -- reading ----------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Document]:
         file_format = self.unit.file.format
         if file_format == "parquet":

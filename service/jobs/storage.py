@@ -183,7 +183,6 @@ class Storage:
         # A log that cannot be pickled (a lambda) stays here: the other process retries without its lines.
         return {**self.__dict__, "_filesystems": {}, "log": self.log if _picklable(self.log) else None}
 
-    # -- filesystems ----------------------------------------------------------------------------------------
     def filesystem(self, url: str) -> tuple[Any, str]:
         """``(fsspec filesystem, path within it)`` for ``url``; a missing package is named with its extra."""
         protocol = _URL.match(url).group(1).lower()  # type: ignore[union-attr]
@@ -214,7 +213,6 @@ class Storage:
             ) from None
         return fs, str(path)
 
-    # -- retries --------------------------------------------------------------------------------------------
     def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
         """``action()``, retried with backoff while it fails transiently, until ``retry_deadline`` seconds after
         its first failure; ``what`` names the URL. A missing object is a FileNotFoundError (``writing``: a
@@ -252,7 +250,6 @@ class Storage:
                 time.sleep(min(left, min(5.0, 0.25 * 2**attempt) * (0.5 + random.random() / 2)))
                 attempt += 1
 
-    # -- folders and files ------------------------------------------------------------------------------------
     def folder(self, location: str | Path) -> Folder:
         if is_url(location):
             return ObjectFolder(str(location).rstrip("/"), self)

@@ -402,20 +402,18 @@ class TokenizedDocuments(_ManifestDataset):
 
 
 class TokenBlocks(_ManifestDataset):
-    """Fixed-length blocks of a flat-format run's token stream: every document's ids back to back (with the
-    eos id between documents if the run appended it), shard after shard in manifest order. ``dataset[i]``
-    is tokens ``[i * block_size, (i + 1) * block_size)`` as a 1-D int64 tensor; the last partial block is
-    left out. For next-token prediction take ``block_size = context + 1`` and ``x, y = block[:-1], block[1:]``.
+    """Fixed-length blocks of a flat-format run's token stream (every document's ids back to back, with the eos
+    id between them if the run appended it, in manifest order): ``dataset[i]`` is tokens
+    ``[i * block_size, (i + 1) * block_size)`` as a 1-D int64 tensor; the last partial block is left out. For
+    next-token prediction take ``block_size = context + 1`` and ``x, y = block[:-1], block[1:]``.
 
-    With ``loss_masks=True`` (a conversations run with ``--format flat``) ``dataset[i]`` is
-    ``{"input_ids", "assistant_masks", "labels"}``: the block, the loss masks of the same tokens (the
-    ``.ds.loss`` stream cut at the same places) and the block with ``-100`` where the mask is 0. The labels are
-    not shifted: pass ``input_ids`` and ``labels`` to a transformers model as they are (it shifts), or take
+    With ``loss_masks=True`` (a conversations run, ``--format flat``) ``dataset[i]`` is ``{"input_ids",
+    "assistant_masks", "labels"}``: the block, its tokens' loss masks and the block with ``-100`` where the mask
+    is 0, not shifted: pass ``input_ids`` and ``labels`` to a transformers model as they are (it shifts), or take
     ``x, y = input_ids[:-1], labels[1:]`` for a loss of your own.
 
     Args:
-        manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, any fsspec
-            store) --, its ``manifest.json``, or a :class:`Manifest`.
+        manifest: as :class:`TokenizedDocuments` takes it.
         block_size: tokens per block.
         loss_masks: return each block's loss masks and labels beside its ids (a run that wrote masks).
         storage_options: for a run on object storage, the jobs' ``--storage-options`` (see
