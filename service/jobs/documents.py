@@ -14,6 +14,7 @@ or with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped`.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 from collections.abc import Iterator, Sequence
@@ -56,8 +57,7 @@ class Document:
 
 
 class DocumentReader:
-    """Iterate the documents of one :class:`WorkUnit` (see the module docstring); ``consumed``: how much of its
-    ``weight`` has been read."""
+    """Iterate the documents of one :class:`WorkUnit`; ``consumed``: how much of its ``weight`` has been read."""
 
     def __init__(
         self,
@@ -99,20 +99,17 @@ class DocumentReader:
         return f"{self.path}:{line_number(self._open(), position)}"
 
     def reject(self, position: int, reason: str) -> None:
-        """Raise :class:`BadRecord` for the record at ``position``, or count it when skipping. Records may be
-        rejected in any order; the examples kept are the first ones in the file."""
+        """Raise :class:`BadRecord` for the record at ``position``, or count it when skipping (in any order: the
+        examples kept are the file's first)."""
         if self.on_bad_record == "error":
             raise BadRecord(self.locate(position), reason)
         self.skipped += 1
-        examples = self._examples
-        if len(examples) < SKIPPED_EXAMPLES or position < examples[-1][0]:
-            examples.append((position, reason))
-            examples.sort()
-            del examples[SKIPPED_EXAMPLES:]
+        bisect.insort(self._examples, (position, reason))
+        del self._examples[SKIPPED_EXAMPLES:]
 
     @property
     def skipped_examples(self) -> list[str]:
-        """The first few skipped records (by position in the file), as ``path:line: reason``."""
+        """The first few skipped records in the file, as ``path:line: reason``."""
         return [f"{self.locate(position)}: {reason}" for position, reason in self._examples]
 
     def __iter__(self) -> Iterator[Document]:
