@@ -79,8 +79,7 @@ class DoneRecord(Generic[S]):
 
 @dataclass(kw_only=True, eq=False)
 class ShardedJob(Generic[S]):
-    """A step's units in one work folder: ``outputs``, ``settings`` and ``conflict_hint`` as :class:`BaseStep`
-    declares them."""
+    """A step's units in one work folder (``outputs``, ``settings``, ``conflict_hint``: as :class:`BaseStep`'s)."""
 
     step: str
     folder: Folder
@@ -144,8 +143,8 @@ class ShardedJob(Generic[S]):
             )
 
     def pending(self) -> list[WorkUnit]:
-        """This worker's units not done. Every record in the folder is checked first, whoever made it: a run
-        made differently stops now, not after hours of work."""
+        """This worker's units not done. Every record is checked first, whoever made it: a run made differently
+        stops now, not after hours."""
         listing = self.folder.listing()
         self.refuse_foreign(listing)
         done = {unit.name for unit in self.units if self.done_record(unit, listing) is not None}
@@ -157,8 +156,7 @@ class ShardedJob(Generic[S]):
         self.folder.remove_partial(self.outputs(unit))
 
     def commit(self, unit: WorkUnit, stats: S) -> DoneRecord[S]:
-        """Mark ``unit`` done, once every output is in place: its record (the outputs with their sizes as the
-        folder holds them, the settings, ``stats``)."""
+        """Mark ``unit`` done, once every output is in place: write its record."""
         files = []
         for name in self.outputs(unit):
             size = self.folder.size(name)

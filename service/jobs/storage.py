@@ -1,13 +1,7 @@
-"""Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface
-(``s3://``, ``gs://``, ``az://``/``abfs://`` tested against a server of each; other fsspec URLs untested).
-Local paths need the standard library only; a URL's missing package is named with its extra. (fsspec for local
-paths too, as datatrove's ``DataFolder`` does, would remove no code -- a local commit still needs its fsync,
-rename and partial files cleared -- and make local jobs depend on fsspec.)
-
-Writes are whole: a local file under a temporary name then renamed, an object spooled locally then uploaded (no
-rename in stores); a unit's ``.done`` record, written last, is the commit. Remote reads are ranged GETs, resumed
-where a dropped connection stopped. Throttling and dropped connections are retried until ``--retry-deadline``,
-saying so; a refusal stops at once. See docs/guides/pretokenize.md#from-and-to-object-storage.
+"""Where an offline job reads and writes: a local directory or an object store's prefix (fsspec), one interface;
+what it promises (whole writes, ranged reads, retries, refusals): docs/guides/pretokenize.md#from-and-to-object-storage.
+Local paths need the standard library only: fsspec for them too, as datatrove's ``DataFolder`` does, would remove
+no code (a local commit still needs its fsync, rename and partial files cleared) and make local jobs need fsspec.
 """
 
 from __future__ import annotations

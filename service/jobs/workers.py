@@ -1,16 +1,7 @@
-"""Which worker this process is, from flags or the scheduler; the first present wins:
-
-- ``--shard-index``/``--num-shards`` (``index``/``count``);
-- ``JOB_COMPLETION_INDEX`` (a Kubernetes Indexed Job), with ``count`` or ``$JOB_COMPLETIONS`` as the total;
-- ``SLURM_ARRAY_TASK_ID``/``_COUNT`` (honouring ``SLURM_ARRAY_TASK_MIN`` and ``_STEP``);
-- ``RANK``/``WORLD_SIZE`` (torchrun, most launchers), then ``NODE_INDEX``/``NUM_NODES``;
-- SageMaker: ``current_host`` among ``hosts`` in SageMaker's order (``algo-2`` before ``algo-10``), from a
-  Processing or Training job's resource config (or :data:`RESOURCE_CONFIG_ENV`'s file) and ``SM_CURRENT_HOST``/
-  ``SM_HOSTS``, which must agree.
-
-Nothing present: worker 0 of 1. Half of a pair, a SageMaker description that cannot be read, or two that
-disagree are errors, not guesses: a host taking itself for the only worker would redo every unit and write the
-final outputs beside worker 0.
+"""Which worker this process is, from flags or the scheduler: the first present of the sources
+``cli.WORKER_SOURCES`` lists (docs/guides/pretokenize.md, "Workers"), else worker 0 of 1. Half of a pair, a
+SageMaker description that cannot be read, or two that disagree are errors, not guesses: a host taking itself for
+the only worker would redo every unit and write the final outputs beside worker 0.
 """
 
 from __future__ import annotations

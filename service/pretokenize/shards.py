@@ -1,17 +1,7 @@
-"""Token shards: one per work unit, named from it, each file written whole, closed by a ``.done`` record; the
-layouts and their readers: docs/guides/pretokenize.md and conversations.md.
-
-- ``<unit>.parquet``: per document ``input_ids`` (:func:`token_dtype`), ``position`` (the byte offset of its
-  line, or its row number) and the kept fields, in zstd row groups.
-- ``<unit>.ds``, ``.ds.index``, ``.ds.metadata`` (``--format flat``): datatrove's layout for its
-  ``DatatroveFolderDataset`` -- the ids back to back, each document's end in tokens (uint64), the metadata.
-- ``<unit>.bin`` and ``.idx`` (``--format megatron``): Megatron-LM's indexed dataset, exactly as its
-  ``tools/preprocess_data.py`` writes it for the same ids.
-
-Conversations add one loss mask value per token (1: it counts toward the loss): Parquet an ``assistant_masks``
-column, flat datatrove's ``<unit>.ds.loss`` (a byte per token), megatron ``<unit>.loss.bin``/``.loss.idx``, a
-second indexed dataset of uint8 with the same sequences. A shard's bytes depend only on its unit's content, the
-tokenizer and the output settings: N workers write the same bytes as one.
+"""Token shards, one per work unit, in the trainers' own layouts (Parquet, datatrove's, Megatron-LM's), with the
+loss masks of conversations beside the ids: each file written whole, closed by a ``.done`` record. The files and
+who reads them: docs/guides/pretokenize.md ("Outputs") and conversations.md. A shard's bytes depend only on its
+unit's content, the tokenizer and the output settings: N workers write the same bytes as one.
 """
 
 from __future__ import annotations
