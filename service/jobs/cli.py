@@ -17,8 +17,7 @@ from .workers import SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV, SAGEMAKER_
 
 T = TypeVar("T")
 
-#: Exit statuses of every job: 0 done, 1 failed, 2 wrong arguments (argparse), 3 worker 0 stopped waiting for
-#: units that are not done, 130 interrupted.
+#: Exit statuses of every job: 0 done, 1 failed, 2 wrong arguments, 3 worker 0 stopped waiting, 130 interrupted.
 EXIT_FAILED, EXIT_INCOMPLETE = 1, 3
 
 WORKER_SOURCES = (

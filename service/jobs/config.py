@@ -126,8 +126,7 @@ class JobConfig:
         return {"--out": self.out_location}
 
     def plan(self, storage: Storage) -> tuple[list[InputFile], list[WorkUnit], Worker]:
-        """The inputs, their units (the same on every worker) and this worker; refused before any work, as are
-        output folders that cannot be ones."""
+        """The inputs, their units (the same on every worker) and this worker; any refusal comes before any work."""
         outputs = self.outputs()
         for flag_name, location in outputs.items():
             check_output_folder(flag_name, location)

@@ -1,15 +1,9 @@
-"""Documents out of a work unit, streamed one line or row at a time:
-
-- ``.txt`` (and ``.txt.gz``): each line is a document, without its line break (empty lines too);
-- ``.jsonl`` (and ``.jsonl.gz``): each non-blank line a JSON object whose ``text_field`` is a string
-  (``keep_fields`` carried along, missing ones as None); a bare JSON string is refused, as datasets' and
-  datatrove's readers refuse it;
-- ``.parquet``: each row of the unit's row groups; ``text_field`` must be a string column.
-
-With ``messages_field`` a document is the conversation that field holds (a non-empty list of messages, each with
-a string ``role``). A UTF-8 BOM is not part of the first document; JSON is parsed by the standard library only.
-A record that cannot be a document is a :class:`BadRecord` naming ``path:line`` (``path row N`` for Parquet),
-or with ``on_bad_record="skip"`` is counted in :attr:`DocumentReader.skipped`.
+"""Documents out of a work unit, streamed one line or row at a time: each line of a text file (without its line
+break, empty ones too), each non-blank line of JSON Lines (an object whose ``text_field`` is a string; missing
+``keep_fields`` are None), each row of a unit's Parquet row groups (``text_field`` a string column); gzip files
+decompressed as read. With ``messages_field``, the conversation that field holds. A UTF-8 BOM is not part of the
+first document; JSON is parsed by the standard library only. A record that cannot be a document is a
+:class:`BadRecord`, or with ``on_bad_record="skip"`` is counted (docs/guides/pretokenize.md, "Bad input").
 """
 
 from __future__ import annotations
@@ -99,8 +93,7 @@ class DocumentReader:
         return f"{self.path}:{line_number(self._open(), position)}"
 
     def reject(self, position: int, reason: str) -> None:
-        """Raise :class:`BadRecord` for the record at ``position``, or count it when skipping (in any order: the
-        examples kept are the file's first)."""
+        """Raise :class:`BadRecord` for the record at ``position``, or count it (any order: examples are sorted)."""
         if self.on_bad_record == "error":
             raise BadRecord(self.locate(position), reason)
         self.skipped += 1

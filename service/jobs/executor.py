@@ -1,12 +1,9 @@
-"""One executor for every sharded job over a corpus, as datatrove's owns the per-rank loop: a job is a
-:class:`Step` (or :class:`AsyncStep`) -- its ``settings``, a unit's ``outputs``, ``process`` this worker's units,
-``finalize`` from every unit's record -- and :func:`run_worker` (or :func:`arun_worker`) does the rest: this
-worker's units not done (every record in the folder checked first), each cleared, processed and committed by its
-``.done`` record, written last; then worker 0 waits for every unit's record and finalizes.
-
-A unit is done when its record exists and every output it lists is in the folder with the size it records. A
-record made with other settings, from another input, or of a unit outside this run's plan is an
-:class:`~.errors.OutputConflict`: never mixed, never overwritten. N workers leave the same folder as one.
+"""One executor for every sharded job over a corpus, owning the per-worker loop as datatrove's does: a job is a
+:class:`Step` (``settings``, a unit's ``outputs``, ``process``, ``finalize``); :func:`run_worker` takes this
+worker's units not done (every record in the folder checked first), clears, processes and commits each by its
+``.done`` record, written last; worker 0 then waits for every unit and finalizes. A unit is done when its record
+exists and every output it lists has the size it records; a record made with other settings, from another input,
+or of a unit outside this run's plan is an :class:`~.errors.OutputConflict`, never mixed nor overwritten.
 """
 
 from __future__ import annotations
@@ -45,8 +42,7 @@ class OutputFile:
 
 @dataclass(frozen=True)
 class DoneRecord(Generic[S]):
-    """A unit's ``.done`` record: what it was made from (``unit``), how (``settings``), what it holds (``files``
-    with their sizes) and the step's ``stats``."""
+    """A unit's ``.done`` record: its ``unit``, ``settings``, output ``files`` with their sizes, and ``stats``."""
 
     name: str
     unit: dict[str, object]
@@ -373,8 +369,7 @@ class _WorkerRun(Generic[S, R]):
 
 
 def _made_how(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
-    """How a record's settings differ from this run's, in words; a fingerprint of an earlier scheme cannot be
-    compared, and says so."""
+    """How a record's settings differ from this run's, in words (a fingerprint of an earlier scheme says so)."""
     scheme = "fingerprint_scheme"
     other_scheme = theirs.get(scheme) != ours.get(scheme) and theirs.get("tokenizer") != ours.get("tokenizer")
     if scheme in ours and other_scheme:

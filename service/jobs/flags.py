@@ -1,7 +1,6 @@
 """A job's command-line flags, derived from its config dataclass as ``serve``'s are from its ``Settings``: a field
 that is a flag says so beside its default (``field(default=8, metadata=flag("requests in flight", metavar="N"))``),
-from which the flag's name, type, choices, default and help's "(default ...)" are read. A command only places
-each flag in a help section (:func:`add_flags`) and reads the config back (:func:`config_values`).
+whence the flag's name, type, choices, default and help; a command places each flag in a help section.
 """
 
 from __future__ import annotations

@@ -25,7 +25,6 @@ SPLITTABLE = frozenset({"jsonl", "txt"})
 
 
 def format_of(path: str) -> str | None:
-    """The format of ``path`` by its suffix, or None if it is not one we read."""
     return next((FORMATS[suffix] for suffix in FORMATS if path.lower().endswith(suffix)), None)
 
 

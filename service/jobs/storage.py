@@ -45,8 +45,7 @@ EXTRAS = {
 }
 #: Bytes fetched per ranged GET of a remote input, and the read buffer of any input.
 READ_BLOCK = 4 << 20
-#: Bytes per part of an upload to S3 or GCS, and how many parts s3fs sends at once (its default, 10, would hold
-#: 10 in memory): an upload's memory, whatever the file.
+#: Bytes per part of an upload to S3 or GCS, and the parts s3fs sends at once (not its 10): an upload's memory.
 UPLOAD_PART = 8 << 20
 UPLOAD_PARTS_AT_ONCE = 2
 _UPLOAD_OPTIONS: dict[str, dict[str, int]] = {  # by extra
@@ -56,8 +55,7 @@ _UPLOAD_OPTIONS: dict[str, dict[str, int]] = {  # by extra
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores.
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, ValueError)
-#: The stores' own errors about credentials, by (module, class): matched on an error's classes (subclasses
-#: included) without importing those packages, which a job of another store may not have.
+#: The stores' own errors about credentials, by (module, class): matched without importing packages a job may lack.
 _CREDENTIAL_ERRORS = frozenset(
     {
         ("botocore.exceptions", "NoCredentialsError"),
@@ -88,8 +86,7 @@ def local_path(location: str | Path) -> Path:
 
 
 def check_output_folder(flag: str, location: str | Path) -> None:
-    """Refuse a local output folder that cannot be one: a file at its path or above it, or a folder this process
-    may not write in."""
+    """Refuse a local output folder that cannot be one: a file at or above its path, or a folder not writable."""
     if is_url(location):
         return
     path = local_path(location)
@@ -121,8 +118,7 @@ def http_status(exc: BaseException) -> int | None:
 
 
 def _missing(exc: BaseException) -> bool:
-    """A missing object, bucket or container, or a 404 its client did not translate (adlfs, when a write finds
-    no container)."""
+    """A missing object, bucket or container, or a 404 its client (adlfs) did not translate."""
     return isinstance(exc, FileNotFoundError) or http_status(exc) == 404
 
 
@@ -328,8 +324,7 @@ def storage_options_from_json(text: str | None) -> dict[str, Any]:
 
 
 class _ResumingReader(io.RawIOBase):
-    """A remote file read by ranged GETs in blocks of READ_BLOCK; a read that fails transiently is retried from
-    the byte it stopped at."""
+    """A remote file read by ranged GETs of READ_BLOCK; a transient failure resumes at the byte it stopped at."""
 
     def __init__(self, storage: Storage, fs: Any, path: str, size: int, url: str) -> None:
         super().__init__()
@@ -484,8 +479,7 @@ class LocalFolder(Folder):
 
 
 class ObjectFolder(Folder):
-    """A prefix of an object store, through fsspec: objects uploaded whole, every request retried per the
-    :class:`Storage`."""
+    """A store's prefix, through fsspec: objects uploaded whole, every request retried per the :class:`Storage`."""
 
     def __init__(self, location: str, storage: Storage) -> None:
         self.location = location

@@ -1,10 +1,8 @@
-"""Work units: the pieces a corpus is cut into, whatever the number of workers. Planning depends only on the
-files (names, sizes, Parquet metadata) and ``unit_bytes``, so every worker computes the same plan on its own.
-
-- A text or JSON Lines file over ``unit_bytes`` is cut into ``ceil(size / unit_bytes)`` equal byte ranges; a
-  line belongs to the range its first byte lies in, so planning reads nothing and every line is read once.
-- A gzip-compressed file is one unit (a gzip stream cannot be entered in the middle).
-- A Parquet file is cut between row groups, gathered while their uncompressed size stays within ``unit_bytes``.
+"""Work units, the same whatever the number of workers: planning depends only on the files (names, sizes, Parquet
+metadata) and ``unit_bytes``. A text or JSON Lines file over ``unit_bytes`` is cut into equal byte ranges (a line
+belongs to the range its first byte lies in: planning reads nothing, every line is read once); a gzip file is one
+unit (a gzip stream cannot be entered in the middle); Parquet is cut between row groups, gathered while their
+uncompressed size stays within ``unit_bytes``.
 """
 
 from __future__ import annotations

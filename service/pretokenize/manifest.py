@@ -1,6 +1,5 @@
-"""A shard's statistics in its ``.done`` record (:class:`ShardStats`), and the ``manifest.json`` worker 0 writes
-once every shard is done (the shards in order, their counts, the tokenizer, the settings) with, for Megatron,
-``megatron-data-args.txt`` (the shard prefixes, for its ``--data-args-path``).
+"""A shard's counts in its ``.done`` record, and the ``manifest.json`` worker 0 writes once every shard is done,
+with, for Megatron, ``megatron-data-args.txt`` (the shard prefixes, for its ``--data-args-path``).
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ class ShardStats:
 
 
 def totals(records: list[DoneRecord[ShardStats]]) -> dict[str, int]:
-    """Each of :data:`COUNTS` summed over ``records``."""
     return {count: sum(getattr(record.stats, count) for record in records) for count in COUNTS}
 
 

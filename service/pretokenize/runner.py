@@ -1,8 +1,6 @@
-"""One worker's pre-tokenization run, the ``pretokenize`` step on the sharded-job executor: for each unit not
-done, documents (streamed) -> batches, ``concurrency`` in flight -> results in order -> shard writer -> files put
-whole -> ``.done`` record; worker 0 then writes the manifest. Memory is bounded by the window (``concurrency``
-batches and their answers, plus one Parquet row group). Batches continue across units, so the service never
-idles between them.
+"""One worker's pre-tokenization run, the ``pretokenize`` step on the sharded-job executor: documents (streamed)
+-> batches, ``concurrency`` in flight (across units: the service never idles between them) -> results in order ->
+shard writer -> ``.done`` record; worker 0 then writes the manifest. Memory: the window and one Parquet row group.
 """
 
 from __future__ import annotations
@@ -29,13 +27,12 @@ from ..jobs import (
     arun_worker,
 )
 from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
-from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
+from .encoders import Encoder, ServiceEncoder, TextsRefused
 from .manifest import ShardStats, build_manifest, totals, write_manifest
 from .settings import PretokenizeConfig
 from .shards import FlatShardWriter, MegatronShardWriter, ParquetShardWriter, ShardWriter, shard_files, token_dtype
 
-#: Sent once before any work: options refused for every conversation (no generation markers for the masks, an
-#: unknown template) are said up front, not once per document.
+#: Sent before any work: options refused for every conversation (no generation markers, no such template) are said once.
 PROBE_CONVERSATION = [
     {"role": "user", "content": "tokenizer-service pretokenize: checking the chat options"},
     {"role": "assistant", "content": "ok"},
@@ -118,8 +115,7 @@ class _Encoded:
 
 
 class PretokenizeStep(AsyncStep[ShardStats, str]):
-    """The ``pretokenize`` step: a unit becomes a token shard; worker 0's finalize writes the manifest, giving its
-    URL. :meth:`prepare` asks the service before any work."""
+    """The ``pretokenize`` step: a unit becomes a token shard; worker 0's finalize writes the manifest (its URL)."""
 
     name = "pretokenize"
     stats_type = ShardStats
@@ -143,8 +139,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
         text_files = sorted({unit.file.path for unit in units if unit.file.format.startswith("txt")})
         if config.keep_fields and text_files:
             raise CorpusError(f"--keep-field: text files have no fields ({', '.join(text_files[:3])})")
-        self.facts: ServedTokenizer = await self.encoder.facts()
-        facts = self.facts
+        self.facts = facts = await self.encoder.facts()
         self.dtype = token_dtype(facts.vocab_size, config.output_format)
         self.max_id = int(np.iinfo(self.dtype).max)
         self.eos: int | None = None

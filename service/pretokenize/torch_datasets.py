@@ -1,8 +1,7 @@
-"""Map-style torch datasets over a pre-tokenization run's ``manifest.json``: :class:`TokenizedDocuments` and
-:class:`TokenBlocks`. A local run is read through memory maps; a run on object storage where it is, through the
-jobs' storage layer: flat and Megatron files by ranged GETs into a bounded per-process block cache, Parquet row
-groups by pyarrow over the remote file. Safe in forked or spawned DataLoader workers: they pickle as the manifest,
-the storage options and a few numbers, and each process opens its own files, connections and cache.
+"""Map-style torch datasets over a pre-tokenization run's ``manifest.json``, read through memory maps, or where a
+store holds it by ranged GETs into a bounded per-process cache (docs/guides/pretokenize.md). Safe in forked or
+spawned DataLoader workers: they pickle as the manifest, the storage options and a few numbers, and each process
+opens its own files, connections and cache.
 """
 
 from __future__ import annotations
@@ -29,12 +28,10 @@ from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_
 _CACHED_ROW_GROUPS = 4
 #: Remote Parquet shards kept open per process (each holds the storage layer's read-ahead buffer, 4 MiB).
 _OPEN_REMOTE_PARQUET = 4
-#: Bytes per ranged GET of a remote run's flat and Megatron files. On S3 a GET's first byte takes ~20-50 ms and
-#: 1 MiB ~10 ms more: a random read costs about one round trip whatever the block size below that, a sequential
-#: one gets ~20 MB/s per stream; larger blocks would only add transfer waste.
+#: Bytes per ranged GET of a remote run's flat and Megatron files: on S3 a GET's first byte takes ~20-50 ms and
+#: 1 MiB ~10 ms more, so a random read costs one round trip and a sequential one gets ~20 MB/s per stream.
 REMOTE_BLOCK_BYTES = 1 << 20
-#: The most bytes of blocks one process holds per dataset: the index blocks every random read touches stay in,
-#: beside the current block of each sequentially read file.
+#: Bytes of blocks one process holds per dataset: the index blocks every random read touches stay in.
 REMOTE_CACHE_BYTES = 32 << 20
 #: The label of a token that does not count toward the loss: torch's ``cross_entropy`` ignores it, as TRL does.
 IGNORE_INDEX = -100
@@ -101,8 +98,7 @@ class _BlockCache:
 
 
 class _RemoteValues:
-    """``count`` values of ``dtype`` at byte ``offset`` of a store's object, read through a :class:`_BlockCache`
-    when indexed: what a memory map is for a local file."""
+    """``count`` values of ``dtype`` at byte ``offset`` of a store's object, read by blocks: a memory map's stand-in."""
 
     def __init__(self, cache: _BlockCache, url: str, dtype: np.dtype[Any], offset: int, count: int) -> None:
         self.cache, self.url, self.dtype, self.offset, self.count = cache, url, dtype, offset, count
@@ -416,15 +412,13 @@ class TokenBlocks(_ManifestDataset):
         manifest: as :class:`TokenizedDocuments` takes it.
         block_size: tokens per block.
         loss_masks: return each block's loss masks and labels beside its ids (a run that wrote masks).
-        storage_options: for a run on object storage, the jobs' ``--storage-options`` (see
-            :class:`TokenizedDocuments`).
+        storage_options: as :class:`TokenizedDocuments` takes them.
 
     Raises:
         ValueError: the run is not in the flat format (``pretokenize --format flat``), wrote no loss masks and
             ``loss_masks`` is set, or ``block_size`` is below 1.
         FileNotFoundError: no finished run there.
-        StorageError: the store refused, or failed for longer than the retry deadline (as
-            :class:`TokenizedDocuments`).
+        StorageError: as :class:`TokenizedDocuments`.
 
     Example:
         ```python
