@@ -139,8 +139,8 @@ class ShardedJob(Generic[S]):
             )
 
     def pending(self) -> list[WorkUnit]:
-        """This worker's units not done. Every record is checked first, whoever made it: a run made differently
-        stops now, not after hours."""
+        """This worker's units not done. Every record in the folder is checked first, whoever made it, so that a
+        run made differently stops now rather than after hours of work."""
         listing = self.folder.listing()
         self.refuse_foreign(listing)
         done = {unit.name for unit in self.units if self.done_record(unit, listing) is not None}

@@ -35,7 +35,7 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-#: How progress is shown: ``auto`` (a bar on a terminal with tqdm installed, else log lines), ``bar``, ``log``, ``none``
+#: How progress is shown: ``auto`` (a bar on a terminal with tqdm, else log lines), ``bar``, ``log`` or ``none``.
 PROGRESS_MODES = ("auto", "bar", "log", "none")
 
 

@@ -291,9 +291,8 @@ def _remove_orphan_spools() -> None:
 
 
 def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
-    """S3, unless ``--storage-options`` says otherwise: a connection attempt gives up after 10 s and botocore
-    tries a request once (s3fs still retries within ~2 s), so the job's own retry, which says so, runs instead
-    of botocore backing off silently for up to a minute."""
+    """S3, unless ``--storage-options`` says otherwise: connecting gives up after 10 s and botocore tries once (s3fs
+    still retries within ~2 s), so the job's own retry, which says so, runs instead of a silent minute of backoff."""
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", 10)
@@ -391,6 +390,7 @@ class Folder:
         raise NotImplementedError
 
     def read_bytes(self, name: str) -> bytes:
+        """The content of ``name``; FileNotFoundError when it does not exist."""
         raise NotImplementedError
 
     def write_bytes(self, name: str, data: bytes) -> None:
@@ -398,8 +398,7 @@ class Folder:
             stream.write(data)
 
     def writer(self, name: str) -> Any:
-        """A context manager's binary stream whose content appears at ``name`` whole if the block ends without an
-        error, else not at all."""
+        """A context manager: a binary stream whose content appears at ``name`` whole, or not at all on an error."""
         raise NotImplementedError
 
     def fetch(self, name: str, target: Path) -> Path:
@@ -407,6 +406,7 @@ class Folder:
         raise NotImplementedError
 
     def remove(self, name: str) -> None:
+        """Remove ``name`` (nothing when it does not exist)."""
         raise NotImplementedError
 
     def remove_partial(self, names: list[str]) -> None:
@@ -559,9 +559,8 @@ class ObjectFolder(Folder):
 
 
 def fetch_tokenizer(url: str, storage: Storage | None = None) -> str:
-    """A tokenizer under an object-store URL (a prefix, or one ``tokenizer.json``) downloaded into a private local
-    directory (mode 0700, removed at exit), whose path it returns. Options from ``storage``, else
-    ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
+    """The local copy (mode 0700, removed at exit) of a tokenizer under an object-store URL: a prefix, or one
+    ``tokenizer.json``. Options from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
     if storage is None:
         storage = Storage(storage_options_from_json(os.environ.get(STORAGE_OPTIONS_ENV)))
     folder = storage.folder(url)

@@ -81,10 +81,9 @@ RETRY_ATTEMPTS = 1 << 30
 
 
 class ServiceEncoder:
-    """Ids from the service (:meth:`AsyncTokenizerClient.encode_ragged`: flat ids plus lengths), over every URL
-    with failover, pinned to the fingerprint seen first (a redeployment mid-run stops the run). A failing request
-    is retried until ``retry_deadline`` seconds after its first try, said as it goes; a URL that has never
-    answered fails at once."""
+    """Ids from the service (flat ids plus lengths), over every URL with failover, pinned to the fingerprint seen
+    first (a redeployment mid-run stops the run). A failing request is retried until ``retry_deadline`` seconds
+    after its first try, said as it goes; a URL that has never answered fails at once."""
 
     def __init__(
         self,

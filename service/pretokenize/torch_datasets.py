@@ -29,7 +29,7 @@ _CACHED_ROW_GROUPS = 4
 #: Remote Parquet shards kept open per process (each holds the storage layer's read-ahead buffer, 4 MiB).
 _OPEN_REMOTE_PARQUET = 4
 #: Bytes per ranged GET of a remote run's flat and Megatron files: on S3 a GET's first byte takes ~20-50 ms and
-#: 1 MiB ~10 ms more, so a random read costs one round trip and a sequential one gets ~20 MB/s per stream.
+#: 1 MiB ~10 ms more, so a random read costs a round trip at any size up to this, a sequential one ~20 MB/s.
 REMOTE_BLOCK_BYTES = 1 << 20
 #: Bytes of blocks one process holds per dataset: the index blocks every random read touches stay in.
 REMOTE_CACHE_BYTES = 32 << 20
