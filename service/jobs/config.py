@@ -121,6 +121,9 @@ class JobConfig:
     def storage(self, log: Log | None = None) -> Storage:
         return Storage(dict(self.storage_options), self.retry_deadline, log)
 
+    def check_installed(self) -> None:
+        """A CorpusError naming the extra of a package the job needs and lacks: before any work (or sidecar)."""
+
     def outputs(self) -> dict[str, str]:
         """Where the job writes, by flag: checked before any work, and never read back as inputs."""
         return {"--out": self.out_location}

@@ -27,6 +27,9 @@ Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (p
 --append-eos); with --messages-field, conversations: apply_chat_template's ids, and loss masks beside them.
 """
 
+#: The job's configuration: every flag is one of its fields (:func:`service.jobs.flags.add_flags`).
+CONFIG = PretokenizeConfig
+
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = ArgumentParser(
@@ -98,7 +101,7 @@ HELPS = {
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:
-    config = jobcli.parse(build_parser(prog), argv, PretokenizeConfig)
+    config = jobcli.parse(build_parser(prog), argv, CONFIG)
     from ..client import TokenizerServiceError  # numpy and the async client: after argument checks
     from .runner import describe_summary, pretokenize
 
