@@ -47,9 +47,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseException], ...] = ()) -> tuple[int, Any]:
-    """Run ``job()`` as a command does: ``(exit status, its result or None)``. A :class:`JobError` (or one of
-    ``failures``, or an OSError/ValueError) is one line on stderr and status 1; :class:`UnitsMissing` is
-    status 3 (worker 0 stopped waiting; a rerun finishes); Ctrl-C or SIGTERM is 130, done units kept."""
+    """Run ``job()`` as a command does: ``(exit status, its result or None)``. A :class:`JobError`, one of
+    ``failures``, an OSError or ValueError is a line on stderr and 1; :class:`UnitsMissing` 3; Ctrl-C or SIGTERM 130."""
     interrupt_on_sigterm()
     failed: tuple[type[BaseException], ...] = (JobError, OSError, ValueError, *failures)
     try:

@@ -211,9 +211,8 @@ class ShardedJob(Generic[S]):
 
 class BaseStep(Generic[S, R]):
     """A job but how its units are processed. ``settings``: all besides a unit's input that decides its outputs
-    (recorded; another run's are refused); ``stats_type``: the dataclass of a unit's statistics; ``conflict_hint``,
-    ``missing_hint``: what to do about a conflict, or when worker 0 gives up waiting; ``name``,
-    ``progress_prefix`` (default ``name``) and ``counted``: how its log lines read."""
+    (recorded; another run's are refused); ``stats_type``: a unit's statistics; ``conflict_hint``, ``missing_hint``:
+    what to do about a conflict, or when worker 0 gives up; ``name``, ``progress_prefix``, ``counted``: log words."""
 
     name: str
     stats_type: type[S]
@@ -273,9 +272,8 @@ def run_worker(
     work: bool = True,
     finish: bool | None = None,
 ) -> WorkerReport[S, R]:
-    """Run this worker's part of ``step`` over ``units`` in ``folder``; worker 0 (or any, with ``finish``) then
-    waits at most ``config.wait_seconds`` without progress (else :class:`UnitsMissing`) and finalizes.
-    ``work=False``: only finish (another run processed the units)."""
+    """Run this worker's part of ``step``; worker 0 (or any, with ``finish``) then waits at most ``wait_seconds``
+    without progress (else :class:`UnitsMissing`) and finalizes. ``work=False``: only finish."""
     run = _WorkerRun(step, folder, units, worker, config, log, work)
     if run.todo:
         with closing(run.progress()) as progress:

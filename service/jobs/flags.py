@@ -20,10 +20,9 @@ Layout = Sequence[tuple[str | None, str | None, Sequence[str]]]
 @dataclass(frozen=True)
 class Flag:
     """How a config field is a flag. ``name``: ``--field-name`` unless given, ``""`` for the positional argument;
-    ``parse``: the argparse type of one value; ``action``: ``"store_true"``, ``"store_false"`` (a ``--no-...``
-    flag) or ``"append"``; ``convert``: the parsed value to the field's (a list to a tuple); ``shown``: how the
-    help shows the default; ``default_text``: the help's words for a default that is not a value; ``env``: an
-    environment variable the default is read from (parsed as the flag is)."""
+    ``parse``: the argparse type of one value; ``convert``: the parsed value to the field's (a list to a tuple);
+    ``shown``: how the help shows the default; ``default_text``: the help's words for a default that is not a
+    value; ``env``: an environment variable the default is read from (parsed as the flag is)."""
 
     help: str
     name: str | None = None

@@ -204,9 +204,8 @@ class Storage:
         return fs, str(path)
 
     def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
-        """``action()``, retried with backoff while it fails transiently, until ``retry_deadline`` seconds after
-        its first failure; ``what`` names the URL. A missing object is a FileNotFoundError (``writing``: a
-        StorageError); a refusal or the deadline, a StorageError."""
+        """``action()`` on the URL ``what``, retried with backoff while it fails transiently, until ``retry_deadline``
+        s after its first failure; then a StorageError, or FileNotFoundError for a missing object unless ``writing``."""
         first_failure: float | None = None
         last_line = 0.0
         attempt = 0
