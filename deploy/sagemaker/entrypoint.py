@@ -79,6 +79,7 @@ def preflight(command: str, job_args: Sequence[str]) -> str:
     before the sidecar starts: it takes a while to load, and each host would start one for nothing."""
     from service.cli import COMMANDS
     from service.jobs import cli as jobcli
+    from service.jobs import resolve_worker
 
     module_name, _, extra = COMMANDS[command]
     try:
@@ -87,7 +88,7 @@ def preflight(command: str, job_args: Sequence[str]) -> str:
         raise SystemExit(f"sagemaker: {command} needs pip install 'tokenizer-service[{extra}]' ({exc})") from None
     config = jobcli.parse(job.build_parser(f"tokenizer-service {command}"), job_args, job.CONFIG)
     config.check_installed()
-    return str(config.worker().describe())
+    return resolve_worker(config.shard_index, config.num_shards, config.environ).describe()
 
 
 def job_environment() -> dict[str, str]:

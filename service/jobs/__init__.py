@@ -1,14 +1,7 @@
-"""Offline jobs sharded across workers: the one executor every job runs on, its storage (local or object
-stores), which units a worker takes, progress, the command-line skeleton -- and the corpus they walk: inputs,
-work units, documents.
-
-Shared by ``tokenizer-service pretokenize`` (client side) and ``train`` (server side), so that both read, split,
-record, refuse and wait the same way; it imports the standard library only (fsspec for URLs, pyarrow for
-Parquet, when asked). The corpus is read here, not in a package of its own: the executor plans in units and
-records what each was made from, and reading goes through ``storage`` -- two packages would import each other.
-A job: ``files, units, worker = config.plan(config.storage(log))``, then :func:`run_worker` over its
-:class:`Step` (see :mod:`.executor`). Units do not depend on the number of workers, so N workers produce the
-same outputs as one.
+"""Offline jobs sharded across workers (``pretokenize``, ``train``): the one executor they run on (:mod:`.executor`),
+storage, worker index, progress, the command-line skeleton, and the corpus they walk (inputs, work units,
+documents). The corpus lives here because the executor plans in units and reading goes through ``storage``.
+Standard library only (fsspec for URLs, pyarrow for Parquet, when asked); see docs/guides/pretokenize.md.
 """
 
 from .config import JobConfig

@@ -1,6 +1,5 @@
-"""The command-line skeleton every sharded job shares (``pretokenize``, ``train``): its config read from the
-flags its dataclass declares (:mod:`.flags`; :class:`~.config.JobConfig`'s are every job's), and one way to run
-a job and turn its outcome into an exit status, so that the jobs read their flags and fail the same way."""
+"""The command-line skeleton every sharded job shares (``pretokenize``, ``train``): the config read from the flags
+its dataclass declares (:mod:`.flags`), and one way to run a job and turn its outcome into an exit status."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from .workers import SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV, SAGEMAKER_
 
 T = TypeVar("T")
 
-#: Exit statuses of every job: 0 done, 1 failed, 2 wrong arguments (argparse), 3 worker 0 stopped waiting for
-#: units that are not done, 130 interrupted.
+#: Exit statuses of every job: 0 done, 1 failed, 2 wrong arguments, 3 worker 0 stopped waiting, 130 interrupted.
 EXIT_FAILED, EXIT_INCOMPLETE = 1, 3
 
 WORKER_SOURCES = (
@@ -31,8 +29,7 @@ WORKER_SOURCES = (
 
 
 def parse(parser: argparse.ArgumentParser, argv: Any, config_type: type[T]) -> T:
-    """The job's config from the command line (its flags built by :func:`.flags.add_flags`); a config the
-    job refuses (ValueError) is a usage error (2)."""
+    """The job's config from the command line; a config the job refuses (ValueError) is a usage error (2)."""
     args = parser.parse_args(argv)
     try:
         return config_type(**config_values(config_type, args))
@@ -41,8 +38,7 @@ def parse(parser: argparse.ArgumentParser, argv: Any, config_type: type[T]) -> T
 
 
 def interrupt_on_sigterm() -> None:
-    """Make SIGTERM (a pod or a job being stopped) unwind like Ctrl-C, so that the output being written
-    leaves no temporary file behind. Done units stay done."""
+    """SIGTERM (a pod or a job stopped) unwinds like Ctrl-C: the output being written leaves no temporary file."""
     signal.signal(signal.SIGTERM, _interrupt)
 
 
@@ -51,9 +47,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 
 def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseException], ...] = ()) -> tuple[int, Any]:
-    """Run ``job()`` as a command does: ``(exit status, its result or None)``. A :class:`JobError` (or one of
-    ``failures``, or an OSError/ValueError) is one line on stderr and status 1; :class:`UnitsMissing` is
-    status 3 (worker 0 stopped waiting; a rerun finishes); Ctrl-C or SIGTERM is 130, done units kept."""
+    """Run ``job()`` as a command does: ``(exit status, its result or None)``. A :class:`JobError`, one of
+    ``failures``, an OSError or ValueError is a line on stderr and 1; :class:`UnitsMissing` 3; Ctrl-C or SIGTERM 130."""
     interrupt_on_sigterm()
     failed: tuple[type[BaseException], ...] = (JobError, OSError, ValueError, *failures)
     try:

@@ -25,8 +25,7 @@ def _storage_options(text: str) -> dict[str, Any]:
 
 @dataclass(frozen=True, kw_only=True)
 class JobConfig:
-    """The fields every sharded job over a corpus shares, each a flag of every job (:mod:`.flags`) whose help
-    says what it means."""
+    """The fields every sharded job over a corpus shares, each a flag (:mod:`.flags`) whose help says what it means."""
 
     inputs: tuple[str, ...] = field(
         metadata=flag(
@@ -122,14 +121,15 @@ class JobConfig:
     def storage(self, log: Log | None = None) -> Storage:
         return Storage(dict(self.storage_options), self.retry_deadline, log)
 
+    def check_installed(self) -> None:
+        """A CorpusError naming the extra of a package the job needs and lacks: before any work (or sidecar)."""
+
     def outputs(self) -> dict[str, str]:
-        """Where the job writes, by the flag that names it: checked before any work (:meth:`plan`), and never
-        read back as inputs."""
+        """Where the job writes, by flag: checked before any work, and never read back as inputs."""
         return {"--out": self.out_location}
 
     def plan(self, storage: Storage) -> tuple[list[InputFile], list[WorkUnit], Worker]:
-        """The inputs, their units (the same on every worker) and this worker (:func:`~.workers.resolve_worker`);
-        refused before any work, as are output folders that cannot be ones (:meth:`outputs`)."""
+        """The inputs, their units (the same on every worker) and this worker; any refusal comes before any work."""
         outputs = self.outputs()
         for flag_name, location in outputs.items():
             check_output_folder(flag_name, location)

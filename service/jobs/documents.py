@@ -1,22 +1,14 @@
-"""Documents out of a work unit, streamed: one line or one row at a time, never a whole file in memory.
-
-- ``.txt`` (and ``.txt.gz``): every line is a document, without its line break; empty lines are empty documents.
-- ``.jsonl`` (and ``.jsonl.gz``): every non-blank line is a JSON object whose ``text_field`` is a string
-  (``keep_fields`` carried along, missing ones as None). A bare JSON string is a bad record whose message gives the
-  fix, as datasets' and datatrove's JSON readers refuse it too.
-- ``.parquet``: every row of the unit's row groups; ``text_field`` must be a string column.
-
-With ``messages_field``, a record's document is the conversation that field holds: a non-empty list of message
-objects, each with a string ``role``. A UTF-8 byte order mark does not belong to the first document. JSON is
-parsed by the standard library only, so what a record holds never depends on the optional packages installed.
-
-A record that cannot be a document (malformed JSON, not UTF-8, no text field, a line over ``max_record_bytes``...)
-raises :class:`BadRecord` naming ``path:line`` (``path row N`` for Parquet), or with ``on_bad_record="skip"`` is
-counted in :attr:`DocumentReader.skipped` (the first few in :attr:`DocumentReader.skipped_examples`).
+"""Documents out of a work unit, streamed one line or row at a time: each line of a text file (without its line
+break, empty ones too), each non-blank line of JSON Lines (an object whose ``text_field`` is a string; missing
+``keep_fields`` are None), each row of a unit's Parquet row groups (``text_field`` a string column); gzip files
+decompressed as read. With ``messages_field``, the conversation that field holds. A UTF-8 BOM is not part of the
+first document; JSON is parsed by the standard library only. A record that cannot be a document is a
+:class:`BadRecord`, or with ``on_bad_record="skip"`` is counted (docs/guides/pretokenize.md, "Bad input").
 """
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import json
 from collections.abc import Iterator, Sequence
@@ -41,10 +33,9 @@ _PARQUET_BATCH_ROWS = 1024
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One document. ``position`` locates it in its file: the byte offset where its line starts (in the
-    decompressed stream for gzip files), or its row number in a Parquet file. ``fields`` holds the kept
-    fields, in the order asked for (empty when none were asked for). ``conversation``: with a messages field,
-    the document's messages (its ``text`` is then empty)."""
+    """One document. ``position``: the byte offset where its line starts (in the decompressed stream for gzip),
+    or its Parquet row number; ``fields``: the kept fields, in the order asked for; ``conversation``: with a
+    messages field, its messages (``text`` is then empty)."""
 
     text: str
     position: int
@@ -60,8 +51,7 @@ class Document:
 
 
 class DocumentReader:
-    """Iterate the documents of one :class:`WorkUnit` (see the module docstring); ``consumed``: how much of its
-    ``weight`` has been read."""
+    """Iterate the documents of one :class:`WorkUnit`; ``consumed``: how much of its ``weight`` has been read."""
 
     def __init__(
         self,
@@ -97,31 +87,24 @@ class DocumentReader:
         self._examples: list[tuple[int, str]] = []  # (position, reason): the first few by position
         self.field_types: dict[str, Any] = {}  # Parquet: the arrow type of each kept field
 
-    # -- bad records ------------------------------------------------------------------------------------
     def locate(self, position: int) -> str:
-        """``path:line`` (text formats) or ``path row N`` (Parquet) of the record at ``position``."""
         if self.unit.file.format == "parquet":
             return f"{self.path} row {position}"
         return f"{self.path}:{line_number(self._open(), position)}"
 
     def reject(self, position: int, reason: str) -> None:
-        """The record at ``position`` is bad: raise :class:`BadRecord`, or count it when skipping. Records may be
-        rejected in any order (after reading further); the examples kept are the first ones in the file."""
+        """Raise :class:`BadRecord` for the record at ``position``, or count it (any order: examples are sorted)."""
         if self.on_bad_record == "error":
             raise BadRecord(self.locate(position), reason)
         self.skipped += 1
-        examples = self._examples
-        if len(examples) < SKIPPED_EXAMPLES or position < examples[-1][0]:
-            examples.append((position, reason))
-            examples.sort()
-            del examples[SKIPPED_EXAMPLES:]
+        bisect.insort(self._examples, (position, reason))
+        del self._examples[SKIPPED_EXAMPLES:]
 
     @property
     def skipped_examples(self) -> list[str]:
-        """The first few skipped records (by position in the file), as ``path:line: reason``."""
+        """The first few skipped records in the file, as ``path:line: reason``."""
         return [f"{self.locate(position)}: {reason}" for position, reason in self._examples]
 
-    # -- reading ----------------------------------------------------------------------------------------
     def __iter__(self) -> Iterator[Document]:
         file_format = self.unit.file.format
         if file_format == "parquet":
@@ -129,7 +112,6 @@ class DocumentReader:
         return self._lines(json_lines=file_format.startswith("jsonl"))
 
     def _open(self) -> IO[bytes]:
-        """The unit's file as a stream (decompressed as it is read, for gzip): a local file, or ranged GETs."""
         stream = self.storage.open_input(self.path)
         if self.unit.file.format.endswith(".gz"):
             decompressed = gzip.GzipFile(fileobj=stream, mode="rb")
@@ -208,7 +190,6 @@ class DocumentReader:
         return Document(text, position, fields)
 
     def _conversation(self, value: Any, position: int, fields: tuple[Any, ...]) -> Document | None:
-        """A document holding the conversation ``value`` of the messages field, or None (rejected)."""
         problem = conversation_problem(value)
         if problem is not None:
             self.reject(position, f"field {self.text_field!r} {problem}")
@@ -277,7 +258,6 @@ def conversation_problem(value: Any) -> str | None:
 
 
 def _chars(value: Any) -> int:
-    """Characters of the strings in a message's value (content as a string, or a list of parts)."""
     if isinstance(value, str):
         return len(value)
     if isinstance(value, list):
@@ -300,7 +280,7 @@ def _json_type(value: Any) -> str:
 
 
 def _skip_line(stream: IO[bytes]) -> int:
-    """Read up to and including the next newline (or the end) in bounded chunks; the bytes read."""
+    """Skip past the next newline (or to the end) in bounded chunks; the bytes skipped."""
     skipped = 0
     while True:
         chunk = stream.readline(_READ_CHUNK)
@@ -310,8 +290,7 @@ def _skip_line(stream: IO[bytes]) -> int:
 
 
 def line_number(stream: IO[bytes], position: int) -> int:
-    """The 1-based number of the line starting at byte ``position`` of ``stream``, counted in bounded chunks (for
-    messages only: it rereads the file's head)."""
+    """The 1-based number of the line starting at byte ``position`` (for messages: it rereads the file's head)."""
     newlines = 0
     with stream:
         remaining = position

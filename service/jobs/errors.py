@@ -13,8 +13,7 @@ class CorpusError(JobError):
 
 
 class BadRecord(CorpusError):
-    """One record cannot be read as a document. ``where`` names it (``path:line``, or ``path row N`` for
-    Parquet), ``reason`` says what is wrong with it."""
+    """One record cannot be a document: ``where`` names it (``path:line``, ``path row N``), ``reason`` says why."""
 
     def __init__(self, where: str, reason: str) -> None:
         super().__init__(f"{where}: {reason}")
@@ -26,8 +25,7 @@ class BadRecord(CorpusError):
 
 
 class OutputConflict(JobError):
-    """The work folder holds outputs of another run (another tokenizer, other settings, other inputs); the
-    message names one."""
+    """The work folder holds another run's outputs (tokenizer, settings or inputs); the message names one."""
 
 
 class UnitsMissing(JobError):

@@ -1,17 +1,9 @@
-"""One executor for every sharded job over a corpus: this worker's units, their completion records, refusal of
-another run's outputs, progress, and worker 0's wait for every unit.
-
-As in datatrove, whose executor knows only ``rank`` and ``world_size`` and owns the per-rank loop (skip what is
-done, run, stats, mark complete), a job is a :class:`Step` (or :class:`AsyncStep`): its ``settings``, a unit's
-``outputs``, ``process`` this worker's units, ``finalize`` from every unit's record. :func:`run_worker` (or
-:func:`arun_worker`) does the rest: this worker's units not done (every record in the folder checked first),
-each cleared of what an interrupted attempt left, processed, and committed by its ``.done`` record, written
-last; then, on worker 0, every unit's record, waited for and checked, goes to ``finalize``.
-
-A unit is done when its ``<unit>.done`` record exists and every output it lists is in the folder with the size
-it records: readers trust only what a record lists. A record made with other settings, from another input, or of
-a unit this run's plan does not have is an :class:`~.errors.OutputConflict` -- never mixed, never silently
-overwritten. Outputs do not depend on the number of workers, so N workers leave the same folder as one.
+"""One executor for every sharded job over a corpus, owning the per-worker loop as datatrove's does: a job is a
+:class:`Step` (``settings``, a unit's ``outputs``, ``process``, ``finalize``); :func:`run_worker` takes this
+worker's units not done (every record in the folder checked first), clears, processes and commits each by its
+``.done`` record, written last; worker 0 then waits for every unit and finalizes. A unit is done when its record
+exists and every output it lists has the size it records; a record made with other settings, from another input,
+or of a unit outside this run's plan is an :class:`~.errors.OutputConflict`, never mixed nor overwritten.
 """
 
 from __future__ import annotations
@@ -50,8 +42,7 @@ class OutputFile:
 
 @dataclass(frozen=True)
 class DoneRecord(Generic[S]):
-    """The ``.done`` record of a unit: what it was made from (``unit``), how (``settings``), what it holds
-    (``files`` with their sizes) and the step's statistics (``stats``, a dataclass of the step's)."""
+    """A unit's ``.done`` record: its ``unit``, ``settings``, output ``files`` with their sizes, and ``stats``."""
 
     name: str
     unit: dict[str, object]
@@ -84,8 +75,7 @@ class DoneRecord(Generic[S]):
 
 @dataclass(kw_only=True, eq=False)
 class ShardedJob(Generic[S]):
-    """A step's units in one work folder: ``outputs``, ``settings`` and ``conflict_hint`` as :class:`BaseStep`
-    declares them (see the module docstring)."""
+    """A step's units in one work folder (``outputs``, ``settings``, ``conflict_hint``: as :class:`BaseStep`'s)."""
 
     step: str
     folder: Folder
@@ -108,20 +98,22 @@ class ShardedJob(Generic[S]):
         return unit.name + DONE_SUFFIX
 
     def mine(self) -> list[WorkUnit]:
-        """This worker's units: ``units[index::count]`` (all of them without a worker)."""
+        """``units[index::count]`` (all of them without a worker)."""
         return self.worker.take(self.units) if self.worker is not None else list(self.units)
 
-    # -- records ------------------------------------------------------------------------------------------
-    def read_record(self, unit: WorkUnit) -> DoneRecord[S] | None:
+    def done_record(self, unit: WorkUnit, listing: dict[str, int]) -> DoneRecord[S] | None:
+        """The unit's record if the unit is done and whole (:meth:`check`), else None."""
+        if self.record_name(unit) not in listing:
+            return None
         try:
-            data = self.folder.read_bytes(self.record_name(unit))
+            record = DoneRecord.from_json(self.folder.read_bytes(self.record_name(unit)), self.stats_type)
         except FileNotFoundError:
             return None
-        return DoneRecord.from_json(data, self.stats_type)
+        return record if record is not None and self.check(record, unit, listing) else None
 
     def check(self, record: DoneRecord[S], unit: WorkUnit, listing: dict[str, int]) -> bool:
-        """True when every output ``record`` lists is in the folder with its size, False when the unit must be
-        redone; an :class:`OutputConflict` when it was made with other settings or from another input."""
+        """Whether every output ``record`` lists is in the folder with its size (else the unit is redone); an
+        :class:`OutputConflict` when it was made with other settings or from another input."""
         where = self.folder.url()
         if record.settings != self.settings:
             raise OutputConflict(
@@ -146,28 +138,21 @@ class ShardedJob(Generic[S]):
                 f"another --unit-bytes): {self.conflict_hint}"
             )
 
-    # -- this worker's units --------------------------------------------------------------------------------
     def pending(self) -> list[WorkUnit]:
-        """This worker's units that are not done. Every record in the folder is checked first, whoever made
-        it, so that a run made differently stops now rather than after hours of work."""
+        """This worker's units not done. Every record in the folder is checked first, whoever made it, so that a
+        run made differently stops now rather than after hours of work."""
         listing = self.folder.listing()
         self.refuse_foreign(listing)
-        done = set()
-        for unit in self.units:
-            if self.record_name(unit) in listing and (record := self.read_record(unit)) is not None:
-                if self.check(record, unit, listing):
-                    done.add(unit.name)
+        done = {unit.name for unit in self.units if self.done_record(unit, listing) is not None}
         return [unit for unit in self.mine() if unit.name not in done]
 
     def clear(self, unit: WorkUnit) -> None:
-        """Remove the unit's record (first: it must never vouch for what is rewritten) and whatever an
-        interrupted attempt left of its outputs."""
+        """Remove the unit's record (first: it must never vouch for what is rewritten), then its outputs' remains."""
         self.folder.remove(self.record_name(unit))
         self.folder.remove_partial(self.outputs(unit))
 
     def commit(self, unit: WorkUnit, stats: S) -> DoneRecord[S]:
-        """Mark ``unit`` done: its record (the outputs with their sizes as the folder holds them, the
-        settings, ``stats``), written last. Call it once every output of the unit is in place."""
+        """Mark ``unit`` done, once every output is in place: write its record."""
         files = []
         for name in self.outputs(unit):
             size = self.folder.size(name)
@@ -179,13 +164,11 @@ class ShardedJob(Generic[S]):
         self.committed.append(record)
         return record
 
-    # -- worker 0 -----------------------------------------------------------------------------------------
     def wait_for_all(
         self, *, stall_timeout: float, poll: float = WAIT_POLL_SECONDS, missing_hint: str = ""
     ) -> list[DoneRecord[S]]:
-        """Every unit's record, in unit order, once all are done and whole. Waits as long as some unit gets
-        done at least every ``stall_timeout`` seconds, saying so when a unit gets done (and once a minute);
-        then raises :class:`UnitsMissing` naming the units still missing and their workers."""
+        """Every unit's record, in unit order, once all are done and whole. Waits while some unit gets done at
+        least every ``stall_timeout`` seconds, saying so (and once a minute), then raises :class:`UnitsMissing`."""
         started = last_progress = self.clock()
         last_line = float("-inf")
         last_done = -1
@@ -207,21 +190,15 @@ class ShardedJob(Generic[S]):
                 )
             last_done = done
             self.sleep(max(0.05, min(poll, stall_timeout - (now - last_progress))))
-        records: list[DoneRecord[S]] = []
-        missing = []
-        for unit in self.units:
-            record = self.read_record(unit) if self.record_name(unit) in listing else None
-            if record is None or not self.check(record, unit, listing):
-                missing.append(unit)
-            else:
-                records.append(record)
+        records = [self.done_record(unit, listing) for unit in self.units]
+        missing = [unit for unit, record in zip(self.units, records, strict=True) if record is None]
         if missing:
             raise UnitsMissing(
                 f"{self.step}: {len(missing)} of {total} units are not done after waiting {duration(stall_timeout)} "
                 f"without progress: {self._names(missing)}. {missing_hint}".rstrip(),
                 [unit.name for unit in missing],
             )
-        return records
+        return [record for record in records if record is not None]
 
     def _names(self, missing: Sequence[WorkUnit]) -> str:
         order = {unit.name: index for index, unit in enumerate(self.units)}
@@ -233,11 +210,9 @@ class ShardedJob(Generic[S]):
 
 
 class BaseStep(Generic[S, R]):
-    """What :class:`Step` and :class:`AsyncStep` share: everything about a job but how its units are processed.
-    ``settings``: everything besides a unit's input that decides its outputs (recorded; another run's are
-    refused); ``stats_type``: the dataclass of a unit's statistics in its record; ``conflict_hint`` and
-    ``missing_hint``: what to do about a conflict, what worker 0 says when it gives up waiting; ``name``,
-    ``progress_prefix`` (default ``name``) and ``counted``: how its log lines and progress read."""
+    """A job but how its units are processed. ``settings``: all besides a unit's input that decides its outputs
+    (recorded; another run's are refused); ``stats_type``: a unit's statistics; ``conflict_hint``, ``missing_hint``:
+    what to do about a conflict, or when worker 0 gives up; ``name``, ``progress_prefix``, ``counted``: log words."""
 
     name: str
     stats_type: type[S]
@@ -248,26 +223,23 @@ class BaseStep(Generic[S, R]):
     counted: str = "tokens"
 
     def outputs(self, unit: WorkUnit) -> list[str]:
-        """The names of ``unit``'s output files in the work folder."""
         raise NotImplementedError
 
     def finalize(self, job: ShardedJob[S], records: list[DoneRecord[S]], waited: float) -> R:
-        """Worker 0, once every unit is done: finish the job from every unit's record (in unit order);
-        ``waited``: the seconds spent waiting for them."""
+        """Worker 0, once every unit is done: finish the job from the records (in unit order); ``waited``: seconds."""
         raise NotImplementedError
 
 
 class Step(BaseStep[S, R]):
-    """A job whose work is synchronous; run by :func:`run_worker`."""
+    """A job whose work is synchronous, run by :func:`run_worker`."""
 
     def process(self, units: list[WorkUnit], job: ShardedJob[S], progress: Progress) -> None:
-        """Write each of ``units`` (this worker's, not done, cleared) into ``job.folder`` and
-        ``job.commit(unit, stats)`` it once its outputs are whole, advancing ``progress``."""
+        """Write each of ``units`` (not done, cleared) into ``job.folder`` and ``job.commit(unit, stats)`` it."""
         raise NotImplementedError
 
 
 class AsyncStep(BaseStep[S, R]):
-    """A job whose work is a coroutine (requests in flight); run by :func:`arun_worker`."""
+    """A job whose work is a coroutine (requests in flight), run by :func:`arun_worker`."""
 
     async def process(self, units: list[WorkUnit], job: ShardedJob[S], progress: Progress) -> None:
         raise NotImplementedError
@@ -300,9 +272,8 @@ def run_worker(
     work: bool = True,
     finish: bool | None = None,
 ) -> WorkerReport[S, R]:
-    """Run this worker's part of ``step`` over ``units`` in ``folder`` (see the module docstring); worker 0, or
-    any with ``finish``, then waits ``config.wait_seconds`` without progress at most (else :class:`UnitsMissing`)
-    and finalizes. ``work=False``: only finish (another run processed the units)."""
+    """Run this worker's part of ``step``; worker 0 (or any, with ``finish``) then waits at most ``wait_seconds``
+    without progress (else :class:`UnitsMissing`) and finalizes. ``work=False``: only finish."""
     run = _WorkerRun(step, folder, units, worker, config, log, work)
     if run.todo:
         with closing(run.progress()) as progress:
@@ -396,8 +367,7 @@ class _WorkerRun(Generic[S, R]):
 
 
 def _made_how(theirs: dict[str, Any], ours: dict[str, Any]) -> str:
-    """How a record's settings differ from this run's, in words: a record whose tokenizer fingerprint is of an
-    earlier scheme (made before fingerprints covered chat templates) cannot be compared, and says so."""
+    """How a record's settings differ from this run's, in words (a fingerprint of an earlier scheme says so)."""
     scheme = "fingerprint_scheme"
     other_scheme = theirs.get(scheme) != ours.get(scheme) and theirs.get("tokenizer") != ours.get("tokenizer")
     if scheme in ours and other_scheme:

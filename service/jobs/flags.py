@@ -1,9 +1,6 @@
-"""A job's command-line flags, derived from its config dataclass, as ``serve``'s are from its ``Settings``.
-
-Each config field that is a flag says so beside its default: ``field(default=8, metadata=flag("requests in
-flight", metavar="N"))``. The flag's name, type, choices, default and the "(default ...)" of its help are read
-from that declaration; a command only places each flag in a help section (:func:`add_flags`) and reads the config
-back (:func:`config_values`). So a default is written once, and the help cannot show another.
+"""A job's command-line flags, derived from its config dataclass as ``serve``'s are from its ``Settings``: a field
+that is a flag says so beside its default (``field(default=8, metadata=flag("requests in flight", metavar="N"))``),
+whence the flag's name, type, choices, default and help; a command places each flag in a help section.
 """
 
 from __future__ import annotations
@@ -22,12 +19,10 @@ Layout = Sequence[tuple[str | None, str | None, Sequence[str]]]
 
 @dataclass(frozen=True)
 class Flag:
-    """How a config field is a flag. ``name``: ``--field-name`` unless given, ``""`` for the positional
-    argument; ``parse``: the argparse type of one value; ``action``: ``"store_true"``, ``"store_false"`` (a
-    ``--no-...`` flag) or ``"append"`` (repeatable); ``convert``: the parsed value to the field's (a list to a
-    tuple); ``shown``: how the help shows the default (default: the value; nothing for None or a switch);
-    ``default_text``: the help's words for a default that is not a value ("the CPUs this process may use");
-    ``env``: an environment variable the flag's default is read from (parsed as the flag is)."""
+    """How a config field is a flag. ``name``: ``--field-name`` unless given, ``""`` for the positional argument;
+    ``parse``: the argparse type of one value; ``convert``: the parsed value to the field's (a list to a tuple);
+    ``shown``: how the help shows the default; ``default_text``: the help's words for a default that is not a
+    value; ``env``: an environment variable the default is read from (parsed as the flag is)."""
 
     help: str
     name: str | None = None
@@ -44,12 +39,11 @@ class Flag:
 
 
 def flag(help: str, **how: Any) -> dict[str, Flag]:
-    """The metadata of a config field that is a flag (see :class:`Flag` for ``how``)."""
+    """The metadata of a config field that is a flag (``how``: :class:`Flag`'s fields)."""
     return {FLAG: Flag(help, **how)}
 
 
 def declared(config_type: type) -> dict[str, Field[Any]]:
-    """The fields of ``config_type`` that are flags, in declaration order."""
     return {f.name: f for f in fields(config_type) if FLAG in f.metadata}
 
 
@@ -64,8 +58,8 @@ def default_of(item: Field[Any]) -> Any:
 def add_flags(
     parser: argparse.ArgumentParser, config_type: type, layout: Layout, helps: Mapping[str, str] | None = None
 ) -> None:
-    """Every flag of ``config_type``, in the sections of ``layout`` (each flag once: a flag left out, or
-    placed twice, is a ValueError); ``helps``: a job's own words for a shared flag (``--out``...)."""
+    """Every flag of ``config_type`` in the sections of ``layout``, each once (else a ValueError); ``helps``: a
+    job's own words for a shared flag (``--out``...)."""
     flags = declared(config_type)
     placed = [name for _, _, names in layout for name in names]
     if sorted(placed) != sorted(flags):
@@ -106,12 +100,12 @@ def _add(group: Any, item: Field[Any], help_text: str | None) -> None:
 
 
 def _shows(default: Any) -> bool:
-    """Whether a default is a value the help shows (not None, a switch's False, nor an empty collection)."""
+    """Neither None, a switch's False, nor an empty collection (0 is shown)."""
     return default is not None and default is not False and (bool(default) or default == 0)
 
 
 def config_values(config_type: type, args: argparse.Namespace) -> dict[str, Any]:
-    """The fields of ``config_type`` from parsed flags: every flag's value, converted to the field's type."""
+    """The fields of ``config_type`` from parsed flags, converted to the fields' types."""
     values = {}
     for name, item in declared(config_type).items():
         value = getattr(args, name)

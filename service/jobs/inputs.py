@@ -12,8 +12,7 @@ from typing import Any
 from .errors import CorpusError
 from .storage import Storage, is_url
 
-#: Supported formats by file suffix. Text and JSON Lines hold one document per line; gzip-compressed files
-#: cannot be split, so each is one unit; Parquet splits by row groups.
+#: Supported formats by file suffix (how each is cut into units: :mod:`.work_units`).
 FORMATS: dict[str, str] = {
     ".jsonl": "jsonl",
     ".jsonl.gz": "jsonl.gz",
@@ -26,19 +25,13 @@ SPLITTABLE = frozenset({"jsonl", "txt"})
 
 
 def format_of(path: str) -> str | None:
-    """The format of ``path`` by its suffix, or None if it is not one we read."""
-    lower = path.lower()
-    for suffix in sorted(FORMATS, key=len, reverse=True):  # .jsonl.gz before .gz-less suffixes
-        if lower.endswith(suffix):
-            return FORMATS[suffix]
-    return None
+    return next((FORMATS[suffix] for suffix in FORMATS if path.lower().endswith(suffix)), None)
 
 
 @dataclass(frozen=True)
 class InputFile:
-    """One input file. ``path`` is an absolute local path or a URL; ``name`` is its path relative to the
-    common directory of all inputs (``/``-separated): the same on every node whatever the mount point or
-    bucket, it names the outputs made from it."""
+    """One input file. ``path``: an absolute local path or a URL; ``name``: its path relative to the common
+    directory of all inputs (``/``-separated), the same on every node whatever the mount point or bucket."""
 
     path: str
     name: str
@@ -52,10 +45,9 @@ class InputFile:
 def find_inputs(
     patterns: Sequence[str], *, exclude: Sequence[str] = (), storage: Storage | None = None
 ) -> list[InputFile]:
-    """Resolve files, directories (every supported file under them), globs (``**`` recurses) and URLs of any of
-    these to input files, without duplicates, sorted by name so that every worker sees the same list; nothing under
-    the ``exclude`` folders (a job's own outputs) is one. A :class:`CorpusError` for a pattern that matches nothing
-    or a file named explicitly (or by a glob) whose format is not supported."""
+    """Files, directories (every supported file under them), globs (``**`` recurses) and URLs of any of these as
+    input files, without duplicates, sorted by name (every worker sees the same list), none under ``exclude`` (a
+    job's outputs). A :class:`CorpusError` for a pattern that matches nothing or a file of no supported format."""
     if not patterns:
         raise CorpusError("no inputs given: name files, directories, globs or URLs")
     storage = storage if storage is not None else Storage()
@@ -83,8 +75,8 @@ def find_inputs(
 
 
 def _key(path: str) -> str:
-    """A path that names ``path`` among all inputs, local or remote: the real path, or ``/<scheme>/<bucket
-    and key>`` for a URL (so that inputs of one bucket share a root, and names never hold a scheme)."""
+    """The real path, or ``/<scheme>/<bucket and key>`` for a URL (inputs of one bucket share a root, and names
+    never hold a scheme)."""
     if is_url(path):
         scheme, rest = path.split("://", 1)
         return posixpath.normpath(f"/{scheme.lower()}/{rest}")
@@ -92,7 +84,6 @@ def _key(path: str) -> str:
 
 
 def _supported(name: str) -> bool:
-    """Whether a directory's file ``name`` is an input: a format we read, not hidden."""
     return format_of(name) is not None and not name.startswith(".")
 
 

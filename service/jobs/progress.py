@@ -1,6 +1,5 @@
-"""Progress of a worker over its units: a bar on a terminal (tqdm, when installed), a log line every few
-seconds otherwise (a batch job's log), with documents/s, tokens/s (or whatever the job counts) and the ETA;
-the peak memory a job reports at its end; and the :data:`Log` the offline jobs report through."""
+"""Progress of a worker over its units (a tqdm bar on a terminal, else a log line every few seconds, with rates
+and ETA), the peak memory a job reports, and the :data:`Log` the offline jobs report through."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ Log = Callable[[str], None]
 
 
 def log_to_stderr(message: str) -> None:
-    """The default :data:`Log`: a line on stderr, flushed (a batch job's log sees it at once)."""
+    """The default :data:`Log`: a line on stderr, flushed."""
     print(message, file=sys.stderr, flush=True)
 
 
@@ -36,15 +35,13 @@ def duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-#: How progress is shown: ``auto`` (a bar on a terminal when tqdm is installed, log lines otherwise), ``bar``,
-#: ``log`` (a line every few seconds) or ``none``.
+#: How progress is shown: ``auto`` (a bar on a terminal with tqdm, else log lines), ``bar``, ``log`` or ``none``.
 PROGRESS_MODES = ("auto", "bar", "log", "none")
 
 
 class Progress:
-    """Counts documents, tokens and input bytes (the units' weight) against the total of this worker, shown as
-    ``mode`` says (:data:`PROGRESS_MODES`; log lines every ``interval`` seconds). ``counted`` names the second
-    count in the rates and log lines (``"tokens"``, ``"pre-tokens"``)."""
+    """Counts documents, tokens and input bytes (the units' weight) against this worker's total, shown as ``mode``
+    says (log lines every ``interval`` seconds); ``counted`` names the second count (``"tokens"``, ``"pre-tokens"``)."""
 
     def __init__(self, total_weight: int, *, mode: str, interval: float, prefix: str, counted: str) -> None:
         self.stream = sys.stderr
@@ -66,8 +63,7 @@ class Progress:
         self.mode = mode
 
     def advance(self, documents: int, tokens: int, weight: int) -> None:
-        """Add what was just written; ``weight`` is the input consumed so far by the current unit's reader
-        plus the units before, i.e. an absolute position."""
+        """Add what was just written; ``weight``: the input consumed so far, an absolute position."""
         self.documents += documents
         self.tokens += tokens
         step = max(0, min(weight, self.total) - self.weight)
@@ -105,9 +101,8 @@ class Progress:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set: ``VmHWM`` of /proc/self/status (Linux), else ``ru_maxrss``. Not
-    ru_maxrss first: Linux carries it across exec, so a worker started by a big process would report the
-    parent's size."""
+    """This process's peak resident set: ``VmHWM`` (Linux), else ``ru_maxrss``, which Linux carries across exec
+    (a worker started by a big process would report the parent's size)."""
     with suppress(OSError), open("/proc/self/status", encoding="ascii") as status:
         for line in status:
             if line.startswith("VmHWM:"):

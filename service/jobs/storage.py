@@ -1,17 +1,7 @@
-"""Where an offline job reads and writes: a local directory or a prefix of an object store, through one interface.
-
-Every path of a job is a local path or a URL (``s3://``, ``gs://``, ``az://``/``abfs://``, each tested against a
-server of its protocol in tests/jobs/test_object_storage.py; any other fsspec URL goes the same way, untested).
-Local paths need the standard library only; URLs need fsspec and the store's package, whose absence names its
-extra. (fsspec for local paths too, as datatrove's ``DataFolder`` does, would remove no code -- a local commit
-still needs its fsync, rename and partial files cleared -- and would make local jobs depend on fsspec.)
-
-Nothing is written in place: a local output is written under a temporary name and renamed; an object (stores have
-no rename) is spooled to a local file and uploaded whole. A job's ``.done`` record, written last, is its only
-commit (:mod:`.executor`). Remote reads are ranged GETs in bounded blocks, resumed where a dropped connection
-stopped. Every request is retried with backoff on throttling and dropped connections until ``--retry-deadline``,
-saying which URL failed, then counting down; a refusal (credentials, access, no such bucket) stops at once. The
-credentials are each store's own chain's; ``--storage-options`` goes to the filesystem, never printed nor recorded.
+"""Where an offline job reads and writes: a local directory or an object store's prefix (fsspec), one interface;
+what it promises (whole writes, ranged reads, retries, refusals): docs/guides/pretokenize.md#from-and-to-object-storage.
+Local paths need the standard library only: fsspec for them too, as datatrove's ``DataFolder`` does, would remove
+no code (a local commit still needs its fsync, rename and partial files cleared) and make local jobs need fsspec.
 """
 
 from __future__ import annotations
@@ -55,8 +45,7 @@ EXTRAS = {
 }
 #: Bytes fetched per ranged GET of a remote input, and the read buffer of any input.
 READ_BLOCK = 4 << 20
-#: Bytes per part of an upload to S3 or GCS (a file of more than two parts goes multipart), and how many parts
-#: s3fs holds and sends at once (its default, 10, would hold 10 parts): an upload's memory, whatever the file.
+#: Bytes per part of an upload to S3 or GCS, and the parts s3fs sends at once (not its 10): an upload's memory.
 UPLOAD_PART = 8 << 20
 UPLOAD_PARTS_AT_ONCE = 2
 _UPLOAD_OPTIONS: dict[str, dict[str, int]] = {  # by extra
@@ -66,8 +55,7 @@ _UPLOAD_OPTIONS: dict[str, dict[str, int]] = {  # by extra
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
 # Errors that retrying cannot cure, whatever their store: what a refusal is translated to by fsspec's stores.
 _PERMANENT = (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError, FileExistsError, ValueError)
-#: The stores' own errors about credentials, by (module, class) as their packages define them: matched on an error's
-#: classes (subclasses included) without importing those packages, which a job of another store may not have.
+#: The stores' own errors about credentials, by (module, class): matched without importing packages a job may lack.
 _CREDENTIAL_ERRORS = frozenset(
     {
         ("botocore.exceptions", "NoCredentialsError"),
@@ -98,8 +86,7 @@ def local_path(location: str | Path) -> Path:
 
 
 def check_output_folder(flag: str, location: str | Path) -> None:
-    """Refuse, in words, a local output folder that cannot be one: a file at its path or above it, or a folder
-    this process may not write in. (A store's prefix is a folder whatever holds the same name.)"""
+    """Refuse a local output folder that cannot be one: a file at or above its path, or a folder not writable."""
     if is_url(location):
         return
     path = local_path(location)
@@ -121,9 +108,8 @@ def join(location: str, name: str) -> str:
 
 
 def http_status(exc: BaseException) -> int | None:
-    """The HTTP status a store answered, where its client raised it untranslated: azure-core's
-    ``HttpResponseError.status_code`` (adlfs passes most of them on), gcsfs's ``HttpError.code``, aiohttp's
-    ``ClientResponseError.status``."""
+    """The HTTP status a store's client raised untranslated: azure-core's ``HttpResponseError.status_code``
+    (adlfs passes most on), gcsfs's ``HttpError.code``, aiohttp's ``ClientResponseError.status``."""
     for attribute in ("status_code", "code", "status"):
         value = getattr(exc, attribute, None)
         if isinstance(value, int) and 100 <= value <= 599:
@@ -132,14 +118,12 @@ def http_status(exc: BaseException) -> int | None:
 
 
 def _missing(exc: BaseException) -> bool:
-    """A missing object, bucket or container: FileNotFoundError, or a 404 its client did not translate (adlfs
-    passes azure-core's ResourceNotFoundError on when a write finds no container)."""
+    """A missing object, bucket or container, or a 404 its client (adlfs) did not translate."""
     return isinstance(exc, FileNotFoundError) or http_status(exc) == 404
 
 
 def transient(exc: BaseException) -> bool:
-    """Whether retrying may cure ``exc``: a dropped or refused connection, a timeout, throttling or a server
-    error -- not a missing object, a refusal, missing credentials or a wrong argument."""
+    """Whether retrying may cure ``exc``: a dropped or refused connection, a timeout, throttling, a server error."""
     if isinstance(exc, _PERMANENT) or _missing(exc) or _one_of(exc, _CREDENTIAL_ERRORS | _SETUP_ERRORS):
         return False
     status = http_status(exc)
@@ -158,7 +142,6 @@ CREDENTIALS_HINT = (
 
 
 def _one_of(exc: BaseException, classes: frozenset[tuple[str, str]]) -> bool:
-    """Whether ``exc`` is (a subclass of) one of ``classes``, named by module and class."""
     return any((kind.__module__, kind.__name__) in classes for kind in type(exc).__mro__)
 
 
@@ -167,21 +150,19 @@ def _about_credentials(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """What the store answered, in one line (class and first line of the message; never the options)."""
+    """What the store answered, in one line: class and first line of the message (never the options)."""
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
 
 
-#: How long a failing request (to a store, or to the service) is retried, in seconds from its first failure,
-#: unless a job's ``--retry-deadline`` says otherwise.
+#: Seconds a failing request (to a store, or to the service) is retried from its first failure (``--retry-deadline``).
 DEFAULT_RETRY_DEADLINE = 300.0
 
 
 @dataclass
 class Storage:
-    """How a job reaches its stores: the filesystem options (``--storage-options``), how long a failing
-    request is retried (``retry_deadline`` seconds, counted from its first failure) and where retry lines go.
-    Picklable (filesystems are made again in each process), so counting processes get it whole."""
+    """How a job reaches its stores: the filesystem options (``--storage-options``), how long a failing request
+    is retried and where retry lines go. Picklable: filesystems are made again in each process."""
 
     options: Mapping[str, Any] = field(default_factory=dict)
     retry_deadline: float = DEFAULT_RETRY_DEADLINE
@@ -189,11 +170,9 @@ class Storage:
     _filesystems: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __getstate__(self) -> dict[str, Any]:
-        # Filesystems are made again in each process; a log that cannot go along (a lambda) stays here: the
-        # other process then retries without its lines.
+        # A log that cannot be pickled (a lambda) stays here: the other process retries without its lines.
         return {**self.__dict__, "_filesystems": {}, "log": self.log if _picklable(self.log) else None}
 
-    # -- filesystems ----------------------------------------------------------------------------------------
     def filesystem(self, url: str) -> tuple[Any, str]:
         """``(fsspec filesystem, path within it)`` for ``url``; a missing package is named with its extra."""
         protocol = _URL.match(url).group(1).lower()  # type: ignore[union-attr]
@@ -224,11 +203,9 @@ class Storage:
             ) from None
         return fs, str(path)
 
-    # -- retries --------------------------------------------------------------------------------------------
     def call(self, what: str, action: Callable[[], T], *, writing: bool = False) -> T:
-        """``action()``, retried with backoff while it fails transiently (:func:`transient`), until
-        ``retry_deadline`` seconds after its first failure; ``what`` names the URL. A missing object is a
-        FileNotFoundError (``writing``: a missing bucket, a StorageError); a refusal or the deadline, a StorageError."""
+        """``action()`` on the URL ``what``, retried with backoff while it fails transiently, until ``retry_deadline``
+        s after its first failure; then a StorageError, or FileNotFoundError for a missing object unless ``writing``."""
         first_failure: float | None = None
         last_line = 0.0
         attempt = 0
@@ -262,9 +239,7 @@ class Storage:
                 time.sleep(min(left, min(5.0, 0.25 * 2**attempt) * (0.5 + random.random() / 2)))
                 attempt += 1
 
-    # -- folders and files ------------------------------------------------------------------------------------
     def folder(self, location: str | Path) -> Folder:
-        """The folder at ``location`` (a URL or a local path)."""
         if is_url(location):
             return ObjectFolder(str(location).rstrip("/"), self)
         return LocalFolder(local_path(location))
@@ -278,7 +253,7 @@ class Storage:
         return io.BufferedReader(_ResumingReader(self, fs, path, size, location), buffer_size=READ_BLOCK // 4)
 
     def spool(self) -> Path:
-        """This process's private local directory for files on their way to a store (removed at exit)."""
+        """This process's private directory for files on their way to a store (removed at exit)."""
         spool = _SPOOL.get(os.getpid())
         if spool is None:
             _remove_orphan_spools()
@@ -301,8 +276,7 @@ _SPOOL_PREFIX = "tokenizer-service-spool-"
 
 
 def _remove_orphan_spools() -> None:
-    """Remove the spool directories of processes that are gone (a worker killed with SIGKILL leaves its
-    spills there): each is named after its process id."""
+    """Remove the spool directories (named after their process ids) of processes gone, e.g. killed by SIGKILL."""
     for path in Path(tempfile.gettempdir()).glob(f"{_SPOOL_PREFIX}*-*"):
         pid = path.name[len(_SPOOL_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit():
@@ -316,9 +290,8 @@ def _remove_orphan_spools() -> None:
 
 
 def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
-    """S3, unless ``--storage-options`` says otherwise: a connection attempt gives up after 10 s, and botocore
-    tries a request once (s3fs still retries a few times within ~2 s): the job's own retry then runs, saying
-    which URL failed and counting down, instead of botocore backing off silently for up to a minute."""
+    """S3, unless ``--storage-options`` says otherwise: connecting gives up after 10 s and botocore tries once (s3fs
+    still retries within ~2 s), so the job's own retry, which says so, runs instead of a silent minute of backoff."""
     if protocol in ("s3", "s3a"):
         config = dict(options.get("config_kwargs") or {})
         config.setdefault("connect_timeout", 10)
@@ -328,9 +301,8 @@ def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _try_once(fs: Any) -> None:
-    """Azure, as S3 above: the client tries a request once, so the job's own retry runs instead of Azure's client
-    waiting 15 s, 18 s and 24 s between silent tries (~60 s a request, past a short deadline). adlfs passes no
-    retry option on, so the setting goes to the retry policy its client made (azure-storage-blob's)."""
+    """Azure, as S3 above: one try per request, not silent tries 15 s, 18 s and 24 s apart (~60 s, past a short
+    deadline). adlfs passes no retry option on, so this sets the retry policy of its azure-storage-blob client."""
     policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
     if policy is not None and hasattr(policy, "total_retries"):
         policy.total_retries = 0
@@ -350,8 +322,7 @@ def storage_options_from_json(text: str | None) -> dict[str, Any]:
 
 
 class _ResumingReader(io.RawIOBase):
-    """A remote file read by ranged GETs (the store's file object, in blocks of READ_BLOCK); a read that
-    fails transiently is retried from the byte it stopped at, within the storage's retry deadline."""
+    """A remote file read by ranged GETs of READ_BLOCK; a transient failure resumes at the byte it stopped at."""
 
     def __init__(self, storage: Storage, fs: Any, path: str, size: int, url: str) -> None:
         super().__init__()
@@ -402,13 +373,12 @@ class _ResumingReader(io.RawIOBase):
 
 
 class Folder:
-    """A directory (local) or a prefix (object store) holding a job's outputs and records. Names are
-    ``/``-separated paths relative to it. Every write is whole-or-absent; see the module docstring."""
+    """A local directory or a store's prefix holding a job's outputs and records, by ``/``-separated names
+    relative to it; every write is whole or absent."""
 
     location: str
 
     def url(self, name: str = "") -> str:
-        """How ``name`` is shown in messages: the folder's location joined with it."""
         return join(self.location, name)
 
     def listing(self) -> dict[str, int]:
@@ -423,13 +393,11 @@ class Folder:
         raise NotImplementedError
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        """Write ``name`` whole (atomically)."""
         with self.writer(name) as stream:
             stream.write(data)
 
     def writer(self, name: str) -> Any:
-        """A context manager giving a binary stream whose content appears at ``name`` whole when the block
-        ends without an error, and not at all otherwise."""
+        """A context manager: a binary stream whose content appears at ``name`` whole, or not at all on an error."""
         raise NotImplementedError
 
     def fetch(self, name: str, target: Path) -> Path:
@@ -510,8 +478,7 @@ class LocalFolder(Folder):
 
 
 class ObjectFolder(Folder):
-    """A prefix of an object store, through fsspec: every object is uploaded whole from a local spool file
-    (or put in one request), every request retried per the :class:`Storage`."""
+    """A store's prefix, through fsspec: objects uploaded whole, every request retried per the :class:`Storage`."""
 
     def __init__(self, location: str, storage: Storage) -> None:
         self.location = location
@@ -523,7 +490,6 @@ class ObjectFolder(Folder):
         return type(self), (self.location, self.storage)
 
     def _call(self, name: str, action: Callable[[Any, str], T], *, writing: bool = False) -> T:
-        """``action(filesystem, path of name)``, retried as :meth:`Storage.call` does."""
         if self._fs is None:
             self._fs, root = self.storage.filesystem(self.location)
             self._root = root.rstrip("/")
@@ -573,8 +539,8 @@ class ObjectFolder(Folder):
             spool.unlink(missing_ok=True)
 
     def upload(self, local: Path, name: str) -> None:
-        """Upload the local file ``local`` to ``name`` whole (multipart for a large one: aborted on failure), S3
-        and GCS in parts of :data:`UPLOAD_PART` (their packages would read a file of up to 100 MiB whole)."""
+        """Upload ``local`` to ``name`` whole (multipart, aborted on failure, for a large one); S3 and GCS in parts
+        of :data:`UPLOAD_PART` (their packages would read a file of up to 100 MiB whole)."""
         parts = _UPLOAD_OPTIONS.get(EXTRAS.get(self.location.split("://", 1)[0].lower(), ""), {})
         self._call(name, lambda fs, path: fs.put_file(str(local), path, **parts), writing=True)
 
@@ -592,9 +558,8 @@ class ObjectFolder(Folder):
 
 
 def fetch_tokenizer(url: str, storage: Storage | None = None) -> str:
-    """A tokenizer under an object-store URL (a prefix, or a single ``tokenizer.json``) downloaded whole into a
-    private local directory (mode 0700, removed at exit): a local path, loaded and fingerprinted as a local one.
-    Storage options come from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
+    """The local copy (mode 0700, removed at exit) of a tokenizer under an object-store URL: a prefix, or one
+    ``tokenizer.json``. Options from ``storage``, else ``$TOKENIZER_SERVICE_STORAGE_OPTIONS``."""
     if storage is None:
         storage = Storage(storage_options_from_json(os.environ.get(STORAGE_OPTIONS_ENV)))
     folder = storage.folder(url)

@@ -1,14 +1,8 @@
-"""Work units: the pieces a corpus is cut into, independent of how many workers there are.
-
-- A text or JSON Lines file up to ``unit_bytes`` is one unit; a bigger one is cut into
-  ``ceil(size / unit_bytes)`` byte ranges of equal size. A line belongs to the range in which its first byte
-  lies, so ranges need no reading to plan and every line is read exactly once.
-- A gzip-compressed file is one unit, whatever its size (a gzip stream cannot be entered in the middle).
-- A Parquet file is cut between row groups: consecutive row groups are gathered while their uncompressed
-  size stays within ``unit_bytes`` (at least one per unit).
-
-Planning depends only on the files (their names, sizes and Parquet metadata) and ``unit_bytes``: every
-worker computes the same plan on its own.
+"""Work units, the same whatever the number of workers: planning depends only on the files (names, sizes, Parquet
+metadata) and ``unit_bytes``. A text or JSON Lines file over ``unit_bytes`` is cut into equal byte ranges (a line
+belongs to the range its first byte lies in: planning reads nothing, every line is read once); a gzip file is one
+unit (a gzip stream cannot be entered in the middle); Parquet is cut between row groups, gathered while their
+uncompressed size stays within ``unit_bytes``.
 """
 
 from __future__ import annotations
@@ -24,16 +18,14 @@ from .errors import CorpusError, JobError
 from .inputs import SPLITTABLE, InputFile
 from .storage import Storage, is_url
 
-#: Default size of a unit: big enough that per-unit overhead vanishes, small enough that a rerun after a
-#: failure redoes little and that many workers get work.
+#: Big enough that per-unit overhead vanishes, small enough that a rerun redoes little and many workers get work.
 DEFAULT_UNIT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class WorkUnit:
-    """One piece of one file: bytes ``[start, end)`` (text formats) or row groups ``[start, end)``
-    (Parquet). ``part`` numbers the units of a file from 0; ``weight`` is its size in bytes, for progress
-    and ETA."""
+    """Bytes ``[start, end)`` (text formats) or row groups ``[start, end)`` (Parquet) of a file; ``part`` numbers
+    a file's units from 0; ``weight``: its size in bytes, for progress."""
 
     file: InputFile
     part: int
@@ -47,19 +39,18 @@ class WorkUnit:
 
     @property
     def name(self) -> str:
-        """Stable name of the unit, to name its outputs: ``<file name>.<part:05d>``."""
+        """``<file name>.<part:05d>``, which names its outputs."""
         return f"{self.file.name}.{self.part:05d}"
 
     def describe(self) -> dict[str, object]:
-        """What identifies the unit, for records: a rerun whose plan differs is detected by comparing these."""
+        """What identifies the unit in records (a rerun whose plan differs is told by these)."""
         return {**self.file.describe(), "part": self.part, "kind": self.kind, "start": self.start, "end": self.end}
 
 
 def plan_units(
     files: Sequence[InputFile], unit_bytes: int = DEFAULT_UNIT_BYTES, storage: Storage | None = None
 ) -> list[WorkUnit]:
-    """Cut ``files`` into units (see the module docstring), in file order (Parquet footers are read through
-    ``storage`` when remote)."""
+    """Cut ``files`` into units, in file order (remote Parquet footers read through ``storage``)."""
     if unit_bytes < 1:
         raise CorpusError(f"unit_bytes must be positive, not {unit_bytes}")
     units: list[WorkUnit] = []
@@ -95,8 +86,8 @@ def _parquet_units(file: InputFile, unit_bytes: int, storage: Storage) -> list[W
 
 
 def parquet_file(path: str, storage: Storage | None = None) -> Any:
-    """``pyarrow.parquet.ParquetFile`` over a local path, or over a remote file read by ranged GETs (its footer,
-    then only the row groups asked for), or a CorpusError saying which extra installs pyarrow."""
+    """``pyarrow.parquet.ParquetFile`` over a local path or a remote file (ranged GETs: its footer, then the row
+    groups asked for); a CorpusError names the extra that installs pyarrow."""
     try:
         import pyarrow.parquet as pq
     except ImportError:
@@ -110,7 +101,7 @@ def parquet_file(path: str, storage: Storage | None = None) -> Any:
 
 
 def format_size(size: int) -> str:
-    """``64M`` for 64 MiB: the size as :func:`parse_size` reads it, in the largest unit that divides it."""
+    """``64M`` for 64 MiB: as :func:`parse_size` reads it, in the largest unit that divides it."""
     for suffix, unit in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
         if size % unit == 0:
             return f"{size // unit}{suffix}"

@@ -1,19 +1,7 @@
-"""Which worker this process is: its index and the number of workers, from flags or the scheduler. The first
-present wins:
-
-- ``--shard-index``/``--num-shards`` (``index``/``count``);
-- ``JOB_COMPLETION_INDEX``: a Kubernetes Indexed Job, whose total is not in the pod's environment: ``count`` or
-  ``$JOB_COMPLETIONS`` (set it to ``spec.completions``);
-- ``SLURM_ARRAY_TASK_ID``/``_COUNT``: a Slurm job array (ids need not start at 0: ``SLURM_ARRAY_TASK_MIN`` and
-  ``_STEP`` are honoured);
-- ``RANK``/``WORLD_SIZE`` (torchrun, most launchers), then ``NODE_INDEX``/``NUM_NODES`` (one worker per node);
-- SageMaker: ``current_host`` among ``hosts``, sorted as SageMaker numbers them (``algo-2`` before ``algo-10``),
-  from a Processing or a Training job's resource config (or the file :data:`RESOURCE_CONFIG_ENV` names) and the
-  training toolkit's ``SM_CURRENT_HOST``/``SM_HOSTS``, which must agree.
-
-Nothing present: worker 0 of 1. Half of a pair (``RANK`` without ``WORLD_SIZE``) is an error, not a guess; so is
-a SageMaker description that cannot be read, or two that disagree: a host that took itself for the only worker
-would redo every unit and write the final outputs beside worker 0.
+"""Which worker this process is, from flags or the scheduler: the first present of the sources
+``cli.WORKER_SOURCES`` lists (docs/guides/pretokenize.md, "Workers"), else worker 0 of 1. Half of a pair, a
+SageMaker description that cannot be read, or two that disagree are errors, not guesses: a host taking itself for
+the only worker would redo every unit and write the final outputs beside worker 0.
 """
 
 from __future__ import annotations
@@ -41,14 +29,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Worker:
-    """This process's place among the workers: ``index`` in ``[0, count)``, and where that came from."""
+    """This process's ``index`` in ``[0, count)`` among the workers, and where that came from."""
 
     index: int
     count: int
     source: str
 
     def take(self, units: Sequence[T]) -> list[T]:
-        """This worker's share, ``units[index::count]``: consecutive units go to different workers."""
+        """``units[index::count]``: consecutive units go to different workers."""
         return list(units[self.index :: self.count])
 
     def describe(self) -> str:
@@ -62,8 +50,7 @@ def resolve_worker(
     *,
     root: str | Path = "/",
 ) -> Worker:
-    """This process's :class:`Worker` (see the module docstring), or a :class:`CorpusError` saying what is
-    wrong. ``root``: where SageMaker's files are looked for (a test's folder)."""
+    """This process's :class:`Worker`, or a :class:`CorpusError`; ``root``: where SageMaker's files are looked for."""
     env = os.environ if environ is None else environ
     if index is not None:
         if count is None:
@@ -95,7 +82,7 @@ def resolve_worker(
 
 
 def sagemaker_worker(environ: Mapping[str, str], root: str | Path = "/") -> Worker | None:
-    """The worker of a SageMaker instance (see the module docstring); None when no description is present."""
+    """The worker of a SageMaker instance; None when no description is present."""
     named = environ.get(RESOURCE_CONFIG_ENV)
     if named and not Path(named).exists():
         raise CorpusError(f"{RESOURCE_CONFIG_ENV}={named}: no such file")

@@ -1,10 +1,7 @@
-"""Pre-tokenization through the service, and reading its shards back in training. Client side: it talks to the
-service with :mod:`service.client` and reads the corpus with :mod:`service.jobs`; it never imports tokenizers,
-transformers or the server.
-
-``tokenizer-service pretokenize`` (:mod:`.cli`) or :func:`pretokenize` writes one worker's share of a corpus as
-token shards (Parquet, datatrove's or Megatron-LM's layout) and worker 0 the manifest (:func:`read_manifest`);
-:class:`TokenizedDocuments` and :class:`TokenBlocks` (imported when first asked for) read them in DataLoaders.
+"""Pre-tokenization through the service (client side: never tokenizers, transformers or the server), and reading
+its shards back in training. ``tokenizer-service pretokenize`` or :func:`pretokenize` writes one worker's share of
+a corpus as token shards and worker 0 the manifest; :class:`TokenizedDocuments` and :class:`TokenBlocks`
+(imported when first asked for: torch) read them in DataLoaders.
 """
 
 import importlib
@@ -38,7 +35,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("TokenizedDocuments", "TokenBlocks"):  # torch's datasets: torch only when asked for
+    if name in ("TokenizedDocuments", "TokenBlocks"):
         require_module("torch", "torch", f"service.pretokenize.{name}")
         return getattr(importlib.import_module("service.pretokenize.torch_datasets"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,5 @@
-"""``tokenizer-service pretokenize``: a corpus to token shards through the service, one worker of many.
-
-Runs on a client-only install (``pip install tokenizer-service``: numpy and the client); the Parquet
-format and the progress bar come with the ``pipeline`` extra (pyarrow, tqdm).
+"""``tokenizer-service pretokenize``: a corpus to token shards through the service, one worker of many. Runs on a
+client-only install; Parquet and the progress bar come with the ``pipeline`` extra (pyarrow, tqdm).
 """
 
 from __future__ import annotations
@@ -28,6 +26,9 @@ others and writes {manifest} (exit {incomplete} if they are still not done).
 Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (plus the eos id with
 --append-eos); with --messages-field, conversations: apply_chat_template's ids, and loss masks beside them.
 """
+
+#: The job's configuration: every flag is one of its fields (:func:`service.jobs.flags.add_flags`).
+CONFIG = PretokenizeConfig
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -100,7 +101,7 @@ HELPS = {
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service pretokenize") -> int:
-    config = jobcli.parse(build_parser(prog), argv, PretokenizeConfig)
+    config = jobcli.parse(build_parser(prog), argv, CONFIG)
     from ..client import TokenizerServiceError  # numpy and the async client: after argument checks
     from .runner import describe_summary, pretokenize
 

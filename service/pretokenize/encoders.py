@@ -1,6 +1,5 @@
-"""Where the token ids come from: an :class:`Encoder` turns a batch of texts (or conversations, with their loss
-masks) into flat ids and row lengths. :class:`ServiceEncoder` asks the service; the runner only knows the
-protocol, so the benchmark runs the very same reading and writing with an in-process tokenizer for comparison.
+"""Where the token ids come from: an :class:`Encoder` turns a batch of texts (or conversations, with loss masks)
+into flat ids and row lengths. :class:`ServiceEncoder` asks the service; the benchmark passes an in-process one.
 """
 
 from __future__ import annotations
@@ -16,14 +15,13 @@ from ..jobs.storage import DEFAULT_RETRY_DEADLINE
 
 
 class TextsRefused(Exception):
-    """The batch was refused because of what one of its texts holds (the tokenizer refused it, it is over a
-    limit, or it cannot be sent as UTF-8). The runner then finds the text by halving the batch."""
+    """The batch was refused for what one of its texts holds (the tokenizer refused it, it is over a limit, or
+    it cannot be sent as UTF-8); the runner finds it by halving the batch."""
 
 
 @dataclass(frozen=True)
 class ServedTokenizer:
-    """What the service says of its tokenizer and limits (``/info``): what the runner needs to know (the
-    engine's own ``TokenizerFacts`` is what the server reads of the tokenizer itself)."""
+    """What the runner needs of the service's ``/info``: its tokenizer and limits."""
 
     fingerprint: str
     vocab_size: int
@@ -69,7 +67,7 @@ class Encoder(Protocol):
     async def encode_conversations(
         self, conversations: Sequence[list[dict[str, Any]]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """``(flat ids, lengths, flat loss masks or None)`` of a conversations run's batch, or :class:`TextsRefused`."""
+        """``(flat ids, lengths, flat loss masks or None)`` of conversations, or :class:`TextsRefused`."""
 
     async def aclose(self) -> None:
         """Release connections."""
@@ -83,11 +81,9 @@ RETRY_ATTEMPTS = 1 << 30
 
 
 class ServiceEncoder:
-    """Ids from the service: :meth:`AsyncTokenizerClient.encode_ragged` (flat ids plus lengths: no JSON, no
-    padding), spread over every URL with failover; the tokenizer is pinned to the fingerprint seen first, so a
-    redeployment mid-run stops the run instead of mixing tokenizers. A request that fails everywhere is retried by
-    the client's retry policy until ``retry_deadline`` seconds after its first try, said as it goes; a URL that has
-    never answered fails at once (:class:`~service.client.ServiceUnreachable`)."""
+    """Ids from the service (flat ids plus lengths), over every URL with failover, pinned to the fingerprint seen
+    first (a redeployment mid-run stops the run). A failing request is retried until ``retry_deadline`` seconds
+    after its first try, said as it goes; a URL that has never answered fails at once."""
 
     def __init__(
         self,
@@ -103,12 +99,10 @@ class ServiceEncoder:
         self.options = options
         self.chat_options = chat_options or {}
         said = RetryLog(log or (lambda message: None), prefix="pretokenize", flag="--retry-deadline")
-        # bounded by the deadline alone: every URL tried in turn (failover), Retry-After honoured
         retry = RetryPolicy(max_attempts=RETRY_ATTEMPTS, deadline=retry_deadline, backoff_max=2.0, log=said)
         self.client = AsyncTokenizerClient(url, api_key=api_key, expected_fingerprint=expected_fingerprint, retry=retry)
 
     async def facts(self) -> ServedTokenizer:
-        """``/info``: what the service serves; an unreachable URL is said at once."""
         facts = ServedTokenizer.from_info(await self.client.info())
         if self.client.expected_fingerprint is None:
             self.client.expected_fingerprint = facts.fingerprint
@@ -126,8 +120,6 @@ class ServiceEncoder:
     async def encode_conversations(
         self, conversations: Sequence[list[dict[str, Any]]]
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        """:meth:`AsyncTokenizerClient.chat_encode_ragged` with the run's chat options: flat ids, lengths and,
-        when masks are asked for, the flat ``assistant_masks``."""
         try:
             result = await self.client.chat_encode_ragged(list(conversations), **self.chat_options)
         except (InvalidRequest, PayloadTooLarge) as exc:

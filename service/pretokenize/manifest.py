@@ -1,7 +1,5 @@
-"""What a shard's ``.done`` record holds besides the executor's part (:class:`ShardStats`), and the
-``manifest.json`` of a finished run: worker 0 writes it once every shard is done -- the shards in order, their
-counts, the tokenizer and the settings, what training reads -- and, for the Megatron format,
-``megatron-data-args.txt`` (the shard prefixes, for Megatron's ``--data-args-path``).
+"""A shard's counts in its ``.done`` record, and the ``manifest.json`` worker 0 writes once every shard is done,
+with, for Megatron, ``megatron-data-args.txt`` (the shard prefixes, for its ``--data-args-path``).
 """
 
 from __future__ import annotations
@@ -18,6 +16,8 @@ from ..jobs.storage import join
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2
 MEGATRON_DATA_ARGS = "megatron-data-args.txt"
+#: The counts of each shard and of the whole run, in this order.
+COUNTS = ("documents", "tokens", "skipped")
 
 
 @dataclass(frozen=True)
@@ -31,17 +31,19 @@ class ShardStats:
     dtype: str
 
 
+def totals(records: list[DoneRecord[ShardStats]]) -> dict[str, int]:
+    return {count: sum(getattr(record.stats, count) for record in records) for count in COUNTS}
+
+
 def build_manifest(
     records: list[DoneRecord[ShardStats]], *, tokenizer: dict[str, Any], settings: dict[str, Any], dtype: str
 ) -> dict[str, Any]:
-    """The manifest of a finished run, from the records of every shard in unit order."""
+    """The manifest of a finished run, from every shard's record in unit order."""
     shards = [
         {
             "name": record.name,
             "files": [f.name for f in record.files],
-            "documents": record.stats.documents,
-            "tokens": record.stats.tokens,
-            "skipped": record.stats.skipped,
+            **{count: getattr(record.stats, count) for count in COUNTS},
             "unit": record.unit,
         }
         for record in records
@@ -53,18 +55,13 @@ def build_manifest(
         "dtype": dtype,
         "tokenizer": tokenizer,
         "settings": settings,
-        "totals": {
-            "shards": len(shards),
-            "documents": sum(s["documents"] for s in shards),
-            "tokens": sum(s["tokens"] for s in shards),
-            "skipped": sum(s["skipped"] for s in shards),
-        },
+        "totals": {"shards": len(shards), **totals(records)},
         "shards": shards,
     }
 
 
 def write_manifest(folder: Folder, manifest: dict[str, Any]) -> str:
-    """Write the manifest (and, for the Megatron format, the data-args file) into ``folder``; its URL."""
+    """Write the manifest (and Megatron's data-args file) into ``folder``; its URL."""
     if manifest["format"] == "megatron":
         prefixes = [folder.url(shard["name"]) for shard in manifest["shards"]]
         folder.write_bytes(MEGATRON_DATA_ARGS, ("\n".join(prefixes) + "\n").encode())

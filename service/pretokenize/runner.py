@@ -1,11 +1,6 @@
-"""One worker's pre-tokenization run: the ``pretokenize`` step on the sharded-job executor. For each of this
-worker's units not done: documents (streamed) -> batches -> encoded, ``concurrency`` batches in flight -> results
-taken in order -> shard writer -> files put whole -> ``.done`` record.
-
-Memory is bounded by the window: at most ``concurrency`` batches (``request_texts`` documents, ``request_chars``
-characters each) and their answers, plus one Parquet row group; files are never held whole. Batches continue
-across unit boundaries, so the service never idles between units. Worker 0 then waits for the other workers'
-shards and writes the manifest (:meth:`PretokenizeStep.finalize`).
+"""One worker's pre-tokenization run, the ``pretokenize`` step on the sharded-job executor: documents (streamed)
+-> batches, ``concurrency`` in flight (across units: the service never idles between them) -> results in order ->
+shard writer -> ``.done`` record; worker 0 then writes the manifest. Memory: the window and one Parquet row group.
 """
 
 from __future__ import annotations
@@ -32,18 +27,16 @@ from ..jobs import (
     arun_worker,
 )
 from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
-from .encoders import Encoder, ServedTokenizer, ServiceEncoder, TextsRefused
-from .manifest import ShardStats, build_manifest, write_manifest
+from .encoders import Encoder, ServiceEncoder, TextsRefused
+from .manifest import ShardStats, build_manifest, totals, write_manifest
 from .settings import PretokenizeConfig
 from .shards import FlatShardWriter, MegatronShardWriter, ParquetShardWriter, ShardWriter, shard_files, token_dtype
 
-#: A conversation sent once before any work: options the service refuses for every conversation (no generation
-#: markers for the masks, an unknown template) are said up front, not once per document.
+#: Sent before any work: options refused for every conversation (no generation markers, no such template) are said once.
 PROBE_CONVERSATION = [
     {"role": "user", "content": "tokenizer-service pretokenize: checking the chat options"},
     {"role": "assistant", "content": "ok"},
 ]
-#: What worker 0 says when it gives up waiting (with the missing units before it).
 MISSING_HINT = (
     "No manifest yet: run worker 0 again once the other workers have finished; it skips done shards and writes "
     "the manifest."
@@ -70,9 +63,8 @@ class Summary:
 async def pretokenize(
     config: PretokenizeConfig, *, encoder: Encoder | None = None, log: Log = log_to_stderr
 ) -> Summary:
-    """Run this worker's share of ``config`` (see :class:`PretokenizeConfig`); worker 0 also waits for the
-    others and writes the manifest (else :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come
-    from (default: the service at ``config.url``)."""
+    """Run this worker's share of ``config``; worker 0 also waits for the others and writes the manifest (else
+    :class:`~service.jobs.UnitsMissing`). ``encoder``: where ids come from (default: the service at ``config.url``)."""
     started = time.monotonic()
     config.check_installed()  # a client-only install learns which extra it needs before any work
     storage = config.storage(log)
@@ -98,9 +90,7 @@ async def pretokenize(
         report.mine,
         already_done=report.already_done,
         written=len(report.committed),
-        documents=sum(record.stats.documents for record in report.committed),
-        tokens=sum(record.stats.tokens for record in report.committed),
-        skipped=sum(record.stats.skipped for record in report.committed),
+        **totals(report.committed),
         seconds=time.monotonic() - started,
         manifest=report.result,
         peak_rss_bytes=peak_rss_bytes(),
@@ -125,8 +115,7 @@ class _Encoded:
 
 
 class PretokenizeStep(AsyncStep[ShardStats, str]):
-    """The ``pretokenize`` step: a unit becomes a token shard (see the module docstring); worker 0's
-    finalize writes the manifest and gives its URL. :meth:`prepare` asks the service before any work."""
+    """The ``pretokenize`` step: a unit becomes a token shard; worker 0's finalize writes the manifest (its URL)."""
 
     name = "pretokenize"
     stats_type = ShardStats
@@ -143,16 +132,14 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
     def outputs(self, unit: WorkUnit) -> list[str]:
         return shard_files(unit, self.config.output_format, self.config.writes_masks)
 
-    # -- before any work --------------------------------------------------------------------------------
     async def prepare(self, units: list[WorkUnit]) -> None:
-        """The served tokenizer, and the settings its shards record; what the service refuses for every
-        document (options, an eos it has not) is refused here."""
+        """The served tokenizer and the settings shards record; what the service refuses for every document
+        (options, an eos it has not) is refused here."""
         config = self.config
         text_files = sorted({unit.file.path for unit in units if unit.file.format.startswith("txt")})
         if config.keep_fields and text_files:
             raise CorpusError(f"--keep-field: text files have no fields ({', '.join(text_files[:3])})")
-        self.facts: ServedTokenizer = await self.encoder.facts()
-        facts = self.facts
+        self.facts = facts = await self.encoder.facts()
         self.dtype = token_dtype(facts.vocab_size, config.output_format)
         self.max_id = int(np.iinfo(self.dtype).max)
         self.eos: int | None = None
@@ -165,7 +152,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
                 )
             if not 0 <= self.eos < facts.vocab_size:
                 raise CorpusError(f"--eos-id {self.eos} is not an id of the vocabulary (0..{facts.vocab_size - 1})")
-        try:  # options the tokenizer refuses are refused for every document: say so once, up front
+        try:
             if config.chat:
                 await self.encoder.encode_conversations([PROBE_CONVERSATION])
             else:
@@ -182,19 +169,16 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             f"{facts.vocab_size:,} tokens -> {self.dtype.name}; format {config.output_format}, out {self.out.url()}"
         )
 
-    # -- this worker's units ----------------------------------------------------------------------------
     async def process(self, units: list[WorkUnit], job: ShardedJob[ShardStats], progress: Progress) -> None:
         self.job = job
         self.progress = progress
         await self._pipeline(units)
         if self.config.progress != "none":
-            written = [record.stats for record in job.committed]
-            tokens = sum(stats.tokens for stats in written)
-            rate = tokens / max(time.monotonic() - progress.started, 1e-9)
+            written = totals(job.committed)
+            rate = written["tokens"] / max(time.monotonic() - progress.started, 1e-9)
             self.log(
-                f"pretokenize: wrote {len(written)} shards: {sum(stats.documents for stats in written):,} documents, "
-                f"{tokens:,} tokens ({human(rate)} tokens/s), {sum(stats.skipped for stats in written):,} records "
-                "skipped"
+                f"pretokenize: wrote {len(job.committed)} shards: {written['documents']:,} documents, "
+                f"{written['tokens']:,} tokens ({human(rate)} tokens/s), {written['skipped']:,} records skipped"
             )
 
     def _events(self, units: list[WorkUnit]) -> Iterator[tuple[_UnitJob, list[Document] | None, int]]:
@@ -256,7 +240,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             raise
 
     async def _consume(self, job: _UnitJob, task: asyncio.Future[_Encoded] | None, consumed: int) -> None:
-        """Take the next result in order: write a batch into the unit's shard, or close the shard."""
+        """Write the next result in order into its unit's shard, or close the shard."""
         if job.writer is None:
             job.writer = self._open_writer = self._writer(job)
         if task is not None:
@@ -335,9 +319,7 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             )
         return _Encoded(documents, ids, lengths, [], masks if self.config.writes_masks else None)
 
-    # -- worker 0: the manifest -------------------------------------------------------------------------
     def finalize(self, job: ShardedJob[ShardStats], records: list[DoneRecord[ShardStats]], waited: float) -> str:
-        """Every shard is done and checked against this run: write the manifest; its URL."""
         manifest = build_manifest(
             records, tokenizer=self.facts.describe(), settings=self.settings, dtype=self.dtype.name
         )
@@ -351,7 +333,6 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
 
 
 def describe_summary(summary: Summary) -> str:
-    """The closing line of a worker."""
     rate = summary.tokens / summary.seconds if summary.seconds else 0.0
     parts = [
         f"pretokenize: {summary.worker.describe()} finished in {duration(summary.seconds)}",

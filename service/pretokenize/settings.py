@@ -1,5 +1,5 @@
-"""What one pre-tokenization run is asked to do: :class:`PretokenizeConfig`, and the part of it that shapes
-the output (which every shard records, so that shards made differently are never mixed)."""
+"""What one pre-tokenization run is asked to do: :class:`PretokenizeConfig`, with the part of it that shapes the
+output (recorded by every shard, so that shards made differently are never mixed)."""
 
 from __future__ import annotations
 
@@ -33,11 +33,9 @@ def _json_object(value: str) -> dict[str, object]:
 
 @dataclass(frozen=True, kw_only=True)
 class PretokenizeConfig(JobConfig):
-    """Every knob of ``tokenizer-service pretokenize``; each field declares its CLI flag (see ``--help``), those
-    shared with every sharded job are :class:`JobConfig`'s. Each document's ids equal ``tokenizer(text,
-    **options)["input_ids"]`` (then the eos id with ``append_eos``); a conversation's equal
-    ``tokenizer.apply_chat_template(messages, ...)["input_ids"]``, and with ``loss_masks`` its
-    ``assistant_masks`` are written beside them."""
+    """Every knob of ``tokenizer-service pretokenize``, each field a flag (the shared ones :class:`JobConfig`'s).
+    A document's ids equal ``tokenizer(text, **options)["input_ids"]`` (then the eos id with ``append_eos``), a
+    conversation's ``apply_chat_template(messages, ...)["input_ids"]``, with its ``assistant_masks`` beside."""
 
     url: str | tuple[str, ...] | None = field(
         default=None,
@@ -92,7 +90,6 @@ class PretokenizeConfig(JobConfig):
             "the id --append-eos appends", name="--eos-id", parse=int, metavar="ID", default_text="eos_token's"
         ),
     )
-    # how hard the service is driven
     concurrency: int = field(default=8, metadata=flag("requests in flight", parse=int, metavar="N"))
     request_texts: int = field(default=256, metadata=flag("most documents per request", parse=int, metavar="N"))
     request_chars: int = field(default=256 * 1024, metadata=flag("most characters per request", parse=int, metavar="N"))
@@ -107,7 +104,6 @@ class PretokenizeConfig(JobConfig):
             metavar="SHA",
         ),
     )
-    # conversations
     messages_field: str | None = field(
         default=None, metadata=flag("the JSON field or Parquet column holding each conversation", metavar="FIELD")
     )
@@ -163,7 +159,7 @@ class PretokenizeConfig(JobConfig):
                 raise ValueError(f"{name} must be at least 1, not {value}")
 
     def check_installed(self) -> None:
-        """A CorpusError naming the extra to install when the output format needs pyarrow, before any work."""
+        """Before any work, a CorpusError naming the extra to install when the output format needs pyarrow."""
         if self.output_format == "parquet":
             from .shards import import_pyarrow
 
@@ -178,22 +174,20 @@ class PretokenizeConfig(JobConfig):
         }
 
     def encode_options(self) -> dict[str, Any]:
-        """The ``/encode`` options every request carries: the call's options, and only ``input_ids`` back."""
+        """The ``/encode`` options of every request: the call's, with only ``input_ids`` back."""
         return {**self.call_options(), "return_attention_mask": False, "return_token_type_ids": False}
 
     @property
     def chat(self) -> bool:
-        """Whether the documents are conversations."""
         return self.messages_field is not None
 
     @property
     def writes_masks(self) -> bool:
-        """Whether the shards hold loss masks beside the ids."""
         return self.chat and self.loss_masks
 
     def chat_options(self) -> dict[str, Any]:
-        """The ``/chat/encode`` options every request of a conversations run carries (``service.wire.ChatOptions``):
-        truncation as ``apply_chat_template`` takes it (off unless asked for), and only the ids and masks back."""
+        """The ``/chat/encode`` options of every request (``service.wire.ChatOptions``): truncation off unless asked
+        for, as ``apply_chat_template`` takes it, with only the ids and masks back."""
         return {
             "chat_template": self.chat_template,
             "chat_template_kwargs": self.chat_template_kwargs,
@@ -205,8 +199,7 @@ class PretokenizeConfig(JobConfig):
         }
 
     def output_settings(self, fingerprint: str, eos_token_id: int | None) -> dict[str, Any]:
-        """What decides the bytes of a shard besides its input: the tokenizer and the settings; recorded in
-        every ``.done`` record and the manifest; a shard made with another is never mixed in."""
+        """What decides a shard's bytes besides its input, recorded in every ``.done`` record and the manifest."""
         return {
             "tokenizer": fingerprint,
             "fingerprint_scheme": FINGERPRINT_SCHEME,

@@ -1,23 +1,7 @@
-"""Token shards: one per work unit, named from it, each file written whole, closed by a ``.done`` record
-(the layouts, and who reads them: docs/guides/pretokenize.md).
-
-- ``<unit>.parquet``: per document ``input_ids`` (the narrowest unsigned type holding the vocabulary: uint16 up to
-  65,536 tokens, else uint32), ``position`` (the byte offset of its line, or its row number) and the kept fields,
-  in zstd row groups of at most 8,192 documents or 262,144 tokens.
-- ``<unit>.ds``, ``.ds.index``, ``.ds.metadata`` (``--format flat``): datatrove's layout, for its
-  ``DatatroveFolderDataset`` -- the ids back to back (little-endian uint16/uint32), each document's end in tokens
-  (uint64), and its metadata (``<tokenizer>|<bytes per token>``, the token count, the count in words).
-- ``<unit>.bin`` and ``.idx`` (``--format megatron``): Megatron-LM's indexed dataset, exactly as its
-  ``tools/preprocess_data.py`` writes it for the same ids (uint16 below 65,500 tokens, else int32).
-
-Conversations add one loss mask value per token (1: the assistant wrote it, it counts toward the loss): Parquet an
-``assistant_masks`` column; flat ``<unit>.ds.loss``, datatrove's loss file (one byte per token), which its
-``DocumentTokenizerMerger`` (``save_loss_metadata=True``) merges with the tokens; megatron ``<unit>.loss.bin`` and
-``.loss.idx``, a second indexed dataset of uint8 with the same sequences (Megatron-LM's own GPT datasets read no
-mask: a trainer that wants the assistant's tokens only reads this sidecar).
-
-A shard's bytes depend only on its unit's content, the tokenizer and the output settings -- never on the number of
-workers, the request sizes or the timing -- so N workers write the same bytes as one.
+"""Token shards, one per work unit, in the trainers' own layouts (Parquet, datatrove's, Megatron-LM's), with the
+loss masks of conversations beside the ids: each file written whole, closed by a ``.done`` record. The files and
+who reads them: docs/guides/pretokenize.md ("Outputs") and conversations.md. A shard's bytes depend only on its
+unit's content, the tokenizer and the output settings: N workers write the same bytes as one.
 """
 
 from __future__ import annotations
@@ -45,21 +29,21 @@ MEGATRON_DTYPE_CODES = {"uint8": 1, "uint16": 8, "int32": 4}
 
 
 def token_dtype(vocab_size: int, output_format: str) -> np.dtype[Any]:
-    """The type of the ids in a shard: the narrowest little-endian unsigned type holding ids ``0 ..
-    vocab_size - 1``; for Megatron, what its ``DType.optimal_dtype`` picks (uint16 below 65,500, else int32)."""
+    """The narrowest little-endian unsigned type holding ids ``0 .. vocab_size - 1``; for Megatron, what its
+    ``DType.optimal_dtype`` picks (uint16 below 65,500, else int32)."""
     if output_format == "megatron":
         return np.dtype("<u2") if vocab_size < 65500 else np.dtype("<i4")
     return np.dtype("<u2") if vocab_size <= 1 << 16 else np.dtype("<u4")
 
 
 def shard_files(unit: WorkUnit, output_format: str, masks: bool = False) -> list[str]:
-    """The names of a unit's shard files in the output folder (with the loss masks' files, when ``masks``)."""
+    """The names of a unit's shard files (with the loss masks' files, when ``masks``)."""
     suffixes = SUFFIXES[output_format] + (MASK_SUFFIXES[output_format] if masks else ())
     return [unit.name + suffix for suffix in suffixes]
 
 
 def loss_bytes(masks: np.ndarray) -> memoryview:
-    """Mask values as datatrove's loss files hold them: one byte per token, 1 where it counts toward the loss."""
+    """Mask values as datatrove's loss files hold them: a byte per token, 1 where it counts toward the loss."""
     return np.ascontiguousarray(masks != 0, dtype=np.uint8).data
 
 
@@ -71,9 +55,10 @@ class ShardWriter:
     """Writes one shard: ``write()`` documents in order, then ``commit()`` (every file appears whole) or
     ``abort()`` (nothing appears)."""
 
-    def __init__(self, folder: Folder, unit: WorkUnit, output_format: str, masks: bool = False) -> None:
+    def __init__(self, folder: Folder, unit: WorkUnit, output_format: str, dtype: np.dtype[Any], masks: bool) -> None:
         self.folder = folder
         self.unit = unit
+        self.dtype = dtype
         self.masks = masks
         self.names = shard_files(unit, output_format, masks)
         self.documents = 0
@@ -87,8 +72,7 @@ class ShardWriter:
     def write(
         self, ids: np.ndarray, lengths: np.ndarray, documents: list[Document], masks: np.ndarray | None = None
     ) -> None:
-        """Append documents: their ids back to back, each one's length, and (a writer made with ``masks``) the
-        loss mask of every id."""
+        """Append documents: their ids back to back, each one's length, and (with ``masks``) every id's loss mask."""
         if self.masks and (masks is None or len(masks) != len(ids)):
             raise CorpusError(f"a shard with loss masks needs one mask value per id ({len(ids)} ids)")
         self._write(ids, lengths, documents, masks)
@@ -110,13 +94,12 @@ class ShardWriter:
 
 
 class FlatShardWriter(ShardWriter):
-    """datatrove's format: tokens and document ends, streamed to their files; the metadata at the end."""
+    """datatrove's format: tokens and document ends streamed to their files, the metadata at the end."""
 
     def __init__(
         self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], tokenizer: str, masks: bool = False
     ) -> None:
-        super().__init__(folder, unit, "flat", masks)
-        self.dtype = dtype
+        super().__init__(folder, unit, "flat", dtype, masks)
         self.tokenizer = tokenizer.replace("|", "_")  # datatrove splits the first line at "|"
         tokens_name, index_name, self._metadata_name = self.names[:3]
         self._tokens = self._file(tokens_name)
@@ -138,9 +121,8 @@ class FlatShardWriter(ShardWriter):
 
 
 class _IndexedDataset:
-    """One Megatron-LM indexed dataset (``.bin`` + ``.idx``): values streamed to ``.bin``; ``.idx`` written at
-    the end from the sequence lengths (4 + 8 + 8 bytes per document are held: bounded by the unit), exactly as
-    ``IndexedDatasetBuilder.add_document`` + ``finalize`` write them."""
+    """One Megatron-LM indexed dataset: values streamed to ``.bin``, ``.idx`` written at the end from the lengths
+    held (bounded by the unit), exactly as ``IndexedDatasetBuilder.add_document`` + ``finalize`` write them."""
 
     def __init__(self, writer: ShardWriter, bin_name: str, index_name: str, dtype: np.dtype[Any]) -> None:
         self.dtype = dtype
@@ -170,12 +152,10 @@ class _IndexedDataset:
 
 
 class MegatronShardWriter(ShardWriter):
-    """Megatron-LM's indexed dataset of the ids, and (with ``masks``) a second one of uint8 loss masks with the
-    same sequences (``<unit name>.loss.bin``/``.idx``)."""
+    """Megatron-LM's indexed dataset of the ids, and (with ``masks``) one of uint8 loss masks, same sequences."""
 
     def __init__(self, folder: Folder, unit: WorkUnit, dtype: np.dtype[Any], masks: bool = False) -> None:
-        super().__init__(folder, unit, "megatron", masks)
-        self.dtype = dtype
+        super().__init__(folder, unit, "megatron", dtype, masks)
         self._ids = _IndexedDataset(self, self.names[0], self.names[1], dtype)
         self._masks = _IndexedDataset(self, self.names[2], self.names[3], np.dtype("u1")) if masks else None
 
@@ -203,10 +183,8 @@ class ParquetShardWriter(ShardWriter):
         metadata: dict[str, Any],
         masks: bool = False,
     ) -> None:
-        super().__init__(folder, unit, "parquet", masks)
-        pa, pq = import_pyarrow()
-        self._pa, self._pq = pa, pq
-        self.dtype = dtype
+        super().__init__(folder, unit, "parquet", dtype, masks)
+        self._pa, self._pq = import_pyarrow()
         self.keep_fields = keep_fields
         self.field_types = dict(field_types)
         self.metadata = {"tokenizer_service": json.dumps(metadata, sort_keys=True)}
@@ -214,8 +192,7 @@ class ParquetShardWriter(ShardWriter):
         self._stream = self._file(name)
         self._writer: Any = None
         self._schema: Any = None
-        # What is buffered: the values of each list column (the ids, and the masks beside them), and per document
-        # its number of values and the document itself.
+        # Buffered: the values of each list column (ids, masks), and per document its length and itself.
         self._lists = {"input_ids": [np.zeros(0, dtype)], **({MASKS_COLUMN: [np.zeros(0, np.uint8)]} if masks else {})}
         self._lengths = [np.zeros(0, np.int64)]
         self._documents: list[Document] = []
@@ -299,8 +276,7 @@ def arrow_view(pa: Any, values: np.ndarray) -> Any:
 
 
 def numpy_view(array: Any) -> np.ndarray:
-    """The values of a pyarrow array of a fixed-width integer type, as a numpy view (no pandas import, as
-    ``to_numpy()`` does)."""
+    """A pyarrow integer array's values as a numpy view (``to_numpy()`` imports pandas)."""
     data = array.buffers()[1]
     dtype = np.dtype(str(array.type)).newbyteorder("<")
     return np.frombuffer(data, dtype=dtype, count=array.offset + len(array))[array.offset :]

@@ -1,14 +1,7 @@
-"""Reading pre-tokenized shards back in training: map-style torch datasets over a ``manifest.json`` --
-:class:`TokenizedDocuments` (document ``i``, any format) and :class:`TokenBlocks` (fixed-length blocks of the flat
-format's token stream); with ``loss_masks=True``, dicts of ``input_ids``, ``assistant_masks`` and ``labels``.
-
-A local run is read through memory maps. A run on object storage is read where it is, through the jobs' storage
-layer (``storage_options``, the store's own credentials, retries): the flat and Megatron files by ranged GETs of
-:data:`REMOTE_BLOCK_BYTES` into a per-process cache of at most :data:`REMOTE_CACHE_BYTES` (least recently used
-blocks dropped first), never an object whole; Parquet row groups by pyarrow over the remote file.
-
-Both are safe in DataLoader workers, forked or spawned: they pickle as the manifest, the storage options and a
-few numbers, and each process opens its own memory maps, Parquet readers, connections and block cache.
+"""Map-style torch datasets over a pre-tokenization run's ``manifest.json``, read through memory maps, or where a
+store holds it by ranged GETs into a bounded per-process cache (docs/guides/pretokenize.md). Safe in forked or
+spawned DataLoader workers: they pickle as the manifest, the storage options and a few numbers, and each process
+opens its own files, connections and cache.
 """
 
 from __future__ import annotations
@@ -35,16 +28,12 @@ from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_
 _CACHED_ROW_GROUPS = 4
 #: Remote Parquet shards kept open per process (each holds the storage layer's read-ahead buffer, 4 MiB).
 _OPEN_REMOTE_PARQUET = 4
-#: A remote run's flat and Megatron files are read in blocks of this many bytes (one ranged GET each). On S3 a
-#: GET's first byte takes ~20-50 ms and 1 MiB then ~10 ms more: a random read (a document, a block of tokens:
-#: kilobytes) costs about one round trip whatever the block size below that, while a sequential reader gets
-#: ~20 MB/s per stream (millions of tokens a second, per worker) -- larger blocks would only add transfer waste.
+#: Bytes per ranged GET of a remote run's flat and Megatron files: on S3 a GET's first byte takes ~20-50 ms and
+#: 1 MiB ~10 ms more, so a random read costs a round trip at any size up to this, a sequential one ~20 MB/s.
 REMOTE_BLOCK_BYTES = 1 << 20
-#: The most bytes of blocks one process holds per dataset (32 blocks): the index blocks that every random read
-#: touches stay in, beside the current blocks of each sequentially read file; memory does not grow with the run.
+#: Bytes of blocks one process holds per dataset: the index blocks every random read touches stay in.
 REMOTE_CACHE_BYTES = 32 << 20
-#: The label of a token that does not count toward the loss: what torch's ``cross_entropy`` ignores by default,
-#: and what transformers' models and TRL's collators take.
+#: The label of a token that does not count toward the loss: torch's ``cross_entropy`` ignores it, as TRL does.
 IGNORE_INDEX = -100
 _MEGATRON_DTYPES = {code: np.dtype(name).newbyteorder("<") for name, code in MEGATRON_DTYPE_CODES.items()}
 
@@ -53,9 +42,8 @@ _log = logging.getLogger(__name__)
 
 
 class _BlockCache:
-    """Fixed-size blocks of a store's objects, read by ranged GETs through the storage layer (retried with
-    backoff), the least recently used dropped first once they hold more than ``capacity`` bytes. One per process
-    and dataset (never shared across a fork)."""
+    """Fixed-size blocks of a store's objects, read by ranged GETs through the storage layer, the least recently
+    used dropped once they hold more than ``capacity`` bytes. One per process and dataset."""
 
     def __init__(self, storage: Storage, block_bytes: int, capacity: int) -> None:
         self.storage = storage
@@ -73,7 +61,6 @@ class _BlockCache:
         return size
 
     def read(self, url: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of ``url``."""
         if end <= start:
             return b""
         step = self.block_bytes
@@ -111,8 +98,7 @@ class _BlockCache:
 
 
 class _RemoteValues:
-    """``count`` values of ``dtype`` at byte ``offset`` of a store's object, read through a :class:`_BlockCache`
-    when indexed (``values[i]``, ``values[a:b]``): what a memory map is for a local file."""
+    """``count`` values of ``dtype`` at byte ``offset`` of a store's object, read by blocks: a memory map's stand-in."""
 
     def __init__(self, cache: _BlockCache, url: str, dtype: np.dtype[Any], offset: int, count: int) -> None:
         self.cache, self.url, self.dtype, self.offset, self.count = cache, url, dtype, offset, count
@@ -141,9 +127,8 @@ Values = np.ndarray | _RemoteValues
 
 @dataclass(frozen=True)
 class _MegatronIndex:
-    """A Megatron-LM ``.idx`` as memory maps: each sequence's length and byte offset in ``.bin``, and where each
-    document's sequences start (``IndexedDataset``'s ``sequence_lengths``, ``sequence_pointers``,
-    ``document_indices``)."""
+    """A Megatron-LM ``.idx``: ``IndexedDataset``'s ``sequence_lengths``, ``sequence_pointers`` (byte offsets in
+    ``.bin``) and ``document_indices``, as memory maps or remote values."""
 
     dtype: np.dtype[Any]
     lengths: Values
@@ -154,8 +139,7 @@ class _MegatronIndex:
 
     @classmethod
     def read(cls, location: str, head: bytes, values: Callable[[np.dtype[Any], int, int], Values]) -> _MegatronIndex:
-        """The index at ``location`` from its first :attr:`HEAD_BYTES` and ``values(dtype, offset, count)``, its
-        arrays (memory maps, or remote values)."""
+        """The index at ``location`` from its first :attr:`HEAD_BYTES` and ``values(dtype, offset, count)``."""
         if len(head) < cls.HEAD_BYTES or not head.startswith(MEGATRON_HEADER):
             raise ValueError(f"{location}: not a Megatron-LM index (no {MEGATRON_HEADER!r} header)")
         _, code, sequences, documents = struct.unpack("<QBQQ", head[len(MEGATRON_HEADER) : cls.HEAD_BYTES])
@@ -172,7 +156,7 @@ class _MegatronIndex:
         return cls(_MEGATRON_DTYPES[code], mapped("<i4", sequences), mapped("<i8", sequences), mapped("<i8", documents))
 
     def span(self, document: int) -> tuple[int, int]:
-        """Document ``document``'s first value and the one past its last, in values of ``.bin``."""
+        """Document ``document``'s values ``[start, end)`` in ``.bin``."""
         first, stop = int(self.document_indices[document]), int(self.document_indices[document + 1])
         if first == stop:  # a document without ids has no sequence
             return 0, 0
@@ -185,8 +169,7 @@ _RowGroup = tuple[list[tuple[np.ndarray, np.ndarray]], dict[str, list[Any]]]
 
 
 class _PerProcess:
-    """Open files of one process, and for a remote run its store connections and block cache; rebuilt after a
-    fork or in a spawned worker (never pickled)."""
+    """One process's open files, store connections and block cache; rebuilt after a fork or in a spawned worker."""
 
     def __init__(self, storage_options: Mapping[str, Any]) -> None:
         self.pid = os.getpid()
@@ -227,7 +210,6 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
         return files
 
     def _map(self, location: str, dtype: np.dtype[Any]) -> Values:
-        """The values of the whole file at ``location``: a memory map, or remote values."""
         files = self._open()
         array = files.maps.get(location)
         if array is None:
@@ -257,11 +239,9 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
         return index
 
     def _loss(self, shard: ShardEntry) -> Values:
-        """A flat shard's loss file (``.ds.loss``): one byte per token."""
         return self._map(self._shard_file(shard, MASK_SUFFIXES["flat"][0]), np.dtype("u1"))
 
     def _shard_file(self, shard: ShardEntry, suffix: str) -> str:
-        """The shard's file named ``<shard name><suffix>``."""
         path = join(self.manifest.root, shard.name + suffix)
         if path not in shard.files:
             raise FileNotFoundError(f"shard {shard.name} lists no {shard.name + suffix} (files: {shard.files})")
@@ -270,15 +250,14 @@ class _ManifestDataset(Dataset[Any]):  # type: ignore[misc]  # torch is not anal
 
 class TokenizedDocuments(_ManifestDataset):
     """The documents of a pre-tokenization run, in manifest order: ``dataset[i]`` is document ``i``'s ids as a
-    1-D int64 tensor (``input_ids``), or with ``fields`` or ``loss_masks`` a dict of tensors and values.
+    1-D int64 tensor, or with ``fields`` or ``loss_masks`` a dict of tensors and values.
 
     With ``loss_masks=True`` (a conversations run: ``pretokenize --messages-field``) each item is
-    ``{"input_ids", "assistant_masks", "labels"}``, three int64 tensors of the same length: the ids, the mask
-    the run wrote (1 where the token counts toward the loss: the assistant wrote it), and the labels -- the ids
-    with ``-100`` where the mask is 0, not shifted (transformers' models shift them; TRL's
-    ``DataCollatorForLanguageModeling`` pads them with ``-100``).
+    ``{"input_ids", "assistant_masks", "labels"}``, int64 tensors of one length: the ids, the run's mask (1 where
+    the assistant wrote the token: it counts toward the loss), and the ids with ``-100`` where the mask is 0, not
+    shifted (transformers' models shift them; TRL's ``DataCollatorForLanguageModeling`` pads them with ``-100``).
 
-    Documents have different lengths, so a DataLoader needs a ``collate_fn`` that pads (or packs) them, defined at
+    Documents have different lengths: a DataLoader needs a ``collate_fn`` that pads (or packs) them, defined at
     module level so that spawned workers can unpickle it. A run on object storage is read where the job wrote it,
     by ranged reads into a bounded per-process cache.
 
@@ -287,9 +266,8 @@ class TokenizedDocuments(_ManifestDataset):
             fsspec store) --, its ``manifest.json``, or a :class:`Manifest`.
         fields: columns kept by the run (``pretokenize --keep-field``) to return beside the ids.
         loss_masks: return each document's loss mask and labels beside its ids (a run that wrote masks).
-        storage_options: for a run on object storage, what the jobs' ``--storage-options`` holds (an endpoint, a
-            region...), passed to the filesystem in each process and never printed; credentials come from the
-            store's own chain (environment, profile, instance or pod identity).
+        storage_options: for a run on object storage, the jobs' ``--storage-options`` (an endpoint, a region...),
+            passed to the filesystem in each process, never printed; credentials come from the store's own chain.
 
     Raises:
         ValueError: the run did not keep one of ``fields``, or wrote no loss masks and ``loss_masks`` is set;
@@ -374,7 +352,7 @@ class TokenizedDocuments(_ManifestDataset):
         return {"input_ids": tensor, **values}
 
     def _megatron_values(self, shard: ShardEntry, prefix: str, local: int) -> np.ndarray:
-        """Document ``local`` of the shard's indexed dataset ``<shard><prefix>.bin``/``.idx``."""
+        """Document ``local`` of the shard's ``<shard><prefix>.bin``/``.idx``."""
         index = self._megatron_index(self._shard_file(shard, prefix + ".idx"))
         start, end = index.span(local)
         return np.asarray(self._map(self._shard_file(shard, prefix + ".bin"), index.dtype)[start:end])
@@ -420,31 +398,27 @@ class TokenizedDocuments(_ManifestDataset):
 
 
 class TokenBlocks(_ManifestDataset):
-    """Fixed-length blocks of a flat-format run's token stream: every document's ids back to back (with the
-    eos id between documents if the run appended it), shard after shard in manifest order. ``dataset[i]``
-    is tokens ``[i * block_size, (i + 1) * block_size)`` as a 1-D int64 tensor; the last partial block is
-    left out. For next-token prediction take ``block_size = context + 1`` and ``x, y = block[:-1], block[1:]``.
+    """Fixed-length blocks of a flat-format run's token stream (every document's ids back to back, with the eos
+    id between them if the run appended it, in manifest order): ``dataset[i]`` is tokens
+    ``[i * block_size, (i + 1) * block_size)`` as a 1-D int64 tensor; the last partial block is left out. For
+    next-token prediction take ``block_size = context + 1`` and ``x, y = block[:-1], block[1:]``.
 
-    With ``loss_masks=True`` (a conversations run with ``--format flat``) ``dataset[i]`` is
-    ``{"input_ids", "assistant_masks", "labels"}``: the block, the loss masks of the same tokens (the
-    ``.ds.loss`` stream cut at the same places) and the block with ``-100`` where the mask is 0. The labels are
-    not shifted: pass ``input_ids`` and ``labels`` to a transformers model as they are (it shifts), or take
+    With ``loss_masks=True`` (a conversations run, ``--format flat``) ``dataset[i]`` is ``{"input_ids",
+    "assistant_masks", "labels"}``: the block, its tokens' loss masks and the block with ``-100`` where the mask
+    is 0, not shifted: pass ``input_ids`` and ``labels`` to a transformers model as they are (it shifts), or take
     ``x, y = input_ids[:-1], labels[1:]`` for a loss of your own.
 
     Args:
-        manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, any fsspec
-            store) --, its ``manifest.json``, or a :class:`Manifest`.
+        manifest: as :class:`TokenizedDocuments` takes it.
         block_size: tokens per block.
         loss_masks: return each block's loss masks and labels beside its ids (a run that wrote masks).
-        storage_options: for a run on object storage, the jobs' ``--storage-options`` (see
-            :class:`TokenizedDocuments`).
+        storage_options: as :class:`TokenizedDocuments` takes them.
 
     Raises:
         ValueError: the run is not in the flat format (``pretokenize --format flat``), wrote no loss masks and
             ``loss_masks`` is set, or ``block_size`` is below 1.
         FileNotFoundError: no finished run there.
-        StorageError: the store refused, or failed for longer than the retry deadline (as
-            :class:`TokenizedDocuments`).
+        StorageError: as :class:`TokenizedDocuments`.
 
     Example:
         ```python
@@ -499,7 +473,7 @@ class TokenBlocks(_ManifestDataset):
         return self._map(shard.files[0], self.dtype)
 
     def _cut(self, stream: Callable[[ShardEntry], Values], start: int, end: int) -> np.ndarray:
-        """Values ``[start, end)`` of the stream of every shard's ``stream(shard)`` back to back."""
+        """Values ``[start, end)`` of every shard's ``stream(shard)`` back to back."""
         pieces = []
         shard_number = int(np.searchsorted(self._starts, start, side="right")) - 1
         while start < end:
@@ -518,7 +492,6 @@ def _mapped(path: str, dtype: np.dtype[Any], offset: int, count: int) -> np.ndar
 
 
 def _with_labels(ids: np.ndarray, masks: np.ndarray) -> dict[str, torch.Tensor]:
-    """``input_ids``, ``assistant_masks`` and ``labels`` (the ids, ``IGNORE_INDEX`` where the mask is 0)."""
     if len(masks) != len(ids):
         raise ValueError(f"{len(masks)} loss mask values for {len(ids)} ids: the run's mask files are damaged")
     input_ids = torch.from_numpy(ids.astype(np.int64))
