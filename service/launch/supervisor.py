@@ -1,37 +1,22 @@
-"""``TokenizerClient.launch``: a private tokenizer service on this machine, for as long as a job uses it (what
-users see of it: the guide ``docs/guides/dataloader.md``, "A launched service").
+"""``TokenizerClient.launch``: a private tokenizer service on this machine for as long as a job uses it (users'
+view: ``docs/guides/dataloader.md``, "A launched service"). Per step, and per replica under the key's one lock:
 
-How:
+1. **One service per launch key** (:mod:`.rendezvous`): under its lock the first process launches, every other
+   (another local rank, another job) attaches; nothing reads ``LOCAL_RANK``. ``replicas=K``: K servers on sockets
+   of their own, each with a 1/K share (``--replica-of K``), started together, serving one fingerprint.
+2. **Started by exec** (fork-exec: nothing of this process's Python or tokenizer state runs in the child), in a
+   session of its own (a Ctrl-C reaches the training script, which lets go), its output in a log file. Its
+   settings are exactly ``launch``'s arguments: this environment's ``TOKENIZER_SERVICE_*`` are not passed on.
+3. **Ready, then pinned** to the fingerprint it reports; a failed start raises :class:`LaunchError` with the
+   server's own error line and its log's end.
+4. **Owned**: each process using it holds a shared lock on the owners files (``service/http/server/owners.py``).
+   The last to let go stops the servers running then (relaunched or not: the records name them) and waits.
+5. **Relaunched once** (:meth:`LaunchedService.recover`), by whichever process notices first (the record counts);
+   a second death raises :class:`LaunchError`, or is logged while other replicas serve.
 
-1. **One service per tokenizer and settings on this machine.** The launch key (the tokenizer files' identity,
-   the serve settings and the replicas asked for, the interpreter, the host) names the files of a rendezvous
-   in a private directory (:mod:`.rendezvous`). Under its lock the first process launches and every other one
-   -- another local rank of a torchrun, accelerate or DeepSpeed job, or another job with the same tokenizer --
-   attaches; nothing reads ``LOCAL_RANK``. **Replicas** (``replicas=K``, or ``"auto"``): K servers, each on a
-   socket of its own with an equal share of the cores and of the memory limit (``--replica-of K``); they start
-   together and must serve one fingerprint; every step below is per replica, under the key's one lock. The
-   client spreads its calls by the calls it has outstanding on each (:mod:`service.client.retrying`); a dead
-   replica's calls go to the others while it is relaunched (:class:`~service.launch.transport.LaunchedTransport`).
-2. **Started by exec.** ``python -m service serve --uds <socket> --owners-file <lock>`` run by ``subprocess``
-   (fork-exec: no Python code, and no tokenizer state, of this process runs in the child), in a session of its
-   own (a Ctrl-C in the terminal reaches the training script, which lets go of it), its output in a log file.
-   Its settings are exactly ``launch``'s arguments: ``TOKENIZER_SERVICE_*`` variables of this environment, which
-   may describe a remote service, are not passed on.
-3. **Ready, then pinned.** ``launch`` returns once ``/readyz`` answers, pinned to the fingerprint the service
-   reports; one that cannot start raises :class:`LaunchError` with the server's own error line and its log's end.
-4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses the
-   service, which stops once nobody holds it (``service/http/server/owners.py``), however its users exit. The
-   last process to let go -- launcher or not -- stops the server running then (relaunched or not: the record
-   names it) and waits for its exit.
-5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a replica that died
-   while still owned is relaunched once, by whichever process notices first (the record counts), and the call
-   goes on; a second death raises :class:`LaunchError` (logged, with other replicas running).
-
-A client pickles its URL and service description, never a connection or a lock: a DataLoader worker uses the
-service and never owns it (in a forked child this process's lock descriptors are closed and its ownership is
-forgotten, so the child's exit stops nothing, ``atexit`` included). POSIX only, yet importable anywhere: on
-Windows ``launch`` raises :class:`LaunchError` saying to run ``tokenizer-service serve`` and pass its URL
-(:func:`.rendezvous.require_posix`).
+A client pickles the service's description, never a connection or a lock: a DataLoader worker never owns it (a
+forked child closes the inherited lock descriptors and forgets the ownership, so its exit, ``atexit`` included,
+stops nothing). POSIX only, yet importable anywhere (:func:`.rendezvous.require_posix`).
 """
 
 from __future__ import annotations
@@ -79,9 +64,9 @@ __all__ = ["ServeCommand", "LaunchedService", "Share", "launch_or_attach", "rele
 
 logger = logging.getLogger(__name__)
 
-#: Serve settings ``launch`` sets itself: where the service listens, who owns it, how it stops, its share.
+#: Serve settings ``launch`` sets itself.
 RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds", "reuse_port", "replica_of"})
-#: A replica is launched at most this many times per record: once, and relaunched once.
+#: A replica is launched at most this many times per record (relaunched once).
 MAX_LAUNCHES = 2
 #: How long a service that is stopping (draining) may take before a process waiting on it gives up.
 STOP_WAIT_SECONDS = 45.0
@@ -95,9 +80,8 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # -- what to run -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServeCommand:
-    """How to start the service: interpreter, model, serve flags, secrets (passed by environment, never on
-    the command line, which other users can read), what identifies the tokenizer files, and how many
-    replicas (``replicas_asked`` as given: ``"auto"`` is one key whatever each rank's count of cores)."""
+    """How to start the service. Secrets go by environment (a command line is readable by other users);
+    ``replicas_asked`` is as given, so ``"auto"`` is one key whatever each rank's count of cores."""
 
     python: str
     model: str | None
@@ -175,15 +159,13 @@ class ServeCommand:
         return env
 
     def name(self, replica: int) -> str:
-        """``the tokenizer service for X`` (``replica 2 of 4 of ...`` when it has several)."""
         which = f"replica {replica + 1} of {self.replicas} of " if self.replicas > 1 else ""
         return f"{which}the tokenizer service for {self.description}"
 
 
 def _model_identity(model: str | None) -> tuple[Any, str]:
-    """(what identifies the tokenizer's files, a description): a local file or folder by its real path and
-    the name, size and modification time of its files (retraining a tokenizer in place changes them); a hub
-    id by its name (with ``revision`` among the flags)."""
+    """(what identifies the tokenizer's files, a description): local files by real path, names, sizes and times
+    (retraining in place changes them); a hub id by its name (``revision`` is among the flags)."""
     if model is None:
         return _files_identity(DEFAULT_TOKENIZER_DIR), "the embedded default tokenizer"
     path = Path(model).expanduser()
@@ -215,8 +197,6 @@ def _check_server_installed(python: str) -> None:
 # -- starting and stopping the servers --------------------------------------------------------------------
 @dataclass
 class _Starting:
-    """A replica's server, started, not known to be ready yet."""
-
     replica: int
     paths: ServicePaths
     process: subprocess.Popen[bytes]
@@ -247,8 +227,8 @@ def _spawn(command: ServeCommand, replica: int, paths: ServicePaths, launches: i
 def _start(
     command: ServeCommand, replicas: Mapping[int, ServicePaths], launches: int, timeout: float
 ) -> dict[int, tuple[subprocess.Popen[bytes], Record]]:
-    """Start the servers of ``replicas`` (index -> files) together and wait until every one is ready; their
-    records, written. LaunchError (every one of them stopped) if any cannot start."""
+    """Start ``replicas`` (index -> files) together, wait until all are ready, and write their records;
+    LaunchError (all stopped) if any cannot start."""
     starting = [_spawn(command, replica, paths, launches) for replica, paths in replicas.items()]
     try:
         fingerprints = _wait_until_ready(command, starting, timeout)
@@ -279,8 +259,7 @@ def _ready(url: str) -> bool:
 
 
 def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], timeout: float) -> dict[int, str]:
-    """Each replica's fingerprint once all are ready; LaunchError with the first one's that exits, or any
-    not ready within ``timeout``."""
+    """Each replica's fingerprint once all are ready; LaunchError for one that exits, or is not ready in time."""
     deadline = time.monotonic() + timeout
     pause = 0.01
     fingerprints: dict[int, str] = {}
@@ -309,8 +288,7 @@ def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], time
 
 
 def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | None = None) -> LaunchError:
-    """A LaunchError leading with the server's own one-line error (else ``silent``, else its last line),
-    quoting the end of its log."""
+    """A LaunchError leading with the server's own error line (else ``silent``, else its last), quoting its log."""
     try:
         with open(paths.log, "rb") as log:
             log.seek(max(offset, os.path.getsize(paths.log) - 64 * 1024))
@@ -325,8 +303,8 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
 
 
 def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]]) -> None:
-    """SIGTERM servers (they drain) -- ``ours``, started and reaped by this process, and ``others`` (pid,
-    socket), started by another one -- all at once, then wait for each to exit; SIGKILL one that overstays."""
+    """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
+    for each to exit, SIGKILL one that overstays."""
     running = [process for process in ours if process.poll() is None]
     for process in running:
         with contextlib.suppress(ProcessLookupError):
@@ -351,8 +329,8 @@ def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[in
 
 
 def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
-    """True once the running server answers /readyz, False once it has exited; LaunchError if neither
-    happens within ``wait`` seconds (a server that is stopping takes a moment)."""
+    """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
+    seconds (a stopping server takes a moment)."""
     url = unix_socket_url(paths.socket)
     deadline = time.monotonic() + wait
     while process_alive(record.pid, paths.socket):
@@ -370,10 +348,9 @@ def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
 # -- the service a client is bound to ---------------------------------------------------------------------
 @dataclass
 class LaunchedService:
-    """Where a launched service's replicas are and where their logs go; picklable (a DataLoader worker gets
-    a copy). It holds no lock and no process: what this process owns is kept apart, per process. :attr:`pids`
-    are the servers running now, relaunched or not; ``url``, ``socket_path``, ``log_path`` and :attr:`pid`
-    name the first replica's (the only one's, without replicas)."""
+    """Where a launched service's replicas and their logs are; picklable (a DataLoader worker gets a copy), holding
+    no lock or process. :attr:`pids` are the servers running now, relaunched or not; ``url``, ``socket_path``,
+    ``log_path`` and :attr:`pid` are the first replica's (the only one's, without replicas)."""
 
     urls: tuple[str, ...]  # one per replica, as the client spreads its calls over them
     fingerprint: str
@@ -407,8 +384,7 @@ class LaunchedService:
 
     @property
     def pids(self) -> tuple[int, ...]:
-        """The pids of the service's servers now: after a relaunch -- by this process, or by another one (a
-        DataLoader worker, another local rank) -- the relaunched server's, as the records say."""
+        """The servers' pids now: after a relaunch, by whichever process, the relaunched one's (as recorded)."""
         return tuple(self._pid(replica) for replica in range(self.replicas))
 
     @property
@@ -427,11 +403,10 @@ class LaunchedService:
         return f"{owner}({self.replicas} replicas in {folder!r}, pids={list(self.pids)}, logs={list(self.log_paths)})"
 
     def replica_at(self, url: str) -> int:
-        """The replica a request URL goes to."""
         return next((i for i, base in enumerate(self.urls) if url.startswith(base + "/") or url == base), 0)
 
     def others_running(self, replica: int) -> bool:
-        """Whether a replica but ``replica`` runs: the calls can go there meanwhile."""
+        """Whether a replica but ``replica`` runs (to take the calls meanwhile)."""
         for other, paths in enumerate(self.paths):
             if other != replica and (record := Record.read(paths.record)) is not None:
                 if process_alive(record.pid, paths.socket):
@@ -439,9 +414,8 @@ class LaunchedService:
         return False
 
     def recover(self, replica: int = 0) -> None:
-        """Called when a replica cannot be reached: returns once it is ready -- it was only unreachable for a
-        moment, or it died and is relaunched now (once per replica, by whichever process notices first) -- or
-        raises LaunchError: it died again, or it stopped because nobody owns it."""
+        """For a replica that cannot be reached: return once it is ready (unreachable for a moment, or relaunched
+        now: once, by whichever process notices first), or raise LaunchError (it died again, or nobody owns it)."""
         paths = self.paths[replica]
         name = self.command.name(replica)
         with exclusive_lock(paths.lock, self.start_timeout + STOP_WAIT_SECONDS, "waiting for the launch lock"):
@@ -474,8 +448,8 @@ class LaunchedService:
             _adopt(self.key, replica, process)
 
     def recover_in_background(self, replica: int) -> None:
-        """:meth:`recover` in a thread of its own (one at a time per replica in this process), for a replica
-        whose calls the others take meanwhile; a relaunch that fails is logged, and not tried again here."""
+        """:meth:`recover` in a thread (one per replica in this process) while the others take its calls; a failed
+        relaunch is logged, not tried again here."""
         with _background_lock:
             if (self.key, replica) in _background:
                 return
@@ -504,8 +478,7 @@ _background_lock = threading.Lock()
 # -- what this process owns -------------------------------------------------------------------------------
 @dataclass
 class _Ownership:
-    """This process's hold on one launched service: its shared owners locks (one per replica), and the
-    servers it started."""
+    """This process's hold on one service: its shared owners locks (one per replica) and the servers it started."""
 
     service: LaunchedService
     owners_fds: list[int]
@@ -529,7 +502,6 @@ _children: list[subprocess.Popen[bytes]] = []  # servers this process started fo
 
 
 def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
-    """Attach to the running replicas of ``command``'s key, or launch them (see the module doc)."""
     started = time.monotonic()
     key = command.key()
     folder = launch_directory()
@@ -631,9 +603,8 @@ def release(share: Share) -> None:
 
 
 def _let_go(ownership: _Ownership) -> None:
-    """Let go of the owners locks; the last process to let go -- whether it launched the service or attached
-    to it -- stops every replica running now and waits for their exit (they would stop in a quarter of a
-    second by themselves), under the launch lock, so that no one relaunches one meanwhile."""
+    """Let go of the owners locks; the last process to let go stops every replica running now and waits for their
+    exit (they would stop within 0.25 s by themselves), under the launch lock, so no one relaunches one meanwhile."""
     if ownership.pid != os.getpid():
         return
     for transport in list(ownership.transports):
@@ -656,9 +627,8 @@ def _close(fds: list[int]) -> None:
 
 
 def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.Popen[bytes]]) -> None:
-    """Stop the server each record names, and wait until all have exited: the ones this process started
-    (reaped here), and the ones another process started -- relaunched by a DataLoader worker after ours
-    died, say, or launched by another local rank."""
+    """Stop the server each record names and wait for all: ours (reaped here) and another process's (a relaunch
+    by a DataLoader worker, another local rank's launch)."""
     others = []
     for replica, replica_paths in enumerate(paths):
         record = Record.read(replica_paths.record)
@@ -684,7 +654,7 @@ def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def _let_go_of_everything() -> None:
-    """At interpreter exit: this process lets go of what it owns (never a forked child's inherited copy)."""
+    """At exit: let go of what this process owns (never a forked child's inherited copy)."""
     with _owned_lock:
         owned = [o for o in _owned.values() if o.pid == os.getpid()]
         _owned.clear()
@@ -693,8 +663,8 @@ def _let_go_of_everything() -> None:
 
 
 def _forget_after_fork() -> None:
-    """In a forked child: close the inherited lock descriptors (the parent's locks stay: it holds the same
-    open files) and own nothing, so the child's exit stops nothing."""
+    """In a forked child: close the inherited lock descriptors (the parent's locks stay: same open files) and own
+    nothing, so the child's exit stops nothing."""
     global _owned_lock, _background_lock
     _owned_lock = threading.Lock()  # another thread may have held it at the fork
     _background_lock = threading.Lock()
