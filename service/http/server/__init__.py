@@ -1,23 +1,17 @@
-"""The room where uvicorn's internals are used: everything else in ``service.http`` is plain ASGI.
+"""The room where uvicorn's internals are used (everything else in ``service.http`` is plain ASGI), for what
+uvicorn has no public option for: bounded header blocks and read deadlines, a lossless drain, a server that lives
+as long as its owners. Each internal is kept only because a real-server test fails without it; ``pyproject.toml``
+pins the uvicorn release they ran on, and ``tests/http/test_uvicorn_internals.py`` fails on any other, or where
+one below moved. :mod:`.running` (a graceful drain on SIGTERM), :mod:`.protocol` (the HTTP/1.1 limits),
+:mod:`.listening` (closing a listener without resetting accepted connections), :mod:`.owners` (stopping once the
+owners are gone).
 
-uvicorn has no public option for what a production tokenizer server needs (bounded header blocks and read
-deadlines, a drain that loses nothing, a server that lives exactly as long as its owners), so these modules
-override or call a few of its internals, each kept only because a test against a real server fails without
-it. ``pyproject.toml`` pins the uvicorn release those tests ran on; ``tests/http/test_uvicorn_internals.py`` fails
-on any other, and on one where an internal below moved.
-
-- :mod:`.running`: running the app under uvicorn with a graceful drain on SIGTERM;
-- :mod:`.protocol`: uvicorn's httptools protocol with the HTTP/1.1 limits it lacks;
-- :mod:`.listening`: closing a listener without resetting accepted connections;
-- :mod:`.owners`: a private server that stops when the processes it works for are gone.
-
-Public options where they do the job: ``timeout_keep_alive`` (idle keep-alive connections),
-``timeout_graceful_shutdown`` (bounds uvicorn's own shutdown), ``http=`` the guarded protocol class and
-``ws="none"``, ``h11_max_incomplete_event_size`` (the h11 protocol, for comparison only). Where they do not:
-``limit_concurrency`` answers 503 in its own shape on a connection already accepted, so idle connections still
-take descriptors without bound (the connection limit's test); ``h11_max_incomplete_event_size`` bounds h11's
-header block only (a 400, no deadlines, ~5x the CPU per request); ``timeout_graceful_shutdown`` alone closes
-the listener at once (resetting its accept queue), with no 503 window and the signal raised again at exit.
+Public options used: ``timeout_keep_alive``, ``timeout_graceful_shutdown`` (bounds uvicorn's own shutdown),
+``http=`` the guarded protocol and ``ws="none"``, ``h11_max_incomplete_event_size`` (h11, comparison only). Not
+enough: ``limit_concurrency`` answers 503 in its own shape on an accepted connection (idle ones still take
+descriptors without bound); h11's size limit bounds only its header block (a 400, no deadlines, ~5x the CPU);
+``timeout_graceful_shutdown`` alone closes the listener at once (resetting its accept queue), with no 503 window
+and the signal raised again at exit.
 
 Kept, each with the test that fails without it:
 
@@ -51,11 +45,10 @@ Kept, each with the test that fails without it:
 - ``RequestResponseCycle.disconnected``, ``RequestResponseCycle.message_event``:
   test_slow_headers_and_a_slow_body_get_408_and_are_closed
 
-Gone, since no test failed without them (the commit that removed them says what replaced each): the
-``shutdown``, ``_start_asgi_task`` and ``resume_writing`` overrides, the keep-alive timeout task, ``server_state``,
-``response_started``, and rewriting ``timeout_graceful_shutdown`` while draining.
-
-The serve command uses this room through the names below only.
+Gone, as no test failed without them (their commit says what replaced each): the ``shutdown``,
+``_start_asgi_task`` and ``resume_writing`` overrides, the keep-alive timeout task, ``server_state``,
+``response_started``, rewriting ``timeout_graceful_shutdown`` while draining. The serve command uses the names
+below only.
 """
 
 from .listening import SocketFile
