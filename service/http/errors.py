@@ -1,8 +1,6 @@
-"""The kinds of error only the web layer meets (what goes wrong with a request as HTTP, which the engine never
-meets), raised as the engine's own error (:class:`service.engine.errors.ServiceError`): the engine's kinds and these
-share one status table (``service.wire.ERROR_TYPES``, keyed by a kind's value: the ``error_type`` a client reads)
-and one error body shape (:mod:`service.http.responses`).
-"""
+"""The error kinds only the web layer meets (a request gone wrong as HTTP), raised as the engine's
+:class:`service.engine.errors.ServiceError`: both share the status table ``service.wire.ERROR_TYPES`` (keyed by a
+kind's value, the ``error_type``) and one body shape (:mod:`service.http.responses`)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,16 @@
-"""``tokenizer-service serve --replicas K``: K servers behind one port, for a big machine without Kubernetes.
-What it promises, and the measurements behind its choices: docs/guides/deploying.md, "One big machine, without
-Kubernetes".
+"""``tokenizer-service serve --replicas K``: K servers behind one port, for a big machine without Kubernetes
+(promises and measurements: docs/guides/deploying.md, "One big machine, without Kubernetes"). Each replica is
+the server, started by exec; this process, no server, loads no tokenizer. It:
 
-Each replica is the server we have -- one process, one tokenizer, Rust parallelism on, never forks -- started by
-exec (``python -m service serve``), never forked from this process, which is not a server and loads no tokenizer.
-This process:
-
-- binds the port first (with ``SO_REUSEPORT``, never listening), so that a port in use by another program fails
-  at once and ``--port 0`` picks one for all; a port a server already answers on is refused (a set of this
-  user's on it would otherwise be joined). Every replica binds it too (``--reuse-port``) and the kernel spreads
-  new connections over them: one listening socket shared by the replicas (vLLM's ``--api-server-count``) puts
-  a burst of connections on whichever event loop wakes first;
-- asks each replica's ``/readyz`` and ``/info`` on a private Unix socket: the set is up once every replica is
-  ready and all serve one fingerprint. One that exits first (its own error line is on stderr, above this
-  process's), serves another fingerprint, or dies while serving stops every replica, and this process exits 1:
-  a partial set never stays up, and the process manager starts a whole one again;
-- forwards SIGTERM and SIGINT to every replica (each in a session of its own: a Ctrl-C in the terminal reaches
-  this process only, which passes it on), and exits once all have drained: 0, else the worst status;
-- shares an owners lock with each replica (``--owners-file``, :mod:`service.http.server.owners`): if this
-  process is killed, even with SIGKILL, every replica stops by itself (and drains).
+- binds the port first (``SO_REUSEPORT``, never listening): a port in use fails at once, ``--port 0`` picks one
+  for all, and a port a server answers on is refused (else a set of this user's would be joined). Each replica
+  binds it too (``--reuse-port``): one socket shared instead puts a burst on whichever event loop wakes first;
+- asks each replica's ``/readyz`` and ``/info`` on a private Unix socket: up once all are ready on one
+  fingerprint. One that exits first, serves another fingerprint or dies while serving stops them all, and this
+  process exits 1: a partial set never stays up;
+- forwards SIGTERM and SIGINT (each replica has a session of its own, so a Ctrl-C reaches this process only) and
+  exits once all have drained: 0, else the worst status;
+- holds each replica's owners lock (``--owners-file``): killed, even by SIGKILL, it leaves no replica running.
 """
 
 from __future__ import annotations
@@ -59,7 +51,7 @@ __all__ = ["serve_replicas", "SET_BY_THE_PARENT"]
 
 logger = logging.getLogger(__name__)
 
-#: The settings this process sets for each replica itself (where it listens, who owns it, its share).
+#: The settings this process sets for each replica itself.
 SET_BY_THE_PARENT = frozenset({"replicas", "host", "port", "uds", "reuse_port", "owners_file", "replica_of"})
 #: How long a replica may drain past its own ``--graceful-shutdown-seconds`` before it is killed.
 STOP_MARGIN_SECONDS = 10.0
@@ -70,7 +62,7 @@ _POLL_SECONDS = 0.05
 class _Replica:
     index: int
     count: int
-    socket_path: str  # its private socket, where this process asks /readyz and /info
+    socket_path: str  # where this process asks /readyz and /info
     owners_path: str
     process: subprocess.Popen[bytes] | None = None
     fingerprint: str | None = None
@@ -99,7 +91,7 @@ class _Replica:
 
 
 class _Signals:
-    """SIGTERM and SIGINT, noted here (in order) for the main loop to forward."""
+    """SIGTERM and SIGINT, noted in order for the main loop to forward."""
 
     def __init__(self) -> None:
         self.pending: list[int] = []
@@ -112,9 +104,8 @@ class _Signals:
 
 
 def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> int | None:
-    """Run ``settings.replicas`` replicas behind one port (see the module doc) until they have all stopped; their
-    exit status. None when one replica is what the cores allow (``--replicas auto`` on a small machine): then the
-    calling process serves, as ``serve`` does without ``--replicas``."""
+    """Run ``settings.replicas`` replicas until all have stopped; their exit status. None when the cores allow one
+    (``--replicas auto`` on a small machine): the caller then serves itself."""
     plan = plan_replicas(settings.replicas, settings.threads)
     if plan.warning:
         print(f"{prog}: warning: {plan.warning}", file=sys.stderr, flush=True)
@@ -124,7 +115,7 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
     from .server import bind_listener
 
     where = f"{settings.host}:{settings.port}"
-    try:  # before anything loads, as serve does: a port in use fails at once
+    try:  # a port in use fails at once
         if settings.port != 0 and _answered(settings.host, settings.port):
             raise OSError(errno.EADDRINUSE, "a server is listening on it")
         reserved = bind_listener(settings.host, settings.port, reuse_port=True)  # never listens: the replicas do
@@ -173,8 +164,8 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
 
 
 def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: Callable[[], None]) -> int:
-    """Until a signal (forwarded; then until every replica has stopped: :func:`_wait_all`) or a replica's exit
-    (then 1). Once every replica is ready, ``say_up()``; 1 instead if they serve different fingerprints."""
+    """Until a signal (forwarded, then :func:`_wait_all`) or a replica's exit (1). Once all are ready, ``say_up()``,
+    or 1 if their fingerprints differ."""
     waiting, up = list(replicas), False
     while True:
         forwarded = signals.take()
@@ -209,7 +200,7 @@ def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: C
 
 
 def _wait_all(replicas: list[_Replica], signals: _Signals) -> int:
-    """Wait for every replica to exit, forwarding any further signal; the worst exit status."""
+    """Wait for every replica to exit, forwarding further signals; the worst exit status."""
     while any(r.process is not None and r.process.poll() is None for r in replicas):
         _forward(replicas, signals.take())
         time.sleep(_POLL_SECONDS)
@@ -247,8 +238,8 @@ def _stop_all(replicas: list[_Replica], grace_seconds: float) -> None:
 
 
 def _replica_command(given: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """The command of every replica (this interpreter, ``serve`` with the flags given here but those this
-    process sets) and its environment (this one's, but ``--replicas``; an API key by environment only)."""
+    """Each replica's command (``serve`` with the flags given, but those this process sets) and environment (this
+    one's, but ``--replicas``; the API key by environment only)."""
     settings = {name: value for name, value in given.items() if name not in SET_BY_THE_PARENT}
     api_key = settings.pop("api_key", None)
     env = {name: value for name, value in os.environ.items() if name != ENV_PREFIX + "REPLICAS"}
@@ -273,7 +264,7 @@ def _private_folder() -> str:
 
 
 def _answered(host: str, port: int) -> bool:
-    """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: on this machine)."""
+    """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: this machine)."""
     target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     try:
         with socket.create_connection((target, port), timeout=1.0):
