@@ -658,7 +658,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a replica that fails to start leaves the others running",
         "service/launch/supervisor.py",
-        "_stop_all([s.process for s in starting], [])",
+        "stop_servers([s.process for s in starting])",
         "pass",
         (REPLICAS,),
     ),

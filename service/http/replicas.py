@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
-import json
 import logging
 import os
 import shutil
@@ -32,19 +30,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..launch.rendezvous import hold_shared
+from ..launch.supervisor import how_it_ended, ready_fingerprint, stop_servers
 from ..sizing import plan_replicas
-from ..transport.base import Request, Timeout
-from ..transport.exceptions import TransportError
-from ..transport.stdlib import HTTPTransport
-from ..wire import (
-    API_KEY_ENV,
-    ENV_PREFIX,
-    INFO_PATH,
-    MAX_SOCKET_PATH_BYTES,
-    READY_PATH,
-    serve_arguments,
-    unix_socket_url,
-)
+from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
 from .settings import Settings
 
 __all__ = ["serve_replicas", "SET_BY_THE_PARENT"]
@@ -72,22 +61,6 @@ class _Replica:
     def name(self) -> str:
         pid = f", pid {self.process.pid}" if self.process is not None else ""
         return f"replica {self.index + 1} of {self.count}{pid}"
-
-    def probe(self) -> str | None:
-        """Its fingerprint once it is ready, else None."""
-        url = unix_socket_url(self.socket_path)
-        transport = HTTPTransport()
-        try:
-            ready = transport.handle_request(Request("GET", url + READY_PATH, {}, timeout=Timeout(1.0, 5.0)))
-            if ready.status != 200:
-                return None
-            info = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=Timeout(1.0, 30.0)))
-            fingerprint: str = json.loads(bytes(info.body))["fingerprint"]
-            return fingerprint
-        except TransportError:
-            return None
-        finally:
-            transport.close()
 
 
 class _Signals:
@@ -131,7 +104,7 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
     signals = _Signals()
     try:
         for replica in replicas:
-            replica.owners_fd = _hold_shared(replica.owners_path)
+            replica.owners_fd = hold_shared(replica.owners_path, 1.0, "holding a new owners file")
         argv, env = _replica_command(given)
         shared = ["--host", settings.host, "--port", str(port), "--reuse-port", "--replica-of", str(plan.count)]
         for replica in replicas:
@@ -155,7 +128,8 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
 
         return _supervise(replicas, signals, prog, say_up)
     finally:
-        _stop_all(replicas, settings.graceful_shutdown_seconds)
+        running = [replica.process for replica in replicas if replica.process is not None]
+        stop_servers(running, wait=settings.graceful_shutdown_seconds + STOP_MARGIN_SECONDS)
         reserved.close()
         for replica in replicas:
             if replica.owners_fd is not None:
@@ -179,10 +153,12 @@ def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: C
             if code is not None:
                 when = "before it was ready" if starting else "while serving"
                 after = "" if starting else " (a partial set never stays up: restart the whole set)"
-                print(f"{prog}: {replica.name} {_how(code)} {when}; stopping the others{after}", file=sys.stderr)
+                print(
+                    f"{prog}: {replica.name} {how_it_ended(code)} {when}; stopping the others{after}", file=sys.stderr
+                )
                 return 1
             if starting:
-                replica.fingerprint = replica.probe()
+                replica.fingerprint = ready_fingerprint(replica.socket_path)
                 if replica.fingerprint is not None:
                     waiting.remove(replica)
         if not waiting and not up:
@@ -209,7 +185,7 @@ def _wait_all(replicas: list[_Replica], signals: _Signals) -> int:
         assert replica.process is not None
         code = replica.process.returncode
         if code != 0:
-            logger.warning("%s %s", replica.name, _how(code))
+            logger.warning("%s %s", replica.name, how_it_ended(code))
         worst = max(worst, 1 if code < 0 else code)
     return worst
 
@@ -222,21 +198,6 @@ def _forward(replicas: list[_Replica], signals: list[int]) -> None:
                     replica.process.send_signal(sig)
 
 
-def _stop_all(replicas: list[_Replica], grace_seconds: float) -> None:
-    """SIGTERM every replica still running (each drains), SIGKILL any that overstays; all reaped."""
-    running = [r.process for r in replicas if r.process is not None and r.process.poll() is None]
-    for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds + STOP_MARGIN_SECONDS
-    for process in running:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
 def _replica_command(given: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
     """Each replica's command (``serve`` with the flags given, but those this process sets) and environment (this
     one's, but ``--replicas``; the API key by environment only)."""
@@ -246,12 +207,6 @@ def _replica_command(given: Mapping[str, Any]) -> tuple[list[str], dict[str, str
     if api_key is not None:
         env[API_KEY_ENV] = str(api_key)  # never on a command line, which other users can read
     return [sys.executable, "-m", "service", "serve", *serve_arguments(settings)], env
-
-
-def _hold_shared(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_SH)  # nobody else knows the file: at once
-    return fd
 
 
 def _private_folder() -> str:
@@ -271,7 +226,3 @@ def _answered(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _how(code: int) -> str:
-    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"

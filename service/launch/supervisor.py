@@ -44,7 +44,7 @@ from .. import __version__
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
 from ..sizing import plan_replicas
-from ..transport.base import Request, Response, Timeout
+from ..transport.base import Request, Timeout
 from ..transport.exceptions import LaunchError, TransportError
 from ..transport.stdlib import HTTPTransport
 from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, serve_arguments, unix_socket_url
@@ -60,7 +60,16 @@ from .rendezvous import (
     try_lock,
 )
 
-__all__ = ["ServeCommand", "LaunchedService", "Share", "launch_or_attach", "release"]
+__all__ = [
+    "ServeCommand",
+    "LaunchedService",
+    "Share",
+    "launch_or_attach",
+    "release",
+    "ready_fingerprint",
+    "stop_servers",
+    "how_it_ended",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -233,7 +242,7 @@ def _start(
     try:
         fingerprints = _wait_until_ready(command, starting, timeout)
     except BaseException:
-        _stop_all([s.process for s in starting], [])
+        stop_servers([s.process for s in starting])
         raise
     started = {}
     for item in starting:
@@ -243,19 +252,24 @@ def _start(
     return started
 
 
-def _get(url: str, path: str, timeout: Timeout) -> Response:
+def ready_fingerprint(socket_path: str) -> str | None:
+    """The fingerprint of the server on the Unix socket ``socket_path`` once it answers /readyz, else None."""
+    url = unix_socket_url(socket_path)
     transport = HTTPTransport()
     try:
-        return transport.handle_request(Request("GET", url + path, {}, timeout=timeout))
+        if transport.handle_request(Request("GET", url + READY_PATH, {}, timeout=Timeout(1.0, 5.0))).status != 200:
+            return None
+        info = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=Timeout(1.0, 30.0)))
+        fingerprint: str = json.loads(bytes(info.body))["fingerprint"]
+        return fingerprint
+    except TransportError:
+        return None
     finally:
         transport.close()
 
 
-def _ready(url: str) -> bool:
-    try:
-        return _get(url, READY_PATH, Timeout(1.0, 5.0)).status == 200
-    except TransportError:
-        return False
+def how_it_ended(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
 def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], timeout: float) -> dict[int, str]:
@@ -267,15 +281,14 @@ def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], time
         for item in starting:
             if item.replica in fingerprints:
                 continue
-            url = unix_socket_url(item.paths.socket)
-            if _ready(url):
-                info = json.loads(bytes(_get(url, INFO_PATH, Timeout(5.0, 30.0)).body))
-                fingerprints[item.replica] = info["fingerprint"]
+            fingerprint = ready_fingerprint(item.paths.socket)
+            if fingerprint is not None:
+                fingerprints[item.replica] = fingerprint
                 continue
             code = item.process.poll()
             if code is not None:
-                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-                raise _failure(f"{command.name(item.replica)} {how} before it was ready", item.paths, item.offset)
+                headline = f"{command.name(item.replica)} {how_it_ended(code)} before it was ready"
+                raise _failure(headline, item.paths, item.offset)
             if time.monotonic() > deadline:
                 raise _failure(
                     f"{command.name(item.replica)} was not ready within {timeout:g}s (start_timeout=)",
@@ -302,9 +315,11 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
     return LaunchError(f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}", log_path=paths.log)
 
 
-def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]]) -> None:
+def stop_servers(
+    ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]] = (), wait: float = STOP_WAIT_SECONDS
+) -> None:
     """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
-    for each to exit, SIGKILL one that overstays."""
+    up to ``wait`` seconds for each to exit, SIGKILL one that overstays."""
     running = [process for process in ours if process.poll() is None]
     for process in running:
         with contextlib.suppress(ProcessLookupError):
@@ -312,7 +327,7 @@ def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[in
     for pid, _ in others:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    deadline = time.monotonic() + wait
     for process in running:
         try:
             process.wait(max(0.0, deadline - time.monotonic()))
@@ -331,10 +346,9 @@ def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[in
 def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
     """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
     seconds (a stopping server takes a moment)."""
-    url = unix_socket_url(paths.socket)
     deadline = time.monotonic() + wait
     while process_alive(record.pid, paths.socket):
-        if _ready(url):
+        if ready_fingerprint(paths.socket) is not None:
             return True
         if time.monotonic() > deadline:
             raise LaunchError(
@@ -439,7 +453,7 @@ class LaunchedService:
             logger.warning("the launched %s (pid %s) died; relaunching it (log: %s)", name, dead, paths.log)
             [(process, record)] = _start(self.command, {replica: paths}, launches + 1, self.start_timeout).values()
             if record.fingerprint != self.fingerprint:
-                _stop_all([process], [])
+                stop_servers([process])
                 raise LaunchError(
                     f"the relaunched {name} serves another tokenizer ({record.fingerprint}, not "
                     f"{self.fingerprint}): were its files changed?",
@@ -528,7 +542,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
                     processes[replica], records[replica] = process, record
             running = [record for record in records.values() if record is not None]  # (all of them, now)
             if len({record.fingerprint for record in running}) > 1:
-                _stop_all(list(processes.values()), [])
+                stop_servers(list(processes.values()))
                 listing = "; ".join(f"{command.name(i)}: {record.fingerprint}" for i, record in enumerate(running))
                 raise LaunchError(
                     f"the replicas serve different tokenizers ({listing}): were the tokenizer's files changed while "
@@ -637,7 +651,7 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
             continue
         if process_alive(record.pid, replica_paths.socket):  # (its command line names the socket: not a reused pid)
             others.append((record.pid, replica_paths.socket))
-    _stop_all(list(ours.values()), others)  # (ours are reaped at once if they died already)
+    stop_servers(list(ours.values()), others)  # (ours are reaped at once if they died already)
 
 
 def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
