@@ -128,7 +128,6 @@ class DecodeOptions:
 
 
 def option_defaults(options: type[Any]) -> Mapping[str, Any]:
-    """An option set's names and defaults, in declaration order."""
     return MappingProxyType({f.name: f.default for f in fields(options)})
 
 
@@ -250,10 +249,9 @@ LENGTHS_BATCH_TEXTS: Final = MAX_TEXTS_PER_REQUEST
 JSON_MEDIA_TYPE: Final = "application/json"
 #: ``Accept`` this for a safetensors blob of int64 arrays (a rectangular result only).
 SAFETENSORS_MEDIA_TYPE: Final = "application/vnd.safetensors"
-#: ``Accept`` this (opt-in) for any result, ragged too, as safetensors int64 arrays with each per-token key's rows
-#: concatenated (``offset_mapping``: ``[tokens, 2]``), plus :data:`RAGGED_ROW_LENGTHS`; :data:`PER_ROW_KEYS` stay
-#: one value per row. Row ``i`` is ``flat[sum(row_lengths[:i]) : sum(row_lengths[:i + 1])]``. A server that
-#: predates it answers JSON, which a client still reads.
+#: ``Accept`` this (opt-in) for any result, ragged too, as safetensors int64 arrays: each per-token key's rows
+#: concatenated, plus :data:`RAGGED_ROW_LENGTHS` (:data:`PER_ROW_KEYS` stay one value per row). A server that
+#: predates it answers JSON.
 RAGGED_MEDIA_TYPE: Final = "application/vnd.tokenizer-service.ragged+safetensors"
 #: The entry of a ragged answer holding each row's length (not a transformers key, so it cannot collide).
 RAGGED_ROW_LENGTHS: Final = "row_lengths"

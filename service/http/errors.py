@@ -10,8 +10,6 @@ from ..engine.errors import ErrorKind
 
 
 class HttpErrorKind(str, enum.Enum):
-    """What went wrong with a request as HTTP, in terms a caller can act on."""
-
     MALFORMED_HTTP = "malformed_http"  # not HTTP/1.1 the parser accepts (the connection is closed)
     HEADERS_TOO_LARGE = "headers_too_large"  # the request line and headers exceed the limit
     REQUEST_TIMEOUT = "request_timeout"  # the client took too long to send its headers or body

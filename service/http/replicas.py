@@ -1,16 +1,9 @@
-"""``tokenizer-service serve --replicas K``: K servers behind one port, for a big machine without Kubernetes
-(promises and measurements: docs/guides/deploying.md, "One big machine, without Kubernetes"). Each replica is
-the server, started by exec; this process, no server, loads no tokenizer. It:
-
-- binds the port first (``SO_REUSEPORT``, never listening): a port in use fails at once, ``--port 0`` picks one
-  for all, and a port a server answers on is refused (else a set of this user's would be joined). Each replica
-  binds it too (``--reuse-port``): one socket shared instead puts a burst on whichever event loop wakes first;
-- asks each replica's ``/readyz`` and ``/info`` on a private Unix socket: up once all are ready on one
-  fingerprint. One that exits first, serves another fingerprint or dies while serving stops them all, and this
-  process exits 1: a partial set never stays up;
-- forwards SIGTERM and SIGINT (each replica has a session of its own, so a Ctrl-C reaches this process only) and
-  exits once all have drained: 0, else the worst status;
-- holds each replica's owners lock (``--owners-file``): killed, even by SIGKILL, it leaves no replica running.
+"""``tokenizer-service serve --replicas K``: K servers behind one port, started by exec from this process, which
+serves nothing (what it promises, and why: docs/guides/deploying.md, "One big machine, without Kubernetes"). It
+binds the port first (``SO_REUSEPORT``, never listening; a port a server answers on is refused, else a set of this
+user's would be joined), waits for every replica ready on one fingerprint (asked on a private Unix socket each),
+forwards SIGTERM and SIGINT (each replica has a session of its own), and holds each one's owners lock, so that even
+a SIGKILL of this process leaves none running. A replica failing, whenever, stops them all: exit 1.
 """
 
 from __future__ import annotations

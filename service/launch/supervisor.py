@@ -1,22 +1,12 @@
 """``TokenizerClient.launch``: a private tokenizer service on this machine for as long as a job uses it (users'
-view: ``docs/guides/dataloader.md``, "A launched service"). Per step, and per replica under the key's one lock:
-
-1. **One service per launch key** (:mod:`.rendezvous`): under its lock the first process launches, every other
-   (another local rank, another job) attaches; nothing reads ``LOCAL_RANK``. ``replicas=K``: K servers on sockets
-   of their own, each with a 1/K share (``--replica-of K``), started together, serving one fingerprint.
-2. **Started by exec** (fork-exec: nothing of this process's Python or tokenizer state runs in the child), in a
-   session of its own (a Ctrl-C reaches the training script, which lets go), its output in a log file. Its
-   settings are exactly ``launch``'s arguments: this environment's ``TOKENIZER_SERVICE_*`` are not passed on.
-3. **Ready, then pinned** to the fingerprint it reports; a failed start raises :class:`LaunchError` with the
-   server's own error line and its log's end.
-4. **Owned**: each process using it holds a shared lock on the owners files (``service/http/server/owners.py``).
-   The last to let go stops the servers running then (relaunched or not: the records name them) and waits.
-5. **Relaunched once** (:meth:`LaunchedService.recover`), by whichever process notices first (the record counts);
-   a second death raises :class:`LaunchError`, or is logged while other replicas serve.
-
-A client pickles the service's description, never a connection or a lock: a DataLoader worker never owns it (a
-forked child closes the inherited lock descriptors and forgets the ownership, so its exit, ``atexit`` included,
-stops nothing). POSIX only, yet importable anywhere (:func:`.rendezvous.require_posix`).
+view: ``docs/guides/dataloader.md``, "A launched service"). Per replica, under the launch key's one lock
+(:mod:`.rendezvous`), the first process launches and every other attaches; servers are started by exec (nothing
+of this process's Python or tokenizer state runs in them) in sessions of their own (a Ctrl-C reaches the training
+script, which lets go), with exactly ``launch``'s settings (this environment's ``TOKENIZER_SERVICE_*`` are not
+passed on). Each process using the service holds its owners locks (``service/http/server/owners.py``); the last to
+let go stops the servers the records name and waits. A dead replica is relaunched once
+(:meth:`LaunchedService.recover`) by whichever process notices first. A forked child closes the inherited lock
+descriptors and owns nothing, so its exit (``atexit`` included) stops nothing.
 """
 
 from __future__ import annotations
@@ -449,8 +439,9 @@ class LaunchedService:
                     paths,
                     silent="it wrote no error (killed by a signal? the out-of-memory killer, say)",
                 )
-            dead = record.pid if record is not None else self.first_pids[replica]
-            logger.warning("the launched %s (pid %s) died; relaunching it (log: %s)", name, dead, paths.log)
+            logger.warning(
+                "the launched %s (pid %s) died; relaunching it (log: %s)", name, self._pid(replica), paths.log
+            )
             [(process, record)] = _start(self.command, {replica: paths}, launches + 1, self.start_timeout).values()
             if record.fingerprint != self.fingerprint:
                 stop_servers([process])

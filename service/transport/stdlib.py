@@ -17,8 +17,6 @@ _Pools = IdleConnections[http.client.HTTPConnection]
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
-    """``http.client`` over a Unix domain socket (``http+unix://`` URLs)."""
-
     def __init__(self, socket_path: str, timeout: float | None) -> None:
         super().__init__(UNIX_HOST, timeout=timeout)
         self.socket_path = socket_path

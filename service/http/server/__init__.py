@@ -45,10 +45,9 @@ Kept, each with the test that fails without it:
 - ``RequestResponseCycle.disconnected``, ``RequestResponseCycle.message_event``:
   test_slow_headers_and_a_slow_body_get_408_and_are_closed
 
-Gone, as no test failed without them (their commit says what replaced each): the ``shutdown``,
-``_start_asgi_task`` and ``resume_writing`` overrides, the keep-alive timeout task, ``server_state``,
-``response_started``, rewriting ``timeout_graceful_shutdown`` while draining. The serve command uses the names
-below only.
+Gone, as no test failed without them (see their commit): the ``shutdown``, ``_start_asgi_task`` and
+``resume_writing`` overrides, the keep-alive timeout task, ``server_state``, ``response_started``, rewriting
+``timeout_graceful_shutdown`` while draining. The serve command uses the names below only.
 """
 
 from .listening import SocketFile
