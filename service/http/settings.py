@@ -285,15 +285,3 @@ class Settings(BaseSettings):
                 "one socket per replica"
             )
         return self
-
-
-def settings_table() -> str:
-    """The settings table from the fields above: the docs site's Settings page (``scripts/docs_reference.py``)."""
-    rows = ["| flag | environment variable | default | what it does, and the trade-off |", "|---|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        default = "unset" if field.default is None else f"`{field.default}`"
-        description = (field.description or "").replace("|", "\\|")
-        flag = name.replace("_", "-")
-        flag = f"--[no-]{flag}" if field.annotation is bool else f"--{flag}"
-        rows.append(f"| `{flag}` | `{ENV_PREFIX}{name.upper()}` | {default} | {description} |")
-    return "\n".join(rows)
