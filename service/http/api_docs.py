@@ -10,12 +10,11 @@ bearer scheme (:func:`declare_bearer_auth`), so "Authorize" asks for the key and
 from __future__ import annotations
 
 from collections.abc import Iterable
-from importlib import resources
 from typing import Any
 
 from fastapi import FastAPI
 
-from .playground import install_static
+from .playground import install_static, read_static
 
 #: The page; FastAPI's own is turned off (``FastAPI(docs_url=None)``).
 DOCS_PATH = "/docs"
@@ -38,16 +37,12 @@ OPEN_PATHS = frozenset({DOCS_PATH, OPENAPI_PATH, *ASSETS})
 BEARER_SCHEME = "bearer"
 
 
-def _read(package: str, name: str) -> bytes:
-    return (resources.files(package) / name).read_bytes()
-
-
 class ApiDocs:
     """The docs page and its files, read from the packages once, answered from memory."""
 
     def __init__(self) -> None:
-        self.page = _read(__package__, "static/docs.html")
-        self.assets = {path: (_read(package, name), media) for path, (package, name, media) in ASSETS.items()}
+        self.page = read_static("static/docs.html")
+        self.assets = {path: (read_static(name, package), media) for path, (package, name, media) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:
         return install_static(app, (DOCS_PATH,), self.page, self.assets)

@@ -58,8 +58,8 @@ STATIC_HEADERS = {
 _CONFIG_MARK = "__PLAYGROUND_CONFIG__"
 
 
-def _static(name: str) -> bytes:
-    return (resources.files(__package__) / "static" / name).read_bytes()
+def read_static(name: str, package: str = __package__) -> bytes:
+    return (resources.files(package) / name).read_bytes()
 
 
 def page_config(docs_path: str | None) -> dict[str, object]:
@@ -85,7 +85,7 @@ def page_config(docs_path: str | None) -> dict[str, object]:
 
 
 def render_page(docs_path: str | None) -> bytes:
-    html = _static("playground.html").decode()
+    html = read_static("static/playground.html").decode()
     # "<" escaped, so no value can close the <script type="application/json"> block
     config = json.dumps(page_config(docs_path), separators=(",", ":")).replace("<", "\\u003c")
     if html.count(_CONFIG_MARK) != 1:
@@ -116,7 +116,7 @@ class Playground:
 
     def __init__(self, docs_path: str | None) -> None:
         self.page = render_page(docs_path)
-        self.assets = {path: (_static(name), media_type) for path, (name, media_type) in ASSETS.items()}
+        self.assets = {path: (read_static(f"static/{name}"), media) for path, (name, media) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:
         return install_static(app, PAGE_PATHS, self.page, self.assets)

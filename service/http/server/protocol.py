@@ -25,6 +25,7 @@ import http
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httptools
@@ -50,30 +51,21 @@ class DrainState(Protocol):
     def draining(self) -> bool: ...
 
 
+@dataclass(kw_only=True, eq=False)
 class ConnectionGuard:
     """One server's connection limits, open connections and deadline sweep. It asks ``drain_state`` (the runtime)
     whether the server is draining; without one it never drains (the protocol benchmark)."""
 
-    def __init__(
-        self,
-        *,
-        max_header_bytes: int,
-        header_timeout: float,
-        body_timeout: float,
-        max_connections: int,
-        keep_alive: float,
-        drain_state: DrainState | None = None,
-    ) -> None:
-        self.max_header_bytes = max_header_bytes
-        self.header_timeout = header_timeout
-        self.body_timeout = body_timeout
-        self.max_connections = max_connections
-        self.keep_alive = keep_alive
-        self._drain_state = drain_state
-        self.connections: set[GuardedHttpToolsProtocol] = set()
-        self._refused_unlogged = 0
-        self._last_refusal_log = 0.0
-        self._sweeper: asyncio.TimerHandle | None = None
+    max_header_bytes: int
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    keep_alive: float
+    drain_state: DrainState | None = None
+    connections: set[GuardedHttpToolsProtocol] = field(default_factory=set, init=False)
+    _refused_unlogged: int = field(default=0, init=False)
+    _last_refusal_log: float = field(default=0.0, init=False)
+    _sweeper: asyncio.TimerHandle | None = field(default=None, init=False)
 
     def protocol_class(self) -> type[GuardedHttpToolsProtocol]:
         """The protocol class to give uvicorn (``Config(http=...)``), bound to this guard."""
@@ -104,7 +96,7 @@ class ConnectionGuard:
 
     @property
     def draining(self) -> bool:
-        return self._drain_state is not None and self._drain_state.draining
+        return self.drain_state is not None and self.drain_state.draining
 
     def drain_connections(self) -> None:
         """The drain has begun: every connection open now closes after its answer (later ones after their first:

@@ -132,7 +132,7 @@ class DrainingServer(uvicorn.Server):
             "%s: draining %d in-flight request(s) and %d connection(s), at most %.0fs",
             self.drain_signal,
             self.drain.in_flight,
-            self._open_connections(),
+            len(self.guard.connections),
             self.grace_seconds,
         )
         # 1. Clients still routed here are told to go elsewhere while the endpoint removal spreads.
@@ -154,11 +154,8 @@ class DrainingServer(uvicorn.Server):
 
     async def _wait_until_idle(self, until: float) -> None:
         """Until no request is in flight and no connection is open, or ``until`` (monotonic) has passed."""
-        while (self.drain.in_flight > 0 or self._open_connections() > 0) and time.monotonic() < until:
+        while (self.drain.in_flight > 0 or self.guard.connections) and time.monotonic() < until:
             await asyncio.sleep(_POLL_SECONDS)
-
-    def _open_connections(self) -> int:
-        return len(self.guard.connections)
 
 
 def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
