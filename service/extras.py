@@ -54,9 +54,9 @@ def _unmet(line: str, extra: str) -> str | None:
         if extra not in _EXTRA_MARKER.findall(marker):
             return None
         name = _NAME.match(requirement)
-        if name is None:
+        if name is None or _installed(name.group(1)) is not None:
             return None
-        return None if _installed(name.group(1)) is not None else f"{name.group(1)} is not installed"
+        return f"{name.group(1)} is not installed"
     parsed = Requirement(line)
     if parsed.marker is None or not parsed.marker.evaluate({"extra": extra}):
         return None

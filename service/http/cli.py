@@ -57,8 +57,7 @@ def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentPars
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
         elif typing.get_origin(kind) is typing.Literal:
-            choices = typing.get_args(kind)
-            parser.add_argument(flag, choices=choices, default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(flag, choices=typing.get_args(kind), default=argparse.SUPPRESS, help=help_text)
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=name.upper())
     for flag, reason in REFUSED_FLAGS.items():

@@ -541,8 +541,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
                     log_path=paths[0].log,
                 )
     except BaseException:
-        for fd in owners_fds:
-            os.close(fd)
+        _close(owners_fds)
         raise
     service = LaunchedService(
         urls=tuple(unix_socket_url(p.socket) for p in paths),

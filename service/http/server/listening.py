@@ -18,6 +18,7 @@ its queue cannot be read, so step 2 waits the settle time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -92,16 +93,12 @@ class SocketFile:
         status = os.lstat(path)
         return cls(path, status.st_dev, status.st_ino)
 
-    def remove(self) -> bool:
+    def remove(self) -> None:
         """Remove the file if it is still this one (connections by its path then fail at once)."""
-        try:
+        with contextlib.suppress(FileNotFoundError):
             status = os.lstat(self.path)
-            if (status.st_dev, status.st_ino) != (self.device, self.inode):
-                return False
-            os.unlink(self.path)
-        except FileNotFoundError:
-            return False
-        return True
+            if (status.st_dev, status.st_ino) == (self.device, self.inode):
+                os.unlink(self.path)
 
 
 async def close_listeners(servers: Iterable[asyncio.Server], socket_files: Sequence[SocketFile] = ()) -> None:
