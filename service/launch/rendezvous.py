@@ -52,7 +52,9 @@ _POLL_SECONDS = 0.05
 def require_posix() -> None:
     """LaunchError unless this system has Unix domain sockets and ``flock`` (Windows has neither)."""
     missing = [] if hasattr(socket, "AF_UNIX") else ["Unix domain sockets"]
-    if not _has_flock():
+    try:
+        import fcntl  # noqa: F401  (every fcntl module has flock)
+    except ImportError:
         missing.append("flock (the fcntl module)")
     if missing:
         raise LaunchError(
@@ -61,14 +63,6 @@ def require_posix() -> None:
             '(its container, a Linux host or WSL) and pass its URL: TokenizerClient("http://HOST:PORT") or '
             f"${URL_ENV}"
         )
-
-
-def _has_flock() -> bool:
-    try:
-        import fcntl
-    except ImportError:
-        return False
-    return hasattr(fcntl, "flock")
 
 
 def launch_directory() -> Path:

@@ -277,14 +277,12 @@ def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], time
                 continue
             code = item.process.poll()
             if code is not None:
-                headline = f"{command.name(item.replica)} {how_it_ended(code)} before it was ready"
-                raise _failure(headline, item.paths, item.offset)
-            if time.monotonic() > deadline:
-                raise _failure(
-                    f"{command.name(item.replica)} was not ready within {timeout:g}s (start_timeout=)",
-                    item.paths,
-                    item.offset,
-                )
+                what = f"{how_it_ended(code)} before it was ready"
+            elif time.monotonic() > deadline:
+                what = f"was not ready within {timeout:g}s (start_timeout=)"
+            else:
+                continue
+            raise _failure(f"{command.name(item.replica)} {what}", item.paths, item.offset)
         time.sleep(pause)
         pause = min(pause * 1.5, 0.1)
     return fingerprints

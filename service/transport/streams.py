@@ -82,8 +82,6 @@ class AsyncHTTPTransport(PooledTransport):
             keep = headers.get("connection", "").lower() != "close"
         except asyncio.TimeoutError as exc:
             raise TransportTimeout(f"no answer from {url} within {request.timeout.read}s", url=url) from exc
-        except StaleConnection:
-            raise
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             raise ProtocolError(f"{url}: {type(exc).__name__}: {exc}", url=url) from exc
         finally:

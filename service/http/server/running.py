@@ -205,16 +205,14 @@ def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
 
 def socket_is_live(path: str) -> bool:
     """Whether something accepts connections on the Unix socket at ``path`` (a full queue counts as live)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except OSError:
-        return True  # a timeout or EAGAIN: a server too busy to accept at once is still a server
-    finally:
-        probe.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            pass  # a timeout or EAGAIN: a server too busy to accept at once is still a server
     return True
 
 
