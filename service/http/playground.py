@@ -63,8 +63,7 @@ def read_static(name: str, package: str = __package__) -> bytes:
 
 
 def page_config(docs_path: str | None) -> dict[str, object]:
-    """The JSON block written into the page: ``service.wire``'s contract (so page and routes cannot drift) and the
-    page's own limits."""
+    """The page's JSON block: ``service.wire``'s contract (so page and routes cannot drift) and its own limits."""
     return {
         "paths": {
             "info": INFO_PATH.lstrip("/"),
@@ -82,15 +81,6 @@ def page_config(docs_path: str | None) -> dict[str, object]:
         "debounce_ms": DEBOUNCE_MS,
         "key_storage": "tokenizer-service.api-key",
     }
-
-
-def render_page(docs_path: str | None) -> bytes:
-    html = read_static("static/playground.html").decode()
-    # "<" escaped, so no value can close the <script type="application/json"> block
-    config = json.dumps(page_config(docs_path), separators=(",", ":")).replace("<", "\\u003c")
-    if html.count(_CONFIG_MARK) != 1:
-        raise RuntimeError(f"playground.html must hold {_CONFIG_MARK} exactly once")
-    return html.replace(_CONFIG_MARK, config).encode()
 
 
 def install_static(
@@ -112,10 +102,15 @@ def install_static(
 
 
 class Playground:
-    """The page and its assets, read from the package once, answered from memory."""
+    """The page (its config block filled in) and its assets, read from the package once, answered from memory."""
 
     def __init__(self, docs_path: str | None) -> None:
-        self.page = render_page(docs_path)
+        html = read_static("static/playground.html").decode()
+        if html.count(_CONFIG_MARK) != 1:
+            raise RuntimeError(f"playground.html must hold {_CONFIG_MARK} exactly once")
+        # "<" escaped, so no value can close the <script type="application/json"> block
+        config = json.dumps(page_config(docs_path), separators=(",", ":")).replace("<", "\\u003c")
+        self.page = html.replace(_CONFIG_MARK, config).encode()
         self.assets = {path: (read_static(f"static/{name}"), media) for path, (name, media) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:

@@ -30,7 +30,6 @@ class Runtime:
         self.in_flight = 0  # HTTP requests being answered now (the metrics middleware counts them)
         self.metrics.track_in_flight(lambda: self.in_flight)
 
-    # -- lifecycle --------------------------------------------------------------------------------------
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
         """FastAPI's ``lifespan=``: load (unless given) and start the engine; stop it at shutdown."""

@@ -226,19 +226,15 @@ def process_alive(pid: int, marker: str) -> bool:
     """Whether ``pid`` runs with ``marker`` (its socket path) in its command line: not a reused pid, nor a zombie.
     Without /proc, whether it exists."""
     if not os.path.isdir("/proc/self"):
-        return _pid_exists(pid)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's
+        return True
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             return os.fsencode(marker) in file.read()
     except OSError:
         return False
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
