@@ -439,9 +439,7 @@ def _socket_path_written_otherwise(url: str, scheme: str) -> str | None:
         rest = url.split(":", 1)[1]
         path = "/" + rest.lstrip("/") if rest.startswith("/") else rest
         return path if path.strip("/") else None
-    if url.startswith("/"):
-        return url
-    return None
+    return url if url.startswith("/") else None
 
 
 # -- fingerprints ----------------------------------------------------------------------------------------

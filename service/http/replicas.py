@@ -80,13 +80,12 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
         return None
     from .server import bind_listener
 
-    where = f"{settings.host}:{settings.port}"
     try:  # a port in use fails at once
         if settings.port != 0 and _answered(settings.host, settings.port):
             raise OSError(errno.EADDRINUSE, "a server is listening on it")
         reserved = bind_listener(settings.host, settings.port, reuse_port=True)  # never listens: the replicas do
     except OSError as exc:
-        print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     host, port = reserved.getsockname()[:2]
     folder = _private_folder()

@@ -226,8 +226,7 @@ def _spawn(command: ServeCommand, replica: int, paths: ServicePaths, launches: i
 def _start(
     command: ServeCommand, replicas: Mapping[int, ServicePaths], launches: int, timeout: float
 ) -> dict[int, tuple[subprocess.Popen[bytes], Record]]:
-    """Start ``replicas`` (index -> files) together, wait until all are ready, and write their records;
-    LaunchError (all stopped) if any cannot start."""
+    """Start ``replicas`` (index -> files), wait until all are ready, write their records; LaunchError (all stopped)."""
     starting = [_spawn(command, replica, paths, launches) for replica, paths in replicas.items()]
     try:
         fingerprints = _wait_until_ready(command, starting, timeout)
@@ -391,7 +390,6 @@ class LaunchedService:
 
     @property
     def pid(self) -> int:
-        """The first replica's pid now (see :attr:`pids`)."""
         return self._pid(0)
 
     def _pid(self, replica: int) -> int:
@@ -629,8 +627,7 @@ def _close(fds: list[int]) -> None:
 
 
 def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.Popen[bytes]]) -> None:
-    """Stop the server each record names and wait for all: ours (reaped here) and another process's (a relaunch
-    by a DataLoader worker, another local rank's launch)."""
+    """Stop the server each record names, ours or another process's (a worker's relaunch, a rank's launch); wait."""
     others = []
     for replica, replica_paths in enumerate(paths):
         record = Record.read(replica_paths.record)

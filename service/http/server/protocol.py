@@ -105,8 +105,7 @@ class ConnectionGuard:
             protocol.drain()
 
     def close_idle(self) -> None:
-        """Close every connection between requests now (a private server's drain: nobody is left to send on them);
-        the others close after their answer."""
+        """Close every connection between requests now (a private server's drain); the others after their answer."""
         for protocol in list(self.connections):
             protocol.close_if_idle()
 
