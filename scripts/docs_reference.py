@@ -10,7 +10,8 @@ docstrings mkdocstrings renders (``:class:`Foo```) into plain code. What each ge
   model, option set, media types), the option sets declared in ``service/wire.py`` (names, defaults, allowed
   values, bounds), the one status table (``service.wire.ERROR_TYPES``) and the error kinds.
 - ``cli``: each command's ``--help``, from its own parser (``service.cli.COMMANDS``).
-- ``settings``: the one settings object (``service.http.settings.settings_table``).
+- ``settings``: the one settings object (``service.http.settings.Settings``: each field's flag, variable, default and
+  description).
 
 ``python -m scripts.docs_reference NAME`` prints one of them. ``tests/shipping/test_docs_site.py`` checks the built
 pages against the code both ways (everything in the code is in the reference, nothing else is).
@@ -385,9 +386,17 @@ def cli_reference() -> str:
 
 # -- settings ----------------------------------------------------------------------------------------------
 def settings_reference() -> str:
-    from service.http.settings import settings_table
+    from service.http.settings import Settings
+    from service.wire import ENV_PREFIX
 
-    return settings_table() + "\n"
+    rows = ["| flag | environment variable | default | what it does, and the trade-off |", "|---|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "unset" if field.default is None else f"`{field.default}`"
+        description = (field.description or "").replace("|", "\\|")
+        flag = name.replace("_", "-")
+        flag = f"--[no-]{flag}" if field.annotation is bool else f"--{flag}"
+        rows.append(f"| `{flag}` | `{ENV_PREFIX}{name.upper()}` | {default} | {description} |")
+    return "\n".join(rows) + "\n"
 
 
 GENERATORS: dict[str, Callable[[], str]] = {

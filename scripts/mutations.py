@@ -516,7 +516,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the connection guard never sees the drain (answers keep connections alive)",
         "service/http/server/protocol.py",
-        "return self._drain_state is not None and self._drain_state.draining",
+        "return self.drain_state is not None and self.drain_state.draining",
         "return False",
         (DRAIN,),
     ),
@@ -658,7 +658,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a replica that fails to start leaves the others running",
         "service/launch/supervisor.py",
-        "_stop_all([s.process for s in starting], [])",
+        "stop_servers([s.process for s in starting])",
         "pass",
         (REPLICAS,),
     ),
@@ -1010,8 +1010,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the drain closes idle keep-alive connections once nothing is in flight (racing their next request)",
         "service/http/server/running.py",
-        "return len(self.guard.connections)",
-        "return 0",
+        "while (self.drain.in_flight > 0 or self.guard.connections) and time.monotonic() < until:",
+        "while self.drain.in_flight > 0 and time.monotonic() < until:",
         (DRAIN,),
     ),
 )

@@ -1,8 +1,5 @@
-"""The ``tokenizer-service`` command: one entry point, one subcommand per job.
-
-Each subcommand lives with the part of the package it drives and is imported only when run, so the
-command starts on a client-only install (``serve`` then says which extra it needs).
-"""
+"""The ``tokenizer-service`` command. Each subcommand lives with the part it drives and is imported only when run,
+so the command starts on a client-only install (``serve`` then says which extra it needs)."""
 
 from __future__ import annotations
 
@@ -42,8 +39,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
     ),
 }
 
-# The commands that need every package of their extra, checked before they start (pretokenize runs the flat format
-# on local files without its extra, and names the extra where it needs it).
+# Commands whose whole extra is checked before they start (pretokenize names its extra only where it needs it).
 WHOLE_EXTRA = frozenset({"serve", "train"})
 
 

@@ -1,10 +1,6 @@
-"""The embedded default tokenizer: the name every command takes for it, and where its files are.
-
-Its files ship inside the package (package data), so it is there in every install -- the client alone too --
-and works offline, from any folder. ``tokenizer-service default-tokenizer`` prints its folder, and ``--copy DIR``
-copies its files into a folder of your own (to change them: the package's own files are left as they are).
-Standard library only: it runs on a client-only install.
-"""
+"""The embedded default tokenizer: its name for every command, and its folder (package data: in every install,
+the client alone too, and offline). ``tokenizer-service default-tokenizer`` prints the folder; ``--copy DIR``
+copies the files into a folder of your own to change them. Standard library only."""
 
 from __future__ import annotations
 
@@ -14,17 +10,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-#: The name of the embedded default tokenizer, taken wherever a tokenizer source is: ``serve --model`` (the same as
-#: no ``--model``), ``train --like``, ``TokenizerClient.launch``.
+#: Its name wherever a tokenizer source is taken: ``serve --model`` (as no ``--model``), ``train --like``,
+#: ``TokenizerClient.launch``.
 DEFAULT_TOKENIZER = "embedded:default"
-#: The folder of its files (``tokenizer.json``, ``tokenizer_config.json``), inside the installed package:
-#: ``AutoTokenizer.from_pretrained(service.DEFAULT_TOKENIZER_DIR)``.
+#: Its files' folder in the installed package: ``AutoTokenizer.from_pretrained(service.DEFAULT_TOKENIZER_DIR)``.
 DEFAULT_TOKENIZER_DIR = Path(__file__).resolve().parent / "default_tokenizer"
 
 
 def copy_default_tokenizer(target: str | Path) -> Path:
-    """Copy the embedded default tokenizer's files into ``target`` (made if missing) and return it; a file of
-    the same name there is never overwritten (FileExistsError naming it)."""
+    """Copy the files into ``target`` (made if missing) and return it; FileExistsError rather than overwrite."""
     folder = Path(target)
     files = sorted(path for path in DEFAULT_TOKENIZER_DIR.iterdir() if path.is_file())
     if folder.exists() and not folder.is_dir():

@@ -1,5 +1,4 @@
-"""Exit statuses the ``tokenizer-service`` commands share (standard library only: every command imports it,
-and it imports none of them)."""
+"""Exit statuses the ``tokenizer-service`` commands share (standard library only)."""
 
 from __future__ import annotations
 

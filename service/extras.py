@@ -1,15 +1,8 @@
-"""What an extra of this distribution needs at run time, checked against what is installed.
-
-The one declaration is ``[project.optional-dependencies]`` in pyproject.toml; pip writes it into the installed
-distribution's metadata, which is what is read here, so the check and the install can never disagree. A command
-that needs a whole extra (``serve``, ``train``) checks it before it starts: a package missing, or at a version
-outside the declared range, is one line naming the package and the extra that brings it, at start-up rather
-than at the first request that reaches it (a chat route without jinja2, say); the client's own optional packages
-(torch, for tensors) where they are asked for (:func:`require_module`).
-
-Standard library only (it runs on a client-only install too); ``packaging``, when installed, adds environment
-markers and version ranges to the check.
-"""
+"""What an extra needs at run time, checked against what is installed: read from the installed distribution's
+metadata (pip's copy of pyproject.toml's optional dependencies), so the check and the install cannot disagree.
+``serve`` and ``train`` check their whole extra at start-up (not at the first request needing jinja2, say); the
+client's optional packages are checked where asked for (:func:`require_module`). Standard library only;
+``packaging``, when installed, adds environment markers and version ranges."""
 
 from __future__ import annotations
 
@@ -24,14 +17,12 @@ _EXTRA_MARKER = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
 
 
 def install_command(extra: str) -> str:
-    """The command that installs ``extra``."""
     return f"pip install '{DISTRIBUTION}[{extra}]'"
 
 
 def require_module(module: str, extra: str, needed_by: str) -> None:
-    """Raise a ModuleNotFoundError that says what to install when ``module`` is not installed here: ``needed_by``
-    (what the user asked for: ``return_tensors="pt"``, ``client.collator()``...) needs it, and ``extra`` brings
-    it. Found without importing the module."""
+    """ModuleNotFoundError saying what to install when ``module`` is missing (found without importing it):
+    ``needed_by`` (``return_tensors="pt"``, ``client.collator()``...) needs it, ``extra`` brings it."""
     if importlib.util.find_spec(module) is None:
         raise ModuleNotFoundError(
             f"{needed_by} needs {module}, which is not installed: the {extra} extra brings it, "
@@ -41,10 +32,9 @@ def require_module(module: str, extra: str, needed_by: str) -> None:
 
 
 def unmet_line(extra: str) -> str | None:
-    """The one line a command prints before refusing to start: each requirement of ``extra`` that this environment
-    does not meet (not installed, or installed at a version outside the declared range), in the order
-    pyproject.toml declares them, and what installs them. None when all are met, or when the distribution itself is
-    not installed (a source tree on ``sys.path``: nothing to read)."""
+    """The line a command prints before refusing to start: each unmet requirement of ``extra`` (missing, or outside
+    its range), in declaration order, and what installs them. None when all are met, or when the distribution is
+    not installed (a source tree on ``sys.path``: no metadata)."""
     try:
         requirements = metadata.requires(DISTRIBUTION) or []
     except metadata.PackageNotFoundError:
@@ -57,7 +47,6 @@ def unmet_line(extra: str) -> str | None:
 
 
 def _unmet(line: str, extra: str) -> str | None:
-    """What is wrong with one requirement line of the metadata, if it belongs to ``extra`` and is not met here."""
     try:
         from packaging.requirements import Requirement
     except ImportError:  # no markers or ranges to evaluate: the extra's names alone
@@ -65,9 +54,9 @@ def _unmet(line: str, extra: str) -> str | None:
         if extra not in _EXTRA_MARKER.findall(marker):
             return None
         name = _NAME.match(requirement)
-        if name is None:
+        if name is None or _installed(name.group(1)) is not None:
             return None
-        return None if _installed(name.group(1)) is not None else f"{name.group(1)} is not installed"
+        return f"{name.group(1)} is not installed"
     parsed = Requirement(line)
     if parsed.marker is None or not parsed.marker.evaluate({"extra": extra}):
         return None

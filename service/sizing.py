@@ -1,14 +1,8 @@
-"""How many server processes the cores of this machine keep busy, and how many Rust threads each gets.
-
-One server process never scales past its Python side: its event loop, request parsing and answer shaping run
-under the GIL, so it serves at most 1 / (its GIL-held time per batch) batches a second, whatever the cores. On
-a big machine the cores beyond what one process keeps busy are fed by more processes -- replicas, each the one
-server we have (one process, one tokenizer, never forks) -- rather than by a bigger rayon pool.
-``TokenizerClient.launch(replicas=...)`` and ``tokenizer-service serve --replicas`` size them here; the
-Kubernetes manifests size a pod's CPU from the same figure (a pod larger than it wastes cores: add pods).
-
-Standard library only: the launcher (the training side) and the server both import it.
-"""
+"""How many server processes the cores keep busy, and how many Rust threads each gets: one process serves at most
+1 / (its GIL-held time per batch) batches a second, so the cores beyond what it keeps busy are fed by replicas
+(each the one server: one tokenizer, never forks), not a bigger rayon pool. ``launch(replicas=)``,
+``serve --replicas`` and the Kubernetes manifests' pod CPU size by it. Standard library only (launcher and server
+import it)."""
 
 from __future__ import annotations
 
@@ -47,8 +41,7 @@ AUTO: Final = "auto"
 
 
 def available_cpus() -> int:
-    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota if one is set (not the host's
-    count: a container or a ``taskset`` sees fewer)."""
+    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota (not the host's count)."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -75,8 +68,8 @@ def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
 
 
 def check_replicas(replicas: object) -> int | str:
-    """``replicas`` as given -- a whole number of at least 1, or ``"auto"`` -- or a ValueError (TypeError for
-    something that is not a number at all) saying what to write instead."""
+    """``replicas`` (a whole number >= 1, or ``"auto"``), or a ValueError (TypeError for a non-number) saying what
+    to write instead."""
     if isinstance(replicas, str) and replicas.strip().lower() == AUTO:
         return AUTO
     if isinstance(replicas, bool) or not isinstance(replicas, int):
@@ -99,26 +92,24 @@ class ReplicaPlan:
     count: int
     cores: int
     threads: int | None  # each replica's Rust threads when asked for; None: its share of the cores
-    warning: str | None  # what the plan costs, when it asks for more processes or threads than there are cores
+    warning: str | None  # set when it asks for more processes or threads than there are cores
 
     @property
     def threads_each(self) -> int:
-        """The Rust threads each replica runs: as asked, or its share of the cores (at least 1)."""
         return self.threads if self.threads is not None else share_of_cores(self.cores, self.count)
 
 
 def share_of_cores(cores: int, replicas: int) -> int:
-    """The Rust threads of one of ``replicas`` processes sharing ``cores`` cores: an equal share, at least 1."""
+    """An equal share of ``cores`` for one of ``replicas`` processes, at least 1."""
     return max(1, cores // max(1, replicas))
 
 
 def plan_replicas(
     replicas: object, threads: int | None = None, cores: int | None = None, *, cores_per_replica: int | None = None
 ) -> ReplicaPlan:
-    """The replicas ``replicas`` asks for (see :func:`check_replicas`) on ``cores`` cores (default: those this
-    process may use, :func:`available_cpus`), each with ``threads`` Rust threads (default: its share).
-    ``cores_per_replica``: what ``"auto"`` divides the cores by (default :data:`CORES_PER_REPLICA`; another value
-    is for what-ifs, as ``benchmarks.projection`` makes)."""
+    """The replicas ``replicas`` asks for on ``cores`` cores (default :func:`available_cpus`), each with ``threads``
+    Rust threads (default: its share). ``cores_per_replica`` overrides :data:`CORES_PER_REPLICA` for what-ifs
+    (``benchmarks.projection``)."""
     asked = check_replicas(replicas)
     cores = available_cpus() if cores is None else cores
     per_replica = CORES_PER_REPLICA if cores_per_replica is None else cores_per_replica

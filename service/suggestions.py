@@ -1,10 +1,5 @@
-"""Naming what was meant when a name is misspelt: one rule for the HTTP API's fields and every command's flags.
-
-``closest`` picks the known name a misspelling is nearest to; :class:`ArgumentParser` is argparse's parser
-that says it (``unrecognized argument --modle; did you mean --model?``), on the first line of its answer.
-Every command builds its parser from this class, so a new command suggests as the others do. Standard library
-only: the client-side jobs use it.
-"""
+"""Naming what was meant when a name is misspelt: one rule for the HTTP API's fields (:func:`closest`) and every
+command's flags (:class:`ArgumentParser`, which every command's parser is). Standard library only."""
 
 from __future__ import annotations
 
@@ -25,11 +20,9 @@ def closest(name: str, known: Iterable[str]) -> str | None:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """An argparse parser that names the flag (or choice) meant when one is misspelt, instead of only
-    listing what it did not recognise. The hint rides on whichever error argparse reports first (a
-    misspelt required flag is first reported as missing). An error is that one line, then where the flags
-    are described: not argparse's usage first, which for a command of 30 flags pushes the line that says
-    what to fix off the screen."""
+    """argparse's parser, naming the flag (or choice) meant when one is misspelt, on whichever error argparse
+    reports first (a misspelt required flag is reported as missing). An error is that one line and a pointer to
+    ``--help``, not argparse's usage, which for 30 flags pushes the line to fix off the screen."""
 
     _given: Sequence[str] = ()
 
@@ -46,8 +39,8 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {said}\n('{self.prog} --help' describes every flag)\n")
 
     def misspelt_flags(self, given: Sequence[str]) -> list[tuple[str, str]]:
-        """``(flag given, flag meant)`` for each ``--flag`` in ``given`` that is none of this parser's (nor
-        the start of one, which argparse accepts) and is close to one of them."""
+        """``(flag given, flag meant)`` for each unknown ``--flag`` in ``given`` (a prefix of one is known: argparse
+        accepts it) close to one of this parser's."""
         known = [option for option in self._option_string_actions if option.startswith("--")]
         misspelt = []
         for argument in given:

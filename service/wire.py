@@ -1,13 +1,8 @@
-"""The wire contract between the client and the server: the one place where it is written down.
-
-Both sides import this module and nothing else of each other, so what one sends is what the other reads:
-route paths, the options of every route (declared once, as dataclasses: names, transformers' defaults, the
-values and bounds they take), the output keys in the order a ``BatchEncoding`` holds them, media types, header
-names, the error body's fields, the environment variables both read, and how a service URL (Unix sockets
-included) is written and read. Standard library only: importing it costs the training process nothing. The
-server's request models and the engine's options are these declarations (derived from them, never
-rewritten); ``tests/client/test_wire.py`` fails when the clients' spelled-out signatures drift from them.
-"""
+"""The wire contract between client and server, which both import and nothing else of each other: route paths,
+every route's options (declared once, as dataclasses: names, transformers' defaults, values and bounds), output
+key order, media types, headers, the error table, environment variables, and service URLs (Unix sockets
+included). Standard library only. The request models and the engine's options derive from these declarations;
+``tests/client/test_wire.py`` fails when the clients' signatures drift from them."""
 
 from __future__ import annotations
 
@@ -44,8 +39,8 @@ RETURN_TENSORS: Final = (None, "pt", "np")
 #: Ids, lengths and character offsets are unsigned 32-bit in the tokenizers library.
 MAX_U32: Final = 2**32 - 1
 
-# Keys of an option's field metadata: the values it takes (when they are a closed set), the least int it
-# takes (an int option also takes at most MAX_U32), and a sentence for the API docs.
+# Keys of an option's field metadata: its closed set of values, its least int (ints also take at most MAX_U32),
+# and a sentence for the API docs.
 VALUES: Final = "values"
 MINIMUM: Final = "minimum"
 DOC: Final = "doc"
@@ -57,18 +52,15 @@ def _option(default: Any, *, values: tuple[Any, ...] | None = None, minimum: int
 
 
 def _as_in(options: type[Any], name: str, **changes: Any) -> Any:
-    """The option ``name`` of another option set, declared there: same default, values and bounds (unless
-    ``changes`` says otherwise, e.g. another ``default``)."""
+    """The option ``name`` as declared in another option set, but for ``changes`` (another ``default``, say)."""
     declared = {f.name: f for f in fields(options)}[name]
     return _option(changes.pop("default", declared.default), **{**dict(declared.metadata), **changes})
 
 
 @dataclass(frozen=True)
 class EncodeOptions:
-    """The options of ``POST /encode``: those of a transformers tokenizer call (``tokenizer(texts, text_pairs,
-    **options)``), with transformers' defaults, in the order of its ``__call__`` signature. The server's
-    request model, the engine and the clients' keyword arguments are all this declaration; a client sends
-    only the options whose value differs from these defaults (:func:`changed_options`)."""
+    """The options of ``POST /encode``: those of ``tokenizer(texts, text_pairs, **options)``, with transformers'
+    defaults, in its ``__call__`` order. A client sends only those that differ (:func:`changed_options`)."""
 
     add_special_tokens: bool = True
     padding: bool | str = _option(False, values=PADDING_VALUES)
@@ -87,9 +79,8 @@ class EncodeOptions:
 
 @dataclass(frozen=True)
 class LengthOptions:
-    """The options of ``POST /lengths``: those of :class:`EncodeOptions` that change how many tokens a text
-    becomes (padding never does: a length is always the unpadded count), declared there. The body is
-    ``{"texts": [...], "text_pairs": [...]?, <these options>}``."""
+    """The options of ``POST /lengths`` (beside ``texts`` and ``text_pairs``): those of :class:`EncodeOptions` that
+    change how many tokens a text becomes (never padding: a length is the unpadded count)."""
 
     add_special_tokens: bool = _as_in(EncodeOptions, "add_special_tokens")
     truncation: bool | str | None = _as_in(EncodeOptions, "truncation")
@@ -102,18 +93,17 @@ class LengthOptions:
     )
 
     def as_encode_options(self) -> EncodeOptions:
-        """The encode these counts are the lengths of: no padding (a length is the unpadded count)."""
+        """The encode these counts are the lengths of (no padding)."""
         return EncodeOptions(**{f.name: getattr(self, f.name) for f in fields(self)})
 
 
 @dataclass(frozen=True)
 class TokenizeOptions:
-    """The options of ``POST /tokenize``, beside ``texts`` (and ``text_pairs``): those of
-    ``tokenizer.tokenize(text, pair, add_special_tokens)`` (whose default is False), the truncation options of
-    :class:`EncodeOptions`, and ``return_sequence_ids``. Without truncation the tokens are exactly
-    ``tokenizer.tokenize``'s; with it, those of the encoding ``/encode`` makes from the same texts and options
-    (``BatchEncoding.tokens()``), one per id, and ``sequence_ids`` is ``BatchEncoding.sequence_ids()`` (``None``
-    for special tokens, 0 for the text, 1 for the pair): what a viewer needs beside ``/encode``."""
+    """The options of ``POST /tokenize`` (beside ``texts`` and ``text_pairs``): those of
+    ``tokenizer.tokenize(text, pair, add_special_tokens)`` (default False), :class:`EncodeOptions`' truncation, and
+    ``return_sequence_ids``. Without truncation the tokens are ``tokenizer.tokenize``'s; with it, ``/encode``'s for
+    the same texts and options (``BatchEncoding.tokens()``, one per id), and ``sequence_ids`` is
+    ``BatchEncoding.sequence_ids()``."""
 
     add_special_tokens: bool = _as_in(EncodeOptions, "add_special_tokens", default=False)
     truncation: bool | str | None = _as_in(EncodeOptions, "truncation")
@@ -123,7 +113,7 @@ class TokenizeOptions:
     )
 
     def as_encode_options(self) -> EncodeOptions:
-        """The encode whose tokens these are (truncation resolves as an encode's: same defaults, same refusals)."""
+        """The encode whose tokens these are (truncation resolves as an encode's)."""
         return EncodeOptions(
             add_special_tokens=self.add_special_tokens, truncation=self.truncation, max_length=self.max_length
         )
@@ -131,19 +121,17 @@ class TokenizeOptions:
 
 @dataclass(frozen=True)
 class DecodeOptions:
-    """The options of ``POST /decode``, beside ``ids``: those of ``tokenizer.batch_decode(ids, ...)``, with its
-    defaults."""
+    """The options of ``POST /decode``, beside ``ids``: ``tokenizer.batch_decode``'s, with its defaults."""
 
     skip_special_tokens: bool = False
     clean_up_tokenization_spaces: bool | None = None
 
 
 def option_defaults(options: type[Any]) -> Mapping[str, Any]:
-    """An option set's names and defaults, in declaration order."""
     return MappingProxyType({f.name: f.default for f in fields(options)})
 
 
-#: Name -> default of each option set, in declaration order (read-only views of the declarations above).
+#: Name -> default of each option set, in declaration order (read-only).
 ENCODE_OPTIONS: Final = option_defaults(EncodeOptions)
 LENGTHS_OPTIONS: Final = option_defaults(LengthOptions)
 TOKENIZE_OPTIONS: Final = option_defaults(TokenizeOptions)
@@ -151,9 +139,8 @@ DECODE_OPTIONS: Final = option_defaults(DecodeOptions)
 
 
 def changed_options(options: Any) -> dict[str, Any]:
-    """The options of ``options`` (an instance of an option set above) whose value differs from the
-    declared default (by value or by type: ``0`` is not ``False``), in declaration order: what a client
-    needs to send."""
+    """The options of ``options`` (an option set) that differ from their default, by value or by type (``0`` is not
+    ``False``), in declaration order: what a client sends."""
     sent = {}
     for declared in fields(options):
         value = getattr(options, declared.name)
@@ -168,21 +155,17 @@ def changed_options(options: Any) -> dict[str, Any]:
 ASSISTANT_MASK_SOURCES: Final = ("generation", "turns")
 #: The key of the assistant masks in a ``/chat/encode`` answer (after the other keys, as transformers adds it).
 ASSISTANT_MASKS_KEY: Final = "assistant_masks"
-#: The options transformers 5's ``apply_chat_template`` takes in ``tokenizer_kwargs=`` (passed as plain keywords
-#: they would become template variables): on the wire they are options of their own.
+#: The options transformers 5's ``apply_chat_template`` takes in ``tokenizer_kwargs=`` (as plain keywords they would
+#: be template variables): on the wire, options of their own.
 CHAT_TOKENIZER_KWARGS: Final = ("pad_to_multiple_of", "padding_side", "return_attention_mask")
 
 
 @dataclass(frozen=True)
 class ChatOptions:
-    """The options of ``POST /chat/encode`` (and ``/chat/render``), beside ``conversations``: those of
-    ``tokenizer.apply_chat_template(conversations, tokenize=True, return_dict=True, ...)`` with transformers 5's
-    names and defaults, in the order of its signature (``tokenizer_kwargs``' keys, then ``**kwargs``, last), plus
-    ``assistant_masks_from`` beside ``return_assistant_tokens_mask``.
-
-    ``chat_template_kwargs`` are the template variables transformers takes as ``**kwargs``;
-    ``pad_to_multiple_of``, ``padding_side`` and ``return_attention_mask`` those it takes in ``tokenizer_kwargs``.
-    The server's request model, the engine's chat path and the clients' payloads are all this declaration."""
+    """The options of ``POST /chat/encode`` and ``/chat/render``, beside ``conversations``: those of
+    ``apply_chat_template(conversations, tokenize=True, return_dict=True, ...)`` with transformers 5's names and
+    defaults, in its signature's order, then :data:`CHAT_TOKENIZER_KWARGS` and ``chat_template_kwargs`` (its
+    ``**kwargs``: template variables); ``assistant_masks_from`` sits beside ``return_assistant_tokens_mask``."""
 
     tools: Sequence[Mapping[str, Any]] | None = _option(
         None, doc="Tools (JSON schemas) the template may show the model; with tools, a tool_use template is chosen."
@@ -222,8 +205,8 @@ class ChatOptions:
     )
 
     def as_encode_options(self) -> EncodeOptions:
-        """The encode of the rendered texts, as ``apply_chat_template`` calls the tokenizer: no special tokens
-        added (the template wrote them), and character offsets when masks are to be made from them."""
+        """The encode of the rendered texts, as ``apply_chat_template`` calls it: no special tokens added (the
+        template wrote them), offsets when masks are made from them."""
         return EncodeOptions(
             add_special_tokens=False,
             padding=self.padding,
@@ -253,13 +236,11 @@ OUTPUT_KEYS: Final = (
 )
 
 # -- POST /lengths: token counts without the ids --------------------------------------------------------
-#: The one key of the answer. Its value holds one entry per text (or pair), in order: the token count,
-#: ``len(tokenizer(text, text_pair, **options)["input_ids"])``; with ``return_overflowing_tokens`` the entry
-#: is the list of the counts of that text's rows (its first window, then each overflow window), which is
-#: ``[len(row) for row in tokenizer(text, text_pair, **options)["input_ids"]]``.
+#: The answer's one key: per text (or pair), ``len(tokenizer(text, text_pair, **options)["input_ids"])``; with
+#: ``return_overflowing_tokens``, the list of its rows' counts (first window, then each overflow window).
 LENGTHS_KEY: Final = "lengths"
-#: The server's default ``max_texts_per_request`` (``GET /info`` reports the one it runs with): the most texts
-#: (or pairs), id lists or conversations in one request. Declared here because a client relies on it too.
+#: The server's default ``max_texts_per_request`` (``GET /info`` reports its own): the most texts (or pairs), id
+#: lists or conversations in one request. Here because a client relies on it too.
 MAX_TEXTS_PER_REQUEST: Final = 4096
 #: Texts per ``/lengths`` request a client sends by default: one request at the server's default limit.
 LENGTHS_BATCH_TEXTS: Final = MAX_TEXTS_PER_REQUEST
@@ -268,12 +249,9 @@ LENGTHS_BATCH_TEXTS: Final = MAX_TEXTS_PER_REQUEST
 JSON_MEDIA_TYPE: Final = "application/json"
 #: ``Accept`` this for a safetensors blob of int64 arrays (a rectangular result only).
 SAFETENSORS_MEDIA_TYPE: Final = "application/vnd.safetensors"
-#: ``Accept`` this (opt-in) for a binary answer that carries ragged (unpadded) results too: the same
-#: safetensors container of int64 arrays, but every row-major key flat -- its rows concatenated into one 1-D
-#: array (``offset_mapping``: ``[tokens, 2]``) -- plus :data:`RAGGED_ROW_LENGTHS`, the length of each row;
-#: the keys of :data:`PER_ROW_KEYS` stay one value per row. Row ``i`` of a key is
-#: ``flat[sum(row_lengths[:i]) : sum(row_lengths[:i + 1])]``. Rectangular results are answered the same way.
-#: A server that predates it answers JSON (it does not name this type), which a client can still read.
+#: ``Accept`` this (opt-in) for any result, ragged too, as safetensors int64 arrays: each per-token key's rows
+#: concatenated, plus :data:`RAGGED_ROW_LENGTHS` (:data:`PER_ROW_KEYS` stay one value per row). A server that
+#: predates it answers JSON.
 RAGGED_MEDIA_TYPE: Final = "application/vnd.tokenizer-service.ragged+safetensors"
 #: The entry of a ragged answer holding each row's length (not a transformers key, so it cannot collide).
 RAGGED_ROW_LENGTHS: Final = "row_lengths"
@@ -282,13 +260,12 @@ PER_ROW_KEYS: Final = ("length", "overflow_to_sample_mapping")
 #: Sent with every encode, tokenize and decode answer: the served tokenizer's fingerprint.
 FINGERPRINT_HEADER: Final = "X-Tokenizer-Fingerprint"
 #: What a fingerprint covers, by version (``/info`` reports it; job records store it beside the fingerprint).
-#: 1: tokenizer.json and the encode's config. 2: also every chat template (the default and each named one), the
-#: special tokens the templates see, the tokenizer class and decode's settings -- so every fingerprint changed.
+#: 1: tokenizer.json and the encode's config. 2: also every chat template, the special tokens they see, the
+#: tokenizer class and decode's settings (so every fingerprint changed).
 FINGERPRINT_SCHEME: Final = 2
 #: The form of a fingerprint: ``sha256:`` and 64 hex digits.
 FINGERPRINT_PREFIX: Final = "sha256:"
-#: The fewest hex digits of a fingerprint a pin may give (``sha256:abb08fd1451a``): a prefix that long matches one
-#: tokenizer only, for all practical purposes (48 bits).
+#: The fewest hex digits a pin may give (``sha256:abb08fd1451a``): 48 bits name one tokenizer in practice.
 MIN_FINGERPRINT_DIGITS: Final = 12
 RETRY_AFTER_HEADER: Final = "Retry-After"
 AUTHORIZATION_HEADER: Final = "Authorization"
@@ -302,19 +279,17 @@ ERROR_TYPE_FIELD: Final = "error_type"
 
 @dataclass(frozen=True)
 class ErrorType:
-    """One kind of error answer: the HTTP status it is sent with, the client exception it becomes (a class of
-    ``service.transport.exceptions``, named: this module imports nothing of the client), and what a caller does
-    about it (the API docs' description of the status)."""
+    """One kind of error answer: its status, the client exception it becomes (named: a class of
+    ``service.transport.exceptions``), and what a caller does about it (the API docs' description)."""
 
     status: int
     exception: str
     advice: str
 
 
-#: The one status table: ``error_type`` -> its status, client exception and advice. The server's error kinds
-#: (the engine's, then the web layer's own) are exactly these keys and answer with these statuses; the client
-#: raises the exception of a body's ``error_type``, and reads the status only for a body without one
-#: (:data:`EXCEPTION_BY_STATUS`).
+#: The one status table: ``error_type`` -> status, client exception, advice. The server's error kinds (the
+#: engine's, then the web layer's) are these keys; the client raises by a body's ``error_type``, by status only for
+#: a body without one (:data:`EXCEPTION_BY_STATUS`).
 ERROR_TYPES: Final[Mapping[str, ErrorType]] = MappingProxyType(
     {
         "invalid_request": ErrorType(422, "InvalidRequest", "Malformed JSON, or a wrong or unknown field."),
@@ -362,8 +337,8 @@ ERROR_TYPES: Final[Mapping[str, ErrorType]] = MappingProxyType(
         "client_gone": ErrorType(499, "RequestRejected", "Nothing: the client left before its answer."),
     }
 )
-#: The exception for an error answer whose body names no known ``error_type`` (a proxy's page, say): by its
-#: status, as the table above gives it, plus a proxy's 502 (bad gateway: a replica restarting), which is busy.
+#: The exception for an answer naming no known ``error_type`` (a proxy's page): by status, plus a proxy's 502 (a
+#: replica restarting) as busy.
 EXCEPTION_BY_STATUS: Final[Mapping[int, str]] = MappingProxyType(
     {**{error.status: error.exception for error in ERROR_TYPES.values()}, 502: "ServerBusy"}
 )
@@ -378,9 +353,8 @@ API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
 
 
 def serve_arguments(settings: Mapping[str, Any]) -> list[str]:
-    """``tokenizer-service serve``'s command-line arguments for ``settings`` (setting name -> value; None: unset):
-    ``--name value``, and ``--name`` / ``--no-name`` for a switch. How the launcher and ``serve --replicas`` hand
-    their settings to the servers they start."""
+    """``serve``'s arguments for ``settings`` (name -> value; None: unset): ``--name value``, ``--[no-]name`` for a
+    switch. How the launcher and ``serve --replicas`` pass settings on."""
     arguments: list[str] = []
     for name, value in sorted(settings.items()):
         if value is None:
@@ -394,10 +368,9 @@ def serve_arguments(settings: Mapping[str, Any]) -> list[str]:
 
 
 # -- where a service is: URLs, Unix domain sockets included -------------------------------------------------
-#: The scheme of a service on a Unix domain socket: ``http+unix://``, then the socket's path percent-encoded
-#: as one component (``/`` as ``%2F``), then a route as in any URL: ``http+unix://%2Ftmp%2Fts.sock/encode``.
-#: The convention of requests-unixsocket and Docker's clients; chosen because a base URL plus a route stays a
-#: URL, and a comma-separated list of URLs (``$TOKENIZER_SERVICE_URL``, pretokenize ``--url``) stays one.
+#: A service on a Unix socket: ``http+unix://``, the socket's path percent-encoded (``/`` as ``%2F``), then a route:
+#: ``http+unix://%2Ftmp%2Fts.sock/encode``. requests-unixsocket's and Docker's convention: a base URL plus a route
+#: stays a URL, and a comma-separated list of them stays one.
 UNIX_SCHEME: Final = "http+unix"
 #: The ``Host`` header sent to a service on a Unix socket (it has no host name).
 UNIX_HOST: Final = "localhost"
@@ -410,13 +383,13 @@ LAUNCH_DIR_ENV: Final = ENV_PREFIX + "LAUNCH_DIR"
 
 @dataclass(frozen=True)
 class ServiceAddress:
-    """Where one request goes, read from an absolute service URL by :func:`parse_service_url`."""
+    """Where one request goes (:func:`parse_service_url`)."""
 
     scheme: str  # "http", "https" or UNIX_SCHEME
     host: str  # the host name (UNIX_HOST for a socket): what the Host header names
     port: int  # the TCP port (0 for a socket)
     socket_path: str | None  # the Unix socket's path, or None for TCP
-    target: str  # the request target: path and query ("/" when the URL has none)
+    target: str  # path and query ("/" when the URL has none)
 
     @property
     def origin(self) -> tuple[str, str, int]:
@@ -431,8 +404,8 @@ def unix_socket_url(path: str) -> str:
 
 @lru_cache(maxsize=256)
 def parse_service_url(url: str) -> ServiceAddress:
-    """Read an absolute ``http://``, ``https://`` or ``http+unix://`` URL; ValueError saying what to write
-    instead (a socket's path written any other way gets its ``http+unix://`` form in the message)."""
+    """Read an absolute ``http://``, ``https://`` or ``http+unix://`` URL; ValueError saying what to write instead
+    (a socket's path written otherwise gets its ``http+unix://`` form)."""
     parts = urlsplit(url)
     target = parts.path or "/"
     if parts.query:
@@ -466,16 +439,13 @@ def _socket_path_written_otherwise(url: str, scheme: str) -> str | None:
         rest = url.split(":", 1)[1]
         path = "/" + rest.lstrip("/") if rest.startswith("/") else rest
         return path if path.strip("/") else None
-    if url.startswith("/"):
-        return url
-    return None
+    return url if url.startswith("/") else None
 
 
 # -- fingerprints ----------------------------------------------------------------------------------------
 def check_fingerprint_pin(expected: str) -> str:
-    """``expected`` as a pin: a whole fingerprint, or a prefix of one with at least
-    :data:`MIN_FINGERPRINT_DIGITS` hex digits (what ``serve`` logs and ``/info`` reports are whole); ValueError
-    saying the form otherwise."""
+    """``expected`` as a pin (a whole fingerprint, or at least its first :data:`MIN_FINGERPRINT_DIGITS` hex digits),
+    or a ValueError saying the form."""
     digits = expected[len(FINGERPRINT_PREFIX) :] if expected.startswith(FINGERPRINT_PREFIX) else None
     if digits is None or len(digits) < MIN_FINGERPRINT_DIGITS or len(digits) > 64:
         raise ValueError(

@@ -1,8 +1,5 @@
-"""The HTTP face of the engine: app factory, routes, middleware, the status table, settings, launcher.
-
-It parses, authorises, counts and serialises; it never tokenizes. ``create_app(Settings())`` builds the
-ASGI app; ``tokenizer-service serve`` (``service.http.cli``) runs it under uvicorn with a graceful drain.
-"""
+"""The HTTP face of the engine: it parses, authorises, counts and serialises, never tokenizes.
+``create_app(Settings())`` builds the ASGI app; ``tokenizer-service serve`` (:mod:`.cli`) runs it under uvicorn."""
 
 from .app import create_app
 from .runtime import Runtime

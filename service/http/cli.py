@@ -1,8 +1,5 @@
-"""``tokenizer-service serve``: one process, one tokenizer, Rust parallelism on, never forks.
-
-Every flag is a field of :class:`service.http.settings.Settings` and can equally be set through its
-``TOKENIZER_SERVICE_*`` environment variable; flags win.
-"""
+"""``tokenizer-service serve``: one process, one tokenizer, Rust parallelism on, never forks. Every flag is a field
+of :class:`service.http.settings.Settings`."""
 
 from __future__ import annotations
 
@@ -60,8 +57,7 @@ def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentPars
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
         elif typing.get_origin(kind) is typing.Literal:
-            choices = typing.get_args(kind)
-            parser.add_argument(flag, choices=choices, default=argparse.SUPPRESS, help=help_text)
+            parser.add_argument(flag, choices=typing.get_args(kind), default=argparse.SUPPRESS, help=help_text)
         else:
             parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=name.upper())
     for flag, reason in REFUSED_FLAGS.items():
@@ -98,8 +94,8 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
 
         status = serve_replicas(settings, given, prog)
         if status is not None:
-            return status  # else one replica is what the cores allow: this process serves, as without --replicas
-    # Said at once: loading takes seconds (a hub download minutes); the launcher says the URL once it listens.
+            return status  # else one replica is what the cores allow: this process serves
+    # Said at once: loading takes seconds (a hub download minutes).
     logger.info("loading %s", describe_source(settings.model, settings.revision))
     from .server import OwnersWatch, SocketFile, bind_listener, bind_unix_listener, connection_guard, run
 
@@ -113,7 +109,7 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
             socket_file.remove()
 
     where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
-    try:  # before the tokenizer loads (that can take minutes): a port in use fails at once
+    try:  # before the tokenizer loads: a port in use fails at once
         if settings.uds is not None:
             listener, socket_file = bind_unix_listener(settings.uds)
             listeners.append(listener)
@@ -126,7 +122,7 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
         print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
         return 1
 
-    def stop_loading() -> None:  # the owners left while the tokenizer was loading: nothing to drain
+    def stop_loading() -> None:  # the owners left during the load: nothing to drain
         leave_unserved()
         logging.shutdown()
         os._exit(0)
@@ -160,8 +156,8 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
         keep_alive=settings.keep_alive_seconds,
         drain_state=runtime,
     )
-    # What is loaded now lives until exit: out of the collector's sight, it costs no full collection while
-    # serving, and no collection at exit (1.4 s of interpreter teardown, measured, for the embedded default).
+    # What is loaded now lives until exit: frozen, it costs no full collection while serving and none at exit
+    # (1.4 s of interpreter teardown, measured, for the embedded default).
     gc.freeze()
     try:
         run(
@@ -176,8 +172,8 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
             http_protocol=settings.http_protocol,
             socket_files=socket_files,
             owners=owners,
-            # launch()'s servers drain for nobody; a replica of `serve --replicas` (owned by its parent, so as not
-            # to outlive it) drains for the clients of its port, as serve does
+            # launch()'s servers drain for nobody; a `serve --replicas` replica (owned by its parent, so as not to
+            # outlive it) drains for its port's clients
             private=owners is not None and not settings.reuse_port,
         )
     finally:

@@ -1,8 +1,6 @@
-"""The kinds of error only the web layer meets (what goes wrong with a request as HTTP, which the engine never
-meets), raised as the engine's own error (:class:`service.engine.errors.ServiceError`): the engine's kinds and these
-share one status table (``service.wire.ERROR_TYPES``, keyed by a kind's value: the ``error_type`` a client reads)
-and one error body shape (:mod:`service.http.responses`).
-"""
+"""The error kinds only the web layer meets (a request gone wrong as HTTP), raised as the engine's
+:class:`service.engine.errors.ServiceError`: both share the status table ``service.wire.ERROR_TYPES`` (keyed by a
+kind's value, the ``error_type``) and one body shape (:mod:`service.http.responses`)."""
 
 from __future__ import annotations
 
@@ -12,8 +10,6 @@ from ..engine.errors import ErrorKind
 
 
 class HttpErrorKind(str, enum.Enum):
-    """What went wrong with a request as HTTP, in terms a caller can act on."""
-
     MALFORMED_HTTP = "malformed_http"  # not HTTP/1.1 the parser accepts (the connection is closed)
     HEADERS_TOO_LARGE = "headers_too_large"  # the request line and headers exceed the limit
     REQUEST_TIMEOUT = "request_timeout"  # the client took too long to send its headers or body

@@ -1,9 +1,6 @@
-"""What a request's headers say about its body and the answer it accepts (RFC 9110 sections 8.3, 8.4, 12.5.1).
-
-Media types and parameters are case-insensitive; a media range with ``q=0`` is "not acceptable". The body
-of every POST route is JSON, UTF-8, not compressed: anything else is refused with 415 rather than parsed as
-JSON by accident (a form or a UTF-16 body would otherwise fail later with a confusing 422).
-"""
+"""What a request's headers say about its body and the answer it accepts (RFC 9110 8.3, 8.4, 12.5.1). Media types
+are case-insensitive; ``q=0`` is "not acceptable". A POST body that is not uncompressed UTF-8 JSON gets 415, not a
+confusing 422 later (a form, UTF-16)."""
 
 from __future__ import annotations
 
@@ -45,8 +42,8 @@ def _quality(ranges: dict[str, float], media: str) -> float:
 
 
 def wants_ragged(accept: str | None) -> bool:
-    """Whether to answer ``/encode`` in the ragged binary layout: only when ``Accept`` names it (an opt-in,
-    never reached through a wildcard), rated above zero and at least as high as JSON and safetensors."""
+    """Whether to answer ``/encode`` ragged: only when ``Accept`` names it (never through a wildcard), above zero and
+    at least as high as JSON and safetensors."""
     if accept is None or RAGGED_MEDIA_TYPE not in accept.lower():
         return False
     ranges = _media_ranges(accept)
@@ -56,8 +53,7 @@ def wants_ragged(accept: str | None) -> bool:
 
 
 def check_json_body(content_type: str | None, content_encoding: str | None) -> None:
-    """Refuse (415) a body that is not JSON in UTF-8 without compression. No ``Content-Type`` is taken as
-    JSON; ``application/json``, any ``+json`` type and ``charset=utf-8`` are accepted."""
+    """415 unless JSON (no ``Content-Type``, ``application/json`` or any ``+json``), UTF-8, uncompressed."""
     if content_encoding is not None and content_encoding.strip().lower() not in ("", "identity"):
         raise ServiceError(
             HttpErrorKind.UNSUPPORTED_MEDIA_TYPE,
@@ -83,9 +79,8 @@ def check_json_body(content_type: str | None, content_encoding: str | None) -> N
 
 
 def encode_answer_type(accept: str | None) -> str:
-    """The media type ``/encode`` answers in, as ``Accept`` asks: the ragged binary layout (:func:`wants_ragged`);
-    safetensors when ``Accept`` rates it above zero and above JSON, or as high as JSON and by name (not through a
-    wildcard); JSON otherwise (also when ``Accept`` accepts none of them: the error, if any, is JSON)."""
+    """``/encode``'s media type for ``Accept``: ragged (:func:`wants_ragged`); safetensors when rated above zero and
+    above JSON, or as high and by name (not a wildcard); else JSON (also when none is accepted: errors are JSON)."""
     if accept is None or accept == "*/*" or accept == JSON_MEDIA_TYPE:
         return JSON_MEDIA_TYPE  # the common cases, without parsing
     if accept == SAFETENSORS_MEDIA_TYPE:

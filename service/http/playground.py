@@ -1,15 +1,7 @@
-"""The tokenizer playground: one small page for people, served by the app at ``/`` and ``/playground``
-(docs/guides/playground.md says what it shows, conversation mode included).
-
-Plain HTML, CSS and JavaScript shipped in the package (``service/http/static/``): no CDN, no build step,
-no framework, so it works offline and in an air-gapped cluster. The page calls the routes of the service that
-served it and nothing else: its Content-Security-Policy allows no other origin for scripts, styles or requests.
-
-The API key: the page and its assets are the same static bytes for every install and hold nothing of the
-service, so they are served without the key (a browser cannot send a bearer token when it navigates to a
-page). Every API call the page makes needs the key like any other client's: when the service answers 401,
-the page asks for the key once and keeps it in ``sessionStorage`` -- this tab only, never in a cookie or
-``localStorage``.
+"""The tokenizer playground, a page for people at ``/`` and ``/playground`` (docs/guides/playground.md): static
+files in ``service/http/static/`` (no CDN, no build step: works air-gapped) that call this service only (its
+Content-Security-Policy allows no other origin). They hold nothing of the service, so they are served without the
+API key (a browser cannot send one when it opens a page); the page's API calls need it like any client's.
 """
 
 from __future__ import annotations
@@ -34,26 +26,25 @@ from ..wire import (
     TOKENIZE_PATH,
 )
 
-#: Where the page is served: the site's root, so a person who opens the service's address finds it.
+#: Where the page is served (the root too: a person opening the service's address finds it).
 PAGE_PATHS = ("/", PLAYGROUND_PATH)
-#: path -> (file in service/http/static/, media type). Linked from the page by relative URLs, so the page
-#: also works behind a reverse proxy that serves the service under a path prefix.
+#: path -> (file in service/http/static/, media type), linked by relative URLs (so a proxy's path prefix works).
 ASSETS = {
     f"{PLAYGROUND_PATH}/app.js": ("playground.js", "text/javascript; charset=utf-8"),
     # which characters this browser has no font for, and the fix (shared with the docs site)
     f"{PLAYGROUND_PATH}/glyphs.js": ("glyphs.js", "text/javascript; charset=utf-8"),
     f"{PLAYGROUND_PATH}/style.css": ("playground.css", "text/css; charset=utf-8"),
 }
-#: Served without the API key (see the module docstring): static files only, never an API route.
+#: Served without the API key: static files only, never an API route.
 OPEN_PATHS = frozenset({*PAGE_PATHS, *ASSETS})
 
-#: Tokens drawn as spans, at most; the count and the id list always cover every token. Drawing ~5,000
-#: spans takes a few milliseconds; 100k characters of text make ~25k-60k tokens, which would not.
+#: Tokens drawn as spans, at most (the count and ids cover all): ~5,000 draw in milliseconds, the 25k-60k tokens
+#: of 100k characters would not.
 RENDER_CAP = 5000
 #: Typing pauses this long before the text is sent.
 DEBOUNCE_MS = 200
 
-# Same origin only, and nothing inline: the page cannot send a text anywhere but this service.
+# Same origin only, nothing inline: the page cannot send a text anywhere else.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -67,15 +58,13 @@ STATIC_HEADERS = {
 _CONFIG_MARK = "__PLAYGROUND_CONFIG__"
 
 
-def _static(name: str) -> bytes:
-    return (resources.files(__package__) / "static" / name).read_bytes()
+def read_static(name: str, package: str = __package__) -> bytes:
+    return (resources.files(package) / name).read_bytes()
 
 
 def page_config(docs_path: str | None) -> dict[str, object]:
-    """What the page reads from the JSON block the server writes into it: the contract of ``service.wire``
-    (so the page and the routes cannot drift apart) and the page's own limits."""
+    """The page's JSON block: ``service.wire``'s contract (so page and routes cannot drift) and its own limits."""
     return {
-        # relative to the page (see ASSETS)
         "paths": {
             "info": INFO_PATH.lstrip("/"),
             "encode": ENCODE_PATH.lstrip("/"),
@@ -94,21 +83,11 @@ def page_config(docs_path: str | None) -> dict[str, object]:
     }
 
 
-def render_page(docs_path: str | None) -> bytes:
-    """The page's HTML with its config block filled in."""
-    html = _static("playground.html").decode()
-    # "<" escaped, so no value can close the <script type="application/json"> block
-    config = json.dumps(page_config(docs_path), separators=(",", ":")).replace("<", "\\u003c")
-    if html.count(_CONFIG_MARK) != 1:
-        raise RuntimeError(f"playground.html must hold {_CONFIG_MARK} exactly once")
-    return html.replace(_CONFIG_MARK, config).encode()
-
-
 def install_static(
     app: FastAPI, page_paths: Iterable[str], page: bytes, assets: Mapping[str, tuple[bytes, str]]
 ) -> set[str]:
-    """Serve ``page`` (HTML) at ``page_paths`` and each asset (body, media type) at its path on ``app``, from
-    memory, outside the OpenAPI schema, with :data:`STATIC_HEADERS`; returns the paths."""
+    """Serve ``page`` (HTML) at ``page_paths`` and each asset (body, media type) at its path, from memory, outside
+    the OpenAPI schema, with :data:`STATIC_HEADERS`; the paths."""
     served = {**dict.fromkeys(page_paths, (page, "text/html; charset=utf-8")), **assets}
 
     def endpoint(body: bytes, media_type: str) -> Callable[[], Awaitable[Response]]:
@@ -123,12 +102,16 @@ def install_static(
 
 
 class Playground:
-    """The page and its assets, read from the package once, answered from memory."""
+    """The page (its config block filled in) and its assets, read from the package once, answered from memory."""
 
     def __init__(self, docs_path: str | None) -> None:
-        self.page = render_page(docs_path)
-        self.assets = {path: (_static(name), media_type) for path, (name, media_type) in ASSETS.items()}
+        html = read_static("static/playground.html").decode()
+        if html.count(_CONFIG_MARK) != 1:
+            raise RuntimeError(f"playground.html must hold {_CONFIG_MARK} exactly once")
+        # "<" escaped, so no value can close the <script type="application/json"> block
+        config = json.dumps(page_config(docs_path), separators=(",", ":")).replace("<", "\\u003c")
+        self.page = html.replace(_CONFIG_MARK, config).encode()
+        self.assets = {path: (read_static(f"static/{name}"), media) for path, (name, media) in ASSETS.items()}
 
     def install(self, app: FastAPI) -> set[str]:
-        """Register the page and asset routes on ``app``; returns their paths."""
         return install_static(app, PAGE_PATHS, self.page, self.assets)

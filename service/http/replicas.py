@@ -1,32 +1,15 @@
-"""``tokenizer-service serve --replicas K``: K servers behind one port, for a big machine without Kubernetes.
-What it promises, and the measurements behind its choices: docs/guides/deploying.md, "One big machine, without
-Kubernetes".
-
-Each replica is the server we have -- one process, one tokenizer, Rust parallelism on, never forks -- started by
-exec (``python -m service serve``), never forked from this process, which is not a server and loads no tokenizer.
-This process:
-
-- binds the port first (with ``SO_REUSEPORT``, never listening), so that a port in use by another program fails
-  at once and ``--port 0`` picks one for all; a port a server already answers on is refused (a set of this
-  user's on it would otherwise be joined). Every replica binds it too (``--reuse-port``) and the kernel spreads
-  new connections over them: one listening socket shared by the replicas (vLLM's ``--api-server-count``) puts
-  a burst of connections on whichever event loop wakes first;
-- asks each replica's ``/readyz`` and ``/info`` on a private Unix socket: the set is up once every replica is
-  ready and all serve one fingerprint. One that exits first (its own error line is on stderr, above this
-  process's), serves another fingerprint, or dies while serving stops every replica, and this process exits 1:
-  a partial set never stays up, and the process manager starts a whole one again;
-- forwards SIGTERM and SIGINT to every replica (each in a session of its own: a Ctrl-C in the terminal reaches
-  this process only, which passes it on), and exits once all have drained: 0, else the worst status;
-- shares an owners lock with each replica (``--owners-file``, :mod:`service.http.server.owners`): if this
-  process is killed, even with SIGKILL, every replica stops by itself (and drains).
+"""``tokenizer-service serve --replicas K``: K servers behind one port, started by exec from this process, which
+serves nothing (what it promises, and why: docs/guides/deploying.md, "One big machine, without Kubernetes"). It
+binds the port first (``SO_REUSEPORT``, never listening; a port a server answers on is refused, else a set of this
+user's would be joined), waits for every replica ready on one fingerprint (asked on a private Unix socket each),
+forwards SIGTERM and SIGINT (each replica has a session of its own), and holds each one's owners lock, so that even
+a SIGKILL of this process leaves none running. A replica failing, whenever, stops them all: exit 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
-import json
 import logging
 import os
 import shutil
@@ -40,26 +23,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..launch.rendezvous import hold_shared
+from ..launch.supervisor import how_it_ended, ready_fingerprint, stop_servers
 from ..sizing import plan_replicas
-from ..transport.base import Request, Timeout
-from ..transport.exceptions import TransportError
-from ..transport.stdlib import HTTPTransport
-from ..wire import (
-    API_KEY_ENV,
-    ENV_PREFIX,
-    INFO_PATH,
-    MAX_SOCKET_PATH_BYTES,
-    READY_PATH,
-    serve_arguments,
-    unix_socket_url,
-)
+from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
 from .settings import Settings
 
 __all__ = ["serve_replicas", "SET_BY_THE_PARENT"]
 
 logger = logging.getLogger(__name__)
 
-#: The settings this process sets for each replica itself (where it listens, who owns it, its share).
+#: The settings this process sets for each replica itself.
 SET_BY_THE_PARENT = frozenset({"replicas", "host", "port", "uds", "reuse_port", "owners_file", "replica_of"})
 #: How long a replica may drain past its own ``--graceful-shutdown-seconds`` before it is killed.
 STOP_MARGIN_SECONDS = 10.0
@@ -70,7 +44,7 @@ _POLL_SECONDS = 0.05
 class _Replica:
     index: int
     count: int
-    socket_path: str  # its private socket, where this process asks /readyz and /info
+    socket_path: str  # where this process asks /readyz and /info
     owners_path: str
     process: subprocess.Popen[bytes] | None = None
     fingerprint: str | None = None
@@ -81,25 +55,9 @@ class _Replica:
         pid = f", pid {self.process.pid}" if self.process is not None else ""
         return f"replica {self.index + 1} of {self.count}{pid}"
 
-    def probe(self) -> str | None:
-        """Its fingerprint once it is ready, else None."""
-        url = unix_socket_url(self.socket_path)
-        transport = HTTPTransport()
-        try:
-            ready = transport.handle_request(Request("GET", url + READY_PATH, {}, timeout=Timeout(1.0, 5.0)))
-            if ready.status != 200:
-                return None
-            info = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=Timeout(1.0, 30.0)))
-            fingerprint: str = json.loads(bytes(info.body))["fingerprint"]
-            return fingerprint
-        except TransportError:
-            return None
-        finally:
-            transport.close()
-
 
 class _Signals:
-    """SIGTERM and SIGINT, noted here (in order) for the main loop to forward."""
+    """SIGTERM and SIGINT, noted in order for the main loop to forward."""
 
     def __init__(self) -> None:
         self.pending: list[int] = []
@@ -112,9 +70,8 @@ class _Signals:
 
 
 def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> int | None:
-    """Run ``settings.replicas`` replicas behind one port (see the module doc) until they have all stopped; their
-    exit status. None when one replica is what the cores allow (``--replicas auto`` on a small machine): then the
-    calling process serves, as ``serve`` does without ``--replicas``."""
+    """Run ``settings.replicas`` replicas until all have stopped; their exit status. None when the cores allow one
+    (``--replicas auto`` on a small machine): the caller then serves itself."""
     plan = plan_replicas(settings.replicas, settings.threads)
     if plan.warning:
         print(f"{prog}: warning: {plan.warning}", file=sys.stderr, flush=True)
@@ -123,13 +80,12 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
         return None
     from .server import bind_listener
 
-    where = f"{settings.host}:{settings.port}"
-    try:  # before anything loads, as serve does: a port in use fails at once
+    try:  # a port in use fails at once
         if settings.port != 0 and _answered(settings.host, settings.port):
             raise OSError(errno.EADDRINUSE, "a server is listening on it")
         reserved = bind_listener(settings.host, settings.port, reuse_port=True)  # never listens: the replicas do
     except OSError as exc:
-        print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+        print(f"{prog}: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
         return 1
     host, port = reserved.getsockname()[:2]
     folder = _private_folder()
@@ -140,7 +96,7 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
     signals = _Signals()
     try:
         for replica in replicas:
-            replica.owners_fd = _hold_shared(replica.owners_path)
+            replica.owners_fd = hold_shared(replica.owners_path, 1.0, "holding a new owners file")
         argv, env = _replica_command(given)
         shared = ["--host", settings.host, "--port", str(port), "--reuse-port", "--replica-of", str(plan.count)]
         for replica in replicas:
@@ -164,7 +120,8 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
 
         return _supervise(replicas, signals, prog, say_up)
     finally:
-        _stop_all(replicas, settings.graceful_shutdown_seconds)
+        running = [replica.process for replica in replicas if replica.process is not None]
+        stop_servers(running, wait=settings.graceful_shutdown_seconds + STOP_MARGIN_SECONDS)
         reserved.close()
         for replica in replicas:
             if replica.owners_fd is not None:
@@ -173,8 +130,8 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
 
 
 def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: Callable[[], None]) -> int:
-    """Until a signal (forwarded; then until every replica has stopped: :func:`_wait_all`) or a replica's exit
-    (then 1). Once every replica is ready, ``say_up()``; 1 instead if they serve different fingerprints."""
+    """Until a signal (forwarded, then :func:`_wait_all`) or a replica's exit (1). Once all are ready, ``say_up()``,
+    or 1 if their fingerprints differ."""
     waiting, up = list(replicas), False
     while True:
         forwarded = signals.take()
@@ -188,10 +145,12 @@ def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: C
             if code is not None:
                 when = "before it was ready" if starting else "while serving"
                 after = "" if starting else " (a partial set never stays up: restart the whole set)"
-                print(f"{prog}: {replica.name} {_how(code)} {when}; stopping the others{after}", file=sys.stderr)
+                print(
+                    f"{prog}: {replica.name} {how_it_ended(code)} {when}; stopping the others{after}", file=sys.stderr
+                )
                 return 1
             if starting:
-                replica.fingerprint = replica.probe()
+                replica.fingerprint = ready_fingerprint(replica.socket_path)
                 if replica.fingerprint is not None:
                     waiting.remove(replica)
         if not waiting and not up:
@@ -209,7 +168,7 @@ def _supervise(replicas: list[_Replica], signals: _Signals, prog: str, say_up: C
 
 
 def _wait_all(replicas: list[_Replica], signals: _Signals) -> int:
-    """Wait for every replica to exit, forwarding any further signal; the worst exit status."""
+    """Wait for every replica to exit, forwarding further signals; the worst exit status."""
     while any(r.process is not None and r.process.poll() is None for r in replicas):
         _forward(replicas, signals.take())
         time.sleep(_POLL_SECONDS)
@@ -218,7 +177,7 @@ def _wait_all(replicas: list[_Replica], signals: _Signals) -> int:
         assert replica.process is not None
         code = replica.process.returncode
         if code != 0:
-            logger.warning("%s %s", replica.name, _how(code))
+            logger.warning("%s %s", replica.name, how_it_ended(code))
         worst = max(worst, 1 if code < 0 else code)
     return worst
 
@@ -231,36 +190,15 @@ def _forward(replicas: list[_Replica], signals: list[int]) -> None:
                     replica.process.send_signal(sig)
 
 
-def _stop_all(replicas: list[_Replica], grace_seconds: float) -> None:
-    """SIGTERM every replica still running (each drains), SIGKILL any that overstays; all reaped."""
-    running = [r.process for r in replicas if r.process is not None and r.process.poll() is None]
-    for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds + STOP_MARGIN_SECONDS
-    for process in running:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
 def _replica_command(given: Mapping[str, Any]) -> tuple[list[str], dict[str, str]]:
-    """The command of every replica (this interpreter, ``serve`` with the flags given here but those this
-    process sets) and its environment (this one's, but ``--replicas``; an API key by environment only)."""
+    """Each replica's command (``serve`` with the flags given, but those this process sets) and environment (this
+    one's, but ``--replicas``; the API key by environment only)."""
     settings = {name: value for name, value in given.items() if name not in SET_BY_THE_PARENT}
     api_key = settings.pop("api_key", None)
     env = {name: value for name, value in os.environ.items() if name != ENV_PREFIX + "REPLICAS"}
     if api_key is not None:
         env[API_KEY_ENV] = str(api_key)  # never on a command line, which other users can read
     return [sys.executable, "-m", "service", "serve", *serve_arguments(settings)], env
-
-
-def _hold_shared(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_SH)  # nobody else knows the file: at once
-    return fd
 
 
 def _private_folder() -> str:
@@ -273,14 +211,10 @@ def _private_folder() -> str:
 
 
 def _answered(host: str, port: int) -> bool:
-    """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: on this machine)."""
+    """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: this machine)."""
     target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     try:
         with socket.create_connection((target, port), timeout=1.0):
             return True
     except OSError:
         return False
-
-
-def _how(code: int) -> str:
-    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"

@@ -1,10 +1,7 @@
-"""What the HTTP layer serves from, and what the launcher drains: one object per app.
-
-:class:`Runtime` holds the settings, the metrics, the count of requests being answered, and the engine
-once the lifespan has started it. It is the one owner of the draining state: the launcher begins the drain
-through :meth:`Runtime.begin_drain` and watches :attr:`Runtime.in_flight`; the routes, ``/readyz`` and the
-connection guard (:mod:`service.http.server.protocol`) ask :attr:`Runtime.draining`. The engine has no drain of
-its own: it refuses work only once stopped, after the launcher has seen the admitted requests finish.
+"""What the HTTP layer serves from, one per app: settings, metrics, requests in flight, the engine once started,
+and the one owner of the draining state (the launcher begins it and watches :attr:`Runtime.in_flight`; routes,
+``/readyz`` and the connection guard ask :attr:`Runtime.draining`). The engine has no drain of its own: it is
+stopped once the launcher has seen the admitted requests finish.
 """
 
 from __future__ import annotations
@@ -23,8 +20,6 @@ logger = logging.getLogger(__name__)
 
 
 class Runtime:
-    """The service's state outside the engine: settings, metrics, in-flight requests, drain."""
-
     def __init__(self, settings: Settings, loaded: LoadedTokenizer | None = None) -> None:
         self.settings = settings
         self.metrics = Metrics()
@@ -35,10 +30,9 @@ class Runtime:
         self.in_flight = 0  # HTTP requests being answered now (the metrics middleware counts them)
         self.metrics.track_in_flight(lambda: self.in_flight)
 
-    # -- lifecycle --------------------------------------------------------------------------------------
     @asynccontextmanager
     async def lifespan(self, app: Any) -> AsyncIterator[None]:
-        """Load (unless given) and start the engine; stop it at shutdown. FastAPI's ``lifespan=``."""
+        """FastAPI's ``lifespan=``: load (unless given) and start the engine; stop it at shutdown."""
         settings = self.settings
         loaded = self._loaded
         if loaded is None:
@@ -63,14 +57,12 @@ class Runtime:
             await engine.astop()
 
     def begin_drain(self) -> None:
-        """Readiness turns 503 and requests arriving from now on are refused with 503 + Retry-After (and,
-        through the connection guard, ``Connection: close``); those already being answered -- their bodies
-        still arriving, queued or encoding -- complete. The engine is stopped (``Engine.astop``) only once the
-        launcher has seen them finish."""
+        """Readiness turns 503 and new requests get 503 + Retry-After (and, through the guard, ``Connection:
+        close``); those already being answered (bodies arriving, queued or encoding) complete."""
         self._draining = True
 
     def check_accepting(self) -> None:
-        """Refuse a request that arrives while draining: retry elsewhere (the client SDK does)."""
+        """Refuse a request arriving while draining (the SDK retries elsewhere)."""
         if self._draining:
             raise ServiceError(
                 ErrorKind.UNAVAILABLE, "the server is draining; retry on another replica", retry_after=1.0
@@ -78,13 +70,11 @@ class Runtime:
 
     @property
     def draining(self) -> bool:
-        """Whether :meth:`begin_drain` was called: the one answer to "is this server draining?"."""
         return self._draining
 
-    # -- what routes use --------------------------------------------------------------------------------
     @property
     def engine(self) -> Engine:
-        """The running engine, or UNAVAILABLE while it is still loading."""
+        """The running engine; UNAVAILABLE while it is loading."""
         if self._engine is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the tokenizer is not loaded yet", retry_after=1.0)
         return self._engine

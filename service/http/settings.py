@@ -1,5 +1,5 @@
-"""The one settings object. Every field is a CLI flag (``--max-texts-per-request``) and an environment
-variable (``TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST``); CLI flags win. Validated once, at start-up."""
+"""The one settings object: each field is a flag (``--max-texts-per-request``) and an environment variable
+(``TOKENIZER_SERVICE_MAX_TEXTS_PER_REQUEST``); flags win. Validated once, at start-up."""
 
 from __future__ import annotations
 
@@ -47,25 +47,22 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="TCP port to bind (0: any free port).")
     uds: str | None = Field(
         None,
-        description="Listen on this Unix domain socket path instead of --host/--port (clients use the URL "
-        "http+unix://<the path percent-encoded>). Faster than TCP loopback for clients on this machine. The "
-        "socket is made mode 0660 (owner and group may connect); a socket file left by a server that died is "
-        f"replaced, a live one is refused. Paths are limited to {MAX_SOCKET_PATH_BYTES} bytes.",
+        description="Listen on this Unix socket path instead of --host/--port (URL: http+unix://<the path "
+        "percent-encoded>); faster than TCP loopback on this machine. Mode 0660 (owner and group); a dead server's "
+        f"socket file is replaced, a live one refused. At most {MAX_SOCKET_PATH_BYTES} bytes.",
     )
     owners_file: str | None = Field(
         None,
-        description="A lock file that every process using this server holds a shared lock on (set by "
-        f"TokenizerClient.launch). Checked {round(1 / OWNERS_CHECK_SECONDS)} times a second: once no process holds "
-        "it -- all exited, or were killed, even with SIGKILL -- the server stops as on SIGTERM. Such a private server "
-        "drains for nobody: it closes its listener at once (no --drain-listen-seconds) and its idle connections "
-        "too, and exits once the requests in flight are answered. Unset: run until signalled.",
+        description="A lock file each process using this server holds shared (set by TokenizerClient.launch), "
+        f"checked {round(1 / OWNERS_CHECK_SECONDS)} times a second: once nobody holds it (all exited or were killed, "
+        "SIGKILL too) the server stops as on SIGTERM, draining for nobody: listener and idle connections closed at "
+        "once (no --drain-listen-seconds), exit once the requests in flight are answered. Unset: run until signalled.",
     )
     reuse_port: bool = Field(
         False,
-        description="Bind --host/--port with SO_REUSEPORT, shared with the other replicas of `serve --replicas` (set "
-        "by it for each replica; processes of one user only): the kernel spreads new connections over them by a hash "
-        "of their addresses. With --uds too, the server listens on both: the Unix socket is then its own, where its "
-        "parent asks /readyz and /info.",
+        description="Bind --host/--port with SO_REUSEPORT, shared with the other replicas of `serve --replicas` (which "
+        "sets it; one user's processes only): the kernel spreads new connections by a hash of their addresses. With "
+        "--uds too, it listens on both, the socket its own (where its parent asks /readyz and /info).",
     )
     # -- parallelism ----------------------------------------------------------------------------------
     threads: int | None = Field(
@@ -73,33 +70,30 @@ class Settings(BaseSettings):
         ge=1,
         le=1024,
         description="Rust (rayon) threads for batch encodes, per process. Unset: the CPUs this process may use "
-        "(affinity and cgroup quota), shared equally by --replica-of replicas. More threads than CPUs only adds "
-        "contention.",
+        "(affinity, cgroup quota), shared by --replica-of replicas. More than the CPUs only adds contention.",
     )
     replicas: int | Literal["auto"] = Field(
         1,
-        description="Server processes on this machine, each this server (one process, one tokenizer, never forks), "
-        "started by exec and sharing one TCP port (SO_REUSEPORT: the kernel spreads new connections over them by a "
-        "hash of their addresses). One process serves at most 1 / (its Python time per request) requests a second, "
-        f"whatever the cores: past ~{CORES_PER_REPLICA} cores (service.sizing.CORES_PER_REPLICA) more replicas, not "
-        f"more threads, use them. auto: one per {CORES_PER_REPLICA} cores this process may use. --threads and "
-        "--memory-budget-mib are per replica (unset: an equal share). The parent serves nothing: it forwards "
-        "SIGTERM and SIGINT to every replica and exits once all have; it fails at start if any replica does, and "
-        "stops them all if one dies, so a partial set never stays up. In Kubernetes keep 1 and scale pods.",
+        description="Server processes on this machine (each one process, one tokenizer, never forks), started by exec, "
+        "sharing one TCP port (SO_REUSEPORT). One process serves at most 1 / (its Python time per request) requests "
+        f"a second: past ~{CORES_PER_REPLICA} cores (service.sizing.CORES_PER_REPLICA) replicas, not threads, use "
+        f"them. auto: one per {CORES_PER_REPLICA} cores this process may use. --threads and --memory-budget-mib are "
+        "per replica (unset: an equal share). The parent serves nothing: it forwards SIGTERM and SIGINT and exits "
+        "once all replicas have; it fails if any fails to start, and stops all if one dies (never a partial set). "
+        "In Kubernetes keep 1 and scale pods.",
     )
     replica_of: int = Field(
         1,
         ge=1,
-        description="This server is one of N replicas sharing this machine's cores and memory limit (set by "
-        "`serve --replicas` and TokenizerClient.launch(replicas=N)): unset --threads and --memory-budget-mib default "
-        "to its 1/N share of them.",
+        description="One of N replicas sharing this machine's cores and memory limit (set by `serve --replicas` and "
+        "launch(replicas=N)): unset --threads and --memory-budget-mib default to a 1/N share.",
     )
     # -- limits (reported by /info) -------------------------------------------------------------------
     max_texts_per_request: int = Field(
         DEFAULT_LIMITS.max_texts_per_request,
         ge=1,
-        description="Most texts (or pairs) in one /encode or /tokenize request, and id lists in "
-        "one /decode. Larger batches amortise HTTP better but hold the engine longer.",
+        description="Most texts (or pairs) in one /encode or /tokenize request, id lists in one /decode. Larger "
+        "batches amortise HTTP better but hold the engine longer.",
     )
     max_text_chars: int = Field(
         DEFAULT_LIMITS.max_text_chars,
@@ -119,9 +113,9 @@ class Settings(BaseSettings):
     memory_budget_mib: int | None = Field(
         None,
         ge=16,
-        description="Memory all in-flight requests may hold at once, in MiB: each request reserves a safe "
-        "upper bound of its memory before it is read or encoded, 413 if it can never fit, 429 + Retry-After "
-        f"while others hold the room. Unset: {_SHARE} of (the cgroup memory limit - {RESTING_MEMORY // MIB} MiB), or "
+        description="Memory all in-flight requests may hold at once, in MiB: each reserves an upper bound of its "
+        "memory before it is read or encoded, 413 if it can never fit, 429 + Retry-After while others hold the "
+        f"room. Unset: {_SHARE} of (the cgroup memory limit - {RESTING_MEMORY // MIB} MiB), or "
         f"{DEFAULT_BUDGET_WITHOUT_LIMIT // MIB} without a limit; with --replica-of N, of 1/N of the limit. A pod "
         f"needs about {RESTING_MEMORY // MIB} MiB + {1 / _SHARE} x this.",
     )
@@ -137,9 +131,8 @@ class Settings(BaseSettings):
     body_timeout_seconds: float = Field(
         60.0,
         gt=0,
-        description="A request's body must arrive within this after its headers (else 408, closed), and a "
-        "client must take in some of a stalled answer within this (else closed). Bounds how long a slow "
-        "client holds its memory reservation.",
+        description="A request's body must arrive within this after its headers (else 408, closed), and a client "
+        "must take in some of a stalled answer within it (else closed): how long a slow client holds memory.",
     )
     max_connections: int = Field(
         4096,
@@ -151,22 +144,22 @@ class Settings(BaseSettings):
     http_protocol: Literal["guarded", "httptools", "h11"] = Field(
         "guarded",
         description="HTTP/1.1 implementation. guarded: uvicorn's httptools protocol with the limits above. "
-        "httptools and h11: uvicorn's own, for comparison only: neither has the header deadlines, the body "
-        "deadline, the connection limit or the lossless drain (h11 bounds the header block).",
+        "httptools, h11: uvicorn's own, for comparison only, without the deadlines, the connection limit or the "
+        "lossless drain (h11 bounds the header block).",
     )
     # -- micro-batching and backpressure (reported by /info) -------------------------------------------
     batching: bool = Field(
         DEFAULT_BATCHING.enabled,
-        description="Coalesce concurrent requests with compatible options into one Rust encode. Off: "
-        "each request is encoded alone (for comparison; lower throughput under concurrency).",
+        description="Coalesce concurrent requests with compatible options into one Rust encode. Off: each is "
+        "encoded alone (for comparison; lower throughput under concurrency).",
     )
     batch_wait_ms: float = Field(
         DEFAULT_BATCHING.max_wait_seconds * 1000,
         ge=0,
         le=1000,
-        description="How long the first request of a batch waits for others to join. 0: "
-        "a request starts at once when the engine is idle, and batches form from what queues while it is "
-        "busy. Above 0: bigger batches under light load, at that much added latency per lone request.",
+        description="How long a batch's first request waits for others. 0: a request starts at once when the "
+        "engine is idle, batches form from what queues while it is busy. Above 0: bigger batches under light "
+        "load, at that much added latency per lone request.",
     )
     max_batch_texts: int = Field(
         DEFAULT_BATCHING.max_batch_texts, ge=1, description="Texts per Rust encode call. A larger request runs alone."
@@ -192,19 +185,16 @@ class Settings(BaseSettings):
     # -- security and operations ----------------------------------------------------------------------
     api_key: SecretStr | None = Field(
         None,
-        description=(
-            "When set, every route but /healthz, /readyz, /metrics, the static playground page and the API "
-            "docs (/docs, /openapi.json) needs 'Authorization: Bearer <key>' (the playground asks for the key "
-            "before its first call; the docs' Authorize button takes it)."
-        ),
+        description="When set, every route but /healthz, /readyz, /metrics, the static playground page and the API "
+        "docs (/docs, /openapi.json) needs 'Authorization: Bearer <key>' (the playground asks for it at its first "
+        "call; the docs' Authorize button takes it).",
     )
     allow_chat_template_bodies: bool = Field(
         False,
-        description="Let /chat/encode and /chat/render requests send a jinja template body as chat_template instead "
-        "of naming one of the tokenizer's templates. Risk: a body is code run by the server (in transformers' jinja "
-        "sandbox) on its one render thread: a hostile one can loop for as long as it likes (stopped only at its next "
-        "output, 504 at the queue deadline) and delay every chat request meanwhile. Turn on only for trusted "
-        "clients; off, bodies are refused with 422.",
+        description="Let /chat/encode and /chat/render requests send a jinja template body as chat_template, not "
+        "only a template's name. Risk: a body is code the server runs (in transformers' jinja sandbox) on its one "
+        "render thread: a hostile one can loop as long as it likes (stopped only at its next output, 504 at the "
+        "queue deadline), delaying every chat request. Only for trusted clients; off, bodies get 422.",
     )
     log_level: str = Field("info", pattern="^(critical|error|warning|info|debug)$", description="Log level.")
     access_log: bool = Field(
@@ -219,11 +209,10 @@ class Settings(BaseSettings):
     drain_listen_seconds: float = Field(
         5.0,
         ge=0,
-        description="On SIGTERM, how long the server keeps accepting connections to answer new requests with "
-        "503 + Retry-After + Connection: close (clients retry elsewhere) before it closes its listener and new "
-        "connections are refused; shorter when nothing is in flight and no connection is open, and at most "
-        "--graceful-shutdown-seconds. Cover the time the load balancer (kube-proxy) takes to stop routing "
-        "here, beyond any preStop pause.",
+        description="On SIGTERM, how long the server keeps accepting connections, answering new requests 503 + "
+        "Retry-After + Connection: close (clients retry elsewhere), before it closes its listener; shorter when "
+        "nothing is in flight and no connection is open, at most --graceful-shutdown-seconds. Cover the time the "
+        "load balancer (kube-proxy) takes to stop routing here, beyond any preStop pause.",
     )
 
     def engine_limits(self) -> EngineLimits:
@@ -232,14 +221,12 @@ class Settings(BaseSettings):
         )
 
     def memory_budget_bytes(self) -> int:
-        """The budget this setting asks for, or the default derived from the cgroup memory limit."""
         if self.memory_budget_mib is not None:
             return self.memory_budget_mib * 1024 * 1024
         limit = cgroup_memory_limit()
         return default_memory_budget(None if limit is None else limit // self.replica_of)
 
     def rust_threads(self) -> int:
-        """The Rust threads this setting asks for, or this process's share of the CPUs it may use."""
         return self.threads or share_of_cores(available_cpus(), self.replica_of)
 
     def batching_config(self) -> BatchingConfig:
@@ -256,8 +243,8 @@ class Settings(BaseSettings):
     @field_validator("port", mode="before")
     @classmethod
     def _ignore_kubernetes_service_link(cls, value: object) -> object:
-        # Kubernetes injects TOKENIZER_SERVICE_PORT=tcp://10.0.0.1:8000 into pods of a namespace holding a
-        # Service named "tokenizer-service" (service links). That is not a port anyone chose: keep the default.
+        # Kubernetes service links put TOKENIZER_SERVICE_PORT=tcp://10.0.0.1:8000 in pods beside a Service named
+        # "tokenizer-service": no port anyone chose, so keep the default.
         if isinstance(value, str) and value.startswith("tcp://"):
             return cls.model_fields["port"].default
         return value
@@ -266,10 +253,10 @@ class Settings(BaseSettings):
     @classmethod
     def _check_replicas(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-            value = int(value)  # (from the command line or the environment: a number as text)
+            value = int(value)  # a number as text (flag or environment)
         try:
             return check_replicas(value)
-        except TypeError as exc:  # pydantic reports ValueErrors as invalid settings, and lets a TypeError through
+        except TypeError as exc:  # pydantic reports ValueErrors as invalid settings, not TypeErrors
             raise ValueError(str(exc)) from None
 
     @field_validator("uds")
@@ -298,17 +285,3 @@ class Settings(BaseSettings):
                 "one socket per replica"
             )
         return self
-
-
-def settings_table() -> str:
-    """The settings table, made from the fields above: the docs site's Settings page (built by
-    ``scripts/docs_reference.py``; ``tests/shipping/test_docs_site.py`` checks it against these fields) and
-    ``python scripts/settings_table.py``."""
-    rows = ["| flag | environment variable | default | what it does, and the trade-off |", "|---|---|---|---|"]
-    for name, field in Settings.model_fields.items():
-        default = "unset" if field.default is None else f"`{field.default}`"
-        description = (field.description or "").replace("|", "\\|")
-        flag = name.replace("_", "-")
-        flag = f"--[no-]{flag}" if field.annotation is bool else f"--{flag}"
-        rows.append(f"| `{flag}` | `{ENV_PREFIX}{name.upper()}` | {default} | {description} |")
-    return "\n".join(rows)

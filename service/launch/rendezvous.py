@@ -1,25 +1,18 @@
-"""Where launched services meet the processes that use them: one private directory per user on this machine.
+"""Where launched services meet the processes that use them: one private directory per user on this machine
+(:func:`launch_directory`: short, as a socket path holds 107 bytes; mode 0700, as whoever reaches a socket can use
+the service). Per launch key (:func:`launch_key`), named by its first 16 hex digits, and per replica ``N``:
 
-For each launch key (:func:`launch_key`: this machine, the tokenizer's identity, the serve settings and the
-number of replicas, the interpreter) the directory holds these files, named by the key's first 16 hex digits,
-and for each replica ``N`` of the service (0 when it has one) four of its own:
-
-- ``<key>.lock``: the rendezvous lock, held exclusively by the one process deciding whether to attach to the
-  running replicas or to launch them (or relaunch one), so that the local ranks of a torchrun job start exactly
-  one set;
+- ``<key>.lock``: held exclusively by the one process deciding to attach, launch or relaunch, so that the local
+  ranks of a torchrun job start exactly one set;
 - ``<key>-N.sock``: the replica's Unix socket;
-- ``<key>-N.owners``: its owners lock, held *shared* by every process using the service for as long as it does;
-  the replica stops once nobody holds it (``service/http/server/owners.py``), and holds it exclusively while it
-  stops, so that a process that comes meanwhile waits, then launches a new one (a lock per replica, so that
-  every replica sees its owners gone at once and they stop together, not one after the other);
-- ``<key>-N.json``: the record: the replica's pid, its fingerprint, how many times it was launched;
-- ``<key>-N.log``: the replica's output.
+- ``<key>-N.owners``: held *shared* by every process using the service; the replica stops once nobody holds it
+  (``service/http/server/owners.py``) and holds it exclusively while it stops, so a newcomer waits, then launches
+  anew (one per replica, so that all see their owners gone at once and stop together);
+- ``<key>-N.json``: the record (pid, fingerprint, launches); ``<key>-N.log``: the replica's output.
 
-The directory (:func:`launch_directory`) is short, because a Unix socket path holds at most 107 bytes, and
-private (mode 0700, owned by this user), because whoever can reach a socket can use the service. Locks are
-``flock`` locks, which the kernel drops when their process dies, however it dies. Standard library only; nothing
-here starts a process. ``fcntl`` is imported where a lock is taken, never at import, so the client -- and this
-module -- import on Windows, where :func:`require_posix` says what to do instead.
+Locks are ``flock`` locks, which the kernel drops however their process dies. Standard library only; nothing here
+starts a process. ``fcntl`` is imported where a lock is taken, so this module imports on Windows, where
+:func:`require_posix` says what to do instead.
 """
 
 from __future__ import annotations
@@ -57,10 +50,11 @@ _POLL_SECONDS = 0.05
 
 
 def require_posix() -> None:
-    """LaunchError unless this system has what launching needs: Unix domain sockets and ``flock`` (Linux,
-    macOS and the BSDs do; Windows has neither)."""
+    """LaunchError unless this system has Unix domain sockets and ``flock`` (Windows has neither)."""
     missing = [] if hasattr(socket, "AF_UNIX") else ["Unix domain sockets"]
-    if not _has_flock():
+    try:
+        import fcntl  # noqa: F401  (every fcntl module has flock)
+    except ImportError:
         missing.append("flock (the fcntl module)")
     if missing:
         raise LaunchError(
@@ -71,18 +65,9 @@ def require_posix() -> None:
         )
 
 
-def _has_flock() -> bool:
-    try:
-        import fcntl
-    except ImportError:
-        return False
-    return hasattr(fcntl, "flock")
-
-
 def launch_directory() -> Path:
-    """The private directory of launched services: ``$TOKENIZER_SERVICE_LAUNCH_DIR``, else
-    ``$XDG_RUNTIME_DIR/tokenizer-service``, else ``/tmp/tokenizer-service-<uid>``, created if missing; LaunchError
-    saying what to do when it cannot be used."""
+    """``$TOKENIZER_SERVICE_LAUNCH_DIR``, else ``$XDG_RUNTIME_DIR/tokenizer-service``, else
+    ``/tmp/tokenizer-service-<uid>``, created if missing; LaunchError saying what to do when it cannot be used."""
     configured = os.environ.get(LAUNCH_DIR_ENV)
     if configured:
         folder = Path(configured).expanduser().absolute()  # the same directory whatever the cwd of each rank
@@ -119,8 +104,8 @@ def _make_private(folder: Path, *, configured: bool) -> None:
 
 
 def launch_key(model_identity: Any, arguments: list[str], secrets: Mapping[str, str], python: str) -> str:
-    """The rendezvous key: equal for two launches on this machine exactly when they would serve the same
-    tokenizer files with the same settings on the same interpreter (secrets enter as a hash)."""
+    """Equal for two launches on this machine exactly when they would serve the same tokenizer files with the same
+    settings on the same interpreter (secrets enter as a hash)."""
     identity = {
         "host": socket.gethostname(),  # a launch directory on a shared disk is still one per machine
         "python": os.path.realpath(python),
@@ -133,7 +118,7 @@ def launch_key(model_identity: Any, arguments: list[str], secrets: Mapping[str, 
 
 @dataclass(frozen=True)
 class ServicePaths:
-    """The files of one replica of a launch key in the launch directory (the lock is the key's, shared by all)."""
+    """The files of one replica of a launch key (the lock is the key's, shared by all)."""
 
     socket: str
     lock: str
@@ -157,7 +142,7 @@ class ServicePaths:
 
 @dataclass
 class Record:
-    """What the launcher of a running replica wrote down (``<key>-N.json``)."""
+    """``<key>-N.json``: what the launcher of a running replica wrote down."""
 
     pid: int
     fingerprint: str
@@ -184,8 +169,8 @@ def _open_lock(path: str) -> int:
 
 
 def try_lock(fd: int, *, exclusive: bool) -> bool:
-    """Take ``fd``'s flock, shared or exclusive, if that can be done without waiting; whether it was. A
-    shared lock this process holds is turned into an exclusive one only if no other process holds it."""
+    """Take ``fd``'s flock if that needs no wait; whether it was (a shared lock of ours turns exclusive only if no
+    other process holds it)."""
     import fcntl  # here, not at import: Windows has none (see require_posix)
 
     try:
@@ -215,8 +200,7 @@ def exclusive_lock(path: str, timeout: float, what: str) -> Iterator[None]:
 
 
 def hold_shared(path: str, timeout: float, what: str) -> int:
-    """A descriptor holding a shared lock on ``path`` (the caller closes it to let go). Waits while a
-    service that is stopping holds it exclusively."""
+    """A descriptor holding a shared lock on ``path``, closed to let go (waits while a stopping service holds it)."""
     fd = _open_lock(path)
     try:
         _lock_within(fd, False, timeout, what)
@@ -239,22 +223,18 @@ def nobody_holds(path: str) -> bool:
 
 
 def process_alive(pid: int, marker: str) -> bool:
-    """Whether process ``pid`` is running and is the one whose command line holds ``marker`` (its socket
-    path): a pid reused by another process, or a zombie, is not it. Without /proc, whether it exists."""
+    """Whether ``pid`` runs with ``marker`` (its socket path) in its command line: not a reused pid, nor a zombie.
+    Without /proc, whether it exists."""
     if not os.path.isdir("/proc/self"):
-        return _pid_exists(pid)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's
+        return True
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             return os.fsencode(marker) in file.read()
     except OSError:
         return False
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

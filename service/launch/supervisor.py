@@ -1,37 +1,12 @@
-"""``TokenizerClient.launch``: a private tokenizer service on this machine, for as long as a job uses it (what
-users see of it: the guide ``docs/guides/dataloader.md``, "A launched service").
-
-How:
-
-1. **One service per tokenizer and settings on this machine.** The launch key (the tokenizer files' identity,
-   the serve settings and the replicas asked for, the interpreter, the host) names the files of a rendezvous
-   in a private directory (:mod:`.rendezvous`). Under its lock the first process launches and every other one
-   -- another local rank of a torchrun, accelerate or DeepSpeed job, or another job with the same tokenizer --
-   attaches; nothing reads ``LOCAL_RANK``. **Replicas** (``replicas=K``, or ``"auto"``): K servers, each on a
-   socket of its own with an equal share of the cores and of the memory limit (``--replica-of K``); they start
-   together and must serve one fingerprint; every step below is per replica, under the key's one lock. The
-   client spreads its calls by the calls it has outstanding on each (:mod:`service.client.retrying`); a dead
-   replica's calls go to the others while it is relaunched (:class:`~service.launch.transport.LaunchedTransport`).
-2. **Started by exec.** ``python -m service serve --uds <socket> --owners-file <lock>`` run by ``subprocess``
-   (fork-exec: no Python code, and no tokenizer state, of this process runs in the child), in a session of its
-   own (a Ctrl-C in the terminal reaches the training script, which lets go of it), its output in a log file.
-   Its settings are exactly ``launch``'s arguments: ``TOKENIZER_SERVICE_*`` variables of this environment, which
-   may describe a remote service, are not passed on.
-3. **Ready, then pinned.** ``launch`` returns once ``/readyz`` answers, pinned to the fingerprint the service
-   reports; one that cannot start raises :class:`LaunchError` with the server's own error line and its log's end.
-4. **Owned.** Every process that launched or attached holds a shared lock on the owners file while it uses the
-   service, which stops once nobody holds it (``service/http/server/owners.py``), however its users exit. The
-   last process to let go -- launcher or not -- stops the server running then (relaunched or not: the record
-   names it) and waits for its exit.
-5. **Relaunched once.** A client that cannot connect asks :meth:`LaunchedService.recover`: a replica that died
-   while still owned is relaunched once, by whichever process notices first (the record counts), and the call
-   goes on; a second death raises :class:`LaunchError` (logged, with other replicas running).
-
-A client pickles its URL and service description, never a connection or a lock: a DataLoader worker uses the
-service and never owns it (in a forked child this process's lock descriptors are closed and its ownership is
-forgotten, so the child's exit stops nothing, ``atexit`` included). POSIX only, yet importable anywhere: on
-Windows ``launch`` raises :class:`LaunchError` saying to run ``tokenizer-service serve`` and pass its URL
-(:func:`.rendezvous.require_posix`).
+"""``TokenizerClient.launch``: a private tokenizer service on this machine for as long as a job uses it (users'
+view: ``docs/guides/dataloader.md``, "A launched service"). Per replica, under the launch key's one lock
+(:mod:`.rendezvous`), the first process launches and every other attaches; servers are started by exec (nothing
+of this process's Python or tokenizer state runs in them) in sessions of their own (a Ctrl-C reaches the training
+script, which lets go), with exactly ``launch``'s settings (this environment's ``TOKENIZER_SERVICE_*`` are not
+passed on). Each process using the service holds its owners locks (``service/http/server/owners.py``); the last to
+let go stops the servers the records name and waits. A dead replica is relaunched once
+(:meth:`LaunchedService.recover`) by whichever process notices first. A forked child closes the inherited lock
+descriptors and owns nothing, so its exit (``atexit`` included) stops nothing.
 """
 
 from __future__ import annotations
@@ -59,7 +34,7 @@ from .. import __version__
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
 from ..sizing import plan_replicas
-from ..transport.base import Request, Response, Timeout
+from ..transport.base import Request, Timeout
 from ..transport.exceptions import LaunchError, TransportError
 from ..transport.stdlib import HTTPTransport
 from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, serve_arguments, unix_socket_url
@@ -75,13 +50,22 @@ from .rendezvous import (
     try_lock,
 )
 
-__all__ = ["ServeCommand", "LaunchedService", "Share", "launch_or_attach", "release"]
+__all__ = [
+    "ServeCommand",
+    "LaunchedService",
+    "Share",
+    "launch_or_attach",
+    "release",
+    "ready_fingerprint",
+    "stop_servers",
+    "how_it_ended",
+]
 
 logger = logging.getLogger(__name__)
 
-#: Serve settings ``launch`` sets itself: where the service listens, who owns it, how it stops, its share.
+#: Serve settings ``launch`` sets itself.
 RESERVED_OPTIONS = frozenset({"host", "port", "uds", "owners_file", "drain_listen_seconds", "reuse_port", "replica_of"})
-#: A replica is launched at most this many times per record: once, and relaunched once.
+#: A replica is launched at most this many times per record (relaunched once).
 MAX_LAUNCHES = 2
 #: How long a service that is stopping (draining) may take before a process waiting on it gives up.
 STOP_WAIT_SECONDS = 45.0
@@ -95,9 +79,8 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 # -- what to run -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServeCommand:
-    """How to start the service: interpreter, model, serve flags, secrets (passed by environment, never on
-    the command line, which other users can read), what identifies the tokenizer files, and how many
-    replicas (``replicas_asked`` as given: ``"auto"`` is one key whatever each rank's count of cores)."""
+    """How to start the service. Secrets go by environment (a command line is readable by other users);
+    ``replicas_asked`` is as given, so ``"auto"`` is one key whatever each rank's count of cores."""
 
     python: str
     model: str | None
@@ -175,15 +158,13 @@ class ServeCommand:
         return env
 
     def name(self, replica: int) -> str:
-        """``the tokenizer service for X`` (``replica 2 of 4 of ...`` when it has several)."""
         which = f"replica {replica + 1} of {self.replicas} of " if self.replicas > 1 else ""
         return f"{which}the tokenizer service for {self.description}"
 
 
 def _model_identity(model: str | None) -> tuple[Any, str]:
-    """(what identifies the tokenizer's files, a description): a local file or folder by its real path and
-    the name, size and modification time of its files (retraining a tokenizer in place changes them); a hub
-    id by its name (with ``revision`` among the flags)."""
+    """(what identifies the tokenizer's files, a description): local files by real path, names, sizes and times
+    (retraining in place changes them); a hub id by its name (``revision`` is among the flags)."""
     if model is None:
         return _files_identity(DEFAULT_TOKENIZER_DIR), "the embedded default tokenizer"
     path = Path(model).expanduser()
@@ -215,8 +196,6 @@ def _check_server_installed(python: str) -> None:
 # -- starting and stopping the servers --------------------------------------------------------------------
 @dataclass
 class _Starting:
-    """A replica's server, started, not known to be ready yet."""
-
     replica: int
     paths: ServicePaths
     process: subprocess.Popen[bytes]
@@ -247,13 +226,12 @@ def _spawn(command: ServeCommand, replica: int, paths: ServicePaths, launches: i
 def _start(
     command: ServeCommand, replicas: Mapping[int, ServicePaths], launches: int, timeout: float
 ) -> dict[int, tuple[subprocess.Popen[bytes], Record]]:
-    """Start the servers of ``replicas`` (index -> files) together and wait until every one is ready; their
-    records, written. LaunchError (every one of them stopped) if any cannot start."""
+    """Start ``replicas`` (index -> files), wait until all are ready, write their records; LaunchError (all stopped)."""
     starting = [_spawn(command, replica, paths, launches) for replica, paths in replicas.items()]
     try:
         fingerprints = _wait_until_ready(command, starting, timeout)
     except BaseException:
-        _stop_all([s.process for s in starting], [])
+        stop_servers([s.process for s in starting])
         raise
     started = {}
     for item in starting:
@@ -263,24 +241,28 @@ def _start(
     return started
 
 
-def _get(url: str, path: str, timeout: Timeout) -> Response:
+def ready_fingerprint(socket_path: str) -> str | None:
+    """The fingerprint of the server on the Unix socket ``socket_path`` once it answers /readyz, else None."""
+    url = unix_socket_url(socket_path)
     transport = HTTPTransport()
     try:
-        return transport.handle_request(Request("GET", url + path, {}, timeout=timeout))
+        if transport.handle_request(Request("GET", url + READY_PATH, {}, timeout=Timeout(1.0, 5.0))).status != 200:
+            return None
+        info = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=Timeout(1.0, 30.0)))
+        fingerprint: str = json.loads(bytes(info.body))["fingerprint"]
+        return fingerprint
+    except TransportError:
+        return None
     finally:
         transport.close()
 
 
-def _ready(url: str) -> bool:
-    try:
-        return _get(url, READY_PATH, Timeout(1.0, 5.0)).status == 200
-    except TransportError:
-        return False
+def how_it_ended(code: int) -> str:
+    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
 def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], timeout: float) -> dict[int, str]:
-    """Each replica's fingerprint once all are ready; LaunchError with the first one's that exits, or any
-    not ready within ``timeout``."""
+    """Each replica's fingerprint once all are ready; LaunchError for one that exits, or is not ready in time."""
     deadline = time.monotonic() + timeout
     pause = 0.01
     fingerprints: dict[int, str] = {}
@@ -288,29 +270,25 @@ def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], time
         for item in starting:
             if item.replica in fingerprints:
                 continue
-            url = unix_socket_url(item.paths.socket)
-            if _ready(url):
-                info = json.loads(bytes(_get(url, INFO_PATH, Timeout(5.0, 30.0)).body))
-                fingerprints[item.replica] = info["fingerprint"]
+            fingerprint = ready_fingerprint(item.paths.socket)
+            if fingerprint is not None:
+                fingerprints[item.replica] = fingerprint
                 continue
             code = item.process.poll()
             if code is not None:
-                how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-                raise _failure(f"{command.name(item.replica)} {how} before it was ready", item.paths, item.offset)
-            if time.monotonic() > deadline:
-                raise _failure(
-                    f"{command.name(item.replica)} was not ready within {timeout:g}s (start_timeout=)",
-                    item.paths,
-                    item.offset,
-                )
+                what = f"{how_it_ended(code)} before it was ready"
+            elif time.monotonic() > deadline:
+                what = f"was not ready within {timeout:g}s (start_timeout=)"
+            else:
+                continue
+            raise _failure(f"{command.name(item.replica)} {what}", item.paths, item.offset)
         time.sleep(pause)
         pause = min(pause * 1.5, 0.1)
     return fingerprints
 
 
 def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | None = None) -> LaunchError:
-    """A LaunchError leading with the server's own one-line error (else ``silent``, else its last line),
-    quoting the end of its log."""
+    """A LaunchError leading with the server's own error line (else ``silent``, else its last), quoting its log."""
     try:
         with open(paths.log, "rb") as log:
             log.seek(max(offset, os.path.getsize(paths.log) - 64 * 1024))
@@ -324,9 +302,11 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
     return LaunchError(f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}", log_path=paths.log)
 
 
-def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]]) -> None:
-    """SIGTERM servers (they drain) -- ``ours``, started and reaped by this process, and ``others`` (pid,
-    socket), started by another one -- all at once, then wait for each to exit; SIGKILL one that overstays."""
+def stop_servers(
+    ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]] = (), wait: float = STOP_WAIT_SECONDS
+) -> None:
+    """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
+    up to ``wait`` seconds for each to exit, SIGKILL one that overstays."""
     running = [process for process in ours if process.poll() is None]
     for process in running:
         with contextlib.suppress(ProcessLookupError):
@@ -334,7 +314,7 @@ def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[in
     for pid, _ in others:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_WAIT_SECONDS
+    deadline = time.monotonic() + wait
     for process in running:
         try:
             process.wait(max(0.0, deadline - time.monotonic()))
@@ -351,12 +331,11 @@ def _stop_all(ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[in
 
 
 def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
-    """True once the running server answers /readyz, False once it has exited; LaunchError if neither
-    happens within ``wait`` seconds (a server that is stopping takes a moment)."""
-    url = unix_socket_url(paths.socket)
+    """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
+    seconds (a stopping server takes a moment)."""
     deadline = time.monotonic() + wait
     while process_alive(record.pid, paths.socket):
-        if _ready(url):
+        if ready_fingerprint(paths.socket) is not None:
             return True
         if time.monotonic() > deadline:
             raise LaunchError(
@@ -370,10 +349,9 @@ def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
 # -- the service a client is bound to ---------------------------------------------------------------------
 @dataclass
 class LaunchedService:
-    """Where a launched service's replicas are and where their logs go; picklable (a DataLoader worker gets
-    a copy). It holds no lock and no process: what this process owns is kept apart, per process. :attr:`pids`
-    are the servers running now, relaunched or not; ``url``, ``socket_path``, ``log_path`` and :attr:`pid`
-    name the first replica's (the only one's, without replicas)."""
+    """Where a launched service's replicas and their logs are; picklable (a DataLoader worker gets a copy), holding
+    no lock or process. :attr:`pids` are the servers running now, relaunched or not; ``url``, ``socket_path``,
+    ``log_path`` and :attr:`pid` are the first replica's (the only one's, without replicas)."""
 
     urls: tuple[str, ...]  # one per replica, as the client spreads its calls over them
     fingerprint: str
@@ -407,13 +385,11 @@ class LaunchedService:
 
     @property
     def pids(self) -> tuple[int, ...]:
-        """The pids of the service's servers now: after a relaunch -- by this process, or by another one (a
-        DataLoader worker, another local rank) -- the relaunched server's, as the records say."""
+        """The servers' pids now: after a relaunch, by whichever process, the relaunched one's (as recorded)."""
         return tuple(self._pid(replica) for replica in range(self.replicas))
 
     @property
     def pid(self) -> int:
-        """The first replica's pid now (see :attr:`pids`)."""
         return self._pid(0)
 
     def _pid(self, replica: int) -> int:
@@ -427,11 +403,10 @@ class LaunchedService:
         return f"{owner}({self.replicas} replicas in {folder!r}, pids={list(self.pids)}, logs={list(self.log_paths)})"
 
     def replica_at(self, url: str) -> int:
-        """The replica a request URL goes to."""
         return next((i for i, base in enumerate(self.urls) if url.startswith(base + "/") or url == base), 0)
 
     def others_running(self, replica: int) -> bool:
-        """Whether a replica but ``replica`` runs: the calls can go there meanwhile."""
+        """Whether a replica but ``replica`` runs (to take the calls meanwhile)."""
         for other, paths in enumerate(self.paths):
             if other != replica and (record := Record.read(paths.record)) is not None:
                 if process_alive(record.pid, paths.socket):
@@ -439,9 +414,8 @@ class LaunchedService:
         return False
 
     def recover(self, replica: int = 0) -> None:
-        """Called when a replica cannot be reached: returns once it is ready -- it was only unreachable for a
-        moment, or it died and is relaunched now (once per replica, by whichever process notices first) -- or
-        raises LaunchError: it died again, or it stopped because nobody owns it."""
+        """For a replica that cannot be reached: return once it is ready (unreachable for a moment, or relaunched
+        now: once, by whichever process notices first), or raise LaunchError (it died again, or nobody owns it)."""
         paths = self.paths[replica]
         name = self.command.name(replica)
         with exclusive_lock(paths.lock, self.start_timeout + STOP_WAIT_SECONDS, "waiting for the launch lock"):
@@ -461,11 +435,12 @@ class LaunchedService:
                     paths,
                     silent="it wrote no error (killed by a signal? the out-of-memory killer, say)",
                 )
-            dead = record.pid if record is not None else self.first_pids[replica]
-            logger.warning("the launched %s (pid %s) died; relaunching it (log: %s)", name, dead, paths.log)
+            logger.warning(
+                "the launched %s (pid %s) died; relaunching it (log: %s)", name, self._pid(replica), paths.log
+            )
             [(process, record)] = _start(self.command, {replica: paths}, launches + 1, self.start_timeout).values()
             if record.fingerprint != self.fingerprint:
-                _stop_all([process], [])
+                stop_servers([process])
                 raise LaunchError(
                     f"the relaunched {name} serves another tokenizer ({record.fingerprint}, not "
                     f"{self.fingerprint}): were its files changed?",
@@ -474,8 +449,8 @@ class LaunchedService:
             _adopt(self.key, replica, process)
 
     def recover_in_background(self, replica: int) -> None:
-        """:meth:`recover` in a thread of its own (one at a time per replica in this process), for a replica
-        whose calls the others take meanwhile; a relaunch that fails is logged, and not tried again here."""
+        """:meth:`recover` in a thread (one per replica in this process) while the others take its calls; a failed
+        relaunch is logged, not tried again here."""
         with _background_lock:
             if (self.key, replica) in _background:
                 return
@@ -504,8 +479,7 @@ _background_lock = threading.Lock()
 # -- what this process owns -------------------------------------------------------------------------------
 @dataclass
 class _Ownership:
-    """This process's hold on one launched service: its shared owners locks (one per replica), and the
-    servers it started."""
+    """This process's hold on one service: its shared owners locks (one per replica) and the servers it started."""
 
     service: LaunchedService
     owners_fds: list[int]
@@ -529,7 +503,6 @@ _children: list[subprocess.Popen[bytes]] = []  # servers this process started fo
 
 
 def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
-    """Attach to the running replicas of ``command``'s key, or launch them (see the module doc)."""
     started = time.monotonic()
     key = command.key()
     folder = launch_directory()
@@ -556,7 +529,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
                     processes[replica], records[replica] = process, record
             running = [record for record in records.values() if record is not None]  # (all of them, now)
             if len({record.fingerprint for record in running}) > 1:
-                _stop_all(list(processes.values()), [])
+                stop_servers(list(processes.values()))
                 listing = "; ".join(f"{command.name(i)}: {record.fingerprint}" for i, record in enumerate(running))
                 raise LaunchError(
                     f"the replicas serve different tokenizers ({listing}): were the tokenizer's files changed while "
@@ -564,8 +537,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
                     log_path=paths[0].log,
                 )
     except BaseException:
-        for fd in owners_fds:
-            os.close(fd)
+        _close(owners_fds)
         raise
     service = LaunchedService(
         urls=tuple(unix_socket_url(p.socket) for p in paths),
@@ -631,9 +603,8 @@ def release(share: Share) -> None:
 
 
 def _let_go(ownership: _Ownership) -> None:
-    """Let go of the owners locks; the last process to let go -- whether it launched the service or attached
-    to it -- stops every replica running now and waits for their exit (they would stop in a quarter of a
-    second by themselves), under the launch lock, so that no one relaunches one meanwhile."""
+    """Let go of the owners locks; the last process to let go stops every replica running now and waits for their
+    exit (they would stop within 0.25 s by themselves), under the launch lock, so no one relaunches one meanwhile."""
     if ownership.pid != os.getpid():
         return
     for transport in list(ownership.transports):
@@ -656,9 +627,7 @@ def _close(fds: list[int]) -> None:
 
 
 def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.Popen[bytes]]) -> None:
-    """Stop the server each record names, and wait until all have exited: the ones this process started
-    (reaped here), and the ones another process started -- relaunched by a DataLoader worker after ours
-    died, say, or launched by another local rank."""
+    """Stop the server each record names, ours or another process's (a worker's relaunch, a rank's launch); wait."""
     others = []
     for replica, replica_paths in enumerate(paths):
         record = Record.read(replica_paths.record)
@@ -667,7 +636,7 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
             continue
         if process_alive(record.pid, replica_paths.socket):  # (its command line names the socket: not a reused pid)
             others.append((record.pid, replica_paths.socket))
-    _stop_all(list(ours.values()), others)  # (ours are reaped at once if they died already)
+    stop_servers(list(ours.values()), others)  # (ours are reaped at once if they died already)
 
 
 def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
@@ -684,7 +653,7 @@ def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
 
 
 def _let_go_of_everything() -> None:
-    """At interpreter exit: this process lets go of what it owns (never a forked child's inherited copy)."""
+    """At exit: let go of what this process owns (never a forked child's inherited copy)."""
     with _owned_lock:
         owned = [o for o in _owned.values() if o.pid == os.getpid()]
         _owned.clear()
@@ -693,8 +662,8 @@ def _let_go_of_everything() -> None:
 
 
 def _forget_after_fork() -> None:
-    """In a forked child: close the inherited lock descriptors (the parent's locks stay: it holds the same
-    open files) and own nothing, so the child's exit stops nothing."""
+    """In a forked child: close the inherited lock descriptors (the parent's locks stay: same open files) and own
+    nothing, so the child's exit stops nothing."""
     global _owned_lock, _background_lock
     _owned_lock = threading.Lock()  # another thread may have held it at the fork
     _background_lock = threading.Lock()

@@ -1,9 +1,7 @@
-"""What ``TokenizerClient.launch`` adds to an ordinary client, as its transport (httpx's way: behaviour comes in
-through ``transport=``): the launched service (where its replicas are, their pids and logs) and this client's
-share of its ownership. A call a replica cannot take goes to the others while it is relaunched, or, with none
-running, waits for the relaunch and is tried once more. A copy in another process -- a DataLoader worker, forked or
-spawned -- uses the service and owns nothing: the share is never pickled. No asyncio at import: DataLoader workers
-unpickle the sync transport.
+"""What ``TokenizerClient.launch`` adds to a client, as its transport: the launched service and this client's share
+of it. A call a dead replica cannot take goes to the others while it is relaunched, or, with none running, waits
+for the relaunch and is tried once more. A copy in another process (a DataLoader worker) owns nothing: the share
+is never pickled. No asyncio at import: DataLoader workers unpickle the sync transport.
 """
 
 from __future__ import annotations
@@ -37,8 +35,8 @@ class _Bound:
         return {**self.__dict__, "_share": None}
 
     def release(self) -> None:
-        """Let go of this client's share of the service (its replicas stop once no process on this machine uses
-        it; the last one waits for them to stop). Idempotent; nothing in a copy that owns nothing."""
+        """Let go of this client's share (the replicas stop once no process uses them; the last waits for them).
+        Idempotent."""
         share, self._share = self._share, None
         if share is not None:
             release(share)
@@ -47,8 +45,8 @@ class _Bound:
         return self.service.describe("launched")
 
     def _stranded(self, request: Request) -> int | None:
-        """After a request could not connect: the replica to wait for, or None when another replica runs (the
-        client then sends the call there while this one is relaunched in the background)."""
+        """After a failed connect: the replica to wait for, or None when another runs (the client sends the call
+        there while this one is relaunched in the background)."""
         replica = self.service.replica_at(request.url)
         if self.service.others_running(replica):
             self.service.recover_in_background(replica)
@@ -57,7 +55,7 @@ class _Bound:
 
 
 class LaunchedTransport(_Bound):
-    """A launched client's transport: ``inner`` (default :class:`HTTPTransport`) does the I/O."""
+    """A launched client's transport; ``inner`` (default :class:`HTTPTransport`) does the I/O."""
 
     def __init__(self, service: LaunchedService, share: Share | None, inner: SyncTransport | None = None) -> None:
         self.service = service
@@ -111,7 +109,7 @@ class AsyncLaunchedTransport(_Bound):
         await self.inner.aclose()
 
     def sync_twin(self) -> LaunchedTransport:
-        """A sync transport to the same service, owning nothing (a collator's client: DataLoaders call it sync)."""
+        """A sync transport to the same service, owning nothing (for a collator: DataLoaders call it sync)."""
         return LaunchedTransport(self.service, None)
 
 
@@ -136,9 +134,8 @@ def launch(
     python: str | None = None,
     replicas: int | str = 1,
 ) -> Launch:
-    """The service for ``model`` and ``serve_options`` (settings of ``tokenizer-service serve``) on this machine,
-    launched or attached to, with this process's share of it (see :mod:`.supervisor`); FingerprintMismatch when
-    it serves another tokenizer than ``expected_fingerprint``."""
+    """The service for ``model`` and ``serve_options`` (``serve``'s settings) on this machine, launched or attached
+    to, with this process's share; FingerprintMismatch when it serves another than ``expected_fingerprint``."""
     require_posix()  # before anything else: on Windows, say what to do instead
     command = ServeCommand.build(model, serve_options, api_key, python or sys.executable, replicas)
     share = launch_or_attach(command, start_timeout)

@@ -1,11 +1,7 @@
-"""How bytes reach the server, shaped like httpx's transports: a typed base (:mod:`.base`), the lean
-defaults (:mod:`.stdlib` for the sync client, :mod:`.streams` for the async one), httpx-backed ones
-(:mod:`.httpx`, imported only when first asked for) and :mod:`.mock` for tests.
-
-A transport knows nothing of retries, endpoints or the service's JSON; the clients do that. Anything with
-``handle_request(Request) -> Response`` and ``close()`` (sync) or ``async handle_async_request`` and
-``aclose()`` (async) can be passed as ``transport=``.
-"""
+"""How bytes reach the server, as httpx's transports: a typed base (:mod:`.base`), the lean defaults (:mod:`.stdlib`
+sync, :mod:`.streams` async), httpx-backed ones (:mod:`.httpx`) and :mod:`.mock` for tests. A transport knows
+nothing of retries, endpoints or the service's JSON; anything implementing :mod:`.base`'s protocols can be passed
+as ``transport=``."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ __all__ = [
     "MockTransport",
 ]
 
-# Imported when first asked for: the async transport needs asyncio (~30 ms of import, which a DataLoader
-# worker using the sync client should not pay) and the httpx ones need the optional httpx.
+# Imported when first asked for: asyncio costs a sync DataLoader worker ~30 ms of import; httpx is optional.
 _LAZY = {"AsyncHTTPTransport": "streams", "HTTPXTransport": "httpx", "AsyncHTTPXTransport": "httpx"}
 
 

@@ -1,8 +1,6 @@
-"""What every transport speaks: one :class:`Request` in, one :class:`Response` out, and the two protocols a
-transport implements (sync and async). Errors below HTTP are raised as
-:class:`~service.transport.exceptions.TransportError` subclasses only: each transport translates its library's
-errors at this boundary.
-"""
+"""What every transport speaks: one :class:`Request` in, one :class:`Response` out, the sync and async protocols,
+and what the lean transports share. Errors below HTTP are raised only as
+:class:`~service.transport.exceptions.TransportError` subclasses, translated at this boundary."""
 
 from __future__ import annotations
 
@@ -48,8 +46,7 @@ class Request:
 
 @dataclass
 class Response:
-    """One HTTP answer. Header names are lower-case. ``body`` may be a ``bytearray`` (writable: tensors
-    can then be views of it without a copy)."""
+    """One HTTP answer; header names lower-case. ``body`` may be a ``bytearray`` (writable: tensors view it)."""
 
     status: int
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -82,7 +79,7 @@ Transport = SyncTransport | AsyncTransport
 
 
 class StaleConnection(Exception):
-    """A reused keep-alive connection turned out closed before any answer: retry once on a new one."""
+    """A reused keep-alive connection was closed before any answer: retry once on a new one."""
 
 
 Conn = TypeVar("Conn")
@@ -90,8 +87,8 @@ Origin = tuple[str, str, int]  # ServiceAddress.origin
 
 
 class IdleConnections(Generic[Conn]):
-    """Idle connections of one process (and event loop, ``loop``, for the async transport), per origin, most
-    recently used first: taken while ``usable`` (default: always) and younger than the expiry, else ``close``d."""
+    """Idle connections of one process (and ``loop``, async) per origin, newest first: taken while ``usable`` and
+    younger than the expiry, else ``close``d."""
 
     def __init__(
         self, close: Callable[[Conn], object], usable: Callable[[Conn], bool] | None = None, loop: Any = None
@@ -130,8 +127,8 @@ class IdleConnections(Generic[Conn]):
 
 
 class PooledTransport:
-    """What the lean transports (:mod:`.stdlib`, :mod:`.streams`) share: their options, a TLS context made once,
-    and no connections or context when pickled (a spawned DataLoader worker starts empty)."""
+    """The lean transports' options, a TLS context made once, and nothing of either when pickled (a spawned
+    DataLoader worker starts empty)."""
 
     def __init__(self, max_idle_connections: int, keepalive_expiry: float, verify: bool | str) -> None:
         self.max_idle_connections = max_idle_connections

@@ -1,8 +1,6 @@
-"""The client's one exception tree. The HTTP library's errors never leak: each transport translates them
-into :class:`TransportError` subclasses at the boundary, and every error status becomes a
-:class:`RequestRejected` subclass built from the server's ``{"error": ..., "error_type": ...}`` body: the class
-its ``error_type`` names in the one status table (``service.wire.ERROR_TYPES``), or its status's for a body without
-one (a proxy's page).
+"""The client's one exception tree. Transports translate their HTTP library's errors into :class:`TransportError`
+subclasses; an error status becomes the :class:`RequestRejected` subclass its body's ``error_type`` names in
+``service.wire.ERROR_TYPES`` (by status for a body without one: a proxy's page).
 
 ::
 
@@ -23,8 +21,8 @@ one (a proxy's page).
     │   └── ServiceUnreachable    no URL ever answered and each failed to connect: given up at once
     └── LaunchError               TokenizerClient.launch could not start (or restart) its private service
 
-Every class can be built from its message alone (other attributes are keyword-only), so an error raised in
-a DataLoader worker is re-raised in the training process as the same class.
+Every class can be built from its message alone (other attributes are keyword-only), so an error raised in a
+DataLoader worker is re-raised in the training process as the same class.
 """
 
 from __future__ import annotations
@@ -61,7 +59,7 @@ class TokenizerServiceError(Exception):
         self.__dict__.update(attributes)
 
     def __reduce__(self) -> Any:
-        # Keep the keyword attributes across pickling (multiprocessing result queues, for instance).
+        # the keyword attributes survive pickling (multiprocessing result queues)
         attributes = {k: v for k, v in self.__dict__.items() if k != "message"}
         return _rebuild, (type(self), self.message, attributes)
 
@@ -97,11 +95,8 @@ class ProtocolError(TransportError):
 
 
 class RequestRejected(TokenizerServiceError):
-    """The server answered with an error status.
-
-    ``status`` is the HTTP status, ``error_type`` the server's error kind (``"invalid_request"``,
-    ``"tokenizer"``, ``"too_large"``...), ``error`` the server's own message, ``url`` the request URL.
-    """
+    """The server answered with an error ``status``: ``error_type`` is its kind (``"invalid_request"``,
+    ``"too_large"``...), ``error`` its own message, ``url`` the request's."""
 
     status: int | None
     error_type: str | None
@@ -140,14 +135,12 @@ class NotAcceptable(RequestRejected):
 
 class ServerBusy(RequestRejected):
     """429, 503 or 504: the server is overloaded, not ready, draining or timed out in its queue (or a proxy's 502:
-    a replica restarting).
-    The client retries these (honouring ``Retry-After``) before giving up with :class:`RetriesExhausted`."""
+    a replica restarting). Retried (honouring ``Retry-After``) before :class:`RetriesExhausted`."""
 
 
 class RequestTimeout(RequestRejected):
-    """408: the request's headers or body did not reach the server within its read deadlines (a stalled
-    network, or a worker paused mid-upload); the server ran nothing and closed the connection. The client
-    retries it like :class:`ServerBusy` (RFC 9110 lets a client repeat a request after a 408)."""
+    """408: the request's headers or body missed the server's read deadlines (a stalled network, a worker paused
+    mid-upload); nothing ran and the connection was closed. Retried like :class:`ServerBusy` (RFC 9110 allows)."""
 
 
 class FingerprintMismatch(TokenizerServiceError):
@@ -179,16 +172,15 @@ class RetriesExhausted(TokenizerServiceError):
 
 
 class ServiceUnreachable(RetriesExhausted):
-    """No URL of the client has ever answered, and each failed to connect (its name does not resolve, nothing
-    listens there, or TLS against a plain-HTTP server): given up at once rather than retried, since a URL
-    that never answered is most likely wrong. Once a URL has answered, a failure is an outage and is retried
-    (:class:`RetriesExhausted` when that gives up)."""
+    """No URL of the client has ever answered, and each failed to connect (no such name, nothing listening, TLS
+    against plain HTTP): given up at once, as such a URL is most likely wrong. Once a URL has answered, a failure
+    is an outage and is retried."""
 
 
 class LaunchError(TokenizerServiceError):
-    """:meth:`TokenizerClient.launch <service.client.TokenizerClient.launch>` could not start its service, or
-    the launched service died again after its one relaunch. The message leads with the server's own one-line
-    error and quotes the last lines of its log; ``log_path`` is the whole log (None when no server ran)."""
+    """:meth:`TokenizerClient.launch <service.client.TokenizerClient.launch>` could not start its service, or it
+    died again after its one relaunch. The message leads with the server's own error line and quotes its log's
+    end; ``log_path`` is the whole log (None when no server ran)."""
 
     log_path: str | None
 

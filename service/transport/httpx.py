@@ -1,10 +1,6 @@
-"""Transports over httpx (the ``httpx`` extra), for what the lean default transports do not do: proxies,
-HTTP/2, custom auth flows. Importing this module imports httpx; ``service.client`` imports it only when one
-of these classes is first asked for.
-
-An ``http+unix://`` URL is sent through an httpx client of its own whose transport is bound to that socket
-(``httpx.HTTPTransport(uds=...)``), with the URL rewritten to ``http://localhost/<route>``.
-"""
+"""Transports over httpx (the ``httpx`` extra), for what the lean ones do not do: proxies, HTTP/2, custom auth.
+An ``http+unix://`` URL goes through an httpx client of its own bound to that socket (``uds=``), as
+``http://localhost/<route>``."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ def _translate_httpx_error(exc: Exception, url: str) -> TransportError:
 
 
 def _route(request: Request) -> tuple[str | None, str]:
-    """(the Unix socket to go through or None, the URL to give httpx)."""
+    """(the Unix socket or None, the URL to give httpx)."""
     address = parse_service_url(request.url)
     if address.socket_path is None:
         return None, request.url
@@ -39,7 +35,6 @@ def _route(request: Request) -> tuple[str | None, str]:
 
 
 def _send_options(request: Request) -> dict[str, Any]:
-    """The keywords of httpx's ``request()`` besides the method and URL."""
     timeout = httpx.Timeout(request.timeout.read, connect=request.timeout.connect, pool=request.timeout.connect)
     return {"content": request.body, "headers": request.headers, "timeout": timeout}
 
@@ -49,9 +44,8 @@ def _response(answer: httpx.Response) -> Response:
 
 
 class _ClientsPerSocket:
-    """The httpx clients of one transport, made lazily, one per Unix socket (None: TCP), and only ever used by
-    the process (and, async, the event loop: a connection pool belongs to the loop it was made on) that made
-    them; those of another are left to the GC (they cannot be closed from here)."""
+    """One transport's httpx clients, made lazily, one per Unix socket (None: TCP), used only by the process (and,
+    async, the event loop: a pool belongs to its loop) that made them; another's are left to the GC."""
 
     def __init__(self, client_class: Any, transport_class: Any, **client_options: Any) -> None:
         self.client_options = client_options
@@ -69,7 +63,7 @@ class _ClientsPerSocket:
         if client is None:
             client_class, transport_class = self._classes
             options = self.client_options
-            if socket_path is not None:  # the transport's options (verify, limits, http2...) go to one on the socket
+            if socket_path is not None:  # the transport's options (verify, limits...) go to one on the socket
                 if "transport" in options or "mounts" in options:
                     raise ValueError(
                         "an httpx transport= or mounts= of your own cannot reach a Unix socket (http+unix:// URL)"
@@ -87,8 +81,8 @@ class _ClientsPerSocket:
 
 
 class HTTPXTransport(_ClientsPerSocket):
-    """A sync transport over ``httpx.Client`` (created lazily, once per process and per Unix socket).
-    Keyword arguments go to ``httpx.Client`` (``verify=``, ``limits=``, ``http2=``...)."""
+    """A sync transport over ``httpx.Client`` (one per process and Unix socket, made lazily), which takes the
+    keyword arguments (``verify=``, ``limits=``, ``http2=``...)."""
 
     def __init__(self, **client_options: Any) -> None:
         super().__init__(httpx.Client, httpx.HTTPTransport, **client_options)
@@ -107,8 +101,7 @@ class HTTPXTransport(_ClientsPerSocket):
 
 
 class AsyncHTTPXTransport(_ClientsPerSocket):
-    """An async transport over ``httpx.AsyncClient``, created lazily per process, event loop *and* Unix
-    socket (an async connection pool belongs to the loop it was made on)."""
+    """An async transport over ``httpx.AsyncClient``, one per process, event loop *and* Unix socket."""
 
     def __init__(self, **client_options: Any) -> None:
         super().__init__(httpx.AsyncClient, httpx.AsyncHTTPTransport, **client_options)

@@ -13,8 +13,8 @@ Handler = Callable[[Request], Response | Awaitable[Response]]
 
 
 class MockTransport:
-    """Calls ``handler(request)`` for sync and async clients alike. The handler returns a :class:`Response`
-    (or, for the async client, an awaitable of one) or raises a ``TransportError``."""
+    """Calls ``handler(request)``, which returns a :class:`Response` (an awaitable of one too, for the async
+    client) or raises a ``TransportError``."""
 
     def __init__(self, handler: Handler) -> None:
         self.handler = handler

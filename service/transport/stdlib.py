@@ -1,8 +1,5 @@
-"""The default sync transport: the standard library's ``http.client`` with keep-alive.
-
-Lean because client CPU matters (the DataLoader worker that waits on us also feeds the GPU): about a third
-of the CPU per request of ``httpx.Client`` (``benchmarks/dataloader_compare.py`` measures both).
-"""
+"""The default sync transport: ``http.client`` with keep-alive, lean because the DataLoader worker that waits on
+us also feeds the GPU (a third of ``httpx.Client``'s CPU per request: ``benchmarks/dataloader_compare.py``)."""
 
 from __future__ import annotations
 
@@ -20,8 +17,6 @@ _Pools = IdleConnections[http.client.HTTPConnection]
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):
-    """``http.client`` over a Unix domain socket (``http+unix://`` URLs): the same HTTP on another socket."""
-
     def __init__(self, socket_path: str, timeout: float | None) -> None:
         super().__init__(UNIX_HOST, timeout=timeout)
         self.socket_path = socket_path
@@ -40,10 +35,9 @@ class _UnixHTTPConnection(http.client.HTTPConnection):
 class HTTPTransport(PooledTransport):
     """The default sync transport: stdlib ``http.client`` with keep-alive, per process, thread-safe.
 
-    ``max_idle_connections`` bounds the idle connections kept per origin (one per thread that uses the
-    client at once is enough); ``keepalive_expiry`` drops an idle connection before the server would
-    (uvicorn closes idle ones after 5 s). ``verify`` is for https: True, False or a CA bundle path.
-    ``http+unix://`` URLs go over the Unix domain socket they name.
+    ``max_idle_connections``: idle connections kept per origin (one per thread using the client at once);
+    ``keepalive_expiry``: an idle one is dropped before the server would (uvicorn: 5 s); ``verify`` (https):
+    True, False or a CA bundle path. ``http+unix://`` URLs go over the Unix socket they name.
     """
 
     def __init__(
@@ -54,9 +48,8 @@ class HTTPTransport(PooledTransport):
     def _current_pools(self) -> _Pools:
         pools: _Pools | None = self._pools
         if pools is None or pools.pid != os.getpid():
-            # Fork safety: first use in this process (a forked DataLoader worker's PID differs). Connections
-            # inherited across a fork belong to the parent: never use them (two processes on one socket
-            # interleave bytes); the parent keeps its own copies.
+            # Fork safety: connections inherited across a fork are the parent's: two processes on one socket
+            # would interleave bytes. The parent keeps its copies.
             pools = self._pools = _Pools(lambda conn: conn.close())
             self._ssl_context = None
         return pools
@@ -135,7 +128,7 @@ class HTTPTransport(PooledTransport):
         return Response(answer.status, headers, body)
 
     def close(self) -> None:
-        """Close this process's idle connections (the transport stays usable: it reconnects)."""
+        """Close this process's idle connections (the transport stays usable)."""
         pools = self._pools
         if pools is not None and pools.pid == os.getpid():
             pools.close()
@@ -143,7 +136,7 @@ class HTTPTransport(PooledTransport):
 
 
 def _read_body(answer: http.client.HTTPResponse) -> bytes | bytearray:
-    """The whole body; into a ``bytearray`` when the length is known (writable, so tensors can view it)."""
+    """The whole body, into a ``bytearray`` when its length is known (writable: tensors view it)."""
     length = answer.length
     if length is None or answer.chunked:
         return answer.read()

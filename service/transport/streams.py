@@ -16,11 +16,10 @@ _AsyncPools = IdleConnections[_Connection]
 
 
 class AsyncHTTPTransport(PooledTransport):
-    """The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams, one pool per
-    process and event loop. About a fifth of the client CPU per request of ``httpx.AsyncClient`` under
-    32-way concurrency (``benchmarks/dataloader_compare.py``); it speaks only what the service speaks
-    (Content-Length or chunked bodies, no redirects, no proxies). Arguments as :class:`HTTPTransport`;
-    ``http+unix://`` URLs go over the Unix domain socket they name."""
+    """The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams, one pool per process and
+    event loop, a fifth of ``httpx.AsyncClient``'s client CPU per request at 32-way concurrency
+    (``benchmarks/dataloader_compare.py``). It speaks what the service speaks (Content-Length or chunked bodies,
+    no redirects or proxies). Arguments and ``http+unix://`` URLs as :class:`HTTPTransport`'s."""
 
     def __init__(
         self, *, max_idle_connections: int = 64, keepalive_expiry: float = 4.0, verify: bool | str = True
@@ -66,7 +65,6 @@ class AsyncHTTPTransport(PooledTransport):
             ) from exc.__cause__
 
     async def _open(self, address: ServiceAddress) -> _Connection:
-        """A new connection to ``address``: TCP (TLS for https) or a Unix domain socket."""
         if address.socket_path is not None:
             return await asyncio.open_unix_connection(address.socket_path)
         tls = self._https_context() if address.scheme == "https" else None
@@ -84,8 +82,6 @@ class AsyncHTTPTransport(PooledTransport):
             keep = headers.get("connection", "").lower() != "close"
         except asyncio.TimeoutError as exc:
             raise TransportTimeout(f"no answer from {url} within {request.timeout.read}s", url=url) from exc
-        except StaleConnection:
-            raise
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
             raise ProtocolError(f"{url}: {type(exc).__name__}: {exc}", url=url) from exc
         finally:

@@ -1,31 +1,24 @@
 """Closing a listening socket without resetting a connection the kernel has already accepted.
 
-When a listening TCP socket is closed, the kernel resets every connection still waiting in its accept
-queue: connections whose handshake completed, whose clients believe them open and may already have sent a
-request on them. A server that simply closes its listener while clients keep reconnecting therefore
-resets requests that had reached it (measured before this module: 32 under 32 reconnecting clients).
+Closing a TCP listener resets every connection in its accept queue, whose clients may already have sent a
+request (32 resets under 32 reconnecting clients, measured before this module). :func:`close_listeners` closes
+in three steps, so that a client is either answered or refused before it could send anything:
 
-:func:`close_listeners` closes in three steps, so that a client either gets its connection answered or has
-it refused before it could send anything:
+1. A socket filter drops incoming SYNs (Linux, ``SO_ATTACH_FILTER``): the client's retried SYN (~1 s later)
+   finds the socket closed, having sent nothing. Handshakes under way complete.
+2. The event loop accepts (and the server answers) until the accept queue is empty (``TCP_INFO``) and the
+   handshakes under way have had a round trip's time.
+3. The listener is closed in the step that last saw the queue empty (nothing awaited in between).
 
-1. New handshakes are stopped before they start: a socket filter on the listening socket drops incoming
-   SYNs (Linux, ``SO_ATTACH_FILTER``). The client's connect() is refused once the socket is closed
-   (when it sends its SYN again, after ~1 s), having sent nothing. Handshakes already under way complete.
-2. The event loop keeps accepting -- and the server answers what it accepts -- until the accept queue is
-   empty (its length read with ``TCP_INFO``) and the handshakes under way have had a round trip's time.
-3. The listener is closed in the same step that last saw the queue empty (nothing awaited in between).
-
-Where the filter is unavailable (not Linux), steps 2 and 3 still narrow the race to the moment between
-the last look at the queue and the close; where ``TCP_INFO`` is too, the listener is simply closed.
-
-A Unix domain socket needs no filter: step 1 is removing its file (:class:`SocketFile`), after which a
-connect() by its path fails at once (no such file), having sent nothing. Its accept queue cannot be read,
-so step 2 waits the settle time, in which the event loop accepts what was queued before the removal.
+Without the filter (not Linux), steps 2 and 3 narrow the race; without ``TCP_INFO`` too, the listener is simply
+closed. A Unix socket's step 1 is removing its file (:class:`SocketFile`: a connect by path then fails at once);
+its queue cannot be read, so step 2 waits the settle time.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import logging
 import os
@@ -47,9 +40,8 @@ _POLL_SECONDS = 0.005
 
 _SO_ATTACH_FILTER = getattr(socket, "SO_ATTACH_FILTER", 26)
 _TCP_LISTEN = 10  # tcp_info.tcpi_state of a listening socket
-# Classic BPF, run on each segment that reaches the listening socket, from its TCP header on: load the
-# flags byte; SYN set -> drop (return 0), else keep the whole segment. The final ACK of a handshake under
-# way, and anything else, passes.
+# Classic BPF, run on each segment reaching the listener from its TCP header on: SYN flag set -> drop, else keep
+# (a handshake's final ACK passes).
 _DROP_SYN = (
     (0x30, 0, 0, 13),  # ldb [13]
     (0x45, 1, 0, 0x02),  # jset #SYN, drop, keep
@@ -89,8 +81,8 @@ def accept_queue_length(sock: Any) -> int | None:
 
 @dataclass(frozen=True)
 class SocketFile:
-    """The file a Unix listening socket is bound to, known by its identity (device and inode) so that it is
-    removed only while it is still this server's: a newer server may have replaced it since."""
+    """A Unix listening socket's file, known by device and inode so that it is removed only while it is still this
+    server's (a newer server may have replaced it)."""
 
     path: str
     device: int
@@ -98,26 +90,20 @@ class SocketFile:
 
     @classmethod
     def of(cls, path: str) -> SocketFile:
-        """The socket file at ``path`` now (just after ``bind``)."""
         status = os.lstat(path)
         return cls(path, status.st_dev, status.st_ino)
 
-    def remove(self) -> bool:
-        """Remove the file if it is still this one: new connections by its path then fail at once."""
-        try:
+    def remove(self) -> None:
+        """Remove the file if it is still this one (connections by its path then fail at once)."""
+        with contextlib.suppress(FileNotFoundError):
             status = os.lstat(self.path)
-            if (status.st_dev, status.st_ino) != (self.device, self.inode):
-                return False
-            os.unlink(self.path)
-        except FileNotFoundError:
-            return False
-        return True
+            if (status.st_dev, status.st_ino) == (self.device, self.inode):
+                os.unlink(self.path)
 
 
 async def close_listeners(servers: Iterable[asyncio.Server], socket_files: Sequence[SocketFile] = ()) -> None:
-    """Close the listening sockets of ``servers`` (see the module doc): after this, a new connection is
-    refused; every one the kernel completed before was accepted and is the server's to answer.
-    ``socket_files``: the files of the Unix sockets among them, removed first."""
+    """Close the listening sockets of ``servers`` (see the module doc; ``socket_files``: their Unix sockets' files,
+    removed first): after this a new connection is refused, and every one completed before was accepted."""
     servers = list(servers)
     sockets = [sock for server in servers for sock in server.sockets]
     for socket_file in socket_files:

@@ -1,16 +1,10 @@
 """A server that lives exactly as long as the processes it works for (``--owners-file``).
 
-``TokenizerClient.launch`` starts a private server for a training job. The processes of that job -- the
-script, or every local rank of a torchrun job -- each hold a *shared* ``flock`` on one lock file for as long
-as they use the server. The kernel drops a process's lock when it exits, however it exits (SIGKILL and
-out-of-memory kills included), so the server needs no pid of anyone: :class:`OwnersWatch` tries to take
-the lock *exclusively*, without waiting, a few times a second, and the first time it can, nobody holds it
-any more: the server stops as on SIGTERM. It keeps the exclusive lock until it has exited, so a process
-that comes to share it meanwhile waits for this server to be gone and then launches a new one
-(``service/launch/supervisor.py``).
-
-A forked child shares its parent's lock (the same open file) rather than holding one of its own; the
-client closes its copy in forked children, so only the processes that asked for the server count.
+Each process using a launched server holds a *shared* ``flock`` on one file; the kernel drops it however the
+process exits (SIGKILL and the OOM killer included), so no pid is needed: :class:`OwnersWatch` tries the lock
+*exclusively* a few times a second, and once it gets it nobody is left: the server stops as on SIGTERM, holding
+the lock until it exits, so a newcomer waits for it to be gone and launches anew (``service/launch/supervisor.py``).
+A forked child would share its parent's lock; the client closes that copy in forked children.
 """
 
 from __future__ import annotations
@@ -43,7 +37,7 @@ class OwnersWatch:
     def _watch(self) -> None:
         while True:
             time.sleep(CHECK_SECONDS)
-            try:  # taken once no process holds it, and then held (exclusively) until this process exits
+            try:  # once taken, held until this process exits
                 fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue

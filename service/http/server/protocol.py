@@ -1,29 +1,21 @@
-"""HTTP/1.1 limits in front of the app: uvicorn's httptools protocol with what it lacks.
+"""HTTP/1.1 limits in front of the app: uvicorn's httptools protocol (why this one:
+docs/explanations/how-it-works.md) with what it lacks, per connection (the limits: docs/explanations/limits.md):
 
-uvicorn's httptools protocol (the fast one: ~2x less CPU per request than its h11 protocol) has no limit on
-the header block and no read timeouts: a 10 MB header is accepted, a client that sends half its headers
-or half its body holds its connection (and, here, its memory reservation) for ever, and ~1,000 idle
-sockets exhaust the descriptors silently. :class:`GuardedHttpToolsProtocol` adds, per connection:
+- the header block bounded (431 and close beyond ``max_header_bytes``);
+- read deadlines (408 and close): headers within ``header_timeout`` of the first byte, the body within
+  ``body_timeout`` of the headers (time the server itself paused reading does not count); a client that takes in
+  nothing of its answer for ``body_timeout`` is cut;
+- every close after an answer lingers: half-close, then read and drop what the client still sends for up to
+  ``LINGER_SECONDS``, so a client still sending (an 8 MB header block) reads its 431, not a reset;
+- beyond ``max_connections``, a new connection is closed at once, and logged;
+- a malformed request (or bytes past a Content-Length) gets its 400 only after the answers pipelined before it;
+- an ``Upgrade`` (``h2c``) is ignored, as RFC 9110 7.8 allows: the body is read as usual;
+- a lossless drain (:meth:`ConnectionGuard.drain_connections`): a connection closes after its last answer (with
+  ``Connection: close``), never under a request that has begun to arrive, nor while idle (its client may be
+  sending; a silent one closes at the keep-alive timeout).
 
-- the header block (request line and headers) bounded: 431 and close beyond ``max_header_bytes``;
-- header and body read deadlines: 408 and close when the headers are not complete ``header_timeout`` after
-  the request's first byte, or the body ``body_timeout`` after the headers (time spent with reading paused
-  by the server itself does not count); and a client that takes in nothing of its answer for ``body_timeout``
-  is cut;
-- every close after an answer is lingering: half-close, then read and drop what the client still sends
-  for up to ``LINGER_SECONDS``, so a client still sending (an 8 MB header block) reads its 431 instead of
-  a reset;
-- most open connections: beyond ``max_connections`` a new connection is closed at once, and logged;
-- a malformed request (or bytes past a request's Content-Length) answered with 400 only after the
-  responses to the requests pipelined before it, never instead of them;
-- ``Upgrade`` other than WebSocket (``h2c``) ignored, as RFC 9110 7.8 allows: the body is read as usual;
-- a drain that loses nothing (:meth:`ConnectionGuard.drain_connections`): every connection closes after its
-  last answer, which carries ``Connection: close`` -- never under a request that has arrived, even partly,
-  and never while idle (its client may be sending; a silent one closes at the keep-alive timeout).
-
-Deadlines cost two clock reads per request: a sweep every ``SWEEP_SECONDS`` checks every connection. The
-uvicorn internals overridden or called here are listed in the room's docstring (:mod:`service.http.server`),
-each with the test that fails without it.
+Deadlines cost two clock reads per request; a sweep every ``SWEEP_SECONDS`` checks them. The uvicorn internals
+used are listed in :mod:`service.http.server`.
 """
 
 from __future__ import annotations
@@ -33,6 +25,7 @@ import http
 import logging
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import httptools
@@ -43,7 +36,7 @@ from ..responses import STATUS_BY_KIND, error_body
 
 logger = logging.getLogger(__name__)
 
-#: How long a connection closed with request bytes unread waits for the client's end before it is cut.
+#: How long a closing connection with request bytes unread waits for the client's end before it is cut.
 LINGER_SECONDS = 2.0
 #: How often deadlines are checked.
 SWEEP_SECONDS = 0.5
@@ -58,32 +51,21 @@ class DrainState(Protocol):
     def draining(self) -> bool: ...
 
 
+@dataclass(kw_only=True, eq=False)
 class ConnectionGuard:
-    """The limits every connection of one server obeys, the open connections, and the deadline sweep.
+    """One server's connection limits, open connections and deadline sweep. It asks ``drain_state`` (the runtime)
+    whether the server is draining; without one it never drains (the protocol benchmark)."""
 
-    Whether the server is draining is not the guard's to hold: it asks ``drain_state`` (the runtime); a
-    guard without one never drains (the protocol benchmark)."""
-
-    def __init__(
-        self,
-        *,
-        max_header_bytes: int,
-        header_timeout: float,
-        body_timeout: float,
-        max_connections: int,
-        keep_alive: float,
-        drain_state: DrainState | None = None,
-    ) -> None:
-        self.max_header_bytes = max_header_bytes
-        self.header_timeout = header_timeout
-        self.body_timeout = body_timeout
-        self.max_connections = max_connections
-        self.keep_alive = keep_alive
-        self._drain_state = drain_state
-        self.connections: set[GuardedHttpToolsProtocol] = set()
-        self._refused_unlogged = 0
-        self._last_refusal_log = 0.0
-        self._sweeper: asyncio.TimerHandle | None = None
+    max_header_bytes: int
+    header_timeout: float
+    body_timeout: float
+    max_connections: int
+    keep_alive: float
+    drain_state: DrainState | None = None
+    connections: set[GuardedHttpToolsProtocol] = field(default_factory=set, init=False)
+    _refused_unlogged: int = field(default=0, init=False)
+    _last_refusal_log: float = field(default=0.0, init=False)
+    _sweeper: asyncio.TimerHandle | None = field(default=None, init=False)
 
     def protocol_class(self) -> type[GuardedHttpToolsProtocol]:
         """The protocol class to give uvicorn (``Config(http=...)``), bound to this guard."""
@@ -114,17 +96,16 @@ class ConnectionGuard:
 
     @property
     def draining(self) -> bool:
-        return self._drain_state is not None and self._drain_state.draining
+        return self.drain_state is not None and self.drain_state.draining
 
     def drain_connections(self) -> None:
-        """The drain has begun (:attr:`draining` is true): every connection open now closes after its
-        answer; those accepted later close after their first (``on_headers_complete`` asks :attr:`draining`)."""
+        """The drain has begun: every connection open now closes after its answer (later ones after their first:
+        ``on_headers_complete`` asks :attr:`draining`)."""
         for protocol in list(self.connections):
             protocol.drain()
 
     def close_idle(self) -> None:
-        """Close every connection that is between requests now (a private server's drain: nobody is left to
-        send on them). One with a request arriving or being answered closes after its answer."""
+        """Close every connection between requests now (a private server's drain); the others after their answer."""
         for protocol in list(self.connections):
             protocol.close_if_idle()
 
@@ -151,7 +132,7 @@ def _raw_error(kind: HttpErrorKind, message: str) -> bytes:
 
 
 class _Refused(Exception):
-    """Raised from a parser callback to stop parsing a connection that was just answered and closed."""
+    """Stops the parser on a connection a callback just answered and closed."""
 
 
 def _headers_too_large(limit: int) -> str:
@@ -159,8 +140,7 @@ def _headers_too_large(limit: int) -> str:
 
 
 class _LingeringTransport:
-    """What a request-response cycle writes through once its connection will close: closing half-closes
-    and drains what the client still sends, so it reads the answer rather than a reset."""
+    """A closing connection's transport for its last cycle: ``close()`` lingers (:meth:`close_lingering`)."""
 
     def __init__(self, protocol: GuardedHttpToolsProtocol) -> None:
         self._protocol = protocol
@@ -265,8 +245,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- limits -----------------------------------------------------------------------------------------
     def _check_header_size(self, received: int) -> None:
-        """Headers still incomplete after a read: count what they hold so far. Completed parts are exact;
-        the part being parsed is bounded by the bytes read since the parser last completed one."""
+        """Headers still incomplete after a read: completed parts count exactly, the part being parsed by the bytes
+        read since the parser last completed one."""
         seen = self._header_size()
         if seen != self._header_bytes_seen:
             self._header_bytes_seen = seen
@@ -281,7 +261,6 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         return len(self.url) + sum(len(name) + len(value) + 4 for name, value in self.headers)
 
     def deadline_passed(self, now: float) -> None:
-        """Called by the guard's sweep once :attr:`deadline` is behind ``now``."""
         if self.transport.is_closing():
             self.deadline = None
             return
@@ -313,7 +292,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self.transport.abort()
 
     def _refuse_now(self, kind: HttpErrorKind, message: str) -> None:
-        """Answer ``kind`` now and close, lingeringly: the client may still be sending (an 8 MB header block)."""
+        """Answer ``kind`` now and close, lingering: the client may still be sending."""
         self.deadline = None
         logger.info("closed a connection: %s", message)
         self._send_and_close(_raw_error(kind, message))
@@ -340,9 +319,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._send_and_close(message)
 
     def _ignore_upgrade(self, rest: bytes) -> None:
-        """An ``Upgrade`` the service does not speak: serve the request as plain HTTP/1.1. The parser
-        stopped at the end of the headers (and called the message complete): read the body past it, then
-        go on parsing (httptools resumes after an upgrade)."""
+        """Serve an ``Upgrade`` request as plain HTTP/1.1: the parser stopped after the headers (calling the message
+        complete), so read the body past it, then parse on (httptools resumes after an upgrade)."""
         cycle = self.cycle
         headers = dict(self.headers)
         if cycle is None or b"transfer-encoding" in headers:
@@ -366,9 +344,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     # -- closing ----------------------------------------------------------------------------------------
     def drain(self) -> None:
-        """The server is draining: the connection closes after the answer to the last request it has sent. An
-        idle connection stays open until its next request (answered, then closed) or its keep-alive timeout:
-        closing it now would race a request the client may be sending at this moment."""
+        """Close after the answer to the last request sent. An idle connection stays open until its next request
+        (answered, then closed) or its keep-alive timeout: closing it now would race a request being sent."""
         if self._in_headers:
             return  # on_headers_complete will mark its cycle
         cycle = self.cycle
@@ -378,10 +355,9 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._close_after(cycle)
 
     def _close_if_silent(self) -> None:
-        """Draining, on a connection that has sent nothing yet: close it if it stays silent for the keep-alive
-        timeout, as an idle keep-alive connection is (uvicorn times out only connections that had an answer),
-        so a client that connects and never sends cannot hold the drain to its deadline. (The sweep closes
-        it: :meth:`deadline_passed`; a first byte starts the header deadline instead.)"""
+        """Draining, on a connection that has sent nothing: close it (the sweep does) if silent for the keep-alive
+        timeout, which uvicorn applies only after an answer, so a client that never sends cannot hold the drain
+        to its deadline. A first byte starts the header deadline instead."""
         if self.deadline is None:
             self.deadline = time.monotonic() + self.guard.keep_alive
 
@@ -391,14 +367,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             cycle.transport = _LingeringTransport(self)  # type: ignore[assignment]
 
     def close_if_idle(self) -> None:
-        """Close now if between requests (a request that has begun to arrive, or is being answered, is not
-        cut: draining, it closes after its answer)."""
+        """Close now if between requests (otherwise, draining, it closes after its answer)."""
         if not self._in_headers and (self.cycle is None or self.cycle.response_complete):
             self.transport.close()
 
     def close_lingering(self) -> None:
-        """Close after the client's end: half-close now (the answer, then EOF), read and drop what it still
-        sends (``data_received``), and cut after ``LINGER_SECONDS`` at most. The client's EOF ends it sooner."""
+        """Half-close now (the answer, then EOF), read and drop what the client still sends, and cut after
+        ``LINGER_SECONDS`` at most (its EOF ends it sooner)."""
         transport = self.transport
         if self._lingering or transport.is_closing():
             return

@@ -1,30 +1,17 @@
-"""Running the app under uvicorn, with a graceful drain on SIGTERM and on Ctrl-C (SIGINT).
+"""Running the app under uvicorn, with a graceful drain on the first SIGTERM or Ctrl-C (docs/explanations/limits.md,
+"The drain"), where plain uvicorn closes its listener at once (resetting its accept queue) and re-raises the signal
+at exit:
 
-Plain uvicorn closes its listening socket the moment SIGTERM arrives (resetting the connections waiting in
-its accept queue) and re-raises the signal at exit (for SIGINT: a KeyboardInterrupt traceback). For a rolling
-update we want, from the first SIGTERM (and from a first Ctrl-C at a terminal, the same way):
+1. ``/readyz`` turns 503; requests being answered complete; new ones get 503 + Retry-After + ``Connection: close``
+   for ``drain_listen_seconds`` (while a load balancer may still route here), or until nothing is in flight and no
+   connection is open;
+2. the listener closes without resetting what the kernel had accepted (:mod:`.listening`);
+3. what was accepted is answered (:mod:`.protocol`), and the process exits 0 once no request or connection is left.
 
-1. ``/readyz`` turns 503 at once; requests already being answered complete, with ``Connection: close``;
-   new requests get 503 + Retry-After + ``Connection: close`` (the client SDK retries elsewhere) while
-   clients may still be routed here: for ``drain_listen_seconds`` (the time a load balancer or kube-proxy
-   takes to stop sending new connections), or until nothing is in flight and no connection is open;
-2. then the listener closes so that new connections are refused -- clean for every client, the SDK fails
-   over at once -- without resetting the ones the kernel had already accepted (:mod:`.listening`);
-3. connections already accepted are answered (a keep-alive connection closes after an answer and never
-   under a request: :mod:`.protocol`), and the process exits 0 as soon as no request and no connection is
-   left: seconds after the signal, even while clients keep reconnecting.
-
-All of it within ``grace_seconds``; past it, the process exits 1. A second SIGTERM or SIGINT while draining
-stops at once, saying how many requests were left unanswered, with exit status 130.
-
-A private server (``private``: one with ``--owners-file`` that ``TokenizerClient.launch`` starts; a replica of
-``serve --replicas`` holds an owners file too, so as not to outlive its parent, but drains as ``serve`` does)
-drains for nobody: the processes it works for are gone, or the last of them is letting go. So it closes its
-listener at once, then its idle keep-alive connections (a forked DataLoader worker keeps one), and exits as soon
-as the requests in flight are answered. A request that has begun to arrive, or is being answered, is never cut.
-
-The uvicorn internals used here are listed in the room's docstring (:mod:`service.http.server`), each with the
-test that fails without it.
+All within ``grace_seconds``, else exit 1; a second signal stops at once (exit 130). A ``private`` server (one
+``TokenizerClient.launch`` starts; a ``serve --replicas`` replica has an owners file too, but drains as ``serve``)
+drains for nobody: it closes its listener, then its idle connections, at once, and exits once the requests in
+flight are answered. The uvicorn internals used are listed in :mod:`service.http.server`.
 """
 
 from __future__ import annotations
@@ -54,13 +41,13 @@ from .protocol import ConnectionGuard, DrainState
 logger = logging.getLogger(__name__)
 #: Descriptors kept for everything but client connections (listening socket, logs, tokenizer files...).
 SPARE_DESCRIPTORS = 64
-#: The signals that start the drain -- a pod being stopped, Ctrl-C at a terminal -- by the name the log gives.
+#: The signals that start the drain (a pod being stopped, Ctrl-C), by the name the log gives.
 DRAIN_SIGNALS: dict[int, str] = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT (Ctrl-C)"}
 _POLL_SECONDS = 0.02
 
 
 class Drainable(DrainState, Protocol):
-    """What the launcher drains (:class:`service.http.runtime.Runtime`, the owner of the draining state)."""
+    """What the launcher drains (:class:`service.http.runtime.Runtime`)."""
 
     @property
     def in_flight(self) -> int: ...
@@ -69,8 +56,7 @@ class Drainable(DrainState, Protocol):
 
 
 class DrainingServer(uvicorn.Server):
-    """A uvicorn server whose first SIGTERM or SIGINT drains ``drain`` before shutting down (see the module
-    doc)."""
+    """A uvicorn server whose first SIGTERM or SIGINT drains ``drain`` before shutting down."""
 
     def __init__(
         self,
@@ -100,15 +86,15 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig in DRAIN_SIGNALS and self.drain_started is not None:
-            # Runs inside a signal handler: hand the work to the loop. (Never uvicorn's own handling, which
-            # would raise the signal again at exit: a KeyboardInterrupt traceback for SIGINT.)
+            # In a signal handler: hand the work to the loop (never uvicorn's handling, which would raise the
+            # signal again at exit: a KeyboardInterrupt traceback for SIGINT).
             if self._loop is not None:
                 self._loop.call_soon_threadsafe(self._stop_now, DRAIN_SIGNALS[sig])
             return
         if sig in DRAIN_SIGNALS and self._loop is not None:
             self.drain_started = time.monotonic()
             self.drain_signal = DRAIN_SIGNALS[sig]
-            # Runs inside a signal handler: hand the work to the loop, do nothing else here.
+            # In a signal handler: hand the work to the loop.
             self._loop.call_soon_threadsafe(self._start_drain)
             # A Rust encode cannot be interrupted, and interpreter exit joins the engine thread: past the
             # grace period (plus a moment for the lifespan shutdown) exit hard rather than overstay.
@@ -119,8 +105,7 @@ class DrainingServer(uvicorn.Server):
         super().handle_exit(sig, frame)
 
     def stop_gracefully(self) -> None:
-        """Drain and stop as on SIGTERM; callable from any thread (the owners watch calls it). Nothing more
-        when a drain has begun already (a signal's): that is not a second signal."""
+        """Drain and stop as on SIGTERM, from any thread (the owners watch); nothing if a drain has begun."""
         if self.drain_started is None:
             self.handle_exit(signal.SIGTERM, None)
 
@@ -147,20 +132,17 @@ class DrainingServer(uvicorn.Server):
             "%s: draining %d in-flight request(s) and %d connection(s), at most %.0fs",
             self.drain_signal,
             self.drain.in_flight,
-            self._open_connections(),
+            len(self.guard.connections),
             self.grace_seconds,
         )
-        # 1. Clients still routed here are told to go elsewhere, politely, while the endpoint removal spreads.
+        # 1. Clients still routed here are told to go elsewhere while the endpoint removal spreads.
         await self._wait_until_idle(self.drain_started + self.listen_seconds)
-        # 2. New connections are refused from now on, without resetting one the kernel had accepted.
-        # (none yet: SIGTERM during start-up)
+        # 2. New connections are refused, without resetting one the kernel had accepted. (No servers yet: SIGTERM
+        # during start-up.)
         await close_listeners(getattr(self, "servers", ()), self.socket_files)
-        if self.private:
-            # A private server's users are gone: nobody will send on an idle connection, so do not wait for
-            # its keep-alive timeout. A connection with a request arriving or running closes after its answer.
+        if self.private:  # its users are gone: nobody will send on an idle connection
             self.guard.close_idle()
-        # 3. What was accepted is answered: the drain itself holds no request; wait for those that were
-        # running to finish, and for the connections to close after their last answer.
+        # 3. What was accepted is answered, and the connections close after their last answer.
         await self._wait_until_idle(deadline)
         if self.drain.in_flight > 0:
             # A request still running at the deadline would be cut by uvicorn's shutdown and the process
@@ -172,18 +154,14 @@ class DrainingServer(uvicorn.Server):
 
     async def _wait_until_idle(self, until: float) -> None:
         """Until no request is in flight and no connection is open, or ``until`` (monotonic) has passed."""
-        while (self.drain.in_flight > 0 or self._open_connections() > 0) and time.monotonic() < until:
+        while (self.drain.in_flight > 0 or self.guard.connections) and time.monotonic() < until:
             await asyncio.sleep(_POLL_SECONDS)
-
-    def _open_connections(self) -> int:
-        return len(self.guard.connections)
 
 
 def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """Bind the server's TCP socket now, before the tokenizer loads: a port in use fails at once (OSError),
-    not after a load that can take minutes. Not listening yet: until the server starts, a client is refused
-    rather than left waiting in a queue nobody reads. ``reuse_port``: with ``SO_REUSEPORT``, shared by the
-    replicas of ``serve --replicas``."""
+    """Bind the TCP socket before the tokenizer loads, so a port in use fails at once (OSError), not after minutes;
+    not listening yet, so a client is refused rather than queued unread. ``reuse_port``: ``SO_REUSEPORT``, shared
+    by the replicas of ``serve --replicas``."""
     addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, address = addresses[0]
     sock = socket.socket(family, kind, proto)
@@ -203,9 +181,8 @@ def bind_listener(host: str, port: int, reuse_port: bool = False) -> socket.sock
 
 
 def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
-    """Bind a Unix domain socket at ``path`` (mode 0660), as :func:`bind_listener` binds TCP: before the load,
-    not listening yet. A socket file left by a server that died (a connect is refused) is replaced; a live
-    one, or a file that is not a socket, is refused with an OSError that says so."""
+    """Bind a Unix socket at ``path`` (mode 0660) as :func:`bind_listener` binds TCP. A dead server's socket file is
+    replaced; a live one, or a file that is not a socket, is an OSError saying so."""
     try:
         existing = os.lstat(path)
     except FileNotFoundError:
@@ -228,21 +205,19 @@ def bind_unix_listener(path: str) -> tuple[socket.socket, SocketFile]:
 
 def socket_is_live(path: str) -> bool:
     """Whether something accepts connections on the Unix socket at ``path`` (a full queue counts as live)."""
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(1.0)
-    try:
-        probe.connect(path)
-    except (ConnectionRefusedError, FileNotFoundError):
-        return False
-    except OSError:
-        return True  # a timeout or EAGAIN: a server too busy to accept at once is still a server
-    finally:
-        probe.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return False
+        except OSError:
+            pass  # a timeout or EAGAIN: a server too busy to accept at once is still a server
     return True
 
 
 def raise_descriptor_limit() -> int:
-    """Raise this process's soft limit on open descriptors to its hard limit; returns the soft limit now."""
+    """Raise the soft limit on open descriptors to the hard limit; the soft limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
     if soft == resource.RLIM_INFINITY or soft >= target:
@@ -256,8 +231,7 @@ def raise_descriptor_limit() -> int:
 
 
 def connection_guard(*, max_connections: int, **limits: Any) -> ConnectionGuard:
-    """The guard for this process, with ``limits`` (:class:`ConnectionGuard`'s keywords): ``max_connections``
-    capped below the descriptor limit (raised first)."""
+    """This process's guard: ``max_connections`` capped below the descriptor limit (raised first)."""
     descriptors = raise_descriptor_limit()
     allowed = max(8, descriptors - SPARE_DESCRIPTORS)
     if max_connections > allowed:
@@ -286,10 +260,8 @@ def run(
     owners: OwnersWatch | None = None,
     private: bool = False,
 ) -> None:
-    """Serve ``app`` on ``listeners`` (:func:`bind_listener`, :func:`bind_unix_listener` with its socket file
-    among ``socket_files``) in this process (one uvicorn worker, never forking) until drained or interrupted, or
-    until ``owners`` sees the last process using the server gone. ``private``: a server that drains for nobody
-    (see the module doc)."""
+    """Serve ``app`` on ``listeners`` (Unix sockets' files in ``socket_files``) in this process (never forking)
+    until drained or interrupted, or until ``owners`` sees the last process using the server gone."""
     config = uvicorn.Config(
         app,
         workers=1,
@@ -321,7 +293,6 @@ def run(
 
 
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:
-    """uvicorn's protocol settings: the guarded protocol, or (for comparison) uvicorn's own."""
     if http_protocol == "guarded":
         return {"http": guard.protocol_class(), "ws": "none"}  # no WebSocket: every Upgrade is ignored
     logger.warning(
