@@ -1,57 +1,48 @@
 """DataLoader ``collate_fn`` s that tokenize through the service: :class:`Collator` for texts (padded batches, or
 padding-free packed ones) and :class:`ChatCollator` for conversations (supervised fine-tuning batches, as TRL's).
-
-The classes live at module level so spawned DataLoader workers can unpickle them; each holds a
-:class:`~service.client.TokenizerClient`, which pickles without connections and opens its own in each
-worker process. numpy and torch are imported only when a batch is collated.
+Each holds a client, which pickles without connections: each DataLoader worker opens its own. torch is imported only
+when a batch is collated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ..wire import CHAT_OPTIONS, ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
 from .packing import PACKING_OPTIONS, flatten
-from .protocol import TokenizerLike
+from .protocol import SFT_CHAT_OPTIONS, TokenizerLike
 
 if TYPE_CHECKING:
     from .sampling import TokenBudgetBatchSampler
 
 __all__ = ["Collator", "ChatCollator"]
 
-# With packing, only the options that decide which tokens a text becomes: nothing is padded, and the packed
-# batch holds input_ids, labels and positions only.
+# With packing, only the options that decide which tokens a text becomes: the packed batch holds no padding or masks.
 _PACKING_ENCODE_OPTIONS = frozenset(LENGTHS_OPTIONS) - {"return_overflowing_tokens"}
 
 
 class Collator:
-    """``collate_fn(batch) -> dict`` of tensors.
+    """``collate_fn(batch) -> dict`` of tensors, made by ``client.collator(...)``; it pickles as its client's
+    settings, so forked and spawned DataLoader workers each use their own connections.
 
     A batch is a list of ``str``, of ``(text, pair)`` tuples, or of dicts, whose fields other than the text(s) are
     collated as ``torch.utils.data.default_collate`` would and added to the result (not under a key of the result).
-
-    Padded (default): int64 tensors as ``tokenizer(texts, ..., return_tensors="pt")``; ``options`` are the
-    encode options, ``padding`` defaults to True.
-
-    ``packing=True``: one padding-free row, exactly as transformers'
-    ``DataCollatorWithFlattening(return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=False,
-    return_seq_idx=False, position_ids_start=0)`` gives it for the texts' ``input_ids`` (those options are
-    taken here with the same names and defaults): ``input_ids`` and ``labels`` of shape ``[1, total]``,
-    ``position_ids``, and optionally ``cu_seq_lens_q/k``, ``max_length_q/k`` and ``seq_idx``. The encode options
-    are then ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride``. Use it with
-    :meth:`batch_sampler` so that each batch packs up to a token budget.
-
-    Made by ``client.collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
-    workers each use their own connections.
+    Padded (default): int64 tensors as ``tokenizer(texts, ..., return_tensors="pt")``. ``packing=True``: one
+    padding-free row, exactly as transformers' ``DataCollatorWithFlattening`` gives it for the texts' ``input_ids``:
+    ``input_ids`` and ``labels`` of shape ``[1, total]``, ``position_ids``, and optionally ``cu_seq_lens_q/k``,
+    ``max_length_q/k`` and ``seq_idx``; with :meth:`batch_sampler` each batch packs up to a token budget.
 
     Args:
         client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes.
         text_field: the dict key holding the text, for batches of dicts.
         pair_field: the dict key holding the second text of a pair, if any.
-        packing: one padding-free row per batch instead of padded rows (above).
-        **options: encode options (``padding``, ``truncation``, ``max_length``...), and with ``packing`` the
-            ``DataCollatorWithFlattening`` options (``return_flash_attn_kwargs``, ``return_seq_idx``...).
+        packing: one padding-free row per batch instead of padded rows.
+        **options: encode options (``padding``, default True; ``truncation``, ``max_length``...); with ``packing``,
+            ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride`` only, and the options of
+            ``DataCollatorWithFlattening`` with its names and defaults (``return_position_ids=True``,
+            ``separator_id=-100``, ``return_flash_attn_kwargs=False``, ``return_seq_idx=False``,
+            ``position_ids_start=0``).
 
     Raises:
         TypeError: an unknown option, ``return_tensors`` (always torch), or an option packing has no use for.
@@ -77,7 +68,7 @@ class Collator:
     ) -> None:
         from ..extras import require_module
 
-        require_module("torch", "torch", "a collator (client.collator())")  # when it is made, not at its first batch
+        require_module("torch", "torch", "a collator (client.collator())")  # when made, not at its first batch
         unknown = set(options) - set(ENCODE_OPTIONS) - set(PACKING_OPTIONS)
         if "return_tensors" in unknown:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
@@ -135,17 +126,13 @@ class Collator:
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator.
-
-        Every item of ``dataset`` (a list, or anything with ``len`` and integer indexing) is read as this
-        collator reads a batch, and its texts are counted through the service once, ``count_chunk_size`` items
-        per request, with this collator's options (``client.lengths``) -- so the counts are the rows' real lengths,
-        truncation included. In a ``torch.distributed`` job (``share_counting``, the default) each rank counts
-        its share and the ranks exchange the counts: every rank must call this, as every rank builds its
-        sampler. The sampler packs (sum of lengths up to ``max_tokens``) when this collator packs, and
-        otherwise bounds rows x longest (with this collator's ``pad_to_multiple_of``). ``sampler_options`` are
-        the sampler's: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
-        ``rank``, ``drop_last``.
+        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` (a list, or anything with ``len`` and
+        integer indexing) and this collator: every item, read as a batch is, is counted through the service once,
+        ``count_chunk_size`` items per request, with this collator's options (truncation included). In a
+        ``torch.distributed`` job (``share_counting``, the default) each rank counts its share and the ranks exchange
+        the counts: every rank must call this. The sampler packs (sum of lengths up to ``max_tokens``) when this
+        collator packs, else bounds rows x longest (with its ``pad_to_multiple_of``). ``sampler_options``:
+        ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``, ``rank``, ``drop_last``.
         """
         from .sampling import collator_batch_sampler
 
@@ -214,49 +201,32 @@ class Collator:
         )
 
 
-#: The chat options a chat collator takes (those of TRL's tokenize step); the others are the collator's own doing:
-#: it encodes without padding and pads itself, and asks for masks when the loss is the assistant's only.
-COLLATOR_CHAT_OPTIONS: Final = (
-    "tools",
-    "documents",
-    "chat_template",
-    "chat_template_kwargs",
-    "assistant_masks_from",
-    "truncation",
-    "max_length",
-)
-
-
 class ChatCollator:
     """``collate_fn(batch) -> dict`` of tensors for supervised fine-tuning on conversations: what TRL's
-    ``SFTTrainer`` makes of them (its dataset preparation, then ``DataCollatorForLanguageModeling``), with the
-    tokenizing done by the service.
+    ``SFTTrainer`` makes of them (its dataset preparation, then ``DataCollatorForLanguageModeling``), tokenized by
+    the service. Made by ``client.chat_collator(...)``; it pickles as :class:`Collator` does.
 
     A batch is a list of dict rows whose ``messages_field`` holds a conversation (a list of messages), or of bare
-    conversations; every other field of the rows is collated as ``default_collate`` does and added to the result.
-    Each batch's conversations are encoded by ``/chat/encode`` in one request (ragged binary: ids and, with
-    ``assistant_only_loss``, masks), then :func:`service.data.sft.collate_sft` makes ``input_ids``, ``labels``
-    (-100 where the token does not count, and on padding) and ``attention_mask``, or with ``padding_free=True``
-    one row with ``position_ids`` and flash-attention's boundaries.
-
-    Made by ``client.chat_collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
-    workers each use their own connections.
+    conversations; the rows' other fields are collated as ``default_collate`` does and added to the result. A
+    batch's conversations are encoded in one ``/chat/encode`` request (ragged binary), then
+    :func:`service.data.sft.collate_sft` makes ``input_ids``, ``labels`` (-100 where the token does not count, and on
+    padding) and ``attention_mask``, or with ``padding_free=True`` one row with ``position_ids`` and
+    flash-attention's boundaries.
 
     Args:
         client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes
             (the async client's ``chat_collator()`` gives its sync twin).
         messages_field: the dict key holding a row's conversation.
-        pad_token_id: the id padding and ``padding_free`` boundaries use (default: the served tokenizer's pad
-            token, else its eos token, as TRL's, read from ``/info`` once per process).
-        assistant_only_loss: labels only where the assistant wrote the token (TRL's default for this
-            collator); False: every real token.
+        pad_token_id: the id of padding (default: the served tokenizer's pad token, else its eos token, as TRL's,
+            read from ``/info`` once per process).
+        assistant_only_loss: labels only where the assistant wrote the token (TRL's default); False: every real token.
         padding_free: one row per batch with ``position_ids`` instead of padded rows.
         pad_to_multiple_of: pad each batch's length up to a multiple of this.
         padding_side: ``"right"`` (TRL's default) or ``"left"``.
         return_position_ids: add ``position_ids`` to padded batches too.
-        **chat_options: those of TRL's tokenize step (:data:`COLLATOR_CHAT_OPTIONS`): ``tools``, ``documents``,
-            ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
-            ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens).
+        **chat_options: TRL's tokenize step's (``service.data.protocol.SFT_CHAT_OPTIONS``): ``tools``,
+            ``documents``, ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and
+            ``truncation`` with ``max_length`` (TRL's ``max_length``, which keeps each conversation's start).
 
     Raises:
         TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a
@@ -291,7 +261,7 @@ class ChatCollator:
         from ..extras import require_module
 
         require_module("torch", "torch", "a chat collator (client.chat_collator())")
-        unknown = set(chat_options) - set(COLLATOR_CHAT_OPTIONS)
+        unknown = set(chat_options) - set(SFT_CHAT_OPTIONS)
         if unknown:
             known = set(CHAT_OPTIONS)
             why = (
@@ -300,11 +270,10 @@ class ChatCollator:
                 if unknown <= known
                 else "unknown option(s)"
             )
-            raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(COLLATOR_CHAT_OPTIONS)}")
-        if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
-        if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
-            raise ValueError("pad_to_multiple_of must be a positive integer")
+            raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(SFT_CHAT_OPTIONS)}")
+        from .sft import check_padding
+
+        check_padding(padding_side, pad_to_multiple_of)
         self.client = client
         self.messages_field = messages_field
         self.pad_token_id = pad_token_id
@@ -361,10 +330,8 @@ class ChatCollator:
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
         """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
-        :meth:`service.data.Collator.batch_sampler` makes one: every item's conversation is counted through the
-        service once (``count_chunk_size`` per request, with this collator's chat options, truncation included), each
-        rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
-        ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""
+        :meth:`service.data.Collator.batch_sampler` makes one, counting with this collator's chat options; with
+        ``padding_free`` a batch costs the sum of its lengths."""
         from .sampling import collator_batch_sampler
         from .sft import split_conversations
 

@@ -1,19 +1,11 @@
 """The functions of ``datasets.Dataset.map(function, batched=True)`` (and of a streaming ``IterableDataset.map``) that
 tokenize through the service: the columns the in-process tokenizer gives, with datasets' cache keyed on what
-determines them.
+determines them (docs/guides/datasets.md).
 
-datasets keys a ``map`` by hashing its function: it pickles it (its own dill ``Pickler``) and hashes the bytes. A
-client pickles as its settings, URL included, so the hash of a function holding it depends on where the service is,
-not on what it serves: a service that now serves another tokenizer behind the same URL would be answered from the
-cache. So these functions register, with that pickler only, a form made of what determines the output -- the served
-tokenizer's fingerprint (asked of the service at hashing time), the column and the options -- and never the URL or a
-socket path: a relaunched private service, on a new socket, still hits the cache. Workers still receive the
-whole function (ordinary pickling, URL included).
-
-Both functions refuse what in-process code would not tokenize as the user expects: a missing column, a row that is
-not a string (or a conversation), an empty batch -- naming the column and the row (the dataset's row number with
-``map(..., with_indices=True)``, else the row of the batch). ``function.map(dataset, ...)`` also refuses an empty
-dataset, which datasets' ``map`` returns untouched without calling the function.
+datasets keys a ``map`` by the pickle of its function (its own dill ``Pickler``); a client pickles with its URL, so
+the hash would follow where the service is, not what it serves. So these functions register with that pickler only
+a form made of the served tokenizer's fingerprint (asked at hashing time), the column and the options -- never the
+URL or a socket path. Workers still receive the whole function (ordinary pickling).
 """
 
 from __future__ import annotations
@@ -24,16 +16,11 @@ from dataclasses import fields
 from typing import Any
 
 from ..wire import ChatOptions, EncodeOptions, changed_options
-from .protocol import TokenizerLike
+from .protocol import SFT_CHAT_OPTIONS, TokenizerLike
 from .sft import sft_labels
 
 __all__ = ["TokenizeFunction", "ChatTokenizeFunction", "MapInputError"]
 
-#: The chat options a ``map`` over conversations takes (the rest are fixed: unpadded rows, masks by
-#: ``assistant_only_loss``).
-CHAT_MAP_OPTIONS = frozenset(
-    {"tools", "documents", "chat_template", "chat_template_kwargs", "assistant_masks_from", "truncation", "max_length"}
-)
 #: Columns of a conversation dataset that TRL reads per row and these functions do not (they take one value for every
 #: row): refused rather than silently ignored.
 PER_ROW_CHAT_COLUMNS = ("tools", "chat_template_kwargs")
@@ -176,9 +163,9 @@ class ChatTokenizeFunction(_CachedByIdentity):
         labels: bool = False,
         **chat_options: Any,
     ) -> None:
-        unknown = sorted(set(chat_options) - CHAT_MAP_OPTIONS)
+        unknown = sorted(set(chat_options) - set(SFT_CHAT_OPTIONS))
         if unknown:
-            raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(CHAT_MAP_OPTIONS)}")
+            raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(SFT_CHAT_OPTIONS)}")
         self.assistant_only_loss = assistant_only_loss
         self.labels = labels
         super().__init__(client, column, ChatOptions(return_assistant_tokens_mask=assistant_only_loss, **chat_options))
