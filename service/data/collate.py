@@ -22,7 +22,60 @@ __all__ = ["Collator", "ChatCollator"]
 _PACKING_ENCODE_OPTIONS = frozenset(LENGTHS_OPTIONS) - {"return_overflowing_tokens"}
 
 
-class Collator:
+class _TokenBudget:
+    """What both collators share: :meth:`batch_sampler`, over their own counting and batch shape."""
+
+    def _count_items(self, items: list[Any]) -> list[int]:
+        """The token count of each item, as this collator encodes it: one request."""
+        raise NotImplementedError
+
+    def _budget_shape(self) -> tuple[bool, int | None]:
+        """(whether batches are packed, the multiple padding rounds up to); ValueError where a budget cannot help."""
+        raise NotImplementedError
+
+    def batch_sampler(
+        self,
+        dataset: Any,
+        *,
+        max_tokens: int,
+        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
+        share_counting: bool = True,
+        **sampler_options: Any,
+    ) -> TokenBudgetBatchSampler:
+        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` (a list, or anything with ``len`` and
+        integer indexing) and this collator: every item, read as a batch is, is counted through the service once,
+        ``count_chunk_size`` items per request, with this collator's options (truncation included). In a
+        ``torch.distributed`` job (``share_counting``, the default) each rank counts its share and the ranks exchange
+        the counts: every rank must call this. The sampler packs (sum of lengths up to ``max_tokens``) when this
+        collator packs (``packing``, ``padding_free``), else bounds rows x longest (with its ``pad_to_multiple_of``).
+        ``sampler_options``: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
+        ``rank``, ``drop_last``.
+        """
+        from .sampling import TokenBudgetBatchSampler, count_across_ranks
+
+        for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
+            if name in sampler_options:
+                raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
+        if isinstance(count_chunk_size, bool) or not isinstance(count_chunk_size, int) or count_chunk_size < 1:
+            raise ValueError(f"count_chunk_size must be an int >= 1, not {count_chunk_size!r}")
+        packing, pad_to_multiple_of = self._budget_shape()
+
+        def count(start: int, step: int) -> list[int]:
+            indices = range(start, len(dataset), step)
+            lengths: list[int] = []
+            for first in range(0, len(indices), count_chunk_size):  # a chunk of items at a time: none is kept
+                lengths.extend(self._count_items([dataset[i] for i in indices[first : first + count_chunk_size]]))
+            return lengths
+
+        lengths = count_across_ranks(count, len(dataset), share_counting)
+        if not packing:
+            sampler_options["pad_to_multiple_of"] = pad_to_multiple_of
+        return TokenBudgetBatchSampler(
+            lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options
+        )
+
+
+class Collator(_TokenBudget):
     """``collate_fn(batch) -> dict`` of tensors, made by ``client.collator(...)``; it pickles as its client's
     settings, so forked and spawned DataLoader workers each use their own connections.
 
@@ -117,47 +170,17 @@ class Collator:
         """The options of ``client.lengths`` that count tokens as this collator encodes them."""
         return {name: self.options[name] for name in LENGTHS_OPTIONS if name in self.options}
 
-    def batch_sampler(
-        self,
-        dataset: Any,
-        *,
-        max_tokens: int,
-        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
-        share_counting: bool = True,
-        **sampler_options: Any,
-    ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` (a list, or anything with ``len`` and
-        integer indexing) and this collator: every item, read as a batch is, is counted through the service once,
-        ``count_chunk_size`` items per request, with this collator's options (truncation included). In a
-        ``torch.distributed`` job (``share_counting``, the default) each rank counts its share and the ranks exchange
-        the counts: every rank must call this. The sampler packs (sum of lengths up to ``max_tokens``) when this
-        collator packs, else bounds rows x longest (with its ``pad_to_multiple_of``). ``sampler_options``:
-        ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``, ``rank``, ``drop_last``.
-        """
-        from .sampling import collator_batch_sampler
+    def _budget_shape(self) -> tuple[bool, int | None]:
+        if not self.packing and self.options.get("padding") not in (True, "longest"):
+            raise ValueError(
+                "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
+                f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
+            )
+        return self.packing, self.options.get("pad_to_multiple_of")
 
-        def check_padding() -> None:
-            if not self.packing and self.options.get("padding") not in (True, "longest"):
-                raise ValueError(
-                    "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
-                    f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
-                )
-
-        def count_items(items: list[Any]) -> list[int]:
-            texts, pairs, _ = self._inputs(items)
-            return list(self.client.lengths(texts, pairs, batch_size=count_chunk_size, **self.length_options))
-
-        return collator_batch_sampler(
-            dataset,
-            count_items,
-            max_tokens=max_tokens,
-            count_chunk_size=count_chunk_size,
-            share_counting=share_counting,
-            packing=self.packing,
-            pad_to_multiple_of=self.options.get("pad_to_multiple_of"),
-            sampler_options=sampler_options,
-            before_counting=check_padding,
-        )
+    def _count_items(self, items: list[Any]) -> list[int]:
+        texts, pairs, _ = self._inputs(items)
+        return list(self.client.lengths(texts, pairs, batch_size=len(texts), **self.length_options))
 
     def _inputs(self, batch: Sequence[Any]) -> tuple[list[str], list[str] | None, list[dict[str, Any]] | None]:
         """(texts, pairs, the other fields of dict items) of a batch."""
@@ -201,7 +224,7 @@ class Collator:
         )
 
 
-class ChatCollator:
+class ChatCollator(_TokenBudget):
     """``collate_fn(batch) -> dict`` of tensors for supervised fine-tuning on conversations: what TRL's
     ``SFTTrainer`` makes of them (its dataset preparation, then ``DataCollatorForLanguageModeling``), tokenized by
     the service. Made by ``client.chat_collator(...)``; it pickles as :class:`Collator` does.
@@ -320,38 +343,15 @@ class ChatCollator:
             self.pad_token_id = int(pad)
         return self.pad_token_id
 
-    def batch_sampler(
-        self,
-        dataset: Any,
-        *,
-        max_tokens: int,
-        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
-        share_counting: bool = True,
-        **sampler_options: Any,
-    ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
-        :meth:`service.data.Collator.batch_sampler` makes one, counting with this collator's chat options; with
-        ``padding_free`` a batch costs the sum of its lengths."""
-        from .sampling import collator_batch_sampler
+    def _budget_shape(self) -> tuple[bool, int | None]:
+        return self.sft_options["padding_free"], self.sft_options["pad_to_multiple_of"]
+
+    def _count_items(self, items: list[Any]) -> list[int]:
         from .sft import split_conversations
 
-        counted = {**self.chat_options, "return_attention_mask": False}
-
-        def count_items(items: list[Any]) -> list[int]:
-            conversations, _ = split_conversations(items, self.messages_field)
-            encoded = self.client.chat_encode_ragged(conversations, **counted)
-            return [int(n) for n in encoded.row_lengths.tolist()]
-
-        return collator_batch_sampler(
-            dataset,
-            count_items,
-            max_tokens=max_tokens,
-            count_chunk_size=count_chunk_size,
-            share_counting=share_counting,
-            packing=self.sft_options["padding_free"],
-            pad_to_multiple_of=self.sft_options["pad_to_multiple_of"],
-            sampler_options=sampler_options,
-        )
+        conversations, _ = split_conversations(items, self.messages_field)
+        encoded = self.client.chat_encode_ragged(conversations, return_attention_mask=False, **self.chat_options)
+        return [int(n) for n in encoded.row_lengths.tolist()]
 
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={v!r}" for k, v in {**self.sft_options, **self.chat_options}.items())

@@ -40,12 +40,10 @@ def _positive_int(value: Any, name: str, *, allow_none: bool = False, minimum: i
 class TokenBudgetBatchSampler(_SamplerBase):
     """Yields lists of dataset indices whose cost stays within ``max_tokens``; pass it as ``batch_sampler=``.
 
-    A batch costs rows x its longest length (rounded up to ``pad_to_multiple_of``), what ``padding="longest"`` makes
-    of it; with ``packing=True``, the sum of its lengths. An item counts at least one token.
-
-    Each epoch the indices are shuffled (``seed`` and the epoch: :meth:`set_epoch`), cut into mega-batches, sorted by
-    length within each and cut greedily under the budget; the batches are shuffled too, the one holding the longest
-    item first (an out-of-memory shows at once).
+    A batch costs rows x its longest length, what ``padding="longest"`` makes of it (or the sum of its lengths, with
+    ``packing``); an item counts at least one token. Each epoch the indices are shuffled (``seed`` and the epoch:
+    :meth:`set_epoch`), cut into mega-batches, sorted by length within each and cut greedily under the budget; the
+    batches are shuffled too, the one holding the longest item first (an out-of-memory shows at once).
 
     Distributed, every rank computes the same batches and takes every ``num_replicas``-th one; the batches with the
     most rows are split in two until their number divides evenly, so every rank gets as many (DDP never waits on a
@@ -59,14 +57,13 @@ class TokenBudgetBatchSampler(_SamplerBase):
 
     Args:
         lengths: one token count per dataset item (a list, tuple, numpy array or 1-D tensor of ints), counted
-            with the options the collator encodes with (special tokens included): ``client.lengths(...)``.
+            with the options the collator encodes with: ``client.lengths(...)``.
         max_tokens: the budget of one batch, in token positions (its cost, above).
         max_batch_size: the most rows in a batch, beside the budget.
         packing: cost a batch as the sum of its lengths (for ``client.collator(packing=True)``).
-        max_length: when the collator truncates (``truncation=True, max_length=...``) but ``lengths`` are
-            counts of the whole texts, a length above it costs ``max_length``.
+        max_length: a length above it costs ``max_length`` (the collator truncates, the counts did not).
         pad_to_multiple_of: as the collator's: the padded length is rounded up to a multiple of it.
-        shuffle: False keeps the dataset order for the mega-batches and the batches (for evaluation).
+        shuffle: False keeps the dataset order (for evaluation).
         seed: the shuffles' seed; the same on every rank.
         mega_batch_size: items sorted together (default: about 50 batches' worth, as ``LengthGroupedSampler``).
         num_replicas: ranks sharing the batches (default: ``torch.distributed``'s when initialised, else 1).
@@ -75,10 +72,9 @@ class TokenBudgetBatchSampler(_SamplerBase):
         dataset: if given, ``lengths`` must hold one count per item of it.
 
     Raises:
-        ValueError: at construction, naming what to fix: an item longer than ``max_tokens`` on its own (which
-            item, how long; count with truncation, or pass ``max_length``), ``max_tokens < 1``, lengths that
-            are not one int per item (nested counts of ``return_overflowing_tokens``), a count that differs
-            from ``len(dataset)``, fewer items than ranks, ``pad_to_multiple_of`` with ``packing``.
+        ValueError: at construction, naming what to fix: an item over ``max_tokens`` on its own, ``max_tokens < 1``,
+            lengths that are not one int per item (nested counts of ``return_overflowing_tokens``), a count that
+            differs from ``len(dataset)``, fewer items than ranks, ``pad_to_multiple_of`` with ``packing``.
 
     Example:
         ```python
@@ -396,43 +392,3 @@ def count_across_ranks(count: Callable[[int, int], list[int]], items: int, share
     for start, part in enumerate(parts):
         lengths[start::world] = part
     return lengths
-
-
-#: What a collator's ``batch_sampler`` sets itself, from the collator and the dataset.
-COLLATOR_OWNED_SAMPLER_OPTIONS = ("packing", "pad_to_multiple_of", "max_length", "dataset")
-
-
-def collator_batch_sampler(
-    dataset: Any,
-    count_items: Callable[[list[Any]], list[int]],
-    *,
-    max_tokens: int,
-    count_chunk_size: int,
-    share_counting: bool,
-    packing: bool,
-    pad_to_multiple_of: int | None,
-    sampler_options: dict[str, Any],
-    before_counting: Callable[[], None] | None = None,
-) -> TokenBudgetBatchSampler:
-    """A collator's ``batch_sampler``: every item of ``dataset`` counted once by ``count_items``, ``count_chunk_size``
-    at a time (no chunk is kept), each rank its share; ``before_counting``, the collator's own check, runs once the
-    sampler options are known to be the sampler's."""
-    for name in COLLATOR_OWNED_SAMPLER_OPTIONS:
-        if name in sampler_options:
-            raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
-    if isinstance(count_chunk_size, bool) or not isinstance(count_chunk_size, int) or count_chunk_size < 1:
-        raise ValueError(f"count_chunk_size must be an int >= 1, not {count_chunk_size!r}")
-    if before_counting is not None:
-        before_counting()
-
-    def count(start: int, step: int) -> list[int]:
-        indices = range(start, len(dataset), step)
-        lengths: list[int] = []
-        for first in range(0, len(indices), count_chunk_size):  # a chunk of items at a time: none is kept
-            lengths.extend(count_items([dataset[i] for i in indices[first : first + count_chunk_size]]))
-        return lengths
-
-    lengths = count_across_ranks(count, len(dataset), share_counting)
-    if not packing:
-        sampler_options["pad_to_multiple_of"] = pad_to_multiple_of
-    return TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options)
