@@ -8,31 +8,12 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from .mapping import ChatTokenizeFunction, TokenizeFunction
 from .sampling import distributed_world
 
 __all__ = ["TokenizedStream"]
-
-
-def distributed_layout(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world_size): the given ones, else torch.distributed's when it is initialized, else (0, 1)."""
-    if rank is None or world_size is None:
-        world, me = distributed_world()
-        rank = me if rank is None else rank
-        world_size = world if world_size is None else world_size
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-    return rank, world_size
-
-
-def worker_layout() -> tuple[int, int]:
-    """(worker_id, num_workers) of the DataLoader worker this runs in; (0, 1) in the main process."""
-    from torch.utils.data import get_worker_info
-
-    info = get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is untyped here
@@ -63,12 +44,20 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
         self.documents = documents
         self.function = function
         self.batch_size = batch_size
-        self.rank, self.world_size = distributed_layout(rank, world_size)
+        if rank is None or world_size is None:
+            world, me = distributed_world()
+            rank = me if rank is None else rank
+            world_size = world if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.rank, self.world_size = rank, world_size
         self._start: dict[tuple[int, int], int] = {}
         self._position: dict[tuple[int, int], int] = {}
 
     def _shard(self) -> tuple[int, int, tuple[int, int]]:
-        worker, workers = worker_layout()
+        """(shard, shards, the key of this DataLoader worker's position)."""
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         return self.rank * workers + worker, self.world_size * workers, (worker, workers)
 
     def _indexed(self, shard: int, shards: int, start: int) -> Iterator[tuple[int, Any]]:
@@ -105,12 +94,10 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
                 raise ValueError(
                     f"document {index} has the fields {sorted(row)}, not those of its batch {sorted(batch)}"
                 )
-        columns: Mapping[str, list[Any]]
         if isinstance(self.function, (TokenizeFunction, ChatTokenizeFunction)):
-            columns = self.function(batch, indices)  # errors name the document's index in the source
+            made = dict(self.function(batch, indices))  # errors name the document's index in the source
         else:
-            columns = self.function(batch)
-        made = dict(columns)
+            made = dict(self.function(batch))
         for name, values in made.items():
             if len(values) != len(rows):
                 raise ValueError(
