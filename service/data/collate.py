@@ -233,8 +233,7 @@ class ChatCollator(_TokenBudget):
     conversations; the rows' other fields are collated as ``default_collate`` does and added to the result. A
     batch's conversations are encoded in one ``/chat/encode`` request (ragged binary), then
     :func:`service.data.sft.collate_sft` makes ``input_ids``, ``labels`` (-100 where the token does not count, and on
-    padding) and ``attention_mask``, or with ``padding_free=True`` one row with ``position_ids`` and
-    flash-attention's boundaries.
+    padding) and ``attention_mask`` (or a ``padding_free`` row with flash-attention's boundaries).
 
     Args:
         client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes
@@ -286,11 +285,10 @@ class ChatCollator(_TokenBudget):
         require_module("torch", "torch", "a chat collator (client.chat_collator())")
         unknown = set(chat_options) - set(SFT_CHAT_OPTIONS)
         if unknown:
-            known = set(CHAT_OPTIONS)
             why = (
                 "the collator encodes without padding and pads each batch itself, and asks for assistant masks "
                 "when assistant_only_loss is set"
-                if unknown <= known
+                if unknown <= set(CHAT_OPTIONS)
                 else "unknown option(s)"
             )
             raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(SFT_CHAT_OPTIONS)}")
@@ -319,11 +317,8 @@ class ChatCollator(_TokenBudget):
         encoded = self.client.chat_encode_ragged(
             conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, **self.chat_options
         )
-        ids = encoded.rows("input_ids")
-        rows: list[dict[str, Any]] = [{"input_ids": row} for row in ids]
-        if masks:
-            for row, mask in zip(rows, encoded.rows("assistant_masks"), strict=True):
-                row["assistant_masks"] = mask
+        keys = ("input_ids", "assistant_masks") if masks else ("input_ids",)
+        rows = [dict(zip(keys, row, strict=True)) for row in zip(*map(encoded.rows, keys), strict=True)]
         from .sft import collate_fields, collate_sft
 
         collated = collate_sft(rows, pad_token_id=self._pad_token_id(), **self.sft_options)

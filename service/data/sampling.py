@@ -333,14 +333,10 @@ def _as_lengths(lengths: Any) -> np.ndarray:
             f"lengths must be one int per item (a flat sequence), got shape {array.shape}; counts of overflow "
             "rows are not items: count without return_overflowing_tokens"
         )
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if not np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
-        whole_floats = array.dtype.kind == "f" and bool(np.all(np.mod(array, 1) == 0))
-        if not whole_floats:
-            values = array.tolist()
-            first = next(i for i, v in enumerate(values) if not _whole(v))
-            raise TypeError(f"lengths must be ints; lengths[{first}] is {values[first]!r}")
+    if array.dtype.kind not in "iu" and not (array.dtype.kind == "f" and np.all(np.mod(array, 1) == 0)):
+        values = array.tolist()  # not ints, nor whole floats (an empty list's): name the first that is not
+        first = next(i for i, v in enumerate(values) if not _whole(v))
+        raise TypeError(f"lengths must be ints; lengths[{first}] is {values[first]!r}")
     array = array.astype(np.int64, copy=False)
     negative = np.flatnonzero(array < 0)
     if len(negative):

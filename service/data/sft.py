@@ -36,16 +36,6 @@ __all__ = [
 
 #: The label of a token that does not count toward the loss (PyTorch's cross-entropy ``ignore_index``).
 IGNORE_INDEX: Final = -100
-#: :func:`collate_sft`'s options and defaults: TRL's ``assistant_only_loss`` and its collator's.
-SFT_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
-    {
-        "assistant_only_loss": True,
-        "padding_free": False,
-        "pad_to_multiple_of": None,
-        "padding_side": "right",
-        "return_position_ids": False,
-    }
-)
 
 
 def sft_labels(
@@ -108,6 +98,12 @@ def collate_sft(
             del batch["position_ids"]
         batch["attention_mask"] = batch.pop("attention_mask")  # last, as TRL orders it
     return _as_tensors(batch) if return_tensors == "pt" else batch
+
+
+#: :func:`collate_sft`'s options and defaults, from its signature: TRL's ``assistant_only_loss`` and its collator's.
+SFT_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {name: value for name, value in (collate_sft.__kwdefaults__ or {}).items() if name != "return_tensors"}
+)
 
 
 def check_padding(padding_side: str, pad_to_multiple_of: int | None) -> None:
