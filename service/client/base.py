@@ -81,12 +81,11 @@ class ClientBase(Generic[TransportT]):
         self.expected_fingerprint = (
             None if expected_fingerprint is None else check_fingerprint_pin(expected_fingerprint)
         )
-        api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
-        self._api_key = api_key
+        self._api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
         self._extra_headers = dict(headers or {})
         base = {"User-Agent": f"tokenizer-service-client/{__version__}", **self._extra_headers}
-        if api_key:
-            base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {api_key}"
+        if self._api_key:
+            base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {self._api_key}"
         self._headers = {accept: {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept, **base} for accept in _ACCEPTED}
         self._endpoints = Endpoints(self.urls)
         self._transport: TransportT = transport if transport is not None else self._default_transport()
@@ -95,8 +94,7 @@ class ClientBase(Generic[TransportT]):
         raise NotImplementedError
 
     def _request(self, call: Call[Any], base_url: str) -> Request:
-        headers = self._headers[call.accept]
-        return Request(call.method, base_url + call.path, headers, call.body, self.timeout)
+        return Request(call.method, base_url + call.path, self._headers[call.accept], call.body, self.timeout)
 
     def _settings(self) -> dict[str, Any]:
         return {
