@@ -110,20 +110,14 @@ class ClientBase(Generic[TransportT]):
         self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
     ) -> Collator:
         """A picklable DataLoader ``collate_fn`` that encodes through this service: a :class:`~service.data.Collator`
-        (batches of strings, ``(text, pair)`` tuples or dicts -> int64 tensors plus the dicts' other fields).
-        ``options`` are ``encode``'s (``padding`` defaults to True); ``packing=True`` gives padding-free batches as
-        ``DataCollatorWithFlattening`` does. ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a
-        token budget."""
+        (``options``: ``encode``'s; ``padding`` defaults to True)."""
         from ..data.collate import Collator
 
         return Collator(self.as_sync(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
     def chat_collator(self, **options: Any) -> ChatCollator:
-        """A picklable ``collate_fn`` for supervised fine-tuning on conversations, tokenized through this service: a
-        :class:`~service.data.ChatCollator`, equal to TRL's SFT collation (rows holding a conversation ->
-        ``input_ids``, ``labels`` -100 where the assistant did not write the token and on padding, ``attention_mask``;
-        or one padding-free row). ``options``: the collator's and its chat options.
-        ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget."""
+        """A picklable ``collate_fn`` for supervised fine-tuning on conversations, as TRL's, tokenized through this
+        service: a :class:`~service.data.ChatCollator` (``options``: its own)."""
         from ..data.collate import ChatCollator
 
         return ChatCollator(self.as_sync(), **options)
@@ -155,8 +149,7 @@ class ClientBase(Generic[TransportT]):
 
     @property
     def service(self) -> Any:
-        """The launched service this client is bound to (:meth:`TokenizerClient.launch`: its ``pid``/``pids``,
-        ``socket_path``, ``log_path``, ``fingerprint``...), or None for a client of a deployed service."""
+        """The :class:`~service.launch.LaunchedService` of a client from :meth:`TokenizerClient.launch`, else None."""
         return getattr(self._transport, "service", None)
 
     def __repr__(self) -> str:

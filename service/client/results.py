@@ -146,12 +146,6 @@ class RaggedResult(Mapping[str, Any]):
                 out[key] = [row.tolist() for row in self.rows(key)]
         return out
 
-    def __getstate__(self) -> tuple[dict[str, Any], Any]:
-        return self._arrays, self.row_lengths
-
-    def __setstate__(self, state: tuple[dict[str, Any], Any]) -> None:
-        self.__init__(*state)  # type: ignore[misc]
-
     def __repr__(self) -> str:
         return f"RaggedResult(rows={self.num_rows}, keys={list(self._arrays)})"
 

@@ -41,11 +41,11 @@ __all__ = ["RetryPolicy", "RetryLog", "Endpoints", "Attempts"]
 
 
 class RetryLog:
-    """The visible long retry (a job's ``--retry-deadline``): a failing service said as it happens -- at once when
-    it cannot be reached (which URL, and how), after ``every`` seconds when it only says it is busy -- then a line
-    every ``every`` seconds counting down, and a line when it answers again. One per client, shared by its calls
-    in flight, so an outage is told once, not per call. Lines begin with ``prefix`` and name ``flag``, the
-    setting that bounds the retrying. Pickled without its ``log`` (a copy in a worker says nothing)."""
+    """The visible long retry (a job's ``--retry-deadline``): a failing service said as it happens -- at once when it
+    cannot be reached (which URL, and how), after ``every`` seconds when it only says it is busy -- then a line every
+    ``every`` seconds counting down, and a line when it answers again. One per client, shared by its calls in flight:
+    an outage is told once, not per call. Lines begin with ``prefix`` and name ``flag``, the setting that bounds the
+    retrying. Pickled without its ``log`` (a copy in a worker says nothing)."""
 
     def __init__(
         self,
@@ -105,16 +105,12 @@ class RetryLog:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How hard a call tries before it gives up.
-
-    ``max_attempts`` counts every try of one call, the first included (1: never retry). ``deadline``
-    bounds, in seconds, how late a retry may start after the first try. ``backoff_initial`` and
-    ``backoff_max`` shape the jittered exponential wait after a connection error; ``max_retry_after``
-    caps how long a server's ``Retry-After`` is honoured. ``log``: a :class:`RetryLog` that says the retrying
-    as it goes (a job's long deadline), else it is silent.
-
-    The defaults ride out a rolling restart of a replica (tens of seconds) but fail a dead deployment
-    within about a minute, so a training job does not hang.
+    """How hard a call tries before it gives up: ``max_attempts`` tries, the first included (1: never retry), none
+    starting later than ``deadline`` seconds after the first. ``backoff_initial`` and ``backoff_max`` shape the
+    jittered exponential wait after a connection error; ``max_retry_after`` caps how long a server's ``Retry-After``
+    is honoured. ``log``: a :class:`RetryLog` that says the retrying as it goes (a job's long deadline), else it is
+    silent. The defaults ride out a rolling restart of a replica (tens of seconds) but fail a dead deployment within
+    about a minute, so a training job does not hang.
     """
 
     max_attempts: int = 10

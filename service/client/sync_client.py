@@ -47,6 +47,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
     """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns what
     ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service. Safe to build before a
     fork and to pickle; thread-safe. ``close()`` releases this process's idle connections (a later call reconnects).
+    ``client.collator(...)`` makes a DataLoader ``collate_fn`` of it (:class:`~service.data.Collator`).
 
     Args:
         url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several (a list, or
@@ -66,13 +67,6 @@ class TokenizerClient(ClientBase[SyncTransport]):
     Raises:
         ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, a URL that is not a service URL (the
             message says how to write it), or an ``expected_fingerprint`` that is not one (or is too short).
-
-    Example:
-        ```python
-        client = TokenizerClient("http://127.0.0.1:8000")
-        batch = client(["今天天气很好", "The weather is nice today."], padding=True, return_tensors="pt")
-        loader = DataLoader(rows, batch_size=32, num_workers=2, collate_fn=client.collator(padding=True))
-        ```
     """
 
     def _default_transport(self) -> SyncTransport:
@@ -312,20 +306,19 @@ class TokenizerClient(ClientBase[SyncTransport]):
         **kwargs: Any,
     ) -> Any:
         """Conversations through the served tokenizer's chat template -- same arguments, same result as
-        ``tokenizer.apply_chat_template`` in-process (transformers 5): one conversation (a list of message dicts)
-        or a batch of them; ``tokenize=False`` gives the rendered string(s); otherwise an :class:`EncodeResult` with
-        ``input_ids``, ``attention_mask`` and, with ``return_assistant_tokens_mask=True``, ``assistant_masks``
-        (lists, or ``return_tensors="np"``/``"pt"``), or the ids alone with ``return_dict=False``.
+        ``tokenizer.apply_chat_template`` in-process (transformers 5): one conversation (a list of message dicts) or a
+        batch; ``tokenize=False`` gives the rendered string(s), else an :class:`EncodeResult` with ``input_ids``,
+        ``attention_mask`` and, with ``return_assistant_tokens_mask=True``, ``assistant_masks`` (lists, or
+        ``return_tensors="np"``/``"pt"``), or the ids alone with ``return_dict=False``. As in transformers,
+        ``tokenizer_kwargs`` go to the tokenizer (the service takes ``pad_to_multiple_of``, ``padding_side`` and
+        ``return_attention_mask``) and every other keyword is a template variable (``enable_thinking=False``).
+        ``chat_template`` names one of the tokenizer's templates (``info()["chat"]`` lists them); ``tools`` are JSON
+        schemas (functions cannot travel); ``sanitize_control_tokens`` is not supported yet.
 
-        As in transformers, ``tokenizer_kwargs`` go to the tokenizer (the service takes ``pad_to_multiple_of``,
-        ``padding_side`` and ``return_attention_mask``) and every other keyword is a template variable (e.g.
-        ``enable_thinking=False``). ``chat_template`` names one of the tokenizer's templates (``info()["chat"]``
-        lists them). ``tools`` are JSON schemas (functions cannot travel).
-
-        Masks are never silently wrong: on a template without ``{% generation %}`` markers, transformers answers an
-        all-zero mask, the service raises :class:`InvalidRequest` saying so; ``assistant_masks_from="turns"`` (not
+        Masks are never silently wrong: on a template without ``{% generation %}`` markers, where transformers answers
+        an all-zero mask, the service raises :class:`InvalidRequest` saying so; ``assistant_masks_from="turns"`` (not
         a transformers argument) marks each assistant message's rendered turn instead, exactly, or refuses a
-        template that rewrites earlier turns. ``sanitize_control_tokens`` is not supported yet.
+        template that rewrites earlier turns.
         """
         options = ChatOptions(
             tools=tools,
@@ -449,8 +442,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
             info = finish(call, self._transport.handle_request(request), request.url, None)
         except TokenizerServiceError:
             return None
-        fingerprint: str = info["fingerprint"]
-        return fingerprint
+        return str(info["fingerprint"])
 
     def __enter__(self) -> TokenizerClient:
         return self
