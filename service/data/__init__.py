@@ -1,13 +1,5 @@
-"""The SDK's data tools for training code: tokenizing through the service where training code already tokenizes.
-
-    from service.client import TokenizerClient
-    from service.data import TokenizeFunction, ChatTokenizeFunction, TokenizedStream
-
-    client = TokenizerClient.launch()                          # or TokenizerClient("http://...")
-    tokenized = dataset.map(TokenizeFunction(client, "text", truncation=True, max_length=512),
-                            batched=True, num_proc=4)           # datasets' cache keyed on the served tokenizer
-    sft_ready = conversations.map(ChatTokenizeFunction(client), batched=True)   # TRL's SFTTrainer takes it as is
-    loader = DataLoader(TokenizedStream(documents, TokenizeFunction(client)), num_workers=4)  # sharded, resumable
+"""The SDK's data tools for training code, tokenizing through the service where training code already tokenizes:
+map functions for ``datasets``, a resumable stream, collators and a token-budget sampler for DataLoaders.
 
 The tools type against what they call of a tokenizer (:class:`TokenizerLike`, :mod:`.protocol`) and never import the
 client, which makes them through its conveniences (``client.collator()``, ``client.tokenize_function()``...); nor

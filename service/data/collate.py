@@ -251,8 +251,7 @@ class ChatCollator(_TokenBudget):
             ``truncation`` with ``max_length`` (TRL's ``max_length``, which keeps each conversation's start).
 
     Raises:
-        TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a
-            conversation.
+        TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a conversation.
         KeyError: a row without ``messages_field``.
         ValueError: a ``padding_side`` or ``pad_to_multiple_of`` out of range, an empty batch, or a field that
             clashes with an output key.

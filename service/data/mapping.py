@@ -30,11 +30,9 @@ class MapInputError(ValueError):
 
 
 def _where(row: int, indices: Sequence[int] | None) -> str:
-    return (
-        f"row {indices[row]}"
-        if indices is not None
-        else f"row {row} of the batch (pass with_indices=True to map for the dataset's row)"
-    )
+    if indices is not None:
+        return f"row {indices[row]}"
+    return f"row {row} of the batch (pass with_indices=True to map for the dataset's row)"
 
 
 def column_values(

@@ -29,7 +29,6 @@ __all__ = [
     "IGNORE_INDEX",
     "sft_labels",
     "collate_sft",
-    "check_padding",
     "split_conversations",
     "collate_fields",
 ]
@@ -177,16 +176,11 @@ def _padding_free(
 def _as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    tensors: dict[str, Any] = {}
     made: dict[int, Any] = {}  # an array under two names is one tensor under two names
-    for key, value in batch.items():
-        if isinstance(value, np.ndarray):
-            if id(value) not in made:
-                made[id(value)] = torch.from_numpy(np.ascontiguousarray(value))
-            tensors[key] = made[id(value)]
-        else:
-            tensors[key] = value
-    return tensors
+    for value in batch.values():
+        if isinstance(value, np.ndarray) and id(value) not in made:
+            made[id(value)] = torch.from_numpy(np.ascontiguousarray(value))
+    return {key: made[id(value)] if isinstance(value, np.ndarray) else value for key, value in batch.items()}
 
 
 def split_conversations(

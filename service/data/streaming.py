@@ -20,8 +20,8 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
     """``DataLoader(TokenizedStream(documents, client.tokenize_function(truncation=True)), num_workers=4, ...)``.
 
     Each document is read by one worker of one rank, in source order, ``batch_size`` per request, and yields one
-    example: its tokenized columns, then its other fields. ``state_dict()`` and ``load_state_dict(state)``, in each
-    worker, resume its shard (as ``StatefulDataLoader`` calls them). The order and resuming: the streaming guide.
+    example: its tokenized columns, then its other fields. ``state_dict()``/``load_state_dict(state)`` resume each
+    worker's shard, as ``StatefulDataLoader`` calls them (the order and resuming: the streaming guide).
 
     ``documents``: a sequence (indexed directly: resuming skips nothing) or any re-iterable (an object whose
     ``__iter__`` reads a file again each time; every shard reads it and keeps its own documents). Each document is a
