@@ -616,8 +616,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "the client spreads its calls round-robin, blind to the calls outstanding on each URL",
         "service/client/retrying.py",
-        "if best is None or state.outstanding < best.outstanding:",
-        "if best is None:",
+        "return min(others, key=lambda s: s.outstanding), 0.0  # the first of the least loaded: ties rotate",
+        "return others[0], 0.0",
         (RESILIENCE,),
     ),
     Mutation(

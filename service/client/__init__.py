@@ -5,21 +5,13 @@
     client = TokenizerClient.launch()                       # a private service on this machine (Unix socket)
     client = TokenizerClient("http://127.0.0.1:8000")       # or a deployed one: several URLs, $TOKENIZER_SERVICE_URL
     batch = client(["text a", "text b"], padding="longest", truncation=True, max_length=128, return_tensors="pt")
-    loader = DataLoader(texts, batch_size=32, num_workers=2,
-                        collate_fn=client.collator(padding="longest", truncation=True, max_length=128))
-
-    # less padding: batches of similar lengths under a token budget (or packing=True: no padding at all)
-    collate = client.collator(truncation=True, max_length=512)
-    loader = DataLoader(texts, batch_sampler=collate.batch_sampler(texts, max_tokens=8192), collate_fn=collate)
-
-    # conversations: what apply_chat_template gives in-process, and TRL's SFT batches in DataLoader workers
+    loader = DataLoader(texts, batch_size=32, num_workers=2, collate_fn=client.collator(padding="longest"))
     batch = client.apply_chat_template(conversations, return_assistant_tokens_mask=True)
-    loader = DataLoader(rows, batch_size=8, num_workers=2, collate_fn=client.chat_collator(max_length=2048,
-                                                                                           truncation=True))
 
-Importing or using this package never imports ``tokenizers``, ``transformers``, ``fastapi`` or
-``pydantic``, nor httpx with the default transports (stdlib ``http.client`` for the sync client, asyncio
-streams for the async one); numpy and torch are imported only when arrays or tensors are asked for.
+The data tools (collators, the token-budget sampler, map functions, streams) are ``service.data``'s, made by the
+client's conveniences (the guides in docs/guides/). Importing or using this package never imports ``tokenizers``,
+``transformers``, ``fastapi`` or ``pydantic``, nor httpx with the default transports (stdlib ``http.client`` for
+the sync client, asyncio streams for the async one); numpy and torch only when arrays or tensors are asked for.
 """
 
 import importlib
@@ -62,8 +54,7 @@ __all__ = [
 
 
 # Imported when first asked for, so the sync client -- what DataLoader workers use -- loads neither asyncio nor
-# httpx. The SDK exports its own names only: the data tools are imported from service.data, the launched service's
-# description (client.service) is service.launch's.
+# httpx.
 _LAZY = {
     "AsyncTokenizerClient": "service.client.async_client",
     "AsyncHTTPTransport": "service.transport",

@@ -1,7 +1,5 @@
-"""``AsyncTokenizerClient``: the asyncio twin of :class:`~service.client.TokenizerClient`.
-
-A module of its own so that the sync client -- what DataLoader workers use -- never imports asyncio
-(``service.client`` loads this module when ``AsyncTokenizerClient`` is first asked for).
+"""``AsyncTokenizerClient``: the asyncio twin of :class:`~service.client.TokenizerClient`, in a module of its own so
+that the sync client, what DataLoader workers use, never imports asyncio.
 """
 
 from __future__ import annotations
@@ -16,11 +14,7 @@ from ..transport.base import AsyncTransport, SyncTransport
 from ..transport.exceptions import TransportError
 from ..transport.streams import AsyncHTTPTransport
 from .base import ClientBase, launched
-from .operations import (
-    Call,
-    finish,
-    retried_rejection,
-)
+from .operations import Call, finish, retried_rejection
 from .retrying import Attempts
 from .sync_client import TokenizerClient
 
@@ -31,8 +25,8 @@ P = ParamSpec("P")
 def _twin(
     method: Callable[Concatenate[TokenizerClient, P], T],
 ) -> Callable[Concatenate[AsyncTokenizerClient, P], Coroutine[Any, Any, T]]:
-    """The coroutine twin of a :class:`TokenizerClient` method: the same signature, docstring and body, run with
-    this client as ``self``, whose ``_send`` (and ``_send_all``) are coroutines -- the body's last step, awaited."""
+    """The coroutine twin of a :class:`TokenizerClient` method: its signature, docstring and body, run on this client,
+    whose ``_send`` (and ``_send_all``), the body's last step, are coroutines, awaited."""
 
     @functools.wraps(method)
     async def twin(self: AsyncTokenizerClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -43,11 +37,10 @@ def _twin(
 
 
 class AsyncTokenizerClient(ClientBase[AsyncTransport]):
-    """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines
-    (``await client(texts, ...)``: each is the sync method's own body, :func:`_twin`), ``aclose()`` and
-    ``async with``. The default transport is
-    :class:`AsyncHTTPTransport` (lean asyncio streams; one connection pool per process and event loop);
-    ``transport=AsyncHTTPXTransport()`` uses ``httpx.AsyncClient`` instead."""
+    """The asyncio twin of :class:`TokenizerClient`: same arguments, same methods as coroutines (``await client(texts,
+    ...)``), ``aclose()`` and ``async with``. The default transport is :class:`AsyncHTTPTransport` (lean asyncio
+    streams; one connection pool per process and event loop); ``transport=AsyncHTTPXTransport()`` uses
+    ``httpx.AsyncClient`` instead."""
 
     def _default_transport(self) -> AsyncTransport:
         return AsyncHTTPTransport()
@@ -119,8 +112,8 @@ class AsyncTokenizerClient(ClientBase[AsyncTransport]):
         await self.shutdown()
 
     def as_sync(self) -> TokenizerClient:
-        """The sync twin: the same settings, a sync transport to the same place (the transport itself when it
-        serves sync calls: a MockTransport; a launched one's twin, which owns nothing)."""
+        """The sync twin: the same settings, a sync transport to the same place (this one if it is sync too, as a
+        MockTransport is; a launched transport's twin, which owns nothing)."""
         twin = getattr(self._transport, "sync_twin", None)
         transport = (
             twin() if twin is not None else self._transport if isinstance(self._transport, SyncTransport) else None

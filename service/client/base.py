@@ -1,9 +1,7 @@
-"""What both twins of the client share: the URLs, headers, retry policy and pin, the conveniences that build the data
-tools on a client, and how ``launch`` builds a client on the launcher's transport. The sync client is
-:mod:`.sync_client`, its asyncio twin :mod:`.async_client`. Construction only stores configuration: no socket,
-thread or event loop exists until the first call in a process, so a client can be built at import time, used in the
-parent, pickled into spawned DataLoader workers or inherited by forked ones, and each process opens its own
-connections.
+"""What the sync client (:mod:`.sync_client`) and its asyncio twin (:mod:`.async_client`) share: URLs, headers,
+retry policy and pin, the conveniences that build the data tools, and how ``launch`` builds a client. Construction
+only stores configuration (no socket, thread or event loop before a process's first call), so a client can be built
+at import time, pickled into spawned DataLoader workers or inherited by forked ones: each process connects itself.
 """
 
 from __future__ import annotations
@@ -83,12 +81,11 @@ class ClientBase(Generic[TransportT]):
         self.expected_fingerprint = (
             None if expected_fingerprint is None else check_fingerprint_pin(expected_fingerprint)
         )
-        api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
-        self._api_key = api_key
+        self._api_key = api_key if api_key is not None else (os.environ.get(API_KEY_ENV) or None)
         self._extra_headers = dict(headers or {})
         base = {"User-Agent": f"tokenizer-service-client/{__version__}", **self._extra_headers}
-        if api_key:
-            base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {api_key}"
+        if self._api_key:
+            base[AUTHORIZATION_HEADER] = f"{AUTH_SCHEME} {self._api_key}"
         self._headers = {accept: {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept, **base} for accept in _ACCEPTED}
         self._endpoints = Endpoints(self.urls)
         self._transport: TransportT = transport if transport is not None else self._default_transport()
@@ -97,8 +94,7 @@ class ClientBase(Generic[TransportT]):
         raise NotImplementedError
 
     def _request(self, call: Call[Any], base_url: str) -> Request:
-        headers = self._headers[call.accept]
-        return Request(call.method, base_url + call.path, headers, call.body, self.timeout)
+        return Request(call.method, base_url + call.path, self._headers[call.accept], call.body, self.timeout)
 
     def _settings(self) -> dict[str, Any]:
         return {
@@ -113,29 +109,15 @@ class ClientBase(Generic[TransportT]):
     def collator(
         self, *, text_field: str = "text", pair_field: str | None = None, packing: bool = False, **options: Any
     ) -> Collator:
-        """A picklable ``collate_fn`` for ``torch.utils.data.DataLoader`` that encodes through this service: a
-        :class:`~service.data.Collator`. A batch holds strings, ``(text, pair)`` tuples, or dicts (``text_field`` and
-        ``pair_field`` name the text(s); every other field is collated as ``default_collate`` would); the result is
-        one dict of int64 tensors plus those fields. ``options`` are those of ``encode`` (``padding`` defaults to
-        True: tensors need rectangular batches). ``packing=True``: padding-free batches, exactly as transformers'
-        ``DataCollatorWithFlattening`` makes them, with its options. ``collator.batch_sampler(dataset,
-        max_tokens=...)`` gives the batches a token budget.
-        """
+        """A picklable DataLoader ``collate_fn`` that encodes through this service: a :class:`~service.data.Collator`
+        (``options``: ``encode``'s; ``padding`` defaults to True)."""
         from ..data.collate import Collator
 
         return Collator(self.as_sync(), text_field=text_field, pair_field=pair_field, packing=packing, **options)
 
     def chat_collator(self, **options: Any) -> ChatCollator:
-        """A picklable ``collate_fn`` for supervised fine-tuning on conversations, equal to TRL's SFT collation
-        (its ``labels`` from the assistant masks, then ``DataCollatorForLanguageModeling``), tokenized through this
-        service: rows whose ``messages_field`` holds a conversation -> ``input_ids``, ``labels`` (-100 where the
-        assistant did not write the token, and on padding; every real token with ``assistant_only_loss=False``),
-        ``attention_mask``; ``padding_free=True`` packs the batch into one row with ``position_ids`` and no padding.
-        ``options``: :class:`~service.data.ChatCollator`'s (``messages_field``, ``pad_token_id``,
-        ``assistant_only_loss``, ``padding_free``, ``pad_to_multiple_of``, ``padding_side``,
-        ``return_position_ids``) and the chat options (``tools``, ``documents``, ``chat_template``,
-        ``chat_template_kwargs``, ``assistant_masks_from``, ``truncation``, ``max_length``).
-        ``collator.batch_sampler(dataset, max_tokens=...)`` gives the batches a token budget."""
+        """A picklable ``collate_fn`` for supervised fine-tuning on conversations, as TRL's, tokenized through this
+        service: a :class:`~service.data.ChatCollator` (``options``: its own)."""
         from ..data.collate import ChatCollator
 
         return ChatCollator(self.as_sync(), **options)
@@ -143,9 +125,8 @@ class ClientBase(Generic[TransportT]):
     def tokenize_function(
         self, column: str = "text", *, pair_column: str | None = None, **options: Any
     ) -> TokenizeFunction:
-        """The function of ``dataset.map(function, batched=True, num_proc=N)`` (datasets): the columns
-        ``tokenizer(batch[column], **options)`` gives in-process, computed by this service, with datasets' cache keyed
-        on the served tokenizer and the options, never the URL (see :class:`service.data.TokenizeFunction`)."""
+        """A :class:`service.data.TokenizeFunction` for ``dataset.map(function, batched=True, num_proc=N)``: the
+        columns ``tokenizer(batch[column], **options)`` gives, cached on the served tokenizer and the options."""
         from ..data import TokenizeFunction
 
         return TokenizeFunction(self.as_sync(), column, pair_column=pair_column, **options)
@@ -153,9 +134,8 @@ class ClientBase(Generic[TransportT]):
     def chat_tokenize_function(
         self, column: str = "messages", *, assistant_only_loss: bool = True, labels: bool = False, **chat_options: Any
     ) -> ChatTokenizeFunction:
-        """The function of ``dataset.map(function, batched=True)`` over conversations: ``input_ids`` and
-        ``assistant_masks`` as TRL's ``SFTTrainer`` tokenizes them, so it takes the result as already tokenized (see
-        :class:`service.data.ChatTokenizeFunction`)."""
+        """A :class:`service.data.ChatTokenizeFunction` for ``dataset.map(function, batched=True)`` over
+        conversations: ``input_ids`` and ``assistant_masks`` as TRL's ``SFTTrainer`` tokenizes them."""
         from ..data import ChatTokenizeFunction
 
         return ChatTokenizeFunction(
@@ -163,14 +143,13 @@ class ClientBase(Generic[TransportT]):
         )
 
     def as_sync(self) -> TokenizerLike:
-        """A client of the same service and settings whose methods are plain calls: itself, or an async client's
-        sync twin (what its collators and map functions use: DataLoaders and datasets call them synchronously)."""
+        """A client of the same service and settings whose methods are plain calls (DataLoaders and datasets call the
+        data tools synchronously): itself, or an async client's sync twin."""
         raise NotImplementedError
 
     @property
     def service(self) -> Any:
-        """The launched service this client is bound to (:meth:`TokenizerClient.launch`: its ``pid``/``pids``,
-        ``socket_path``, ``log_path``, ``fingerprint``...), or None for a client of a deployed service."""
+        """The :class:`~service.launch.LaunchedService` of a client from :meth:`TokenizerClient.launch`, else None."""
         return getattr(self._transport, "service", None)
 
     def __repr__(self) -> str:
@@ -181,17 +160,15 @@ class ClientBase(Generic[TransportT]):
         return f"{type(self).__name__}({urls!r}{pinned}{launched})"
 
 
-#: The settings of ``launch`` that are the launcher's own; the client's are its constructor's parameters, every
-#: other one is a setting of ``tokenizer-service serve``.
+#: The settings of ``launch`` that are the launcher's own (the client's are its constructor's, the rest ``serve``'s).
 LAUNCH_SETTINGS = ("start_timeout", "python", "replicas")
 
 
 def launched(
     client_class: Callable[..., C], model: Any, options: Mapping[str, Any], transport_class: Callable[..., Any]
 ) -> C:
-    """A ``client_class`` bound to the service ``launch`` starts or finds for ``model`` and ``options`` (the
-    client's, read from its signature, its URL aside; the launcher's; the server's), on a ``transport_class``
-    (a launched transport, around the ``transport=`` given, if any)."""
+    """A ``client_class`` on a ``transport_class`` (around the ``transport=`` given, if any), bound to the service
+    ``launch`` starts or finds for ``model`` and ``options`` (the client's, the launcher's and the server's)."""
     import inspect
 
     from ..launch.transport import launch

@@ -63,17 +63,16 @@ try:  # orjson where installed: faster (it is on the server side)
 except ImportError:  # pragma: no cover - depends on the environment
     _json_loads = json.loads
 
-#: The exception of each ``error_type`` (the one status table, ``service.wire.ERROR_TYPES``), and of each status
-#: for an error answer whose body names no ``error_type`` the table knows (a proxy's page, say).
+#: The exception of each ``error_type`` (``service.wire.ERROR_TYPES``), and of each status for an answer whose body
+#: names no ``error_type`` the table knows (a proxy's page, say).
 REJECTION_BY_ERROR_TYPE: dict[str, type[RequestRejected]] = {
     error_type: getattr(exceptions, error.exception) for error_type, error in ERROR_TYPES.items()
 }
 REJECTION_BY_STATUS: dict[int, type[RequestRejected]] = {
     status: getattr(exceptions, name) for status, name in EXCEPTION_BY_STATUS.items()
 }
-# Rejections worth another try, possibly elsewhere: overloaded, unavailable/draining, queue timeout or a proxy's
-# bad gateway while a replica restarts (ServerBusy), and a request that reached the server too slowly, so that
-# nothing ran (RequestTimeout).
+# Worth another try, maybe elsewhere: overloaded, draining, queue timeout, a proxy's bad gateway while a replica
+# restarts (ServerBusy), and a request that reached the server too slowly for anything to run (RequestTimeout).
 RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)
 
 
@@ -82,7 +81,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Call(Generic[T]):
-    """One logical call: what to send, and how to read a successful answer (into a ``T``)."""
+    """One logical call: what to send, and how to read a successful answer."""
 
     method: str
     path: str
@@ -101,7 +100,7 @@ def _dumps(payload: dict[str, Any]) -> bytes:
 
 
 def _json_body(response: Response, url: str, key: str | None = None) -> Any:
-    """The JSON object of the answer, which must hold ``key``; else ProtocolError (the contract is broken)."""
+    """The JSON object of the answer, which must hold ``key``; else ProtocolError."""
     try:
         body = _json_loads(response.body)
     except ValueError as exc:
@@ -113,14 +112,10 @@ def _json_body(response: Response, url: str, key: str | None = None) -> Any:
 
 
 def _listed(body: dict[str, Any], key: str, count: int, what: str, url: str, entry: type | None = None) -> list[Any]:
-    """``body[key]``, which must be a list of ``count`` entries (each an ``entry``, if given); else ProtocolError."""
     values = body.get(key)
     if not isinstance(values, list) or len(values) != count or (entry and not all(type(v) is entry for v in values)):
         raise ProtocolError(f"{url}: expected {count} {what} under {key!r}, got {values!r:.200}", url=url)
     return values
-
-
-# -- building calls --------------------------------------------------------------------------------------
 
 
 def split_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | None, bool]:
@@ -157,7 +152,6 @@ def split_inputs(text: Any, text_pair: Any) -> tuple[list[str], list[str] | None
 
 
 def _texts_body(texts: list[str], pairs: list[str] | None, options: Any) -> bytes:
-    """The JSON body of a texts route: the texts (and pairs), then the options that differ from the defaults."""
     payload: dict[str, Any] = {"texts": texts}
     if pairs is not None:
         payload["text_pairs"] = pairs
@@ -176,8 +170,8 @@ def encode_call(text: Any, text_pair: Any, options: EncodeOptions, return_tensor
 def encode_call_for(
     body: bytes, path: str, batched: bool, overflowing: bool, return_tensors: str | None
 ) -> Call[EncodeResult]:
-    """An encode of ``body`` on ``path`` (``/encode`` or ``/chat/encode``): JSON lists shaped as transformers
-    gives them (``batched``: a batch was asked for), or a safetensors blob as numpy arrays or torch tensors."""
+    """An encode of ``body`` on ``path``: JSON lists shaped as transformers gives them (``batched``: a batch was asked
+    for), or a safetensors blob as numpy arrays or torch tensors."""
     if return_tensors == "pt":  # said before the request, not after its answer
         from ..extras import require_module
 
@@ -203,14 +197,13 @@ def encode_call_for(
 
 
 def encode_ragged_call(text: Any, text_pair: Any, options: EncodeOptions) -> Call[RaggedResult]:
-    """An encode answered in the ragged binary layout (``service.wire.RAGGED_MEDIA_TYPE``); a JSON answer
-    (a server that predates it) is read too."""
     texts, pairs, _ = split_inputs(text, text_pair)  # always rows: a single text is a batch of one
     return ragged_call_for(_texts_body(texts, pairs, options), ENCODE_PATH)
 
 
 def ragged_call_for(body: bytes, path: str) -> Call[RaggedResult]:
-    """An encode of ``body`` on ``path``, answered in the ragged binary layout (or JSON, read as rows)."""
+    """An encode of ``body`` on ``path`` answered in the ragged binary layout (a JSON answer, from a server that
+    predates it, is read as rows)."""
 
     def parse(response: Response, url: str) -> RaggedResult:
         content_type = response.headers.get("content-type", "")
@@ -226,17 +219,20 @@ def ragged_call_for(body: bytes, path: str) -> Call[RaggedResult]:
 def lengths_calls(
     text: Any, text_pair: Any, options: LengthOptions, batch_size: int
 ) -> tuple[list[Call[list[Any]]], bool]:
-    """The ``/lengths`` requests for ``text`` (a str, a batch, or pairs, read as ``encode`` reads them), at most
-    ``batch_size`` texts each, and whether the input was a batch. Each call's answer is checked to hold one
-    entry per text it sent."""
+    """The ``/lengths`` requests for ``text`` (read as ``encode`` reads it), ``batch_size`` texts at most each, and
+    whether it was a batch."""
     _checked_batch_size(batch_size)
     texts, pairs, batched = split_inputs(text, text_pair)
-    overflowing = bool(options.return_overflowing_tokens)
+    entry, want = (list, "lists of ints") if options.return_overflowing_tokens else (int, "ints")
     calls = []
     for start in range(0, len(texts), batch_size):
         some = texts[start : start + batch_size]
+
+        def parse(response: Response, url: str, count: int = len(some)) -> list[Any]:
+            return _listed(_json_body(response, url, LENGTHS_KEY), LENGTHS_KEY, count, want, url, entry)
+
         body = _texts_body(some, None if pairs is None else pairs[start : start + batch_size], options)
-        calls.append(Call("POST", LENGTHS_PATH, body, _lengths_parser(len(some), overflowing)))
+        calls.append(Call("POST", LENGTHS_PATH, body, parse))
     return calls, batched
 
 
@@ -244,14 +240,6 @@ def _checked_batch_size(batch_size: int) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, not {batch_size!r}")
     return batch_size
-
-
-def _lengths_parser(count: int, overflowing: bool) -> Callable[[Response, str], list[Any]]:
-    def parse(response: Response, url: str) -> list[Any]:
-        entry, want = (list, "lists of ints") if overflowing else (int, "ints")
-        return _listed(_json_body(response, url, LENGTHS_KEY), LENGTHS_KEY, count, want, url, entry)
-
-    return parse
 
 
 def _id_list(ids: Any, what: str) -> list[int]:
@@ -290,8 +278,7 @@ def decode_call(sequences: Any, options: DecodeOptions, single: bool) -> Call[st
 
 
 def tokenize_call(text: Any, pair: Any, options: TokenizeOptions) -> Call[Any]:
-    """``/tokenize`` for ``text`` (and ``pair``), read as ``encode`` reads its inputs. The answer: the tokens
-    (one list, or one per text); with ``return_sequence_ids``, ``{"tokens": ..., "sequence_ids": ...}``."""
+    """``/tokenize`` for ``text`` (and ``pair``), read as ``encode`` reads them."""
     texts, pairs, batched = split_inputs(text, pair)
     with_ids = bool(options.return_sequence_ids)
 
@@ -308,12 +295,9 @@ def tokenize_call(text: Any, pair: Any, options: TokenizeOptions) -> Call[Any]:
     return Call("POST", TOKENIZE_PATH, _texts_body(texts, pairs, options), parse)
 
 
-# -- conversations -----------------------------------------------------------------------------------------
-
-
 def read_conversations(conversation: Any) -> tuple[list[Any], bool]:
-    """(conversations, batched) as transformers' ``apply_chat_template`` reads its first argument: one conversation
-    (a list of messages) or a batch of them (a list of lists, or of objects with ``.messages``)."""
+    """(conversations, batched) as ``apply_chat_template`` reads its first argument: one conversation (a list of
+    messages) or a batch of them (a list of lists, or of objects with ``.messages``)."""
     if isinstance(conversation, (str, bytes)) or not isinstance(conversation, (list, tuple)):
         raise TypeError(
             "conversation must be a list of messages (dicts with role and content), or a list of such lists, not "
@@ -333,8 +317,8 @@ def _messages_of(conversation: Any) -> list[Any]:
 
 
 def _plain_message(message: Any) -> Any:
-    """A message as JSON takes it: a mapping as it is; a dataclass or pydantic model as its fields (as
-    transformers normalises them; None-valued fields are dropped by the server, as there)."""
+    """A message as JSON takes it: a dataclass or pydantic model as its fields, as transformers normalises them (the
+    server drops None-valued fields, as there)."""
     if isinstance(message, dict):
         return message
     if hasattr(message, "model_dump"):
@@ -360,8 +344,7 @@ def _chat_body(conversations: list[Any], options: ChatOptions) -> bytes:
 
 
 def chat_tokenizer_kwargs(tokenizer_kwargs: dict[str, Any] | None, sanitize_control_tokens: bool) -> dict[str, Any]:
-    """``apply_chat_template``'s ``tokenizer_kwargs`` as options of the wire's :class:`ChatOptions` (transformers maps
-    every other keyword to a template variable), refusing what the service does not support."""
+    """``apply_chat_template``'s ``tokenizer_kwargs`` as :class:`ChatOptions`, refusing what the service lacks."""
     if sanitize_control_tokens:
         raise ValueError(
             "sanitize_control_tokens is not supported by the service yet: control tokens in messages are encoded "
@@ -379,8 +362,7 @@ def chat_tokenizer_kwargs(tokenizer_kwargs: dict[str, Any] | None, sanitize_cont
 def apply_chat_template_call(
     conversation: Any, options: ChatOptions, *, tokenize: bool, return_tensors: str | None, return_dict: bool
 ) -> Call[Any]:
-    """The call ``apply_chat_template`` makes: ``/chat/render`` for strings, else ``/chat/encode``, its answer
-    shaped as transformers returns it (a BatchEncoding-like :class:`EncodeResult`, or the ids alone)."""
+    """``/chat/render`` for strings, else ``/chat/encode``, its answer shaped as transformers returns it."""
     if return_tensors not in RETURN_TENSORS:
         raise ValueError(f"return_tensors must be one of {RETURN_TENSORS}, not {return_tensors!r}")
     if not tokenize:
@@ -406,7 +388,7 @@ def apply_chat_template_call(
 
 
 def is_conversations(text: Any) -> bool:
-    """Whether ``text`` is a conversation (a list of message dicts) or a batch of them, rather than texts."""
+    """Whether ``text`` is a conversation (a list of message dicts) or a batch of them."""
     if not isinstance(text, (list, tuple)) or not text:
         return False
     first = text[0]
@@ -418,10 +400,8 @@ def is_conversations(text: Any) -> bool:
 def chat_lengths_calls(
     conversation: Any, options: LengthOptions, batch_size: int
 ) -> tuple[list[Call[list[int]]], bool]:
-    """The requests of ``client.lengths`` of a conversation or a batch of them (as :func:`lengths_calls` is of
-    texts), and whether the input was a batch: each count ``len(apply_chat_template(conversation,
-    truncation=..., max_length=...)["input_ids"])`` with the tokenizer's default template, read as the row lengths
-    of a ragged encode of ids only; the options that only texts have are refused when set."""
+    """:func:`lengths_calls` of conversations: the row lengths of ragged encodes of ids only, the options that only
+    texts have refused."""
     if options.stride or options.return_overflowing_tokens:
         raise ValueError(
             "stride and return_overflowing_tokens do not apply to conversations (apply_chat_template has none)"
@@ -440,7 +420,6 @@ def chat_lengths_calls(
 
 
 def chat_ragged_call(conversations: list[Any], options: ChatOptions) -> Call[RaggedResult]:
-    """``/chat/encode`` of a batch of conversations, answered in the ragged binary layout."""
     return ragged_call_for(_chat_body(conversations, options), CHAT_ENCODE_PATH)
 
 
@@ -448,9 +427,6 @@ def info_call() -> Call[dict[str, Any]]:
     return Call(
         "GET", INFO_PATH, None, lambda response, url: _json_body(response, url, "fingerprint"), fingerprint_in_body=True
     )
-
-
-# -- reading answers -------------------------------------------------------------------------------------
 
 
 def retry_after_seconds(value: str | None) -> float | None:
@@ -468,7 +444,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 
 
 def rejection(response: Response, url: str, method: str) -> RequestRejected:
-    """The exception for an error status, built from the server's ``{"error", "error_type"}`` body."""
+    """The exception for an error status, from the server's ``{"error", "error_type"}`` body."""
     error: str | None = None
     error_type: str | None = None
     try:
@@ -496,8 +472,7 @@ def rejection(response: Response, url: str, method: str) -> RequestRejected:
 
 
 def retried_rejection(response: Response, url: str, method: str) -> RequestRejected | None:
-    """The rejection an answer stands for when it is one worth another try (:data:`RETRIED_REJECTIONS`), else
-    None (a success, or an error that trying again would not change)."""
+    """The rejection an answer stands for when it is worth another try (:data:`RETRIED_REJECTIONS`), else None."""
     if 200 <= response.status < 300:
         return None
     rejected = rejection(response, url, method)
@@ -519,7 +494,7 @@ def check_fingerprint(expected: str | None, actual: str | None, url: str) -> Non
 
 
 def finish(call: Call[T], response: Response, url: str, expected_fingerprint: str | None) -> T:
-    """Result of a non-retryable answer: the parsed body, or the error it stands for."""
+    """The parsed body of an answer not retried, or the error it stands for."""
     if not 200 <= response.status < 300:
         raise rejection(response, url, call.method)
     if not call.fingerprint_in_body:  # checked before parsing: a mismatch is the error, whatever the body

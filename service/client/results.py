@@ -1,10 +1,9 @@
 """Turning response bodies into what a transformers tokenizer call returns.
 
-The binary answer is a safetensors blob. We read its (tiny, JSON) header ourselves and make every array a
-``numpy.frombuffer`` *view* of the response body, and ``torch.from_numpy`` a view of that: no copy at all
-from the socket buffer to the tensor. (``safetensors.torch.load(bytes)`` copies each tensor out of the blob
-first, and yields read-only memory; ours are writable, as the in-process tokenizer's are, because the
-default transport reads the body into a ``bytearray``.)
+The binary answer is a safetensors blob whose (tiny, JSON) header we read ourselves: every array is a
+``numpy.frombuffer`` view of the body, and ``torch.from_numpy`` a view of that, with no copy from the socket buffer
+to the tensor (``safetensors.torch.load`` copies, into read-only memory; ours are writable, as in-process ones are,
+because the default transport reads the body into a ``bytearray``).
 """
 
 from __future__ import annotations
@@ -39,9 +38,9 @@ _DTYPES = {
 
 
 class EncodeResult(Mapping[str, Any]):
-    """The result of an encode call: a read-only mapping with the keys, order and values of the
-    transformers ``BatchEncoding`` the in-process tokenizer returns for the same call (lists, numpy
-    arrays or torch tensors, by ``return_tensors``). Keys are also attributes (``result.input_ids``)."""
+    """The result of an encode call: a read-only mapping with the keys, order and values of the ``BatchEncoding`` the
+    in-process tokenizer returns for the same call (lists, numpy arrays or torch tensors, by ``return_tensors``).
+    Keys are also attributes (``result.input_ids``)."""
 
     __slots__ = ("_data",)
 
@@ -65,12 +64,6 @@ class EncodeResult(Mapping[str, Any]):
         except KeyError:
             raise AttributeError(name) from None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return self._data
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._data = state
-
     @property
     def data(self) -> dict[str, Any]:
         """The underlying dict (as ``BatchEncoding.data``)."""
@@ -85,13 +78,13 @@ class EncodeResult(Mapping[str, Any]):
 
 
 class RaggedResult(Mapping[str, Any]):
-    """The result of :meth:`~service.client.TokenizerClient.encode_ragged`: rows of any lengths, held flat.
+    """The result of :meth:`~service.client.TokenizerClient.encode_ragged`: rows of any lengths, held flat, with no
+    padding and no Python list per token (what pre-tokenization writes to disk as it is).
 
     ``result["input_ids"]`` is one int64 numpy array of every row's ids concatenated (``offset_mapping``:
-    ``[tokens, 2]``; ``length`` and ``overflow_to_sample_mapping``: one value per row), ``row_lengths`` the
-    length of each row, so row ``i`` is ``flat[row_offsets[i]:row_offsets[i + 1]]``. No padding, no Python
-    list per token: what pre-tokenization writes to disk as it is. ``rows(key)`` splits a key into per-row
-    views and ``tolist()`` gives exactly the lists of an unpadded batched transformers call.
+    ``[tokens, 2]``; ``length`` and ``overflow_to_sample_mapping``: one value per row), ``row_lengths`` the length of
+    each row: row ``i`` is ``flat[row_offsets[i]:row_offsets[i + 1]]``. ``rows(key)`` splits a key into per-row views
+    and ``tolist()`` gives exactly the lists of an unpadded batched transformers call.
     """
 
     __slots__ = ("_arrays", "row_lengths", "row_offsets")
@@ -106,7 +99,7 @@ class RaggedResult(Mapping[str, Any]):
 
     @classmethod
     def from_lists(cls, data: dict[str, Any]) -> RaggedResult:
-        """From a JSON answer's lists of rows (what a server that predates the ragged binary answers)."""
+        """From a JSON answer's lists of rows (from a server that predates the ragged binary)."""
         import numpy as np
 
         arrays: dict[str, Any] = {}
@@ -134,8 +127,7 @@ class RaggedResult(Mapping[str, Any]):
         return len(self._arrays)
 
     def rows(self, key: str = "input_ids") -> list[Any]:
-        """The rows of ``key`` as numpy views of the flat array (``length`` and the sample mapping are
-        per row already: returned as they are)."""
+        """The rows of ``key`` as numpy views of the flat array (per-row keys as they are)."""
         flat = self._arrays[key]
         if key in PER_ROW_KEYS:
             return list(flat)
@@ -143,8 +135,7 @@ class RaggedResult(Mapping[str, Any]):
         return [flat[start:end] for start, end in itertools.pairwise(bounds)]
 
     def tolist(self) -> dict[str, Any]:
-        """Plain lists, equal to ``tokenizer(texts, **options)`` (batched, ``return_tensors=None``) for the
-        same call: offsets as tuples."""
+        """Plain lists, equal to ``tokenizer(texts, **options)`` (batched, lists) for the same call."""
         out: dict[str, Any] = {}
         for key, flat in self._arrays.items():
             if key in PER_ROW_KEYS:
@@ -154,12 +145,6 @@ class RaggedResult(Mapping[str, Any]):
             else:
                 out[key] = [row.tolist() for row in self.rows(key)]
         return out
-
-    def __getstate__(self) -> tuple[dict[str, Any], Any]:
-        return self._arrays, self.row_lengths
-
-    def __setstate__(self, state: tuple[dict[str, Any], Any]) -> None:
-        self.__init__(*state)  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"RaggedResult(rows={self.num_rows}, keys={list(self._arrays)})"
@@ -226,8 +211,8 @@ def to_torch(arrays: dict[str, Any]) -> dict[str, Any]:
 
 
 def lists_as_transformers_gives(data: dict[str, Any], batched: bool, overflowing: bool) -> dict[str, Any]:
-    """Make JSON lists identical to a ``return_tensors=None`` BatchEncoding: offsets are tuples, and a
-    single (unbatched) text loses its batch dimension unless overflowing tokens were asked for."""
+    """JSON lists as a ``return_tensors=None`` BatchEncoding holds them: offsets as tuples, and a single text without
+    its batch dimension unless overflowing tokens were asked for."""
     data = ordered(data)
     offsets = data.get("offset_mapping")
     if offsets is not None:

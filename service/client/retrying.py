@@ -1,28 +1,21 @@
-"""Which server to try next, and when: endpoint rotation, failover, backoff with full jitter, Retry-After.
+"""Which server to try next, and when: endpoint choice, failover, backoff with full jitter, Retry-After. No I/O: a
+client asks an :class:`Attempts` (one per call) for the next endpoint and the wait before it, reports each failure
+back, and gets :class:`RetriesExhausted` when the budget is spent; the sync and async clients differ only in how they
+sleep and send.
 
-This module does no I/O. A client asks an :class:`Attempts` (one per call) for the next endpoint and how
-long to wait first, reports each failure back, and gets :class:`RetriesExhausted` when the budget is
-spent. The sync and async clients share it and differ only in how they sleep and send.
-
-Policy, in one place:
-
-- Each call goes to the URL with the fewest calls outstanding in this process (least outstanding requests,
-  not round-robin: a replica busy with a long batch gets the next call only once the others are as busy);
-  ties go round-robin, from a random start in each process (so DataLoader workers do not all begin on the
-  same replica, and calls made one at a time still spread evenly).
-- A failed endpoint is set aside ("cooling down") for a while: for ``Retry-After`` seconds when the
-  server said so (429/503), else for an exponential backoff with full jitter (a random wait between 0 and
-  ``min(backoff_max, backoff_initial * 2 ** consecutive_failures)``), which grows while it keeps failing
-  and resets on its first success. The next try goes at once to an endpoint that is not cooling down
-  (failover); when all are, the client waits until the first is due.
-- A URL that has never answered is most likely wrong (a typo, the wrong port, ``https`` against a plain-HTTP
-  server): until one URL of the client has answered once, an endpoint that fails to connect is not retried,
-  and when every URL has so failed the call gives up at once with :class:`ServiceUnreachable` naming each
-  URL and why. Once any has answered (in this process or the one it was forked or pickled from), connection
-  errors are an outage and are retried as below.
-- A call gives up after ``max_attempts`` tries or once the next try could not start within
-  ``deadline`` seconds of the first, whichever comes first, raising one :class:`RetriesExhausted` that
-  names the URL(s), the number of tries and the last cause.
+- A call goes to the URL with the fewest calls outstanding in this process (not round-robin: a replica busy with a
+  long batch is passed over); ties go round-robin from a random start in each process, so DataLoader workers do not
+  all begin on one replica and calls made one at a time still spread evenly.
+- A failed endpoint cools down for ``Retry-After`` seconds when the server said so (429/503), else for a backoff
+  with full jitter (uniform in [0, ``min(backoff_max, backoff_initial * 2 ** (failures - 1))``]) that grows while it
+  keeps failing and resets on its first success. The next try goes at once to an endpoint not cooling down
+  (failover); when all are, the client waits for the first one due.
+- Until one URL of the client has answered once (in this process, or the one it was forked or pickled from), a URL
+  that fails to connect is most likely wrong (a typo, the wrong port, ``https`` against plain HTTP): it is not
+  retried, and when every URL has so failed the call raises :class:`ServiceUnreachable` at once, naming each URL and
+  why. After that, connection errors are an outage and are retried.
+- A call gives up after ``max_attempts`` tries or once the next try could not start within ``deadline`` seconds of
+  the first, raising one :class:`RetriesExhausted` naming the URL(s), the number of tries and the last cause.
 """
 
 from __future__ import annotations
@@ -48,11 +41,11 @@ __all__ = ["RetryPolicy", "RetryLog", "Endpoints", "Attempts"]
 
 
 class RetryLog:
-    """The visible long retry (a job's ``--retry-deadline``): a failing service said as it happens -- at once when
-    it cannot be reached (which URL, and how), after ``every`` seconds when it only says it is busy -- then a line
-    every ``every`` seconds counting down, and a line when it answers again. One per client, shared by its calls
-    in flight, so an outage is told once, not per call. Lines begin with ``prefix`` and name ``flag``, the
-    setting that bounds the retrying. Pickled without its ``log`` (a copy in a worker says nothing)."""
+    """The visible long retry (a job's ``--retry-deadline``): a failing service said as it happens -- at once when it
+    cannot be reached (which URL, and how), after ``every`` seconds when it only says it is busy -- then a line every
+    ``every`` seconds counting down, and a line when it answers again. One per client, shared by its calls in flight:
+    an outage is told once, not per call. Lines begin with ``prefix`` and name ``flag``, the setting that bounds the
+    retrying. Pickled without its ``log`` (a copy in a worker says nothing)."""
 
     def __init__(
         self,
@@ -112,16 +105,12 @@ class RetryLog:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How hard a call tries before it gives up.
-
-    ``max_attempts`` counts every try of one call, the first included (1: never retry). ``deadline``
-    bounds, in seconds, how late a retry may start after the first try. ``backoff_initial`` and
-    ``backoff_max`` shape the jittered exponential wait after a connection error; ``max_retry_after``
-    caps how long a server's ``Retry-After`` is honoured. ``log``: a :class:`RetryLog` that says the retrying
-    as it goes (a job's long deadline), else it is silent.
-
-    The defaults ride out a rolling restart of a replica (tens of seconds) but fail a dead deployment
-    within about a minute, so a training job does not hang.
+    """How hard a call tries before it gives up: ``max_attempts`` tries, the first included (1: never retry), none
+    starting later than ``deadline`` seconds after the first. ``backoff_initial`` and ``backoff_max`` shape the
+    jittered exponential wait after a connection error; ``max_retry_after`` caps how long a server's ``Retry-After``
+    is honoured. ``log``: a :class:`RetryLog` that says the retrying as it goes (a job's long deadline), else it is
+    silent. The defaults ride out a rolling restart of a replica (tens of seconds) but fail a dead deployment within
+    about a minute, so a training job does not hang.
     """
 
     max_attempts: int = 10
@@ -194,27 +183,15 @@ class Endpoints:
 
     def _pick(self, states: list[_EndpointState], avoid: _EndpointState | None) -> tuple[_EndpointState, float]:
         now = time.monotonic()
-        count = len(states)
         start = self._next
-        self._next = (start + 1) % count
-        best: _EndpointState | None = None
-        fallback: _EndpointState | None = None
-        for offset in range(count):
-            state = states[(start + offset) % count]
-            if state.unreachable is not None and not self.answered:
-                continue
-            if state.available_at <= now:
-                if state is not avoid or count == 1:
-                    if best is None or state.outstanding < best.outstanding:
-                        best = state
-                else:
-                    fallback = state
-        if best is not None:
-            return best, 0.0
-        if fallback is not None:
-            return fallback, 0.0
-        reachable = [state for state in states if state.unreachable is None or self.answered] or states
-        soonest = min(reachable, key=lambda s: s.available_at)
+        self._next = (start + 1) % len(states)
+        rotated = states[start:] + states[:start]
+        usable = [state for state in rotated if state.unreachable is None or self.answered]
+        ready = [state for state in usable if state.available_at <= now]
+        if ready:
+            others = [state for state in ready if state is not avoid] or ready
+            return min(others, key=lambda s: s.outstanding), 0.0  # the first of the least loaded: ties rotate
+        soonest = min(usable or states, key=lambda s: s.available_at)
         return soonest, max(0.0, soonest.available_at - now)
 
     def done(self, state: _EndpointState) -> None:

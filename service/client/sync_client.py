@@ -1,6 +1,4 @@
-"""``TokenizerClient``: a remote tokenizer that feels like the in-process one. Its methods are the async twin's too
-(:mod:`.async_client`); both share :class:`~.base.ClientBase`.
-"""
+"""``TokenizerClient``: a remote tokenizer that feels like the in-process one; its methods are the async twin's too."""
 
 from __future__ import annotations
 
@@ -46,11 +44,10 @@ T = TypeVar("T")
 
 
 class TokenizerClient(ClientBase[SyncTransport]):
-    """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns
-    what ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service.
-
-    Safe to build before a fork and to pickle; thread-safe. ``close()`` releases this process's idle
-    connections (a later call reconnects).
+    """A remote HuggingFace fast tokenizer: ``client(texts, padding=..., return_tensors="pt")`` returns what
+    ``tokenizer(texts, padding=..., return_tensors="pt")`` would, computed by the service. Safe to build before a
+    fork and to pickle; thread-safe. ``close()`` releases this process's idle connections (a later call reconnects).
+    ``client.collator(...)`` makes a DataLoader ``collate_fn`` of it (:class:`~service.data.Collator`).
 
     Args:
         url: the service's base URL (``http://``, ``https://`` or ``http+unix://``), several (a list, or
@@ -60,23 +57,16 @@ class TokenizerClient(ClientBase[SyncTransport]):
         retry: a :class:`RetryPolicy`: how long to retry, and fail over, on connection errors and the answers
             raised as :class:`ServerBusy` or :class:`RequestTimeout` (overloaded, draining, queue timeout, a
             proxy's 502, a slow upload).
-        expected_fingerprint: pin the tokenizer: any answer from a server with another fingerprint raises
-            :class:`FingerprintMismatch` (get the value from ``client.info()["fingerprint"]``; a prefix of at
-            least 12 hex digits, as ``serve`` logs it, pins the fingerprints that begin with it).
+        expected_fingerprint: pin the tokenizer: an answer from a server with another fingerprint raises
+            :class:`FingerprintMismatch` (``client.info()["fingerprint"]``, or a prefix of it of at least 12 hex
+            digits, as ``serve`` logs it).
         headers: extra headers sent with every request.
-        transport: how requests are sent: a :class:`~service.transport.SyncTransport` (default
-            :class:`HTTPTransport`; tests pass a :class:`MockTransport`).
+        transport: a :class:`~service.transport.SyncTransport` (default :class:`HTTPTransport`; tests pass a
+            :class:`MockTransport`).
 
     Raises:
-        ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, or a URL that is not a service URL
-            (the message says how to write it), or an ``expected_fingerprint`` that is not one (or is too short).
-
-    Example:
-        ```python
-        client = TokenizerClient("http://127.0.0.1:8000")
-        batch = client(["今天天气很好", "The weather is nice today."], padding=True, return_tensors="pt")
-        loader = DataLoader(rows, batch_size=32, num_workers=2, collate_fn=client.collator(padding=True))
-        ```
+        ValueError: no URL given and ``$TOKENIZER_SERVICE_URL`` unset, a URL that is not a service URL (the
+            message says how to write it), or an ``expected_fingerprint`` that is not one (or is too short).
     """
 
     def _default_transport(self) -> SyncTransport:
@@ -130,17 +120,14 @@ class TokenizerClient(ClientBase[SyncTransport]):
         return_offsets_mapping: bool = False,
         return_length: bool = False,
     ) -> EncodeResult:
-        """Encode a text, a batch of texts, or pairs -- same arguments, same result as calling a
-        transformers fast tokenizer (``tokenizer(text, text_pair, ...)``), not its ``encode`` method.
-
-        ``return_tensors``: None (lists), ``"np"`` (numpy int64) or ``"pt"`` (torch int64); tensors come
-        from the binary answer without a copy and need rectangular rows (pass ``padding``), else
-        :class:`NotAcceptable`. Invalid options raise :class:`InvalidRequest`, as transformers would raise.
-        Every other option has transformers' name, default and meaning (the HTTP reference lists them).
+        """Encode a text, a batch of texts, or pairs -- same arguments, same result as calling a transformers fast
+        tokenizer (``tokenizer(text, text_pair, ...)``), not its ``encode`` method: every option has transformers'
+        name, default and meaning (the HTTP reference lists them). ``return_tensors``: None (lists), ``"np"``
+        (numpy int64) or ``"pt"`` (torch int64), read from the binary answer without a copy.
 
         Returns:
-            An :class:`EncodeResult`: the keys and values of the ``BatchEncoding`` the in-process tokenizer
-            returns (for a single text, unbatched lists).
+            An :class:`EncodeResult`: the keys and values of the in-process ``BatchEncoding`` (for a single text,
+            unbatched lists).
 
         Raises:
             InvalidRequest: options the tokenizer refuses, with its reason (e.g. padding without a pad token).
@@ -186,21 +173,18 @@ class TokenizerClient(ClientBase[SyncTransport]):
         return_overflowing_tokens: bool = False,
         batch_size: int = LENGTHS_BATCH_TEXTS,
     ) -> Any:
-        """Token counts without the ids: for a batch, one int per text (or pair), each equal to
-        ``len(tokenizer(text, text_pair, **options)["input_ids"])`` in-process; for a single text, one int.
+        """Token counts without the ids, much cheaper than encoding: ``len(tokenizer(text, text_pair,
+        **options)["input_ids"])`` in-process, one int per text (or pair) of a batch, or one int for a single text.
 
-        The options are those of :meth:`encode` that change a count, with its defaults (padding never
-        does). With ``return_overflowing_tokens=True`` each entry is instead the list of the counts of that
-        text's rows: its first window, then each overflow window (``max_length`` and ``stride`` as in
-        ``encode``). Much cheaper than encoding: the service answers one small int per text. Any number of
-        texts: they are sent ``batch_size`` per request (by default the server's default
+        The options are :meth:`encode`'s that change a count (padding never does), with its defaults; with
+        ``return_overflowing_tokens=True`` an entry is the list of the counts of that text's windows, the first then
+        each overflow one. Texts are sent ``batch_size`` per request (default: the server's default
         ``max_texts_per_request``, the most it takes); an empty batch gives ``[]`` without a request.
 
         ``text`` may also be a conversation (a list of message dicts) or a batch of them: each count is then
         ``len(tokenizer.apply_chat_template(conversation, truncation=..., max_length=...)["input_ids"])`` with the
-        tokenizer's default template (the template writes the special tokens, so ``add_special_tokens`` does
-        not apply; ``stride`` and overflow are refused). A chat collator's :meth:`~ChatCollator.batch_sampler`
-        counts with all of its chat options.
+        default template (``add_special_tokens`` does not apply; ``stride`` and overflow are refused). A chat
+        collator's :meth:`~ChatCollator.batch_sampler` counts with all of its chat options.
         """
         options = LengthOptions(
             add_special_tokens=add_special_tokens,
@@ -239,10 +223,9 @@ class TokenizerClient(ClientBase[SyncTransport]):
         return_offsets_mapping: bool = False,
         return_length: bool = False,
     ) -> RaggedResult:
-        """Encode as :meth:`encode` does, with the answer in the binary ragged layout: rows of any lengths,
-        no padding, each key one flat int64 numpy array plus ``row_lengths`` (a :class:`RaggedResult`;
-        ``result.tolist()`` equals the in-process lists). The fast path for pre-tokenization: neither JSON
-        nor a Python int per token on the client. A single text is a batch of one row."""
+        """Encode as :meth:`encode` does, answered in the binary ragged layout: a :class:`RaggedResult`, each key one
+        flat int64 numpy array plus ``row_lengths`` (``.tolist()`` equals the in-process lists). The fast path of
+        pre-tokenization: no JSON, no Python int per token. A single text is a batch of one row."""
         options = EncodeOptions(
             add_special_tokens=add_special_tokens,
             padding=padding,
@@ -288,14 +271,11 @@ class TokenizerClient(ClientBase[SyncTransport]):
         max_length: int | None = None,
         return_sequence_ids: bool = False,
     ) -> Any:
-        """Tokens of a text (``list[str]``), or of each text of a batch (``list[list[str]]``), as
-        ``tokenizer.tokenize(text, pair, add_special_tokens=...)`` gives them; ``pair`` (or a batch of
-        ``(text, pair)`` tuples) as ``encode`` takes ``text_pair``.
-
-        With ``truncation``/``max_length`` (as in :meth:`encode`), the tokens of the encoding ``encode`` makes
-        with the same options -- one per id, ``BatchEncoding.tokens()``. With ``return_sequence_ids=True``
-        the answer is ``{"tokens": ..., "sequence_ids": ...}``: per token ``None`` (a special token), 0 (the
-        text) or 1 (the pair), as ``BatchEncoding.sequence_ids()``."""
+        """Tokens of a text (``list[str]``), or of each text of a batch, as ``tokenizer.tokenize(text, pair,
+        add_special_tokens=...)`` gives them; ``pair`` (or ``(text, pair)`` tuples) as ``encode``'s ``text_pair``.
+        With ``truncation``/``max_length``, the tokens of the encoding ``encode`` makes with the same options (one per
+        id, ``BatchEncoding.tokens()``). ``return_sequence_ids=True`` answers ``{"tokens": ..., "sequence_ids": ...}``:
+        per token ``None`` (a special token), 0 (the text) or 1 (the pair), as ``BatchEncoding.sequence_ids()``."""
         options = TokenizeOptions(
             add_special_tokens=add_special_tokens,
             truncation=truncation,
@@ -326,20 +306,19 @@ class TokenizerClient(ClientBase[SyncTransport]):
         **kwargs: Any,
     ) -> Any:
         """Conversations through the served tokenizer's chat template -- same arguments, same result as
-        ``tokenizer.apply_chat_template`` in-process (transformers 5): one conversation (a list of message dicts)
-        or a batch of them; ``tokenize=False`` gives the rendered string(s); otherwise an :class:`EncodeResult` with
-        ``input_ids``, ``attention_mask`` and, with ``return_assistant_tokens_mask=True``, ``assistant_masks``
-        (lists, or ``return_tensors="np"``/``"pt"``), or the ids alone with ``return_dict=False``.
+        ``tokenizer.apply_chat_template`` in-process (transformers 5): one conversation (a list of message dicts) or a
+        batch; ``tokenize=False`` gives the rendered string(s), else an :class:`EncodeResult` with ``input_ids``,
+        ``attention_mask`` and, with ``return_assistant_tokens_mask=True``, ``assistant_masks`` (lists, or
+        ``return_tensors="np"``/``"pt"``), or the ids alone with ``return_dict=False``. As in transformers,
+        ``tokenizer_kwargs`` go to the tokenizer (the service takes ``pad_to_multiple_of``, ``padding_side`` and
+        ``return_attention_mask``) and every other keyword is a template variable (``enable_thinking=False``).
+        ``chat_template`` names one of the tokenizer's templates (``info()["chat"]`` lists them); ``tools`` are JSON
+        schemas (functions cannot travel); ``sanitize_control_tokens`` is not supported yet.
 
-        As in transformers, ``tokenizer_kwargs`` go to the tokenizer (the service takes ``pad_to_multiple_of``,
-        ``padding_side`` and ``return_attention_mask``) and every other keyword is a template variable (e.g.
-        ``enable_thinking=False``). ``chat_template`` names one of the tokenizer's templates (``info()["chat"]``
-        lists them). ``tools`` are JSON schemas (functions cannot travel).
-
-        Masks are never silently wrong: on a template without ``{% generation %}`` markers, transformers answers an
-        all-zero mask, the service raises :class:`InvalidRequest` saying so; ``assistant_masks_from="turns"`` (not
+        Masks are never silently wrong: on a template without ``{% generation %}`` markers, where transformers answers
+        an all-zero mask, the service raises :class:`InvalidRequest` saying so; ``assistant_masks_from="turns"`` (not
         a transformers argument) marks each assistant message's rendered turn instead, exactly, or refuses a
-        template that rewrites earlier turns. ``sanitize_control_tokens`` is not supported yet.
+        template that rewrites earlier turns.
         """
         options = ChatOptions(
             tools=tools,
@@ -379,10 +358,9 @@ class TokenizerClient(ClientBase[SyncTransport]):
         return_attention_mask: bool | None = None,
         chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> RaggedResult:
-        """Encode a batch of conversations as :meth:`apply_chat_template` does, with the options as the service
-        names them (``service.wire.ChatOptions``), answered in the binary ragged layout: each key one flat int64
-        numpy array plus ``row_lengths`` (a :class:`RaggedResult`). The fast path of the chat collator and of
-        pre-tokenizing conversations. A single conversation is a batch of one row."""
+        """Encode conversations as :meth:`apply_chat_template` does, with the options as the service names them
+        (``service.wire.ChatOptions``), answered as :meth:`encode_ragged` is: the fast path of the chat collator and
+        of pre-tokenizing conversations. A single conversation is a batch of one row."""
         options = ChatOptions(
             tools=tools,
             documents=documents,
@@ -414,22 +392,21 @@ class TokenizerClient(ClientBase[SyncTransport]):
                 loader = DataLoader(rows, num_workers=4, collate_fn=client.collator(padding=True))
 
         ``options``: the client's (``timeout``, ``retry``, ``headers``, ``transport``, ``api_key``,
-        ``expected_fingerprint``), ``start_timeout`` (seconds to wait for a ready service, default 300),
-        ``python`` (the interpreter that runs the server, default this one), ``replicas`` (below), and every
-        setting of ``tokenizer-service serve`` by its name (``threads=8``, ``memory_budget_mib=2048``,
-        ``revision=...``). One service per tokenizer and settings per machine: the local ranks of a torchrun job
-        share one.
+        ``expected_fingerprint``), ``start_timeout`` (seconds to wait for a ready service, default 300), ``python``
+        (the server's interpreter, default this one), ``replicas``, and every setting of ``tokenizer-service serve``
+        by name (``threads=8``, ``memory_budget_mib=2048``, ``revision=...``). One service per tokenizer and settings
+        per machine: the local ranks of a torchrun job share one.
 
-        ``replicas=K`` (or ``"auto"``: one per ``service.sizing.CORES_PER_REPLICA`` cores this process may use)
-        starts K servers instead of one, for a machine whose cores one process cannot keep busy: each gets an
-        equal share of the cores for its Rust pool (``threads=`` sets each one's) and of the memory limit; the
-        client sends each call to the one with the fewest calls outstanding, and when one dies its calls go to
-        the others while it is relaunched. All serve one fingerprint, or the launch fails. ``replicas`` must be
-        1 or more (a ValueError says so); more than the cores warns (RuntimeWarning) what it costs.
-        It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the
-        ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log; a
-        service that dies is relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError``
-        says to run ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/supervisor.py``."""
+        ``replicas=K`` (1 or more, else ValueError; ``"auto"``: one per ``service.sizing.CORES_PER_REPLICA`` cores
+        this process may use) starts K servers, for cores one process cannot keep busy, each with an equal share of
+        the cores for its Rust pool (``threads=`` sets each one's) and of the memory limit. Each call goes to the one
+        with the fewest calls outstanding; a dead one's calls go to the others while it is relaunched. All serve one
+        fingerprint, or the launch fails; more than the cores warns (RuntimeWarning) what it costs.
+
+        It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the ``with`` block
+        lets go sooner. A failed start raises ``LaunchError`` with the server's log; a service that dies is
+        relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError`` says to run
+        ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/supervisor.py``."""
         from ..launch.transport import LaunchedTransport
 
         return launched(cls, model, options, LaunchedTransport)
@@ -449,15 +426,14 @@ class TokenizerClient(ClientBase[SyncTransport]):
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         if "datasets" in sys.modules:
-            # datasets keys a map by the pickle of its function, and a user's function pickles the client it calls:
-            # the served tokenizer's fingerprint in that pickle makes a service that changed tokenizer behind the same
-            # URL miss the cache instead of answering the old tokenization.
+            # datasets keys a map by the pickle of its function, which holds this client: with the served fingerprint
+            # in it, a service that changed tokenizer behind the same URL misses the cache instead of answering stale.
             state["served_fingerprint"] = self._served_fingerprint()
         return state
 
     def _served_fingerprint(self) -> str | None:
-        """The fingerprint of the tokenizer served at the first URL: one request, no retry; None if unreachable (a map
-        then fails before it caches anything)."""
+        """The fingerprint served at the first URL: one request, no retry; None if unreachable (a map then fails before
+        it caches anything)."""
         if self.expected_fingerprint is not None:
             return self.expected_fingerprint
         call = info_call()
@@ -466,8 +442,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
             info = finish(call, self._transport.handle_request(request), request.url, None)
         except TokenizerServiceError:
             return None
-        fingerprint: str = info["fingerprint"]
-        return fingerprint
+        return str(info["fingerprint"])
 
     def __enter__(self) -> TokenizerClient:
         return self

@@ -1,27 +1,10 @@
-"""The SDK's data tools for training code: tokenizing through the service where training code already tokenizes.
+"""The SDK's data tools for training code, tokenizing through the service where training code already tokenizes:
+map functions for ``datasets``, a resumable stream, collators and a token-budget sampler for DataLoaders.
 
-    from service.client import TokenizerClient
-    from service.data import TokenizeFunction, ChatTokenizeFunction, TokenizedStream
-
-    client = TokenizerClient.launch()                          # or TokenizerClient("http://...")
-    tokenized = dataset.map(TokenizeFunction(client, "text", truncation=True, max_length=512),
-                            batched=True, num_proc=4)           # datasets' cache keyed on the served tokenizer
-    sft_ready = conversations.map(ChatTokenizeFunction(client), batched=True)   # TRL's SFTTrainer takes it as is
-    loader = DataLoader(TokenizedStream(documents, TokenizeFunction(client)), num_workers=4)  # sharded, resumable
-
-- :mod:`.protocol`: what these tools call of a tokenizer (:class:`TokenizerLike`): they type against it and never
-  import the client, which makes them through its conveniences (``client.collator()``, ``client.chat_collator()``,
-  ``client.tokenize_function()``, ``client.chat_tokenize_function()``);
-- :mod:`.mapping`: the functions for ``datasets.Dataset.map`` (texts and conversations), hashed by datasets'
-  cache on the served tokenizer and the options, never the URL;
-- :mod:`.streaming`: a torch ``IterableDataset`` sharded over DataLoader workers and ranks, resumable;
-- :mod:`.collate`: the collators a DataLoader's ``collate_fn`` takes (:class:`Collator`, :class:`ChatCollator`);
-- :mod:`.sampling`: batch samplers under a token budget (:class:`TokenBudgetBatchSampler`);
-- :mod:`.packing`: padding-free packed batches, as transformers' ``DataCollatorWithFlattening`` makes them;
-- :mod:`.sft`: TRL's SFT preparation of conversations (labels from assistant masks) and its collation.
-
-It never imports the client, the engine, the server or the tokenizer stack; ``datasets``, ``numpy`` and
-``torch`` are imported only by what needs them.
+The tools type against what they call of a tokenizer (:class:`TokenizerLike`, :mod:`.protocol`) and never import the
+client, which makes them through its conveniences (``client.collator()``, ``client.tokenize_function()``...); nor
+the engine, the server or the tokenizer stack. ``datasets``, ``numpy`` and ``torch`` are imported only by what needs
+them. The modules: docs/explanations/how-it-works.md.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -1,57 +1,101 @@
 """DataLoader ``collate_fn`` s that tokenize through the service: :class:`Collator` for texts (padded batches, or
 padding-free packed ones) and :class:`ChatCollator` for conversations (supervised fine-tuning batches, as TRL's).
-
-The classes live at module level so spawned DataLoader workers can unpickle them; each holds a
-:class:`~service.client.TokenizerClient`, which pickles without connections and opens its own in each
-worker process. numpy and torch are imported only when a batch is collated.
+Each holds a client, which pickles without connections: each DataLoader worker opens its own. torch is imported only
+when a batch is collated.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from ..wire import CHAT_OPTIONS, ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
 from .packing import PACKING_OPTIONS, flatten
-from .protocol import TokenizerLike
+from .protocol import SFT_CHAT_OPTIONS, TokenizerLike
 
 if TYPE_CHECKING:
     from .sampling import TokenBudgetBatchSampler
 
 __all__ = ["Collator", "ChatCollator"]
 
-# With packing, only the options that decide which tokens a text becomes: nothing is padded, and the packed
-# batch holds input_ids, labels and positions only.
+# With packing, only the options that decide which tokens a text becomes: the packed batch holds no padding or masks.
 _PACKING_ENCODE_OPTIONS = frozenset(LENGTHS_OPTIONS) - {"return_overflowing_tokens"}
 
 
-class Collator:
-    """``collate_fn(batch) -> dict`` of tensors.
+class _TokenBudget:
+    """What both collators share: :meth:`batch_sampler`, over their own counting and batch shape."""
+
+    def _count_items(self, items: list[Any]) -> list[int]:
+        """The token count of each item, as this collator encodes it: one request."""
+        raise NotImplementedError
+
+    def _budget_shape(self) -> tuple[bool, int | None]:
+        """(whether batches are packed, the multiple padding rounds up to); ValueError where a budget cannot help."""
+        raise NotImplementedError
+
+    def batch_sampler(
+        self,
+        dataset: Any,
+        *,
+        max_tokens: int,
+        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
+        share_counting: bool = True,
+        **sampler_options: Any,
+    ) -> TokenBudgetBatchSampler:
+        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` (a list, or anything with ``len`` and
+        integer indexing) and this collator: every item, read as a batch is, is counted through the service once,
+        ``count_chunk_size`` items per request, with this collator's options (truncation included). In a
+        ``torch.distributed`` job (``share_counting``, the default) each rank counts its share and the ranks exchange
+        the counts: every rank must call this. The sampler packs (sum of lengths up to ``max_tokens``) when this
+        collator packs (``packing``, ``padding_free``), else bounds rows x longest (with its ``pad_to_multiple_of``).
+        ``sampler_options``: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
+        ``rank``, ``drop_last``.
+        """
+        from .sampling import TokenBudgetBatchSampler, count_across_ranks
+
+        for name in ("packing", "pad_to_multiple_of", "max_length", "dataset"):
+            if name in sampler_options:
+                raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
+        if isinstance(count_chunk_size, bool) or not isinstance(count_chunk_size, int) or count_chunk_size < 1:
+            raise ValueError(f"count_chunk_size must be an int >= 1, not {count_chunk_size!r}")
+        packing, pad_to_multiple_of = self._budget_shape()
+
+        def count(start: int, step: int) -> list[int]:
+            indices = range(start, len(dataset), step)
+            lengths: list[int] = []
+            for first in range(0, len(indices), count_chunk_size):  # a chunk of items at a time: none is kept
+                lengths.extend(self._count_items([dataset[i] for i in indices[first : first + count_chunk_size]]))
+            return lengths
+
+        lengths = count_across_ranks(count, len(dataset), share_counting)
+        if not packing:
+            sampler_options["pad_to_multiple_of"] = pad_to_multiple_of
+        return TokenBudgetBatchSampler(
+            lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options
+        )
+
+
+class Collator(_TokenBudget):
+    """``collate_fn(batch) -> dict`` of tensors, made by ``client.collator(...)``; it pickles as its client's
+    settings, so forked and spawned DataLoader workers each use their own connections.
 
     A batch is a list of ``str``, of ``(text, pair)`` tuples, or of dicts, whose fields other than the text(s) are
     collated as ``torch.utils.data.default_collate`` would and added to the result (not under a key of the result).
-
-    Padded (default): int64 tensors as ``tokenizer(texts, ..., return_tensors="pt")``; ``options`` are the
-    encode options, ``padding`` defaults to True.
-
-    ``packing=True``: one padding-free row, exactly as transformers'
-    ``DataCollatorWithFlattening(return_position_ids=True, separator_id=-100, return_flash_attn_kwargs=False,
-    return_seq_idx=False, position_ids_start=0)`` gives it for the texts' ``input_ids`` (those options are
-    taken here with the same names and defaults): ``input_ids`` and ``labels`` of shape ``[1, total]``,
-    ``position_ids``, and optionally ``cu_seq_lens_q/k``, ``max_length_q/k`` and ``seq_idx``. The encode options
-    are then ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride``. Use it with
-    :meth:`batch_sampler` so that each batch packs up to a token budget.
-
-    Made by ``client.collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
-    workers each use their own connections.
+    Padded (default): int64 tensors as ``tokenizer(texts, ..., return_tensors="pt")``. ``packing=True``: one
+    padding-free row, exactly as transformers' ``DataCollatorWithFlattening`` gives it for the texts' ``input_ids``:
+    ``input_ids`` and ``labels`` of shape ``[1, total]``, ``position_ids``, and optionally ``cu_seq_lens_q/k``,
+    ``max_length_q/k`` and ``seq_idx``; with :meth:`batch_sampler` each batch packs up to a token budget.
 
     Args:
         client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes.
         text_field: the dict key holding the text, for batches of dicts.
         pair_field: the dict key holding the second text of a pair, if any.
-        packing: one padding-free row per batch instead of padded rows (above).
-        **options: encode options (``padding``, ``truncation``, ``max_length``...), and with ``packing`` the
-            ``DataCollatorWithFlattening`` options (``return_flash_attn_kwargs``, ``return_seq_idx``...).
+        packing: one padding-free row per batch instead of padded rows.
+        **options: encode options (``padding``, default True; ``truncation``, ``max_length``...); with ``packing``,
+            ``add_special_tokens``, ``truncation``, ``max_length`` and ``stride`` only, and the options of
+            ``DataCollatorWithFlattening`` with its names and defaults (``return_position_ids=True``,
+            ``separator_id=-100``, ``return_flash_attn_kwargs=False``, ``return_seq_idx=False``,
+            ``position_ids_start=0``).
 
     Raises:
         TypeError: an unknown option, ``return_tensors`` (always torch), or an option packing has no use for.
@@ -77,7 +121,7 @@ class Collator:
     ) -> None:
         from ..extras import require_module
 
-        require_module("torch", "torch", "a collator (client.collator())")  # when it is made, not at its first batch
+        require_module("torch", "torch", "a collator (client.collator())")  # when made, not at its first batch
         unknown = set(options) - set(ENCODE_OPTIONS) - set(PACKING_OPTIONS)
         if "return_tensors" in unknown:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
@@ -126,51 +170,17 @@ class Collator:
         """The options of ``client.lengths`` that count tokens as this collator encodes them."""
         return {name: self.options[name] for name in LENGTHS_OPTIONS if name in self.options}
 
-    def batch_sampler(
-        self,
-        dataset: Any,
-        *,
-        max_tokens: int,
-        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
-        share_counting: bool = True,
-        **sampler_options: Any,
-    ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator.
+    def _budget_shape(self) -> tuple[bool, int | None]:
+        if not self.packing and self.options.get("padding") not in (True, "longest"):
+            raise ValueError(
+                "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
+                f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
+            )
+        return self.packing, self.options.get("pad_to_multiple_of")
 
-        Every item of ``dataset`` (a list, or anything with ``len`` and integer indexing) is read as this
-        collator reads a batch, and its texts are counted through the service once, ``count_chunk_size`` items
-        per request, with this collator's options (``client.lengths``) -- so the counts are the rows' real lengths,
-        truncation included. In a ``torch.distributed`` job (``share_counting``, the default) each rank counts
-        its share and the ranks exchange the counts: every rank must call this, as every rank builds its
-        sampler. The sampler packs (sum of lengths up to ``max_tokens``) when this collator packs, and
-        otherwise bounds rows x longest (with this collator's ``pad_to_multiple_of``). ``sampler_options`` are
-        the sampler's: ``max_batch_size``, ``shuffle``, ``seed``, ``mega_batch_size``, ``num_replicas``,
-        ``rank``, ``drop_last``.
-        """
-        from .sampling import collator_batch_sampler
-
-        def check_padding() -> None:
-            if not self.packing and self.options.get("padding") not in (True, "longest"):
-                raise ValueError(
-                    "a token budget groups texts for padding='longest' (or packing=True); this collator pads with "
-                    f"padding={self.options.get('padding')!r}, where every batch costs the same per row"
-                )
-
-        def count_items(items: list[Any]) -> list[int]:
-            texts, pairs, _ = self._inputs(items)
-            return list(self.client.lengths(texts, pairs, batch_size=count_chunk_size, **self.length_options))
-
-        return collator_batch_sampler(
-            dataset,
-            count_items,
-            max_tokens=max_tokens,
-            count_chunk_size=count_chunk_size,
-            share_counting=share_counting,
-            packing=self.packing,
-            pad_to_multiple_of=self.options.get("pad_to_multiple_of"),
-            sampler_options=sampler_options,
-            before_counting=check_padding,
-        )
+    def _count_items(self, items: list[Any]) -> list[int]:
+        texts, pairs, _ = self._inputs(items)
+        return list(self.client.lengths(texts, pairs, batch_size=len(texts), **self.length_options))
 
     def _inputs(self, batch: Sequence[Any]) -> tuple[list[str], list[str] | None, list[dict[str, Any]] | None]:
         """(texts, pairs, the other fields of dict items) of a batch."""
@@ -214,53 +224,34 @@ class Collator:
         )
 
 
-#: The chat options a chat collator takes (those of TRL's tokenize step); the others are the collator's own doing:
-#: it encodes without padding and pads itself, and asks for masks when the loss is the assistant's only.
-COLLATOR_CHAT_OPTIONS: Final = (
-    "tools",
-    "documents",
-    "chat_template",
-    "chat_template_kwargs",
-    "assistant_masks_from",
-    "truncation",
-    "max_length",
-)
-
-
-class ChatCollator:
+class ChatCollator(_TokenBudget):
     """``collate_fn(batch) -> dict`` of tensors for supervised fine-tuning on conversations: what TRL's
-    ``SFTTrainer`` makes of them (its dataset preparation, then ``DataCollatorForLanguageModeling``), with the
-    tokenizing done by the service.
+    ``SFTTrainer`` makes of them (its dataset preparation, then ``DataCollatorForLanguageModeling``), tokenized by
+    the service. Made by ``client.chat_collator(...)``; it pickles as :class:`Collator` does.
 
     A batch is a list of dict rows whose ``messages_field`` holds a conversation (a list of messages), or of bare
-    conversations; every other field of the rows is collated as ``default_collate`` does and added to the result.
-    Each batch's conversations are encoded by ``/chat/encode`` in one request (ragged binary: ids and, with
-    ``assistant_only_loss``, masks), then :func:`service.data.sft.collate_sft` makes ``input_ids``, ``labels``
-    (-100 where the token does not count, and on padding) and ``attention_mask``, or with ``padding_free=True``
-    one row with ``position_ids`` and flash-attention's boundaries.
-
-    Made by ``client.chat_collator(...)``; it pickles as its client's settings, so forked and spawned DataLoader
-    workers each use their own connections.
+    conversations; the rows' other fields are collated as ``default_collate`` does and added to the result. A
+    batch's conversations are encoded in one ``/chat/encode`` request (ragged binary), then
+    :func:`service.data.sft.collate_sft` makes ``input_ids``, ``labels`` (-100 where the token does not count, and on
+    padding) and ``attention_mask`` (or a ``padding_free`` row with flash-attention's boundaries).
 
     Args:
         client: the :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`) that encodes
             (the async client's ``chat_collator()`` gives its sync twin).
         messages_field: the dict key holding a row's conversation.
-        pad_token_id: the id padding and ``padding_free`` boundaries use (default: the served tokenizer's pad
-            token, else its eos token, as TRL's, read from ``/info`` once per process).
-        assistant_only_loss: labels only where the assistant wrote the token (TRL's default for this
-            collator); False: every real token.
+        pad_token_id: the id of padding (default: the served tokenizer's pad token, else its eos token, as TRL's,
+            read from ``/info`` once per process).
+        assistant_only_loss: labels only where the assistant wrote the token (TRL's default); False: every real token.
         padding_free: one row per batch with ``position_ids`` instead of padded rows.
         pad_to_multiple_of: pad each batch's length up to a multiple of this.
         padding_side: ``"right"`` (TRL's default) or ``"left"``.
         return_position_ids: add ``position_ids`` to padded batches too.
-        **chat_options: those of TRL's tokenize step (:data:`COLLATOR_CHAT_OPTIONS`): ``tools``, ``documents``,
-            ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and ``truncation`` with
-            ``max_length`` (TRL's ``max_length``, which keeps each conversation's start: the same tokens).
+        **chat_options: TRL's tokenize step's (``service.data.protocol.SFT_CHAT_OPTIONS``): ``tools``,
+            ``documents``, ``chat_template`` (a name), ``chat_template_kwargs``, ``assistant_masks_from``, and
+            ``truncation`` with ``max_length`` (TRL's ``max_length``, which keeps each conversation's start).
 
     Raises:
-        TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a
-            conversation.
+        TypeError: a chat option TRL's tokenize step does not take; a row that is neither a dict nor a conversation.
         KeyError: a row without ``messages_field``.
         ValueError: a ``padding_side`` or ``pad_to_multiple_of`` out of range, an empty batch, or a field that
             clashes with an output key.
@@ -291,20 +282,18 @@ class ChatCollator:
         from ..extras import require_module
 
         require_module("torch", "torch", "a chat collator (client.chat_collator())")
-        unknown = set(chat_options) - set(COLLATOR_CHAT_OPTIONS)
+        unknown = set(chat_options) - set(SFT_CHAT_OPTIONS)
         if unknown:
-            known = set(CHAT_OPTIONS)
             why = (
                 "the collator encodes without padding and pads each batch itself, and asks for assistant masks "
                 "when assistant_only_loss is set"
-                if unknown <= known
+                if unknown <= set(CHAT_OPTIONS)
                 else "unknown option(s)"
             )
-            raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(COLLATOR_CHAT_OPTIONS)}")
-        if padding_side not in ("left", "right"):
-            raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
-        if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
-            raise ValueError("pad_to_multiple_of must be a positive integer")
+            raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(SFT_CHAT_OPTIONS)}")
+        from .sft import check_padding
+
+        check_padding(padding_side, pad_to_multiple_of)
         self.client = client
         self.messages_field = messages_field
         self.pad_token_id = pad_token_id
@@ -327,11 +316,8 @@ class ChatCollator:
         encoded = self.client.chat_encode_ragged(
             conversations, return_assistant_tokens_mask=masks, return_attention_mask=False, **self.chat_options
         )
-        ids = encoded.rows("input_ids")
-        rows: list[dict[str, Any]] = [{"input_ids": row} for row in ids]
-        if masks:
-            for row, mask in zip(rows, encoded.rows("assistant_masks"), strict=True):
-                row["assistant_masks"] = mask
+        keys = ("input_ids", "assistant_masks") if masks else ("input_ids",)
+        rows = [dict(zip(keys, row, strict=True)) for row in zip(*map(encoded.rows, keys), strict=True)]
         from .sft import collate_fields, collate_sft
 
         collated = collate_sft(rows, pad_token_id=self._pad_token_id(), **self.sft_options)
@@ -351,40 +337,15 @@ class ChatCollator:
             self.pad_token_id = int(pad)
         return self.pad_token_id
 
-    def batch_sampler(
-        self,
-        dataset: Any,
-        *,
-        max_tokens: int,
-        count_chunk_size: int = LENGTHS_BATCH_TEXTS,
-        share_counting: bool = True,
-        **sampler_options: Any,
-    ) -> TokenBudgetBatchSampler:
-        """A :class:`~service.data.TokenBudgetBatchSampler` for ``dataset`` and this collator, as
-        :meth:`service.data.Collator.batch_sampler` makes one: every item's conversation is counted through the
-        service once (``count_chunk_size`` per request, with this collator's chat options, truncation included), each
-        rank its share in a ``torch.distributed`` job; batches are bounded by rows x longest (rounded up to
-        ``pad_to_multiple_of``), or with ``padding_free`` by the sum of their lengths."""
-        from .sampling import collator_batch_sampler
+    def _budget_shape(self) -> tuple[bool, int | None]:
+        return self.sft_options["padding_free"], self.sft_options["pad_to_multiple_of"]
+
+    def _count_items(self, items: list[Any]) -> list[int]:
         from .sft import split_conversations
 
-        counted = {**self.chat_options, "return_attention_mask": False}
-
-        def count_items(items: list[Any]) -> list[int]:
-            conversations, _ = split_conversations(items, self.messages_field)
-            encoded = self.client.chat_encode_ragged(conversations, **counted)
-            return [int(n) for n in encoded.row_lengths.tolist()]
-
-        return collator_batch_sampler(
-            dataset,
-            count_items,
-            max_tokens=max_tokens,
-            count_chunk_size=count_chunk_size,
-            share_counting=share_counting,
-            packing=self.sft_options["padding_free"],
-            pad_to_multiple_of=self.sft_options["pad_to_multiple_of"],
-            sampler_options=sampler_options,
-        )
+        conversations, _ = split_conversations(items, self.messages_field)
+        encoded = self.client.chat_encode_ragged(conversations, return_attention_mask=False, **self.chat_options)
+        return [int(n) for n in encoded.row_lengths.tolist()]
 
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={v!r}" for k, v in {**self.sft_options, **self.chat_options}.items())

@@ -1,39 +1,25 @@
 """The functions of ``datasets.Dataset.map(function, batched=True)`` (and of a streaming ``IterableDataset.map``) that
 tokenize through the service: the columns the in-process tokenizer gives, with datasets' cache keyed on what
-determines them.
+determines them (docs/guides/datasets.md).
 
-datasets keys a ``map`` by hashing its function: it pickles it (its own dill ``Pickler``) and hashes the bytes. A
-client pickles as its settings, URL included, so the hash of a function holding it depends on where the service is,
-not on what it serves: a service that now serves another tokenizer behind the same URL would be answered from the
-cache. So these functions register, with that pickler only, a form made of what determines the output -- the served
-tokenizer's fingerprint (asked of the service at hashing time), the column and the options -- and never the URL or a
-socket path: a relaunched private service, on a new socket, still hits the cache. Workers still receive the
-whole function (ordinary pickling, URL included).
-
-Both functions refuse what in-process code would not tokenize as the user expects: a missing column, a row that is
-not a string (or a conversation), an empty batch -- naming the column and the row (the dataset's row number with
-``map(..., with_indices=True)``, else the row of the batch). ``function.map(dataset, ...)`` also refuses an empty
-dataset, which datasets' ``map`` returns untouched without calling the function.
+datasets keys a ``map`` by the pickle of its function (its own dill ``Pickler``); a client pickles with its URL, so
+the hash would follow where the service is, not what it serves. So these functions register with that pickler only
+a form made of the served tokenizer's fingerprint (asked at hashing time), the column and the options -- never the
+URL or a socket path. Workers still receive the whole function (ordinary pickling).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
 from ..wire import ChatOptions, EncodeOptions, changed_options
-from .protocol import TokenizerLike
+from .protocol import SFT_CHAT_OPTIONS, TokenizerLike
 from .sft import sft_labels
 
 __all__ = ["TokenizeFunction", "ChatTokenizeFunction", "MapInputError"]
 
-#: The chat options a ``map`` over conversations takes (the rest are fixed: unpadded rows, masks by
-#: ``assistant_only_loss``).
-CHAT_MAP_OPTIONS = frozenset(
-    {"tools", "documents", "chat_template", "chat_template_kwargs", "assistant_masks_from", "truncation", "max_length"}
-)
 #: Columns of a conversation dataset that TRL reads per row and these functions do not (they take one value for every
 #: row): refused rather than silently ignored.
 PER_ROW_CHAT_COLUMNS = ("tools", "chat_template_kwargs")
@@ -44,53 +30,37 @@ class MapInputError(ValueError):
 
 
 def _where(row: int, indices: Sequence[int] | None) -> str:
-    return (
-        f"row {indices[row]}"
-        if indices is not None
-        else f"row {row} of the batch (pass with_indices=True to map for the dataset's row)"
-    )
+    if indices is not None:
+        return f"row {indices[row]}"
+    return f"row {row} of the batch (pass with_indices=True to map for the dataset's row)"
 
 
-def column_values(batch: Mapping[str, Any], column: str) -> list[Any]:
-    """The values of ``column`` in a batch of ``map(batched=True)``; refuses a missing column and an empty batch."""
+def column_values(
+    batch: Mapping[str, Any], column: str, indices: Sequence[int] | None, conversations: bool = False
+) -> list[Any]:
+    """The values of ``column`` in a batch of ``map(batched=True)``: strings (None, numbers and lists are refused,
+    never coerced), or ``conversations`` (non-empty lists of message mappings); a missing column and an empty batch
+    are refused too."""
     if column not in batch:
         raise MapInputError(f"column {column!r} is not in the dataset; its columns are {sorted(batch)}")
     values = list(batch[column])
     if not values:
         raise MapInputError(f"column {column!r}: the dataset (or this batch) is empty, there is nothing to tokenize")
+    for row, value in enumerate(values):
+        if conversations:
+            valid = isinstance(value, list) and bool(value) and all(isinstance(m, Mapping) for m in value)
+            what = "a conversation (a non-empty list of messages: dicts with role and content)"
+        else:
+            valid, what = isinstance(value, str), "a string"
+        if not valid:
+            raise MapInputError(
+                f"column {column!r}, {_where(row, indices)}: {type(value).__name__} {value!r:.80} is not {what}"
+            )
     return values
 
 
-def column_texts(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[str]:
-    """The texts of ``column``: every row a str (None, numbers and lists are refused, never coerced)."""
-    texts = column_values(batch, column)
-    for row, text in enumerate(texts):
-        if not isinstance(text, str):
-            raise MapInputError(
-                f"column {column!r}, {_where(row, indices)}: {type(text).__name__} {text!r:.80} is not a string"
-            )
-    return texts
-
-
-def column_conversations(batch: Mapping[str, Any], column: str, indices: Sequence[int] | None) -> list[Any]:
-    """The conversations of ``column``: every row a non-empty list of message mappings."""
-    conversations = column_values(batch, column)
-    for row, conversation in enumerate(conversations):
-        if (
-            not isinstance(conversation, list)
-            or not conversation
-            or not all(isinstance(message, Mapping) for message in conversation)
-        ):
-            raise MapInputError(
-                f"column {column!r}, {_where(row, indices)}: {type(conversation).__name__} {conversation!r:.80} is not "
-                "a conversation (a non-empty list of messages: dicts with role and content)"
-            )
-    return conversations
-
-
 class _CachedByIdentity:
-    """What both functions share: the client, the column, the options sent, and the form datasets' cache hashes (see
-    the module docs)."""
+    """What both functions share: the client, the column, the options sent, and the form datasets' cache hashes."""
 
     def __init__(self, client: TokenizerLike, column: str, options: Any) -> None:
         self.client = client
@@ -105,9 +75,8 @@ class _CachedByIdentity:
 
     def map(self, dataset: Any, **map_kwargs: Any) -> Any:
         """``dataset.map(self, batched=True, with_indices=True, **map_kwargs)`` (a ``datasets.Dataset`` or a streaming
-        ``IterableDataset``), after refusing an empty dataset and a missing column -- which ``dataset.map`` alone
-        lets through: datasets never calls a function on an empty dataset, and returns it without the new columns.
-        Errors name the dataset's row."""
+        ``IterableDataset``), after refusing an empty dataset and a missing column, which ``dataset.map`` lets through
+        (it never calls a function on an empty dataset). Errors name the dataset's row."""
         names = getattr(dataset, "column_names", None)
         if names is not None and self.column not in names:
             raise MapInputError(f"column {self.column!r} is not in the dataset; its columns are {sorted(names)}")
@@ -125,14 +94,10 @@ class _CachedByIdentity:
 
 class TokenizeFunction(_CachedByIdentity):
     """``dataset.map(TokenizeFunction(client, "text", truncation=True, max_length=512), batched=True, num_proc=4)``:
-    the columns ``tokenizer(batch["text"], truncation=True, max_length=512)`` gives in-process -- the same keys,
-    values and (as datasets infers them) Arrow features -- computed by the service. ``client.tokenize_function(...)``
-    makes one.
-
-    ``pair_column`` names the second texts of pairs (``tokenizer(batch[column], batch[pair_column], ...)``).
-    ``options``: those of :meth:`TokenizerClient.encode` but ``return_tensors`` (a map returns lists).
-    Takes ``with_indices=True`` (the dataset's row numbers in errors). Picklable: forked and spawned map workers
-    each open their own connections."""
+    the columns ``tokenizer(batch["text"], truncation=True, max_length=512)`` gives in-process (the same keys, values
+    and Arrow features), computed by the service; ``client.tokenize_function(...)`` makes one. ``pair_column`` names
+    the pairs' second texts; ``options``: :meth:`TokenizerClient.encode`'s but ``return_tensors``. Takes
+    ``with_indices=True`` (the dataset's row numbers in errors). Picklable: each map worker opens its connections."""
 
     def __init__(
         self, client: TokenizerLike, column: str = "text", *, pair_column: str | None = None, **options: Any
@@ -148,23 +113,22 @@ class TokenizeFunction(_CachedByIdentity):
         return {"column": self.column, "pair_column": self.pair_column, "options": self.options}
 
     def __call__(self, batch: Mapping[str, Any], indices: Sequence[int] | None = None) -> dict[str, Any]:
-        texts = column_texts(batch, self.column, indices)
-        pairs = column_texts(batch, self.pair_column, indices) if self.pair_column is not None else None
+        texts = column_values(batch, self.column, indices)
+        pairs = column_values(batch, self.pair_column, indices) if self.pair_column is not None else None
         columns: dict[str, Any] = self.client.encode_ragged(texts, pairs, **self.options).tolist()
         return columns
 
 
 class ChatTokenizeFunction(_CachedByIdentity):
     """``dataset.map(ChatTokenizeFunction(client), batched=True)``: a ``messages`` column of conversations ->
-    ``input_ids`` and, with ``assistant_only_loss`` (default, as TRL's), ``assistant_masks`` -- what TRL's
-    ``SFTTrainer`` computes when it tokenizes a conversational dataset itself, so the result is a dataset it takes
-    as already tokenized (it then builds ``labels`` from the masks, as it always does). ``labels=True`` builds them
-    here instead, as TRL does (the id where the mask is 1, else -100; the masks dropped).
-    ``client.chat_tokenize_function`` makes one.
+    ``input_ids`` and, with ``assistant_only_loss`` (default, as TRL's), ``assistant_masks``: what TRL's
+    ``SFTTrainer`` computes when it tokenizes a conversational dataset, so it takes the result as already tokenized
+    (and builds ``labels`` from the masks). ``labels=True`` builds them here, as TRL does (the id where the mask is
+    1, else -100; the masks dropped). ``client.chat_tokenize_function`` makes one.
 
     ``chat_options``: ``tools``, ``documents``, ``chat_template`` (a name), ``chat_template_kwargs``,
-    ``assistant_masks_from``, ``truncation``, ``max_length`` -- one value for every row (a ``tools`` or
-    ``chat_template_kwargs`` column, which TRL reads per row, is refused). As TRL, a conversation with no assistant
+    ``assistant_masks_from``, ``truncation``, ``max_length``, one value for every row (a ``tools`` or
+    ``chat_template_kwargs`` column, which TRL reads per row, is refused). As in TRL, a conversation with no assistant
     token under ``assistant_only_loss`` is an error (its template lacks generation markers)."""
 
     def __init__(
@@ -176,9 +140,9 @@ class ChatTokenizeFunction(_CachedByIdentity):
         labels: bool = False,
         **chat_options: Any,
     ) -> None:
-        unknown = sorted(set(chat_options) - CHAT_MAP_OPTIONS)
+        unknown = sorted(set(chat_options) - set(SFT_CHAT_OPTIONS))
         if unknown:
-            raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(CHAT_MAP_OPTIONS)}")
+            raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(SFT_CHAT_OPTIONS)}")
         self.assistant_only_loss = assistant_only_loss
         self.labels = labels
         super().__init__(client, column, ChatOptions(return_assistant_tokens_mask=assistant_only_loss, **chat_options))
@@ -193,7 +157,7 @@ class ChatTokenizeFunction(_CachedByIdentity):
                 f"columns {per_row} hold per-row chat options, which this function does not read: give one value for "
                 "every row as an option, or remove the columns"
             )
-        conversations = column_conversations(batch, self.column, indices)
+        conversations = column_values(batch, self.column, indices, conversations=True)
         rows = self.client.chat_encode_ragged(conversations, **self.options).tolist()
         columns: dict[str, Any] = {"input_ids": rows["input_ids"]}
         if self.assistant_only_loss:
@@ -215,7 +179,6 @@ class ChatTokenizeFunction(_CachedByIdentity):
         return columns
 
 
-# -- datasets' cache ---------------------------------------------------------------------------------------------
 def identity_of(kind: str, identity: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """What a function's hash is made of in datasets' cache (never called: it only names the form)."""
     return kind, identity
@@ -229,12 +192,7 @@ def register_cache_identity(function_type: type[_CachedByIdentity]) -> None:
     """Have datasets' hashing pickler save ``function_type`` as its cache identity (its extension point: datasets
     registers tokenizers, regexes and tensors the same way). Without datasets, nothing to do; were that module to
     move in a later datasets, the ordinary pickle (URL included) would key the cache: misses, never stale hits."""
-    if "datasets" not in sys.modules:
-        try:
-            import datasets  # noqa: F401  # the map this function is made for imports it anyway
-        except ImportError:
-            return
-    try:
+    try:  # (importing datasets costs nothing extra: the map this function is made for imports it anyway)
         from datasets.utils._dill import Pickler, pklregister
     except ImportError:
         return

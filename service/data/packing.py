@@ -1,33 +1,22 @@
 """Padding-free packed batches: several texts in one row, as transformers' ``DataCollatorWithFlattening`` makes them.
 
-The texts' ids are concatenated into ``input_ids`` of shape ``[1, total]``; ``labels`` are the same ids with
-each text's first token replaced by ``separator_id`` (so no token is predicted across a boundary);
-``position_ids`` restart at ``position_ids_start`` for every text; with ``return_flash_attn_kwargs`` the
-boundaries come as flash-attention's varlen arguments (``cu_seq_lens_q/k``: int32 cumulative lengths starting
-at 0, ``max_length_q/k``: the longest text, a Python int); with ``return_seq_idx``, ``seq_idx`` (int32) says
-which text each token belongs to. Empty texts are left out, as that collator leaves them out. Built with numpy,
-then handed to torch without a copy.
+The ids are concatenated into ``input_ids`` of shape ``[1, total]``; ``labels`` are the same ids with each text's
+first token replaced by ``separator_id`` (no token is predicted across a boundary); ``position_ids`` restart at
+``position_ids_start`` for every text; ``return_flash_attn_kwargs`` adds flash-attention's varlen arguments
+(``cu_seq_lens_q/k``: int32 cumulative lengths from 0; ``max_length_q/k``: the longest text, a Python int),
+``return_seq_idx`` the text of each token (``seq_idx``, int32). Empty texts are left out, as there. Built with
+numpy, handed to torch without a copy.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from itertools import chain
 from types import MappingProxyType
 from typing import Any, Final
 
 __all__ = ["PACKING_OPTIONS", "flatten"]
-
-#: ``DataCollatorWithFlattening``'s options, with its defaults (``tests/data/test_packing.py`` holds them to it).
-PACKING_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
-    {
-        "return_position_ids": True,
-        "separator_id": -100,
-        "return_flash_attn_kwargs": False,
-        "return_seq_idx": False,
-        "position_ids_start": 0,
-    }
-)
 
 
 def flatten(
@@ -72,3 +61,10 @@ def flatten(
     if return_flash_attn_kwargs:
         tensors["max_length_q"] = tensors["max_length_k"] = int(lengths.max())
     return tensors
+
+
+#: ``DataCollatorWithFlattening``'s options, with its defaults (``tests/data/test_packing.py`` holds them to it): those
+#: of :func:`flatten`'s signature.
+PACKING_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {name: p.default for name, p in inspect.signature(flatten).parameters.items() if p.kind is p.KEYWORD_ONLY}
+)

@@ -1,17 +1,26 @@
-"""What the data tools call of a tokenizer: the few methods of the SDK's client they use, as a Protocol (vLLM's
-``TokenizerLike``), so that this package types against what it calls and never imports the client.
-:class:`~service.client.TokenizerClient` is one; so is any object with these methods (a test double, a client of
-another transport)."""
+"""What the data tools call of a tokenizer, as a Protocol (vLLM's ``TokenizerLike``): this package types against it
+and never imports the client."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
+
+#: The chat options of the SFT tools (a chat collator, a conversation map): those of TRL's tokenize step, one value for
+#: every row. The rest are the tools' own doing: unpadded rows, assistant masks by ``assistant_only_loss``.
+SFT_CHAT_OPTIONS: Final = (
+    "tools",
+    "documents",
+    "chat_template",
+    "chat_template_kwargs",
+    "assistant_masks_from",
+    "truncation",
+    "max_length",
+)
 
 
 class TokenizerLike(Protocol):
-    """A remote tokenizer the collators, map functions, streams and samplers call (synchronously: DataLoader
-    workers and datasets call them so), with the arguments of :class:`~service.client.TokenizerClient`'s methods of
-    the same names (typed loosely here: any signature that takes those calls will do)."""
+    """A remote tokenizer the data tools call synchronously, with the arguments of
+    :class:`~service.client.TokenizerClient`'s methods of the same names (it is one; so is a test double)."""
 
     def encode(self, *args: Any, **options: Any) -> Any:
         """``tokenizer(text, text_pair, **options)``'s keys and values (``return_tensors`` among the options)."""

@@ -1,14 +1,5 @@
-"""``TokenBudgetBatchSampler``: batches sized by tokens, not by rows, for a DataLoader's ``batch_sampler``.
-
-Random batches of texts whose lengths vary 10x are mostly padding, even with ``padding="longest"``. This
-sampler groups texts of similar length (fairseq's ``--max-tokens``, transformers' ``LengthGroupedSampler``)
-so that each batch's padded cost -- rows x its longest row -- stays under a token budget, or, for padding-free
-packed batches, so that each batch's total tokens do. It needs every item's token count up front: from
-``client.lengths`` (one pass over the texts through the service, see :meth:`TokenBudgetBatchSampler.from_client`
-and :meth:`~service.data.Collator.batch_sampler`) or from any sequence of ints, e.g. a pre-tokenized
-manifest's lengths.
-
-numpy only; the class is a ``torch.utils.data.Sampler`` when torch is installed, and works without it.
+"""``TokenBudgetBatchSampler``: batches sized by tokens, not by rows, for a DataLoader's ``batch_sampler`` (why:
+docs/guides/less-padding.md), and the counting through the service that the collators' ``batch_sampler`` do.
 """
 
 from __future__ import annotations
@@ -49,48 +40,41 @@ def _positive_int(value: Any, name: str, *, allow_none: bool = False, minimum: i
 class TokenBudgetBatchSampler(_SamplerBase):
     """Yields lists of dataset indices whose cost stays within ``max_tokens``; pass it as ``batch_sampler=``.
 
-    Cost of a batch: rows x its longest length (rounded up to ``pad_to_multiple_of``), what
-    ``padding="longest"`` makes of it; with ``packing=True``, the sum of its lengths, what a padding-free packed
-    batch holds. An item counts at least one token.
+    A batch costs rows x its longest length, what ``padding="longest"`` makes of it (or the sum of its lengths, with
+    ``packing``); an item counts at least one token. Each epoch the indices are shuffled (``seed`` and the epoch:
+    :meth:`set_epoch`), cut into mega-batches, sorted by length within each and cut greedily under the budget; the
+    batches are shuffled too, the one holding the longest item first (an out-of-memory shows at once).
 
-    Each epoch: the indices are shuffled (``seed`` and the epoch, see :meth:`set_epoch`), cut into mega-batches,
-    sorted by length within each, and cut into batches greedily under the budget; the order of the batches
-    is shuffled too, with the batch holding the longest item first (an out-of-memory shows at once).
+    Distributed, every rank computes the same batches and takes every ``num_replicas``-th one; the batches with the
+    most rows are split in two until their number divides evenly, so every rank gets as many (DDP never waits on a
+    rank that has run out) and every index comes once per epoch across the ranks. Only when nearly every item is a
+    batch of its own can splitting not get there: then up to ``num_replicas - 1`` batches repeat, as
+    ``DistributedSampler`` pads.
 
-    Distributed: every rank computes the same batches and takes every ``num_replicas``-th one; when their
-    number does not divide evenly, the batches with the most rows are split in two until it does, so every
-    rank gets the same number of batches (DDP never waits on a rank that has run out) and every index comes
-    exactly once per epoch across the ranks. Only when nearly every item is a batch of its own can splitting
-    not get there: then up to ``num_replicas - 1`` batches repeat, as ``DistributedSampler`` pads.
-
-    ``len(sampler)`` is this rank's number of batches in the current epoch (it can differ by a few between
-    epochs, as the grouping does). It imports without torch, and is a ``torch.utils.data.Sampler`` where
-    torch is installed. :meth:`Collator.batch_sampler` and :meth:`from_client` count the texts for you.
+    ``len(sampler)``: this rank's batches this epoch (it can differ by a few between epochs). It imports without
+    torch, and is a ``torch.utils.data.Sampler`` where torch is. :meth:`Collator.batch_sampler` and
+    :meth:`from_client` count the texts for you.
 
     Args:
         lengths: one token count per dataset item (a list, tuple, numpy array or 1-D tensor of ints), counted
-            with the options the collator encodes with (special tokens included): ``client.lengths(...)``.
+            with the options the collator encodes with: ``client.lengths(...)``.
         max_tokens: the budget of one batch, in token positions (its cost, above).
         max_batch_size: the most rows in a batch, beside the budget.
         packing: cost a batch as the sum of its lengths (for ``client.collator(packing=True)``).
-        max_length: when the collator truncates (``truncation=True, max_length=...``) but ``lengths`` are
-            counts of the whole texts, a length above it costs ``max_length``.
+        max_length: a length above it costs ``max_length`` (the collator truncates, the counts did not).
         pad_to_multiple_of: as the collator's: the padded length is rounded up to a multiple of it.
-        shuffle: False keeps the dataset order for the mega-batches and the batches (for evaluation).
+        shuffle: False keeps the dataset order (for evaluation).
         seed: the shuffles' seed; the same on every rank.
-        mega_batch_size: items sorted together (default: about 50 batches' worth, as transformers'
-            ``LengthGroupedSampler``).
-        num_replicas: ranks sharing the batches (default: from ``torch.distributed`` when it is initialised,
-            else 1).
-        rank: this rank (default: from ``torch.distributed``, else 0).
+        mega_batch_size: items sorted together (default: about 50 batches' worth, as ``LengthGroupedSampler``).
+        num_replicas: ranks sharing the batches (default: ``torch.distributed``'s when initialised, else 1).
+        rank: this rank (default: ``torch.distributed``'s, else 0).
         drop_last: drop the batches that do not divide evenly over the ranks instead of splitting batches.
         dataset: if given, ``lengths`` must hold one count per item of it.
 
     Raises:
-        ValueError: at construction, naming what to fix: an item longer than ``max_tokens`` on its own (which
-            item, how long; count with truncation, or pass ``max_length``), ``max_tokens < 1``, lengths that
-            are not one int per item (nested counts of ``return_overflowing_tokens``), a count that differs
-            from ``len(dataset)``, fewer items than ranks, ``pad_to_multiple_of`` with ``packing``.
+        ValueError: at construction, naming what to fix: an item over ``max_tokens`` on its own, ``max_tokens < 1``,
+            lengths that are not one int per item (nested counts of ``return_overflowing_tokens``), a count that
+            differs from ``len(dataset)``, fewer items than ranks, ``pad_to_multiple_of`` with ``packing``.
 
     Example:
         ```python
@@ -167,15 +151,11 @@ class TokenBudgetBatchSampler(_SamplerBase):
         share_counting: bool = True,
         **sampler_options: Any,
     ) -> TokenBudgetBatchSampler:
-        """Count ``texts`` (and ``text_pairs``) through the service once -- ``client.lengths`` with these
-        options, which must be the ones the collator encodes with, ``count_chunk_size`` texts per request -- and
-        build the sampler on the counts.
-        ``sampler_options`` are the constructor's. With truncation the counts are already bounded by
-        ``max_length``. ``client``: a :class:`~service.client.TokenizerClient` (any :class:`~.protocol.TokenizerLike`),
-        or an async client (its ``as_sync()`` twin counts).
-
-        In a ``torch.distributed`` job (``share_counting``, the default) each rank counts its share of the
-        texts and the ranks exchange the counts, so every rank must call this.
+        """The sampler on the counts of ``texts`` (and ``text_pairs``) through the service: ``client.lengths`` with the
+        options the collator encodes with, ``count_chunk_size`` texts per request. ``sampler_options`` are the
+        constructor's. ``client``: any :class:`~.protocol.TokenizerLike`, or an async client (its ``as_sync()`` twin
+        counts). In a ``torch.distributed`` job (``share_counting``, the default) each rank counts its share and the
+        ranks exchange the counts, so every rank must call this.
         """
         as_sync = getattr(client, "as_sync", None)  # an async client counts through its sync twin
         client = as_sync() if as_sync is not None else client
@@ -353,14 +333,10 @@ def _as_lengths(lengths: Any) -> np.ndarray:
             f"lengths must be one int per item (a flat sequence), got shape {array.shape}; counts of overflow "
             "rows are not items: count without return_overflowing_tokens"
         )
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if not np.issubdtype(array.dtype, np.integer) or array.dtype == np.bool_:
-        whole_floats = array.dtype.kind == "f" and bool(np.all(np.mod(array, 1) == 0))
-        if not whole_floats:
-            values = array.tolist()
-            first = next(i for i, v in enumerate(values) if not _whole(v))
-            raise TypeError(f"lengths must be ints; lengths[{first}] is {values[first]!r}")
+    if array.dtype.kind not in "iu" and not (array.dtype.kind == "f" and np.all(np.mod(array, 1) == 0)):
+        values = array.tolist()  # not ints, nor whole floats (an empty list's): name the first that is not
+        first = next(i for i, v in enumerate(values) if not _whole(v))
+        raise TypeError(f"lengths must be ints; lengths[{first}] is {values[first]!r}")
     array = array.astype(np.int64, copy=False)
     negative = np.flatnonzero(array < 0)
     if len(negative):
@@ -398,13 +374,9 @@ def distributed_world() -> tuple[int, int]:
 
 
 def count_across_ranks(count: Callable[[int, int], list[int]], items: int, share: bool = True) -> list[int]:
-    """Token counts of ``items`` items, each counted once across the ranks of a ``torch.distributed`` job.
-
-    ``count(start, step)`` counts the items ``start, start + step, ...``. Alone (or with ``share=False``) the
-    process counts them all; in an initialised process group each rank counts every world-size-th item and
-    one ``all_gather_object`` gives every rank all the counts -- so a job of 64 ranks asks the service for
-    each count once, not 64 times. Every rank must call it (as every rank builds its sampler).
-    """
+    """Token counts of ``items`` items; ``count(start, step)`` counts the items ``start, start + step, ...``. In an
+    initialised process group (and ``share``) each rank counts every world-size-th item and one ``all_gather_object``
+    gives every rank all of them: each count is asked once, not once per rank. Every rank must call it."""
     world, rank = distributed_world() if share else (1, 0)
     if world == 1:
         return count(0, 1)
@@ -416,46 +388,3 @@ def count_across_ranks(count: Callable[[int, int], list[int]], items: int, share
     for start, part in enumerate(parts):
         lengths[start::world] = part
     return lengths
-
-
-#: What a collator's ``batch_sampler`` sets itself, from the collator and the dataset.
-COLLATOR_OWNED_SAMPLER_OPTIONS = ("packing", "pad_to_multiple_of", "max_length", "dataset")
-
-
-def collator_batch_sampler(
-    dataset: Any,
-    count_items: Callable[[list[Any]], list[int]],
-    *,
-    max_tokens: int,
-    count_chunk_size: int,
-    share_counting: bool,
-    packing: bool,
-    pad_to_multiple_of: int | None,
-    sampler_options: dict[str, Any],
-    before_counting: Callable[[], None] | None = None,
-) -> TokenBudgetBatchSampler:
-    """The sampler a collator's ``batch_sampler`` gives (``Collator``'s and ``ChatCollator``'s): every item of
-    ``dataset`` counted once, ``count_chunk_size`` items at a time by ``count_items(items)`` (the collator's own
-    counting through the service; no chunk is kept), each rank its share (:func:`count_across_ranks`), then a
-    :class:`TokenBudgetBatchSampler` that packs when the collator packs and otherwise bounds rows x longest
-    (rounded up to the collator's ``pad_to_multiple_of``). ``before_counting`` is the collator's own check,
-    run once the sampler options are known to be the sampler's."""
-    for name in COLLATOR_OWNED_SAMPLER_OPTIONS:
-        if name in sampler_options:
-            raise TypeError(f"{name} follows the collator (and the dataset) here; set it on the collator")
-    if isinstance(count_chunk_size, bool) or not isinstance(count_chunk_size, int) or count_chunk_size < 1:
-        raise ValueError(f"count_chunk_size must be an int >= 1, not {count_chunk_size!r}")
-    if before_counting is not None:
-        before_counting()
-
-    def count(start: int, step: int) -> list[int]:
-        indices = range(start, len(dataset), step)
-        lengths: list[int] = []
-        for first in range(0, len(indices), count_chunk_size):  # a chunk of items at a time: none is kept
-            lengths.extend(count_items([dataset[i] for i in indices[first : first + count_chunk_size]]))
-        return lengths
-
-    lengths = count_across_ranks(count, len(dataset), share_counting)
-    if not packing:
-        sampler_options["pad_to_multiple_of"] = pad_to_multiple_of
-    return TokenBudgetBatchSampler(lengths, max_tokens=max_tokens, packing=packing, dataset=dataset, **sampler_options)

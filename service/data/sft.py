@@ -1,25 +1,19 @@
-"""Supervised fine-tuning batches from encoded conversations, exactly as TRL's SFT trainer makes them.
-
-TRL (1.x) turns a tokenized conversation into ``labels`` when it prepares its dataset -- the input id where the
-token counts toward the loss (``assistant_masks`` is 1, with ``assistant_only_loss``), else -100 -- and its
-``DataCollatorForLanguageModeling`` then pads the rows. :func:`collate_sft` does both in one step, from the rows
-``/chat/encode`` answers (``input_ids`` and ``assistant_masks`` of each conversation, unpadded), with the keys,
-order, dtypes and values that collator gives:
+"""Supervised fine-tuning batches from encoded conversations, exactly as TRL's (1.x) SFT trainer makes them: its
+dataset preparation turns a conversation into ``labels`` (the id where the token counts toward the loss --
+``assistant_masks`` is 1, with ``assistant_only_loss`` -- else -100), then ``DataCollatorForLanguageModeling`` pads
+the rows. :func:`collate_sft` does both from ``/chat/encode``'s unpadded rows, with that collator's keys, order,
+dtypes and values:
 
 - padded (default): ``input_ids`` (padded with ``pad_token_id``), ``labels`` (-100 on padding), ``position_ids``
   (with ``return_position_ids``), ``attention_mask``; ``[rows, longest]`` rounded up to ``pad_to_multiple_of``.
   ``padding_side`` may also be ``"left"`` (TRL's collator always pads right; its ``pad`` helper is the oracle).
-- ``padding_free=True``: the rows concatenated into one, without an attention mask: ``input_ids``, ``labels`` (each
-  conversation's first token -100: no token is predicted across a boundary), ``position_ids`` restarting at 0,
-  then flash-attention's ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32, one tensor under both names, as TRL gives it),
-  ``max_length_q``/``max_length_k`` (Python ints) and ``seq_idx`` (int32). A row padded to ``pad_to_multiple_of``
-  counts, as in TRL, each padding position as a sequence of its own.
+- ``padding_free=True``: one row, no attention mask: ``input_ids``, ``labels`` (each conversation's first token
+  -100), ``position_ids`` restarting at 0, then ``cu_seq_lens_q``/``cu_seq_lens_k`` (int32, one tensor under both
+  names, as TRL gives it), ``max_length_q``/``max_length_k`` (Python ints) and ``seq_idx`` (int32). Padding to
+  ``pad_to_multiple_of`` counts, as in TRL, each padding position as a sequence of its own.
 
-A conversation that encodes to no tokens stays int64 here (TRL would make its whole batch float). Pure logic on
-numpy; torch is imported only when tensors are returned. Other fields of dict rows are collated as
-``torch.utils.data.default_collate`` does (:func:`collate_fields`).
-
-:class:`~service.data.ChatCollator` (``client.chat_collator(...)``) is the DataLoader ``collate_fn`` made of these.
+A conversation that encodes to no tokens stays int64 here (TRL would make its whole batch float). numpy; torch only
+when tensors are returned.
 """
 
 from __future__ import annotations
@@ -41,16 +35,6 @@ __all__ = [
 
 #: The label of a token that does not count toward the loss (PyTorch's cross-entropy ``ignore_index``).
 IGNORE_INDEX: Final = -100
-#: :func:`collate_sft`'s options and defaults: TRL's ``assistant_only_loss`` and its collator's.
-SFT_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
-    {
-        "assistant_only_loss": True,
-        "padding_free": False,
-        "pad_to_multiple_of": None,
-        "padding_side": "right",
-        "return_position_ids": False,
-    }
-)
 
 
 def sft_labels(
@@ -59,8 +43,8 @@ def sft_labels(
     *,
     assistant_only_loss: bool = True,
 ) -> np.ndarray:
-    """One conversation's labels: its ids where the assistant wrote the token, else -100 (with
-    ``assistant_only_loss``); every id otherwise."""
+    """One conversation's labels: with ``assistant_only_loss`` its ids where the assistant wrote the token, else
+    -100; every id otherwise."""
     ids: np.ndarray = np.array(input_ids, dtype=np.int64)  # a copy: the labels are the caller's to change
     if not assistant_only_loss:
         return ids
@@ -89,10 +73,7 @@ def collate_sft(
     (module docstring). ``return_tensors``: ``"pt"`` (torch tensors) or ``"np"``."""
     if not rows:
         raise ValueError("cannot collate an empty batch")
-    if padding_side not in ("left", "right"):
-        raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
-    if pad_to_multiple_of is not None and pad_to_multiple_of < 1:
-        raise ValueError("pad_to_multiple_of must be a positive integer")
+    check_padding(padding_side, pad_to_multiple_of)
     if return_tensors not in ("pt", "np"):
         raise ValueError(f"return_tensors must be 'pt' or 'np', not {return_tensors!r}")
     ids: list[np.ndarray] = []
@@ -116,6 +97,19 @@ def collate_sft(
             del batch["position_ids"]
         batch["attention_mask"] = batch.pop("attention_mask")  # last, as TRL orders it
     return _as_tensors(batch) if return_tensors == "pt" else batch
+
+
+#: :func:`collate_sft`'s options and defaults, from its signature: TRL's ``assistant_only_loss`` and its collator's.
+SFT_OPTIONS: Final[Mapping[str, Any]] = MappingProxyType(
+    {name: value for name, value in (collate_sft.__kwdefaults__ or {}).items() if name != "return_tensors"}
+)
+
+
+def check_padding(padding_side: str, pad_to_multiple_of: int | None) -> None:
+    if padding_side not in ("left", "right"):
+        raise ValueError(f"padding_side must be 'left' or 'right', not {padding_side!r}")
+    if pad_to_multiple_of is not None and (isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1):
+        raise ValueError("pad_to_multiple_of must be a positive integer")
 
 
 def _round_up(width: int, multiple: int | None) -> int:
@@ -182,16 +176,11 @@ def _padding_free(
 def _as_tensors(batch: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    tensors: dict[str, Any] = {}
     made: dict[int, Any] = {}  # an array under two names is one tensor under two names
-    for key, value in batch.items():
-        if isinstance(value, np.ndarray):
-            if id(value) not in made:
-                made[id(value)] = torch.from_numpy(np.ascontiguousarray(value))
-            tensors[key] = made[id(value)]
-        else:
-            tensors[key] = value
-    return tensors
+    for value in batch.values():
+        if isinstance(value, np.ndarray) and id(value) not in made:
+            made[id(value)] = torch.from_numpy(np.ascontiguousarray(value))
+    return {key: made[id(value)] if isinstance(value, np.ndarray) else value for key, value in batch.items()}
 
 
 def split_conversations(

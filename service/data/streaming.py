@@ -1,14 +1,5 @@
 """A torch ``IterableDataset`` over a stream of documents, sharded over DataLoader workers and distributed ranks,
-tokenized through the service as it goes, and resumable.
-
-The order, documented once here: with ``S = world_size * num_workers`` shards, shard ``s = rank * num_workers +
-worker_id`` takes the documents ``s, s + S, s + 2S, ...`` of the source, in source order, so every document is read by
-exactly one worker of one rank. A shard tokenizes ``batch_size`` of its documents per request (the map function of
-:mod:`.mapping`) and yields one example per document: its tokenized columns, then the document's other fields.
-
-Resuming follows torchdata's ``StatefulDataLoader`` convention: ``state_dict()`` (called in each worker) is that
-shard's position -- the source index of its next document -- and ``load_state_dict(state)`` (given back to the same
-worker) makes the next iteration start there. A state is refused by a shard of another layout (ranks x workers).
+tokenized through the service as it goes, and resumable (docs/guides/streaming.md).
 """
 
 from __future__ import annotations
@@ -17,45 +8,26 @@ import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import Any
 
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from .mapping import ChatTokenizeFunction, TokenizeFunction
+from .sampling import distributed_world
 
 __all__ = ["TokenizedStream"]
-
-STATE_POSITION = "position"
-STATE_SHARD = "shard"
-
-
-def distributed_layout(rank: int | None, world_size: int | None) -> tuple[int, int]:
-    """(rank, world_size): the given ones, else torch.distributed's when it is initialized, else (0, 1)."""
-    if rank is None or world_size is None:
-        import torch.distributed as dist
-
-        initialized = dist.is_available() and dist.is_initialized()
-        rank = rank if rank is not None else (dist.get_rank() if initialized else 0)
-        world_size = world_size if world_size is not None else (dist.get_world_size() if initialized else 1)
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
-    return rank, world_size
-
-
-def worker_layout() -> tuple[int, int]:
-    """(worker_id, num_workers) of the DataLoader worker this runs in; (0, 1) in the main process."""
-    from torch.utils.data import get_worker_info
-
-    info = get_worker_info()
-    return (0, 1) if info is None else (info.id, info.num_workers)
 
 
 class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is untyped here
     """``DataLoader(TokenizedStream(documents, client.tokenize_function(truncation=True)), num_workers=4, ...)``.
 
-    ``documents``: a sequence (indexed directly: resuming skips nothing) or any re-iterable (a list, an object whose
+    Each document is read by one worker of one rank, in source order, ``batch_size`` per request, and yields one
+    example: its tokenized columns, then its other fields. ``state_dict()``/``load_state_dict(state)`` resume each
+    worker's shard, as ``StatefulDataLoader`` calls them (the order and resuming: the streaming guide).
+
+    ``documents``: a sequence (indexed directly: resuming skips nothing) or any re-iterable (an object whose
     ``__iter__`` reads a file again each time; every shard reads it and keeps its own documents). Each document is a
     dict with the function's column (or a str: then it is the column). ``function``: a map function of
     :mod:`service.data` (or any ``batch -> columns`` giving one row per document); None yields the documents as they
-    are. ``rank``/``world_size``: default torch.distributed's (see :func:`distributed_layout`).
+    are. ``rank``/``world_size``: default torch.distributed's when it is initialized, else 0 and 1.
     """
 
     def __init__(
@@ -72,12 +44,20 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
         self.documents = documents
         self.function = function
         self.batch_size = batch_size
-        self.rank, self.world_size = distributed_layout(rank, world_size)
+        if rank is None or world_size is None:
+            world, me = distributed_world()
+            rank = me if rank is None else rank
+            world_size = world if world_size is None else world_size
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is not in [0, world_size={world_size})")
+        self.rank, self.world_size = rank, world_size
         self._start: dict[tuple[int, int], int] = {}
         self._position: dict[tuple[int, int], int] = {}
 
     def _shard(self) -> tuple[int, int, tuple[int, int]]:
-        worker, workers = worker_layout()
+        """(shard, shards, the key of this DataLoader worker's position)."""
+        info = get_worker_info()
+        worker, workers = (0, 1) if info is None else (info.id, info.num_workers)
         return self.rank * workers + worker, self.world_size * workers, (worker, workers)
 
     def _indexed(self, shard: int, shards: int, start: int) -> Iterator[tuple[int, Any]]:
@@ -114,12 +94,10 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
                 raise ValueError(
                     f"document {index} has the fields {sorted(row)}, not those of its batch {sorted(batch)}"
                 )
-        columns: Mapping[str, list[Any]]
         if isinstance(self.function, (TokenizeFunction, ChatTokenizeFunction)):
-            columns = self.function(batch, indices)  # errors name the document's index in the source
+            made = dict(self.function(batch, indices))  # errors name the document's index in the source
         else:
-            columns = self.function(batch)
-        made = dict(columns)
+            made = dict(self.function(batch))
         for name, values in made.items():
             if len(values) != len(rows):
                 raise ValueError(
@@ -136,14 +114,15 @@ class TokenizedStream(IterableDataset[Any]):  # type: ignore[misc]  # torch is u
         next document, and the layout it belongs to."""
         shard, shards, key = self._shard()
         position = self._position.get(key, self._start.get(key, 0))
-        return {STATE_POSITION: position, STATE_SHARD: [shard, shards]}
+        return {"position": position, "shard": [shard, shards]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Start this shard's next iteration at ``state`` (from :meth:`state_dict` of the same shard)."""
         shard, shards, key = self._shard()
-        if list(state[STATE_SHARD]) != [shard, shards]:
+        theirs = list(state["shard"])
+        if theirs != [shard, shards]:
             raise ValueError(
-                f"this state is shard {state[STATE_SHARD][0]} of {state[STATE_SHARD][1]}; this worker is shard {shard} "
+                f"this state is shard {theirs[0]} of {theirs[1]}; this worker is shard {shard} "
                 f"of {shards}: resume with the same ranks and num_workers"
             )
-        self._start[key] = int(state[STATE_POSITION])
+        self._start[key] = int(state["position"])
