@@ -1,10 +1,8 @@
-"""The memory budget: what all in-flight work may hold at once (``docs/explanations/limits.md``).
-
-Every request reserves an upper bound of what it will hold (:mod:`service.engine.bounds`) before allocating
-it, through the batcher's admission (one place decides), and releases it once its answer is sent. A bound over
-the whole budget is TOO_LARGE (413); one that does not fit now is OVERLOADED (429). Releasing a large one trims
-glibc's arenas, off the event loop and at most once per :data:`TRIM_INTERVAL_SECONDS` (a trim after every large
-answer cost the hot path ~15%: ``benchmarks.checkouts``).
+"""The memory budget: what all in-flight work may hold at once (``docs/explanations/limits.md``). Every request
+reserves an upper bound of what it will hold (:mod:`service.engine.bounds`) through the batcher's admission,
+before allocating it, until its answer is sent: over the whole budget it is TOO_LARGE (413), not fitting now
+OVERLOADED (429). Releasing a large one trims glibc's arenas off the event loop, at most once per
+:data:`TRIM_INTERVAL_SECONDS` (a trim after every large answer cost the hot path ~15%: ``benchmarks.checkouts``).
 """
 
 from __future__ import annotations
@@ -60,7 +58,6 @@ def default_memory_budget(limit: int | None = None) -> int:
     return max(32 * MIB, int((limit - RESTING_MEMORY) * BUDGET_SHARE_OF_LIMIT))
 
 
-# -- the budget -------------------------------------------------------------------------------------------
 class MemoryBudget:
     """Bytes that in-flight work may hold at once."""
 

@@ -12,8 +12,7 @@
    hold, charged to the request's reservation as they accumulate (:class:`RenderCharge`).
 2. **Encode** the texts as ``tokenizer(texts, add_special_tokens=False, ...)``
    (:meth:`ChatOptions.as_encode_options`): the engine's batched encode, with offsets when masks are wanted.
-3. **Mask** (:func:`add_assistant_masks`): a token counts if it overlaps the current span, scanning spans and
-   tokens in order, as transformers marks generation spans; the offsets are then dropped.
+3. **Mask** (:func:`add_assistant_masks`) from the encode's offsets, then dropped.
 
 **Assistant masks** come from ``{% generation %}`` markers (``assistant_masks_from="generation"``, refused on a
 template without them: transformers would return all zeros) or from the turns (``"turns"``): for each assistant
@@ -23,13 +22,9 @@ whole rendering, and the turns come in order. Where markers wrap exactly what fo
 to the end of the message, both modes agree (``tests/engine/test_chat_masks.py``); markers opened before the
 cue's final newline (``<|im_start|>assistant{% generation %}\\n``) make ``"generation"`` also mark that newline.
 
-The refusals beyond transformers' are listed in the guide; template bodies in a request need
-:attr:`ChatTemplates.allow_template_bodies`. No conversation content is logged or put in an error message
-(except a template's own ``raise_exception(...)``, cut to 300 characters).
-
-**Modules**, each importing only those after it: ``renderer`` (the render thread), ``masks`` (step 3),
-``rendering`` (step 1), ``templates`` (the templates and a request's checks, on the event loop), ``limits`` (what
-a render answers to).
+The guide lists the refusals beyond transformers'. No conversation content is logged or put in an error message
+(except a template's own ``raise_exception(...)``, cut to 300 characters). Each module imports only those after
+it: ``renderer``, ``masks``, ``rendering``, ``templates``, ``limits``.
 """
 
 from __future__ import annotations

@@ -31,10 +31,11 @@ class _RenderRefused(Exception):
 
 @dataclass
 class RenderedChats:
-    """The texts to encode and, when masks are wanted, each one's assistant character spans."""
+    """The texts to encode, when masks are wanted each one's assistant character spans, and what they hold."""
 
     texts: list[str]
     spans: list[list[tuple[int, int]]] | None
+    held_bytes: int
 
     @property
     def chars(self) -> int:
@@ -43,11 +44,6 @@ class RenderedChats:
     @property
     def utf8_bytes(self) -> int:
         return sum(map(utf8_length, self.texts))
-
-    @property
-    def held_bytes(self) -> int:
-        spans = sum(map(len, self.spans)) if self.spans is not None else 0
-        return sum(map(sys.getsizeof, self.texts)) + 8 * len(self.texts) + _SPAN_BYTES * spans
 
 
 def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
@@ -87,7 +83,7 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
         watch.hold(held)
         texts.append(text)
         all_spans.append(spans)
-    return RenderedChats(texts, all_spans if masks else None)
+    return RenderedChats(texts, all_spans if masks else None, held)
 
 
 #: What one assistant span held by a rendered conversation costs (a tuple of two ints, a list slot).

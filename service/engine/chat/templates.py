@@ -137,7 +137,6 @@ class ChatTemplates:
             "unusable": dict(self.unusable),
         }
 
-    # -- checking a request (on the event loop: cheap, no rendering) --------------------------------------
     def prepare(
         self,
         conversations: Sequence[Any],
