@@ -14,8 +14,7 @@ from .parallelism import ForkGuard, parallelism_enabled
 
 
 def tokenizer_facts(loaded: LoadedTokenizer) -> dict[str, Any]:
-    """What identifies the served tokenizer and how it is called; read once at start (later, Rust calls run on
-    the tokenizer thread only)."""
+    """What identifies the served tokenizer and how it is called, read once at start (Rust calls)."""
     tokenizer = loaded.tokenizer
     return {
         "source": loaded.source,

@@ -32,8 +32,6 @@ def _no_torch_notice(record: logging.LogRecord) -> bool:
 TORCH_NOTICE_FILTER = _no_torch_notice
 logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before transformers is imported (below)
 
-DEFAULT_SOURCE = DEFAULT_TOKENIZER  # the embedded default's name (service.embedded): None means it too
-
 
 class TokenizerLoadError(Exception):
     """The tokenizer source could not be loaded; the message is one readable line naming the source."""
@@ -50,16 +48,15 @@ class LoadedTokenizer:
 
 
 def load_tokenizer(source: str | None, revision: str | None = None, *, option: str = "--model") -> LoadedTokenizer:
-    """Load ``source`` (file, directory, object-store URL, hub id; None or ``embedded:default`` for the embedded
-    default) as a fast tokenizer. A source that looks like a path (:func:`looks_like_a_path`) is one: if nothing
-    is there, the error says so. ``option``: the flag the source came with, named in the errors' advice."""
+    """Load ``source`` (file, directory, object-store URL, hub id; None or ``embedded:default``) as a fast
+    tokenizer; ``option`` is the flag it came with, named in the errors' advice."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if source == DEFAULT_SOURCE:
+    if source == DEFAULT_TOKENIZER:  # the embedded default's name; None means it too
         if revision is not None:
             raise TokenizerLoadError(f"--revision applies to hub ids, not to the embedded default ({source})")
         source = None
-    display = DEFAULT_SOURCE if source is None else source
+    display = DEFAULT_TOKENIZER if source is None else source
     source = _fetched(source)
     path = None if source is None else Path(source).expanduser()
     try:
@@ -103,9 +100,8 @@ def load_tokenizer(source: str | None, revision: str | None = None, *, option: s
 
 
 def describe_source(source: str | None, revision: str | None = None) -> str:
-    """What ``load_tokenizer(source, revision)`` will load, in a few words, said before a load that may take
-    minutes: ``the directory /abs/mine``, ``hub id org/name``..."""
-    if source is None or source == DEFAULT_SOURCE:
+    """What ``load_tokenizer`` will load, said before a load that may take minutes (``hub id org/name``...)."""
+    if source is None or source == DEFAULT_TOKENIZER:
         return f"the embedded default tokenizer ({DEFAULT_TOKENIZER_DIR})"
     if "://" in source and not source.startswith(("hf://", "file://")):
         return f"{source} (downloaded from its object store first)"
@@ -137,8 +133,7 @@ def no_such_path(path: Path) -> str:
 
 
 def looks_like_a_path(source: str) -> bool:
-    """Whether ``source`` can only be a local path: ``./x``, ``/x``, ``~/x``, ``a/b/c``, a backslash or a
-    ``.json`` file, never a hub id (``org/name``) or a URL."""
+    """Whether ``source`` can only be a local path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x.json``, a backslash)."""
     if "://" in source:
         return False
     return (
@@ -155,9 +150,8 @@ HUB_CONNECT_SECONDS = 5.0
 
 
 def _from_hub(source: str, revision: str | None, option: str) -> Any:
-    """A hub id, through transformers. huggingface_hub retries an unreachable hub for ~50 s before its cache, so
-    one connection bounded by ``HUB_CONNECT_SECONDS`` is tried first: unreachable, the tokenizer comes from the
-    cache, or the error says at once what to do offline. ``HF_HUB_OFFLINE=1`` skips the hub."""
+    """A hub id. huggingface_hub retries an unreachable hub for ~50 s before its cache, so one bounded connection
+    is tried first: unreachable, the tokenizer comes from the cache or the error says what to do offline."""
     from huggingface_hub import constants
     from transformers import AutoTokenizer
 
@@ -190,8 +184,7 @@ def _from_hub(source: str, revision: str | None, option: str) -> Any:
 
 
 def hub_unreachable(endpoint: str, timeout: float) -> str | None:
-    """Why a TCP connection to ``endpoint`` (or its proxy) fails, or None; bounded by ``timeout`` even where
-    name resolution hangs."""
+    """Why a TCP connection to ``endpoint`` (or its proxy) fails within ``timeout``, even if resolving hangs."""
     url = urlsplit(endpoint)
     host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
     proxy = urllib.request.getproxies().get(url.scheme)
@@ -215,8 +208,7 @@ def hub_unreachable(endpoint: str, timeout: float) -> str | None:
 
 
 def _fetched(source: str | None) -> str | None:
-    """A tokenizer under an object-store URL, downloaded whole into a private local directory (hub ids and
-    local paths pass through)."""
+    """A tokenizer under an object-store URL, downloaded whole to a private local directory; else ``source``."""
     if source is None or "://" not in source or source.startswith(("hf://", "file://")):
         return source
     from ..jobs.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
@@ -262,10 +254,9 @@ def _ensure_fast(tokenizer: Any, display: str) -> Any:
 
 
 def call_config(tokenizer: Any) -> dict[str, Any]:
-    """Everything outside tokenizer.json some route's output depends on, read as the routes read it: the
-    encode's option resolution (:class:`~.encoding.TokenizerFacts`) and ``split_special_tokens``; what
-    ``batch_decode`` reads besides the ids; the chat templates and the special tokens by name (the variables
-    every template sees, and the ids ``/info`` reports). :func:`fingerprint` hashes it whole."""
+    """Everything outside tokenizer.json some route's output depends on, read as the routes read it: option
+    resolution (:class:`~.encoding.TokenizerFacts`), ``split_special_tokens``, what ``batch_decode`` reads
+    besides the ids, the chat templates and the special tokens (template variables, ids in ``/info``)."""
     templates, variables = chat_template_inputs(tokenizer)
     return {
         "encode": {
@@ -300,8 +291,7 @@ def chat_template_inputs(tokenizer: Any) -> tuple[str | dict[str, str] | None, d
 
 
 def special_token_ids(tokenizer: Any) -> dict[str, int]:
-    """The id of each named special token (``eos_token`` -> 2...), lists left out: for clients that add them
-    themselves (``pretokenize --append-eos``)."""
+    """The id of each named special token (``eos_token`` -> 2...), lists left out (``pretokenize --append-eos``)."""
     ids = {}
     for name, token in sorted(tokenizer.special_tokens_map.items()):
         if isinstance(token, str):

@@ -146,9 +146,8 @@ def _libc_malloc_trim() -> Callable[[int], int] | None:
 
 
 class _Trimmer:
-    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread (a no-op elsewhere), at most once per
-    ``interval``. A request made while it waits is served by its trim; one made while it trims makes it trim
-    once more after the interval, so memory freed meanwhile is returned too."""
+    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread, at most once per ``interval``: a request made
+    while it waits is served by its trim, one made while it trims gets one more trim after the interval."""
 
     def __init__(self, function: Callable[[int], int] | None = None, interval: float = TRIM_INTERVAL_SECONDS) -> None:
         self._function = function or _libc_malloc_trim()

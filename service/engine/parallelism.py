@@ -27,9 +27,8 @@ def parallelism_enabled() -> bool:
 
 
 class ForkGuard:
-    """Counts and logs forks of this process after the tokenizer is loaded. At-fork handlers cannot be removed,
-    so one guard is registered once and armed by each engine; its ``before`` hook runs in the parent, where
-    ``/info`` reads the count."""
+    """Counts and logs forks after the tokenizer is loaded. At-fork handlers cannot be removed: one guard, armed
+    by each engine; its ``before`` hook runs in the parent, where ``/info`` reads the count."""
 
     _lock = threading.Lock()
     _registered = False

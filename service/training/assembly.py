@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..jobs import Folder, LocalFolder, ObjectFolder
+from ..jobs import Folder
 from .recipes import Recipe, with_ids
 from .vocabulary import VocabularyPlan
 
@@ -40,11 +40,7 @@ def assemble(trained: Any, recipe: Recipe, plan: VocabularyPlan) -> Any:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def save(tokenizer: Any, recipe: Recipe, out: Folder, manifest: dict[str, Any]) -> dict[str, Any]:
@@ -72,19 +68,12 @@ def save(tokenizer: Any, recipe: Recipe, out: Folder, manifest: dict[str, Any]) 
         }
         out.remove(MANIFEST_NAME)  # from here on, no manifest until every file is in place
         for path in written:
-            _put(out, path)
+            with out.writer(path.name) as stream, open(path, "rb") as source:
+                shutil.copyfileobj(source, stream)
         out.write_bytes(MANIFEST_NAME, (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
-
-
-def _put(out: Folder, path: Path) -> None:
-    if isinstance(out, ObjectFolder):
-        out.upload(path, path.name)
-    elif isinstance(out, LocalFolder):
-        with out.writer(path.name) as stream, open(path, "rb") as source:
-            shutil.copyfileobj(source, stream)
 
 
 def read_manifest(out: Folder) -> dict[str, Any] | None:

@@ -129,8 +129,7 @@ def merge_counts(streams: Sequence[Iterable[Count]]) -> Iterator[Count]:
 
 
 def merge_files(paths: Sequence[Path], scratch: Path) -> Iterator[Count]:
-    """The exact sum of the count files ``paths``, streamed in order; more than :data:`MERGE_FAN_IN` are merged
-    in rounds through temporary files in ``scratch``, removed once read."""
+    """The exact sum of the count files, streamed; past :data:`MERGE_FAN_IN` files, merged in rounds in ``scratch``."""
     paths = list(paths)
     round_number = 0
     while len(paths) > MERGE_FAN_IN:

@@ -168,10 +168,7 @@ def _byte_level_bpe() -> Recipe:
         decoders.ByteLevel(),
         initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
         config={
-            "bos_token": "<|endoftext|>",
-            "eos_token": "<|endoftext|>",
-            "unk_token": "<|endoftext|>",
-            "pad_token": "<|endoftext|>",
+            **dict.fromkeys(("bos_token", "eos_token", "unk_token", "pad_token"), "<|endoftext|>"),
             "model_max_length": 1024,
             "model_input_names": ["input_ids", "attention_mask"],
         },
@@ -342,8 +339,7 @@ def customize(recipe: Recipe, special_tokens: tuple[str, ...] | None, model_max_
 
 
 def check(recipe: Recipe) -> None:
-    """Every token the recipe names (the unknown token, the post-processor's, the roles) must be one of its
-    special (or added) tokens."""
+    """Refuse a token the recipe names (its unknown token, the post-processor's, the roles) but does not hold."""
     specials = set(recipe.special_contents)
     known = specials | {token["content"] for token in recipe.added_tokens}
     where = "pass them in --special-tokens" if recipe.origin.get("preset") else "keep them in --special-tokens"

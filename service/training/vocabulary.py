@@ -91,11 +91,8 @@ def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alp
     for char in recipe.initial_alphabet:
         counts[char] = float("inf")  # as the trainer does: the initial alphabet is always kept first
     limited = limit_alphabet is not None and limit_alphabet < len(counts)
-    if limited:
-        ranked = sorted(counts, key=lambda char: (-counts[char], ord(char)))
-        alphabet = tuple(sorted(ranked[:limit_alphabet]))
-    else:
-        alphabet = tuple(sorted(counts))
+    kept = sorted(counts, key=lambda char: (-counts[char], ord(char)))[:limit_alphabet] if limited else counts
+    alphabet = tuple(sorted(kept))
     bytes_ = [piece for piece in BYTE_PIECES if piece not in special_set] if recipe.byte_fallback else []
     alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
     affixed: list[str] = []

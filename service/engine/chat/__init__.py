@@ -8,8 +8,7 @@
    tens of milliseconds) nor the tokenizer thread. It reads the template text and the special tokens snapshotted
    at load, never the Rust tokenizer's mutable state, so it overlaps the previous request's ``encode_batch``
    (GIL released). One thread: rendering is GIL-bound, a second would only contend with the event loop. A
-   render answers to a :class:`RenderWatch`: its caller leaving, its deadline, and the memory its renderings
-   hold, charged to the request's reservation as they accumulate (:class:`RenderCharge`).
+   render answers to a :class:`RenderWatch` (caller, deadline, memory charged as it goes: :class:`RenderCharge`).
 2. **Encode** the texts as ``tokenizer(texts, add_special_tokens=False, ...)``
    (:meth:`ChatOptions.as_encode_options`): the engine's batched encode, with offsets when masks are wanted.
 3. **Mask** (:func:`add_assistant_masks`) from the encode's offsets, then dropped.

@@ -22,9 +22,8 @@ class RenderLimits:
     max_conversations: int = DEFAULT_LIMITS.max_texts_per_request
 
     def in_progress_bytes(self) -> int:
-        """Bytes the renderings in progress hold at most, beside the finished ones: two at once (``"turns"``
-        renders a prefix beside the whole), each its blocks and their joined copies, at up to 4 bytes a
-        character, plus the block objects between compactions."""
+        """Bytes the renderings in progress hold at most: two at once (``"turns"`` renders a prefix beside the
+        whole), each its blocks and their joined copies at 4 bytes a character, plus the blocks' objects."""
         return 2 * (3 * 4 * self.max_chars + _COMPACT_BLOCKS * 128)
 
 

@@ -18,9 +18,8 @@ from .rendering import RenderedChats
 def assistant_masks(
     offsets: Sequence[np.ndarray] | np.ndarray, spans: Sequence[Sequence[tuple[int, int]]]
 ) -> list[np.ndarray]:
-    """Per row, 1 for each token transformers marks from the character ``spans``, else 0: scanning tokens and
-    spans in order, a token counts when it overlaps the current span (padding, at ``(0, 0)``, never does).
-    ``offsets``: per row a ``[tokens, 2]`` array."""
+    """Per row of ``[tokens, 2]`` ``offsets``, 1 for each token overlapping the current span, scanning tokens and
+    spans in order as transformers does (padding, at ``(0, 0)``, never does), else 0."""
     rows = len(spans)
     lengths = [len(row) for row in offsets]
     if rows == 0 or sum(lengths) == 0:

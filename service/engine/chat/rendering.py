@@ -47,8 +47,7 @@ class RenderedChats:
 
 
 def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
-    """Render every conversation (and, for ``"turns"`` masks, their prefixes), or raise a ServiceError naming
-    the conversation."""
+    """Render every conversation (and, for ``"turns"``, their prefixes), or raise a ServiceError naming it."""
     from transformers.utils import chat_template_utils as ctu
 
     watch = watch or RenderWatch()
@@ -166,8 +165,7 @@ class _Renderer:
 def _tag_final_message(
     messages: list[dict[str, Any]], field: bool | str, template_body: str
 ) -> tuple[list[dict[str, Any]], str]:
-    """transformers' ``continue_final_message`` preparation: tag the end of the final message's field (the last
-    text part of a list) in place, so the rendering can be cut there."""
+    """transformers' ``continue_final_message`` preparation: tag, in place, where the final message's field ends."""
     name = field if isinstance(field, str) else "content"
     final = messages[-1].get(name)
     if final is None:

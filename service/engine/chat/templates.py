@@ -91,7 +91,6 @@ class ChatTemplates:
         *,
         allow_template_bodies: bool = False,
     ) -> None:
-        """``templates``: ``tokenizer.chat_template`` (one template, named templates, or None)."""
         self._single = templates if isinstance(templates, str) else None
         self._named = dict(templates) if isinstance(templates, Mapping) else {}
         self.special_tokens = dict(special_tokens)
@@ -145,9 +144,8 @@ class ChatTemplates:
         *,
         tokenize: bool = True,
     ) -> PreparedChats:
-        """Check a batch of conversations and its options and resolve the template, or raise a ServiceError
-        (INVALID_REQUEST: fix the request; TOKENIZER: this tokenizer's template cannot serve it).
-        ``tokenize=False``: the rendered texts alone (transformers then ignores the encode's options)."""
+        """Check a request and resolve its template, or raise a ServiceError (INVALID_REQUEST: fix the request;
+        TOKENIZER: the template cannot serve it). ``tokenize=False``: rendering alone, without the encode's checks."""
         if not tokenize and options.return_assistant_tokens_mask:
             raise ServiceError(
                 ErrorKind.INVALID_REQUEST,
