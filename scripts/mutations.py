@@ -967,7 +967,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "embedded:default is taken for a path or a hub id",
         "service/engine/loading.py",
-        "if source == DEFAULT_SOURCE:",
+        "if source == DEFAULT_TOKENIZER:  # the embedded default's name; None means it too",
         "if False:",
         (EMBEDDED,),
     ),

@@ -5,9 +5,8 @@
     batch = await engine.submit_encode(["a text"], options=EncodeOptions(padding=True))
     await engine.astop()
 
-Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request). The web layer
-(``service.http``) only translates requests into these calls and errors into statuses. The modules are named
-in ``docs/explanations/how-it-works.md``.
+Every operation is a ``submit_*`` call returning a future (cancel it to withdraw the request); the modules are
+named in ``docs/explanations/how-it-works.md``.
 """
 
 from ..embedded import DEFAULT_TOKENIZER_DIR

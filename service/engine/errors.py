@@ -1,8 +1,5 @@
-"""The engine's error vocabulary: :class:`ServiceError` with an :class:`ErrorKind`, what a caller of the engine
-can get wrong or what the engine cannot do right now. The web layer raises the same error with the kinds only
-HTTP has (``service.http.errors``) and answers every kind with the status the wire contract's one table gives
-its value (``service.wire.ERROR_TYPES``). Nothing here knows about HTTP.
-"""
+"""The engine's errors: :class:`ServiceError` with an :class:`ErrorKind`. The web layer raises it with its own
+kinds too (``service.http.errors``) and maps every kind's value to a status (``service.wire.ERROR_TYPES``)."""
 
 from __future__ import annotations
 
@@ -22,9 +19,8 @@ class ErrorKind(str, enum.Enum):
 
 
 class ServiceError(Exception):
-    """An error with a kind and a message that tells the caller what to fix: the one error of the engine and of
-    the layers above it. ``kind``: an :class:`ErrorKind`, or a kind of a layer above (the web layer's
-    ``HttpErrorKind``); its value is an ``error_type`` of ``service.wire.ERROR_TYPES``."""
+    """The one error of the engine and the layers above, its message telling the caller what to fix. ``kind``:
+    an :class:`ErrorKind` or the web layer's ``HttpErrorKind``."""
 
     def __init__(self, kind: enum.Enum, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
@@ -33,8 +29,8 @@ class ServiceError(Exception):
         self.retry_after = retry_after
 
     def detached(self) -> ServiceError:
-        """A copy without traceback, cause or context: raise it outside the ``except`` block that caught this
-        one, so nothing the failed work's frames held (renderings, buffers) outlives the error."""
+        """A copy without traceback, cause or context, so nothing the failed work's frames held outlives it
+        (raise it outside the ``except`` block that caught this one)."""
         return ServiceError(self.kind, self.message, retry_after=self.retry_after)
 
     def __repr__(self) -> str:

@@ -1,5 +1,5 @@
-"""What the engine serves and how, as ``/info`` reports it (and the logs): the tokenizer's facts, read once
-at start, beside the engine's limits, memory, queue and parallelism as they are now."""
+"""``/info``: the tokenizer's facts, read once at start, beside the engine's limits, memory, queue and
+parallelism as they are now."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from .parallelism import ForkGuard, parallelism_enabled
 
 
 def tokenizer_facts(loaded: LoadedTokenizer) -> dict[str, Any]:
-    """What identifies the served tokenizer and how it is called. Read once at start: these are Rust calls,
-    which later run on the tokenizer thread only."""
+    """What identifies the served tokenizer and how it is called, read once at start (Rust calls)."""
     tokenizer = loaded.tokenizer
     return {
         "source": loaded.source,
@@ -37,8 +36,7 @@ def tokenizer_facts(loaded: LoadedTokenizer) -> dict[str, Any]:
 def describe(
     facts: dict[str, Any], limits: dict[str, int], budget: MemoryBudget, batcher: Batcher, threads: int
 ) -> dict[str, Any]:
-    """The ``/info`` document: ``facts`` (:func:`tokenizer_facts`), then the limits, memory, batching and
-    queue, parallelism and versions."""
+    """The ``/info`` document."""
     import tokenizers
     import transformers
 

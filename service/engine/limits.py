@@ -1,6 +1,4 @@
-"""The engine's limits and their defaults, declared once: the server's settings, ``/info`` and the chat render
-bounds all read them from here (the one default a client relies on, ``max_texts_per_request``, is the wire
-contract's :data:`~service.wire.MAX_TEXTS_PER_REQUEST`)."""
+"""The engine's limits and their defaults, declared once for the settings, ``/info`` and the render bounds."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Loading a tokenizer from a file, a directory or the hub, and fingerprinting it.
-
-Loading goes through transformers so that special tokens, ``model_max_length``, ``padding_side`` and
-``model_input_names`` come from the tokenizer's own config, exactly as in the user's training code.
-"""
+"""Loading a tokenizer from a file, a directory, an object store or the hub, through transformers (so its config
+comes from where the user's training code reads it), and fingerprinting it."""
 
 from __future__ import annotations
 
@@ -28,16 +25,12 @@ logger = logging.getLogger(__name__)
 
 
 def _no_torch_notice(record: logging.LogRecord) -> bool:
-    """Drops the one line transformers logs when it is imported without torch ("PyTorch was not found. Models
-    won't be available..."): the server runs without torch on purpose (tokenizers and their configuration need
-    none, the image leaves it out), so the line only alarms. Every other line of transformers passes."""
+    """Drops transformers' "PyTorch was not found" line: the server runs without torch on purpose."""
     return not str(record.msg).startswith("PyTorch was not found")
 
 
 TORCH_NOTICE_FILTER = _no_torch_notice
 logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before transformers is imported (below)
-
-DEFAULT_SOURCE = DEFAULT_TOKENIZER  # the embedded default's name (service.embedded): None means it too
 
 
 class TokenizerLoadError(Exception):
@@ -55,22 +48,15 @@ class LoadedTokenizer:
 
 
 def load_tokenizer(source: str | None, revision: str | None = None, *, option: str = "--model") -> LoadedTokenizer:
-    """Load ``source`` (file, directory, hub id; None or ``embedded:default`` for the embedded default) as a
-    fast tokenizer.
-
-    A source that looks like a path (``./dir``, ``/abs``, ``~/x``, ``a/b/c``, ``x.json``) is a path: if
-    nothing is there, the error says so rather than quoting the hub's rules for repo ids. Anything else is a
-    hub id (:func:`_from_hub`): it fails within seconds when the hub cannot be reached. ``option`` is the
-    flag the source was given with, which the errors name in what they advise (``serve --model``,
-    ``train --like``)."""
-    # Imported here: the client and the CLI's argument parsing must not pay for transformers.
+    """Load ``source`` (file, directory, object-store URL, hub id; None or ``embedded:default``) as a fast
+    tokenizer; ``option`` is the flag it came with, named in the errors' advice."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    if source == DEFAULT_SOURCE:
+    if source == DEFAULT_TOKENIZER:  # the embedded default's name; None means it too
         if revision is not None:
             raise TokenizerLoadError(f"--revision applies to hub ids, not to the embedded default ({source})")
         source = None
-    display = DEFAULT_SOURCE if source is None else source
+    display = DEFAULT_TOKENIZER if source is None else source
     source = _fetched(source)
     path = None if source is None else Path(source).expanduser()
     try:
@@ -114,9 +100,8 @@ def load_tokenizer(source: str | None, revision: str | None = None, *, option: s
 
 
 def describe_source(source: str | None, revision: str | None = None) -> str:
-    """What ``load_tokenizer(source, revision)`` will load and from where, in a few words, said before the
-    load begins (a hub download can take minutes): ``the directory /abs/mine``, ``hub id org/name``..."""
-    if source is None or source == DEFAULT_SOURCE:
+    """What ``load_tokenizer`` will load, said before a load that may take minutes (``hub id org/name``...)."""
+    if source is None or source == DEFAULT_TOKENIZER:
         return f"the embedded default tokenizer ({DEFAULT_TOKENIZER_DIR})"
     if "://" in source and not source.startswith(("hf://", "file://")):
         return f"{source} (downloaded from its object store first)"
@@ -132,8 +117,7 @@ def describe_source(source: str | None, revision: str | None = None) -> str:
 
 
 def no_such_path(path: Path) -> str:
-    """``no such file or directory: /abs/path`` as resolved from the working directory, with the nearest
-    name beside it when one is close (``service/defualt_tokenizer`` -> ``service/default_tokenizer``)."""
+    """``no such file or directory: /abs/path``, with the nearest name when one is close."""
     resolved = path.absolute()
     said = f"no such file or directory: {resolved}"
     if not path.is_absolute():
@@ -149,9 +133,7 @@ def no_such_path(path: Path) -> str:
 
 
 def looks_like_a_path(source: str) -> bool:
-    """Whether ``source`` can only be meant as a local path: a hub id is ``name`` or ``org/name`` (letters,
-    digits, ``-_.``), never ``./x``, ``/x``, ``~/x``, ``a/b/c``, a backslash or a ``.json`` file. URLs
-    (``scheme://``) are not paths."""
+    """Whether ``source`` can only be a local path (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x.json``, a backslash)."""
     if "://" in source:
         return False
     return (
@@ -168,13 +150,8 @@ HUB_CONNECT_SECONDS = 5.0
 
 
 def _from_hub(source: str, revision: str | None, option: str) -> Any:
-    """A hub id: downloaded (or revalidated) through transformers, as the user's training code would.
-
-    huggingface_hub retries an unreachable hub for ~25 s per file (~50 s in all) before falling back to its
-    cache. So the hub is tried first with one connection bounded by ``HUB_CONNECT_SECONDS``: unreachable,
-    the tokenizer comes from the local cache if it is there, and otherwise the error says at once what to
-    do offline (a local copy given to ``option``, the command's flag). ``HF_HUB_OFFLINE=1`` skips the hub
-    altogether."""
+    """A hub id. huggingface_hub retries an unreachable hub for ~50 s before its cache, so one bounded connection
+    is tried first: unreachable, the tokenizer comes from the cache or the error says what to do offline."""
     from huggingface_hub import constants
     from transformers import AutoTokenizer
 
@@ -207,8 +184,7 @@ def _from_hub(source: str, revision: str | None, option: str) -> Any:
 
 
 def hub_unreachable(endpoint: str, timeout: float) -> str | None:
-    """Why a TCP connection to ``endpoint`` (through the HTTPS proxy, when one is set) fails, or None when
-    it opens; bounded by ``timeout`` even where name resolution hangs."""
+    """Why a TCP connection to ``endpoint`` (or its proxy) fails within ``timeout``, even if resolving hangs."""
     url = urlsplit(endpoint)
     host, port = url.hostname or "", url.port or (443 if url.scheme == "https" else 80)
     proxy = urllib.request.getproxies().get(url.scheme)
@@ -232,8 +208,7 @@ def hub_unreachable(endpoint: str, timeout: float) -> str | None:
 
 
 def _fetched(source: str | None) -> str | None:
-    """A tokenizer under an object-store URL (``s3://bucket/tokenizers/mine/``), downloaded whole into a
-    private local directory, then loaded exactly as a local one (hub ids and local paths pass through)."""
+    """A tokenizer under an object-store URL, downloaded whole to a private local directory; else ``source``."""
     if source is None or "://" not in source or source.startswith(("hf://", "file://")):
         return source
     from ..jobs.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
@@ -245,8 +220,7 @@ def _fetched(source: str | None) -> str | None:
 
 
 def _baked_origin(directory: Path, display: str, revision: str | None) -> tuple[str, str | None]:
-    """A directory baked into an image (deploy/bake_tokenizer.py) names its hub origin in source.json:
-    report that model id and resolved commit, not the image-local path."""
+    """The hub origin (model id, commit) a baked directory names in source.json (deploy/bake_tokenizer.py)."""
     try:
         origin = json.loads((directory / "source.json").read_text())
         return str(origin["model"]), origin.get("commit") or origin.get("revision")
@@ -280,13 +254,9 @@ def _ensure_fast(tokenizer: Any, display: str) -> Any:
 
 
 def call_config(tokenizer: Any) -> dict[str, Any]:
-    """Everything outside tokenizer.json that some route's output depends on, read as the routes read it, by
-    route: the encode's option resolution (``/encode``, ``/lengths``, ``/tokenize`` and the chat encode: every
-    field of :class:`~.encoding.TokenizerFacts`) and the Rust tokenizer's ``split_special_tokens`` switch; what
-    ``batch_decode`` reads besides the ids (``/decode``: the tokenizer class whose decode runs, its clean-up
-    settings); the chat routes' templates; the special tokens by name (the variables every template sees, and
-    the ids ``/info`` reports, which ``pretokenize --append-eos`` uses): :func:`chat_template_inputs`.
-    :func:`fingerprint` hashes it whole."""
+    """Everything outside tokenizer.json some route's output depends on, read as the routes read it: option
+    resolution (:class:`~.encoding.TokenizerFacts`), ``split_special_tokens``, what ``batch_decode`` reads
+    besides the ids, the chat templates and the special tokens (template variables, ids in ``/info``)."""
     templates, variables = chat_template_inputs(tokenizer)
     return {
         "encode": {
@@ -308,10 +278,8 @@ _BPE_CLEAN_UP = "clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrup
 
 
 def chat_template_inputs(tokenizer: Any) -> tuple[str | dict[str, str] | None, dict[str, Any]]:
-    """What the chat routes render with: the tokenizer's chat template(s) -- one body, the named ones (from
-    ``tokenizer_config.json``, ``chat_template.jinja`` and ``additional_chat_templates/``), or None -- and the
-    special tokens transformers passes every template as variables (``bos_token``...). Read here for
-    :class:`~.chat.ChatTemplates` and for the fingerprint alike."""
+    """The chat template(s) (one body, the named ones, or None) and the special tokens transformers passes
+    every template (``bos_token``...): read once here for :class:`~.chat.ChatTemplates` and the fingerprint."""
     templates = tokenizer.chat_template
     if isinstance(templates, Mapping):
         templates = {str(name): str(body) for name, body in sorted(templates.items())}
@@ -323,8 +291,7 @@ def chat_template_inputs(tokenizer: Any) -> tuple[str | dict[str, str] | None, d
 
 
 def special_token_ids(tokenizer: Any) -> dict[str, int]:
-    """The id of each named special token (``eos_token`` -> 2...), for clients that add them themselves
-    (``pretokenize --append-eos``). Lists of additional special tokens are left out."""
+    """The id of each named special token (``eos_token`` -> 2...), lists left out (``pretokenize --append-eos``)."""
     ids = {}
     for name, token in sorted(tokenizer.special_tokens_map.items()):
         if isinstance(token, str):
@@ -335,10 +302,8 @@ def special_token_ids(tokenizer: Any) -> dict[str, int]:
 
 
 def fingerprint(tokenizer: Any) -> str:
-    """A stable hash of everything any route's output depends on: tokenizer.json (without padding or
-    truncation state, which the service sets per request) plus :func:`call_config`. Same tokenizer, same
-    fingerprint, on any machine and from wherever it was loaded (:data:`~service.wire.FINGERPRINT_SCHEME` says
-    what it covers)."""
+    """A stable hash of tokenizer.json (without its padding and truncation state) plus :func:`call_config`:
+    same tokenizer, same fingerprint, on any machine and from wherever it was loaded."""
     backend_json = json.loads(tokenizer.backend_tokenizer.to_str())
     backend_json.pop("padding", None)
     backend_json.pop("truncation", None)

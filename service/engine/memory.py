@@ -1,18 +1,8 @@
-"""The memory budget: what all in-flight work may hold at once, whatever arrives.
-
-Every request reserves a safe upper bound (:mod:`service.engine.bounds`) of what it will hold -- its body while
-it is read and parsed, then its inputs, the Rust encodings of one slice, its output arrays and its serialised
-answer -- before any of that is allocated, and gives it back once its answer has been sent. A bound over the
-whole budget can never be served (TOO_LARGE, 413); one that does not fit beside the work already admitted is
-refused at once (OVERLOADED, 429 with Retry-After). Reservations are made through the batcher's admission
-(:meth:`service.engine.batching.Batcher.submit`, and :meth:`Batcher.reserve_intake` for a body not yet read),
-so one place decides.
-
-After a large answer the allocator keeps the freed pages in its arenas (glibc: ~120 MB kept after a 2M-token
-answer, whatever ``MALLOC_ARENA_MAX`` says); ``malloc_trim(0)`` hands them back in ~10 ms, so it runs, off
-the event loop, once a large reservation is released -- at most once per :data:`TRIM_INTERVAL_SECONDS`: a
-trim holds the allocator's locks while Rust's threads allocate, and a trim after every large answer of a
-steady stream of them cost the hot path ~15% (measured: ``benchmarks.checkouts``).
+"""The memory budget: what all in-flight work may hold at once (``docs/explanations/limits.md``). Every request
+reserves an upper bound of what it will hold (:mod:`service.engine.bounds`) through the batcher's admission,
+before allocating it, until its answer is sent: over the whole budget it is TOO_LARGE (413), not fitting now
+OVERLOADED (429). Releasing a large one trims glibc's arenas off the event loop, at most once per
+:data:`TRIM_INTERVAL_SECONDS` (a trim after every large answer cost the hot path ~15%: ``benchmarks.checkouts``).
 """
 
 from __future__ import annotations
@@ -29,12 +19,12 @@ from pathlib import Path
 from .errors import ErrorKind, ServiceError
 
 MIB = 1 << 20
-#: The budget when the process has no cgroup memory limit (a laptop, a VM): documented in the README.
+#: The budget when the process has no cgroup memory limit (a laptop, a VM).
 DEFAULT_BUDGET_WITHOUT_LIMIT = 1024 * MIB
 #: Memory the process needs at rest beside the budget (interpreter, libraries, tokenizer, allocator slack).
 RESTING_MEMORY = 256 * MIB
-#: Of what the limit leaves beside :data:`RESTING_MEMORY`, the share the budget takes: the bounds are upper
-#: bounds, but the allocator's fragmentation and the kernel's socket buffers are not in them.
+#: The budget's share of what the limit leaves beside :data:`RESTING_MEMORY`: fragmentation and socket buffers
+#: are not in the bounds.
 BUDGET_SHARE_OF_LIMIT = 0.75
 #: Releasing a reservation at least this large trims the allocator's arenas afterwards...
 TRIM_AFTER_BYTES = 32 * MIB
@@ -60,8 +50,7 @@ def cgroup_memory_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
 
 
 def default_memory_budget(limit: int | None = None) -> int:
-    """The budget for a process under memory ``limit`` bytes (default: its cgroup's): three quarters of what
-    the limit leaves beside :data:`RESTING_MEMORY`; without a limit :data:`DEFAULT_BUDGET_WITHOUT_LIMIT`."""
+    """The budget for a process under memory ``limit`` bytes (default: its cgroup's)."""
     if limit is None:
         limit = cgroup_memory_limit()
     if limit is None:
@@ -69,7 +58,6 @@ def default_memory_budget(limit: int | None = None) -> int:
     return max(32 * MIB, int((limit - RESTING_MEMORY) * BUDGET_SHARE_OF_LIMIT))
 
 
-# -- the budget -------------------------------------------------------------------------------------------
 class MemoryBudget:
     """Bytes that in-flight work may hold at once."""
 
@@ -158,10 +146,8 @@ def _libc_malloc_trim() -> Callable[[int], int] | None:
 
 
 class _Trimmer:
-    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread (a no-op elsewhere), at most once per
-    ``interval`` seconds. One thread at a time; a request made while it waits is served by its trim, and one
-    made while it trims makes it trim once more after the interval, so memory freed meanwhile is returned too.
-    ``function``: the trim to run (default: the C library's)."""
+    """Runs glibc's ``malloc_trim(0)`` on a short-lived thread, at most once per ``interval``: a request made
+    while it waits is served by its trim, one made while it trims gets one more trim after the interval."""
 
     def __init__(self, function: Callable[[int], int] | None = None, interval: float = TRIM_INTERVAL_SECONDS) -> None:
         self._function = function or _libc_malloc_trim()

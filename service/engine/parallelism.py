@@ -1,7 +1,5 @@
-"""Rust thread-pool sizing and the at-fork guard: the whole point of the service is that one process keeps the
-Rust tokenizer's rayon pool busy and never forks. The pool is sized from the CPUs the process may really use
-(affinity and cgroup quota: :func:`service.sizing.available_cpus`, shared with the launcher).
-"""
+"""Rust thread-pool sizing (from :func:`service.sizing.available_cpus`, shared with the launcher) and the
+at-fork guard: one process keeps the rayon pool busy and never forks."""
 
 from __future__ import annotations
 
@@ -17,11 +15,7 @@ logger = logging.getLogger(__name__)
 
 
 def configure_rust_parallelism(threads: int) -> None:
-    """Turn the tokenizers' rayon pool on with ``threads`` workers.
-
-    The thread count only takes effect if this runs before the pool is first used in this process, which
-    is why the CLI calls it before anything touches ``tokenizers``.
-    """
+    """Turn the tokenizers' rayon pool on with ``threads`` workers: call it before the pool is first used."""
     os.environ["TOKENIZERS_PARALLELISM"] = "true"
     os.environ["RAYON_NUM_THREADS"] = str(threads)
     os.environ["RAYON_RS_NUM_CPUS"] = str(threads)  # older tokenizers releases read this name
@@ -33,12 +27,8 @@ def parallelism_enabled() -> bool:
 
 
 class ForkGuard:
-    """Counts forks of this process after the tokenizer is loaded, and logs each one as an error.
-
-    ``os.register_at_fork`` handlers cannot be removed, so one process-wide guard is registered once and
-    armed/disarmed by each engine. The ``before`` hook runs in the parent, so the count stays where
-    ``/info`` can report it.
-    """
+    """Counts and logs forks after the tokenizer is loaded. At-fork handlers cannot be removed: one guard, armed
+    by each engine; its ``before`` hook runs in the parent, where ``/info`` reads the count."""
 
     _lock = threading.Lock()
     _registered = False

@@ -1,18 +1,6 @@
-"""Training a tokenizer from a corpus sharded across workers, exactly as one process would on the whole corpus.
-
-Server side (it runs the tokenizers trainers), but never the web layer or the client. It reads the corpus with
-:mod:`service.jobs` exactly as ``tokenizer-service pretokenize`` does (formats, units, worker index).
-
-- :mod:`.recipes`: what the tokenizer is besides its vocabulary (presets, or ``--like`` an existing one).
-- :mod:`.counting`: phase 1, every worker counts the pre-tokens of its units (processes, spills, exact).
-- :mod:`.countfiles`: sorted count files and their exact streaming merge.
-- :mod:`.vocabulary`: alphabet, fixed ids, the smallest vocabulary, checked before training.
-- :mod:`.learning`: phase 2, replay the summed counts into the trainer, train once.
-- :mod:`.assembly`: the whole tokenizer, written atomically with its manifest.
-- :mod:`.runner` / :mod:`.cli`: ``tokenizer-service train`` (:func:`train` with a :class:`TrainConfig`): the
-  counting step and worker 0's merge on the sharded-job executor of :mod:`service.jobs` (records, refusals,
-  waiting for every unit).
-"""
+"""Training a tokenizer from a corpus sharded across workers, exactly as one process would on the whole corpus
+(``docs/guides/train.md``; the modules: ``docs/explanations/how-it-works.md``). Server side, never the web layer
+or the client; it reads the corpus with :mod:`service.jobs` as ``pretokenize`` does."""
 
 from .assembly import MANIFEST_NAME, read_manifest
 from .counting import CountStats

@@ -1,11 +1,6 @@
-"""The trained model made into a whole tokenizer, saved where ``AutoTokenizer`` and the server load it.
-
-The trained model gets the recipe's pipeline (the post-processor's ids looked up in the new vocabulary), added
-tokens and call config. The files are saved into a local staging directory, loaded back exactly as the server
-loads a directory, to check them and compute the fingerprint the service will report, then put into ``--out``
-one by one, each whole; ``manifest.json`` last, naming every file with its size and SHA-256, so a folder with a
-manifest is whole.
-"""
+"""The trained model made into a whole tokenizer (:func:`assemble`) and saved (:func:`save`): staged locally,
+loaded back as the server loads it (a check, and the fingerprint it will report), put into ``--out`` file by
+file, each whole, and ``manifest.json`` last, naming every file's size and SHA-256: a folder with one is whole."""
 
 from __future__ import annotations
 
@@ -16,7 +11,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ..jobs import Folder, LocalFolder, ObjectFolder
+from ..jobs import Folder
 from .recipes import Recipe, with_ids
 from .vocabulary import VocabularyPlan
 
@@ -25,8 +20,7 @@ MANIFEST_VERSION = 1
 
 
 def assemble(trained: Any, recipe: Recipe, plan: VocabularyPlan) -> Any:
-    """A tokenizers ``Tokenizer``: the trained model inside the recipe's pipeline; seeded pieces stay in the
-    vocabulary but are not added tokens."""
+    """The trained model inside the recipe's pipeline; seeded pieces stay in the vocabulary, not added tokens."""
     from tokenizers import AddedToken, Tokenizer
 
     document = json.loads(trained.to_str())
@@ -46,16 +40,11 @@ def assemble(trained: Any, recipe: Recipe, plan: VocabularyPlan) -> Any:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return "sha256:" + digest.hexdigest()
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def save(tokenizer: Any, recipe: Recipe, out: Folder, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Save ``tokenizer`` with the recipe's config into ``out`` (see the module docstring); returns the
-    manifest written, completed with the files, the vocabulary size and the fingerprint."""
+    """Save ``tokenizer`` with the recipe's config into ``out``; the manifest written."""
     from transformers import PreTrainedTokenizerFast
 
     from ..engine.loading import load_tokenizer
@@ -79,19 +68,12 @@ def save(tokenizer: Any, recipe: Recipe, out: Folder, manifest: dict[str, Any]) 
         }
         out.remove(MANIFEST_NAME)  # from here on, no manifest until every file is in place
         for path in written:
-            _put(out, path)
+            with out.writer(path.name) as stream, open(path, "rb") as source:
+                shutil.copyfileobj(source, stream)
         out.write_bytes(MANIFEST_NAME, (json.dumps(manifest, indent=1, ensure_ascii=False) + "\n").encode())
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return manifest
-
-
-def _put(out: Folder, path: Path) -> None:
-    if isinstance(out, ObjectFolder):
-        out.upload(path, path.name)
-    elif isinstance(out, LocalFolder):
-        with out.writer(path.name) as stream, open(path, "rb") as source:
-            shutil.copyfileobj(source, stream)
 
 
 def read_manifest(out: Folder) -> dict[str, Any] | None:

@@ -1,7 +1,4 @@
-"""``tokenizer-service train``: train a tokenizer from a corpus sharded across workers, exactly.
-
-Server side of the package (it runs the tokenizers trainers): ``pip install 'tokenizer-service[server]'``.
-"""
+"""``tokenizer-service train`` (the ``server`` extra: it runs the tokenizers trainers)."""
 
 from __future__ import annotations
 
@@ -22,16 +19,15 @@ for _needed in ("tokenizers", "transformers"):  # the server extra: service.cli 
         raise ImportError(f"No module named {_needed!r}")
 
 DESCRIPTION = """\
-Train a tokenizer (BPE, byte-level BPE, WordPiece or Unigram) from a corpus too big for one machine,
-exactly as if one process had trained it on the whole corpus. Phase 1 (every worker): count the
-pre-tokens of its units of the corpus with the tokenizer's normalizer and pre-tokenizer, on all its cores,
-in bounded memory; counts are written per unit, whole, with a .done record, so a rerun counts only what is
-unfinished. Phase 2 (worker 0, or --phase merge): wait for every unit, sum the counts, train once, and
-write tokenizer.json + tokenizer_config.json + manifest.json into --out (loadable by AutoTokenizer and by
-`tokenizer-service serve --model OUT`). Inputs, --out, --counts and --like are local paths or URLs
-(s3://, gs://, az://...): no shared file system is needed.
-Units and worker index exactly as `tokenizer-service pretokenize`: {sources}; each worker counts
-units[index::count].
+Train a tokenizer (BPE, byte-level BPE, WordPiece or Unigram) from a corpus too big for one machine, exactly
+as if one process had trained it on the whole corpus. Phase 1 (every worker): count the pre-tokens of its
+units with the tokenizer's normalizer and pre-tokenizer, on all its cores, in bounded memory, each unit's
+counts written whole with a .done record (a rerun counts only what is unfinished). Phase 2 (worker 0, or
+--phase merge): wait for every unit, sum the counts, train once, and write tokenizer.json,
+tokenizer_config.json and manifest.json into --out (loadable by AutoTokenizer and `tokenizer-service serve
+--model OUT`). Inputs, --out, --counts and --like are local paths or URLs (s3://, gs://, az://...): no shared
+file system is needed. Units and worker index as `tokenizer-service pretokenize`: {sources}; each worker
+counts units[index::count].
 """
 
 
@@ -54,7 +50,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-#: The help's sections and the flags in each (every field of :class:`TrainConfig` that is a flag, once).
+#: The help's sections and their flags (each of :class:`TrainConfig`'s, once).
 LAYOUT: Layout = (
     (None, None, ("inputs", "out")),
     (

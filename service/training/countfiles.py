@@ -1,9 +1,5 @@
-"""Sorted count files: pre-tokens and how often each occurs, sorted by pre-token, merged exactly.
-
-A count file holds distinct pre-tokens in increasing code-point order (Python's ``str`` order, which is
-also UTF-8 byte order) with their counts. Sorted files are merged by streaming (a k-way merge that adds the
-counts of equal pre-tokens), so summing the counts of many units -- or of many spills of one unit -- never
-needs more memory than one block per file, and the result is exact.
+"""Count files: distinct pre-tokens in increasing code-point order (Python's ``str`` order, also UTF-8 byte
+order) with their counts, summed exactly by a streaming k-way merge in one block of memory per file.
 
 Layout (little-endian)::
 
@@ -44,8 +40,8 @@ class CountFileError(JobError):
 
 
 def write_counts(stream: IO[bytes], counts: Iterable[Count], name: str = "count file") -> int:
-    """Write ``(pre-token, count)`` pairs, in strictly increasing pre-token order, as a whole count file (the
-    stream stays open: its owner closes it); the number of distinct pre-tokens written."""
+    """Write ``(pre-token, count)`` pairs, in strictly increasing order, as a whole count file into ``stream``
+    (left open); the number of distinct pre-tokens written."""
     stream.write(MAGIC)
     distinct = total = 0
     last: str | None = None
@@ -74,7 +70,7 @@ def write_counts(stream: IO[bytes], counts: Iterable[Count], name: str = "count 
 
 
 def read_counts(path: Path) -> Iterator[Count]:
-    """Every ``(pre-token, count)`` of a count file, in order, checked for wholeness as it is read."""
+    """Every ``(pre-token, count)`` of a count file, checked for wholeness as it is read."""
     with open(path, "rb", buffering=1 << 20) as stream:
         if stream.read(len(MAGIC)) != MAGIC:
             raise CountFileError(f"{path}: not a count file")
@@ -133,9 +129,7 @@ def merge_counts(streams: Sequence[Iterable[Count]]) -> Iterator[Count]:
 
 
 def merge_files(paths: Sequence[Path], scratch: Path) -> Iterator[Count]:
-    """The exact sum of the count files ``paths``, streamed in order. More than :data:`MERGE_FAN_IN` files
-    are merged in rounds through temporary files in ``scratch`` (removed as soon as they are read), so the
-    open files and buffers stay bounded however many units there are."""
+    """The exact sum of the count files, streamed; past :data:`MERGE_FAN_IN` files, merged in rounds in ``scratch``."""
     paths = list(paths)
     round_number = 0
     while len(paths) > MERGE_FAN_IN:

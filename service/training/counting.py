@@ -1,15 +1,8 @@
 """Phase 1, on every worker: count the pre-tokens of each of its units, exactly, in bounded memory
-(``docs/guides/train.md``, "Recipes, phases, faults").
-
-A process holding ``max_words`` distinct pre-tokens writes them, sorted, to a spill file on local disk and
-starts afresh; at the end of the unit the spills and the rest are merged exactly (:mod:`.countfiles`) into its
-count file. Nothing is pruned, so the counts are exact whatever the memory budget. Beside it, ``.chars.json``
-holds each character's total count and the positions it takes in pre-tokens (what the trainer's alphabet and
-affixed pieces need). Both are written whole into the counts folder, then the executor's ``.done`` record
-(:class:`CountStats` inside).
-
-The units of a worker are counted by ``processes`` processes of a ``spawn`` pool (the offline job may
-use processes; a forked child would inherit a Rust pool that was already used, so it is never forked).
+(``docs/guides/train.md``). A process holding ``max_words`` distinct pre-tokens spills them, sorted, to local
+disk; the spills and the rest are merged (:mod:`.countfiles`) into the unit's count file, beside ``.chars.json``
+(each character's count and positions in pre-tokens), then its ``.done`` record. Units are counted on a
+``spawn`` pool: a forked child would inherit a used Rust pool.
 """
 
 from __future__ import annotations
@@ -42,8 +35,7 @@ CHARS_SUFFIX = ".chars.json"
 #: Bump when what a count file means changes: older counts are then refused, not mixed.
 COUNTING_VERSION = 1
 
-#: Where a character stands in a pre-token (bits of a mask): the trainers build different pieces for a
-#: character that starts a word, continues it, ends it, or is the whole word.
+#: Where a character stands in a pre-token (mask bits): the trainers build different pieces for each.
 FIRST, MIDDLE, LAST, ALONE = 1, 2, 4, 8
 
 Report = Callable[[int, int, int], None]  # (documents, pre-tokens) since the last call, input consumed
@@ -67,8 +59,7 @@ class CountStats:
 
 @dataclass(frozen=True)
 class CountingSpec:
-    """What decides a unit's counts, and how much a counting process may hold. Sent to the worker
-    processes, so it holds plain data only."""
+    """What decides a unit's counts, and how much a counting process may hold (plain data: it is pickled)."""
 
     normalizer: dict[str, Any] | None
     pre_tokenizer: dict[str, Any] | None
@@ -93,20 +84,16 @@ class CountingSpec:
         return json_key(self.settings())
 
     def describe(self) -> dict[str, Any]:
-        """The settings and their key, as records store them."""
         return {"key": self.key(), **self.settings()}
 
 
 def count_files(unit: WorkUnit) -> list[str]:
-    """A unit's outputs in the counts folder: its count file and its characters."""
     return [unit.name + COUNTS_SUFFIX, unit.name + CHARS_SUFFIX]
 
 
 class PreTokenCounter:
-    """Counts the pre-tokens of texts exactly as a tokenizers trainer counts what it is fed -- by feeding them to
-    one: a tokenizer with the recipe's normalizer and pre-tokenizer trains a WordLevel trainer (the very Rust
-    word count ``train_from_iterator`` runs), whose state then holds the counts. Where a tokenizers release would
-    not expose them, ``normalize_str`` and ``pre_tokenize_str`` give the same counts in Python (half as fast)."""
+    """Counts pre-tokens as a trainer does, by training a WordLevel trainer and reading its state; else (a release
+    that hides it) with ``normalize_str`` and ``pre_tokenize_str``, the same counts at half the speed."""
 
     def __init__(self, normalizer: dict[str, Any] | None, pre_tokenizer: dict[str, Any] | None) -> None:
         from tokenizers import Tokenizer
@@ -156,7 +143,7 @@ class PreTokenCounter:
 
 @dataclass
 class CharStats:
-    """Each character's total count over a set of counted pre-tokens, and the positions it takes."""
+    """Each character's total count over counted pre-tokens, and the positions it takes."""
 
     counts: dict[str, int] = field(default_factory=dict)
     masks: dict[str, int] = field(default_factory=dict)
@@ -193,9 +180,8 @@ class CharStats:
 
 
 # -- one unit ---------------------------------------------------------------------------------------------
-#: Text handed to the trainer at once: big enough that a call's overhead vanishes, small enough that its
-#: word map (the batch's distinct pre-tokens, beside the process's own counts) stays small. Never more
-#: characters than the process may hold distinct pre-tokens, so a batch's map is at most half the budget.
+#: Characters handed to the trainer at once: a call's overhead vanishes, its word map stays small (and never
+#: over ``max_words`` characters, so a batch's map is at most half the budget).
 BATCH_CHARS = 1 << 20
 _COUNTERS: dict[str, PreTokenCounter] = {}
 
@@ -208,8 +194,8 @@ def _counter(spec: CountingSpec) -> PreTokenCounter:
 
 
 def count_unit(unit: WorkUnit, folder: Folder, spec: CountingSpec, storage: Storage, report: Report) -> CountStats:
-    """Count one unit into ``<unit>.counts`` + ``<unit>.chars.json`` of ``folder`` (each written whole); its
-    statistics, for the record the caller commits. Spills go to a private local directory, removed after."""
+    """Count one unit into ``<unit>.counts`` + ``<unit>.chars.json`` of ``folder`` (each whole), spilling into
+    a private local directory; its statistics, for the record the caller commits."""
     started = time.monotonic()
     counter = _counter(spec)
     reader = DocumentReader(unit, text_field=spec.text_field, on_bad_record=spec.on_bad_record, storage=storage)
@@ -287,7 +273,7 @@ _progress_queue: Any = None
 def _init_process(progress_queue: Any) -> None:
     global _progress_queue
     _progress_queue = progress_queue
-    # One counting process per CPU: each counts on its own thread, not on a Rust pool of its own.
+    # one counting process per CPU, each on its own thread, not a Rust pool of its own
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     interrupt_on_sigterm()  # pool.terminate(): the unit being counted leaves no temporary file
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it terminates the pool
@@ -312,8 +298,8 @@ def count_units(
     progress: Progress,
     commit: Callable[[WorkUnit, CountStats], object],
 ) -> None:
-    """Count ``units`` on ``processes`` processes (in this one when 1), calling ``commit(unit, stats)`` as
-    each finishes. The first failure stops the others (their unfinished units stay not done) and is raised."""
+    """Count ``units`` on ``processes`` processes (in this one when 1), calling ``commit(unit, stats)`` as each
+    finishes; the first failure stops the others and is raised."""
     counted: set[str] = set()
     by_name = {unit.name: unit for unit in units}
     consumed: dict[str, int] = {}  # the input consumed of each unit being counted

@@ -1,19 +1,15 @@
-"""Phase 2, once: sum every unit's counts and train the model on the sums.
-
-Python cannot hand a trainer word counts (``train_from_iterator`` replaces a trainer's own with what it is fed),
-so the summed counts are *replayed*: each pre-token fed as many times as it was counted, joined by a separator
-character found nowhere in the corpus, through a tokenizer with no normalizer whose pre-tokenizer only splits at
-that separator. The trainer then builds exactly the map the raw corpus would give it (``docs/guides/train.md``,
-"Exactness", says what the tests hold), at a cost per pre-token occurrence (a few microseconds), not per byte.
-
-``min_frequency`` applies to the global sums: the BPE and WordPiece trainers apply it, as always, to the counts
-of pairs; the Unigram trainer has no such option, so for Unigram pre-tokens counted fewer than
-``min_frequency`` times over the whole corpus are left out.
+"""Phase 2, once: sum every unit's counts and train on the sums. A trainer cannot be handed counts, so the sums
+are *replayed* (:class:`Replay`): each pre-token fed as many times as counted, joined by a separator absent from
+the corpus, through a tokenizer that only splits there, so the trainer builds exactly the raw corpus's word map
+(``docs/guides/train.md``). Unigram has no ``min_frequency``: pre-tokens counted fewer times are left out.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +20,13 @@ from ..jobs import DoneRecord, Folder, WorkUnit
 from ..jobs.progress import Log, human
 from .countfiles import merge_files
 from .counting import CharStats, CountStats, count_files, read_chars
+from .options import TrainConfig
 from .recipes import Recipe
 from .vocabulary import VocabularyPlan
 
-#: Characters per replayed text: the trainer splits each text on one of its threads, and smaller texts
-#: share the work out better and keep its buffers in cache (64 KiB replays a third faster than 1 MiB).
+#: Characters per replayed text: smaller texts share the trainer's threads better and stay in cache (64 KiB
+#: replays a third faster than 1 MiB).
 REPLAY_CHARS = 1 << 16
-
 
 #: What worker 0 says when it gives up waiting for counts (with the missing units before it).
 MISSING_HINT = (
@@ -75,7 +71,7 @@ def gather(
 
 @dataclass
 class Replay:
-    """The summed counts as texts for the trainer (see the module docstring), with what was fed."""
+    """The summed counts as texts for the trainer, counting what was fed."""
 
     counts: Iterable[tuple[str, int]]
     separator: str
@@ -111,8 +107,7 @@ class Replay:
 
 
 def replay_tokenizer(recipe: Recipe, separator: str) -> Any:
-    """A tokenizer with the recipe's (untrained) model, no normalizer, and a pre-tokenizer that only splits
-    at ``separator``: fed replayed counts, its trainer sees exactly the counted pre-tokens."""
+    """The recipe's untrained model with no normalizer and a pre-tokenizer that only splits at ``separator``."""
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     if recipe.family == "unigram":
@@ -164,38 +159,38 @@ class Learnt:
 def learn(
     recipe: Recipe,
     plan: VocabularyPlan,
-    files: Sequence[Path],
-    scratch: Path,
-    *,
-    vocab_size: int,
-    min_frequency: int,
-    show_progress: bool,
+    config: TrainConfig,
+    folder: Folder,
+    units: Sequence[WorkUnit],
+    totals: CountTotals,
     log: Log,
-    distinct_upper_bound: int,
 ) -> Learnt:
-    """Merge the count files, replay them into the trainer, and train once."""
-    started = time.monotonic()
-    last_line = [started]
+    """Merge every unit's count file, replay the sums into the trainer, and train once."""
+    show_progress = config.progress == "bar" or (config.progress == "auto" and sys.stderr.isatty())
+    scratch = Path(tempfile.mkdtemp(prefix="tokenizer-service-merge-"))
+    try:
+        # each count file on local disk, remote ones downloaded whole: a dropped connection costs one download
+        names = (count_files(unit)[0] for unit in units)
+        files = [folder.fetch(name, scratch / "counts" / f"{i:06d}.counts") for i, name in enumerate(names)]
+        started = time.monotonic()
+        last_line = [started]
 
-    def on_word(fed: int) -> None:
-        now = time.monotonic()
-        if not show_progress and now - last_line[0] >= 10:
-            last_line[0] = now
-            log(f"train: fed {human(fed)} of at most {human(distinct_upper_bound)} distinct pre-tokens to the trainer")
+        def on_word(fed: int) -> None:
+            now = time.monotonic()
+            if not show_progress and now - last_line[0] >= 10:
+                last_line[0] = now
+                most = human(totals.distinct_upper_bound)
+                log(f"train: fed {human(fed)} of at most {most} distinct pre-tokens to the trainer")
 
-    replay = Replay(
-        merge_files(files, scratch),
-        plan.separator,
-        min_count=min_frequency if recipe.family == "unigram" else 0,
-        on_word=on_word,
-    )
-    tokenizer = replay_tokenizer(recipe, plan.separator)
-    trainer = make_trainer(recipe, plan, vocab_size, min_frequency, show_progress)
-    tokenizer.train_from_iterator(replay, trainer=trainer)
-    return Learnt(tokenizer, replay.distinct, replay.left_out, time.monotonic() - started)
-
-
-def local_count_files(folder: Folder, units: Sequence[WorkUnit], scratch: Path) -> list[Path]:
-    """Each unit's count file as a local file: the file itself on a local disk, else downloaded whole into
-    ``scratch`` (the merge then reads local files only, and a dropped connection costs one download)."""
-    return [folder.fetch(name, scratch / f"{i:06d}.counts") for i, name in enumerate(count_files(u)[0] for u in units)]
+        replay = Replay(
+            merge_files(files, scratch / "rounds"),
+            plan.separator,
+            min_count=config.min_frequency if recipe.family == "unigram" else 0,
+            on_word=on_word,
+        )
+        tokenizer = replay_tokenizer(recipe, plan.separator)
+        trainer = make_trainer(recipe, plan, config.vocab_size, config.min_frequency, show_progress)
+        tokenizer.train_from_iterator(replay, trainer=trainer)
+        return Learnt(tokenizer, replay.distinct, replay.left_out, time.monotonic() - started)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)

@@ -12,28 +12,20 @@ from ..jobs.progress import human
 from ..jobs.work_units import format_size
 from .recipes import PRESETS
 
-#: Model families, one per preset (:data:`.recipes.PRESETS`): a WordPiece (BERT style), a byte-level BPE (GPT-2
-#: style), a character-level BPE (SentencePiece style) and a Unigram (SentencePiece style).
+#: Model families, one per preset (:data:`.recipes.PRESETS`).
 MODELS = tuple(PRESETS)
-#: ``count``: this worker counts its units; ``merge``: sum every unit's counts and train (one process);
-#: ``all``: count, then worker 0 merges and trains once every unit is counted.
+#: What this process does (``--phase``'s help).
 PHASES = ("count", "merge", "all")
-#: What one distinct pre-token costs in a counting process's memory (the string, its dict entry, its
-#: count, its share of the sorted key list when spilled), measured on CPython 3.12 with short words;
-#: ``count_memory // BYTES_PER_PRETOKEN`` distinct pre-tokens are held before a spill.
+#: What one distinct pre-token costs a counting process (string, dict entry, count, its share of the sorted
+#: keys when spilled), measured on CPython 3.12 with short words.
 BYTES_PER_PRETOKEN = 256
 DEFAULT_COUNT_MEMORY = 1 << 30
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(JobConfig):
-    """Every knob of ``tokenizer-service train``; each field declares its CLI flag (see ``--help``). The fields
-    shared with every sharded job (inputs, out, workers, storage, progress) are :class:`JobConfig`'s.
-
-    ``model`` is None only with ``like``: the family is then the source tokenizer's. ``special_tokens``
-    None keeps the preset's (or the source's) list; given, it is the whole list, in id order. ``counts_dir``
-    None: ``<out>.counts`` beside the tokenizer (the coordination files stay apart from the deliverable).
-    """
+    """Every knob of ``tokenizer-service train``, each field declaring its CLI flag (``--help`` says what each
+    means); those every sharded job has are :class:`JobConfig`'s."""
 
     model: str | None = field(
         default=None,
@@ -128,8 +120,7 @@ class TrainConfig(JobConfig):
             raise ValueError(f"phase must be one of {', '.join(PHASES)}, not {self.phase!r}")
         if self.revision is not None and self.like is None:
             raise ValueError("--revision applies to --like (a hub tokenizer to take the recipe from)")
-        # vocab_size has no floor here: the recipe's (its special tokens and initial alphabet, 257 for
-        # byte-level BPE) is checked once the recipe is built, before any work (vocabulary.check_lower_bound)
+        # vocab_size's floor is the recipe's, checked once it is built (vocabulary.check_lower_bound)
         for name in ("limit_alphabet", "model_max_length", "processes"):
             value = getattr(self, name)
             if value is not None and value < 1:
@@ -147,7 +138,7 @@ class TrainConfig(JobConfig):
 
     @property
     def counts(self) -> str:
-        """Where the per-unit counts go (shared by every worker): ``--counts``, else ``<out>.counts``."""
+        """``--counts``, else ``<out>.counts``."""
         if self.counts_dir is not None:
             return str(self.counts_dir)
         out = self.out_location.rstrip("/")
@@ -158,11 +149,11 @@ class TrainConfig(JobConfig):
 
     @property
     def max_words(self) -> int:
-        """Distinct pre-tokens a counting process holds before it spills a sorted run to disk."""
+        """Distinct pre-tokens a counting process holds before it spills."""
         return max(64, self.count_memory // BYTES_PER_PRETOKEN)
 
     def training_options(self) -> dict[str, Any]:
-        """The options that shape the trained tokenizer beyond the counts (recorded in the manifest)."""
+        """The options that shape the tokenizer beyond the counts (recorded in the manifest)."""
         return {
             "vocab_size": self.vocab_size,
             "min_frequency": self.min_frequency,

@@ -1,13 +1,6 @@
-"""The recipe of the tokenizer to train: everything but what is learnt from the corpus.
-
-A :class:`Recipe` holds the normalizer, pre-tokenizer, post-processor and decoder (as tokenizers JSON), the
-model family and its options, the special tokens (in id order) and the call config transformers keeps in
-``tokenizer_config.json``. It comes from a preset per model family (after the tokenizers library's own
-``implementations``; ``docs/guides/train.md`` describes them), or from an existing tokenizer (``--like``: a
-file, a directory or a hub id, loaded exactly as the server loads it), so a team can re-train a known recipe on
-its own data. Every worker builds the same recipe from the same flags; the part that decides the counts
-(normalizer and pre-tokenizer) is hashed into every unit's record, so counts made with another recipe are never
-mixed in.
+"""The recipe of the tokenizer to train (:class:`Recipe`): everything but what is learnt from the corpus. It
+comes from a preset per model family (after the tokenizers library's ``implementations``) or from an existing
+tokenizer (``--like``, loaded as the server loads it): ``docs/guides/train.md`` describes both.
 """
 
 from __future__ import annotations
@@ -22,16 +15,14 @@ from ..jobs import JobError, Storage, fetch_tokenizer, is_url
 
 #: Roles transformers knows special tokens by, in the order its config lists them.
 ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-#: The model families of the tokenizers library the trainers can learn (WordLevel has nothing to learn
-#: beyond counts, so it is not offered).
+#: The models the trainers can learn (WordLevel has nothing to learn beyond counts).
 FAMILY_OF_MODEL = {"BPE": "bpe", "WordPiece": "wordpiece", "Unigram": "unigram"}
 #: The byte pieces a byte-fallback model needs in its vocabulary (SentencePiece's ``<0x00>``...).
 BYTE_PIECES = tuple(f"<0x{byte:02X}>" for byte in range(256))
 
 
 class RecipeError(JobError):
-    """The recipe cannot work (an unknown source, a post-processor naming a missing token...); the message
-    says what to change."""
+    """The recipe cannot work (an unknown source, a post-processor naming a missing token...)."""
 
 
 def _special(content: str) -> dict[str, Any]:
@@ -40,12 +31,9 @@ def _special(content: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Recipe:
-    """What the trained tokenizer is besides what is learnt. JSON fields are tokenizers' own serialisation.
-
-    ``model`` is the model's JSON without its vocabulary (``type`` plus options); ``special_tokens`` and
-    ``added_tokens`` are AddedToken JSON without ids (special ones get the first ids, in order; other added
-    tokens are added after training); ``config`` holds the keyword arguments of transformers'
-    ``PreTrainedTokenizerFast`` (``model_max_length``, the special-token roles...)."""
+    """What the trained tokenizer is besides what is learnt, in tokenizers' own JSON. ``model``: without its
+    vocabulary; ``special_tokens`` (the first ids, in order) and ``added_tokens`` (added after training):
+    AddedToken JSON without ids; ``config``: ``PreTrainedTokenizerFast``'s keyword arguments."""
 
     family: str
     model: dict[str, Any]
@@ -79,7 +67,6 @@ class Recipe:
         return bool(self.model.get("byte_fallback"))
 
     def describe(self) -> dict[str, Any]:
-        """The recipe as the manifest records it."""
         return {
             "family": self.family,
             "origin": self.origin,
@@ -96,7 +83,7 @@ class Recipe:
         }
 
     def key(self) -> str:
-        """A hash of the whole recipe: a finished tokenizer made from another recipe is trained again."""
+        """A hash of the whole recipe: a tokenizer made from another recipe is trained again."""
         return json_key(self.describe())
 
 
@@ -106,15 +93,13 @@ def json_key(value: Any) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
-# -- presets ----------------------------------------------------------------------------------------------
 _COMPONENTS = ("normalizer", "pre_tokenizer", "post_processor", "decoder")
 
 
 def _preset(
     family: str, model: dict[str, Any], unk_token: str | None, specials: list[str], *components: Any, **fields: Any
 ) -> Recipe:
-    """A preset recipe; ``components``: the tokenizers objects of :data:`_COMPONENTS` (or None), kept as a
-    tokenizer.json holds them."""
+    """A preset recipe; ``components``: the tokenizers objects of :data:`_COMPONENTS` (or None)."""
     from tokenizers import Tokenizer, models
 
     holder = Tokenizer(models.BPE())
@@ -183,10 +168,7 @@ def _byte_level_bpe() -> Recipe:
         decoders.ByteLevel(),
         initial_alphabet=tuple(sorted(pre_tokenizers.ByteLevel.alphabet())),
         config={
-            "bos_token": "<|endoftext|>",
-            "eos_token": "<|endoftext|>",
-            "unk_token": "<|endoftext|>",
-            "pad_token": "<|endoftext|>",
+            **dict.fromkeys(("bos_token", "eos_token", "unk_token", "pad_token"), "<|endoftext|>"),
             "model_max_length": 1024,
             "model_input_names": ["input_ids", "attention_mask"],
         },
@@ -238,7 +220,7 @@ def _unigram() -> Recipe:
     )
 
 
-#: The preset of each model family, by name (see the module docstring); :func:`preset` builds one.
+#: The preset of each model family; :func:`preset` builds one.
 PRESETS: dict[str, Callable[[], Recipe]] = {
     "wordpiece": _wordpiece,
     "byte-level-bpe": _byte_level_bpe,
@@ -248,26 +230,20 @@ PRESETS: dict[str, Callable[[], Recipe]] = {
 
 
 def preset(family: str) -> Recipe:
-    """The preset recipe of a model family (see the module docstring)."""
     build = PRESETS.get(family)
     if build is None:
         raise RecipeError(f"no preset for model family {family!r} (presets: {', '.join(PRESETS)})")
     return build()
 
 
-# -- --like -----------------------------------------------------------------------------------------------
 def _uses_byte_level(component: dict[str, Any] | None) -> bool:
     if not component:
         return False
-    if component.get("type") == "ByteLevel":
-        return True
-    inner = component.get("pretokenizers") or []
-    return any(_uses_byte_level(part) for part in inner)
+    return component.get("type") == "ByteLevel" or any(map(_uses_byte_level, component.get("pretokenizers") or []))
 
 
 def recipe_like(source: str, revision: str | None, family: str | None, storage: Storage | None) -> Recipe:
-    """The recipe of an existing tokenizer (file, directory, hub id, or a directory or file under an
-    object-store URL, fetched first), loaded as the server loads it."""
+    """The recipe of an existing tokenizer (file, directory, hub id, or either under an object-store URL)."""
     from ..engine.loading import TokenizerLoadError, load_tokenizer
 
     try:
@@ -340,11 +316,9 @@ def recipe_like(source: str, revision: str | None, family: str | None, storage: 
     )
 
 
-# -- overrides and checks ---------------------------------------------------------------------------------
 def customize(recipe: Recipe, special_tokens: tuple[str, ...] | None, model_max_length: int | None) -> Recipe:
-    """Apply ``--special-tokens`` (the whole list, in id order: the recipe's own tokens keep their flags,
-    new ones are plain special tokens) and ``--model-max-length``; then check that every token the recipe
-    names (the unknown token, the post-processor's, the roles) is one of its tokens."""
+    """Apply ``--special-tokens`` (the whole list, in id order: known tokens keep their flags) and
+    ``--model-max-length``, then :func:`check`."""
     config = dict(recipe.config)
     if model_max_length is not None:
         config["model_max_length"] = model_max_length
@@ -365,7 +339,7 @@ def customize(recipe: Recipe, special_tokens: tuple[str, ...] | None, model_max_
 
 
 def check(recipe: Recipe) -> None:
-    """Every token the recipe names must be one of its special (or added) tokens."""
+    """Refuse a token the recipe names (its unknown token, the post-processor's, the roles) but does not hold."""
     specials = set(recipe.special_contents)
     known = specials | {token["content"] for token in recipe.added_tokens}
     where = "pass them in --special-tokens" if recipe.origin.get("preset") else "keep them in --special-tokens"
@@ -386,7 +360,7 @@ def check(recipe: Recipe) -> None:
 
 
 def post_processor_tokens(processor: dict[str, Any] | None) -> list[str]:
-    """The tokens a post-processor inserts (which must exist in the trained vocabulary)."""
+    """The tokens a post-processor inserts."""
     if not processor:
         return []
     kind = processor.get("type")
@@ -424,7 +398,7 @@ def build_recipe(
     model_max_length: int | None,
     storage: Storage | None = None,
 ) -> Recipe:
-    """The recipe for these flags: the preset of ``family``, or the recipe of ``like``; then the overrides."""
+    """The preset of ``family``, or the recipe of ``like``, with the overrides."""
     if like is not None:
         recipe = recipe_like(like, revision, family, storage)
     elif family is not None:

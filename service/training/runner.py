@@ -1,17 +1,11 @@
-"""One process's part of a training run, on the sharded-job executor: the ``train`` step
-(:class:`TrainStep`) counts this worker's units (phase 1), and -- on worker 0, or with ``--phase merge`` --
-once the executor has waited for every unit, sums the counts and trains once (phase 2, its finalize)."""
+"""One process's part of a training run (:func:`train`), as the ``train`` step on the sharded-job executor."""
 
 from __future__ import annotations
 
 import contextlib
 import platform
-import shutil
-import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .. import __version__
@@ -20,7 +14,7 @@ from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_
 from ..wire import FINGERPRINT_SCHEME
 from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
-from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn, local_count_files
+from .learning import MISSING_HINT, CountTotals, Learnt, gather, learn
 from .options import TrainConfig
 from .recipes import Recipe, RecipeError, build_recipe, json_key
 from .vocabulary import VocabularyPlan, check_lower_bound, plan_vocabulary
@@ -44,8 +38,7 @@ class CountSummary:
 
 @dataclass
 class TrainSummary:
-    """What the merge and training did (or found done already). ``shortfall``: why the vocabulary is
-    smaller than ``--vocab-size`` asked (None when it reached it)."""
+    """What the merge and training did (or found done already)."""
 
     out: str
     fingerprint: str
@@ -73,9 +66,8 @@ class Summary:
 
 
 def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
-    """Run this process's part of ``config`` (see :class:`TrainConfig`). Everything that can be refused is
-    refused before any work: the recipe, the vocabulary size against the special tokens and the initial
-    alphabet, the inputs, the worker index, counts made differently in the counts folder."""
+    """Run this process's part of ``config``. Everything that can be refused (the recipe, the vocabulary size
+    against it, the inputs, the worker index, counts made differently) is refused before any work."""
     started = time.monotonic()
     storage = config.storage(log)
     recipe = build_recipe(
@@ -117,8 +109,8 @@ def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
 
 
 class TrainStep(Step[CountStats, TrainSummary]):
-    """The ``train`` step: a unit's outputs are its pre-token counts (phase 1); worker 0's finalize sums
-    every unit's counts, trains once and writes the tokenizer (phase 2)."""
+    """A unit's outputs are its pre-token counts (phase 1); the finalize, on worker 0 or ``--phase merge``,
+    sums every unit's counts, trains once and writes the tokenizer (phase 2)."""
 
     name = "train"
     stats_type = CountStats
@@ -142,7 +134,6 @@ class TrainStep(Step[CountStats, TrainSummary]):
     def outputs(self, unit: WorkUnit) -> list[str]:
         return count_files(unit)
 
-    # -- phase 1 ------------------------------------------------------------------------------------------
     def process(self, units: list[WorkUnit], job: ShardedJob[CountStats], progress: Progress) -> None:
         from ..engine.parallelism import available_cpus
 
@@ -161,7 +152,6 @@ class TrainStep(Step[CountStats, TrainSummary]):
                 local.update(read_chars(job.folder, unit))
             plan_vocabulary(self.recipe, local, config.vocab_size, None)
 
-    # -- phase 2 ------------------------------------------------------------------------------------------
     def finalize(
         self, job: ShardedJob[CountStats], records: list[DoneRecord[CountStats]], waited: float
     ) -> TrainSummary:
@@ -173,7 +163,12 @@ class TrainStep(Step[CountStats, TrainSummary]):
         done = _already_trained(out, counted, started, self.log)
         if done is not None:
             return done
-        learnt = self._learn(job, counted)
+        self.log(
+            f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
+            f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {recipe.family} "
+            f"of {config.vocab_size:,} tokens"
+        )
+        learnt = learn(recipe, counted.plan, config, job.folder, job.units, counted.totals, self.log)
         tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
         peak = peak_rss_bytes()
         shortfall = _shortfall(recipe, config, tokenizer.get_vocab_size())
@@ -200,8 +195,7 @@ class TrainStep(Step[CountStats, TrainSummary]):
     def _gather_counts(
         self, job: ShardedJob[CountStats], records: list[DoneRecord[CountStats]], waited: float
     ) -> _Counted:
-        """Sum every unit's records and characters, and plan the vocabulary (refusing a --vocab-size below the
-        alphabet and the special tokens)."""
+        """Sum every unit's records and characters, and plan the vocabulary."""
         config, recipe = self.config, self.recipe
         stats, totals = gather(records, job.units, job.folder)
         if totals.pretokens == 0:
@@ -217,34 +211,9 @@ class TrainStep(Step[CountStats, TrainSummary]):
         }
         return _Counted(totals, plan, options, json_key(request), waited)
 
-    def _learn(self, job: ShardedJob[CountStats], counted: _Counted) -> Learnt:
-        """Merge every unit's count file (local copies of remote ones) and train once."""
-        config = self.config
-        self.log(
-            f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
-            f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {self.recipe.family} "
-            f"of {config.vocab_size:,} tokens"
-        )
-        scratch = Path(tempfile.mkdtemp(prefix="tokenizer-service-merge-"))
-        try:
-            return learn(
-                self.recipe,
-                counted.plan,
-                local_count_files(job.folder, job.units, scratch / "counts"),
-                scratch / "rounds",
-                vocab_size=config.vocab_size,
-                min_frequency=config.min_frequency,
-                show_progress=config.progress == "bar" or (config.progress == "auto" and sys.stderr.isatty()),
-                log=self.log,
-                distinct_upper_bound=counted.totals.distinct_upper_bound,
-            )
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-
     def _manifest(
         self, job: ShardedJob[CountStats], counted: _Counted, learnt: Learnt, peak: int, shortfall: str | None
     ) -> dict[str, Any]:
-        """What ``manifest.json`` records besides the tokenizer's files and fingerprint."""
         config, totals = self.config, counted.totals
         return {
             "created_by": f"tokenizer-service {__version__}",
@@ -281,7 +250,7 @@ class TrainStep(Step[CountStats, TrainSummary]):
 
 
 def reset_peak_rss() -> None:
-    """Start this process's peak RSS (VmHWM) afresh, so that a phase reports its own (Linux only)."""
+    """Start this process's peak RSS (VmHWM) afresh, for a phase's own (Linux only)."""
     with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")
 
@@ -301,8 +270,6 @@ def versions() -> dict[str, str]:
 
 @dataclass
 class _Counted:
-    """Every unit's counts, gathered and checked: what training needs besides the recipe."""
-
     totals: CountTotals
     plan: VocabularyPlan
     options: dict[str, Any]
@@ -311,7 +278,7 @@ class _Counted:
 
 
 def _already_trained(out: Folder, counted: _Counted, started: float, log: Log) -> TrainSummary | None:
-    """The summary of the tokenizer ``out`` already holds when it was made from this very request, else None."""
+    """The summary of the tokenizer ``out`` holds when it was made from this very request, else None."""
     existing = read_manifest(out)
     if existing is None or existing.get("request") != counted.request:
         return None
@@ -333,7 +300,6 @@ def _already_trained(out: Folder, counted: _Counted, started: float, log: Log) -
 
 
 def _shortfall(recipe: Recipe, config: TrainConfig, reached: int) -> str | None:
-    """Why the vocabulary stopped short of ``--vocab-size`` (None when it did not)."""
     if reached >= config.vocab_size:
         return None
     if recipe.family == "unigram":
@@ -348,7 +314,7 @@ def _shortfall(recipe: Recipe, config: TrainConfig, reached: int) -> str | None:
 
 
 def describe_summary(summary: Summary) -> str:
-    """The closing lines: documents, distinct pre-tokens, vocabulary size, time and peak memory per phase."""
+    """The closing lines: what each phase did, its time and peak memory."""
     lines = [f"train: {summary.worker.describe()}, phase {summary.phase}: finished in {duration(summary.seconds)}"]
     count = summary.count
     if count is not None:

@@ -1,14 +1,7 @@
-"""What the trainer must be told besides the counts: the alphabet, the pieces that get fixed ids, the smallest
-vocabulary that can hold them, and the separator the counts are replayed with.
-
-**Exactness** (``docs/guides/train.md``): the BPE and WordPiece trainers give a piece with an affix (WordPiece's
-``##x``, a ``</w>`` suffix) its id in the order their hash map yields the words, and break ties between merges by
-id. So with an affix, the alphabet and these pieces get their ids up front, in code-point order (passed to the
-trainer ahead of the corpus, as special tokens are, then taken back out of the added tokens): 1 worker and N
-workers give the same tokenizer.json. A plain BPE needs none of this. ``--limit-alphabet`` keeps the most
-frequent characters, ties broken by code point (the trainer's cut breaks them in hash order). A byte-fallback
-model gets SentencePiece's 256 byte pieces ``<0x00>``...
-"""
+"""What the trainer is told besides the counts (:class:`VocabularyPlan`): the alphabet, the pieces given fixed
+ids, the smallest vocabulary that holds them, the replay's separator. With an affix (``##x``, ``</w>``) the
+alphabet and affixed pieces get their ids up front, in code-point order, not the trainers' hash order;
+``--limit-alphabet`` breaks ties by code point (``docs/guides/train.md``, "Exactness")."""
 
 from __future__ import annotations
 
@@ -18,8 +11,7 @@ from ..jobs import JobError
 from .counting import ALONE, LAST, MIDDLE, CharStats
 from .recipes import BYTE_PIECES, Recipe
 
-#: Characters tried, in order, as the separator of replayed pre-tokens: the first one absent from the
-#: corpus's alphabet is used.
+#: Separators of replayed pre-tokens, in order of preference: the first absent from the corpus is used.
 SEPARATOR_CANDIDATES = (
     "\x00",
     *map(chr, range(1, 32)),
@@ -35,10 +27,9 @@ class VocabularyTooSmall(JobError):
 
 @dataclass(frozen=True)
 class VocabularyPlan:
-    """``alphabet``: the characters the vocabulary starts from (code-point order). ``seeds``: tokens that get
-    their ids right after the special tokens (byte pieces, then, for models with affixes, the alphabet and
-    its affixed pieces). ``minimum``: the smallest vocabulary that holds the special tokens, the seeds and the
-    alphabet. ``separator``: a character no pre-token contains."""
+    """``alphabet``: the characters the vocabulary starts from. ``seeds``: tokens with ids right after the special
+    tokens (byte pieces, then, with affixes, the alphabet and its affixed pieces). ``minimum``: the smallest
+    vocabulary holding the special tokens, seeds and alphabet. ``separator``: a character no pre-token holds."""
 
     alphabet: tuple[str, ...]
     seeds: tuple[str, ...]
@@ -69,7 +60,6 @@ def _count(n: int, word: str) -> str:
 def _too_small(
     vocab_size: int, minimum: int, parts: list[str], byte_pieces: int, specials: int, hint: str = ""
 ) -> VocabularyTooSmall:
-    """The refusal of ``vocab_size``, below ``minimum``: ``parts`` of it, then the byte pieces and special tokens."""
     if byte_pieces:
         parts.append(_count(byte_pieces, "byte piece"))
     parts.append(_count(specials, "special token"))
@@ -82,9 +72,8 @@ def _too_small(
 
 
 def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
-    """Refuse a ``vocab_size`` below the smallest vocabulary the recipe allows whatever the corpus (special
-    tokens, byte pieces, the initial alphabet), before any work: what the family's trainer gives when it learns
-    nothing (an empty corpus), and never less than one token."""
+    """Refuse, before any work, a ``vocab_size`` below what the recipe needs whatever the corpus (special
+    tokens, byte pieces, initial alphabet; at least one token)."""
     specials = set(recipe.special_contents)
     bytes_ = set(BYTE_PIECES) - specials if recipe.byte_fallback else set()
     initial = set(recipe.initial_alphabet) - specials - bytes_
@@ -95,19 +84,15 @@ def check_lower_bound(recipe: Recipe, vocab_size: int) -> None:
 
 
 def plan_vocabulary(recipe: Recipe, stats: CharStats, vocab_size: int, limit_alphabet: int | None) -> VocabularyPlan:
-    """The plan for training on a corpus whose characters are ``stats``; raises :class:`VocabularyTooSmall`
-    naming the numbers when ``vocab_size`` cannot hold the alphabet and the special tokens."""
+    """The plan for a corpus whose characters are ``stats``, or :class:`VocabularyTooSmall`."""
     specials = recipe.special_contents
     special_set = set(specials)
     counts: dict[str, float] = dict(stats.counts)
     for char in recipe.initial_alphabet:
         counts[char] = float("inf")  # as the trainer does: the initial alphabet is always kept first
     limited = limit_alphabet is not None and limit_alphabet < len(counts)
-    if limited:
-        ranked = sorted(counts, key=lambda char: (-counts[char], ord(char)))
-        alphabet = tuple(sorted(ranked[:limit_alphabet]))
-    else:
-        alphabet = tuple(sorted(counts))
+    kept = sorted(counts, key=lambda char: (-counts[char], ord(char)))[:limit_alphabet] if limited else counts
+    alphabet = tuple(sorted(kept))
     bytes_ = [piece for piece in BYTE_PIECES if piece not in special_set] if recipe.byte_fallback else []
     alphabet_new = [char for char in alphabet if char not in special_set and char not in bytes_]
     affixed: list[str] = []

@@ -1,7 +1,5 @@
 """What a render answers to as it runs: its bounds (:class:`RenderLimits`) and the watch it checks as it goes
-(:class:`RenderWatch`, charging :class:`RenderCharge`). The lowest layer of the chat package: it imports none of its
-siblings. A render stopped because its caller has gone raises :class:`_RenderCancelled`, which only the render
-thread (``renderer.py``) turns back into a cancellation."""
+(:class:`RenderWatch`, charging :class:`RenderCharge`). The chat package's lowest layer: it imports no sibling."""
 
 from __future__ import annotations
 
@@ -17,33 +15,26 @@ from ..memory import Reservation
 
 @dataclass(frozen=True)
 class RenderLimits:
-    """Bounds of one request's rendering, checked while it renders (a template can make a small conversation
-    huge): ``max_chars`` per rendered conversation (the engine's ``max_text_chars``) and ``max_conversations`` per
-    request (its ``max_texts_per_request``). All of a request's renderings together are bounded by the memory
-    they are charged to as they accumulate (see :class:`RenderWatch`)."""
+    """Bounds of one request's rendering, checked as it renders: ``max_chars`` per rendered conversation (the
+    engine's ``max_text_chars``), ``max_conversations`` per request (its ``max_texts_per_request``)."""
 
     max_chars: int = DEFAULT_LIMITS.max_text_chars
     max_conversations: int = DEFAULT_LIMITS.max_texts_per_request
 
     def in_progress_bytes(self) -> int:
-        """Bytes the renderings in progress hold at most, beside the finished ones: two at once (``"turns"``
-        renders a prefix beside the whole), each its blocks and the joined copies made of them (a tracked
-        generation block joins the blocks so far), Python strings taking up to 4 bytes per character, plus the
-        block objects between compactions."""
+        """Bytes the renderings in progress hold at most: two at once (``"turns"`` renders a prefix beside the
+        whole), each its blocks and their joined copies at 4 bytes a character, plus the blocks' objects."""
         return 2 * (3 * 4 * self.max_chars + _COMPACT_BLOCKS * 128)
 
 
-#: A rendering's blocks are joined into one every this many blocks: a template yielding tiny blocks (or a loop
-#: of them) holds no more than this many block objects at once.
+#: A rendering's blocks are joined into one every this many blocks, bounding the block objects held at once.
 _COMPACT_BLOCKS = 4096
 
 
 class RenderWatch:
-    """What a render in progress answers to, checked as it goes (on the render thread): its caller leaving
-    (:meth:`cancel`), its ``deadline`` (``time.monotonic()``: TIMEOUT past it), and the memory its finished
-    renderings hold (``charge(nbytes)``, called as they accumulate; it raises to stop the render, e.g. when the
-    memory budget has no room). A template that computes for long without writing anything is only stopped at
-    its next output."""
+    """What a render answers to, checked as it goes on the render thread: its caller leaving (:meth:`cancel`),
+    its ``deadline`` (``time.monotonic()``: TIMEOUT past it), and ``charge(nbytes)`` of its finished renderings,
+    which raises to stop it. A template computing without output is only stopped at its next output."""
 
     def __init__(self, deadline: float | None = None, charge: Callable[[int], None] | None = None) -> None:
         self.deadline = deadline
@@ -51,7 +42,6 @@ class RenderWatch:
         self._cancelled = False
 
     def cancel(self) -> None:
-        """The caller has gone: the render stops at its next check."""
         self._cancelled = True
 
     def check(self) -> None:
@@ -64,15 +54,14 @@ class RenderWatch:
             )
 
     def hold(self, nbytes: int) -> None:
-        """The finished renderings now hold ``nbytes``."""
         if self._charge is not None:
             self._charge(nbytes)
 
 
 class RenderCharge:
-    """A render's ``charge`` (:class:`RenderWatch`): keeps ``reservation`` at ``base`` plus what the finished
-    renderings hold, grown ahead in steps, from the render thread. :meth:`close` (on the loop, before the
-    reservation can be released) stops any later charge from touching it: a render still running then stops."""
+    """A render's ``charge``: keeps ``reservation`` at ``base`` plus what the finished renderings hold, grown
+    ahead in steps. :meth:`close` (on the loop, before the reservation is released) makes a later charge stop
+    the render instead of touching it."""
 
     STEP = 1 << 20
 
@@ -101,4 +90,4 @@ class RenderCharge:
 
 
 class _RenderCancelled(Exception):
-    """The caller of a render has gone: nobody waits for its result."""
+    """The caller of a render has gone; only the render thread (``renderer.py``) turns it into a cancellation."""

@@ -1,8 +1,6 @@
-"""Assistant masks: the tokens overlapping the assistant's character spans of a rendering, marked exactly as
-transformers marks its generation spans (:func:`assistant_masks`, vectorised over a batch, transformers' own
-loop for spans out of order), and the encode of rendered conversations given the ``assistant_masks`` key
-``apply_chat_template`` returns, its offsets dropped (:func:`add_assistant_masks`). numpy over every token of a
-batch: the render thread (``renderer.py``) runs it, off the event loop."""
+"""Assistant masks, marked from the encode's offsets exactly as transformers marks generation spans
+(:func:`assistant_masks`, vectorised over a batch), and added to the encode as ``apply_chat_template`` returns it
+(:func:`add_assistant_masks`). numpy over every token of a batch: run on the render thread, off the event loop."""
 
 from __future__ import annotations
 
@@ -20,9 +18,8 @@ from .rendering import RenderedChats
 def assistant_masks(
     offsets: Sequence[np.ndarray] | np.ndarray, spans: Sequence[Sequence[tuple[int, int]]]
 ) -> list[np.ndarray]:
-    """Per row, 1 for each token that transformers' ``apply_chat_template`` marks from the character ``spans``,
-    else 0: scanning tokens and spans in order, a token counts when it overlaps the current span (padding, whose
-    offsets are ``(0, 0)``, never does). ``offsets``: per row a ``[tokens, 2]`` array (padded rows included)."""
+    """Per row of ``[tokens, 2]`` ``offsets``, 1 for each token overlapping the current span, scanning tokens and
+    spans in order as transformers does (padding, at ``(0, 0)``, never does), else 0."""
     rows = len(spans)
     lengths = [len(row) for row in offsets]
     if rows == 0 or sum(lengths) == 0:
@@ -70,8 +67,7 @@ def _mask_row_by_loop(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> 
 
 
 def add_assistant_masks(encoded: EncodedBatch, rendered: RenderedChats) -> EncodedBatch:
-    """The encode of rendered conversations as ``apply_chat_template`` returns it: with ``assistant_masks`` after
-    the other keys when spans were rendered, and without the offsets asked for to make them."""
+    """``encoded`` with ``assistant_masks`` last when spans were rendered, without the offsets that made them."""
     data = dict(encoded.data)
     offsets = data.pop("offset_mapping", None)
     if rendered.spans is not None:

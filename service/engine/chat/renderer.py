@@ -1,7 +1,5 @@
-"""The async path: the render thread (:class:`ChatRenderer`), one dedicated thread that renders and marks masks
-off the event loop, one request after another, withdrawing or stopping a render whose caller has gone (the
-engine's ``_chat`` renders through it, encodes with its batched encode, then marks masks through it). The top
-layer of the chat package: nothing in it imports this module."""
+"""The render thread (:class:`ChatRenderer`), through which the engine renders and marks masks. The chat
+package's top layer: no sibling imports it."""
 
 from __future__ import annotations
 
@@ -20,10 +18,8 @@ from .templates import PreparedChats
 
 
 def _without_frames(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``; a ServiceError it raises comes out as a copy without a traceback. (The original's
-    traceback holds the render's frames, and with them every rendering made so far: kept with the future, or
-    until the garbage collector breaks its cycles, it would hold memory a refused render gave back to the
-    budget -- measured: ~100 MB per refused render bomb.)"""
+    """``fn(*args)``, a ServiceError it raises coming out as a copy without traceback: the original's holds the
+    render's frames, and every rendering so far, past the budget's release (measured: ~100 MB per render bomb)."""
     error = None
     try:
         return fn(*args)
@@ -33,11 +29,8 @@ def _without_frames(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class ChatRenderer:
-    """The render thread: renders (and marks masks) off the event loop, one request after another.
-
-    ``astart()`` inside the running loop, ``astop()`` when done. Cancelling an awaiting caller withdraws its
-    render if it has not started, and stops it at its next check if it has (:class:`RenderWatch`). Nothing run
-    here calls into the Rust tokenizer (the package docstring)."""
+    """Renders (and marks masks) off the event loop, one request after another. ``astart()`` inside the running
+    loop, ``astop()`` when done. Cancelling a caller withdraws its render, or stops it at its next check."""
 
     def __init__(self) -> None:
         self._executor: ThreadPoolExecutor | None = None
@@ -54,12 +47,11 @@ class ChatRenderer:
 
     @property
     def waiting(self) -> int:
-        """Renders (and mask markings) waiting for the render thread: submitted, not started, not withdrawn."""
+        """Submitted, not started, not withdrawn."""
         with self._lock:
             return sum(not future.running() and not future.done() for future in self._submitted)
 
     async def render(self, prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
-        """:func:`render_chats` on the render thread."""
         watch = watch or RenderWatch()
         try:
             rendered: RenderedChats = await self._run(render_chats, prepared, watch)
@@ -69,7 +61,6 @@ class ChatRenderer:
         return rendered
 
     async def add_masks(self, encoded: EncodedBatch, rendered: RenderedChats) -> EncodedBatch:
-        """:func:`add_assistant_masks` on the render thread (numpy over every token of the batch)."""
         if rendered.spans is None and "offset_mapping" not in encoded.data:
             return encoded
         masked: EncodedBatch = await self._run(add_assistant_masks, encoded, rendered)

@@ -1,10 +1,10 @@
-"""Step 1, on the render thread (:func:`render_chats`): each conversation through the tokenizer's jinja template as
-transformers' ``render_jinja_template`` renders it; ``continue_final_message``; the assistant's character spans,
-from ``{% generation %}`` markers or from the turns (:func:`_turn_spans`); a template's failures as refusals naming
-the conversation. Pure Python, never the Rust tokenizer: the package docstring says why."""
+"""Step 1 (:func:`render_chats`): each conversation rendered as transformers' ``render_jinja_template`` does,
+with the assistant's character spans from markers or turns, and a template's failures as refusals naming the
+conversation. Pure Python, never the Rust tokenizer (the package docstring)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,11 +31,11 @@ class _RenderRefused(Exception):
 
 @dataclass
 class RenderedChats:
-    """Rendered conversations: the texts to encode and, when masks are wanted, each one's assistant character
-    spans (``(start, end)``, in the order transformers' mask marking expects them)."""
+    """The texts to encode, when masks are wanted each one's assistant character spans, and what they hold."""
 
     texts: list[str]
     spans: list[list[tuple[int, int]]] | None
+    held_bytes: int
 
     @property
     def chars(self) -> int:
@@ -43,26 +43,15 @@ class RenderedChats:
 
     @property
     def utf8_bytes(self) -> int:
-        """UTF-8 bytes of the rendered texts: what the encode's memory bound is computed from."""
         return sum(map(utf8_length, self.texts))
-
-    @property
-    def held_bytes(self) -> int:
-        """What the rendered texts and their spans occupy."""
-        spans = sum(map(len, self.spans)) if self.spans is not None else 0
-        return sum(map(sys.getsizeof, self.texts)) + 8 * len(self.texts) + _SPAN_BYTES * spans
 
 
 def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> RenderedChats:
-    """Render every conversation (and, for ``"turns"`` masks, their prefixes) as transformers'
-    ``render_jinja_template`` would, or raise a ServiceError naming the conversation. Pure Python: call it on
-    the render thread (see the package docstring). ``watch``: the caller's deadline, departure and memory."""
+    """Render every conversation (and, for ``"turns"``, their prefixes), or raise a ServiceError naming it."""
     from transformers.utils import chat_template_utils as ctu
 
     watch = watch or RenderWatch()
-    options = prepared.options
-    limits = prepared.limits
-    template = prepared.template
+    options, template = prepared.options, prepared.template
     compiled = template.compile()
     masks = options.return_assistant_tokens_mask
     turns = masks and options.assistant_masks_from == "turns"
@@ -70,7 +59,7 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
     tools = ctu._plain_template_data(list(options.tools) if options.tools is not None else None)
     documents = ctu._plain_template_data(list(options.documents) if options.documents is not None else None)
     variables = ctu._plain_template_data(dict(prepared.template_variables))
-    renderer = _Renderer(compiled, template.body, tools, documents, variables, limits.max_chars, watch)
+    renderer = _Renderer(compiled, template.body, tools, documents, variables, prepared.limits.max_chars, watch)
 
     texts: list[str] = []
     all_spans: list[list[tuple[int, int]]] = []
@@ -93,7 +82,7 @@ def render_chats(prepared: PreparedChats, watch: RenderWatch | None = None) -> R
         watch.hold(held)
         texts.append(text)
         all_spans.append(spans)
-    return RenderedChats(texts, all_spans if masks else None)
+    return RenderedChats(texts, all_spans if masks else None, held)
 
 
 #: What one assistant span held by a rendered conversation costs (a tuple of two ints, a list slot).
@@ -101,8 +90,7 @@ _SPAN_BYTES = 128
 
 
 def _messages(ctu: Any, conversation: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """A conversation as transformers hands it to the template: ``None``-valued keys dropped, values made plain
-    (a fresh copy: the caller's messages are never changed), reasoning aliased under its other names."""
+    """A fresh copy of a conversation as transformers hands it to the template."""
     normalized = ctu._normalize_chat_messages(list(conversation))
     return list(ctu._alias_reasoning_fields(ctu._plain_template_data(normalized)))
 
@@ -127,8 +115,7 @@ class _Renderer:
         continue_final_message: bool | str = False,
         track: bool = False,
     ) -> tuple[str, list[tuple[int, int]]]:
-        """The rendering of ``messages`` and (``track``) the generation spans, as ``render_jinja_template``
-        makes them for one conversation; stops as soon as the text passes ``max_chars``."""
+        """The rendering of ``messages`` and (``track``) its generation spans; stops past ``max_chars``."""
         final_text = ""
         if continue_final_message:
             messages, final_text = _tag_final_message(messages, continue_final_message, self.template_body)
@@ -142,11 +129,10 @@ class _Renderer:
             "add_generation_prompt": add_generation_prompt,
             **self.variables,
         }
+        # transformers' tracker records each generation block's span from the blocks so far
+        tracker = compiled.environment.activate_tracker(blocks, spans) if track else contextlib.nullcontext()
         try:
-            if track:  # transformers' tracker records each generation block's span from the blocks so far
-                with compiled.environment.activate_tracker(blocks, spans):
-                    self._collect(compiled.generate(**arguments), blocks)
-            else:
+            with tracker:
                 self._collect(compiled.generate(**arguments), blocks)
         except (_RenderRefused, _RenderCancelled, ServiceError):
             raise
@@ -158,9 +144,8 @@ class _Renderer:
         return text, spans
 
     def _collect(self, generated: Any, blocks: list[str]) -> None:
-        """Append the rendered blocks, stopping past ``max_chars``; empty blocks are skipped and the blocks are
-        joined in place every :data:`_COMPACT_BLOCKS` (the tracker reads only their joined length), each time
-        checking the watch."""
+        """Append the non-empty blocks, stopping past ``max_chars``; join them in place every
+        :data:`_COMPACT_BLOCKS` (the tracker reads only their joined length) and check the watch."""
         length = 0
         for block in generated:
             if not block:
@@ -180,8 +165,7 @@ class _Renderer:
 def _tag_final_message(
     messages: list[dict[str, Any]], field: bool | str, template_body: str
 ) -> tuple[list[dict[str, Any]], str]:
-    """transformers' ``continue_final_message`` preparation: tag the end of the final message's field (the last
-    text part of a list), so the rendering can be cut there. ``messages`` is already a fresh copy."""
+    """transformers' ``continue_final_message`` preparation: tag, in place, where the final message's field ends."""
     name = field if isinstance(field, str) else "content"
     final = messages[-1].get(name)
     if final is None:
@@ -246,8 +230,7 @@ def _template_failure(exc: Exception) -> _RenderRefused:
 
 
 def _turn_spans(renderer: _Renderer, messages: list[dict[str, Any]], whole: str) -> list[tuple[int, int]]:
-    """The assistant turns of one conversation as character spans of its rendering ``whole`` (the package
-    docstring: ``"turns"``), or _RenderRefused when the template's rendering is not prefix-stable."""
+    """The ``"turns"`` spans of one conversation's rendering ``whole`` (the package docstring)."""
     spans: list[tuple[int, int]] = []
     for k, message in enumerate(messages):
         if message.get("role") != "assistant":

@@ -1,7 +1,5 @@
-"""The served tokenizer's chat templates and the checks of a chat request, on the event loop (cheap, no
-rendering): :class:`ChatTemplates` resolves the template as transformers' ``get_chat_template`` does (refusing
-where transformers would silently render a name as a template), checks the options and the conversations
-(:meth:`ChatTemplates.prepare`), and hands back :class:`PreparedChats`, ready to render (``rendering.py``).
+"""The served tokenizer's chat templates (:class:`ChatTemplates`) and the checks of a chat request, on the event
+loop: :meth:`ChatTemplates.prepare` checks it and resolves its template, ready to render (:class:`PreparedChats`).
 Nothing here calls into the Rust tokenizer."""
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ _GENERATION_MARKER = re.compile(r"\{\%-?\s*generation\s*-?\%\}")
 
 @functools.cache
 def _reserved_template_variables() -> frozenset[str]:
-    """What transformers passes to every template itself: a template variable of such a name cannot come from
-    ``chat_template_kwargs`` (in transformers, those names bind to ``apply_chat_template``'s own parameters, or
-    collide with the render's ``messages``)."""
+    """Names ``chat_template_kwargs`` cannot set: in transformers they bind to ``apply_chat_template``'s own
+    parameters, or collide with the render's ``messages``."""
     from transformers import PreTrainedTokenizerBase
 
     parameters = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters
@@ -50,9 +47,8 @@ class _Template:
         return _GENERATION_MARKER.search(self.body) is not None
 
     def compile(self) -> Any:
-        """transformers' compiled template (cached by transformers), or a ServiceError saying why there is none:
-        TOKENIZER when the template itself does not compile, INTERNAL when this server's install cannot compile
-        any template (transformers' jinja2 missing): then neither the tokenizer nor the request is at fault."""
+        """transformers' compiled template (cached by transformers), or a ServiceError: TOKENIZER when the
+        template does not compile, INTERNAL when this install cannot compile any (jinja2 missing)."""
         from transformers.utils import chat_template_utils as ctu
 
         try:
@@ -74,7 +70,7 @@ def _detail(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class PreparedChats:
-    """A checked request, ready to render: what :meth:`ChatTemplates.prepare` returns."""
+    """A checked request, ready to render."""
 
     conversations: Sequence[Sequence[Mapping[str, Any]]]
     options: ChatOptions
@@ -85,8 +81,7 @@ class PreparedChats:
 
 
 class ChatTemplates:
-    """The served tokenizer's chat templates and the variables transformers gives every template, read once at
-    load, with the checks of a chat request (:meth:`prepare`). Nothing here calls into the Rust tokenizer."""
+    """The chat templates and the variables transformers gives every template, read once at load."""
 
     def __init__(
         self,
@@ -96,14 +91,12 @@ class ChatTemplates:
         *,
         allow_template_bodies: bool = False,
     ) -> None:
-        """``templates``: ``tokenizer.chat_template`` (one template, named templates, or None)."""
         self._single = templates if isinstance(templates, str) else None
         self._named = dict(templates) if isinstance(templates, Mapping) else {}
         self.special_tokens = dict(special_tokens)
         self.facts = facts
         self.allow_template_bodies = allow_template_bodies
-        #: name ("" for the one unnamed template) -> why it cannot be rendered: found at load, for the start-up
-        #: log and /info, before any request reaches it
+        #: name ("" for the one unnamed template) -> why it cannot be rendered, for the start-up log and /info
         self.unusable: dict[str, str] = {}
         for name, body in self._bodies().items():
             try:
@@ -115,8 +108,7 @@ class ChatTemplates:
     def of(
         cls, tokenizer: Any, *, facts: TokenizerFacts | None = None, allow_template_bodies: bool = False
     ) -> ChatTemplates:
-        """The templates of a loaded transformers tokenizer (call it where the tokenizer is loaded; ``facts``:
-        what option resolution reads of it, when already read)."""
+        """The templates of a loaded transformers tokenizer (``facts``: when already read)."""
         templates, variables = chat_template_inputs(tokenizer)  # what the fingerprint covers, read the same way
         return cls(
             templates,
@@ -127,7 +119,6 @@ class ChatTemplates:
 
     @property
     def names(self) -> list[str]:
-        """The names of the tokenizer's templates (empty for one unnamed template or none)."""
         return sorted(self._named)
 
     def _bodies(self) -> dict[str, str]:
@@ -135,8 +126,7 @@ class ChatTemplates:
         return {"": self._single} if self._single is not None else dict(sorted(self._named.items()))
 
     def info(self) -> dict[str, Any]:
-        """For ``/info``: whether there is a chat template, its names, which carry generation markers, and why any
-        cannot be rendered (``unusable``: name, "" for the one unnamed template, -> the reason)."""
+        """For ``/info``."""
         bodies = self._bodies()
         return {
             "chat_template": bool(bodies),
@@ -146,7 +136,6 @@ class ChatTemplates:
             "unusable": dict(self.unusable),
         }
 
-    # -- checking a request (on the event loop: cheap, no rendering) --------------------------------------
     def prepare(
         self,
         conversations: Sequence[Any],
@@ -155,10 +144,8 @@ class ChatTemplates:
         *,
         tokenize: bool = True,
     ) -> PreparedChats:
-        """Check a batch of conversations and its options, resolve the template, or raise a ServiceError
-        (INVALID_REQUEST: fix the request; TOKENIZER: this tokenizer's template cannot serve it).
-        ``tokenize=False``: for the rendered texts alone, where transformers ignores the encode's options and
-        refuses masks."""
+        """Check a request and resolve its template, or raise a ServiceError (INVALID_REQUEST: fix the request;
+        TOKENIZER: the template cannot serve it). ``tokenize=False``: rendering alone, without the encode's checks."""
         if not tokenize and options.return_assistant_tokens_mask:
             raise ServiceError(
                 ErrorKind.INVALID_REQUEST,
