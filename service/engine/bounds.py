@@ -1,12 +1,9 @@
-"""What one request may hold at most, computed before it runs: the bounds admission reserves.
+"""What one request may hold at most, computed before it runs (no Rust call): the bounds admission reserves.
 
-Pure arithmetic on a request's inputs and resolved options: no Rust call, no state. The bounds rest on two
-facts: a text of ``n`` UTF-8 bytes yields at most ``n`` tokens plus the special tokens (every tokenizer
-consumes at least one byte per token), and padding holds rows x the padded length. The per-token and
-per-position byte costs (:class:`CostModel`) were measured on the three tokenizer families (peak RSS over the
-process at rest, ``VmHWM``), and carry a margin. A request whose Rust encodings would exceed a slice
-(:attr:`RequestBounds.slice_tokens`) is encoded in slices, so the encodings it holds at once are bounded by a
-slice rather than by the request; the bounds say where the slices end.
+A text of ``n`` UTF-8 bytes yields at most ``n`` tokens plus the special tokens (a token consumes at least a
+byte), and padding holds rows x the padded length; the byte costs per token and position (:class:`CostModel`)
+were measured on the three tokenizer families (peak RSS, ``VmHWM``) and carry a margin. A request whose Rust
+encodings would exceed :attr:`RequestBounds.slice_tokens` is encoded in slices; the bounds say where they end.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from .encoding import EncodePlan
 
 
 class BodyKind(enum.Enum):
-    """What a request body holds, for what reading and parsing it costs per byte."""
+    """What a request body holds (what parsing it costs per byte)."""
 
     TEXTS = "texts"
     IDS = "ids"  # id lists (/decode)
@@ -31,7 +28,7 @@ class BodyKind(enum.Enum):
 
 @dataclass(frozen=True)
 class CostModel:
-    """Safe upper bounds, in bytes, of what one request holds. Measured costs with a margin (see module doc)."""
+    """Safe upper bounds, in bytes, of what one request holds (measured, with a margin)."""
 
     #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
     #: plus the Python-side transients of extracting them (measured 165-225 B).
@@ -56,11 +53,7 @@ class CostModel:
 
     def intake(self, body_bytes: int, kind: BodyKind) -> int:
         """Reading and parsing a body of ``body_bytes`` holding ``kind``."""
-        factor = {
-            BodyKind.TEXTS: self.intake_texts_per_byte,
-            BodyKind.IDS: self.intake_ids_per_byte,
-            BodyKind.MESSAGES: self.intake_messages_per_byte,
-        }[kind]
+        factor: int = getattr(self, f"intake_{kind.value}_per_byte")
         return self.intake_floor + factor * body_bytes
 
 
@@ -72,8 +65,7 @@ def utf8_length(text: str) -> int:
 
 
 def utf8_lengths(texts: Sequence[str]) -> list[int]:
-    """:func:`utf8_length` of each text, without a Python call per text: ASCII texts by their length, the
-    others encoded; lone surrogates counted as there."""
+    """:func:`utf8_length` of each text, without a Python call per text."""
     if all(map(str.isascii, texts)):
         return list(map(len, texts))
     try:
@@ -83,8 +75,8 @@ def utf8_lengths(texts: Sequence[str]) -> list[int]:
 
 
 def _wide_str_header() -> int | None:
-    """The fixed part of a non-ASCII str's size in CPython's compact layout (the header, then length + 1
-    characters of 1, 2 or 4 bytes each, as the widest character needs), checked once; None elsewhere."""
+    """The header of a non-ASCII str in CPython's compact layout (then length + 1 characters of 1, 2 or 4 bytes,
+    as the widest needs), checked once; None elsewhere."""
     header = sys.getsizeof("\xe9") - 2
     if sys.getsizeof("\u4e2d\u4e2d") == header + 6 and sys.getsizeof("\U0001f600") == header + 8:
         return header
@@ -95,13 +87,11 @@ _WIDE_STR_HEADER = _wide_str_header()
 
 
 def utf8_bounds(texts: Sequence[str]) -> list[int]:
-    """An upper bound of each text's UTF-8 bytes, without encoding it (an encode costs as much as reading the
-    body did, on the event loop): an ASCII text's length; else its length times the most UTF-8 bytes a
-    character of its storage takes (1, 2 or 4 bytes stored: at most 2, 3 or 4 in UTF-8) -- exact for text in
-    one script (Chinese: 3), loose for mostly-ASCII text with a few wider characters. The storage width is
-    read from the str's size, which only grows with what else it holds (a UTF-8 copy an earlier encode left):
-    read too wide, it bounds by 4, every character's most. Exact (:func:`utf8_lengths`) where str's layout
-    is not CPython's."""
+    """An upper bound of each text's UTF-8 bytes without encoding it (which costs the event loop as much as
+    reading the body did): its length times the most UTF-8 bytes a character of its storage takes (1, 2 or 4
+    bytes stored: at most 2, 3 or 4) -- exact for one script (Chinese: 3), loose for mostly-ASCII text. The
+    width is read from the str's size, which a cached UTF-8 copy only grows (then bounded by 4, the most).
+    Exact (:func:`utf8_lengths`) where str's layout is not CPython's."""
     if all(map(str.isascii, texts)):
         return list(map(len, texts))
     header = _WIDE_STR_HEADER
@@ -120,8 +110,8 @@ def held_bytes(texts: Sequence[str]) -> int:
 
 @dataclass(frozen=True)
 class Bound:
-    """A safe upper bound of the bytes one request holds, from parsed inputs to the serialised answer, and
-    the ends of the slices it is encoded in (empty: in one Rust call)."""
+    """A safe upper bound of the bytes one request holds, parsed inputs to serialised answer, and the ends of
+    the slices it is encoded in (empty: one Rust call)."""
 
     cost: int
     slices: tuple[int, ...] = ()
@@ -129,40 +119,31 @@ class Bound:
 
 @dataclass(frozen=True)
 class EncodeBound(Bound):
-    """An encode's bound, with the result's size: token positions (rows x padded length) and rows (overflow
-    rows included), at most."""
+    """An encode's bound, with the most token positions (rows x padded length) and rows (overflow included)."""
 
     positions: int = 0
     rows: int = 0
 
 
+@dataclass(frozen=True)
 class RequestBounds:
-    """The bounds of one tokenizer's requests: the cost model, the special tokens the tokenizer adds to one
-    sequence and to a pair, the byte length of its longest token, and the Rust encodings one slice may hold."""
+    """The bounds of one tokenizer's requests."""
 
-    def __init__(self, costs: CostModel, specials: tuple[int, int], longest_token_bytes: int, slice_tokens: int):
-        self.costs = costs
-        self.specials = specials
-        self.longest_token_bytes = longest_token_bytes
-        self.slice_tokens = slice_tokens
-
-    def intake(self, body_bytes: int, kind: BodyKind) -> int:
-        """Reading and parsing a request body of ``body_bytes`` holding ``kind``."""
-        return self.costs.intake(body_bytes, kind)
+    costs: CostModel
+    specials: tuple[int, int]  # the special tokens added to one sequence, to a pair
+    longest_token_bytes: int
+    slice_tokens: int  # the Rust encodings one slice may hold
 
     def encode(
         self, texts: Sequence[str], pairs: Sequence[str] | None, plan: EncodePlan, output: bool = True
     ) -> EncodeBound:
-        """The bound of ``tokenizer(texts, pairs)`` under ``plan`` (``output=False``: a count, whose answer is
-        one int per row, not the rows).
+        """The bound of ``tokenizer(texts, pairs)`` under ``plan`` (``output=False``: a count, one int per row).
 
-        Tokens per input are bounded by its UTF-8 bytes plus the special tokens (and one for a prefix
-        some pre-tokenizers add per sequence); truncation caps a row; overflow adds at most one row per
-        ``max_length - stride - special tokens`` tokens; padding makes every row the padded length.
-
-        The bytes are bounded without encoding (:func:`utf8_bounds`), then counted exactly for a request that
-        bound makes large (encoded in slices, or over a quarter of the budget): where the bound decides
-        whether and how a request runs, it is the same as from the exact bytes."""
+        An input's tokens are at most its UTF-8 bytes plus the special tokens (and one per sequence for a prefix
+        some pre-tokenizers add); truncation caps a row; overflow adds a row per ``max_length - stride -
+        special tokens`` tokens at most; padding makes every row the padded length. The bytes are bounded
+        without encoding (:func:`utf8_bounds`), then counted exactly for a request that bound makes large
+        (sliced, or over a quarter of the budget), so whether and how a request runs is decided exactly."""
         bound = self._encode(texts, pairs, plan, output, utf8_bounds)
         if bound.slices or bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:
             return self._encode(texts, pairs, plan, output, utf8_lengths)
@@ -242,7 +223,7 @@ class RequestBounds:
     def tokenize(
         self, texts: Sequence[str], pairs: Sequence[str] | None, add_special_tokens: bool, sequence_ids: bool
     ) -> Bound:
-        """The bound of a /tokenize: the inputs, one slice of Rust encodings, and the token strings answered."""
+        """A /tokenize's: the inputs, one slice of Rust encodings, and the token strings answered."""
         costs = self.costs
         sequences = 1 if pairs is None else 2
         specials = self.specials[sequences - 1] if add_special_tokens else 0
@@ -265,15 +246,14 @@ class RequestBounds:
         return Bound(cost, slices)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> Bound:
-        """The bound of a /decode: the parsed ids, the decoded text (at most the longest token per id) and
-        its JSON."""
+        """A /decode's: the parsed ids, and the text (at most the longest token per id) and its JSON."""
         count = sum(map(len, ids))
         costs = self.costs
         return Bound(count * costs.decode_per_id + count * (self.longest_token_bytes + 1) * costs.per_text_byte)
 
     def slices(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], int]:
-        """Cut inputs of ``tokens`` bound each into consecutive slices of at most :attr:`slice_tokens`
-        (an input above it is a slice of its own): the slice ends (empty if one slice) and the largest."""
+        """Inputs of ``tokens`` each cut into slices of at most :attr:`slice_tokens` (a larger input alone): the
+        slice ends (empty: one slice) and the largest slice."""
         if sum(tokens) <= self.slice_tokens:
             return (), sum(tokens)
         ends: list[int] = []
@@ -290,13 +270,11 @@ class RequestBounds:
 
 
 def longest_first_pair_rows(first_bytes: int, second_bytes: int, room: int, stride: int) -> int:
-    """At most how many rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8
-    lengths (each bounds its token count, plus one for a prefix some pre-tokenizers add).
+    """The most rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8 lengths.
 
-    tokenizers truncates a pair so that a side it cuts keeps at least half of ``room`` (``max_length``
-    minus the special tokens), and more than ``stride`` tokens (else it refuses the call); each cut side is
-    split into windows that advance by what it keeps minus ``stride``; the pair's rows combine each window
-    of the first with each of the second."""
+    tokenizers has a side it cuts keep at least half of ``room`` (``max_length`` minus the special tokens)
+    and more than ``stride`` tokens (else it refuses); each cut side is split into windows advancing by what
+    it keeps minus ``stride``; the rows pair each window of the first with each of the second."""
     keeps = max(room // 2, stride + 1)
     step = max(keeps - stride, 1)
 
