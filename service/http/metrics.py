@@ -63,8 +63,7 @@ class Metrics:
         self.memory_reserved.set(in_use)
 
     def track_in_flight(self, count: Callable[[], float]) -> None:
-        """Export ``count()`` (HTTP requests being answered, the scrape included) at each scrape: no cost
-        per request."""
+        """Export ``count()`` at each scrape: no cost per request."""
         Gauge(
             "tokenizer_http_in_flight", "HTTP requests being answered now, this scrape included", registry=self.registry
         ).set_function(count)
