@@ -10,6 +10,7 @@ batcher knows nothing of what a job does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
@@ -92,7 +93,6 @@ class Batcher:
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
-    # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
         self._wakeup = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="batcher")
@@ -100,10 +100,8 @@ class Batcher:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         while self._queue:
             job = self._queue.popleft()
@@ -111,7 +109,6 @@ class Batcher:
                 job.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
         self._queued_texts = self._queued_chars = 0
 
-    # -- admission --------------------------------------------------------------------------------------
     @property
     def queued_requests(self) -> int:
         return len(self._queue)
@@ -196,7 +193,6 @@ class Batcher:
             )
         )
 
-    # -- the loop ---------------------------------------------------------------------------------------
     async def _loop(self) -> None:
         assert self._wakeup is not None
         while True:
@@ -292,7 +288,6 @@ class Batcher:
         self._notify_queue()
         return batch
 
-    # -- observer plumbing ------------------------------------------------------------------------------
     def _notify_queue(self) -> None:
         if self._observer is not None:
             self._observer.queue_changed(len(self._queue), self._queued_texts)

@@ -132,17 +132,10 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
     except ValueError as exc:
         raise ServiceError(ErrorKind.TOKENIZER, str(exc)) from exc
 
-    input_names = facts.model_input_names
-    want_type_ids = options.return_token_type_ids
-    if want_type_ids is None:
-        want_type_ids = "token_type_ids" in input_names
-    want_mask = options.return_attention_mask
-    if want_mask is None:
-        want_mask = "attention_mask" in input_names
-    wanted = {
+    wanted = {  # None: as the tokenizer's model_input_names say
         "input_ids": True,
-        "token_type_ids": want_type_ids,
-        "attention_mask": want_mask,
+        "token_type_ids": options.return_token_type_ids,
+        "attention_mask": options.return_attention_mask,
         "special_tokens_mask": options.return_special_tokens_mask,
         "offset_mapping": options.return_offsets_mapping,
         "length": options.return_length,
@@ -167,7 +160,7 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
         # (transformers has refused padding without a pad token before this point)
         pad_id=facts.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD and facts.pad_token_id is not None else 0,
         pad_type_id=facts.pad_token_type_id,
-        keys=tuple(k for k in OUTPUT_KEYS if wanted[k]),
+        keys=tuple(k for k in OUTPUT_KEYS if wanted[k] or (wanted[k] is None and k in facts.model_input_names)),
         with_overflow=options.return_overflowing_tokens,
     )
 
@@ -285,11 +278,10 @@ def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int)
     width = int(out_lengths.max(initial=0))
     rectangular = bool((out_lengths == width).all())
     positions = int(out_lengths.sum())  # rows x width when rectangular; padded rows add up when ragged
-    rows = len(lengths)
     if positions > max_response_tokens:
         raise ServiceError(
             ErrorKind.TOO_LARGE,
-            f"the result would hold {positions} token positions ({rows} rows, up to {width} long), over "
+            f"the result would hold {positions} token positions ({len(lengths)} rows, up to {width} long), over "
             f"the limit max_response_tokens={max_response_tokens}; send fewer texts or a smaller max_length",
         )
 

@@ -9,7 +9,6 @@ texts queue as an encode.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -26,8 +25,6 @@ from .loading import LoadedTokenizer
 from .memory import MemoryBudget, Reservation
 from .parallelism import ForkGuard
 from .tokenizer_thread import DecodeWork, EncodeWork, LengthsWork, TokenizedBatch, TokenizerThread, TokenizeWork, Work
-
-logger = logging.getLogger(__name__)
 
 
 class Engine:
@@ -74,10 +71,9 @@ class Engine:
             slice_tokens=max(4096, limits.memory_budget // 8 // costs.rust_per_token),
         )
         self._plans: dict[EncodeOptions, EncodePlan] = {}
-        # conversations: the templates (read now, with the special tokens they see) and the render thread
+        # conversations: the templates (read now, with the special tokens they see), and their render thread
         self.chat = ChatTemplates.of(tokenizer, facts=self._facts, allow_template_bodies=allow_chat_template_bodies)
         self._renderer = ChatRenderer()
-        # the rendered characters of a request are bounded by the memory budget as they accumulate
         self._render_limits = RenderLimits(
             max_chars=limits.max_text_chars, max_conversations=limits.max_texts_per_request
         )
@@ -86,7 +82,6 @@ class Engine:
         self._batcher = Batcher(batching, self._run_batch, observer, self.budget)
         self._stopping = False  # set by astop: new work is refused (the server's drain is not the engine's)
 
-    # -- lifecycle --------------------------------------------------------------------------------------
     async def astart(self) -> None:
         self._thread.start()
         ForkGuard.arm()
@@ -108,21 +103,11 @@ class Engine:
 
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
-        limits = self._limits
-        described = describe(
-            self._description,
-            {
-                "max_texts_per_request": limits.max_texts_per_request,
-                "max_text_chars": limits.max_text_chars,
-                "max_response_tokens": limits.max_response_tokens,
-            },
-            self.budget,
-            self._batcher,
-            self._threads,
-        )
+        names = ("max_texts_per_request", "max_text_chars", "max_response_tokens")
+        limits = {name: getattr(self._limits, name) for name in names}
+        described = describe(self._description, limits, self.budget, self._batcher, self._threads)
         return {**described, "chat": self.chat.info()}
 
-    # -- the operations ---------------------------------------------------------------------------------
     def submit_encode(
         self,
         texts: Sequence[str],
@@ -132,7 +117,6 @@ class Engine:
         reservation: Reservation | None = None,
     ) -> asyncio.Future[EncodedBatch]:
         """Encode a batch exactly as ``tokenizer(texts, text_pairs, **options)`` would."""
-        self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
         work, bound = self._encode_work(inputs, texts, text_pairs, self._plan(options))
         return self._submit(work, len(inputs), chars, bound.cost, reservation, "this encode")
@@ -152,7 +136,6 @@ class Engine:
         overflow rows' lengths are right; only a pair's overflow type ids are not), which encodes may share. No
         ids are read, nothing is padded, and a text (or pair) held several times is tokenized once.
         """
-        self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
         plan = self._plan(options.as_encode_options())
         call = RustCall(plan.truncation, plan.add_special_tokens, False)
@@ -183,7 +166,6 @@ class Engine:
         """Tokens of each text (or pair), one per id of ``tokenizer(texts, text_pairs, ...)``'s encoding
         (``BatchEncoding.tokens()``; untruncated, ``tokenizer.tokenize(text, pair, add_special_tokens=...)``),
         and their ``sequence_ids`` if asked."""
-        self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
         plan = self._plan(options.as_encode_options())  # truncation resolves as an encode's
         # encode_batch_fast leaves tokens empty: the full encode_batch, which an encode may share
@@ -297,7 +279,6 @@ class Engine:
         """Grow an intake reservation while a body of unannounced length arrives (raises as above)."""
         reservation.resize(self._bounds.costs.intake(body_bytes, body), "this request's body")
 
-    # -- admission: the one path into the tokenizer thread ----------------------------------------------
     def _submit(
         self, work: Work, texts: int, chars: int, cost: int, reservation: Reservation | None, what: str
     ) -> asyncio.Future[Any]:
@@ -347,7 +328,6 @@ class Engine:
             self._plans[options] = plan
         return plan
 
-    # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:
         if self._stopping:
             raise ServiceError(
@@ -356,6 +336,7 @@ class Engine:
 
     def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:
         """Checked inputs for the Rust tokenizer (texts, or (text, pair) tuples) and their characters."""
+        self._check_accepting()
         self._check_texts(texts, "texts")
         if text_pairs is None:
             return texts, sum(map(len, texts))

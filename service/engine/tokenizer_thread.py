@@ -304,6 +304,4 @@ def _refusal(exc: BaseException) -> str:
 
 def _read_truncation(backend: Any) -> TruncationSetting | None:
     current = backend.truncation
-    if current is None:
-        return None
-    return TruncationSetting(current["max_length"], current["stride"], current["strategy"], current["direction"])
+    return None if current is None else TruncationSetting(**current)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 from typing import Any
 
 from fastapi import FastAPI
@@ -21,8 +20,6 @@ from .responses import KIND_BY_STATUS, answer_error, error_response
 from .routes import DirectWorkRoutes, Routes
 from .runtime import Runtime
 from .settings import Settings
-
-logger = logging.getLogger(__name__)
 
 # The service exports its own Prometheus metrics; FastAPI's built-in OpenTelemetry hooks (newer releases)
 # cost a provider lookup on every request.

@@ -43,7 +43,6 @@ class Metrics:
         self.memory_budget = Gauge("tokenizer_memory_budget_bytes", "The memory budget", registry=r)
         self.forks = Gauge("tokenizer_forks_after_load", "Forks of the serving process after loading", registry=r)
 
-    # -- BatchObserver ----------------------------------------------------------------------------------
     def batch_done(self, requests: int, texts: int, seconds: float) -> None:
         self.batch_requests.observe(requests)
         self.batch_texts.observe(texts)

@@ -94,15 +94,11 @@ class BearerAuth:
         self.expected = api_key.encode()
         self.scheme = AUTH_SCHEME.lower().encode()
 
-    def _authorised(self, given: bytes) -> bool:
-        # the scheme is case-insensitive (RFC 9110 11.1), the key is not
-        scheme, _, key = given.strip().partition(b" ")
-        return hmac.compare_digest(key.strip(), self.expected) and scheme.lower() == self.scheme
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not self._authorised(given):
+            # the scheme is case-insensitive (RFC 9110 11.1), the key is not
+            scheme, _, key = dict(scope["headers"]).get(b"authorization", b"").strip().partition(b" ")
+            if not (hmac.compare_digest(key.strip(), self.expected) and scheme.lower() == self.scheme):
                 response = error_response(
                     HttpErrorKind.UNAUTHORIZED, f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'"
                 )

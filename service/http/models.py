@@ -38,12 +38,10 @@ Options = TypeVar("Options")
 RequestModel = TypeVar("RequestModel", bound="OptionsRequest[Any]")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class OptionsRequest(_Strict, Generic[Options]):
+class OptionsRequest(BaseModel, Generic[Options]):
     """A request body: its inputs, then the options of one :mod:`service.wire` option set."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     #: The option set the option fields are derived from, and its names.
     option_set: typing.ClassVar[type[Any]]
@@ -278,7 +276,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel], most
             if name in seen:
                 continue
             seen.add(name)
-            parts.append(f"{name}: must be one of {_listed(allowed[name])}, not {_shown(err.get('input'))}")
+            values = ", ".join(map(_shown, allowed[name]))
+            parts.append(f"{name}: must be one of {values}, not {_shown(err.get('input'))}")
         else:
             parts.append(f"{where}: {err['msg']}")
     shown = parts[:most]
@@ -319,10 +318,6 @@ def _conversations_problem(location: tuple[Any, ...], kind: str) -> str:
     if len(location) == 2:
         return f"{where} must be a list of messages"
     return f'{where} is not an object: a message is {{"role": ..., "content": ...}}'
-
-
-def _listed(values: tuple[Any, ...]) -> str:
-    return ", ".join(_shown(v) for v in values)
 
 
 def _shown(value: Any) -> str:

@@ -46,7 +46,6 @@ from .models import (
     EncodeRequest,
     ErrorBody,
     LengthsRequest,
-    Model,
     TextsRequest,
     TokenizeRequest,
     parse_body,
@@ -289,14 +288,24 @@ class Routes:
 
         return endpoint
 
-    # -- the one path of every work route ---------------------------------------------------------------
     async def serve(self, route: WorkRoute[Body, Result], request: Request) -> Response:
         """Answer ``request`` on ``route`` (see the module docstring), errors included."""
         try:
             self.runtime.check_accepting()
             engine = self.runtime.engine
-            media_type = route.answer_type(request.headers.get("accept"))
-            body, reservation = await self._parse(request, route.request, route.body)
+            headers = request.headers
+            media_type = route.answer_type(headers.get("accept"))
+            check_json_body(headers.get("content-type"), headers.get("content-encoding"))
+            limit = self.settings.max_body_bytes
+            declared = headers.get("content-length")
+            size = int(declared) if declared is not None and declared.isdigit() else None
+            if size is not None and size > limit:
+                raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
+            # reserved before reading (an overloaded server refuses without taking in the body), held until the
+            # answer is sent; the engine resizes it to the request's bound
+            reservation = engine.reserve_intake(size or 0, body=route.body)
+            hold_until_sent(request.scope, reservation)
+            body = parse_body(await self._read_body(request, size, reservation, route.body), route.request)
             result = await _unless_client_leaves(request, route.submit(engine, body, reservation))
             fingerprint = engine.loaded.fingerprint
             content = route.answer(body, result, AnswerContext(media_type, fingerprint, self.metrics))
@@ -304,7 +313,6 @@ class Routes:
         except ServiceError as error:
             return answer_error(error)
 
-    # -- operations -------------------------------------------------------------------------------------
     async def info(self) -> Response:
         """What is served and how: tokenizer, fingerprint, limits, batching, parallelism, versions."""
         return json_response(
@@ -336,26 +344,6 @@ class Routes:
         """Prometheus text format."""
         self.metrics.forks.set(ForkGuard.forks_after_load)
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    # -- reading bodies ---------------------------------------------------------------------------------
-    async def _parse(
-        self, request: Request, model: type[Model], kind: BodyKind = BodyKind.TEXTS
-    ) -> tuple[Model, Reservation]:
-        """The body as ``model``, and the reservation made for it before it was read (held until the answer is
-        sent; the engine resizes it to the request's bound)."""
-        headers = request.headers
-        check_json_body(headers.get("content-type"), headers.get("content-encoding"))
-        limit = self.settings.max_body_bytes
-        declared = headers.get("content-length")
-        size = int(declared) if declared is not None and declared.isdigit() else None
-        if size is not None and size > limit:
-            raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
-        engine = self.runtime.engine
-        # before reading: an overloaded server refuses without taking in the body
-        reservation = engine.reserve_intake(size or 0, body=kind)
-        hold_until_sent(request.scope, reservation)
-        body = await self._read_body(request, size, reservation, kind)
-        return parse_body(body, model), reservation
 
     async def _read_body(
         self, request: Request, size: int | None, reservation: Reservation, kind: BodyKind
