@@ -1,10 +1,6 @@
-"""Admission and micro-batching: every job for the tokenizer waits in one bounded queue.
-
-:meth:`Batcher.submit` refuses a job at once when the queue is full or the memory budget has no room for its
-bound (OVERLOADED; TOO_LARGE when it never will); a job still queued at the deadline fails (TIMEOUT), one whose
-caller left is dropped. One loop takes the head job with the queued jobs sharing its batch key (the same Rust
-call), up to the caps, and hands them to ``run_batch``; a job without a key, or ``alone``, runs alone. The
-batcher knows nothing of what a job does.
+"""Admission and micro-batching: every job for the tokenizer waits in one bounded queue, and one loop hands
+the head job with the queued jobs sharing its batch key (the same Rust call), up to the caps, to ``run_batch``;
+a job without a key, or ``alone``, runs alone. The batcher knows nothing of what a job does.
 """
 
 from __future__ import annotations
@@ -73,8 +69,7 @@ class Job:
 
 
 class Batcher:
-    """Admits :class:`Job` s and feeds batches of them to ``run_batch`` (one outcome per job: its result, or its
-    exception), one batch at a time."""
+    """Admits :class:`Job` s and feeds them to ``run_batch`` a batch at a time (one result or exception per job)."""
 
     def __init__(
         self,
@@ -118,8 +113,9 @@ class Batcher:
         return self._queued_texts
 
     def submit(self, job: Job) -> asyncio.Future[Any]:
-        """Queue ``job`` and return its future, or refuse at once (see the module docstring). Cancelling the
-        future drops the job if it has not started; once in a batch it runs to the end."""
+        """Queue ``job`` and return its future, or refuse at once: OVERLOADED when the queue is full or the budget
+        has no room for ``job.cost`` now, TOO_LARGE when it never will. A job still queued at the deadline fails
+        (TIMEOUT); cancelling the future drops it if not started; once in a batch it runs to the end."""
         self._check_queue(job.texts)
         try:
             if job.reservation is not None:

@@ -1,9 +1,5 @@
-"""What one request may hold at most, computed before it runs (no Rust call): the bounds admission reserves.
-
-A text of ``n`` UTF-8 bytes yields at most ``n`` tokens plus the special tokens (a token consumes at least a
-byte), and padding holds rows x the padded length; the byte costs per token and position (:class:`CostModel`)
-were measured on the three tokenizer families (peak RSS, ``VmHWM``) and carry a margin. A request whose Rust
-encodings would exceed :attr:`RequestBounds.slice_tokens` is encoded in slices; the bounds say where they end.
+"""What one request may hold at most, computed before it runs without a Rust call: the bounds admission
+reserves, and where a large request's slices end (the rules: "The memory budget" in docs/explanations/limits.md).
 """
 
 from __future__ import annotations
@@ -28,7 +24,7 @@ class BodyKind(enum.Enum):
 
 @dataclass(frozen=True)
 class CostModel:
-    """Safe upper bounds, in bytes, of what one request holds (measured, with a margin)."""
+    """Safe upper bounds, in bytes, of what one request holds (measured as peak RSS, ``VmHWM``, with a margin)."""
 
     #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
     #: plus the Python-side transients of extracting them (measured 165-225 B).
@@ -42,9 +38,8 @@ class CostModel:
     decode_per_id: int = 48
     #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
     per_text_byte: int = 12
-    #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
-    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- 13x for id lists, and 23x
-    #: for conversations, whose every ``{}`` or ``[]`` in a message becomes a Python object of 56-64 bytes).
+    #: Reading and parsing a body, per byte: the bytes and the parsed objects (measured up to 4x for texts, an
+    #: astral character making a str 4 bytes wide; 13x for id lists; 23x for conversations: 56-64 B per {} or []).
     intake_texts_per_byte: int = 6
     intake_ids_per_byte: int = 15
     intake_messages_per_byte: int = 26
@@ -110,8 +105,7 @@ def held_bytes(texts: Sequence[str]) -> int:
 
 @dataclass(frozen=True)
 class Bound:
-    """A safe upper bound of the bytes one request holds, parsed inputs to serialised answer, and the ends of
-    the slices it is encoded in (empty: one Rust call)."""
+    """The most bytes one request holds, parsed inputs to serialised answer, and its slices' ends (empty: one)."""
 
     cost: int
     slices: tuple[int, ...] = ()
@@ -138,12 +132,8 @@ class RequestBounds:
         self, texts: Sequence[str], pairs: Sequence[str] | None, plan: EncodePlan, output: bool = True
     ) -> EncodeBound:
         """The bound of ``tokenizer(texts, pairs)`` under ``plan`` (``output=False``: a count, one int per row).
-
-        An input's tokens are at most its UTF-8 bytes plus the special tokens (and one per sequence for a prefix
-        some pre-tokenizers add); truncation caps a row; overflow adds a row per ``max_length - stride -
-        special tokens`` tokens at most; padding makes every row the padded length. The bytes are bounded
-        without encoding (:func:`utf8_bounds`), then counted exactly for a request that bound makes large
-        (sliced, or over a quarter of the budget), so whether and how a request runs is decided exactly."""
+        The bytes are bounded without encoding (:func:`utf8_bounds`), then counted exactly for a request that
+        bound makes large (sliced, or over a quarter of the budget): whether and how it runs is decided exactly."""
         bound = self._encode(texts, pairs, plan, output, utf8_bounds)
         if bound.slices or bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:
             return self._encode(texts, pairs, plan, output, utf8_lengths)
@@ -172,9 +162,8 @@ class RequestBounds:
         row_length = untruncated
         if truncation is not None:
             most = truncation.max_length
-            # truncation never drops the special tokens, and an overflow row holds at least one token more;
-            # max_length=0 truncates nothing (tokenizers' own reading of 0), nor does one below the special
-            # tokens (tokenizers subtracts them from it, and the subtraction wraps)
+            # a row keeps the special tokens and one token more; tokenizers reads max_length=0 as no limit, and
+            # one below the special tokens too (it subtracts them, and the subtraction wraps)
             if most > 0 and most >= specials:
                 row_length = list(map(min, untruncated, repeat(max(most, specials + 1))))
             if plan.with_overflow:
@@ -195,15 +184,12 @@ class RequestBounds:
         row_count = len(row_length) if rows is None else sum(rows)
         held_total = positions = sum(held)
         if plan.padded:
-            target = plan.pad_target or 0
-            target = max(target, max(row_length, default=0))
+            target = max(plan.pad_target or 0, max(row_length, default=0))
             multiple = plan.pad_to_multiple_of
             if multiple and target % multiple:
                 target += multiple - target % multiple
             positions = max(positions, row_count * target)
-        columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key not in ("length",))
-        if not output:  # a count answers one int per row, not the rows
-            columns = 0
+        columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key != "length") if output else 0
         # Rust holds, per input, the encodings it keeps plus (while it works) the untruncated one
         rust_total = held_total + sum(untruncated)
         if rust_total <= self.slice_tokens:  # one slice (what self.slices says without the list per input)
@@ -233,8 +219,7 @@ class RequestBounds:
         tokens = [b + specials + sequences for b in text_bytes]
         slices, largest_slice = self.slices(tokens)
         total = sum(tokens)
-        # token strings: at most the text's bytes twice over (byte-level alphabets, "##" continuation
-        # prefixes) plus the special tokens' own text
+        # token strings: at most twice the text's bytes (byte-level alphabets, "##" prefixes), plus special tokens
         token_bytes = 2 * sum(text_bytes) + 2 * total + specials * len(texts) * 32
         cost = (
             held_bytes(texts)

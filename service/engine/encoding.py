@@ -1,9 +1,6 @@
-"""What a transformers tokenizer call returns, built straight from Rust encodings.
-
-Options resolve with transformers' own function and truncation is set in Rust as transformers sets it, but
-padding is ours, per request, into numpy arrays (Rust's ``pad_encodings`` rule; see "Parity by construction"
-in docs/explanations/how-it-works.md): so one Rust call serves requests padded differently, with no list
-round-trip, and ``encode_batch_fast`` runs when offsets are not asked for.
+"""What a transformers tokenizer call returns, built straight from Rust encodings: transformers' option
+resolution and truncation, but padding per request into numpy arrays, so one Rust call serves requests padded
+differently (see "Parity by construction" in docs/explanations/how-it-works.md).
 """
 
 from __future__ import annotations

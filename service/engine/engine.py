@@ -1,9 +1,5 @@
-"""The engine front: admission and lifecycle. No HTTP in here.
-
-Each ``submit_*`` checks a request, resolves its options, bounds what it will hold (:mod:`.bounds`) and queues
-it in the one bounded queue (:mod:`.batching`), returning a future; the work runs on the tokenizer thread
-(:mod:`.tokenizer_thread`). Conversations are rendered first on the render thread (:mod:`.chat`), then their
-texts queue as an encode.
+"""The engine front, admission and lifecycle: each ``submit_*`` checks a request, resolves its options, bounds it
+(:mod:`.bounds`) and queues it (:mod:`.batching`) for the tokenizer thread. No HTTP in here.
 """
 
 from __future__ import annotations
@@ -30,15 +26,12 @@ from .tokenizer_thread import DecodeWork, EncodeWork, LengthsWork, TokenizedBatc
 class Engine:
     """One fast tokenizer behind one bounded queue: ``await engine.submit_encode(texts, options=...)``.
 
-    ``await astart()`` inside a running event loop, ``await astop()`` when done (it refuses new work and lets
-    what is admitted finish). Every ``submit_*`` runs on the engine's loop and raises
-    :class:`~service.engine.errors.ServiceError` at once for what the caller did wrong or the engine cannot do
-    now; its future holds the answer, or the ServiceError met while the work ran (cancel it to withdraw the
-    request: one not yet started is dropped unencoded).
-
-    ``reservation``, on every ``submit_*``: an intake reservation (:meth:`reserve_intake`), resized to the
-    request's memory bound and the caller's to release once the answer is sent; without one the engine
-    reserves the bound itself until the future is done.
+    ``await astart()`` in a running loop, ``await astop()`` when done (admitted work finishes). Every ``submit_*``
+    runs on that loop and raises :class:`~service.engine.errors.ServiceError` at once for what the caller did
+    wrong or the engine cannot do now; its future holds the answer or the error met while the work ran (cancel it
+    to withdraw the request). ``reservation``: an intake reservation (:meth:`reserve_intake`), resized to the
+    request's bound, the caller's to release once the answer is sent; without one the engine reserves the bound
+    until the future is done.
     """
 
     def __init__(
@@ -131,11 +124,8 @@ class Engine:
     ) -> asyncio.Future[list[Any]]:
         """Token counts, as ``[len(ids) for ids in tokenizer(texts, text_pairs, **options)["input_ids"]]``; with
         ``return_overflowing_tokens`` one list per text: the counts of its rows (first window, then overflow).
-
-        Options resolve as an encode's, and the Rust call is an unpadded encode's ``encode_batch_fast`` (its
-        overflow rows' lengths are right; only a pair's overflow type ids are not), which encodes may share. No
-        ids are read, nothing is padded, and a text (or pair) held several times is tokenized once.
-        """
+        The Rust call is an unpadded encode's ``encode_batch_fast`` (its overflow rows' lengths are right), shared
+        with encodes; no ids are read, and a text (or pair) held several times is tokenized once."""
         inputs, chars = self._inputs(texts, text_pairs)
         plan = self._plan(options.as_encode_options())
         call = RustCall(plan.truncation, plan.add_special_tokens, False)
@@ -148,7 +138,6 @@ class Engine:
         else:
             unique = list(distinct)
             chars = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in unique)
-        # memory: the inputs and one slice of Rust encodings; the answer is an int per row
         firsts = [item if isinstance(item, str) else item[0] for item in unique]
         seconds = None if text_pairs is None else [item[1] for item in unique]
         bound = self._bounds.encode(firsts, seconds, plan, output=False)
@@ -237,8 +226,7 @@ class Engine:
             try:
                 return await self._render_and_encode(prepared, plan, reservation, base, charge)
             except ServiceError as exc:
-                # a task keeps its exception in a reference cycle: the original's frames (the renderings) would
-                # stay until the garbage collector runs
+                # a task keeps its exception in a cycle: the original's frames (the renderings) would wait for the GC
                 error = exc.detached()
             raise error
         finally:

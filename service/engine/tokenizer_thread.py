@@ -1,9 +1,6 @@
-"""The one thread that calls the Rust tokenizer, and the kinds of work it runs.
-
-Every Rust call -- setting truncation, encoding, decoding -- runs on :class:`TokenizerThread`, so the
-tokenizer's mutable state is never touched from two threads ("Already borrowed", tokenizers #537); the Rust
-pool parallelises inside each call with the GIL released. Each kind of :class:`Work` names the Rust call it
-needs and accumulates its inputs' encodings (its share of a batch's call, or slice by slice) into its answer.
+"""The one thread that calls the Rust tokenizer (its truncation state must never be set from two threads:
+"Already borrowed", tokenizers #537), and the kinds of :class:`Work` it runs: each names its Rust call and
+accumulates its inputs' encodings (its share of a batch's call, or slice by slice) into its answer.
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ class TokenizedBatch:
 
 
 class Work(ABC):
-    """One request's work: ``inputs`` (each a str or a (str, str) pair) for the Rust ``call`` (equal calls can
-    share one; None: no encode), encoded in the ``slices`` ending there (empty: at once, maybe beside others).
-    An error in :meth:`accumulate` or :meth:`result` is this work's alone."""
+    """One request's ``inputs`` (str or (str, str) each) for the Rust ``call`` (None: no encode), encoded in the
+    ``slices`` ending there (empty: at once, maybe beside others). An error in it is this work's alone."""
 
     inputs: Sequence[Any] = ()
     call: RustCall | None = None
@@ -231,9 +227,7 @@ class TokenizerThread:
             try:
                 self._encode_into(works, call)
             except ServiceError as exc:
-                if len(works) == 1:
-                    return [exc]
-                return [self._run([work])[0] for work in works]
+                return [exc] if len(works) == 1 else [self._run([work])[0] for work in works]
         return [work.outcome() for work in works]
 
     def _encode_into(self, works: list[Work], call: RustCall) -> None:
@@ -275,7 +269,8 @@ class TokenizerThread:
             # large for truncation's room), raised by pyo3 as PanicException, a BaseException.
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
-            self._truncation = _read_truncation(backend)
+            current = backend.truncation  # as Rust left it
+            self._truncation = None if current is None else TruncationSetting(**current)
             raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {_refusal(exc)}") from exc
 
 
@@ -300,8 +295,3 @@ def _refusal(exc: BaseException) -> str:
     if "stride" in message:
         message += "; send a smaller stride or a larger max_length"
     return message
-
-
-def _read_truncation(backend: Any) -> TruncationSetting | None:
-    current = backend.truncation
-    return None if current is None else TruncationSetting(**current)

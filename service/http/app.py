@@ -21,8 +21,7 @@ from .routes import DirectWorkRoutes, Routes
 from .runtime import Runtime
 from .settings import Settings
 
-# The service exports its own Prometheus metrics; FastAPI's built-in OpenTelemetry hooks (newer releases)
-# cost a provider lookup on every request.
+# FastAPI's OpenTelemetry hooks (newer releases) cost a provider lookup per request; we export Prometheus.
 _NO_OPENTELEMETRY: dict[str, Any] = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters

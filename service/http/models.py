@@ -1,8 +1,5 @@
-"""Request bodies of the HTTP contract, and how a body becomes one.
-
-The option fields are derived from the option sets of :mod:`service.wire`. Unknown fields are refused (a typo
-must not silently change the output), naming the closest known one. A body of texts takes a fast path
-(:func:`parse_body`) whose accepted bodies and error messages are exactly the model's own.
+"""Request bodies, their option fields derived from :mod:`service.wire`; unknown fields are refused (a typo
+must not silently change the output), naming the closest known one.
 """
 
 from __future__ import annotations
@@ -186,11 +183,8 @@ class ErrorBody(BaseModel):
 def parse_body(body: bytes | bytearray, model: type[Model]) -> Model:
     """``body`` (JSON bytes) as ``model``, in effect as :func:`validate_body`: a body of texts on the fast path
     when it takes it."""
-    if issubclass(model, TextsRequest):
-        fast: Model | None = _parse_texts(body, model)
-        if fast is not None:
-            return fast
-    return validate_body(body, model)
+    fast: Model | None = _parse_texts(body, model) if issubclass(model, TextsRequest) else None
+    return validate_body(body, model) if fast is None else fast
 
 
 def validate_body(body: bytes | bytearray, model: type[Model]) -> Model:
@@ -214,11 +208,10 @@ _ABSENT = object()
 
 
 def _parse_texts(body: bytes | bytearray, model: type[Any]) -> Any:
-    """A body of texts as the model, without validating each text (pydantic's check of a string costs more than
-    parsing it), or None for the model's own validation. Taken when ``texts`` (and ``text_pairs``) are lists of
-    strings and the options JSON scalars, which the model validates once per distinct set (refused ones fall
-    back, for the body's own message). orjson refuses what the model's parser does (lone surrogates too) and
-    keeps the last of repeated keys, as it does."""
+    """A body of texts as the model without validating each text (pydantic's check of a string costs more than
+    parsing it), or None for the model's own validation: when ``texts`` (and ``text_pairs``) are lists of strings
+    and the options JSON scalars, validated once per distinct set (a refused set falls back, for its message).
+    orjson refuses what the model's parser does (lone surrogates too) and keeps the last of repeated keys."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -257,11 +250,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel], most
     a field of a closed set with its values (once, not once per part of its type)."""
     known = list(model.model_fields)
     option_set = getattr(model, "option_set", None)
-    allowed = (
-        {f.name: f.metadata[VALUES] for f in dataclasses.fields(option_set) if VALUES in f.metadata}
-        if option_set
-        else {}
-    )
+    declared = dataclasses.fields(option_set) if option_set else ()
+    allowed = {f.name: f.metadata[VALUES] for f in declared if VALUES in f.metadata}
     parts: list[str] = []
     seen: set[str] = set()
     for err in exc.errors(include_url=False):
@@ -271,8 +261,8 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel], most
         if err["type"] == "extra_forbidden" and len(location) == 1:
             parts.append(f"{where}: {_unknown_field(name, known, option_set)}")
         elif name == "conversations" and err["type"] in ("list_type", "dict_type"):
-            parts.append(_conversations_problem(location, err["type"]))
-        elif name in allowed and len(location) >= 1:
+            parts.append(_conversations_problem(location))
+        elif name in allowed:
             if name in seen:
                 continue
             seen.add(name)
@@ -310,7 +300,7 @@ _CHAT_FIELD_HINTS = {
 }
 
 
-def _conversations_problem(location: tuple[Any, ...], kind: str) -> str:
+def _conversations_problem(location: tuple[Any, ...]) -> str:
     """A conversation that is not a list, or a message that is not an object, named by its indices."""
     where = "conversations" + "".join(f"[{i}]" for i in location[1:])
     if len(location) <= 1:

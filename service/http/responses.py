@@ -73,10 +73,9 @@ BodyPart = bytes | memoryview
 
 
 class BodyResponse(Response):
-    """A 200 whose body, or its parts in order (a safetensors answer: its header, then each array's own buffer),
-    is handed to the server in pieces of at most :data:`BODY_PIECE_BYTES`, never joined: the server's write
-    backpressure then holds this coroutine -- and the request's memory reservation -- while a client is slow to
-    read, instead of the whole body sitting in the transport's buffer after the request was counted as done."""
+    """A 200 whose body, or its parts (a safetensors answer: its header, then each array's buffer), is handed to
+    the server unjoined in pieces of at most :data:`BODY_PIECE_BYTES`: write backpressure then holds this
+    coroutine -- and the request's reservation -- while a client is slow to read (not the whole body buffered)."""
 
     def __init__(
         self, content: BodyPart | Sequence[BodyPart], media_type: str, headers: Mapping[str, str] | None = None

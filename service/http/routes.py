@@ -1,7 +1,5 @@
-"""The routes. Every POST route (:class:`WorkRoute`: request model, engine submit, answer shaping) hands its
-work to the engine along one path, :meth:`Routes.serve`: refuse while draining; read ``Accept``; reserve memory
-for the body, then read and parse it; submit; await the answer, cancelling the work if the client leaves first;
-answer with the tokenizer's fingerprint. Errors on that path are answered there, in the one error shape.
+"""The routes. Every POST route (:class:`WorkRoute`: request model, engine submit, answer shaping) takes one
+path, :meth:`Routes.serve`, which answers its errors too.
 """
 
 from __future__ import annotations
@@ -64,9 +62,8 @@ from .responses import (
 )
 from .runtime import Runtime
 
-# A request still waiting for the engine after this long gets a task watching for its client's disconnect
-# (most are answered sooner: a watcher costs a task per request).
-DISCONNECT_WATCH_AFTER = 0.05  # seconds
+# Seconds before a waiting request gets a task (a cost most never pay) watching for its client's disconnect.
+DISCONNECT_WATCH_AFTER = 0.05
 
 Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
@@ -83,10 +80,9 @@ class AnswerContext:
 
 @dataclass(frozen=True)
 class WorkRoute(Generic[Body, Result]):
-    """A POST route that hands its body to the engine: ``submit`` queues the parsed body with its reservation;
-    ``answer`` shapes the result into bytes of the media type ``answer_type`` picked from ``Accept`` (one of
-    ``media_types``); ``body``: what the body holds, for its parsing cost. ``doc``: the OpenAPI description;
-    ``errors``: the kinds it answers beyond every work route's."""
+    """``submit`` queues the parsed body with its reservation; ``answer`` shapes the result into bytes of the media
+    type ``answer_type`` picks from ``Accept`` (one of ``media_types``); ``body``: what the body holds (its parsing
+    cost); ``doc``: the OpenAPI description; ``errors``: the kinds it answers beyond every work route's."""
 
     path: str
     name: str
@@ -277,8 +273,7 @@ class Routes:
         ):
             responses = {200: {"content": {media_type: {}}}, **_error_responses(*_ANY_ROUTE)}
             router.add_api_route(path, get, methods=["GET"], response_class=Response, responses=responses)
-            # HEAD answers as GET without the body (RFC 9110 9.3.2); left out of the schema as FastAPI would
-            # give both operations one id
+            # HEAD: GET without the body (RFC 9110 9.3.2); not in the schema (FastAPI gives both one operation id)
             router.add_api_route(path, get, methods=["HEAD"], response_class=Response, include_in_schema=False)
         return {*self.work_routes, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
 
@@ -289,7 +284,8 @@ class Routes:
         return endpoint
 
     async def serve(self, route: WorkRoute[Body, Result], request: Request) -> Response:
-        """Answer ``request`` on ``route`` (see the module docstring), errors included."""
+        """Refuse while draining; read ``Accept``; reserve memory for the body, read and parse it; submit; await
+        the answer, cancelling the work if the client leaves first; answer with the tokenizer's fingerprint."""
         try:
             self.runtime.check_accepting()
             engine = self.runtime.engine
@@ -301,8 +297,7 @@ class Routes:
             size = int(declared) if declared is not None and declared.isdigit() else None
             if size is not None and size > limit:
                 raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
-            # reserved before reading (an overloaded server refuses without taking in the body), held until the
-            # answer is sent; the engine resizes it to the request's bound
+            # reserved before reading (an overloaded server refuses unread bodies) and held until the answer is sent
             reservation = engine.reserve_intake(size or 0, body=route.body)
             hold_until_sent(request.scope, reservation)
             body = parse_body(await self._read_body(request, size, reservation, route.body), route.request)
@@ -363,20 +358,19 @@ class Routes:
                 end = received + len(chunk)
                 if end > limit:
                     raise ServiceError(ErrorKind.TOO_LARGE, f"the body exceeds max_body_bytes={limit}")
-                if size:  # (the server's parser holds the body to its Content-Length)
-                    if not received and end == size:
-                        chunks.append(chunk)
-                    else:
-                        if buffer is None:
-                            buffer = bytearray(size)
-                        buffer[received:end] = chunk
-                else:
+                if not size:
                     if end > reserved:
                         # doubling: about log2(n) resizes (budget transactions that may refuse), never over twice
                         # what arrived; the floor makes a small body of many chunks one resize
                         reserved = min(limit, max(2 * end, 64 * 1024))
                         self.runtime.engine.resize_intake(reservation, reserved, body=kind)
                     chunks.append(chunk)
+                elif not received and end == size:  # (the server's parser holds the body to its Content-Length)
+                    chunks.append(chunk)
+                else:
+                    if buffer is None:
+                        buffer = bytearray(size)
+                    buffer[received:end] = chunk
                 received = end
         except ClientDisconnect:
             raise ServiceError(HttpErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
@@ -418,7 +412,8 @@ async def _unless_client_leaves(request: Request, future: asyncio.Future[Result]
         raise  # the handler itself was cancelled: the future went with it
     finally:
         timer.cancel()
-        watch.stop()
+        if watch.task is not None:
+            watch.task.cancel()
 
 
 class _DisconnectWatch:
@@ -431,10 +426,6 @@ class _DisconnectWatch:
     def start(self) -> None:
         if not self.future.done():
             self.task = asyncio.ensure_future(self._watch())
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
 
     async def _watch(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":
