@@ -50,9 +50,8 @@ class BatchObserver(Protocol):
 
 @dataclass(eq=False)
 class Job:
-    """One request waiting for the tokenizer thread: ``payload`` is the runner's; ``texts`` and ``chars`` count
-    against the caps. ``cost`` bounds the bytes the job holds until its answer is sent: admission resizes the
-    caller's ``reservation`` to it, or reserves it for the job (released when the future is done)."""
+    """One request waiting for the tokenizer thread. ``cost`` bounds the bytes it holds until answered: admission
+    resizes the caller's ``reservation`` to it, or reserves it for the job (released when the future is done)."""
 
     payload: Any
     texts: int

@@ -70,8 +70,7 @@ def utf8_lengths(texts: Sequence[str]) -> list[int]:
 
 
 def _wide_str_header() -> int | None:
-    """The header of a non-ASCII str in CPython's compact layout (then length + 1 characters of 1, 2 or 4 bytes,
-    as the widest needs), checked once; None elsewhere."""
+    """The header of a non-ASCII str in CPython's layout (then length + 1 characters of 1, 2 or 4 bytes), or None."""
     header = sys.getsizeof("\xe9") - 2
     if sys.getsizeof("\u4e2d\u4e2d") == header + 6 and sys.getsizeof("\U0001f600") == header + 8:
         return header
@@ -83,10 +82,9 @@ _WIDE_STR_HEADER = _wide_str_header()
 
 def utf8_bounds(texts: Sequence[str]) -> list[int]:
     """An upper bound of each text's UTF-8 bytes without encoding it (which costs the event loop as much as
-    reading the body did): its length times the most UTF-8 bytes a character of its storage takes (1, 2 or 4
-    bytes stored: at most 2, 3 or 4) -- exact for one script (Chinese: 3), loose for mostly-ASCII text. The
-    width is read from the str's size, which a cached UTF-8 copy only grows (then bounded by 4, the most).
-    Exact (:func:`utf8_lengths`) where str's layout is not CPython's."""
+    reading the body): its length times the most UTF-8 bytes a character of its storage width takes (1, 2 or 4
+    bytes: at most 2, 3 or 4), read from the str's size (a cached UTF-8 copy only widens it, up to 4, the most)
+    -- exact for one script (Chinese: 3), loose for mostly-ASCII text; exact where str's layout is not CPython's."""
     if all(map(str.isascii, texts)):
         return list(map(len, texts))
     header = _WIDE_STR_HEADER
@@ -237,8 +235,7 @@ class RequestBounds:
         return Bound(count * costs.decode_per_id + count * (self.longest_token_bytes + 1) * costs.per_text_byte)
 
     def slices(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], int]:
-        """Inputs of ``tokens`` each cut into slices of at most :attr:`slice_tokens` (a larger input alone): the
-        slice ends (empty: one slice) and the largest slice."""
+        """The ends of slices of at most :attr:`slice_tokens` (a larger input alone; empty: one) and the largest."""
         if sum(tokens) <= self.slice_tokens:
             return (), sum(tokens)
         ends: list[int] = []
@@ -255,11 +252,9 @@ class RequestBounds:
 
 
 def longest_first_pair_rows(first_bytes: int, second_bytes: int, room: int, stride: int) -> int:
-    """The most rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8 lengths.
-
-    tokenizers has a side it cuts keep at least half of ``room`` (``max_length`` minus the special tokens)
-    and more than ``stride`` tokens (else it refuses); each cut side is split into windows advancing by what
-    it keeps minus ``stride``; the rows pair each window of the first with each of the second."""
+    """The most rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8 lengths: a side
+    tokenizers cuts keeps at least half of ``room`` (``max_length`` minus the special tokens) and more than
+    ``stride`` tokens, in windows advancing by that minus ``stride``; each side's windows pair with the other's."""
     keeps = max(room // 2, stride + 1)
     step = max(keeps - stride, 1)
 

@@ -28,12 +28,7 @@ class TruncationSetting:
     direction: str
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {
-            "max_length": self.max_length,
-            "stride": self.stride,
-            "strategy": self.strategy,
-            "direction": self.direction,
-        }
+        return dict(vars(self))
 
 
 def check_stride(truncation: TruncationSetting, added_tokens: int) -> None:
@@ -90,9 +85,8 @@ class RustCall(NamedTuple):
 
 @dataclass(frozen=True)
 class TokenizerFacts:
-    """What option resolution reads from a tokenizer, read once at load: ``pad_token_id`` calls into Rust, which
-    the event loop must not do while the tokenizer thread may be setting truncation. The ``self`` that
-    transformers' resolution function reads."""
+    """What transformers' option resolution reads of its ``self``, read once at load: ``pad_token_id`` calls into
+    Rust, which the event loop must not do while the tokenizer thread may be setting truncation."""
 
     model_max_length: int
     pad_token: str | None
@@ -183,8 +177,7 @@ _ROW_COLUMNS = {
 
 @dataclass
 class EncodedRows:
-    """One request's rows read out of the Rust encodings into flat int64 arrays, so the encodings can be freed
-    (a large request's slices are joined with :func:`join_rows`)."""
+    """One request's (or slice's) rows read out of the Rust encodings into flat int64 arrays."""
 
     lengths: np.ndarray  # tokens per row
     columns: dict[str, np.ndarray]  # key -> every row's values end to end (offset_mapping: shape (n, 2))

@@ -29,9 +29,8 @@ class Engine:
     ``await astart()`` in a running loop, ``await astop()`` when done (admitted work finishes). Every ``submit_*``
     runs on that loop and raises :class:`~service.engine.errors.ServiceError` at once for what the caller did
     wrong or the engine cannot do now; its future holds the answer or the error met while the work ran (cancel it
-    to withdraw the request). ``reservation``: an intake reservation (:meth:`reserve_intake`), resized to the
-    request's bound, the caller's to release once the answer is sent; without one the engine reserves the bound
-    until the future is done.
+    to withdraw the request). ``reservation``: an intake reservation (:meth:`reserve_intake`) resized to the
+    request's bound, the caller's to release once answered; without one the engine holds the bound itself.
     """
 
     def __init__(
@@ -212,9 +211,8 @@ class Engine:
         return asyncio.ensure_future(self._chat(prepared, None, reservation))
 
     async def _chat(self, prepared: PreparedChats, plan: EncodePlan | None, reservation: Reservation | None) -> Any:
-        """Render, then encode and mask when ``plan`` is given, else answer the texts. The reservation (its own
-        without the caller's) holds, beside the parsed body, the renders in progress and finished, then the
-        encode's bound of the texts."""
+        """Render, then encode and mask when ``plan`` is given, else answer the texts. The reservation holds, beside
+        the parsed body, the renders in progress and finished, then the encode's bound of the texts."""
         own = reservation is None
         if reservation is None:
             reservation = self.budget.reserve(0, "these conversations")

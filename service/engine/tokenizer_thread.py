@@ -46,8 +46,7 @@ class Work(ABC):
     _error: ServiceError | None = None
 
     def accumulate(self, encodings: Sequence[Any]) -> None:
-        """Keep what the answer needs of the next inputs' encodings (freed afterwards); raise ServiceError to
-        refuse early."""
+        """Keep what the answer needs of the next inputs' encodings (freed afterwards), or refuse early."""
         raise TypeError(f"{type(self).__name__} encodes nothing: it has no encodings to accumulate")
 
     @abstractmethod
@@ -160,7 +159,7 @@ class TokenizeWork(Work):
 
 
 class DecodeWork(Work):
-    """``tokenizer.batch_decode(ids, **options)``: no encode (``call`` is None), always alone."""
+    """``tokenizer.batch_decode(ids, **options)`` (the options are its keywords): no encode, always alone."""
 
     def __init__(self, tokenizer: Any, ids: Sequence[Sequence[int]], options: DecodeOptions):
         self._tokenizer = tokenizer
@@ -169,11 +168,7 @@ class DecodeWork(Work):
 
     def result(self) -> list[str]:
         try:
-            texts: list[str] = self._tokenizer.batch_decode(
-                list(self._ids),
-                skip_special_tokens=self._options.skip_special_tokens,
-                clean_up_tokenization_spaces=self._options.clean_up_tokenization_spaces,
-            )
+            texts: list[str] = self._tokenizer.batch_decode(list(self._ids), **vars(self._options))
             return texts
         except Exception as exc:
             raise ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}") from exc

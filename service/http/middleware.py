@@ -1,6 +1,5 @@
-"""Middleware: bearer auth, request metrics with the in-flight count, memory reservations released once the
-answer is sent, and the last line against unexpected errors. Pure ASGI (not ``BaseHTTPMiddleware``): each runs
-on every request, for a few attribute lookups.
+"""Middleware: bearer auth, request metrics, reservations released once the answer is sent, the last line
+against unexpected errors. Pure ASGI (not ``BaseHTTPMiddleware``): each runs on every request.
 """
 
 from __future__ import annotations
@@ -35,8 +34,7 @@ def hold_until_sent(scope: Scope, reservation: Reservation) -> None:
 
 
 class ReleaseAfterSend:
-    """Releases a request's memory reservations once its answer is handed to the server (its result and body
-    already freed)."""
+    """Releases a request's reservations once its answer is handed to the server (result and body freed)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app

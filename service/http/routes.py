@@ -204,8 +204,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.
 
 
 def _error_responses(*kinds: AnyErrorKind) -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI responses of these error kinds, by status, with each kind's advice from the one status table
-    (``service.wire.ERROR_TYPES``)."""
+    """The OpenAPI responses of these error kinds, by status, with their advice from ``service.wire.ERROR_TYPES``."""
     advice: dict[int, list[str]] = {}
     for kind in kinds:
         error = ERROR_TYPES[kind.value]
@@ -343,9 +342,8 @@ class Routes:
     async def _read_body(
         self, request: Request, size: int | None, reservation: Reservation, kind: BodyKind
     ) -> bytes | bytearray:
-        """The body in one buffer: as it came if in one piece (the usual case), else with a Content-Length
-        copied into place as it arrives (never chunks and a joined copy at once); without one, the reservation
-        grows as it comes."""
+        """The body in one buffer: as it came if in one piece, else with a Content-Length copied into place as it
+        arrives (never chunks and a joined copy at once); without one, the reservation grows as it comes."""
         limit = self.settings.max_body_bytes
         buffer: bytearray | None = None
         chunks: list[bytes] = []
@@ -380,9 +378,8 @@ class Routes:
 
 
 class DirectWorkRoutes:
-    """Every work route's POST goes straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependency
-    solving and exit stacks (they cost more per small request than the route's work); the FastAPI routes stay
-    registered for the OpenAPI schema."""
+    """Work routes' POSTs go straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependencies and exit
+    stacks (costlier per small request than the work); the FastAPI routes stay registered for the schema."""
 
     def __init__(self, app: ASGIApp, routes: Routes) -> None:
         self.app = app
