@@ -101,8 +101,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "pair truncation (only_second) drops the last token",
         ENCODING,
-        '"max_length": self.max_length,',
-        '"max_length": self.max_length - (self.strategy == "only_second"),',
+        "max_length=max_length,",
+        'max_length=max_length - (truncation.value == "only_second"),',
         (ENGINE,),
         parity=True,
     ),

@@ -1,20 +1,12 @@
-"""Admission and micro-batching: every request for the tokenizer waits in one bounded queue.
-
-One queue, one owner. Every job -- an encode, a tokenize, a decode -- enters through :meth:`Batcher.submit`,
-which refuses at once when the queue is full or the memory budget has no room for the job's bound
-(OVERLOADED; TOO_LARGE when it never will), fails a job still waiting at the queue deadline (TIMEOUT), and
-drops a job whose caller went away before it ran. :meth:`Batcher.reserve_intake` makes the same checks
-for a request body before it is read, so an overloaded server refuses without reading it.
-
-A single loop takes the head job, gathers the queued jobs that share its batch key (same Rust call:
-truncation state, special tokens, full or fast encode) for a short window or until the text/character caps
-are reached, and hands them to ``run_batch`` as one batch. A job without a key (a decode), or one encoded in
-slices, always runs alone. The batcher knows nothing of what a job does.
+"""Admission and micro-batching: every job for the tokenizer waits in one bounded queue, and one loop hands
+the head job with the queued jobs sharing its batch key (the same Rust call), up to the caps, to ``run_batch``;
+a job without a key, or ``alone``, runs alone. The batcher knows nothing of what a job does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
@@ -47,7 +39,7 @@ DEFAULT_BATCHING = BatchingConfig()
 
 
 class BatchObserver(Protocol):
-    """Hooks for metrics; the engine knows nothing of Prometheus."""
+    """Hooks for metrics (the engine knows nothing of Prometheus)."""
 
     def batch_done(self, requests: int, texts: int, seconds: float) -> None: ...
     def request_rejected(self, reason: str) -> None: ...
@@ -58,14 +50,8 @@ class BatchObserver(Protocol):
 
 @dataclass(eq=False)
 class Job:
-    """One request waiting for the tokenizer thread.
-
-    ``payload`` is what the runner needs (the batcher never looks at it); ``texts`` and ``chars`` count
-    against the queue and batch caps; jobs with equal ``batch_key`` may run as one batch, a job whose key
-    is None (or that is ``alone``) always runs alone. ``cost`` is the bound of the bytes the job holds
-    until its answer is sent: admission resizes the caller's ``reservation`` to it, or reserves it for the
-    job alone (released when the future is done) when there is none.
-    """
+    """One request waiting for the tokenizer thread. ``cost`` bounds the bytes it holds until answered: admission
+    resizes the caller's ``reservation`` to it, or reserves it for the job (released when the future is done)."""
 
     payload: Any
     texts: int
@@ -81,18 +67,13 @@ class Job:
     expiry: asyncio.TimerHandle | None = None  # fires the queue deadline
 
 
-# Runs one batch on the tokenizer thread: the jobs -> one outcome per job (a result, or the exception for
-# that job alone).
-RunBatch = Callable[[list[Job]], Awaitable[list[Any]]]
-
-
 class Batcher:
-    """Admits :class:`Job` s and feeds batches of them to ``run_batch``, one batch at a time."""
+    """Admits :class:`Job` s and feeds them to ``run_batch`` a batch at a time (one result or exception per job)."""
 
     def __init__(
         self,
         config: BatchingConfig,
-        run_batch: RunBatch,
+        run_batch: Callable[[list[Job]], Awaitable[list[Any]]],
         observer: BatchObserver | None = None,
         budget: MemoryBudget | None = None,
     ) -> None:
@@ -106,7 +87,6 @@ class Batcher:
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
-    # -- lifecycle --------------------------------------------------------------------------------------
     def start(self) -> None:
         self._wakeup = asyncio.Event()
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="batcher")
@@ -114,10 +94,8 @@ class Batcher:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         while self._queue:
             job = self._queue.popleft()
@@ -125,7 +103,6 @@ class Batcher:
                 job.future.set_exception(ServiceError(ErrorKind.UNAVAILABLE, "the server is shutting down"))
         self._queued_texts = self._queued_chars = 0
 
-    # -- admission --------------------------------------------------------------------------------------
     @property
     def queued_requests(self) -> int:
         return len(self._queue)
@@ -134,20 +111,10 @@ class Batcher:
     def queued_texts(self) -> int:
         return self._queued_texts
 
-    def is_overloaded(self, texts: int = 0) -> bool:
-        """Whether a job of ``texts`` texts would be refused now (a signal for autoscaling, too)."""
-        return (
-            len(self._queue) >= self.config.max_queued_requests
-            or self._queued_texts + texts > self.config.max_queued_texts
-        )
-
     def submit(self, job: Job) -> asyncio.Future[Any]:
-        """Queue ``job`` and return its future, or refuse at once: OVERLOADED when the queue is full or
-        the memory budget has no room for ``job.cost`` now, TOO_LARGE when the budget never will.
-
-        Cancelling the future -- the caller has gone -- drops the job if it has not started. A job still
-        queued after ``queue_timeout_seconds`` fails with TIMEOUT; once in a batch it runs to the end.
-        """
+        """Queue ``job`` and return its future, or refuse at once: OVERLOADED when the queue is full or the budget
+        has no room for ``job.cost`` now, TOO_LARGE when it never will. A job still queued at the deadline fails
+        (TIMEOUT); cancelling the future drops it if not started; once in a batch it runs to the end."""
         self._check_queue(job.texts)
         try:
             if job.reservation is not None:
@@ -170,8 +137,8 @@ class Batcher:
         return job.future
 
     def reserve_intake(self, nbytes: int, what: str) -> Reservation:
-        """Reserve ``nbytes`` for a request body about to be read, with the checks :meth:`submit` makes:
-        so an overloaded server refuses before reading (and parsing) a body it would refuse anyway."""
+        """Reserve ``nbytes`` for a body about to be read, with :meth:`submit`'s checks: an overloaded server
+        refuses before reading it."""
         self._check_queue(1)
         try:
             return self.budget.reserve(nbytes, what)
@@ -182,7 +149,10 @@ class Batcher:
     def _check_queue(self, texts: int) -> None:
         if self._task is None or self._wakeup is None:
             raise ServiceError(ErrorKind.UNAVAILABLE, "the engine is not running")
-        if self._queue and self.is_overloaded(texts):  # an empty queue takes any one job
+        if self._queue and (  # an empty queue takes any one job
+            len(self._queue) >= self.config.max_queued_requests
+            or self._queued_texts + texts > self.config.max_queued_texts
+        ):
             self._notify_rejected("queue_full")
             raise ServiceError(
                 ErrorKind.OVERLOADED,
@@ -191,8 +161,7 @@ class Batcher:
             )
 
     def _forget(self, job: Job) -> None:
-        """A queued job that ended before its batch (caller gone, deadline passed) leaves the queue at once,
-        so it neither counts against the limits nor holds its texts until the next batch."""
+        """A queued job that ended before its batch (caller gone, deadline passed) leaves the queue at once."""
         if job.started:
             return
         try:
@@ -219,7 +188,6 @@ class Batcher:
             )
         )
 
-    # -- the loop ---------------------------------------------------------------------------------------
     async def _loop(self) -> None:
         assert self._wakeup is not None
         while True:
@@ -315,7 +283,6 @@ class Batcher:
         self._notify_queue()
         return batch
 
-    # -- observer plumbing ------------------------------------------------------------------------------
     def _notify_queue(self) -> None:
         if self._observer is not None:
             self._observer.queue_changed(len(self._queue), self._queued_texts)

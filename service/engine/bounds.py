@@ -1,12 +1,5 @@
-"""What one request may hold at most, computed before it runs: the bounds admission reserves.
-
-Pure arithmetic on a request's inputs and resolved options: no Rust call, no state. The bounds rest on two
-facts: a text of ``n`` UTF-8 bytes yields at most ``n`` tokens plus the special tokens (every tokenizer
-consumes at least one byte per token), and padding holds rows x the padded length. The per-token and
-per-position byte costs (:class:`CostModel`) were measured on the three tokenizer families (peak RSS over the
-process at rest, ``VmHWM``), and carry a margin. A request whose Rust encodings would exceed a slice
-(:attr:`RequestBounds.slice_tokens`) is encoded in slices, so the encodings it holds at once are bounded by a
-slice rather than by the request; the bounds say where the slices end.
+"""What one request may hold at most, computed before it runs without a Rust call: the bounds admission
+reserves, and where a large request's slices end (the rules: "The memory budget" in docs/explanations/limits.md).
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ from .encoding import EncodePlan
 
 
 class BodyKind(enum.Enum):
-    """What a request body holds, for what reading and parsing it costs per byte."""
+    """What a request body holds (what parsing it costs per byte)."""
 
     TEXTS = "texts"
     IDS = "ids"  # id lists (/decode)
@@ -33,7 +26,7 @@ class BodyKind(enum.Enum):
 
 @dataclass(frozen=True)
 class CostModel:
-    """Safe upper bounds, in bytes, of what one request holds. Measured costs with a margin (see module doc)."""
+    """Safe upper bounds, in bytes, of what one request holds (measured as peak RSS, ``VmHWM``, with a margin)."""
 
     #: Rust encodings per token, while they exist (ids, type ids, offsets, token string, masks, words),
     #: plus the Python-side transients of extracting them (measured 165-225 B).
@@ -47,9 +40,8 @@ class CostModel:
     decode_per_id: int = 48
     #: Bytes per character of text held or produced (Python's widest str, 4, plus UTF-8 or escaped JSON).
     per_text_byte: int = 12
-    #: Reading and parsing a body, per body byte: the bytes themselves plus the parsed objects (measured: up
-    #: to 4x for texts -- one astral character makes a str 4 bytes per character -- 13x for id lists, and 23x
-    #: for conversations, whose every ``{}`` or ``[]`` in a message becomes a Python object of 56-64 bytes).
+    #: Reading and parsing a body, per byte: the bytes and the parsed objects (measured up to 4x for texts, an
+    #: astral character making a str 4 bytes wide; 13x for id lists; 23x for conversations: 56-64 B per {} or []).
     intake_texts_per_byte: int = 6
     intake_ids_per_byte: int = 15
     intake_messages_per_byte: int = 26
@@ -58,11 +50,7 @@ class CostModel:
 
     def intake(self, body_bytes: int, kind: BodyKind) -> int:
         """Reading and parsing a body of ``body_bytes`` holding ``kind``."""
-        factor = {
-            BodyKind.TEXTS: self.intake_texts_per_byte,
-            BodyKind.IDS: self.intake_ids_per_byte,
-            BodyKind.MESSAGES: self.intake_messages_per_byte,
-        }[kind]
+        factor: int = getattr(self, f"intake_{kind.value}_per_byte")
         return self.intake_floor + factor * body_bytes
 
 
@@ -74,8 +62,7 @@ def utf8_length(text: str) -> int:
 
 
 def utf8_lengths(texts: Sequence[str]) -> list[int]:
-    """:func:`utf8_length` of each text, without a Python call per text: ASCII texts by their length, the
-    others encoded; lone surrogates counted as there."""
+    """:func:`utf8_length` of each text, without a Python call per text."""
     if all(map(str.isascii, texts)):
         return list(map(len, texts))
     try:
@@ -85,8 +72,7 @@ def utf8_lengths(texts: Sequence[str]) -> list[int]:
 
 
 def _wide_str_header() -> int | None:
-    """The fixed part of a non-ASCII str's size in CPython's compact layout (the header, then length + 1
-    characters of 1, 2 or 4 bytes each, as the widest character needs), checked once; None elsewhere."""
+    """The header of a non-ASCII str in CPython's layout (then length + 1 characters of 1, 2 or 4 bytes), or None."""
     header = sys.getsizeof("\xe9") - 2
     if sys.getsizeof("\u4e2d\u4e2d") == header + 6 and sys.getsizeof("\U0001f600") == header + 8:
         return header
@@ -97,13 +83,10 @@ _WIDE_STR_HEADER = _wide_str_header()
 
 
 def utf8_bounds(texts: Sequence[str]) -> list[int]:
-    """An upper bound of each text's UTF-8 bytes, without encoding it (an encode costs as much as reading the
-    body did, on the event loop): an ASCII text's length; else its length times the most UTF-8 bytes a
-    character of its storage takes (1, 2 or 4 bytes stored: at most 2, 3 or 4 in UTF-8) -- exact for text in
-    one script (Chinese: 3), loose for mostly-ASCII text with a few wider characters. The storage width is
-    read from the str's size, which only grows with what else it holds (a UTF-8 copy an earlier encode left):
-    read too wide, it bounds by 4, every character's most. Exact (:func:`utf8_lengths`) where str's layout
-    is not CPython's."""
+    """An upper bound of each text's UTF-8 bytes without encoding it (which costs the event loop as much as
+    reading the body): its length times the most UTF-8 bytes a character of its storage width takes (1, 2 or 4
+    bytes: at most 2, 3 or 4), read from the str's size (a cached UTF-8 copy only widens it, up to 4, the most)
+    -- exact for one script (Chinese: 3), loose for mostly-ASCII text; exact where str's layout is not CPython's."""
     if all(map(str.isascii, texts)):
         return list(map(len, texts))
     header = _WIDE_STR_HEADER
@@ -125,8 +108,7 @@ def held_bytes(texts: Sequence[str]) -> int:
 
 @dataclass(frozen=True)
 class Bound:
-    """A safe upper bound of the bytes one request holds, from parsed inputs to the serialised answer, and
-    the ends of the slices it is encoded in (empty: in one Rust call)."""
+    """The most bytes one request holds, parsed inputs to serialised answer, and its slices' ends (empty: one)."""
 
     cost: int
     slices: tuple[int, ...] = ()
@@ -134,41 +116,28 @@ class Bound:
 
 @dataclass(frozen=True)
 class EncodeBound(Bound):
-    """An encode's bound, with the result's size: token positions (rows x padded length) and rows (overflow
-    rows included), at most."""
+    """An encode's bound, with the most token positions (rows x padded length) and rows (overflow included)."""
 
     positions: int = 0
     rows: int = 0
 
 
+@dataclass(frozen=True)
 class RequestBounds:
-    """The bounds of one tokenizer's requests: the cost model, the special tokens the tokenizer adds to one
-    sequence and to a pair, the byte length of its longest token, and the Rust encodings one slice may hold."""
+    """The bounds of one tokenizer's requests."""
 
-    def __init__(self, costs: CostModel, specials: tuple[int, int], longest_token_bytes: int, slice_tokens: int):
-        self.costs = costs
-        self.specials = specials
-        self.longest_token_bytes = longest_token_bytes
-        self.slice_tokens = slice_tokens
-
-    def intake(self, body_bytes: int, kind: BodyKind) -> int:
-        """Reading and parsing a request body of ``body_bytes`` holding ``kind``."""
-        return self.costs.intake(body_bytes, kind)
+    costs: CostModel
+    specials: tuple[int, int]  # the special tokens added to one sequence, to a pair
+    longest_token_bytes: int
+    slice_tokens: int  # the Rust encodings one slice may hold
 
     def encode(
         self, texts: Sequence[str], pairs: Sequence[str] | None, plan: EncodePlan, output: bool = True
     ) -> EncodeBound:
-        """The bound of ``tokenizer(texts, pairs)`` under ``plan`` (``output=False``: a count, whose answer is
-        one int per row, not the rows).
-
-        Tokens per input are bounded by its UTF-8 bytes plus the special tokens (and one for a prefix
-        some pre-tokenizers add per sequence); truncation caps a row; overflow adds at most one row per
-        ``max_length - stride - special tokens`` tokens; padding makes every row the padded length.
-
+        """The bound of ``tokenizer(texts, pairs)`` under ``plan`` (``output=False``: a count, one int per row).
         The bytes are bounded without encoding (:func:`utf8_bounds`), which may cut a request into finer slices
-        than its exact bytes would (the result is the same); a request that bound makes costly (over a quarter of
-        the budget) is bounded from its exact bytes, so its reservation is tight and whether it fits at all is
-        decided as from the exact bytes."""
+        than its exact bytes would (same result); a request that bound makes costly (over a quarter of the budget)
+        is bounded from its exact bytes, so whether it fits at all is decided exactly."""
         bound = self._encode(texts, pairs, plan, output, utf8_bounds)
         if bound.cost > 2 * self.slice_tokens * self.costs.rust_per_token:  # (a quarter of the budget)
             return self._encode(texts, pairs, plan, output, utf8_lengths)
@@ -197,9 +166,8 @@ class RequestBounds:
         row_length = untruncated
         if truncation is not None:
             most = truncation.max_length
-            # truncation never drops the special tokens, and an overflow row holds at least one token more;
-            # max_length=0 truncates nothing (tokenizers' own reading of 0), nor does one below the special
-            # tokens (tokenizers subtracts them from it, and the subtraction wraps)
+            # a row keeps the special tokens and one token more; tokenizers reads max_length=0 as no limit, and
+            # one below the special tokens too (it subtracts them, and the subtraction wraps)
             if most > 0 and most >= specials:
                 row_length = list(map(min, untruncated, repeat(max(most, specials + 1))))
             if plan.with_overflow:
@@ -220,15 +188,12 @@ class RequestBounds:
         row_count = len(row_length) if rows is None else sum(rows)
         held_total = positions = sum(held)
         if plan.padded:
-            target = plan.pad_target or 0
-            target = max(target, max(row_length, default=0))
+            target = max(plan.pad_target or 0, max(row_length, default=0))
             multiple = plan.pad_to_multiple_of
             if multiple and target % multiple:
                 target += multiple - target % multiple
             positions = max(positions, row_count * target)
-        columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key not in ("length",))
-        if not output:  # a count answers one int per row, not the rows
-            columns = 0
+        columns = sum(2 if key == "offset_mapping" else 1 for key in plan.keys if key != "length") if output else 0
         # Rust holds, per input, the encodings it keeps plus (while it works) the untruncated one
         rust_total = held_total + sum(untruncated)
         if rust_total <= self.slice_tokens:  # one slice (what self.slices says without the list per input)
@@ -248,7 +213,7 @@ class RequestBounds:
     def tokenize(
         self, texts: Sequence[str], pairs: Sequence[str] | None, add_special_tokens: bool, sequence_ids: bool
     ) -> Bound:
-        """The bound of a /tokenize: the inputs, one slice of Rust encodings, and the token strings answered."""
+        """A /tokenize's: the inputs, one slice of Rust encodings, and the token strings answered."""
         costs = self.costs
         sequences = 1 if pairs is None else 2
         specials = self.specials[sequences - 1] if add_special_tokens else 0
@@ -258,8 +223,7 @@ class RequestBounds:
         tokens = [b + specials + sequences for b in text_bytes]
         slices, largest_slice = self.slices(tokens)
         total = sum(tokens)
-        # token strings: at most the text's bytes twice over (byte-level alphabets, "##" continuation
-        # prefixes) plus the special tokens' own text
+        # token strings: at most twice the text's bytes (byte-level alphabets, "##" prefixes), plus special tokens
         token_bytes = 2 * sum(text_bytes) + 2 * total + specials * len(texts) * 32
         cost = (
             held_bytes(texts)
@@ -271,15 +235,13 @@ class RequestBounds:
         return Bound(cost, slices)
 
     def decode(self, ids: Sequence[Sequence[int]]) -> Bound:
-        """The bound of a /decode: the parsed ids, the decoded text (at most the longest token per id) and
-        its JSON."""
+        """A /decode's: the parsed ids, and the text (at most the longest token per id) and its JSON."""
         count = sum(map(len, ids))
         costs = self.costs
         return Bound(count * costs.decode_per_id + count * (self.longest_token_bytes + 1) * costs.per_text_byte)
 
     def slices(self, tokens: Sequence[int]) -> tuple[tuple[int, ...], int]:
-        """Cut inputs of ``tokens`` bound each into consecutive slices of at most :attr:`slice_tokens`
-        (an input above it is a slice of its own): the slice ends (empty if one slice) and the largest."""
+        """The ends of slices of at most :attr:`slice_tokens` (a larger input alone; empty: one) and the largest."""
         if sum(tokens) <= self.slice_tokens:
             return (), sum(tokens)
         ends: list[int] = []
@@ -296,13 +258,9 @@ class RequestBounds:
 
 
 def longest_first_pair_rows(first_bytes: int, second_bytes: int, room: int, stride: int) -> int:
-    """At most how many rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8
-    lengths (each bounds its token count, plus one for a prefix some pre-tokenizers add).
-
-    tokenizers truncates a pair so that a side it cuts keeps at least half of ``room`` (``max_length``
-    minus the special tokens), and more than ``stride`` tokens (else it refuses the call); each cut side is
-    split into windows that advance by what it keeps minus ``stride``; the pair's rows combine each window
-    of the first with each of the second."""
+    """The most rows a pair truncated ``longest_first`` with overflow yields, from its texts' UTF-8 lengths: a side
+    tokenizers cuts keeps at least half of ``room`` (``max_length`` minus the special tokens) and more than
+    ``stride`` tokens, in windows advancing by that minus ``stride``; each side's windows pair with the other's."""
     keeps = max(room // 2, stride + 1)
     step = max(keeps - stride, 1)
 

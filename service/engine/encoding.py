@@ -1,21 +1,13 @@
-"""What a transformers tokenizer call returns, built straight from Rust encodings.
-
-transformers' fast ``__call__`` sets truncation *and* padding on the shared Rust tokenizer, calls
-``encode_batch`` and converts every encoding to Python lists. We keep its option resolution (the same
-function, so the same defaults and refusals) and its truncation, but pad ourselves, per request, into
-numpy arrays. That lets one Rust call serve several requests with different padding (micro-batching),
-skips the list round-trip, and lets ``encode_batch_fast`` run when offsets are not asked for.
-
-Padding rule, as in Rust's ``pad_encodings``: the target is ``max_length`` (padding="max_length") or the
-longest top-level encoding of the request (padding="longest"), rounded up to ``pad_to_multiple_of``;
-every row (overflow rows too) shorter than the target is padded to it, longer rows stay as they are.
+"""What a transformers tokenizer call returns, built straight from Rust encodings: transformers' option
+resolution and truncation, but padding per request into numpy arrays, so one Rust call serves requests padded
+differently (see "Parity by construction" in docs/explanations/how-it-works.md).
 """
 
 from __future__ import annotations
 
 from array import array
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from itertools import chain
 from operator import attrgetter
 from typing import Any, NamedTuple
@@ -36,18 +28,12 @@ class TruncationSetting:
     direction: str
 
     def as_kwargs(self) -> dict[str, Any]:
-        return {
-            "max_length": self.max_length,
-            "stride": self.stride,
-            "strategy": self.strategy,
-            "direction": self.direction,
-        }
+        return dict(vars(self))
 
 
 def check_stride(truncation: TruncationSetting, added_tokens: int) -> None:
-    """Refuse what the Rust tokenizer's ``enable_truncation`` refuses, before the call is sized, in the words
-    the tokenizer thread gives Rust's refusal: a stride above ``max_length`` minus the special tokens one
-    sequence gets. A ``max_length`` below those is no limit to Rust (its subtraction wraps): nothing refused."""
+    """Refuse, in the tokenizer thread's words, a stride Rust's ``enable_truncation`` refuses: one above
+    ``max_length`` minus one sequence's special tokens (a ``max_length`` below those wraps in Rust: no limit)."""
     room = truncation.max_length - added_tokens
     if room >= 0 and truncation.stride > room:
         raise ServiceError(
@@ -60,7 +46,7 @@ def check_stride(truncation: TruncationSetting, added_tokens: int) -> None:
 
 @dataclass(frozen=True)
 class EncodePlan:
-    """Options resolved against one tokenizer: everything needed to encode and shape the output."""
+    """Options resolved against one tokenizer: all that encoding and shaping need."""
 
     truncation: TruncationSetting | None  # state the Rust tokenizer must hold during the encode
     add_special_tokens: bool
@@ -79,20 +65,18 @@ class EncodePlan:
 
     @property
     def full_encode(self) -> bool:
-        """Whether this call needs ``encode_batch`` rather than the faster ``encode_batch_fast``: for offsets,
-        and for overflow -- tokenizers 0.23's ``encode_batch_fast`` gives overflow rows of a pair wrong
-        ``type_ids`` (all 0 for the second sequence; found by the property tests)."""
+        """``encode_batch`` rather than ``encode_batch_fast``: for offsets, and for overflow (tokenizers 0.23's
+        fast call gives a pair's overflow rows type id 0 for the second sequence; the property tests caught it)."""
         return "offset_mapping" in self.keys or self.with_overflow
 
     @property
     def rust_call(self) -> RustCall:
-        """The Rust call this plan needs: requests with equal ones can share one encode (their batch key)."""
+        """Requests with equal Rust calls can share one encode (their batch key)."""
         return RustCall(self.truncation, self.add_special_tokens, self.full_encode)
 
 
 class RustCall(NamedTuple):
-    """How the Rust tokenizer is called: its truncation state, special tokens, and ``encode_batch`` (full:
-    tokens, offsets, overflow) or ``encode_batch_fast``."""
+    """How the Rust tokenizer is called: truncation state, special tokens, ``encode_batch`` or the fast one."""
 
     truncation: TruncationSetting | None
     add_special_tokens: bool
@@ -101,12 +85,8 @@ class RustCall(NamedTuple):
 
 @dataclass(frozen=True)
 class TokenizerFacts:
-    """What option resolution reads from a tokenizer, read once at load.
-
-    ``tokenizer.pad_token_id`` is a call into the Rust tokenizer; taking a snapshot keeps every Rust call
-    on the engine thread (the event loop resolves options while that thread may be mutating truncation).
-    It is also the ``self`` that transformers' own resolution function reads.
-    """
+    """What transformers' option resolution reads of its ``self``, read once at load: ``pad_token_id`` calls into
+    Rust, which the event loop must not do while the tokenizer thread may be setting truncation."""
 
     model_max_length: int
     pad_token: str | None
@@ -118,15 +98,8 @@ class TokenizerFacts:
 
     @classmethod
     def of(cls, tokenizer: Any) -> TokenizerFacts:
-        return cls(
-            model_max_length=tokenizer.model_max_length,
-            pad_token=tokenizer.pad_token,
-            pad_token_id=tokenizer.pad_token_id,
-            pad_token_type_id=tokenizer.pad_token_type_id,
-            padding_side=tokenizer.padding_side,
-            truncation_side=tokenizer.truncation_side,
-            model_input_names=tuple(tokenizer.model_input_names),
-        )
+        facts = {f.name: getattr(tokenizer, f.name) for f in fields(cls)}
+        return cls(**{**facts, "model_input_names": tuple(tokenizer.model_input_names)})
 
 
 def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
@@ -139,7 +112,6 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
     if options.truncation not in TRUNCATION_VALUES:
         raise ServiceError(ErrorKind.INVALID_REQUEST, f"truncation must be one of {TRUNCATION_VALUES}")
     try:
-        # transformers' own resolution (same defaults, same refusals), reading our snapshot as `self`
         padding, truncation, max_length, _ = PreTrainedTokenizerBase._get_padding_truncation_strategies(
             facts,
             padding=options.padding,
@@ -151,17 +123,10 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
     except ValueError as exc:
         raise ServiceError(ErrorKind.TOKENIZER, str(exc)) from exc
 
-    input_names = facts.model_input_names
-    want_type_ids = options.return_token_type_ids
-    if want_type_ids is None:
-        want_type_ids = "token_type_ids" in input_names
-    want_mask = options.return_attention_mask
-    if want_mask is None:
-        want_mask = "attention_mask" in input_names
-    wanted = {
+    wanted = {  # None: as the tokenizer's model_input_names say
         "input_ids": True,
-        "token_type_ids": want_type_ids,
-        "attention_mask": want_mask,
+        "token_type_ids": options.return_token_type_ids,
+        "attention_mask": options.return_attention_mask,
         "special_tokens_mask": options.return_special_tokens_mask,
         "offset_mapping": options.return_offsets_mapping,
         "length": options.return_length,
@@ -186,31 +151,22 @@ def plan_encode(facts: TokenizerFacts, options: EncodeOptions) -> EncodePlan:
         # (transformers has refused padding without a pad token before this point)
         pad_id=facts.pad_token_id if padding != PaddingStrategy.DO_NOT_PAD and facts.pad_token_id is not None else 0,
         pad_type_id=facts.pad_token_type_id,
-        keys=tuple(k for k in OUTPUT_KEYS if wanted[k]),
+        keys=tuple(k for k in OUTPUT_KEYS if wanted[k] or (wanted[k] is None and k in facts.model_input_names)),
         with_overflow=options.return_overflowing_tokens,
     )
 
 
 @dataclass
 class EncodedBatch:
-    """The result of one encode: per output key a 2-D (or 1-D; offsets 3-D) int64 array when every row
-    has the same length, else one int64 array per row (a "ragged" result, which only JSON can carry)."""
+    """One encode's result: per output key an int64 array ([rows, width]; offsets [rows, width, 2]; per-row keys
+    [rows]) when every row has the same length, else one int64 array per row (ragged: JSON only)."""
 
     data: dict[str, Any]
     rectangular: bool
     num_tokens: int = 0  # real (unpadded) tokens, for metrics
 
 
-def count_tokens(encodings: Sequence[Any], with_overflow: bool) -> list[Any]:
-    """Token counts of one request's Rust encodings: ``len(input_ids)`` of each, or with overflow the counts of
-    each encoding's rows (itself, then its overflow windows, the order transformers gives the rows in)."""
-    if with_overflow:
-        return [[len(e), *map(len, e.overflowing)] for e in encodings]
-    return list(map(len, encodings))
-
-
-# Columns read from every row of a Rust encoding (attention_mask is made from the lengths, length and
-# overflow_to_sample_mapping from the rows).
+# Columns read from every row of a Rust encoding (the other keys are made from the lengths and the rows).
 _ROW_COLUMNS = {
     "input_ids": "ids",
     "token_type_ids": "type_ids",
@@ -221,8 +177,7 @@ _ROW_COLUMNS = {
 
 @dataclass
 class EncodedRows:
-    """One request's rows taken out of the Rust encodings into flat int64 arrays, so the encodings can be
-    freed: a large request is encoded slice by slice and its slices joined with :func:`join_rows`."""
+    """One request's (or slice's) rows read out of the Rust encodings into flat int64 arrays."""
 
     lengths: np.ndarray  # tokens per row
     columns: dict[str, np.ndarray]  # key -> every row's values end to end (offset_mapping: shape (n, 2))
@@ -236,8 +191,7 @@ class EncodedRows:
 
 
 def extract_rows(encodings: Sequence[Any], plan: EncodePlan, zero_type_ids: bool = False) -> EncodedRows:
-    """The values ``plan`` needs from one request's Rust encodings (one per input text or pair).
-    ``zero_type_ids``: every encoding's type ids are known to be 0 (see ``TokenizerThread.zero_type_ids``)."""
+    """What ``plan`` needs of one request's Rust encodings; ``zero_type_ids``: their type ids are known to be 0."""
     if plan.with_overflow:
         rows: list[Any] = []
         sample_map: list[int] = []
@@ -271,11 +225,9 @@ def extract_rows(encodings: Sequence[Any], plan: EncodePlan, zero_type_ids: bool
 
 
 def _read_column(rows: Sequence[Any], attribute: str) -> np.ndarray:
-    """Every row's ``attribute`` (a list of non-negative ints: ids, type ids, a mask) end to end, as int64.
-
-    Each list goes into an unsigned 64-bit ``array`` with ``fromlist``, which converts Python ints in C without
-    numpy's per-item machinery (``np.fromiter`` costs 3.5x as much: measured on 256 lists of 128 ids); the array's
-    buffer is then the int64 column, uncopied (every value fits in 32 bits)."""
+    """Every row's ``attribute`` (non-negative ints) end to end, as int64. ``array.fromlist`` converts the ints in
+    C (``np.fromiter`` costs 3.5x as much: measured on 256 lists of 128 ids); the unsigned array's buffer is the
+    int64 column, uncopied (every value fits in 32 bits)."""
     values = array("Q")
     append = values.fromlist
     for row in map(attrgetter(attribute), rows):
@@ -301,7 +253,7 @@ def join_rows(parts: Sequence[EncodedRows]) -> EncodedRows:
 
 
 def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int) -> EncodedBatch:
-    """Pad and lay out a request's rows as transformers' ``BatchEncoding`` holds them."""
+    """A request's rows padded and laid out as transformers' ``BatchEncoding`` holds them."""
     lengths = encoded.lengths
     if plan.padded:
         target = plan.pad_target
@@ -316,11 +268,10 @@ def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int)
     width = int(out_lengths.max(initial=0))
     rectangular = bool((out_lengths == width).all())
     positions = int(out_lengths.sum())  # rows x width when rectangular; padded rows add up when ragged
-    rows = len(lengths)
     if positions > max_response_tokens:
         raise ServiceError(
             ErrorKind.TOO_LARGE,
-            f"the result would hold {positions} token positions ({rows} rows, up to {width} long), over "
+            f"the result would hold {positions} token positions ({len(lengths)} rows, up to {width} long), over "
             f"the limit max_response_tokens={max_response_tokens}; send fewer texts or a smaller max_length",
         )
 
@@ -335,7 +286,7 @@ def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int)
             data[key] = shaper.fill(encoded.columns[key], plan.pad_id)
         elif key == "token_type_ids":
             data[key] = shaper.fill(encoded.columns[key], plan.pad_type_id)
-        elif key == "attention_mask":  # 1 on every real token, 0 on padding: the shaper's mask itself
+        elif key == "attention_mask":
             data[key] = shaper.attention_mask()
         elif key == "special_tokens_mask":
             data[key] = shaper.fill(encoded.columns[key], 1)
@@ -350,7 +301,7 @@ def shape_rows(encoded: EncodedRows, plan: EncodePlan, max_response_tokens: int)
 
 
 class _RectangularShaper:
-    """Pads rows of varying length into one ``[rows, width]`` int64 array with a single scatter."""
+    """Rows padded into one ``[rows, width]`` int64 array with a single scatter."""
 
     def __init__(self, lengths: np.ndarray, width: int, pad_left: bool) -> None:
         self.rows = len(lengths)
@@ -371,8 +322,7 @@ class _RectangularShaper:
         return self.mask.astype(np.int64)
 
     def fill(self, flat: np.ndarray, pad_value: int) -> np.ndarray:
-        # offsets: (start, end) per token, [rows, width, 2]; when every row is empty transformers gives
-        # [rows, 0] (numpy of [[]])
+        # offsets are [rows, width, 2]; every row empty is [rows, 0], as transformers gives it (numpy of [[]])
         shape = (self.rows, self.width, *flat.shape[1:]) if self.width else (self.rows, 0)
         if self.mask is None:
             return flat.reshape(shape)
@@ -382,7 +332,7 @@ class _RectangularShaper:
 
 
 class _RaggedShaper:
-    """Rows of different lengths (JSON only): one int64 array per row, padded where padding asks for it."""
+    """Rows of different lengths (JSON only): one int64 array per row, padded where padding asks."""
 
     def __init__(self, lengths: np.ndarray, out_lengths: np.ndarray, pad_left: bool) -> None:
         self.lengths = lengths

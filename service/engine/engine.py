@@ -1,18 +1,10 @@
-"""The engine front: admission and lifecycle. No HTTP in here.
-
-Every operation is one call of the same style: ``submit_encode``, ``submit_lengths``, ``submit_tokenize``,
-``submit_decode``, ``submit_chat_encode`` and ``submit_chat_render`` check the request, resolve its options,
-bound what it will hold (:mod:`.bounds`) and queue it in the one bounded queue
-(:class:`~service.engine.batching.Batcher`), returning a future. Await the future for the answer; cancel it to
-withdraw the request (one not yet started is dropped unencoded). The work itself runs on the one tokenizer
-thread (:mod:`.work`); conversations are rendered first on the render thread (:mod:`.chat`), and their texts
-then queue as an encode like any other.
+"""The engine front, admission and lifecycle: each ``submit_*`` checks a request, resolves its options, bounds it
+(:mod:`.bounds`) and queues it (:mod:`.batching`) for the tokenizer thread. No HTTP in here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -30,21 +22,15 @@ from .memory import MemoryBudget, Reservation
 from .parallelism import ForkGuard
 from .tokenizer_thread import DecodeWork, EncodeWork, LengthsWork, TokenizedBatch, TokenizerThread, TokenizeWork, Work
 
-logger = logging.getLogger(__name__)
-
 
 class Engine:
     """One fast tokenizer behind one bounded queue: ``await engine.submit_encode(texts, options=...)``.
 
-    Create it with a loaded tokenizer, ``await astart()`` inside a running event loop, ``await astop()``
-    when done (``astop()`` refuses new work and lets what is admitted finish). Every ``submit_*`` is
-    called on the engine's event loop and raises :class:`~service.engine.errors.ServiceError` at once for
-    anything the caller did wrong or the engine cannot do right now; its future holds the answer, or the
-    ServiceError found while the work ran.
-
-    ``reservation``, on every ``submit_*``: an intake reservation (:meth:`reserve_intake`), resized to the
-    request's memory bound, which stays the caller's to release once the answer is sent; without one the
-    engine reserves the bound itself and releases it when the future is done.
+    ``await astart()`` in a running loop, ``await astop()`` when done (admitted work finishes). Every ``submit_*``
+    runs on that loop and raises :class:`~service.engine.errors.ServiceError` at once for what the caller did
+    wrong or the engine cannot do now; its future holds the answer or the error met while the work ran (cancel it
+    to withdraw the request). ``reservation``: an intake reservation (:meth:`reserve_intake`) resized to the
+    request's bound, the caller's to release once answered; without one the engine holds the bound itself.
     """
 
     def __init__(
@@ -57,8 +43,8 @@ class Engine:
         observer: BatchObserver | None = None,
         allow_chat_template_bodies: bool = False,
     ) -> None:
-        """``allow_chat_template_bodies``: chat requests may send a jinja template to render with instead of
-        naming one of the tokenizer's (see the server's ``--allow-chat-template-bodies`` for the risk)."""
+        """``allow_chat_template_bodies``: chat requests may send a jinja template of their own (see the server's
+        ``--allow-chat-template-bodies`` for the risk)."""
         self.loaded = loaded
         tokenizer = loaded.tokenizer
         self._tokenizer = tokenizer
@@ -77,10 +63,9 @@ class Engine:
             slice_tokens=max(4096, limits.memory_budget // 8 // costs.rust_per_token),
         )
         self._plans: dict[EncodeOptions, EncodePlan] = {}
-        # conversations: the templates (read now, with the special tokens they see) and the render thread
+        # conversations: the templates (read now, with the special tokens they see), and their render thread
         self.chat = ChatTemplates.of(tokenizer, facts=self._facts, allow_template_bodies=allow_chat_template_bodies)
         self._renderer = ChatRenderer()
-        # the rendered characters of a request are bounded by the memory budget as they accumulate
         self._render_limits = RenderLimits(
             max_chars=limits.max_text_chars, max_conversations=limits.max_texts_per_request
         )
@@ -89,7 +74,6 @@ class Engine:
         self._batcher = Batcher(batching, self._run_batch, observer, self.budget)
         self._stopping = False  # set by astop: new work is refused (the server's drain is not the engine's)
 
-    # -- lifecycle --------------------------------------------------------------------------------------
     async def astart(self) -> None:
         self._thread.start()
         ForkGuard.arm()
@@ -111,21 +95,11 @@ class Engine:
 
     def info(self) -> dict[str, Any]:
         """What the engine serves and how: for ``/info`` and for logs."""
-        limits = self._limits
-        described = describe(
-            self._description,
-            {
-                "max_texts_per_request": limits.max_texts_per_request,
-                "max_text_chars": limits.max_text_chars,
-                "max_response_tokens": limits.max_response_tokens,
-            },
-            self.budget,
-            self._batcher,
-            self._threads,
-        )
+        names = ("max_texts_per_request", "max_text_chars", "max_response_tokens")
+        limits = {name: getattr(self._limits, name) for name in names}
+        described = describe(self._description, limits, self.budget, self._batcher, self._threads)
         return {**described, "chat": self.chat.info()}
 
-    # -- the operations ---------------------------------------------------------------------------------
     def submit_encode(
         self,
         texts: Sequence[str],
@@ -135,7 +109,6 @@ class Engine:
         reservation: Reservation | None = None,
     ) -> asyncio.Future[EncodedBatch]:
         """Encode a batch exactly as ``tokenizer(texts, text_pairs, **options)`` would."""
-        self._check_accepting()
         inputs, chars = self._inputs(texts, text_pairs)
         work, bound = self._encode_work(inputs, texts, text_pairs, self._plan(options))
         return self._submit(work, len(inputs), chars, bound.cost, reservation, "this encode")
@@ -150,15 +123,8 @@ class Engine:
     ) -> asyncio.Future[list[Any]]:
         """Token counts, as ``[len(ids) for ids in tokenizer(texts, text_pairs, **options)["input_ids"]]``; with
         ``return_overflowing_tokens`` one list per text: the counts of its rows (first window, then overflow).
-
-        Options resolve exactly as an encode's (transformers' own function, same refusals), and the job asks
-        the same Rust call as an unpadded encode with that truncation, so it can share one ``encode_batch_fast``
-        with encodes and other counts. What it saves is everything after Rust: no ids are read out of the
-        encodings, nothing is padded, the answer is one small int per text, and a text (or pair) the request
-        holds several times is tokenized once. (The fast call's overflow rows have the right lengths; only a
-        pair's overflow type ids are wrong there, and counts read none.)
-        """
-        self._check_accepting()
+        The Rust call is an unpadded encode's ``encode_batch_fast`` (its overflow rows' lengths are right), shared
+        with encodes; no ids are read, and a text (or pair) held several times is tokenized once."""
         inputs, chars = self._inputs(texts, text_pairs)
         plan = self._plan(options.as_encode_options())
         call = RustCall(plan.truncation, plan.add_special_tokens, False)
@@ -171,7 +137,6 @@ class Engine:
         else:
             unique = list(distinct)
             chars = sum(len(item) if isinstance(item, str) else len(item[0]) + len(item[1]) for item in unique)
-        # memory: the inputs and one slice of Rust encodings; the answer is an int per row
         firsts = [item if isinstance(item, str) else item[0] for item in unique]
         seconds = None if text_pairs is None else [item[1] for item in unique]
         bound = self._bounds.encode(firsts, seconds, plan, output=False)
@@ -186,13 +151,11 @@ class Engine:
         *,
         reservation: Reservation | None = None,
     ) -> asyncio.Future[TokenizedBatch]:
-        """Tokens of each text (or pair), one per id of the encoding ``tokenizer(texts, text_pairs, ...)``
-        makes with these options (``BatchEncoding.tokens()``; without truncation, exactly
-        ``tokenizer.tokenize(text, pair, add_special_tokens=...)``), and their ``sequence_ids`` if asked."""
-        self._check_accepting()
+        """Tokens of each text (or pair), one per id of ``tokenizer(texts, text_pairs, ...)``'s encoding
+        (``BatchEncoding.tokens()``; untruncated, ``tokenizer.tokenize(text, pair, add_special_tokens=...)``),
+        and their ``sequence_ids`` if asked."""
         inputs, chars = self._inputs(texts, text_pairs)
-        # truncation resolves exactly as for an encode with the same options (same defaults, same refusals)
-        plan = self._plan(options.as_encode_options())
+        plan = self._plan(options.as_encode_options())  # truncation resolves as an encode's
         # encode_batch_fast leaves tokens empty: the full encode_batch, which an encode may share
         call = RustCall(plan.truncation, options.add_special_tokens, True)
         bound = self._bounds.tokenize(texts, text_pairs, options.add_special_tokens, options.return_sequence_ids)
@@ -227,9 +190,8 @@ class Engine:
         reservation: Reservation | None = None,
     ) -> asyncio.Future[EncodedBatch]:
         """Encode conversations exactly as ``tokenizer.apply_chat_template(conversations, tokenize=True,
-        return_dict=True, **options)`` would (:mod:`.chat`): rendered on the render thread, bounded by the
-        memory budget as they render, then encoded as one encode of the rendered texts, which queues and batches
-        like any other (its bound computed from the texts before it queues), and masked."""
+        return_dict=True, **options)`` would: rendered on the render thread (charged to the memory budget as
+        they render), then queued as an encode of the rendered texts, and masked."""
         self._check_accepting()
         prepared = self.chat.prepare(conversations, options, self._render_limits)
         plan = self._plan(prepared.encode_options)
@@ -249,10 +211,8 @@ class Engine:
         return asyncio.ensure_future(self._chat(prepared, None, reservation))
 
     async def _chat(self, prepared: PreparedChats, plan: EncodePlan | None, reservation: Reservation | None) -> Any:
-        """Render (charging the reservation as the renderings accumulate), then encode and mask when ``plan``
-        is given, else answer the texts. The reservation (one of its own without the caller's) holds, beside
-        what it held when submitted (the parsed body), the renders in progress and the finished texts, then
-        the encode's bound of those texts."""
+        """Render, then encode and mask when ``plan`` is given, else answer the texts. The reservation holds, beside
+        the parsed body, the renders in progress and finished, then the encode's bound of the texts."""
         own = reservation is None
         if reservation is None:
             reservation = self.budget.reserve(0, "these conversations")
@@ -264,8 +224,7 @@ class Engine:
             try:
                 return await self._render_and_encode(prepared, plan, reservation, base, charge)
             except ServiceError as exc:
-                # a task keeps its exception in a reference cycle: the original's frames (the renderings) would
-                # stay until the garbage collector runs
+                # a task keeps its exception in a cycle: the original's frames (the renderings) would wait for the GC
                 error = exc.detached()
             raise error
         finally:
@@ -296,23 +255,20 @@ class Engine:
         return await self._renderer.add_masks(encoded, rendered)
 
     def reserve_intake(self, body_bytes: int, *, body: BodyKind = BodyKind.TEXTS) -> Reservation:
-        """Reserve memory for reading and parsing a request ``body`` of ``body_bytes``
-        before it is read, or refuse at once: UNAVAILABLE once stopping, OVERLOADED when the queue is
-        full or the budget has no room now, TOO_LARGE when it never will. Pass the reservation on to the
-        ``submit_*`` call; release it once the answer is sent."""
+        """Reserve memory for reading and parsing a request ``body`` of ``body_bytes`` before it is read, or refuse
+        at once: UNAVAILABLE once stopping, OVERLOADED when the queue is full or the budget has no room now,
+        TOO_LARGE when it never will. Pass it on to ``submit_*``; release it once the answer is sent."""
         self._check_accepting()
-        return self._batcher.reserve_intake(self._bounds.intake(body_bytes, body), "this request's body")
+        return self._batcher.reserve_intake(self._bounds.costs.intake(body_bytes, body), "this request's body")
 
     def resize_intake(self, reservation: Reservation, body_bytes: int, *, body: BodyKind = BodyKind.TEXTS) -> None:
         """Grow an intake reservation while a body of unannounced length arrives (raises as above)."""
-        reservation.resize(self._bounds.intake(body_bytes, body), "this request's body")
+        reservation.resize(self._bounds.costs.intake(body_bytes, body), "this request's body")
 
-    # -- admission: the one path into the tokenizer thread ----------------------------------------------
     def _submit(
         self, work: Work, texts: int, chars: int, cost: int, reservation: Reservation | None, what: str
     ) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        # a sliced request never shares its Rust calls
         job = Job(
             work,
             texts,
@@ -322,7 +278,7 @@ class Engine:
             cost=cost,
             reservation=reservation,
             what=what,
-            alone=bool(work.slices),
+            alone=bool(work.slices),  # a sliced request never shares its Rust calls
         )
         return self._batcher.submit(job)
 
@@ -332,8 +288,7 @@ class Engine:
     def _encode_work(
         self, inputs: Sequence[Any], texts: Sequence[str], text_pairs: Sequence[str] | None, plan: EncodePlan
     ) -> tuple[EncodeWork, EncodeBound]:
-        """The work of an encode of checked ``inputs`` and its bound (refused at once when padding alone would
-        make the answer too large)."""
+        """An encode's work and bound (refused at once when padding alone makes the answer too large)."""
         limit = self._limits.max_response_tokens
         if plan.pad_target is not None and len(texts) * plan.pad_target > limit:
             raise ServiceError(
@@ -352,15 +307,13 @@ class Engine:
             plan = plan_encode(self._facts, options)  # raises for refused options: those are not cached
             if plan.truncation is not None:
                 check_stride(plan.truncation, self._bounds.specials[0])
-            # The key is the client's options, so a client sending endless distinct ones (every max_length a new
-            # key) must not grow this without end; real clients send a handful and never reach 1024, and a whole
-            # clear costs nothing on the hot path, unlike an LRU's bookkeeping (a plan is cheap to make again).
+            # Keyed by the client's options, so endless distinct ones must not grow it without end; real clients
+            # send a handful, and a whole clear costs the hot path nothing, unlike an LRU's bookkeeping.
             if len(self._plans) >= 1024:
                 self._plans.clear()
             self._plans[options] = plan
         return plan
 
-    # -- checks -----------------------------------------------------------------------------------------
     def _check_accepting(self) -> None:
         if self._stopping:
             raise ServiceError(
@@ -369,6 +322,7 @@ class Engine:
 
     def _inputs(self, texts: Sequence[str], text_pairs: Sequence[str] | None) -> tuple[Sequence[Any], int]:
         """Checked inputs for the Rust tokenizer (texts, or (text, pair) tuples) and their characters."""
+        self._check_accepting()
         self._check_texts(texts, "texts")
         if text_pairs is None:
             return texts, sum(map(len, texts))

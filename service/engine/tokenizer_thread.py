@@ -1,14 +1,6 @@
-"""What runs on the tokenizer thread: the kinds of work, and the one thread that runs them.
-
-Concurrency model: every call into the Rust tokenizer -- setting truncation, encoding, decoding -- runs on
-one dedicated thread (:class:`TokenizerThread`), so its mutable state is never touched from two threads
-("Already borrowed", tokenizers #537). Inside each ``encode_batch`` the Rust pool spreads the texts over all
-its threads with the GIL released, so the event loop keeps serving while a batch is encoded.
-
-Each kind of work -- :class:`EncodeWork`, :class:`LengthsWork`, :class:`TokenizeWork`, :class:`DecodeWork` --
-names the Rust call it needs and turns encodings into its own answer: it accumulates the encodings of its
-inputs, either as its share of one Rust call made for a whole batch or slice by slice for a large request,
-and then gives its result. The thread runs every kind the same way and knows nothing of what each answers.
+"""The one thread that calls the Rust tokenizer (its truncation state must never be set from two threads:
+"Already borrowed", tokenizers #537), and the kinds of :class:`Work` it runs: each names its Rust call and
+accumulates its inputs' encodings (its share of a batch's call, or slice by slice) into its answer.
 """
 
 from __future__ import annotations
@@ -27,7 +19,6 @@ from .encoding import (
     EncodePlan,
     RustCall,
     TruncationSetting,
-    count_tokens,
     extract_rows,
     join_rows,
     shape_rows,
@@ -39,35 +30,28 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class TokenizedBatch:
-    """What a tokenize answers: per text, its tokens and (when asked for) the sequence each token belongs to
-    (``None`` for special tokens, 0 for the text, 1 for the pair)."""
+    """A tokenize's answer: per text, its tokens and, if asked, each token's sequence (None: special, 0, 1)."""
 
     tokens: list[list[str]]
     sequence_ids: list[list[int | None]] | None = None
 
 
 class Work(ABC):
-    """One request's work for the tokenizer thread.
-
-    ``inputs`` are what Rust encodes (a str, or a (str, str) pair, each); ``call`` the Rust call they need
-    (requests with equal calls can share one; None: no encode at all); ``slices`` the ends of the slices a
-    large request is encoded in (empty: at once, possibly beside other requests). A kind of work implements
-    :meth:`accumulate` and :meth:`result`; an error in either is this work's alone.
-    """
+    """One request's ``inputs`` (str or (str, str) each) for the Rust ``call`` (None: no encode), encoded in the
+    ``slices`` ending there (empty: at once, maybe beside others). An error in it is this work's alone."""
 
     inputs: Sequence[Any] = ()
     call: RustCall | None = None
     slices: tuple[int, ...] = ()
     _error: ServiceError | None = None
 
-    @abstractmethod
     def accumulate(self, encodings: Sequence[Any]) -> None:
-        """Keep what the answer needs of the encodings of the next ``len(encodings)`` inputs (they are freed
-        afterwards). Raises ServiceError when the answer can already be refused."""
+        """Keep what the answer needs of the next inputs' encodings (freed afterwards), or refuse early."""
+        raise TypeError(f"{type(self).__name__} encodes nothing: it has no encodings to accumulate")
 
     @abstractmethod
     def result(self) -> Any:
-        """The answer, once the encodings of every input were accumulated."""
+        """The answer, once every input's encodings were accumulated."""
 
     @property
     def failed(self) -> bool:
@@ -113,7 +97,7 @@ class EncodeWork(Work):
     def accumulate(self, encodings: Sequence[Any]) -> None:
         part = extract_rows(encodings, self._plan, self._zero_type_ids)
         self._held += part.num_tokens
-        if self._held > self._limit:  # fail early: even unpadded, the result is over the limit
+        if self._held > self._limit:  # even unpadded, the result is over the limit
             raise ServiceError(
                 ErrorKind.TOO_LARGE,
                 f"the result would hold at least {self._held} token positions, over max_response_tokens="
@@ -126,9 +110,8 @@ class EncodeWork(Work):
 
 
 class LengthsWork(Work):
-    """Token counts: ``len(input_ids)`` of each input's encoding, or with overflow the counts of its rows.
-    ``inputs`` hold each distinct input once; ``positions`` give each requested input's place among them
-    (None: no repeats)."""
+    """Token counts of each input, or with overflow of each of its rows. ``inputs`` hold each distinct input once;
+    ``positions`` give each requested input's place among them (None: no repeats)."""
 
     def __init__(
         self,
@@ -146,7 +129,10 @@ class LengthsWork(Work):
         self._counts: list[Any] = []
 
     def accumulate(self, encodings: Sequence[Any]) -> None:
-        self._counts.extend(count_tokens(encodings, self._with_overflow))
+        if self._with_overflow:  # each input's rows: itself, then its overflow windows (transformers' order)
+            self._counts.extend([len(e), *map(len, e.overflowing)] for e in encodings)
+        else:
+            self._counts.extend(map(len, encodings))
 
     def result(self) -> list[Any]:
         counts = self._counts
@@ -154,7 +140,7 @@ class LengthsWork(Work):
 
 
 class TokenizeWork(Work):
-    """The tokens of each encoding (``BatchEncoding.tokens()``), and its ``sequence_ids`` if asked for."""
+    """Each encoding's tokens (``BatchEncoding.tokens()``), and its ``sequence_ids`` if asked for."""
 
     def __init__(self, inputs: Sequence[Any], call: RustCall, sequence_ids: bool, slices: tuple[int, ...]):
         self.inputs = inputs
@@ -173,23 +159,16 @@ class TokenizeWork(Work):
 
 
 class DecodeWork(Work):
-    """``tokenizer.batch_decode(ids, **options)``: no encode (``call`` is None), always alone."""
+    """``tokenizer.batch_decode(ids, **options)`` (the options are its keywords): no encode, always alone."""
 
     def __init__(self, tokenizer: Any, ids: Sequence[Sequence[int]], options: DecodeOptions):
         self._tokenizer = tokenizer
         self._ids = ids
         self._options = options
 
-    def accumulate(self, encodings: Sequence[Any]) -> None:
-        raise TypeError("a decode encodes nothing: it has no encodings to accumulate")
-
     def result(self) -> list[str]:
         try:
-            texts: list[str] = self._tokenizer.batch_decode(
-                list(self._ids),
-                skip_special_tokens=self._options.skip_special_tokens,
-                clean_up_tokenization_spaces=self._options.clean_up_tokenization_spaces,
-            )
+            texts: list[str] = self._tokenizer.batch_decode(list(self._ids), **vars(self._options))
             return texts
         except Exception as exc:
             raise ServiceError(ErrorKind.TOKENIZER, f"decode failed: {exc}") from exc
@@ -202,12 +181,11 @@ class TokenizerThread:
         self._backend = tokenizer.backend_tokenizer
         self._truncation: TruncationSetting | None = None  # what the Rust tokenizer currently holds
         self._executor: ThreadPoolExecutor | None = None
-        # probed now, before the thread starts (the only Rust calls made off it)
+        # probed before the thread starts (the only Rust calls made off it)
         self._zero_single_type_ids = {flag: _single_type_ids_are_zero(self._backend, flag) for flag in (False, True)}
 
     def zero_type_ids(self, pairs: bool, add_special_tokens: bool) -> bool:
-        """Whether every encoding of such inputs has type id 0 throughout, so the ids need not be read: known
-        for single sequences (pairs' are read)."""
+        """Whether such inputs' type ids are all 0, so need not be read: known for single sequences only."""
         return not pairs and self._zero_single_type_ids[add_special_tokens]
 
     @property
@@ -224,8 +202,7 @@ class TokenizerThread:
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
     async def run(self, works: list[Work]) -> list[Any]:
-        """Run ``works`` (a batch: equal calls; or one work alone) on the thread: one outcome per work, its
-        result or its error."""
+        """Run ``works`` (equal calls, or one alone) on the thread: one outcome per work, result or error."""
         return await self._call(self._run, works)
 
     async def warm_up(self, texts: list[str]) -> None:
@@ -239,21 +216,18 @@ class TokenizerThread:
 
     # -- on the thread ----------------------------------------------------------------------------------
     def _run(self, works: list[Work]) -> list[Any]:
-        """One Rust call for the whole batch (a sliced work: one per slice); if Rust refuses it, each work
-        alone, so a bad one fails alone."""
+        """One Rust call for the batch (a sliced work: one per slice); if Rust refuses it, each work alone."""
         call = works[0].call
         if call is not None:
             try:
                 self._encode_into(works, call)
             except ServiceError as exc:
-                if len(works) == 1:
-                    return [exc]
-                return [self._run([work])[0] for work in works]
+                return [exc] if len(works) == 1 else [self._run([work])[0] for work in works]
         return [work.outcome() for work in works]
 
     def _encode_into(self, works: list[Work], call: RustCall) -> None:
-        """Encode the inputs of ``works`` and hand each work its encodings: a batch in one Rust call, a
-        sliced work one slice at a time (stopping at the first slice it refuses)."""
+        """Hand each work its encodings: a batch from one Rust call, a sliced work slice by slice (up to the
+        first slice it refuses)."""
         if len(works) > 1:
             encodings = self._encode([item for work in works for item in work.inputs], call)
             start = 0
@@ -286,24 +260,23 @@ class TokenizerThread:
             encodings: list[Any] = encode(inputs, add_special_tokens=call.add_special_tokens)
             return encodings
         except BaseException as exc:
-            # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics
-            # (e.g. a stride too large for the room left after truncation), which pyo3 raises as
-            # PanicException -- a BaseException, so `except Exception` would let them crash the batch.
+            # Rust refuses an option or input: the caller's to fix. Some refusals are Rust panics (a stride too
+            # large for truncation's room), raised by pyo3 as PanicException, a BaseException.
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
-            self._truncation = _read_truncation(backend)
+            current = backend.truncation  # as Rust left it
+            self._truncation = None if current is None else TruncationSetting(**current)
             raise ServiceError(ErrorKind.TOKENIZER, f"the tokenizer refused this input: {_refusal(exc)}") from exc
 
 
-#: Texts one of which yields a token of its own in any tokenizer (one that normalises them all away tells nothing).
+#: Texts one of which yields a token in any tokenizer (one normalising them all away tells nothing).
 _TYPE_ID_PROBES = ("a", "hello world", "0", "你好", ".", "é")
 
 
 def _single_type_ids_are_zero(backend: Any, add_special_tokens: bool) -> bool:
-    """Whether a single sequence's encodings hold type id 0 throughout. tokenizers gives every token of a piece
-    of the post-processor's template (the sequence, each special token) that piece's type id, whatever the
-    text, and overflow rows the same template: one probe that yields a token of the text tells it for every
-    text. No probe yielding one: not known (the ids are read)."""
+    """Whether a single sequence's type ids are all 0. tokenizers gives each piece of the post-processor's
+    template (the sequence, each special token; overflow rows too) its type id whatever the text, so one probe
+    yielding a token of the text tells it for every text; none yielding one: not known (ids are read)."""
     for text in _TYPE_ID_PROBES:
         encoding = backend.encode(text, add_special_tokens=add_special_tokens)
         if 0 in encoding.sequence_ids:
@@ -312,16 +285,8 @@ def _single_type_ids_are_zero(backend: Any, add_special_tokens: bool) -> bool:
 
 
 def _refusal(exc: BaseException) -> str:
-    """Rust's reason, on one line, without the separator some of its messages end with; for a stride too
-    large for the room truncation leaves, what to change."""
+    """Rust's reason on one line, without a trailing separator; for a stride, what to change."""
     message = str(exc).split("\n")[0].strip().rstrip(",;:").rstrip()
     if "stride" in message:
         message += "; send a smaller stride or a larger max_length"
     return message
-
-
-def _read_truncation(backend: Any) -> TruncationSetting | None:
-    current = backend.truncation
-    if current is None:
-        return None
-    return TruncationSetting(current["max_length"], current["stride"], current["strategy"], current["direction"])

@@ -1,13 +1,8 @@
-"""The app factory: routes, error handlers and middleware around one :class:`~service.http.runtime.Runtime`.
-
-The web layer parses, authorises, counts and serialises; it never tokenizes. The engine's errors and the web
-layer's own become answers through one status table and one body shape (:mod:`service.http.responses`).
-"""
+"""The app factory: routes, error handlers and middleware around one :class:`~service.http.runtime.Runtime`."""
 
 from __future__ import annotations
 
 import inspect
-import logging
 from typing import Any
 
 from fastapi import FastAPI
@@ -26,10 +21,7 @@ from .routes import DirectWorkRoutes, Routes
 from .runtime import Runtime
 from .settings import Settings
 
-logger = logging.getLogger(__name__)
-
-# The service exports its own Prometheus metrics; FastAPI's built-in OpenTelemetry hooks (newer releases)
-# cost a provider lookup on every request.
+# FastAPI's OpenTelemetry hooks (newer releases) cost a provider lookup per request; we export Prometheus.
 _NO_OPENTELEMETRY: dict[str, Any] = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
     if "telemetry" in inspect.signature(FastAPI.__init__).parameters
@@ -38,9 +30,9 @@ _NO_OPENTELEMETRY: dict[str, Any] = (
 
 
 def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, runtime: Runtime | None = None) -> FastAPI:
-    """Build the ASGI app. The engine is started in the lifespan; ``loaded`` skips loading there (the CLI
-    loads first, so a bad source fails with one line before the server starts). Pass ``runtime`` to keep a
-    handle on what a launcher drains; by default the app makes its own (``app.state.runtime``)."""
+    """The ASGI app; the engine starts in its lifespan. ``loaded`` skips loading there (the CLI loads first, so a
+    bad source fails in one line before the server starts); ``runtime``, what a launcher drains (by default the
+    app's own, ``app.state.runtime``)."""
     runtime = runtime or Runtime(settings, loaded)
     app = FastAPI(
         title="tokenizer-service",
@@ -60,7 +52,6 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
     routes = Routes(runtime)
     paths = routes.install(app) | Playground(DOCS_PATH).install(app) | ApiDocs().install(app)
 
-    # -- errors: one shape for all ----------------------------------------------------------------------
     @app.exception_handler(ServiceError)
     async def _service_error(request: Request, exc: ServiceError) -> Response:
         return answer_error(exc)
@@ -70,9 +61,8 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
         kind = KIND_BY_STATUS.get(exc.status_code, ErrorKind.INVALID_REQUEST)
         return error_response(kind, f"{exc.detail}: {request.method} {request.url.path}", headers=exc.headers)
 
-    # -- middleware, innermost first --------------------------------------------------------------------
-    # Unexpected errors: CatchAll answers and logs them without their message (no exception handler for
-    # Exception: Starlette would re-raise it to the server, which logs the message, request content and all).
+    # Middleware, innermost first. CatchAll answers unexpected errors (no handler for Exception: Starlette would
+    # re-raise it to the server, which logs its message, request content and all).
     app.add_middleware(DirectWorkRoutes, routes=routes)  # auth and metrics still wrap it
     app.add_middleware(ReleaseAfterSend)  # after the fast path and the routes have sent their answers
     if settings.api_key is not None:

@@ -43,7 +43,6 @@ class Metrics:
         self.memory_budget = Gauge("tokenizer_memory_budget_bytes", "The memory budget", registry=r)
         self.forks = Gauge("tokenizer_forks_after_load", "Forks of the serving process after loading", registry=r)
 
-    # -- BatchObserver ----------------------------------------------------------------------------------
     def batch_done(self, requests: int, texts: int, seconds: float) -> None:
         self.batch_requests.observe(requests)
         self.batch_texts.observe(texts)
@@ -63,8 +62,7 @@ class Metrics:
         self.memory_reserved.set(in_use)
 
     def track_in_flight(self, count: Callable[[], float]) -> None:
-        """Export ``count()`` (HTTP requests being answered, the scrape included) at each scrape: no cost
-        per request."""
+        """Export ``count()`` at each scrape: no cost per request."""
         Gauge(
             "tokenizer_http_in_flight", "HTTP requests being answered now, this scrape included", registry=self.registry
         ).set_function(count)

@@ -1,8 +1,5 @@
-"""Pure ASGI middleware: bearer auth, request metrics with the in-flight count,
-memory reservations released once the answer is sent, and the last line against unexpected errors.
-
-Pure ASGI (not Starlette's ``BaseHTTPMiddleware``) because every one of these runs on every request, and
-each costs only a few attribute lookups this way.
+"""Middleware: bearer auth, request metrics, reservations released once the answer is sent, the last line
+against unexpected errors. Pure ASGI (not ``BaseHTTPMiddleware``): each runs on every request.
 """
 
 from __future__ import annotations
@@ -25,21 +22,19 @@ from .runtime import Runtime
 
 logger = logging.getLogger(__name__)
 
-# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, the static
-# playground page and the API docs with their assets and the schema (a browser cannot send the key when it
-# opens a page; every API call the pages make needs the key -- see service/http/playground.py, api_docs.py).
+# Reachable without the API key: the probes (the kubelet has no key), Prometheus' scrape, and the playground and
+# API docs pages with their assets and the schema (a browser opening a page cannot send it; their API calls do).
 OPEN_PATHS = frozenset({HEALTH_PATH, READY_PATH, METRICS_PATH, *playground.OPEN_PATHS, *api_docs.OPEN_PATHS})
 _RESERVATIONS = "tokenizer_service.reservations"
 
 
 def hold_until_sent(scope: Scope, reservation: Reservation) -> None:
-    """Keep ``reservation`` until the answer to this request has been sent (:class:`ReleaseAfterSend`)."""
+    """Keep ``reservation`` until this request's answer has been sent (:class:`ReleaseAfterSend`)."""
     scope[_RESERVATIONS].append(reservation)
 
 
 class ReleaseAfterSend:
-    """Releases the memory reservations a request made once its answer has been handed to the server --
-    after the route returned, so its result and serialised body are already freed."""
+    """Releases a request's reservations once its answer is handed to the server (result and body freed)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -55,9 +50,8 @@ class ReleaseAfterSend:
 
 
 class CatchAll:
-    """The last line: an unexpected error becomes a 500 in the one error shape and is logged with its type
-    and stack only -- never its message, which may quote the request (pydantic puts the input in its
-    messages) -- and is not re-raised, so the server does not log it again with the message."""
+    """An unexpected error becomes a 500 in the one error shape, logged with its type and stack only -- never its
+    message, which may quote the request (pydantic's do) -- and not re-raised (the server would log the message)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -73,7 +67,7 @@ class CatchAll:
 
         try:
             await self.app(scope, receive, send_and_track)
-        except Exception as exc:  # the last line: every error gets an answer
+        except Exception as exc:
             stack = "".join(traceback.format_tb(exc.__traceback__))
             logger.error(
                 "internal error (%s) on %s %s; stack:\n%s",
@@ -98,15 +92,11 @@ class BearerAuth:
         self.expected = api_key.encode()
         self.scheme = AUTH_SCHEME.lower().encode()
 
-    def _authorised(self, given: bytes) -> bool:
-        # the scheme is case-insensitive (RFC 9110 11.1), the key is not
-        scheme, _, key = given.strip().partition(b" ")
-        return hmac.compare_digest(key.strip(), self.expected) and scheme.lower() == self.scheme
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"] not in OPEN_PATHS:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not self._authorised(given):
+            # the scheme is case-insensitive (RFC 9110 11.1), the key is not
+            scheme, _, key = dict(scope["headers"]).get(b"authorization", b"").strip().partition(b" ")
+            if not (hmac.compare_digest(key.strip(), self.expected) and scheme.lower() == self.scheme):
                 response = error_response(
                     HttpErrorKind.UNAUTHORIZED, f"missing or wrong API key: send 'Authorization: {AUTH_SCHEME} <key>'"
                 )
@@ -116,8 +106,8 @@ class BearerAuth:
 
 
 class RequestMetrics:
-    """Counts requests by route and status, times them, and keeps the runtime's in-flight count (what
-    the drain waits on). Outermost, so every answer -- errors and refusals included -- is counted."""
+    """Counts and times requests by route and status, and keeps the runtime's in-flight count (what the drain
+    waits on). Outermost, so every answer is counted."""
 
     def __init__(self, app: ASGIApp, runtime: Runtime, routes: set[str]) -> None:
         self.app = app

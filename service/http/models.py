@@ -1,19 +1,13 @@
-"""Request bodies of the HTTP contract, and how a body becomes one.
-
-The option fields of every request model are derived from the option sets declared in :mod:`service.wire`
-(names, defaults, allowed values, bounds): nothing here repeats them. Unknown fields are rejected so a typo
-never silently changes the output -- with the closest known name in the message.
-
-A body of texts is read on a fast path (:func:`parse_body`): orjson and a check of the inputs' types, its
-options validated by the model once per distinct set of option values and remembered. Anything that path does
-not take as it is goes through the model's own validation, so what is accepted, and every error message, is
-exactly the model's.
+"""Request bodies, their option fields derived from :mod:`service.wire`; unknown fields are refused (a typo
+must not silently change the output), naming the closest known one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import operator
 import typing
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
@@ -41,12 +35,10 @@ Options = TypeVar("Options")
 RequestModel = TypeVar("RequestModel", bound="OptionsRequest[Any]")
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class OptionsRequest(_Strict, Generic[Options]):
+class OptionsRequest(BaseModel, Generic[Options]):
     """A request body: its inputs, then the options of one :mod:`service.wire` option set."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     #: The option set the option fields are derived from, and its names.
     option_set: typing.ClassVar[type[Any]]
@@ -55,7 +47,6 @@ class OptionsRequest(_Strict, Generic[Options]):
     validated_options: typing.ClassVar[dict[tuple[Any, ...], dict[str, Any]]]
 
     def options(self) -> Options:
-        """The body's options, as the engine takes them."""
         values = self.__dict__
         result: Options = self.option_set(**{name: values[name] for name in self.option_names})
         return result
@@ -119,10 +110,7 @@ def _annotation(declared: dataclasses.Field[Any], hints: dict[str, Any]) -> Any:
         parts.append(Literal[strings])
     if None in values:
         parts.append(type(None))
-    annotation = parts[0]
-    for part in parts[1:]:
-        annotation = annotation | part
-    return annotation
+    return functools.reduce(operator.or_, parts)
 
 
 def _option_fields(option_set: type[Any]) -> dict[str, Any]:
@@ -193,13 +181,10 @@ class ErrorBody(BaseModel):
 
 
 def parse_body(body: bytes | bytearray, model: type[Model]) -> Model:
-    """Validate ``body`` (JSON bytes) as ``model``, or raise INVALID_REQUEST naming the fields to fix: a body of
-    texts on the fast path when it takes it, else (and always in effect) as :func:`validate_body`."""
-    if issubclass(model, TextsRequest):
-        fast: Model | None = _parse_texts(body, model)
-        if fast is not None:
-            return fast
-    return validate_body(body, model)
+    """``body`` (JSON bytes) as ``model``, in effect as :func:`validate_body`: a body of texts on the fast path
+    when it takes it."""
+    fast: Model | None = _parse_texts(body, model) if issubclass(model, TextsRequest) else None
+    return validate_body(body, model) if fast is None else fast
 
 
 def validate_body(body: bytes | bytearray, model: type[Model]) -> Model:
@@ -217,20 +202,16 @@ def validate_body(body: bytes | bytearray, model: type[Model]) -> Model:
         raise ServiceError(ErrorKind.INVALID_REQUEST, describe_validation_error(exc, model)) from None
 
 
-#: Distinct option sets remembered per request model; beyond this the memory is cleared (clients send a few).
+#: Distinct option sets remembered per request model, beyond which they are forgotten (clients send a few).
 MOST_REMEMBERED_OPTIONS = 1024
 _ABSENT = object()
 
 
 def _parse_texts(body: bytes | bytearray, model: type[Any]) -> Any:
-    """The fast path of a body of texts: the model built without validating the texts one by one (pydantic's
-    validation of each string costs more than parsing it), or None for the model's own validation.
-
-    Taken only when the body is a JSON object whose ``texts`` (and ``text_pairs``, if any) are lists of strings
-    and whose options hold only JSON scalars: those the model then validates alone, once per distinct set of
-    values (a body's option values the model refuses fall back too, so the body's own error message is
-    given). orjson refuses what the model's parser refuses (lone surrogates included: those go the way the
-    model's path takes them) and, like it, keeps the last of repeated keys."""
+    """A body of texts as the model without validating each text (pydantic's check of a string costs more than
+    parsing it), or None for the model's own validation: when ``texts`` (and ``text_pairs``) are lists of strings
+    and the options JSON scalars, validated once per distinct set (a refused set falls back, for its message).
+    orjson refuses what the model's parser does (lone surrogates too) and keeps the last of repeated keys."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -266,14 +247,11 @@ def _all_strings(values: list[Any]) -> bool:
 
 def describe_validation_error(exc: ValidationError, model: type[BaseModel], most: int = 5) -> str:
     """The first few problems, each as ``field: what is wrong``: an unknown field with the closest known name,
-    a field of a closed set of values with the values it takes (once, not once per part of its type)."""
+    a field of a closed set with its values (once, not once per part of its type)."""
     known = list(model.model_fields)
     option_set = getattr(model, "option_set", None)
-    allowed = (
-        {f.name: f.metadata[VALUES] for f in dataclasses.fields(option_set) if VALUES in f.metadata}
-        if option_set
-        else {}
-    )
+    declared = dataclasses.fields(option_set) if option_set else ()
+    allowed = {f.name: f.metadata[VALUES] for f in declared if VALUES in f.metadata}
     parts: list[str] = []
     seen: set[str] = set()
     for err in exc.errors(include_url=False):
@@ -283,12 +261,13 @@ def describe_validation_error(exc: ValidationError, model: type[BaseModel], most
         if err["type"] == "extra_forbidden" and len(location) == 1:
             parts.append(f"{where}: {_unknown_field(name, known, option_set)}")
         elif name == "conversations" and err["type"] in ("list_type", "dict_type"):
-            parts.append(_conversations_problem(location, err["type"]))
-        elif name in allowed and len(location) >= 1:
+            parts.append(_conversations_problem(location))
+        elif name in allowed:
             if name in seen:
                 continue
             seen.add(name)
-            parts.append(f"{name}: must be one of {_listed(allowed[name])}, not {_shown(err.get('input'))}")
+            values = ", ".join(map(_shown, allowed[name]))
+            parts.append(f"{name}: must be one of {values}, not {_shown(err.get('input'))}")
         else:
             parts.append(f"{where}: {err['msg']}")
     shown = parts[:most]
@@ -321,7 +300,7 @@ _CHAT_FIELD_HINTS = {
 }
 
 
-def _conversations_problem(location: tuple[Any, ...], kind: str) -> str:
+def _conversations_problem(location: tuple[Any, ...]) -> str:
     """A conversation that is not a list, or a message that is not an object, named by its indices."""
     where = "conversations" + "".join(f"[{i}]" for i in location[1:])
     if len(location) <= 1:
@@ -329,10 +308,6 @@ def _conversations_problem(location: tuple[Any, ...], kind: str) -> str:
     if len(location) == 2:
         return f"{where} must be a list of messages"
     return f'{where} is not an object: a message is {{"role": ..., "content": ...}}'
-
-
-def _listed(values: tuple[Any, ...]) -> str:
-    return ", ".join(_shown(v) for v in values)
 
 
 def _shown(value: Any) -> str:

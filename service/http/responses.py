@@ -24,8 +24,7 @@ from ..wire import (
 )
 from .errors import AnyErrorKind, HttpErrorKind
 
-# Every error the service sends has one of these kinds (the engine's, then HTTP's own), with the status the
-# one status table (``service.wire.ERROR_TYPES``) gives its ``error_type``.
+# Every error kind (the engine's, then HTTP's own), with its status from the one status table (wire.ERROR_TYPES).
 STATUS_BY_KIND: dict[AnyErrorKind, int] = {
     kind: ERROR_TYPES[kind.value].status for kind in (*ErrorKind, *HttpErrorKind)
 }
@@ -49,7 +48,7 @@ def error_body(kind: AnyErrorKind, message: str) -> bytes:
 def error_response(
     kind: AnyErrorKind, message: str, retry_after: float | None = None, headers: Mapping[str, str] | None = None
 ) -> Response:
-    """The one error body shape: ``{"error": message, "error_type": kind}``."""
+    """An error answer (:func:`error_body`), with the headers its kind calls for."""
     headers = dict(headers or {})
     if retry_after is not None:
         headers[RETRY_AFTER_HEADER] = str(max(1, round(retry_after)))
@@ -57,12 +56,7 @@ def error_response(
         headers["WWW-Authenticate"] = AUTH_SCHEME
     if kind is ErrorKind.UNAVAILABLE:  # not ready or draining: the client should reconnect (elsewhere)
         headers["Connection"] = "close"
-    return Response(
-        error_body(kind, message),
-        status_code=STATUS_BY_KIND[kind],
-        media_type=JSON_MEDIA_TYPE,
-        headers=headers,
-    )
+    return Response(error_body(kind, message), STATUS_BY_KIND[kind], headers, JSON_MEDIA_TYPE)
 
 
 def answer_error(error: ServiceError) -> Response:
@@ -79,21 +73,15 @@ BodyPart = bytes | memoryview
 
 
 class BodyResponse(Response):
-    """A response whose body is handed to the server in pieces of at most :data:`BODY_PIECE_BYTES`, so the
-    server's write backpressure holds this coroutine -- and the request's memory reservation -- while a client
-    is slow to read, instead of the whole body sitting in the transport's buffer after the request was counted
-    as done. ``content`` is the body, or its parts in order (a safetensors answer: its header, then each array's
-    own buffer), written one after another without a joined copy."""
+    """A 200 whose body, or its parts (a safetensors answer: its header, then each array's buffer), is handed to
+    the server unjoined in pieces of at most :data:`BODY_PIECE_BYTES`: write backpressure then holds this
+    coroutine -- and the request's reservation -- while a client is slow to read (not the whole body buffered)."""
 
     def __init__(
-        self,
-        content: BodyPart | Sequence[BodyPart],
-        status_code: int = 200,
-        headers: Mapping[str, str] | None = None,
-        media_type: str | None = None,
+        self, content: BodyPart | Sequence[BodyPart], media_type: str, headers: Mapping[str, str] | None = None
     ) -> None:
         self.parts = (content,) if isinstance(content, (bytes, memoryview)) else tuple(content)
-        super().__init__(None, status_code, headers, media_type)
+        super().__init__(None, 200, headers, media_type)
         length = str(sum(map(len, self.parts))).encode()
         self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
         self.raw_headers.append((b"content-length", length))
@@ -117,9 +105,8 @@ def json_bytes(payload: Any) -> bytes:
     return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
-def json_response(payload: Any, headers: dict[str, str] | None = None) -> Response:
-    """A JSON answer (:func:`json_bytes`)."""
-    return BodyResponse(json_bytes(payload), media_type=JSON_MEDIA_TYPE, headers=headers)
+def json_response(payload: Any) -> Response:
+    return BodyResponse(json_bytes(payload), media_type=JSON_MEDIA_TYPE)
 
 
 #: numpy dtype -> safetensors dtype, for the arrays answers hold (every encode answer is int64).
@@ -127,10 +114,9 @@ _SAFETENSORS_DTYPES = {np.dtype("<i8"): "I64", np.dtype("<i4"): "I32", np.dtype(
 
 
 def safetensors_parts(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> list[BodyPart]:
-    """``arrays`` as a safetensors blob (``safetensors.numpy.save(arrays, metadata)`` gives the same tensors), in
-    parts: the header, then each array's own bytes in order, uncopied -- ``save`` copies each array out, then
-    again into its buffer and into the bytes, 0.6 ms of GIL-held time for a batch of 256 x 128 (measured). The
-    header is padded with spaces to 8 bytes, so every array starts aligned, as ``save`` does."""
+    """``arrays`` as a safetensors blob (the tensors of ``safetensors.numpy.save(arrays, metadata)``) in parts:
+    the header, padded with spaces to 8 bytes as ``save`` pads it, then each array's own bytes, uncopied
+    (``save`` copies each array three times: 0.6 ms of GIL-held time for a batch of 256 x 128, measured)."""
     header: dict[str, Any] = {"__metadata__": dict(metadata)}
     parts: list[BodyPart] = []
     offset = 0
@@ -148,16 +134,10 @@ def safetensors_parts(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, s
     return [len(encoded).to_bytes(8, "little") + encoded, *parts]
 
 
-def safetensors_bytes(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> bytes:
-    """:func:`safetensors_parts` joined into one blob."""
-    return b"".join(safetensors_parts(arrays, metadata))
-
-
 def ragged_arrays(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """An encode result in the ragged binary layout (``service.wire.RAGGED_MEDIA_TYPE``): each per-token key
-    as one flat int64 array of its rows concatenated (``offset_mapping``: ``[tokens, 2]``), the per-row keys
-    as ``[rows]``, and ``row_lengths``. ``data`` holds ``[rows, width]`` arrays (a rectangular result) or
-    lists of rows (a ragged one); every per-token key has the same row lengths."""
+    """An encode result (``[rows, width]`` arrays, or lists of rows) in the ragged binary layout
+    (``service.wire.RAGGED_MEDIA_TYPE``): each per-token key as its rows concatenated (``offset_mapping``:
+    ``[tokens, 2]``), the per-row keys as ``[rows]``, and ``row_lengths``."""
     arrays: dict[str, np.ndarray] = {}
     row_lengths: np.ndarray | None = None
     for key, value in data.items():

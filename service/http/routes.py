@@ -1,11 +1,5 @@
-"""The routes. Every POST route hands work to the engine along one path; none of them tokenizes.
-
-A work route (:class:`WorkRoute`) is its request model, how it submits a body to the engine, and how it shapes
-the result into an answer. :meth:`Routes.serve` does the rest for every one of them, in this order: refuse
-while draining; read ``Accept``; reserve memory for the body before reading it, then read and parse it under
-that reservation; submit the work (admission: the queue and the memory budget); await it, cancelling it if
-the client disconnects first (a queued request is then dropped unencoded); answer with the tokenizer's
-fingerprint. Errors on that path are answered there, in the one error shape.
+"""The routes. Every POST route (:class:`WorkRoute`: request model, engine submit, answer shaping) takes one
+path, :meth:`Routes.serve`, which answers its errors too.
 """
 
 from __future__ import annotations
@@ -21,18 +15,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..engine import (
-    BodyKind,
-    ChatOptions,
-    EncodedBatch,
-    EncodeOptions,
-    Engine,
-    ErrorKind,
-    ForkGuard,
-    ServiceError,
-    TokenizedBatch,
-    TokenizeOptions,
-)
+from ..engine import BodyKind, EncodedBatch, Engine, ErrorKind, ForkGuard, ServiceError, TokenizedBatch, TokenizeOptions
 from ..engine.memory import Reservation
 from ..wire import (
     CHAT_ENCODE_PATH,
@@ -57,12 +40,10 @@ from .metrics import Metrics
 from .middleware import hold_until_sent
 from .models import (
     ChatRequest,
-    ConversationsRequest,
     DecodeRequest,
     EncodeRequest,
     ErrorBody,
     LengthsRequest,
-    Model,
     TextsRequest,
     TokenizeRequest,
     parse_body,
@@ -81,9 +62,8 @@ from .responses import (
 )
 from .runtime import Runtime
 
-# A request still waiting for the engine after this long gets a task watching for its client's
-# disconnect; most requests are answered sooner, and the watcher costs a task per request.
-DISCONNECT_WATCH_AFTER = 0.05  # seconds
+# Seconds before a waiting request gets a task (a cost most never pay) watching for its client's disconnect.
+DISCONNECT_WATCH_AFTER = 0.05
 
 Body = TypeVar("Body", bound=BaseModel)
 Result = TypeVar("Result")
@@ -100,13 +80,9 @@ class AnswerContext:
 
 @dataclass(frozen=True)
 class WorkRoute(Generic[Body, Result]):
-    """A POST route that hands its body to the engine (see the module docstring for the path it takes).
-
-    ``submit`` queues the parsed body (its memory reservation passed on) and returns the engine's future;
-    ``answer`` shapes the result into the answer's bytes, in ``answering.media_type``; ``answer_type`` picks that
-    media type from ``Accept`` (one of ``media_types``). ``body``: what the body holds (id lists and conversations
-    cost more per byte to parse than texts). ``doc`` is the operation's description in the OpenAPI schema; ``errors``,
-    the error kinds it can answer beyond those of every work route."""
+    """``submit`` queues the parsed body with its reservation; ``answer`` shapes the result into bytes of the media
+    type ``answer_type`` picks from ``Accept`` (one of ``media_types``); ``body``: what the body holds (its parsing
+    cost); ``doc``: the OpenAPI description; ``errors``: the kinds it answers beyond every work route's."""
 
     path: str
     name: str
@@ -118,19 +94,6 @@ class WorkRoute(Generic[Body, Result]):
     answer_type: Callable[[str | None], str] = json_answer_type
     body: BodyKind = BodyKind.TEXTS
     errors: tuple[AnyErrorKind, ...] = ()
-
-
-# -- the work routes: request model, engine submit, answer shaping ----------------------------------------
-def _encode_answer(
-    body: TextsRequest[EncodeOptions], result: EncodedBatch, answering: AnswerContext
-) -> bytes | list[BodyPart]:
-    return _encoded_answer(len(body.texts), result, answering)
-
-
-def _chat_encode_answer(
-    body: ConversationsRequest[ChatOptions], result: EncodedBatch, answering: AnswerContext
-) -> bytes | list[BodyPart]:
-    return _encoded_answer(len(body.conversations), result, answering)
 
 
 def _encoded_answer(rows: int, result: EncodedBatch, answering: AnswerContext) -> bytes | list[BodyPart]:
@@ -168,7 +131,7 @@ WORK_ROUTES: tuple[WorkRoute[Any, Any], ...] = (
         "(rows concatenated) and the rows' lengths, so ragged results need no padding.",
         EncodeRequest,
         lambda engine, body, r: engine.submit_encode(body.texts, body.text_pairs, body.options(), reservation=r),
-        _encode_answer,
+        lambda body, result, answering: _encoded_answer(len(body.texts), result, answering),
         media_types=(JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE),
         answer_type=encode_answer_type,
         errors=(HttpErrorKind.NOT_ACCEPTABLE,),
@@ -214,7 +177,7 @@ WORK_ROUTES: tuple[WorkRoute[Any, Any], ...] = (
         "Answered as ``/encode`` answers: JSON, safetensors or the ragged binary.",
         ChatRequest,
         lambda engine, body, r: engine.submit_chat_encode(body.conversations, body.options(), reservation=r),
-        _chat_encode_answer,
+        lambda body, result, answering: _encoded_answer(len(body.conversations), result, answering),
         media_types=(JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE),
         answer_type=encode_answer_type,
         body=BodyKind.MESSAGES,
@@ -241,8 +204,7 @@ _RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before retrying.
 
 
 def _error_responses(*kinds: AnyErrorKind) -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI responses of these error kinds, by status: what each means to a caller, from the one status
-    table (``service.wire.ERROR_TYPES``: the advice of each kind sent with that status)."""
+    """The OpenAPI responses of these error kinds, by status, with their advice from ``service.wire.ERROR_TYPES``."""
     advice: dict[int, list[str]] = {}
     for kind in kinds:
         error = ERROR_TYPES[kind.value]
@@ -310,8 +272,7 @@ class Routes:
         ):
             responses = {200: {"content": {media_type: {}}}, **_error_responses(*_ANY_ROUTE)}
             router.add_api_route(path, get, methods=["GET"], response_class=Response, responses=responses)
-            # HEAD answers as GET without the body (RFC 9110 9.3.2); left out of the schema as FastAPI would
-            # give both operations one id
+            # HEAD: GET without the body (RFC 9110 9.3.2); not in the schema (FastAPI gives both one operation id)
             router.add_api_route(path, get, methods=["HEAD"], response_class=Response, include_in_schema=False)
         return {*self.work_routes, INFO_PATH, HEALTH_PATH, READY_PATH, METRICS_PATH}
 
@@ -321,14 +282,24 @@ class Routes:
 
         return endpoint
 
-    # -- the one path of every work route ---------------------------------------------------------------
     async def serve(self, route: WorkRoute[Body, Result], request: Request) -> Response:
-        """Answer ``request`` on ``route`` (see the module docstring); errors are answered here too."""
+        """Refuse while draining; read ``Accept``; reserve memory for the body, read and parse it; submit; await
+        the answer, cancelling the work if the client leaves first; answer with the tokenizer's fingerprint."""
         try:
             self.runtime.check_accepting()
             engine = self.runtime.engine
-            media_type = route.answer_type(request.headers.get("accept"))
-            body, reservation = await self._parse(request, route.request, route.body)
+            headers = request.headers
+            media_type = route.answer_type(headers.get("accept"))
+            check_json_body(headers.get("content-type"), headers.get("content-encoding"))
+            limit = self.settings.max_body_bytes
+            declared = headers.get("content-length")
+            size = int(declared) if declared is not None and declared.isdigit() else None
+            if size is not None and size > limit:
+                raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
+            # reserved before reading (an overloaded server refuses unread bodies) and held until the answer is sent
+            reservation = engine.reserve_intake(size or 0, body=route.body)
+            hold_until_sent(request.scope, reservation)
+            body = parse_body(await self._read_body(request, size, reservation, route.body), route.request)
             result = await _unless_client_leaves(request, route.submit(engine, body, reservation))
             fingerprint = engine.loaded.fingerprint
             content = route.answer(body, result, AnswerContext(media_type, fingerprint, self.metrics))
@@ -336,7 +307,6 @@ class Routes:
         except ServiceError as error:
             return answer_error(error)
 
-    # -- operations -------------------------------------------------------------------------------------
     async def info(self) -> Response:
         """What is served and how: tokenizer, fingerprint, limits, batching, parallelism, versions."""
         return json_response(
@@ -369,32 +339,11 @@ class Routes:
         self.metrics.forks.set(ForkGuard.forks_after_load)
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    # -- reading bodies ---------------------------------------------------------------------------------
-    async def _parse(
-        self, request: Request, model: type[Model], kind: BodyKind = BodyKind.TEXTS
-    ) -> tuple[Model, Reservation]:
-        """The body as ``model``, and the memory reservation made for it before it was read (held until
-        the answer is sent; the engine resizes it to the request's bound)."""
-        headers = request.headers
-        check_json_body(headers.get("content-type"), headers.get("content-encoding"))
-        limit = self.settings.max_body_bytes
-        declared = headers.get("content-length")
-        size = int(declared) if declared is not None and declared.isdigit() else None
-        if size is not None and size > limit:
-            raise ServiceError(ErrorKind.TOO_LARGE, f"the body has {size} bytes, over max_body_bytes={limit}")
-        engine = self.runtime.engine
-        # before reading: an overloaded server refuses without taking in the body
-        reservation = engine.reserve_intake(size or 0, body=kind)
-        hold_until_sent(request.scope, reservation)
-        body = await self._read_body(request, size, reservation, kind)
-        return parse_body(body, model), reservation
-
     async def _read_body(
         self, request: Request, size: int | None, reservation: Reservation, kind: BodyKind
     ) -> bytes | bytearray:
-        """The body, in one buffer: as it came when it came in one piece (the usual case), else, with a
-        Content-Length, copied into place as it arrives (never the chunks and a joined copy at once); without
-        one, the reservation grows as the body comes."""
+        """The body in one buffer: as it came if in one piece, else with a Content-Length copied into place as it
+        arrives (never chunks and a joined copy at once); without one, the reservation grows as it comes."""
         limit = self.settings.max_body_bytes
         buffer: bytearray | None = None
         chunks: list[bytes] = []
@@ -407,21 +356,19 @@ class Routes:
                 end = received + len(chunk)
                 if end > limit:
                     raise ServiceError(ErrorKind.TOO_LARGE, f"the body exceeds max_body_bytes={limit}")
-                if size:  # (the server's parser holds the body to its Content-Length)
-                    if not received and end == size:
-                        chunks.append(chunk)
-                    else:
-                        if buffer is None:
-                            buffer = bytearray(size)
-                        buffer[received:end] = chunk
-                else:
+                if not size:
                     if end > reserved:
-                        # doubling: a body of n bytes costs about log2(n) resizes (each a budget transaction that
-                        # may refuse) and never holds over twice what arrived; the floor makes a small body of
-                        # many small chunks one resize, not one per chunk
+                        # doubling: about log2(n) resizes (budget transactions that may refuse), never over twice
+                        # what arrived; the floor makes a small body of many chunks one resize
                         reserved = min(limit, max(2 * end, 64 * 1024))
                         self.runtime.engine.resize_intake(reservation, reserved, body=kind)
                     chunks.append(chunk)
+                elif not received and end == size:  # (the server's parser holds the body to its Content-Length)
+                    chunks.append(chunk)
+                else:
+                    if buffer is None:
+                        buffer = bytearray(size)
+                    buffer[received:end] = chunk
                 received = end
         except ClientDisconnect:
             raise ServiceError(HttpErrorKind.CLIENT_GONE, "the client disconnected while sending its body") from None
@@ -431,9 +378,8 @@ class Routes:
 
 
 class DirectWorkRoutes:
-    """Every work route's POST goes straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependency
-    solving and exit stacks, which cost more per small request than the route's own work. Same path, same
-    answers; the FastAPI routes stay registered for the OpenAPI schema."""
+    """Work routes' POSTs go straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependencies and exit
+    stacks (costlier per small request than the work); the FastAPI routes stay registered for the schema."""
 
     def __init__(self, app: ASGIApp, routes: Routes) -> None:
         self.app = app
@@ -451,9 +397,8 @@ class DirectWorkRoutes:
 
 
 async def _unless_client_leaves(request: Request, future: asyncio.Future[Result]) -> Result:
-    """Await the engine's ``future``; if the client disconnects first, cancel it (the batcher then drops
-    the request unencoded) and raise CLIENT_GONE. The watcher starts only for requests still waiting
-    after ``DISCONNECT_WATCH_AFTER``."""
+    """Await the engine's ``future``; if the client disconnects first, cancel it (a queued request is dropped
+    unencoded) and raise CLIENT_GONE."""
     watch = _DisconnectWatch(request, future)
     timer = asyncio.get_running_loop().call_later(DISCONNECT_WATCH_AFTER, watch.start)
     try:
@@ -464,7 +409,8 @@ async def _unless_client_leaves(request: Request, future: asyncio.Future[Result]
         raise  # the handler itself was cancelled: the future went with it
     finally:
         timer.cancel()
-        watch.stop()
+        if watch.task is not None:
+            watch.task.cancel()
 
 
 class _DisconnectWatch:
@@ -477,10 +423,6 @@ class _DisconnectWatch:
     def start(self) -> None:
         if not self.future.done():
             self.task = asyncio.ensure_future(self._watch())
-
-    def stop(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
 
     async def _watch(self) -> None:
         while (await self.receive())["type"] != "http.disconnect":

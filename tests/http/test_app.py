@@ -619,10 +619,10 @@ def test_safetensors_blobs_read_back_as_safetensors_own(arrays):
     from safetensors import safe_open
 
     from service.client.results import arrays_from_safetensors
-    from service.http.responses import safetensors_bytes
+    from service.http.responses import safetensors_parts
 
     metadata = {"fingerprint": "sha256:" + "ab" * 32}
-    blob = safetensors_bytes(arrays, metadata)
+    blob = b"".join(safetensors_parts(arrays, metadata))
     read = load_safetensors(blob)
     assert set(read) == set(arrays)
     for name, array in arrays.items():
