@@ -271,6 +271,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         (MEMORY,),
     ),
     Mutation(
+        "a max_length at the special tokens bounded as a window per byte (413 for what transformers answers)",
+        "service/engine/bounds.py",
+        "if plan.with_overflow and most == specials > 0:",
+        "if False:",
+        (MEMORY,),
+    ),
+    Mutation(
         "the bound counts one row per text whatever the overflow",
         "service/engine/bounds.py",
         "rows.append(u if step <= 0 else 1 + -(-max(0, u - most) // step))",

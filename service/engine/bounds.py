@@ -168,9 +168,15 @@ class RequestBounds:
             most = truncation.max_length
             # a row keeps the special tokens and one token more; tokenizers reads max_length=0 as no limit, and
             # one below the special tokens too (it subtracts them, and the subtraction wraps)
-            if most > 0 and most >= specials:
+            truncates = most > 0 and most >= specials
+            if truncates:
                 row_length = list(map(min, untruncated, repeat(max(most, specials + 1))))
-            if plan.with_overflow:
+            if plan.with_overflow and most == specials > 0:
+                # no room left for the text: tokenizers cuts each sequence to nothing and keeps it whole as an
+                # overflow row, a pair's rows combining each side's two
+                row_length = untruncated
+                rows = [2 if second is None else 4] * len(untruncated)
+            elif plan.with_overflow and truncates:
                 fixed: list[int] | None = None
                 if second is not None and truncation.strategy == "only_second":
                     fixed = first

@@ -149,6 +149,31 @@ def test_the_bound_is_never_below_the_result(engines, family, call):
     assert len(rows) <= bound.rows
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_max_length_that_leaves_the_text_no_room_is_bounded_as_tokenizers_reads_it(engines, family):
+    """max_length at the special tokens, with overflow: tokenizers cuts each sequence to nothing and keeps it
+    whole as an overflow row (a single: 2 rows, a pair: 4); below them it cuts nothing (1 row). The bound counts
+    those rows and holds the result -- it once counted a window per byte, and refused with 413 a long pair that
+    transformers answers."""
+    runner = engines[family]
+    engine = runner.engine
+    specials = engine._bounds.specials
+    texts, pairs = ["hello world " * 200, "短"], ["a long second text " * 300, "b"]
+    for inputs, max_length, rows_each in (
+        ((texts, None), specials[0], 2),
+        ((texts, pairs), specials[1], 4),
+        ((texts, pairs), specials[1] - 1, 1),
+    ):
+        if max_length <= 0:
+            continue
+        options = EncodeOptions(truncation=True, max_length=max_length, return_overflowing_tokens=True, padding=True)
+        bound = encode_bound(engine, *inputs, options)
+        result = runner.result(engine.submit_encode, *inputs, options)
+        rows = result.data["input_ids"]
+        assert bound.rows == rows_each * len(texts) and len(rows) <= bound.rows
+        assert sum(map(len, rows)) <= bound.positions
+
+
 def test_the_default_budget_follows_the_cgroup_limit(tmp_path):
     (tmp_path / "memory.max").write_text("2147483648\n")
     assert cgroup_memory_limit(tmp_path) == 2 * 1024 * MIB
