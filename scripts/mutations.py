@@ -287,8 +287,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a max_length below the special tokens bounded as if it truncated",
         "service/engine/bounds.py",
-        "if most > 0 and most >= specials:",
-        "if most > 0:",
+        "truncates = most > 0 and most >= specials",
+        "truncates = most > 0",
         (MEMORY,),
     ),
     Mutation(
