@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import SecretStr, ValidationError
 
 from ..engine import TokenizerLoadError, configure_rust_parallelism, load_tokenizer
-from ..engine.loading import describe_source
+from ..engine.loading import describe_source, keep_torch_out
 from ..exits import EXIT_INTERRUPTED
 from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
@@ -131,6 +131,7 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
     # Parallelism must be configured before tokenizers touches its rayon pool.
     threads = settings.rust_threads()
     configure_rust_parallelism(threads)
+    keep_torch_out()  # this process serves and nothing else: transformers without the torch it never uses here
     started = time.monotonic()
     try:
         loaded = load_tokenizer(settings.model, settings.revision)

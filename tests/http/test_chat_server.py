@@ -248,3 +248,32 @@ def test_the_chat_collators_token_budget_sampler_counts_conversations(chat_clien
     assert all(sampler.batch_cost(batch) <= 512 for batch in batches)
     batch = collator([rows[i] for i in batches[0]])
     assert batch["input_ids"].shape[1] % 8 == 0 and batch["n"].tolist() == batches[0]
+
+
+@pytest.mark.parametrize("family", FAMILIES[:1])
+def test_a_server_started_where_torch_is_installed_answers_as_transformers_without_loading_it(
+    family, chat_servers, chat_clients, named_chat_tokenizers
+):
+    """The server's process keeps torch out (engine.loading.keep_torch_out): this venv has torch (imported at the
+    top of this module), the process serving each route -- tensors asked as numpy and as torch too, which the
+    client makes -- maps no torch library, and its answers equal transformers' in this process, which has torch."""
+    client = chat_clients(family)
+    conversations = fixed_conversations()
+    options = {"padding": True, "return_assistant_tokens_mask": True}
+    theirs = reference_chat(named_chat_tokenizers[family], conversations, options)
+    for mode in modes(options):
+        check(
+            over_http(client, chat_servers[family].url, conversations, options, mode),
+            theirs,
+            conversations,
+            options,
+            NAMED_TEMPLATES["default"],
+            mode,
+        )
+    texts = ["A server without torch.", "它的回答一样"]
+    assert (
+        client.encode(texts, padding=True, return_tensors="np")["input_ids"].tolist()
+        == (named_chat_tokenizers[family](texts, padding=True)["input_ids"])
+    )
+    maps = open(f"/proc/{chat_servers[family].pid}/maps").read()
+    assert torch.__file__ and "libtorch" not in maps, "the server process loaded torch"
