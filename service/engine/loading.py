@@ -35,11 +35,11 @@ logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before trans
 
 
 def keep_torch_out() -> bool:
-    """In a process that only tokenizes (``serve``): make torch unimportable before transformers loads, so that a
-    server started from a training venv (``launch()``, replicas) is the server the image runs. transformers
-    imports torch for its model code whenever it is installed (configuration_utils, rope utils), which no
-    tokenizer uses: measured here, 182 MB more RSS per server process and 1 s more CPU per start. Returns whether
-    it did: not where torch or transformers is loaded already (a process that is not ours alone)."""
+    """In a command's own process that never needs torch (``serve``, ``train``): make torch unimportable before
+    transformers loads, so that a server started from a training venv (``launch()``, replicas) is the server the
+    image runs. transformers imports torch for its model code whenever it is installed (configuration_utils, rope
+    utils), which no tokenizer uses: measured here, a server is ready in 1.37 s instead of 2.37 s and holds 114 MB
+    RSS instead of 295 MB. Returns whether it did: not where torch or transformers is loaded already."""
     if "torch" in sys.modules or "transformers" in sys.modules:
         return False
     sys.modules["torch"] = None  # type: ignore[assignment]  # importlib's find_spec says absent, import raises

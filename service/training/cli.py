@@ -89,10 +89,12 @@ HELPS = {
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service train") -> int:
     config = jobcli.parse(build_parser(prog), argv, CONFIG)
+    from ..engine.loading import keep_torch_out
     from ..engine.parallelism import available_cpus, configure_rust_parallelism
 
     if "RAYON_NUM_THREADS" not in os.environ:  # before tokenizers starts its pool: the trainer's threads are
         configure_rust_parallelism(available_cpus())  # the CPUs this process may use (cgroup quota included)
+    keep_torch_out()  # a worker counts and trains with tokenizers alone: transformers without torch, as serve
     from .assembly import MANIFEST_NAME
     from .runner import describe_summary, train
 

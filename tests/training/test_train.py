@@ -424,6 +424,24 @@ def test_like_keeps_the_recipe_and_config_of_an_existing_tokenizer(corpus, tmp_p
         train(config(corpus, tmp_path / "x", like=str(tokenizer_dirs["bytelevel_bpe"]), model="wordpiece"), log=silent)
 
 
+def test_a_train_worker_keeps_torch_out_and_trains_as_in_a_process_with_torch(corpus, tmp_path, tokenizer_dirs):
+    """`train` runs transformers (``--like``) without the torch it never uses (engine.loading.keep_torch_out):
+    the command's process, as the console script runs it, ends with torch unloaded though this venv has it
+    (this process imported it), and its tokenizer is the one trained where torch is loaded (here)."""
+    import torch
+
+    like = str(tokenizer_dirs["bytelevel_bpe"])
+    args = [str(corpus), "--out", str(tmp_path / "cli"), "--like", like, "--vocab-size", "900"]
+    program = f"import sys; from service.cli import main; status = main(['train', *{args!r}]); "
+    program += "print('torch loaded' if sys.modules.get('torch') else 'no torch'); sys.exit(status)"
+    done = subprocess.run([sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert torch.__version__ and done.stdout.splitlines()[-1] == "no torch"
+    train(config(corpus, tmp_path / "here", like=like, vocab_size=900), log=silent)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "cli" / name).read_bytes() == (tmp_path / "here" / name).read_bytes(), name
+
+
 def post(url: str, body: dict[str, Any]) -> Any:
     request = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=30) as response:
