@@ -1021,4 +1021,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "while self.drain.in_flight > 0 and time.monotonic() < until:",
         (DRAIN,),
     ),
+    Mutation(
+        "serve lets transformers import torch (182 MB and a second more per server started from a training venv)",
+        "service/engine/loading.py",
+        'sys.modules["torch"] = None  # type: ignore[assignment]  # importlib\'s find_spec says absent, import raises',
+        "pass",
+        (CHAT_SERVER,),
+    ),
+    Mutation(
+        "train lets transformers import torch in its workers",
+        "service/training/cli.py",
+        "keep_torch_out()  # a worker counts and trains with tokenizers alone: transformers without torch, as serve",
+        "pass",
+        (TRAIN,),
+    ),
 )
