@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
         "train a tokenizer from a corpus sharded across workers: each counts its units, worker 0 trains (server side)",
         "server",
     ),
+    "calibrate": (
+        "service.calibration.cli",
+        "measure this machine with a tokenizer and plan replicas x threads (what replicas=auto uses)",
+        "server",
+    ),
     "default-tokenizer": (
         "service.embedded",
         "print the embedded default tokenizer's folder, or copy it (--copy DIR); commands take it as embedded:default",
@@ -40,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str, str | None]] = {
 }
 
 # Commands whose whole extra is checked before they start (pretokenize names its extra only where it needs it).
-WHOLE_EXTRA = frozenset({"serve", "train"})
+WHOLE_EXTRA = frozenset({"serve", "train", "calibrate"})
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,8 +14,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
+from ..sizing.machine import cgroup_memory_limit
 from .errors import ErrorKind, ServiceError
 
 MIB = 1 << 20
@@ -30,23 +30,6 @@ BUDGET_SHARE_OF_LIMIT = 0.75
 TRIM_AFTER_BYTES = 32 * MIB
 #: ... at once if the last trim is this long ago, else when it is (one trim for all released meanwhile).
 TRIM_INTERVAL_SECONDS = 1.0
-
-
-def cgroup_memory_limit(root: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """The memory limit of this process's cgroup (v2 ``memory.max`` or v1 ``memory.limit_in_bytes``), or None."""
-    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-        try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        if text == "max":
-            return None
-        try:
-            value = int(text)
-        except ValueError:
-            continue
-        return None if value >= 1 << 60 else value  # v1 writes a huge number for "unlimited"
-    return None
 
 
 def default_memory_budget(limit: int | None = None) -> int:

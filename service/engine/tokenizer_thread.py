@@ -201,6 +201,14 @@ class TokenizerThread:
             # a running Rust call is waited for off the loop
             await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
+    def encode_here(self, inputs: list[Any], call: RustCall) -> list[Any]:
+        """``call`` on ``inputs`` on the caller's thread, for a process that never starts this thread: the
+        calibration's probes (``service.calibration.probes``) measure the Rust pool through the seam the server
+        encodes through."""
+        if self._executor is not None:
+            raise RuntimeError("encode_here is for a tokenizer thread that was never started")
+        return self._encode(inputs, call)
+
     async def run(self, works: list[Work]) -> list[Any]:
         """Run ``works`` (equal calls, or one alone) on the thread: one outcome per work, result or error."""
         return await self._call(self._run, works)

@@ -90,11 +90,13 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
     log_format = f"%(asctime)s %(levelname)s{who} %(name)s: %(message)s"
     logging.basicConfig(level=settings.log_level.upper(), format=log_format)
     if settings.replicas != 1:
-        from .replicas import serve_replicas
+        from .replicas import plan_for, serve_replicas
 
-        status = serve_replicas(settings, given, prog)
-        if status is not None:
-            return status  # else one replica is what the cores allow: this process serves
+        plan = plan_for(settings, prog)
+        if plan.count > 1:
+            return serve_replicas(settings, given, prog, plan)
+        # one replica is what the plan asks for: this process serves, with the plan's threads
+        settings = settings.model_copy(update={"replicas": 1, "threads": plan.threads})
     # Said at once: loading takes seconds (a hub download minutes).
     logger.info("loading %s", describe_source(settings.model, settings.revision))
     from .server import OwnersWatch, SocketFile, bind_listener, bind_unix_listener, connection_guard, run

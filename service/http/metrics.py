@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+#: This process's Python threads' CPU seconds (its GIL side), read at each scrape.
+PYTHON_CPU_METRIC = "tokenizer_python_threads_cpu_seconds"
 BATCH_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
 
@@ -42,6 +46,13 @@ class Metrics:
         )
         self.memory_budget = Gauge("tokenizer_memory_budget_bytes", "The memory budget", registry=r)
         self.forks = Gauge("tokenizer_forks_after_load", "Forks of the serving process after loading", registry=r)
+        Gauge(
+            PYTHON_CPU_METRIC,
+            "CPU seconds of this process's live Python threads (the event loop, the tokenizer thread...): its GIL "
+            "side, which caps one process at 1 / (this per batch) batches a second; the rest of the process's CPU "
+            "is the Rust pool's. tokenizer-service calibrate reads it",
+            registry=r,
+        ).set_function(python_threads_cpu_seconds)  # read at each scrape: no cost per request
 
     def batch_done(self, requests: int, texts: int, seconds: float) -> None:
         self.batch_requests.observe(requests)
@@ -69,3 +80,16 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def python_threads_cpu_seconds() -> float:
+    """The CPU seconds of every live Python thread of this process, each read from its own clock."""
+    total = 0.0
+    for thread in threading.enumerate():
+        if thread.ident is None:
+            continue
+        try:
+            total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        except (OSError, AttributeError):  # a thread that just ended; a system without thread CPU clocks
+            continue
+    return total

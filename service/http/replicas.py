@@ -25,16 +25,18 @@ from typing import Any
 
 from ..launch.rendezvous import hold_shared
 from ..launch.supervisor import how_it_ended, ready_fingerprint, stop_servers
-from ..sizing import plan_replicas
+from ..sizing import AUTO, ReplicaPlan, plan_replicas
 from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
 from .settings import Settings
 
-__all__ = ["serve_replicas", "SET_BY_THE_PARENT"]
+__all__ = ["plan_for", "serve_replicas", "SET_BY_THE_PARENT"]
 
 logger = logging.getLogger(__name__)
 
 #: The settings this process sets for each replica itself.
-SET_BY_THE_PARENT = frozenset({"replicas", "host", "port", "uds", "reuse_port", "owners_file", "replica_of"})
+SET_BY_THE_PARENT = frozenset(
+    {"replicas", "host", "port", "uds", "reuse_port", "owners_file", "replica_of", "threads", "calibrate"}
+)
 #: How long a replica may drain past its own ``--graceful-shutdown-seconds`` before it is killed.
 STOP_MARGIN_SECONDS = 10.0
 _POLL_SECONDS = 0.05
@@ -69,15 +71,26 @@ class _Signals:
         return taken
 
 
-def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> int | None:
-    """Run ``settings.replicas`` replicas until all have stopped; their exit status. None when the cores allow one
-    (``--replicas auto`` on a small machine): the caller then serves itself."""
-    plan = plan_replicas(settings.replicas, settings.threads)
+def plan_for(settings: Settings, prog: str) -> ReplicaPlan:
+    """The replicas and threads ``--replicas`` asks for: a count as given, ``auto`` from this machine's kept
+    calibration for the tokenizer (made now if none is kept, unless ``--no-calibrate``), said in one line."""
+    if settings.replicas == AUTO:
+        from ..calibration.auto import auto_plan
+
+        plan = auto_plan(
+            settings.model, settings.revision, threads=settings.threads, use_calibration=settings.calibrate
+        )
+        logger.info("--replicas auto: %s", plan.summary)
+    else:
+        plan = plan_replicas(settings.replicas, settings.threads)
     if plan.warning:
         print(f"{prog}: warning: {plan.warning}", file=sys.stderr, flush=True)
-    if plan.count == 1:
-        logger.info("--replicas %s: one replica on %d cores; serving in this process", settings.replicas, plan.cores)
-        return None
+    return plan
+
+
+def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str, plan: ReplicaPlan) -> int:
+    """Run ``plan.count`` replicas of ``plan.threads_each`` Rust threads until all have stopped; their exit
+    status."""
     from .server import bind_listener
 
     try:  # a port in use fails at once
@@ -99,6 +112,8 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
             replica.owners_fd = hold_shared(replica.owners_path, 1.0, "holding a new owners file")
         argv, env = _replica_command(given)
         shared = ["--host", settings.host, "--port", str(port), "--reuse-port", "--replica-of", str(plan.count)]
+        if plan.threads is not None:
+            shared += ["--threads", str(plan.threads)]  # the plan's, or --threads as given
         for replica in replicas:
             own = ["--uds", replica.socket_path, "--owners-file", replica.owners_path]
             replica.process = subprocess.Popen(

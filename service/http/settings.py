@@ -18,10 +18,9 @@ from ..engine.memory import (
     DEFAULT_BUDGET_WITHOUT_LIMIT,
     MIB,
     RESTING_MEMORY,
-    cgroup_memory_limit,
     default_memory_budget,
 )
-from ..sizing import CORES_PER_REPLICA, available_cpus, check_replicas, share_of_cores
+from ..sizing import available_cpus, cgroup_memory_limit, check_replicas, share_of_cores
 from ..wire import ENV_PREFIX, MAX_SOCKET_PATH_BYTES
 from .server import OWNERS_CHECK_SECONDS
 
@@ -76,11 +75,17 @@ class Settings(BaseSettings):
         1,
         description="Server processes on this machine (each one process, one tokenizer, never forks), started by exec, "
         "sharing one TCP port (SO_REUSEPORT). One process serves at most 1 / (its Python time per request) requests "
-        f"a second: past ~{CORES_PER_REPLICA} cores (service.sizing.CORES_PER_REPLICA) replicas, not threads, use "
-        f"them. auto: one per {CORES_PER_REPLICA} cores this process may use. --threads and --memory-budget-mib are "
-        "per replica (unset: an equal share). The parent serves nothing: it forwards SIGTERM and SIGINT and exits "
-        "once all replicas have; it fails if any fails to start, and stops all if one dies (never a partial set). "
-        "In Kubernetes keep 1 and scale pods.",
+        "a second, and one Rust pool stops gaining past a few threads: replicas, not threads, use many cores. auto: "
+        "the replicas x threads a calibration of this machine and tokenizer chose (`tokenizer-service calibrate`; "
+        "made at the first start and kept, a few seconds), or the default plan with --no-calibrate. --threads and "
+        "--memory-budget-mib are per replica (unset: the plan's, or an equal share). The parent serves nothing: it "
+        "forwards SIGTERM and SIGINT and exits once all replicas have; it fails if any fails to start, and stops "
+        "all if one dies (never a partial set). In Kubernetes keep 1 and scale pods.",
+    )
+    calibrate: bool = Field(
+        True,
+        description="With --replicas auto: plan from a calibration of this machine and tokenizer (made once, kept "
+        "under --calibration-dir). --no-calibrate: the default plan, few Rust threads per replica (not measured here).",
     )
     replica_of: int = Field(
         1,

@@ -18,7 +18,6 @@ import logging
 import os
 import shutil
 import signal
-import site
 import subprocess
 import sys
 import threading
@@ -31,9 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..children import child_environment
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
-from ..sizing import plan_replicas
+from ..sizing import AUTO, check_replicas, plan_replicas
 from ..transport.base import Request, Timeout
 from ..transport.exceptions import LaunchError, TransportError
 from ..transport.stdlib import HTTPTransport
@@ -73,7 +73,6 @@ STOP_WAIT_SECONDS = 45.0
 LOG_LINES = 12
 
 _PROG = "tokenizer-service serve"
-_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- what to run -----------------------------------------------------------------------------------------
@@ -90,6 +89,7 @@ class ServeCommand:
     description: str
     replicas: int = 1
     replicas_asked: int | str = 1
+    threads: int | None = None  # each replica's Rust threads as the plan chose them (None: as the flags say)
 
     @classmethod
     def build(
@@ -120,20 +120,30 @@ class ServeCommand:
                 f"launch() chooses where its service listens, who owns it and how it stops, so {reserved} cannot "
                 "be set; for a service on a TCP port, run `tokenizer-service serve` and connect with its URL"
             )
-        plan = plan_replicas(replicas, serve_options.get("threads"))
-        if plan.warning:
-            warnings.warn(f"TokenizerClient.launch: {plan.warning}", RuntimeWarning, stacklevel=5)  # the caller's line
         interpreter = shutil.which(python)
         if interpreter is None:
             raise LaunchError(
                 f"python={python!r} is not an interpreter that can be run (neither an executable file nor a "
                 "command on PATH): pass the path of the python that has tokenizer-service[server]"
             )
+        asked = check_replicas(replicas)
+        threads = serve_options.get("threads")
+        if asked == AUTO:
+            from ..calibration.auto import auto_plan
+
+            calibrated = serve_options.get("calibrate", True) is not False
+            revision = serve_options.get("revision")
+            plan = auto_plan(model, revision, threads=threads, use_calibration=calibrated, python=interpreter)
+            logger.info("TokenizerClient.launch(replicas='auto'): %s", plan.summary)
+        else:
+            plan = plan_replicas(asked, threads)
+        if plan.warning:
+            warnings.warn(f"TokenizerClient.launch: {plan.warning}", RuntimeWarning, stacklevel=5)  # the caller's line
         flags = tuple(serve_arguments(serve_options))
         secrets = ((API_KEY_ENV, api_key),) if api_key else ()
         identity, description = _model_identity(model)
-        asked = replicas if isinstance(replicas, int) else str(replicas).strip().lower()
-        return cls(interpreter, model, flags, secrets, identity, description, plan.count, asked)
+        each = plan.threads if threads is None else None  # the plan's threads, where --threads is not a flag already
+        return cls(interpreter, model, flags, secrets, identity, description, plan.count, asked, each)
 
     def key(self) -> str:
         arguments = [*self.flags, f"version={__version__}"]
@@ -146,15 +156,13 @@ class ServeCommand:
         ours = ["--uds", paths.socket, "--owners-file", paths.owners, "--drain-listen-seconds", "0"]
         if self.replicas > 1:
             ours += ["--replica-of", str(self.replicas)]  # its share of the cores and of the memory limit
+        if self.threads is not None:
+            ours += ["--threads", str(self.threads)]
         return [self.python, "-m", "service", "serve", *ours, *model, *self.flags]
 
     def environment(self) -> dict[str, str]:
-        env = {name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIX)}
+        env = child_environment({name: value for name, value in os.environ.items() if not name.startswith(ENV_PREFIX)})
         env.update(self.secrets)
-        root = str(_PACKAGE_ROOT)
-        if root not in [*site.getsitepackages(), site.getusersitepackages()]:
-            # running from a checkout: the child imports this very package
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         return env
 
     def name(self, replica: int) -> str:

@@ -1,0 +1,61 @@
+"""``replicas="auto"``: the plan of this machine's kept calibration for the tokenizer (made now when there is none,
+under a lock, so that a node's ranks calibrate once), or the default plan where there can be none: ``calibrate``
+off, a busy machine, a probe that cannot run. The plan says where it came from (:attr:`ReplicaPlan.source`), for
+the one log line its caller writes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from ..sizing import AUTO, DEFAULT_SOURCE, ReplicaPlan, available_cpus, cpu_model, plan_replicas
+from .measure import CalibrationError, calibrate, identify
+from .store import Kept, Key, keep, kept, locked
+
+__all__ = ["auto_plan"]
+
+logger = logging.getLogger(__name__)
+
+
+def auto_plan(
+    model: str | None,
+    revision: str | None = None,
+    *,
+    threads: int | None = None,
+    use_calibration: bool = True,
+    python: str = sys.executable,
+) -> ReplicaPlan:
+    """The replicas and threads for ``model`` on the cores this process may use (``threads``, when given, wins)."""
+    cores = available_cpus()
+    if not use_calibration:
+        return plan_replicas(AUTO, threads, cores, source=f"{DEFAULT_SOURCE}; calibration turned off")
+    try:
+        found = _kept_or_made(model, revision, cores, python)
+    except CalibrationError as exc:
+        return plan_replicas(AUTO, threads, cores, source=f"{DEFAULT_SOURCE}; the calibration could not run: {exc}")
+    calibration = found.calibration
+    assert calibration is not None
+    if calibration.busy:
+        why = "; ".join(calibration.busy)
+        return plan_replicas(AUTO, threads, cores, source=f"{DEFAULT_SOURCE}; this machine was busy: {why}")
+    source = f"the calibration kept at {found.path} (measured {calibration.measured_at} on {calibration.texts})"
+    return plan_replicas(AUTO, threads, cores, chosen=calibration.plan(), source=source)
+
+
+def _kept_or_made(model: str | None, revision: str | None, cores: int, python: str) -> Kept:
+    identity = identify(model, revision, python=python)
+    key = Key(cpu_model(), cores, identity["fingerprint"], tuple(sorted(identity["versions"].items())))
+    found = kept(key)
+    if found.calibration is not None:
+        return found
+    with locked(key):
+        found = kept(key)  # another rank may have made it while this one waited
+        if found.calibration is not None:
+            return found
+        if found.ignored:
+            logger.warning("the calibration kept at %s is %s: calibrating again", found.path, found.ignored)
+        logger.info("replicas=auto: calibrating this machine for this tokenizer (a few seconds, once)")
+        calibration = calibrate(model, revision, cores=cores, python=python)
+        if calibration.busy:
+            return Kept(found.path, calibration)  # said, not kept: the next start measures again
+        return Kept(keep(calibration), calibration)
