@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from ..sizing import AUTO, DEFAULT_SOURCE, ReplicaPlan, available_cpus, cpu_model, plan_replicas
+from .. import sizing
+from ..sizing import AUTO, DEFAULT_SOURCE, ReplicaPlan, cpu_model, plan_replicas
 from .measure import CalibrationError, calibrate, identify
 from .store import Kept, Key, keep, kept, locked
 
@@ -26,7 +27,7 @@ def auto_plan(
     python: str = sys.executable,
 ) -> ReplicaPlan:
     """The replicas and threads for ``model`` on the cores this process may use (``threads``, when given, wins)."""
-    cores = available_cpus()
+    cores = sizing.available_cpus()
     if not use_calibration:
         return plan_replicas(AUTO, threads, cores, source=f"{DEFAULT_SOURCE}; calibration turned off")
     try:

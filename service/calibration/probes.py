@@ -63,11 +63,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+class ProbeError(Exception):
+    """What the probe's caller must be told, as it is (a tokenizer that does not load...)."""
+
+
 def _loaded(args: argparse.Namespace) -> Any:
-    from ..engine.loading import keep_torch_out, load_tokenizer
+    from ..engine.loading import TokenizerLoadError, keep_torch_out, load_tokenizer
 
     keep_torch_out()  # as the server does: the same process, without torch's import
-    return load_tokenizer(args.model, args.revision)
+    try:
+        return load_tokenizer(args.model, args.revision)
+    except TokenizerLoadError as exc:
+        raise ProbeError(str(exc)) from None
 
 
 def _identity(loaded: Any) -> dict[str, Any]:
@@ -316,6 +323,6 @@ def _peak_rss(pid: int | str = "self") -> int:
 if __name__ == "__main__":
     try:
         sys.exit(main())
-    except TextsError as exc:
+    except (TextsError, ProbeError) as exc:
         print(json.dumps({"error": str(exc)}), flush=True)
         sys.exit(2)

@@ -30,7 +30,7 @@ import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, TokenizerServiceError
 from service.http.cli import main as serve_main
-from service.sizing import CORES_PER_REPLICA, _cgroup_cpu_quota, check_replicas, plan_replicas
+from service.sizing import REFERENCE, cgroup_cpu_quota, check_replicas, choose_plan, plan_replicas
 from service.wire import LAUNCH_DIR_ENV, unix_socket_url
 from testkit.launching import (
     kill,
@@ -73,17 +73,22 @@ def servers_in(folder: Path | str) -> list[int]:
 
 
 # -- sizing: the cores this process may use ---------------------------------------------------------------
-def test_auto_is_one_replica_per_measured_ceiling_of_the_cores_this_process_may_use():
-    assert plan_replicas("auto", cores=2).count == 1  # this machine: one process keeps both cores busy
-    assert plan_replicas("AUTO", cores=2 * CORES_PER_REPLICA).count == 2
-    assert plan_replicas("auto", cores=64).count == 64 // CORES_PER_REPLICA
+def test_auto_without_a_calibration_is_the_planners_choice_on_the_reference_and_says_so():
+    """No calibration: the planner on service.sizing.REFERENCE (the evidence, not this machine), few threads each."""
+    for cores in (1, 2, 16, 64):
+        plan = plan_replicas("AUTO", cores=cores, memory_bytes=1 << 40)
+        chosen = choose_plan(REFERENCE, cores)
+        assert (plan.count, plan.threads) == (chosen.replicas, chosen.threads), cores
+        assert "not measured here" in plan.source and "calibrate" in plan.source
+    assert plan_replicas("auto", cores=64, memory_bytes=1 << 40).threads_each <= 2  # #2337's pool: few threads each
+    held = plan_replicas("auto", cores=64, memory_bytes=4 * REFERENCE.replica_bytes + (256 << 20))
+    assert held.count == 4  # the memory limit caps the count
     even = plan_replicas(2, cores=4)
     assert (even.count, even.threads_each, even.warning) == (2, 2, None)  # an equal share of the cores each
     assert plan_replicas(3, cores=4).threads_each == 1
     assert plan_replicas(2, threads=3, cores=8).threads_each == 3  # threads= is each replica's
     crowded = plan_replicas(3, cores=2)
     assert crowded.count == 3 and "more than the 2 cores" in crowded.warning and "memory" in crowded.warning
-    assert "replicas='auto' gives 1 here" in crowded.warning
     oversubscribed = plan_replicas(2, threads=4, cores=4)
     assert "8 Rust threads on 4 cores" in oversubscribed.warning and "2 each" in oversubscribed.warning
 
@@ -99,34 +104,40 @@ def test_the_cores_are_the_affinity_and_the_cgroup_quota_never_the_hosts_count(t
     v2 = tmp_path / "v2"
     v2.mkdir()
     (v2 / "cpu.max").write_text("150000 100000\n")
-    assert _cgroup_cpu_quota(v2) == 1.5
+    assert cgroup_cpu_quota(v2) == 1.5
     (v2 / "cpu.max").write_text("max 100000\n")
-    assert _cgroup_cpu_quota(v2) is None
+    assert cgroup_cpu_quota(v2) is None
     v1 = tmp_path / "v1"
     (v1 / "cpu").mkdir(parents=True)
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
     (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
-    assert _cgroup_cpu_quota(v1) == 4.0
+    assert cgroup_cpu_quota(v1) == 4.0
     (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
-    assert _cgroup_cpu_quota(v1) is None
+    assert cgroup_cpu_quota(v1) is None
 
 
 def test_the_launch_key_holds_the_replicas_asked_for_and_auto_is_one_key_whatever_the_cores(monkeypatch):
     """One set per tokenizer and settings per machine: replicas are part of the settings; ``"auto"`` is one key, so
     local ranks that see different cores (pinned each to its own) still meet at one set."""
     from service import sizing
+    from service.launch.rendezvous import ServicePaths
     from service.launch.supervisor import ServeCommand
 
     def key(replicas: object = 1, **options: object) -> str:
         return ServeCommand.build(None, options, None, sys.executable, replicas).key()
 
-    assert key() == key(1) != key(2) != key("auto")
+    assert key() == key(1) != key(2) != key("auto", calibrate=False)
     assert key(2) != key(2, threads=1)
     monkeypatch.setattr(sizing, "available_cpus", lambda: 64)
-    many = ServeCommand.build(None, {}, None, sys.executable, "auto")
+    many = ServeCommand.build(None, {"calibrate": False}, None, sys.executable, "auto")
     monkeypatch.setattr(sizing, "available_cpus", lambda: 7)
-    few = ServeCommand.build(None, {}, None, sys.executable, "auto")
-    assert (many.replicas, few.replicas) == (64 // CORES_PER_REPLICA, 1) and many.key() == few.key()
+    few = ServeCommand.build(None, {"calibrate": False}, None, sys.executable, "auto")
+    big, small = choose_plan(REFERENCE, 64, sizing.memory_limit()), choose_plan(REFERENCE, 7, sizing.memory_limit())
+    assert (many.replicas, many.threads) == (big.replicas, big.threads)
+    assert (few.replicas, few.threads) == (small.replicas, small.threads)
+    assert many.key() == few.key()
+    argv = many.argv(ServicePaths.of(Path("/tmp/nowhere"), many.key(), 0))
+    assert argv[argv.index("--threads") + 1] == str(big.threads)  # each replica runs the plan's threads
 
 
 def test_a_replica_takes_its_share_of_the_cores_and_of_the_memory_limit(monkeypatch):
