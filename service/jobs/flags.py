@@ -95,8 +95,18 @@ def _add(group: Any, item: Field[Any], help_text: str | None) -> None:
         options["action"] = spec.action
     if spec.action == "append" and default is not None:
         default = list(default)  # argparse appends to a copy of its default
-    name = spec.name or "--" + item.name.replace("_", "-")
-    group.add_argument(name, dest=item.name, default=default, required=spec.required, **options)
+    group.add_argument(flag_name(item), dest=item.name, default=default, required=spec.required, **options)
+
+
+def flag_name(item: Field[Any]) -> str:
+    """The flag of a config field: its declared name, else ``--field-name``."""
+    spec: Flag = item.metadata[FLAG]
+    return spec.name or "--" + item.name.replace("_", "-")
+
+
+def flag_of(config_type: type, field_name: str) -> str:
+    """The flag of ``config_type``'s field ``field_name``, for messages that name it (never typed again)."""
+    return flag_name(declared(config_type)[field_name])
 
 
 def _shows(default: Any) -> bool:

@@ -556,6 +556,7 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     (corpus / "a.jsonl").write_text('{"text": "fine"}\n{"text": 3}\n{"text": "also fine"}\n')
     refused = cli(str(corpus), "--out", str(tmp_path / "a"), "--model", "bpe", "--vocab-size", "100")
     assert refused.returncode == 1 and "a.jsonl:2: field 'text' is a number, not a string" in refused.stderr
+    assert "rerun with --on-bad-record skip" in refused.stderr  # the flag, as pretokenize names it (issue 42)
     skipped = cli(
         str(corpus),
         "--out",
@@ -572,6 +573,8 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     assert skipped.returncode == 0, skipped.stderr
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 2
+    named = [line for line in skipped.stderr.splitlines() if "1 record skipped" in line]  # in the summary
+    assert named == [f"  skipped: 1 record skipped: {corpus / 'a.jsonl'}:2: field 'text' is a number, not a string"]
 
 
 @pytest.mark.slow  # three fresh interpreters
