@@ -28,6 +28,8 @@ WORKER_SOURCES = (
     f"SageMaker's {' or '.join(SAGEMAKER_RESOURCE_CONFIGS)} (Processing, Training: current_host among hosts) "
     f"or {SAGEMAKER_CURRENT_HOST_ENV}/{SAGEMAKER_HOSTS_ENV}"
 )
+#: The help's words for the flags that spread the work (pretokenize's and train's "how the work is spread").
+WORKERS_DESCRIPTION = f"Each worker takes units[index::count]; its index comes from {WORKER_SOURCES}."
 
 #: What a bad record's error adds, on every job that reads a corpus: the flag that skips such records.
 BAD_RECORD_HINT = (
@@ -76,4 +78,4 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
         return EXIT_INTERRUPTED, None
 
 
-__all__ = ["BAD_RECORD_HINT", "WORKER_SOURCES", "parse", "interrupt_on_sigterm", "run_job"]
+__all__ = ["BAD_RECORD_HINT", "WORKERS_DESCRIPTION", "WORKER_SOURCES", "parse", "interrupt_on_sigterm", "run_job"]
