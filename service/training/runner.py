@@ -166,9 +166,9 @@ class TrainStep(Step[CountStats, TrainSummary]):
         if done is not None:
             return done
         self.log(
-            f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
-            f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {recipe.family} "
-            f"of {config.vocab_size:,} tokens"
+            f"train: every unit is counted: {plural(counted.totals.documents, 'document')}, "
+            f"{plural(counted.totals.pretokens, 'pre-token')}, alphabet of {len(counted.plan.alphabet):,} characters; "
+            f"training a {recipe.family} of {config.vocab_size:,} tokens"
         )
         learnt = learn(recipe, counted.plan, config, job.folder, job.units, counted.totals, self.log)
         tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
@@ -336,7 +336,7 @@ def describe_summary(summary: Summary) -> str:
             lines.append(f"  train: already done: {trained.out} ({trained.vocab_size:,} tokens, {trained.fingerprint})")
         else:
             lines.append(
-                f"  merge+train: {trained.documents:,} documents, {trained.pretokens:,} pre-tokens, "
+                f"  merge+train: {plural(trained.documents, 'document')}, {plural(trained.pretokens, 'pre-token')}, "
                 f"{trained.distinct:,} distinct -> {trained.vocab_size:,} tokens in {duration(trained.seconds)} "
                 f"(waited {duration(trained.waited_seconds)}, trained {duration(trained.train_seconds)}); "
                 f"peak RSS {trained.peak_rss_bytes / 2**20:.0f} MiB"

@@ -574,6 +574,7 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 2
     named = [line for line in skipped.stderr.splitlines() if "1 record skipped" in line]  # in the summary
+    assert "count: 1 unit counted" in skipped.stderr  # plurals (issue 42): "1 units counted" before
     assert named == [f"  skipped: 1 record skipped: {corpus / 'a.jsonl'}:2: field 'text' is a number, not a string"]
 
 
