@@ -578,6 +578,26 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     assert named == [f"  skipped: 1 record skipped: {corpus / 'a.jsonl'}:2: field 'text' is a number, not a string"]
 
 
+def test_a_bad_record_keeps_the_counted_units_and_the_skipping_rerun_counts_only_the_rest(tmp_path):
+    """Defect (issue 42): a rerun with --on-bad-record skip after a run stopped at a bad record refused the units
+    already counted ("made with other settings (on_bad_record: 'error' then, 'skip' now)"): the policy was part of
+    the counts' settings, though a unit counted without a bad record is the same unit under either policy."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "fine"}\n{"text": "also fine"}\n')
+    (corpus / "b.jsonl").write_text('{"text": "fine too"}\n{"text": "broken\n{"text": "the last"}\n')
+    args = [str(corpus), "--out", str(tmp_path / "out"), "--model", "byte-level-bpe", "--vocab-size", "300"]
+    args += ["--processes", "1", "--progress", "none"]
+    refused = cli(*args)
+    assert refused.returncode == 1 and f"{corpus / 'b.jsonl'}:2: malformed JSON" in refused.stderr, refused.stderr
+    assert "rerun with --on-bad-record skip" in refused.stderr
+    rerun = cli(*args, "--on-bad-record", "skip")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "count: 1 unit counted, 1 done already" in rerun.stderr, rerun.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 4
+
+
 @pytest.mark.slow  # three fresh interpreters
 def test_a_like_source_that_cannot_be_loaded_is_answered_in_trains_words(tmp_path):
     """Defect: `train --like` offline advised "serve a local copy with --model DIR", and a --like path that
