@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-import textwrap
 from collections.abc import Sequence
 
 from . import __version__
 from .extras import install_command, unmet_line
+from .helptext import HelpFormatter
 from .suggestions import ArgumentParser
 
 PROG = "tokenizer-service"
@@ -49,16 +49,13 @@ WHOLE_EXTRA = frozenset({"serve", "train", "calibrate"})
 
 
 def build_parser() -> argparse.ArgumentParser:
-    listing = "\n".join(f"  {name:<12} {summary}" for name, (_, summary, _) in COMMANDS.items())
+    listing = "\n".join(f"{name}\t{summary}" for name, (_, summary, _) in COMMANDS.items())  # a table (helptext)
     parser = ArgumentParser(
         prog=PROG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=textwrap.fill(
-            "HuggingFace fast tokenization as a service, for training input pipelines: the server holds one "
-            "fast tokenizer with its Rust thread pool and never forks; training processes (DataLoader workers "
-            "too) call it over HTTP with the client SDK (service.client), which never loads the tokenizer.",
-            width=100,
-        ),
+        formatter_class=HelpFormatter,
+        description="HuggingFace fast tokenization as a service, for training input pipelines: the server holds one "
+        "fast tokenizer with its Rust thread pool and never forks; training processes (DataLoader workers too) call "
+        "it over HTTP with the client SDK (service.client), which never loads the tokenizer.",
         epilog=f"commands:\n{listing}\n\n'{PROG} COMMAND --help' describes a command's options.",
         usage=f"{PROG} [-h] [--version] COMMAND ...",
     )

@@ -20,6 +20,7 @@ from pydantic import SecretStr, ValidationError
 from ..engine import TokenizerLoadError, configure_rust_parallelism, load_tokenizer
 from ..engine.loading import describe_source, keep_torch_out
 from ..exits import EXIT_INTERRUPTED
+from ..helptext import HelpFormatter, short_usage
 from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
 from .settings import Settings
@@ -42,27 +43,101 @@ def _flag_type(annotation: Any) -> Any:
     return str if annotation is SecretStr else annotation
 
 
+#: The help's sections, in order: (title, description, the Settings fields in it), each field once; the first
+#: (title None) holds what a first run sets, and is the usage.
+LAYOUT: tuple[tuple[str | None, str | None, tuple[str, ...]], ...] = (
+    (None, None, ("model", "revision", "host", "port", "threads", "replicas", "api_key", "log_level")),
+    (
+        "request limits (over one: refused at once, 413/422; all in GET /info)",
+        None,
+        (
+            "max_texts_per_request",
+            "max_text_chars",
+            "max_body_bytes",
+            "max_response_tokens",
+            "memory_budget_mib",
+            "allow_chat_template_bodies",
+        ),
+    ),
+    (
+        "batching and the queue",
+        None,
+        (
+            "batching",
+            "batch_wait_ms",
+            "max_batch_texts",
+            "max_batch_chars",
+            "max_queued_requests",
+            "max_queued_texts",
+            "queue_timeout_seconds",
+        ),
+    ),
+    (
+        "connections",
+        None,
+        (
+            "uds",
+            "max_connections",
+            "keep_alive_seconds",
+            "max_header_bytes",
+            "header_timeout_seconds",
+            "body_timeout_seconds",
+            "http_protocol",
+            "access_log",
+        ),
+    ),
+    ("shutdown (SIGTERM)", None, ("graceful_shutdown_seconds", "drain_listen_seconds")),
+    (
+        "set by a launcher (TokenizerClient.launch, --replicas), not by hand",
+        None,
+        ("owners_file", "reuse_port", "replica_of"),
+    ),
+)
+
+
 def build_parser(prog: str = "tokenizer-service serve") -> argparse.ArgumentParser:
+    placed = [name for _, _, names in LAYOUT for name in names]
+    if sorted(placed) != sorted(Settings.model_fields):
+        raise ValueError(
+            f"serve's help LAYOUT places {sorted(placed)}, not the settings {sorted(Settings.model_fields)}"
+        )
     parser = ArgumentParser(
         prog=prog,
+        formatter_class=HelpFormatter,
         description="Serve a tokenizer over HTTP (POST /encode, /tokenize, /decode; GET /info, /healthz, "
-        f"/readyz, /metrics, /docs). Each flag also reads the environment variable {ENV_PREFIX}<FLAG>.",
+        f"/readyz, /metrics, /docs). Each flag also reads an environment variable, {ENV_PREFIX}<FLAG> "
+        f"(--max-text-chars: {ENV_PREFIX}MAX_TEXT_CHARS); flags win.",
     )
-    for name, field in Settings.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        env = ENV_PREFIX + name.upper()
-        default = "" if field.default is None else f" (default: {field.default})"
-        help_text = f"{field.description}{default} [env {env}]".replace("%", "%%")
-        kind = _flag_type(field.annotation)
-        if kind is bool:
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
-        elif typing.get_origin(kind) is typing.Literal:
-            parser.add_argument(flag, choices=typing.get_args(kind), default=argparse.SUPPRESS, help=help_text)
-        else:
-            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=name.upper())
+    for title, description, names in LAYOUT:
+        group = parser if title is None else parser.add_argument_group(title, description)
+        for name in names:
+            _add_setting(group, name)
+    refused = parser.add_argument_group("refused (uvicorn's, which this server does not take)")
     for flag, reason in REFUSED_FLAGS.items():
-        parser.add_argument(flag, nargs="?", default=argparse.SUPPRESS, help=f"refused: {reason}")
+        refused.add_argument(flag, nargs="?", default=argparse.SUPPRESS, help=reason)
+    parser.usage = short_usage(parser, LAYOUT[0][2])
     return parser
+
+
+def _add_setting(group: Any, name: str) -> None:
+    field = Settings.model_fields[name]
+    flag = "--" + name.replace("_", "-")
+    default = "" if field.default is None else f" (default: {field.default})"
+    help_text = f"{field.description}{default}".replace("%", "%%")
+    kind = _flag_type(field.annotation)
+    if kind is bool:
+        group.add_argument(flag, action=argparse.BooleanOptionalAction, default=argparse.SUPPRESS, help=help_text)
+    elif typing.get_origin(kind) is typing.Literal:
+        group.add_argument(flag, choices=typing.get_args(kind), default=argparse.SUPPRESS, help=help_text)
+    else:
+        group.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=help_text, metavar=_metavar(name, kind))
+
+
+def _metavar(name: str, kind: Any) -> str:
+    """A number's unit (SECONDS, MS) or N; else the setting's name (MODEL, HOST)."""
+    if kind in (int, float):
+        return next((unit.upper() for unit in ("seconds", "ms") if name.endswith("_" + unit)), "N")
+    return name.upper()
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service serve") -> int:

@@ -11,8 +11,10 @@ from types import FrameType
 from typing import Any, TypeVar
 
 from ..exits import EXIT_INTERRUPTED
-from .errors import JobError, UnitsMissing
-from .flags import config_values
+from .config import JobConfig
+from .documents import SKIPPED_EXAMPLES
+from .errors import BadRecord, JobError, UnitsMissing
+from .flags import config_values, flag_of
 from .workers import SAGEMAKER_CURRENT_HOST_ENV, SAGEMAKER_HOSTS_ENV, SAGEMAKER_RESOURCE_CONFIGS, TOTAL_ENV
 
 T = TypeVar("T")
@@ -25,6 +27,14 @@ WORKER_SOURCES = (
     "SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT, else RANK/WORLD_SIZE, else NODE_INDEX/NUM_NODES, else "
     f"SageMaker's {' or '.join(SAGEMAKER_RESOURCE_CONFIGS)} (Processing, Training: current_host among hosts) "
     f"or {SAGEMAKER_CURRENT_HOST_ENV}/{SAGEMAKER_HOSTS_ENV}"
+)
+#: The help's words for the flags that spread the work (pretokenize's and train's "how the work is spread").
+WORKERS_DESCRIPTION = f"Each worker takes units[index::count]; its index comes from {WORKER_SOURCES}."
+
+#: What a bad record's error adds, on every job that reads a corpus: the flag that skips such records.
+BAD_RECORD_HINT = (
+    f"to skip such records instead, rerun with {flag_of(JobConfig, 'on_bad_record')} skip (they are counted and the "
+    f"first {SKIPPED_EXAMPLES} named in the summary); done units stay done, the rerun does the rest"
 )
 
 
@@ -48,7 +58,8 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseException], ...] = ()) -> tuple[int, Any]:
     """Run ``job()`` as a command does: ``(exit status, its result or None)``. A :class:`JobError`, one of
-    ``failures``, an OSError or ValueError is a line on stderr and 1; :class:`UnitsMissing` 3; Ctrl-C or SIGTERM 130."""
+    ``failures``, an OSError or ValueError is a line on stderr and 1 (a :class:`BadRecord` names the flag that skips
+    it); :class:`UnitsMissing` 3; Ctrl-C or SIGTERM 130."""
     interrupt_on_sigterm()
     failed: tuple[type[BaseException], ...] = (JobError, OSError, ValueError, *failures)
     try:
@@ -56,6 +67,9 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
     except UnitsMissing as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_INCOMPLETE, None
+    except BadRecord as exc:
+        print(f"{prog}: error: {exc}; {BAD_RECORD_HINT}", file=sys.stderr)
+        return EXIT_FAILED, None
     except failed as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_FAILED, None
@@ -64,4 +78,4 @@ def run_job(prog: str, job: Callable[[], Any], *, failures: tuple[type[BaseExcep
         return EXIT_INTERRUPTED, None
 
 
-__all__ = ["WORKER_SOURCES", "parse", "interrupt_on_sigterm", "run_job"]
+__all__ = ["BAD_RECORD_HINT", "WORKERS_DESCRIPTION", "WORKER_SOURCES", "parse", "interrupt_on_sigterm", "run_job"]

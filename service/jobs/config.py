@@ -43,7 +43,9 @@ class JobConfig:
     on_bad_record: str = field(
         default="error",
         metadata=flag(
-            "error: stop at the first bad record, naming file and line; skip: count it", choices=BAD_RECORD_POLICIES
+            "error: stop at the first bad record, naming file and line (done units stay done); skip: skip such "
+            "records, counted, the first few named in the summary",
+            choices=BAD_RECORD_POLICIES,
         ),
     )
     unit_bytes: int = field(

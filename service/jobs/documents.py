@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from .errors import BadRecord, CorpusError
+from .progress import plural
 from .storage import Storage
 from .work_units import WorkUnit, parquet_file
 
@@ -25,6 +26,17 @@ BAD_RECORD_POLICIES = ("error", "skip")
 DEFAULT_MAX_RECORD_BYTES = 64 * 1024 * 1024
 #: How many skipped records are described in :attr:`DocumentReader.skipped_examples`.
 SKIPPED_EXAMPLES = 5
+
+
+def describe_skipped(skipped: int, examples: Sequence[str]) -> str:
+    """``1 record skipped: a.jsonl:121: malformed JSON (...)``: a count of skipped records and the first few."""
+    said = f"{plural(skipped, 'record')} skipped"
+    if not examples:
+        return said
+    shown = examples[:SKIPPED_EXAMPLES]
+    more = f"; and {skipped - len(shown):,} more" if skipped > len(shown) else ""
+    return f"{said}: {'; '.join(shown)}{more}"
+
 
 _BOM = b"\xef\xbb\xbf"
 _READ_CHUNK = 1 << 20

@@ -27,6 +27,10 @@ DONE_SUFFIX = ".done"
 WAIT_LINE_SECONDS = 60.0
 #: How often worker 0 lists the folder while it waits (a tenth of ``--wait`` when that is shorter).
 WAIT_POLL_SECONDS = 2.0
+#: Settings that say what to do at a bad record, not what a unit's outputs are: a unit done under one is done under
+#: another (one done under ``error`` had no bad record; one done under ``skip`` counts and names those it skipped), so
+#: a run stopped at a bad record reruns with ``--on-bad-record skip`` and redoes only the units not done.
+POLICY_SETTINGS = ("on_bad_record",)
 
 S = TypeVar("S")  # a step's per-unit statistics: a dataclass
 R = TypeVar("R")  # what a step's finalize makes (worker 0)
@@ -86,6 +90,7 @@ class ShardedJob(Generic[S]):
     outputs: Callable[[WorkUnit], list[str]]
     log: Log
     conflict_hint: str = "use another --out, or delete the old outputs"
+    policies: Sequence[str] = POLICY_SETTINGS
     clock: Callable[[], float] = time.monotonic
     sleep: Callable[[float], None] = time.sleep
     committed: list[DoneRecord[S]] = field(default_factory=list, init=False)  # the records this process wrote
@@ -115,7 +120,7 @@ class ShardedJob(Generic[S]):
         """Whether every output ``record`` lists is in the folder with its size (else the unit is redone); an
         :class:`OutputConflict` when it was made with other settings or from another input."""
         where = self.folder.url()
-        if record.settings != self.settings:
+        if _without(record.settings, self.policies) != _without(self.settings, self.policies):
             raise OutputConflict(
                 f"{where}: {unit.name} was made {_made_how(record.settings, self.settings)}; outputs made "
                 f"differently are never mixed: {self.conflict_hint}"
@@ -364,6 +369,10 @@ class _WorkerRun(Generic[S, R]):
         report.waited = time.monotonic() - started
         report.result = self.step.finalize(self.job, records, report.waited)
         return report
+
+
+def _without(settings: dict[str, Any], names: Sequence[str]) -> dict[str, Any]:
+    return {key: value for key, value in settings.items() if key not in names}
 
 
 def _made_how(theirs: dict[str, Any], ours: dict[str, Any]) -> str:

@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, Field, dataclass, fields
 from typing import Any
 
+from ..helptext import short_usage
+
 FLAG = "flag"  # the key of a field's metadata
 
 #: A command's help sections, in order: (title, description, field names); the title None is the parser's own.
@@ -58,8 +60,8 @@ def default_of(item: Field[Any]) -> Any:
 def add_flags(
     parser: argparse.ArgumentParser, config_type: type, layout: Layout, helps: Mapping[str, str] | None = None
 ) -> None:
-    """Every flag of ``config_type`` in the sections of ``layout``, each once (else a ValueError); ``helps``: a
-    job's own words for a shared flag (``--out``...)."""
+    """Every flag of ``config_type`` in the sections of ``layout``, each once (else a ValueError), and a usage of
+    the flags of its first section (title None); ``helps``: a job's own words for a shared flag (``--out``...)."""
     flags = declared(config_type)
     placed = [name for _, _, names in layout for name in names]
     if sorted(placed) != sorted(flags):
@@ -70,6 +72,8 @@ def add_flags(
         group: Any = parser if title is None else parser.add_argument_group(title, description)
         for name in names:
             _add(group, flags[name], (helps or {}).get(name))
+    # the usage names the first section's flags; --help lists the others by section
+    parser.usage = short_usage(parser, [name for title, _, names in layout if title is None for name in names])
 
 
 def _add(group: Any, item: Field[Any], help_text: str | None) -> None:
@@ -95,8 +99,18 @@ def _add(group: Any, item: Field[Any], help_text: str | None) -> None:
         options["action"] = spec.action
     if spec.action == "append" and default is not None:
         default = list(default)  # argparse appends to a copy of its default
-    name = spec.name or "--" + item.name.replace("_", "-")
-    group.add_argument(name, dest=item.name, default=default, required=spec.required, **options)
+    group.add_argument(flag_name(item), dest=item.name, default=default, required=spec.required, **options)
+
+
+def flag_name(item: Field[Any]) -> str:
+    """The flag of a config field: its declared name, else ``--field-name``."""
+    spec: Flag = item.metadata[FLAG]
+    return spec.name or "--" + item.name.replace("_", "-")
+
+
+def flag_of(config_type: type, field_name: str) -> str:
+    """The flag of ``config_type``'s field ``field_name``, for messages that name it (never typed again)."""
+    return flag_name(declared(config_type)[field_name])
 
 
 def _shows(default: Any) -> bool:

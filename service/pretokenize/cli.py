@@ -7,22 +7,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-import textwrap
 from collections.abc import Sequence
 
+from ..helptext import HelpFormatter
 from ..jobs import cli as jobcli
 from ..jobs.flags import Layout, add_flags
 from ..suggestions import ArgumentParser
 from .manifest import MANIFEST_NAME
 from .settings import PretokenizeConfig
 
+# Paragraphs, filled to the terminal by the help's formatter (service.helptext).
 DESCRIPTION = """\
 Pre-tokenize a corpus through the service into token shards for training: one shard per work unit
 (a small file, a line-aligned byte range of a big text/JSONL file, or Parquet row groups), so any number
 of workers write the same files as one. Inputs and --out are local paths or URLs (s3://, gs://, az://).
-Each worker takes units[index::count]; its index comes from {sources}. Every shard file is
-written whole, then a .done record; a rerun skips done shards and redoes the rest. Worker 0 waits for the
-others and writes {manifest} (exit {incomplete} if they are still not done).
+
+Every shard file is written whole, then a .done record; a rerun skips done shards and redoes the rest.
+Worker 0 waits for the others and writes {manifest} (exit {incomplete} if they are still not done).
+
 Every document's ids equal tokenizer(text, **options)["input_ids"] in-process (plus the eos id with
 --append-eos); with --messages-field, conversations: apply_chat_template's ids, and loss masks beside them.
 """
@@ -34,15 +36,15 @@ CONFIG = PretokenizeConfig
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog=prog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=DESCRIPTION.format(
-            sources=jobcli.WORKER_SOURCES, manifest=MANIFEST_NAME, incomplete=jobcli.EXIT_INCOMPLETE
-        ),
-        epilog=textwrap.dedent(f"""\
-            exit status: 0 done; 1 failed (bad record, service or store unreachable after retries, conflicting
-            output); 2 wrong arguments; {jobcli.EXIT_INCOMPLETE} worker 0 finished but other shards are missing
-            (no manifest yet).
-            example: {prog} 's3://corpus/*.jsonl.gz' --out s3://tokens/run1 --url http://tok:8000 --format flat"""),
+        formatter_class=HelpFormatter,
+        description=DESCRIPTION.format(manifest=MANIFEST_NAME, incomplete=jobcli.EXIT_INCOMPLETE),
+        epilog=f"""\
+exit status: 0 done; 1 failed (bad record, service or store unreachable after retries, conflicting output);
+2 wrong arguments; {jobcli.EXIT_INCOMPLETE} worker 0 finished but other shards are missing (no manifest yet).
+
+example:
+  {prog} 's3://corpus/*.jsonl.gz' \\
+    --out s3://tokens/run1 --url http://tok:8000 --format flat""",
     )
     add_flags(parser, PretokenizeConfig, LAYOUT, HELPS)
     return parser
@@ -74,7 +76,11 @@ LAYOUT: Layout = (
         "<shard>.ds.loss file (datatrove's), megatron a <shard>.loss.bin/.idx indexed dataset of uint8.",
         ("messages_field", "chat_template", "chat_template_kwargs", "assistant_masks_from", "loss_masks"),
     ),
-    ("how the work is spread", None, ("shard_index", "num_shards", "unit_bytes", "wait_seconds")),
+    (
+        "how the work is spread",
+        jobcli.WORKERS_DESCRIPTION,
+        ("shard_index", "num_shards", "unit_bytes", "wait_seconds"),
+    ),
     (
         "how the service and the stores are driven",
         None,

@@ -10,7 +10,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,7 +26,8 @@ from ..jobs import (
     WorkUnit,
     arun_worker,
 )
-from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..jobs.documents import SKIPPED_EXAMPLES, describe_skipped
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes, plural
 from .encoders import Encoder, ServiceEncoder, TextsRefused
 from .manifest import ShardStats, build_manifest, totals, write_manifest
 from .settings import PretokenizeConfig
@@ -55,6 +56,7 @@ class Summary:
     documents: int = 0
     tokens: int = 0
     skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)  # the first few, as ``path:line: reason``
     seconds: float = 0.0
     manifest: str | None = None
     peak_rss_bytes: int = 0
@@ -91,6 +93,7 @@ async def pretokenize(
         already_done=report.already_done,
         written=len(report.committed),
         **totals(report.committed),
+        skipped_examples=skipped_examples(report.committed),
         seconds=time.monotonic() - started,
         manifest=report.result,
         peak_rss_bytes=peak_rss_bytes(),
@@ -177,8 +180,9 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             written = totals(job.committed)
             rate = written["tokens"] / max(time.monotonic() - progress.started, 1e-9)
             self.log(
-                f"pretokenize: wrote {len(job.committed)} shards: {written['documents']:,} documents, "
-                f"{written['tokens']:,} tokens ({human(rate)} tokens/s), {written['skipped']:,} records skipped"
+                f"pretokenize: wrote {plural(len(job.committed), 'shard')}: "
+                f"{plural(written['documents'], 'document')}, {plural(written['tokens'], 'token')} "
+                f"({human(rate)} tokens/s), " + describe_skipped(written["skipped"], skipped_examples(job.committed))
             )
 
     def _events(self, units: list[WorkUnit]) -> Iterator[tuple[_UnitJob, list[Document] | None, int]]:
@@ -222,8 +226,18 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
     async def _pipeline(self, units: list[WorkUnit]) -> None:
         pending: deque[tuple[_UnitJob, asyncio.Future[_Encoded] | None, int]] = deque()
         self._open_writer: ShardWriter | None = None  # the one shard being written (results come in order)
+        events = self._events(units)
         try:
-            for job, batch, consumed in self._events(units):
+            while True:
+                try:
+                    job, batch, consumed = next(events)
+                except StopIteration:
+                    break
+                except Exception:  # reading failed (a bad record...): the units read whole before it are done
+                    complete = {id(job) for job, task, _ in pending if task is None}
+                    while pending and id(pending[0][0]) in complete:
+                        await self._consume(*pending.popleft())
+                    raise
                 task = asyncio.ensure_future(self._encode(batch)) if batch is not None else None
                 pending.append((job, task, consumed))
                 while len(pending) > self.config.concurrency:
@@ -326,8 +340,9 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
         where = write_manifest(self.out, manifest)
         totals = manifest["totals"]
         self.log(
-            f"pretokenize: every shard is done: {where} ({totals['shards']} shards, "
-            f"{totals['documents']:,} documents, {totals['tokens']:,} tokens, {totals['skipped']:,} skipped)"
+            f"pretokenize: every shard is done: {where} ({plural(totals['shards'], 'shard')}, "
+            f"{plural(totals['documents'], 'document')}, {plural(totals['tokens'], 'token')}, "
+            f"{totals['skipped']:,} skipped)"
         )
         return where
 
@@ -336,8 +351,15 @@ def describe_summary(summary: Summary) -> str:
     rate = summary.tokens / summary.seconds if summary.seconds else 0.0
     parts = [
         f"pretokenize: {summary.worker.describe()} finished in {duration(summary.seconds)}",
-        f"{summary.written} shards written, {summary.already_done} already done",
-        f"{summary.documents:,} documents, {summary.tokens:,} tokens ({human(rate)} tokens/s)",
+        f"{plural(summary.written, 'shard')} written, {summary.already_done} already done",
+        f"{plural(summary.documents, 'document')}, {plural(summary.tokens, 'token')} ({human(rate)} tokens/s)",
         f"peak RSS {summary.peak_rss_bytes / 2**20:.1f} MiB",
     ]
+    if summary.skipped:  # last: the records to look at
+        parts.append(describe_skipped(summary.skipped, summary.skipped_examples))
     return "; ".join(parts)
+
+
+def skipped_examples(records: list[DoneRecord[ShardStats]]) -> list[str]:
+    """The first few records skipped, in unit order."""
+    return [example for record in records for example in record.stats.skipped_examples][:SKIPPED_EXAMPLES]

@@ -6,9 +6,9 @@ import argparse
 import importlib.util
 import os
 import sys
-import textwrap
 from collections.abc import Sequence
 
+from ..helptext import HelpFormatter
 from ..jobs import cli as jobcli
 from ..jobs.flags import Layout, add_flags
 from ..suggestions import ArgumentParser
@@ -18,16 +18,19 @@ for _needed in ("tokenizers", "transformers"):  # the server extra: service.cli 
     if importlib.util.find_spec(_needed) is None:
         raise ImportError(f"No module named {_needed!r}")
 
+# Paragraphs, filled to the terminal by the help's formatter (service.helptext).
 DESCRIPTION = """\
 Train a tokenizer (BPE, byte-level BPE, WordPiece or Unigram) from a corpus too big for one machine, exactly
-as if one process had trained it on the whole corpus. Phase 1 (every worker): count the pre-tokens of its
-units with the tokenizer's normalizer and pre-tokenizer, on all its cores, in bounded memory, each unit's
-counts written whole with a .done record (a rerun counts only what is unfinished). Phase 2 (worker 0, or
---phase merge): wait for every unit, sum the counts, train once, and write tokenizer.json,
-tokenizer_config.json and manifest.json into --out (loadable by AutoTokenizer and `tokenizer-service serve
---model OUT`). Inputs, --out, --counts and --like are local paths or URLs (s3://, gs://, az://...): no shared
-file system is needed. Units and worker index as `tokenizer-service pretokenize`: {sources}; each worker
-counts units[index::count].
+as if one process had trained it on the whole corpus.
+
+Phase 1 (every worker): count the pre-tokens of its units with the tokenizer's normalizer and pre-tokenizer,
+on all its cores, in bounded memory, each unit's counts written whole with a .done record (a rerun counts
+only what is unfinished). Phase 2 (worker 0, or --phase merge): wait for every unit, sum the counts, train
+once, and write tokenizer.json, tokenizer_config.json and manifest.json into --out (loadable by
+AutoTokenizer and `tokenizer-service serve --model OUT`).
+
+Inputs, --out, --counts and --like are local paths or URLs (s3://, gs://, az://...): no shared file system
+is needed. Units as `tokenizer-service pretokenize` makes them; the worker index: "how the work is spread".
 """
 
 
@@ -38,13 +41,16 @@ CONFIG = TrainConfig
 def build_parser(prog: str) -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog=prog,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description=DESCRIPTION.format(sources=jobcli.WORKER_SOURCES),
-        epilog=textwrap.dedent(f"""\
-            exit status: 0 done; 1 failed (bad record, recipe or vocabulary size refused, conflicting counts,
-            store unreachable after retries); 2 wrong arguments; {jobcli.EXIT_INCOMPLETE} the merge gave up
-            waiting for units that are not counted.
-            example: {prog} 'corpus/*.jsonl.gz' --out my-tokenizer --model byte-level-bpe --vocab-size 32000"""),
+        formatter_class=HelpFormatter,
+        description=DESCRIPTION,
+        epilog=f"""\
+exit status: 0 done; 1 failed (bad record, recipe or vocabulary size refused, conflicting counts, store
+unreachable after retries); 2 wrong arguments; {jobcli.EXIT_INCOMPLETE} the merge gave up waiting for units that are
+not counted.
+
+example:
+  {prog} 'corpus/*.jsonl.gz' --out my-tokenizer \\
+    --model byte-level-bpe --vocab-size 32000""",
     )
     add_flags(parser, TrainConfig, LAYOUT, HELPS)
     return parser
@@ -70,7 +76,7 @@ LAYOUT: Layout = (
     ("the corpus (as pretokenize reads it)", None, ("text_field", "on_bad_record")),
     (
         "how the work is spread",
-        None,
+        jobcli.WORKERS_DESCRIPTION,
         ("phase", "counts_dir", "shard_index", "num_shards", "unit_bytes", "wait_seconds", "processes", "count_memory"),
     ),
     ("object stores", None, ("storage_options", "retry_deadline")),

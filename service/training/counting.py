@@ -68,7 +68,8 @@ class CountingSpec:
     max_words: int
 
     def settings(self) -> dict[str, Any]:
-        """Everything that changes the counts of a unit."""
+        """Everything that changes the counts of a unit (not ``on_bad_record``: a unit counted under one policy is
+        the unit counted under the other, see :data:`service.jobs.executor.POLICY_SETTINGS`)."""
         import tokenizers
 
         return {
@@ -77,14 +78,13 @@ class CountingSpec:
             "normalizer": self.normalizer,
             "pre_tokenizer": self.pre_tokenizer,
             "text_field": self.text_field,
-            "on_bad_record": self.on_bad_record,
         }
 
     def key(self) -> str:
         return json_key(self.settings())
 
     def describe(self) -> dict[str, Any]:
-        return {"key": self.key(), **self.settings()}
+        return {"key": self.key(), **self.settings(), "on_bad_record": self.on_bad_record}
 
 
 def count_files(unit: WorkUnit) -> list[str]:

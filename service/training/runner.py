@@ -5,12 +5,13 @@ from __future__ import annotations
 import contextlib
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
 from ..jobs import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Step, Storage, Worker, WorkUnit, run_worker
-from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..jobs.documents import SKIPPED_EXAMPLES, describe_skipped
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes, plural
 from ..wire import FINGERPRINT_SCHEME
 from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
@@ -30,6 +31,7 @@ class CountSummary:
     documents: int = 0
     pretokens: int = 0
     skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)  # the first few, as ``path:line: reason``
     input_bytes: int = 0
     processes: int = 1
     seconds: float = 0.0
@@ -99,6 +101,7 @@ def train(config: TrainConfig, *, log: Log = log_to_stderr) -> Summary:
             documents=sum(stats.documents for stats in counted),
             pretokens=sum(stats.pretokens for stats in counted),
             skipped=sum(stats.skipped for stats in counted),
+            skipped_examples=[example for stats in counted for example in stats.skipped_examples][:SKIPPED_EXAMPLES],
             input_bytes=report.processed_bytes,
             processes=step.processes,
             seconds=report.seconds,
@@ -140,8 +143,7 @@ class TrainStep(Step[CountStats, TrainSummary]):
         config = self.config
         self.processes = max(1, min(config.processes or available_cpus(), len(units)))
         self.log(
-            f"train: {len(units)} to count on {self.processes} process{'es' if self.processes > 1 else ''}, "
-            f"into {job.folder.url()}"
+            f"train: {len(units)} to count on {plural(self.processes, 'process', 'processes')}, into {job.folder.url()}"
         )
         count_units(
             units, job.folder, self.spec, self.storage, processes=self.processes, progress=progress, commit=job.commit
@@ -164,9 +166,9 @@ class TrainStep(Step[CountStats, TrainSummary]):
         if done is not None:
             return done
         self.log(
-            f"train: every unit is counted: {counted.totals.documents:,} documents, {counted.totals.pretokens:,} "
-            f"pre-tokens, alphabet of {len(counted.plan.alphabet):,} characters; training a {recipe.family} "
-            f"of {config.vocab_size:,} tokens"
+            f"train: every unit is counted: {plural(counted.totals.documents, 'document')}, "
+            f"{plural(counted.totals.pretokens, 'pre-token')}, alphabet of {len(counted.plan.alphabet):,} characters; "
+            f"training a {recipe.family} of {config.vocab_size:,} tokens"
         )
         learnt = learn(recipe, counted.plan, config, job.folder, job.units, counted.totals, self.log)
         tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
@@ -319,19 +321,22 @@ def describe_summary(summary: Summary) -> str:
     count = summary.count
     if count is not None:
         rate = count.input_bytes / count.seconds if count.seconds and count.counted else 0.0
-        processes = f"{count.processes} process{'es' if count.processes > 1 else ''}"
+        processes = plural(count.processes, "process", "processes")
         lines.append(
-            f"  count: {count.counted} units counted, {count.already_done} done already; {count.documents:,} "
-            f"documents, {count.pretokens:,} pre-tokens, {human(count.input_bytes, 'B')} at {human(rate, 'B')}/s "
-            f"on {processes}, {duration(count.seconds)}; peak RSS {count.peak_rss_bytes / 2**20:.0f} MiB"
+            f"  count: {plural(count.counted, 'unit')} counted, {count.already_done} done already; "
+            f"{plural(count.documents, 'document')}, {plural(count.pretokens, 'pre-token')}, "
+            f"{human(count.input_bytes, 'B')} at {human(rate, 'B')}/s on {processes}, {duration(count.seconds)}; "
+            f"peak RSS {count.peak_rss_bytes / 2**20:.0f} MiB"
         )
+        if count.skipped:
+            lines.append(f"  skipped: {describe_skipped(count.skipped, count.skipped_examples)}")
     trained = summary.training
     if trained is not None:
         if trained.already_trained:
             lines.append(f"  train: already done: {trained.out} ({trained.vocab_size:,} tokens, {trained.fingerprint})")
         else:
             lines.append(
-                f"  merge+train: {trained.documents:,} documents, {trained.pretokens:,} pre-tokens, "
+                f"  merge+train: {plural(trained.documents, 'document')}, {plural(trained.pretokens, 'pre-token')}, "
                 f"{trained.distinct:,} distinct -> {trained.vocab_size:,} tokens in {duration(trained.seconds)} "
                 f"(waited {duration(trained.waited_seconds)}, trained {duration(trained.train_seconds)}); "
                 f"peak RSS {trained.peak_rss_bytes / 2**20:.0f} MiB"

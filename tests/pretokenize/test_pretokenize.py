@@ -343,6 +343,45 @@ def test_bad_records_stop_the_run_naming_file_and_line_or_are_counted(servers, t
     ]
 
 
+def test_a_bad_record_names_the_flag_keeps_done_units_and_the_skipping_rerun_names_it(servers, tmp_path):
+    """Defect (issue 42): one malformed line in the 2nd of two files stopped the worker without naming
+    --on-bad-record; the 1st file's shard, read whole before it, was never committed (no output folder, a rerun
+    started from zero); with --on-bad-record skip the console said "1 records skipped" and where only inside a
+    .done record. Now the error names the flag and what it does, the 1st unit is done, and the rerun with
+    --on-bad-record skip redoes only the 2nd unit, naming the skipped record's file:line on the console."""
+    inputs = tmp_path / "badcorpus"
+    inputs.mkdir()
+    for number in range(2):
+        lines = [json.dumps({"text": f"part {number} document {i}"}) for i in range(200)]
+        if number == 1:
+            lines[120] = '{"text": "broken" "x"}'
+        (inputs / f"part-{number}.jsonl").write_text("\n".join(lines) + "\n")
+    bad = inputs / "part-1.jsonl"
+    out = tmp_path / "badtokens"
+    args = [str(inputs), "--out", str(out), "--url", servers["wordpiece_default"].url, "--format", "flat"]
+
+    failed = cli(*args, "--progress", "none")
+    assert failed.returncode == 1, failed.stderr
+    error = failed.stderr.strip().splitlines()[-1]
+    assert error.startswith(f"tokenizer-service pretokenize: error: {bad}:121: malformed JSON ("), error
+    assert "--on-bad-record skip" in error, error
+    first_record = out / "part-0.jsonl.00000.done"
+    assert first_record.exists(), sorted(p.name for p in out.iterdir()) if out.exists() else "no output folder"
+    assert not (out / "part-1.jsonl.00000.done").exists()
+    first_done = first_record.stat().st_mtime_ns
+
+    rerun = cli(*args, "--on-bad-record", "skip", "--progress", "none")
+    assert rerun.returncode == 0, rerun.stderr
+    assert first_record.stat().st_mtime_ns == first_done  # done, not redone
+    assert "1 shard written, 1 already done" in rerun.stderr, rerun.stderr
+    skipped = [line for line in rerun.stderr.splitlines() if "1 record skipped" in line]
+    assert skipped and all(f"{bad}:121: malformed JSON" in line for line in skipped), rerun.stderr
+    assert "1 records" not in rerun.stderr and "1 shards" not in rerun.stderr, rerun.stderr
+    summary = rerun.stderr.strip().splitlines()[-1]  # the closing summary names it too
+    assert summary.startswith("pretokenize: ") and f"{bad}:121" in summary, summary
+    assert read_manifest(out).data["totals"]["skipped"] == 1
+
+
 def test_a_document_over_the_server_limit_is_named_never_truncated(servers, tmp_path):
     source = tmp_path / "long.txt"
     limit = 1_000_000  # the test servers' --max-text-chars

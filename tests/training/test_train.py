@@ -556,6 +556,7 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     (corpus / "a.jsonl").write_text('{"text": "fine"}\n{"text": 3}\n{"text": "also fine"}\n')
     refused = cli(str(corpus), "--out", str(tmp_path / "a"), "--model", "bpe", "--vocab-size", "100")
     assert refused.returncode == 1 and "a.jsonl:2: field 'text' is a number, not a string" in refused.stderr
+    assert "rerun with --on-bad-record skip" in refused.stderr  # the flag, as pretokenize names it (issue 42)
     skipped = cli(
         str(corpus),
         "--out",
@@ -572,6 +573,29 @@ def test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line(tmp
     assert skipped.returncode == 0, skipped.stderr
     manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 2
+    named = [line for line in skipped.stderr.splitlines() if "1 record skipped" in line]  # in the summary
+    assert "count: 1 unit counted" in skipped.stderr  # plurals (issue 42): "1 units counted" before
+    assert named == [f"  skipped: 1 record skipped: {corpus / 'a.jsonl'}:2: field 'text' is a number, not a string"]
+
+
+def test_a_bad_record_keeps_the_counted_units_and_the_skipping_rerun_counts_only_the_rest(tmp_path):
+    """Defect (issue 42): a rerun with --on-bad-record skip after a run stopped at a bad record refused the units
+    already counted ("made with other settings (on_bad_record: 'error' then, 'skip' now)"): the policy was part of
+    the counts' settings, though a unit counted without a bad record is the same unit under either policy."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "fine"}\n{"text": "also fine"}\n')
+    (corpus / "b.jsonl").write_text('{"text": "fine too"}\n{"text": "broken\n{"text": "the last"}\n')
+    args = [str(corpus), "--out", str(tmp_path / "out"), "--model", "byte-level-bpe", "--vocab-size", "300"]
+    args += ["--processes", "1", "--progress", "none"]
+    refused = cli(*args)
+    assert refused.returncode == 1 and f"{corpus / 'b.jsonl'}:2: malformed JSON" in refused.stderr, refused.stderr
+    assert "rerun with --on-bad-record skip" in refused.stderr
+    rerun = cli(*args, "--on-bad-record", "skip")
+    assert rerun.returncode == 0, rerun.stderr
+    assert "count: 1 unit counted, 1 done already" in rerun.stderr, rerun.stderr
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["counts"]["skipped"] == 1 and manifest["counts"]["documents"] == 4
 
 
 @pytest.mark.slow  # three fresh interpreters

@@ -176,7 +176,10 @@ EFFECT_TESTS = {
     "inputs": ["test_train.py::test_bpe_equals_train_from_iterator_on_the_raw_corpus_with_any_number_of_workers"],
     "out": ["test_train.py::test_a_trained_tokenizer_is_served_and_encodes_as_in_process"],
     "text_field": ["test_train_options.py::test_text_field_names_the_field_the_text_is_read_from"],
-    "on_bad_record": ["test_train.py::test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line"],
+    "on_bad_record": [
+        "test_train.py::test_the_train_command_is_listed_and_refuses_bad_records_naming_the_line",
+        "test_train.py::test_a_bad_record_keeps_the_counted_units_and_the_skipping_rerun_counts_only_the_rest",
+    ],
     "unit_bytes": ["test_train_options.py::test_counts_go_where_told_one_file_per_unit_of_unit_bytes"],
     "shard_index": ["test_train.py::test_bpe_equals_train_from_iterator_on_the_raw_corpus_with_any_number_of_workers"],
     "num_shards": ["test_train.py::test_bpe_equals_train_from_iterator_on_the_raw_corpus_with_any_number_of_workers"],
