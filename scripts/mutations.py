@@ -55,6 +55,7 @@ TRAIN_OPTIONS = "tests/training/test_train_options.py"
 TRAIN = "tests/training/test_train.py"
 EMBEDDED = "tests/http/test_embedded.py"
 FINGERPRINT = "tests/engine/test_fingerprint.py"
+DIRECT_ROUTES = "tests/http/test_direct_routes.py"
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"  # where a function that left its module is looked for
 
@@ -316,6 +317,13 @@ MUTATIONS: tuple[Mutation, ...] = (
         "result = await _unless_client_leaves(request, route.submit(engine, body, reservation))",
         "result = await route.submit(engine, body, reservation)",
         (BATCHING,),
+    ),
+    Mutation(
+        "a dependency the work routes would skip (a Depends() on /encode, the app's) lets the app start",
+        "service.http.direct_routes:refuse_bypassed_dependencies",
+        "if found:",
+        "if False:",
+        (DIRECT_ROUTES,),
     ),
     Mutation(
         "a misspelt field (or a command's flag) gets no closest name",
