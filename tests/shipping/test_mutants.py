@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.anchors import AnchorError, find_scope, module_path
+from scripts.anchors import AnchorError, find_scope, locate, module_path
 from scripts.mutations import MUTATIONS, Mutation
 from testkit.servers import REPO
 
@@ -63,7 +63,8 @@ def test_each_mutation_follows_its_function_moved_and_reformatted(mutation: Muta
     source = (REPO / mutation.path).read_text()
     qualname = mutation.at.partition(":")[2]
     moved = _moved_and_relaid(source, qualname)
-    assert moved.splitlines() != source.splitlines()
+    node = (mutation.at, mutation.node, mutation.within)
+    assert locate(moved, *node).start[0] != locate(source, *node).start[0]  # on another line now
     expected = _moved_and_relaid(mutation.apply(source), qualname)  # the same bug, in the moved function
     assert _meaning(mutation.apply(moved)) == _meaning(expected) != _meaning(moved)
 
