@@ -120,10 +120,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         for m in chosen:
             tiers = " ".join(m.caught_by) + (f" + {SERVER} alone" if m.parity else "")
-            print(f"{m.name}\n    {m.path}: {m.original}\n    -> {m.mutated}\n    caught by: {tiers}")
+            within = f" (within {m.within})" if m.within else ""
+            print(f"{m.name}\n    {m.at}: {m.node}{within}\n    -> {m.mutated}\n    caught by: {tiers}")
         return 0
-    for m in chosen:  # all of them must apply before anything runs
-        m.apply((REPO / m.path).read_text())
+    for m in chosen:  # all of them must apply before anything runs (a module gone: where its function went)
+        m.apply((REPO / m.path).read_text() if (REPO / m.path).is_file() else "")
 
     started = time.monotonic()
     results: list[tuple[Mutation, list[tuple[str, Outcome]]]] = []

@@ -99,7 +99,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         return combine([self._send(call) for call in calls])
 
     # The methods below are the async twin's too (service/client/async_client.py): each builds its call(s) and
-    # ends in one ``self._send`` (or ``_send_all``), which the twin's are coroutines of.
+    # ends in one ``return self._send(...)`` (or ``_send_all``), coroutines there: tests/client/test_async_twin.py.
     def encode(
         self,
         text: str | Sequence[str] | Sequence[tuple[str, str]],

@@ -14,10 +14,11 @@ from .. import __version__
 from ..engine import ErrorKind, LoadedTokenizer, ServiceError
 from ..wire import AUTH_SCHEME, PLAYGROUND_PATH
 from .api_docs import DOCS_PATH, ApiDocs, declare_bearer_auth
+from .direct_routes import DirectWorkRoutes, refuse_bypassed_dependencies
 from .middleware import OPEN_PATHS, BearerAuth, CatchAll, ReleaseAfterSend, RequestMetrics
 from .playground import Playground
 from .responses import KIND_BY_STATUS, answer_error, error_response
-from .routes import DirectWorkRoutes, Routes
+from .routes import Routes
 from .runtime import Runtime
 from .settings import Settings
 
@@ -43,7 +44,7 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
             f"**[Tokenizer playground]({PLAYGROUND_PATH.lstrip('/')})**: type a text and see how the served "
             "tokenizer cuts it (token spans, ids, counts, special tokens)."
         ),
-        lifespan=runtime.lifespan,
+        lifespan=runtime.lifespan,  # (no dependencies=: the work routes would skip them, see Routes.install)
         docs_url=None,  # FastAPI's loads Swagger UI from a CDN: ApiDocs serves it from the package
         redoc_url=None,
         **_NO_OPENTELEMETRY,
@@ -63,11 +64,12 @@ def create_app(settings: Settings, loaded: LoadedTokenizer | None = None, *, run
 
     # Middleware, innermost first. CatchAll answers unexpected errors (no handler for Exception: Starlette would
     # re-raise it to the server, which logs its message, request content and all).
-    app.add_middleware(DirectWorkRoutes, routes=routes)  # auth and metrics still wrap it
+    app.add_middleware(DirectWorkRoutes, routes=routes, router=app.router)  # auth and metrics still wrap it
     app.add_middleware(ReleaseAfterSend)  # after the fast path and the routes have sent their answers
     if settings.api_key is not None:
         app.add_middleware(BearerAuth, api_key=settings.api_key.get_secret_value())
         declare_bearer_auth(app, OPEN_PATHS, f"The service's API key (--api-key), sent as '{AUTH_SCHEME} <key>'.")
     app.add_middleware(CatchAll)
     app.add_middleware(RequestMetrics, runtime=runtime, routes=paths)  # outermost
+    refuse_bypassed_dependencies(app.router, routes.work_routes)  # (again when the app first runs: added since)
     return app

@@ -13,7 +13,6 @@ from fastapi import FastAPI
 from pydantic import BaseModel
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..engine import BodyKind, EncodedBatch, Engine, ErrorKind, ForkGuard, ServiceError, TokenizedBatch, TokenizeOptions
 from ..engine.memory import Reservation
@@ -251,6 +250,9 @@ class Routes:
         """Register every route on ``app``; returns their paths."""
         router = app.router
         for route in self.work_routes.values():
+            # No dependencies= (nor Depends() parameters, nor on the router or the app): DirectWorkRoutes answers these
+            # POSTs before FastAPI's routing, so they would never run, and the app refuses to start with them
+            # (direct_routes.py). Per-request work goes in serve() or in a middleware (as BearerAuth is).
             router.add_api_route(
                 route.path,
                 self._endpoint(route),
@@ -375,25 +377,6 @@ class Routes:
         if buffer is not None:
             return buffer if received == len(buffer) else buffer[:received]
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-class DirectWorkRoutes:
-    """Work routes' POSTs go straight to :meth:`Routes.serve`, ahead of FastAPI's routing, dependencies and exit
-    stacks (costlier per small request than the work); the FastAPI routes stay registered for the schema."""
-
-    def __init__(self, app: ASGIApp, routes: Routes) -> None:
-        self.app = app
-        self.routes = routes
-        self.work_routes = routes.work_routes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
-            route = self.work_routes.get(scope["path"])
-            if route is not None:
-                response = await self.routes.serve(route, Request(scope, receive))
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
 
 
 async def _unless_client_leaves(request: Request, future: asyncio.Future[Result]) -> Result:
