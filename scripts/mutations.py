@@ -56,6 +56,8 @@ TRAIN = "tests/training/test_train.py"
 EMBEDDED = "tests/http/test_embedded.py"
 FINGERPRINT = "tests/engine/test_fingerprint.py"
 DIRECT_ROUTES = "tests/http/test_direct_routes.py"
+PLANNER = "tests/sizing/test_planner.py"
+CALIBRATION = "tests/calibration/test_calibrate.py"
 
 SERVICE = Path(__file__).resolve().parent.parent / "service"  # where a function that left its module is looked for
 
@@ -648,10 +650,40 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "replicas='auto' counts the host's cores, not those this process may use",
-        "service.sizing:available_cpus",
-        "cpus = len(os.sched_getaffinity(0))",
-        "cpus = os.cpu_count() or 1",
+        "service.sizing.machine:allowed_cpus",
+        "return sorted(os.sched_getaffinity(0))",
+        "return list(range(os.cpu_count() or 1))",
         (REPLICAS,),
+    ),
+    # -- sizing from a calibration -------------------------------------------------------------------------
+    Mutation(
+        "the planner breaks ties towards more replicas (each a tokenizer and its memory more, for nothing)",
+        "service.sizing.planner:choose_plan",
+        "(c[1], c[2])",
+        "(-c[1], c[2])",
+        (PLANNER,),
+    ),
+    Mutation(
+        "the planner ignores the memory limit",
+        "service.sizing.planner:choose_plan",
+        "count = cores // threads if cap is None else min(cores // threads, cap)",
+        "count = cores // threads",
+        (PLANNER, REPLICAS),
+    ),
+    Mutation(
+        "a measured curve is extrapolated past its last point (a pool that stopped gaining is taken to go on)",
+        "service.sizing.planner:Curve.rate",
+        "return points[-1][1]",
+        "return points[-1][1] * threads / points[-1][0]",
+        (PLANNER,),
+        within="if threads >= points[-1][0]:",
+    ),
+    Mutation(
+        "a kept calibration edited or damaged on disk is trusted",
+        "service.calibration.store:kept",
+        'if record["checksum"] != hashlib.sha256(_canonical(body)).hexdigest():',
+        "if False:",
+        (CALIBRATION,),
     ),
     Mutation(
         "the launch key forgets the replicas asked for (a one-server launch attaches to a set, and back)",
@@ -792,7 +824,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "outputs made with other settings are mixed in",
         "service.jobs.executor:ShardedJob.check",
-        "if record.settings != self.settings:",
+        "if _without(record.settings, self.policies) != _without(self.settings, self.policies):",
         "if False:",
         (CORPUS,),
     ),

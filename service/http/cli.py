@@ -87,6 +87,7 @@ LAYOUT: tuple[tuple[str | None, str | None, tuple[str, ...]], ...] = (
         ),
     ),
     ("shutdown (SIGTERM)", None, ("graceful_shutdown_seconds", "drain_listen_seconds")),
+    ("--replicas auto", None, ("calibrate",)),
     (
         "set by a launcher (TokenizerClient.launch, --replicas), not by hand",
         None,

@@ -84,8 +84,9 @@ class Settings(BaseSettings):
     )
     calibrate: bool = Field(
         True,
-        description="With --replicas auto: plan from a calibration of this machine and tokenizer (made once, kept "
-        "under --calibration-dir). --no-calibrate: the default plan, few Rust threads per replica (not measured here).",
+        description="With --replicas auto: plan from a calibration of this machine and tokenizer (made at the first "
+        "start, kept in $TOKENIZER_SERVICE_CALIBRATION_DIR, else ~/.cache/tokenizer-service/calibrations). "
+        "--no-calibrate: the default plan, few Rust threads per replica (not measured here).",
     )
     replica_of: int = Field(
         1,
