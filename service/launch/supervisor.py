@@ -299,7 +299,11 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
     last = next((line for line in reversed(lines) if line.strip()), "it wrote nothing")
     cause = own[-1] if own else silent or last
     tail = "\n".join("    " + line for line in lines[-LOG_LINES:])
-    return LaunchError(f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}", log_path=paths.log)
+    return LaunchError(
+        f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}",
+        log_path=paths.log,
+        server_error=own[-1] if own else None,
+    )
 
 
 def stop_servers(

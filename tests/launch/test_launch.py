@@ -374,8 +374,9 @@ def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
     assert again.value.log_path == info.value.log_path
     kept = Path(f"{info.value.log_path}.1").read_text()
     assert "launched by pid" in kept and "no such file" in kept
-    with pytest.raises(LaunchError, match="unrecognized arguments: --thredas"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'thredas'; did you mean 'threads'") as misspelt:
         TokenizerClient.launch(thredas=2)  # a setting's name misspelt: the server's parser says which
+    assert "unrecognized arguments: --thredas" in str(misspelt.value.__cause__)  # the LaunchError, with the log
     with pytest.raises(ValueError, match="chooses where its service listens"):
         TokenizerClient.launch(port=9000)
     with pytest.raises(ValueError, match=r"how it stops, so \['drain_listen_seconds'\]"):
