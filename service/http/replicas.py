@@ -25,6 +25,7 @@ from typing import Any
 
 from ..launch.rendezvous import hold_shared
 from ..launch.supervisor import how_it_ended, ready_fingerprint, stop_servers
+from ..plurals import counted
 from ..sizing import plan_replicas
 from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
 from .port_taken import cannot_listen, local_host
@@ -77,7 +78,9 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
     if plan.warning:
         print(f"{prog}: warning: {plan.warning}", file=sys.stderr, flush=True)
     if plan.count == 1:
-        logger.info("--replicas %s: one replica on %d cores; serving in this process", settings.replicas, plan.cores)
+        logger.info(
+            "--replicas %s: one replica on %s; serving in this process", settings.replicas, counted(plan.cores, "core")
+        )
         return None
     from .server import bind_listener
 
@@ -111,11 +114,11 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str) -> i
 
         def say_up() -> None:
             logger.info(
-                "serving on %s with %d replicas (pids %s; %d Rust threads each; %s)",
+                "serving on %s with %d replicas (pids %s; %s each; %s)",
                 f"http://{f'[{host}]' if ':' in host else host}:{port}",
                 plan.count,
                 ", ".join(str(r.process.pid) for r in replicas if r.process is not None),
-                plan.threads_each,
+                counted(plan.threads_each, "Rust thread"),
                 replicas[0].fingerprint,
             )
 
