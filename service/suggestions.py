@@ -6,7 +6,6 @@ the client imports it."""
 from __future__ import annotations
 
 import argparse
-import difflib
 import functools
 import re
 import sys
@@ -25,6 +24,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def closest(name: str, known: Iterable[str], cutoff: float = SIMILARITY_CUTOFF) -> str | None:
     """The known name ``name`` most likely misspells, or None when none is close enough."""
+    import difflib  # (when a name is misspelt: the client imports this module)
+
     matches = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
     return matches[0] if matches else None
 
