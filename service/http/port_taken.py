@@ -13,7 +13,7 @@ from typing import Any
 from ..transport.base import Request, Timeout
 from ..transport.exceptions import TransportError
 from ..transport.stdlib import HTTPTransport
-from ..wire import FINGERPRINT_PREFIX, INFO_PATH
+from ..wire import ERROR_TYPE_FIELD, ERROR_TYPES, FINGERPRINT_PREFIX, INFO_PATH
 
 #: How long ``serve`` waits on what holds its port to say what it is: never long enough to matter to a failed start.
 PROBE_TIMEOUT = Timeout(connect=0.5, read=1.0)
@@ -50,11 +50,14 @@ def _what_listens(host: str, port: int) -> str | None:
     transport = HTTPTransport()
     try:
         response = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=PROBE_TIMEOUT))
-        info: Any = json.loads(bytes(response.body)) if response.status == 200 else None
+        info: Any = json.loads(bytes(response.body))
     except (TransportError, ValueError):
         return None
     finally:
         transport.close()
+    if response.status == ERROR_TYPES["unauthorized"].status and isinstance(info, dict):
+        if info.get(ERROR_TYPE_FIELD) == "unauthorized":
+            return f"a tokenizer-service that asks for an API key (its /info says no more): use it at {url}, or stop it"
     fingerprint = info.get("fingerprint") if isinstance(info, dict) else None
     if not isinstance(fingerprint, str) or not fingerprint.startswith(FINGERPRINT_PREFIX):
         return None
@@ -62,7 +65,7 @@ def _what_listens(host: str, port: int) -> str | None:
     revision = f" at revision {info['revision']}" if info.get("revision") else ""
     return (
         f"a tokenizer-service {versions.get('service', '(version unknown)')} serving {info.get('source')}{revision} "
-        f"({fingerprint[: len(FINGERPRINT_PREFIX) + 12]}): use it at {url}, or stop it first"
+        f"({fingerprint[: len(FINGERPRINT_PREFIX) + 12]}): use it at {url}, or stop it"
     )
 
 
