@@ -330,7 +330,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a misspelt field (or a command's flag) gets no closest name",
         "service.suggestions:closest",
-        "matches = difflib.get_close_matches(name, list(known), n=1, cutoff=SIMILARITY_CUTOFF)",
+        "matches = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)",
         "matches: list[str] = []",
         (APP, CLI),
     ),

@@ -367,6 +367,11 @@ def serve_arguments(settings: Mapping[str, Any]) -> list[str]:
     return arguments
 
 
+def setting_of_flag(flag: str) -> str:
+    """The setting a flag of :func:`serve_arguments` sets: ``--max-length`` -> ``max_length``."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
 # -- where a service is: URLs, Unix domain sockets included -------------------------------------------------
 #: A service on a Unix socket: ``http+unix://``, the socket's path percent-encoded (``/`` as ``%2F``), then a route:
 #: ``http+unix://%2Ftmp%2Fts.sock/encode``. requests-unixsocket's and Docker's convention: a base URL plus a route

@@ -7,11 +7,13 @@ at import time, pickled into spawned DataLoader workers or inherited by forked o
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import __version__
+from ..suggestions import UnknownOptionError, closest, unknown_option, unrecognized_flags
 from ..transport.base import AsyncTransport, Request, SyncTransport, Timeout
+from ..transport.exceptions import LaunchError
 from ..wire import (
     API_KEY_ENV,
     AUTH_SCHEME,
@@ -22,6 +24,7 @@ from ..wire import (
     URL_ENV,
     check_fingerprint_pin,
     parse_service_url,
+    setting_of_flag,
 )
 from .operations import Call
 from .retrying import Endpoints, RetryPolicy
@@ -178,7 +181,15 @@ def launched(
     launcher = {name: value for name, value in options.items() if name in LAUNCH_SETTINGS}
     server = {name: value for name, value in options.items() if name not in own and name not in LAUNCH_SETTINGS}
     expected = client_options.pop("expected_fingerprint", None)
-    service = launch(model, server, api_key=client_options.get("api_key"), expected_fingerprint=expected, **launcher)
+    try:
+        service = launch(
+            model, server, api_key=client_options.get("api_key"), expected_fingerprint=expected, **launcher
+        )
+    except LaunchError as exc:
+        misspelt = unrecognized_flags(exc.server_error or "")
+        if misspelt:  # a keyword that is no setting of serve (nor the client's, nor the launcher's)
+            raise _unknown_setting(f"{getattr(client_class, '__name__', 'client')}.launch()", misspelt, own) from exc
+        raise
     try:
         transport = transport_class(service.service, service.share, client_options.pop("transport", None))
         return client_class(
@@ -190,3 +201,19 @@ def launched(
     except BaseException:
         service.release()
         raise
+
+
+def _unknown_setting(
+    where: str, misspelt: Mapping[str, str | None], client_options: Iterable[str]
+) -> UnknownOptionError:
+    """The error for the first flag ``serve`` refused (``misspelt``: flag -> the flag it suggested), as a keyword."""
+    flag, meant_flag = next(iter(misspelt.items()))
+    name = setting_of_flag(flag)
+    meant = setting_of_flag(meant_flag) if meant_flag else closest(name, [*client_options, *LAUNCH_SETTINGS])
+    if meant is not None:
+        return unknown_option(where, name, (), meant)
+    return UnknownOptionError(
+        f"{where} got an unexpected keyword argument {name!r}; it is no option of the client or the launcher, nor a "
+        "setting of serve (`tokenizer-service serve --help` lists them)",
+        name,
+    )

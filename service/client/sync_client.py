@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..suggestions import checked_keywords
 from ..transport.base import SyncTransport
 from ..transport.exceptions import TokenizerServiceError, TransportError
 from ..transport.stdlib import HTTPTransport
@@ -100,6 +101,8 @@ class TokenizerClient(ClientBase[SyncTransport]):
 
     # The methods below are the async twin's too (service/client/async_client.py): each builds its call(s) and
     # ends in one ``return self._send(...)`` (or ``_send_all``), coroutines there: tests/client/test_async_twin.py.
+    # A misspelt keyword names the option meant (checked_keywords), as the HTTP API names a misspelt field.
+    @checked_keywords
     def encode(
         self,
         text: str | Sequence[str] | Sequence[tuple[str, str]],
@@ -161,6 +164,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
 
     __call__ = encode
 
+    @checked_keywords
     def lengths(
         self,
         text: str | Sequence[str] | Sequence[tuple[str, str]],
@@ -204,6 +208,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
 
         return self._send_all(calls, counts)
 
+    @checked_keywords
     def encode_ragged(
         self,
         text: str | Sequence[str] | Sequence[tuple[str, str]],
@@ -243,6 +248,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         )
         return self._send(encode_ragged_call(text, text_pair, options))
 
+    @checked_keywords
     def decode(
         self, ids: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
     ) -> str:
@@ -252,6 +258,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         )
         return self._send(decode_call(ids, options, single=True))
 
+    @checked_keywords
     def batch_decode(
         self, sequences: Any, *, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None
     ) -> list[str]:
@@ -261,6 +268,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         )
         return self._send(decode_call(sequences, options, single=False))
 
+    @checked_keywords
     def tokenize(
         self,
         text: str | Sequence[str] | Sequence[tuple[str, str]],
@@ -284,6 +292,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         )
         return self._send(tokenize_call(text, pair, options))
 
+    @checked_keywords
     def apply_chat_template(
         self,
         conversation: Any,
@@ -339,6 +348,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         )
         return self._send(call)
 
+    @checked_keywords
     def chat_encode_ragged(
         self,
         conversations: Sequence[Any],

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..suggestions import check_options, keyword_only_parameters
 from ..wire import CHAT_OPTIONS, ENCODE_OPTIONS, LENGTHS_BATCH_TEXTS, LENGTHS_OPTIONS
 from .packing import PACKING_OPTIONS, flatten
 from .protocol import SFT_CHAT_OPTIONS, TokenizerLike
@@ -122,11 +123,9 @@ class Collator(_TokenBudget):
         from ..extras import require_module
 
         require_module("torch", "torch", "a collator (client.collator())")  # when made, not at its first batch
-        unknown = set(options) - set(ENCODE_OPTIONS) - set(PACKING_OPTIONS)
-        if "return_tensors" in unknown:
+        if "return_tensors" in options:
             raise TypeError("a collator always returns torch tensors; return_tensors cannot be set")
-        if unknown:
-            raise TypeError(f"unknown encode option(s) {sorted(unknown)}; known: {sorted(ENCODE_OPTIONS)}")
+        check_options("Collator()", options, [*_COLLATOR_SETTINGS, *ENCODE_OPTIONS, *PACKING_OPTIONS])
         self.client = client
         self.text_field = text_field
         self.pair_field = pair_field
@@ -283,14 +282,13 @@ class ChatCollator(_TokenBudget):
 
         require_module("torch", "torch", "a chat collator (client.chat_collator())")
         unknown = set(chat_options) - set(SFT_CHAT_OPTIONS)
-        if unknown:
+        if unknown and unknown <= set(CHAT_OPTIONS):
             why = (
                 "the collator encodes without padding and pads each batch itself, and asks for assistant masks "
                 "when assistant_only_loss is set"
-                if unknown <= set(CHAT_OPTIONS)
-                else "unknown option(s)"
             )
             raise TypeError(f"{sorted(unknown)}: {why}; the chat options it takes are {list(SFT_CHAT_OPTIONS)}")
+        check_options("ChatCollator()", chat_options, [*_CHAT_COLLATOR_SETTINGS, *SFT_CHAT_OPTIONS])
         from .sft import check_padding
 
         check_padding(padding_side, pad_to_multiple_of)
@@ -350,3 +348,8 @@ class ChatCollator(_TokenBudget):
     def __repr__(self) -> str:
         options = ", ".join(f"{k}={v!r}" for k, v in {**self.sft_options, **self.chat_options}.items())
         return f"ChatCollator({self.client!r}, messages_field={self.messages_field!r}, {options})"
+
+
+# their own settings: a misspelt one lands in their **options
+_COLLATOR_SETTINGS = keyword_only_parameters(Collator.__init__)
+_CHAT_COLLATOR_SETTINGS = keyword_only_parameters(ChatCollator.__init__)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
+from ..suggestions import check_options, keyword_only_parameters
 from ..wire import ChatOptions, EncodeOptions, changed_options
 from .protocol import SFT_CHAT_OPTIONS, TokenizerLike
 from .sft import sft_labels
@@ -102,10 +103,8 @@ class TokenizeFunction(_CachedByIdentity):
     def __init__(
         self, client: TokenizerLike, column: str = "text", *, pair_column: str | None = None, **options: Any
     ) -> None:
-        names = {declared.name for declared in fields(EncodeOptions)}
-        unknown = sorted(set(options) - names)
-        if unknown:
-            raise TypeError(f"unknown options {unknown}: a map takes those of encode, {sorted(names)}")
+        settings = keyword_only_parameters(TokenizeFunction.__init__)
+        check_options("TokenizeFunction()", options, [*settings, *(option.name for option in fields(EncodeOptions))])
         self.pair_column = pair_column
         super().__init__(client, column, EncodeOptions(**options))
 
@@ -140,9 +139,8 @@ class ChatTokenizeFunction(_CachedByIdentity):
         labels: bool = False,
         **chat_options: Any,
     ) -> None:
-        unknown = sorted(set(chat_options) - set(SFT_CHAT_OPTIONS))
-        if unknown:
-            raise TypeError(f"unknown options {unknown}: a conversation map takes {sorted(SFT_CHAT_OPTIONS)}")
+        settings = keyword_only_parameters(ChatTokenizeFunction.__init__)
+        check_options("ChatTokenizeFunction()", chat_options, [*settings, *SFT_CHAT_OPTIONS])
         self.assistant_only_loss = assistant_only_loss
         self.labels = labels
         super().__init__(client, column, ChatOptions(return_assistant_tokens_mask=assistant_only_loss, **chat_options))

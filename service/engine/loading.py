@@ -33,6 +33,17 @@ def _no_torch_notice(record: logging.LogRecord) -> bool:
 TORCH_NOTICE_FILTER = _no_torch_notice
 logging.getLogger("transformers").addFilter(TORCH_NOTICE_FILTER)  # before transformers is imported (below)
 
+#: The start of the warning transformers prints, bare, at a process's first decode of a BPE tokenizer whose
+#: clean-up it skips; the server says what that means once, at load, in its own format (:func:`_bpe_clean_up_line`).
+_BPE_CLEAN_UP_WARNING = "Ignoring clean_up_tokenization_spaces=True for BPE tokenizer"
+
+
+def _no_bpe_clean_up_warning(record: logging.LogRecord) -> bool:
+    return not str(record.msg).startswith(_BPE_CLEAN_UP_WARNING)
+
+
+logging.getLogger("transformers.tokenization_utils_tokenizers").addFilter(_no_bpe_clean_up_warning)
+
 
 def keep_torch_out() -> bool:
     """In a command's own process that never needs torch (``serve``, ``train``): make torch unimportable before
@@ -109,7 +120,28 @@ def load_tokenizer(source: str | None, revision: str | None = None, *, option: s
     backend.no_padding()
     backend.no_truncation()
     backend.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+    said = _bpe_clean_up_line(tokenizer, display)
+    if said is not None:
+        logger.info("%s", said)
     return LoadedTokenizer(tokenizer, display, revision, fingerprint(tokenizer))
+
+
+def _bpe_clean_up_line(tokenizer: Any, display: str) -> str | None:
+    """What a BPE tokenizer's ``clean_up_tokenization_spaces=True`` means for ``/decode``, where it asks for a
+    clean-up transformers 5 skips (``TokenizersBackend._decode``: a BPE model, unless
+    :data:`_BPE_CLEAN_UP` is set); None where the setting is applied, or off."""
+    skipped = (
+        type(tokenizer.backend_tokenizer.model).__name__ == "BPE"
+        and bool(getattr(tokenizer, "clean_up_tokenization_spaces", False))
+        and not getattr(tokenizer, _BPE_CLEAN_UP, False)
+    )
+    if not skipped:
+        return None
+    return (
+        f"{display}: its clean_up_tokenization_spaces=True changes nothing: transformers skips that clean-up for a BPE "
+        "model (it would strip spaces before punctuation), so /decode, as transformers, answers the decoder's text as "
+        "is, whatever clean_up_tokenization_spaces a request sends"
+    )
 
 
 def describe_source(source: str | None, revision: str | None = None) -> str:

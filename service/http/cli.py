@@ -23,6 +23,7 @@ from ..exits import EXIT_INTERRUPTED
 from ..helptext import HelpFormatter, short_usage
 from ..suggestions import ArgumentParser
 from ..wire import ENV_PREFIX
+from .port_taken import cannot_listen
 from .settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -186,18 +187,21 @@ def _serve(argv: Sequence[str] | None, prog: str) -> int:
         for socket_file in socket_files:
             socket_file.remove()
 
-    where = settings.uds if settings.uds is not None else f"{settings.host}:{settings.port}"
     try:  # before the tokenizer loads: a port in use fails at once
         if settings.uds is not None:
             listener, socket_file = bind_unix_listener(settings.uds)
             listeners.append(listener)
             socket_files.append(socket_file)
+    except OSError as exc:
+        leave_unserved()
+        print(f"{prog}: cannot listen on {settings.uds}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    try:
         if settings.uds is None or settings.reuse_port:  # a replica: the shared port, and its own socket
-            where = f"{settings.host}:{settings.port}"
             listeners.append(bind_listener(settings.host, settings.port, reuse_port=settings.reuse_port))
     except OSError as exc:
         leave_unserved()
-        print(f"{prog}: cannot listen on {where}: {exc.strerror or exc}", file=sys.stderr)
+        print(cannot_listen(prog, settings.host, settings.port, exc), file=sys.stderr)
         return 1
 
     def stop_loading() -> None:  # the owners left during the load: nothing to drain

@@ -25,8 +25,10 @@ from typing import Any
 
 from ..launch.rendezvous import hold_shared
 from ..launch.supervisor import how_it_ended, ready_fingerprint, stop_servers
+from ..plurals import counted
 from ..sizing import AUTO, ReplicaPlan, plan_replicas
 from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
+from .port_taken import cannot_listen, local_host
 from .settings import Settings
 
 __all__ = ["plan_for", "serve_replicas", "SET_BY_THE_PARENT"]
@@ -95,10 +97,10 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str, plan
 
     try:  # a port in use fails at once
         if settings.port != 0 and _answered(settings.host, settings.port):
-            raise OSError(errno.EADDRINUSE, "a server is listening on it")
+            raise OSError(errno.EADDRINUSE, os.strerror(errno.EADDRINUSE))  # as a bind says it (SO_REUSEPORT would not)
         reserved = bind_listener(settings.host, settings.port, reuse_port=True)  # never listens: the replicas do
     except OSError as exc:
-        print(f"{prog}: cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}", file=sys.stderr)
+        print(cannot_listen(prog, settings.host, settings.port, exc), file=sys.stderr)
         return 1
     host, port = reserved.getsockname()[:2]
     folder = _private_folder()
@@ -125,11 +127,11 @@ def serve_replicas(settings: Settings, given: Mapping[str, Any], prog: str, plan
 
         def say_up() -> None:
             logger.info(
-                "serving on %s with %d replicas (pids %s; %d Rust threads each; %s)",
+                "serving on %s with %d replicas (pids %s; %s each; %s)",
                 f"http://{f'[{host}]' if ':' in host else host}:{port}",
                 plan.count,
                 ", ".join(str(r.process.pid) for r in replicas if r.process is not None),
-                plan.threads_each,
+                counted(plan.threads_each, "Rust thread"),
                 replicas[0].fingerprint,
             )
 
@@ -227,9 +229,8 @@ def _private_folder() -> str:
 
 def _answered(host: str, port: int) -> bool:
     """Whether a server accepts connections on ``host``'s ``port`` (a wildcard host: this machine)."""
-    target = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
     try:
-        with socket.create_connection((target, port), timeout=1.0):
+        with socket.create_connection((local_host(host), port), timeout=1.0):
             return True
     except OSError:
         return False

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from ..engine import Engine, ErrorKind, LoadedTokenizer, ServiceError, available_cpus, load_tokenizer
+from ..plurals import counted
 from .metrics import Metrics
 from .settings import Settings
 
@@ -48,7 +49,7 @@ class Runtime:
         await engine.astart()
         self._engine = engine
         self.metrics.memory_budget.set(engine.budget.capacity)
-        logger.info("serving %s (%s) with %d Rust threads", loaded.source, loaded.fingerprint, self.threads)
+        logger.info("serving %s (%s) with %s", loaded.source, loaded.fingerprint, counted(self.threads, "Rust thread"))
         for reason in dict.fromkeys(engine.chat.unusable.values()):  # one line when the install is the cause
             logger.error("the chat routes will refuse this template: %s", reason)
         try:

@@ -306,8 +306,13 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
     own = [line for line in lines if line.startswith(_PROG + ":")]
     last = next((line for line in reversed(lines) if line.strip()), "it wrote nothing")
     cause = own[-1] if own else silent or last
-    tail = "\n".join("    " + line for line in lines[-LOG_LINES:])
-    return LaunchError(f"{headline}: {cause}\n  log: {paths.log}; its last lines:\n{tail}", log_path=paths.log)
+    quoted = [line for line in lines if line != cause][-LOG_LINES:]  # (the cause is said once: in the first line)
+    tail = "".join("\n    " + line for line in quoted)
+    return LaunchError(
+        f"{headline}: {cause}\n  log: {paths.log}; its last lines besides that one:{tail}",
+        log_path=paths.log,
+        server_error=own[-1] if own else None,
+    )
 
 
 def stop_servers(
@@ -533,6 +538,14 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
             processes: dict[int, subprocess.Popen[bytes]] = {}
             if missing:
                 _check_server_installed(command.python)
+                # said before the seconds of start-up, which it names the log of (its one line: attaching is quick)
+                which = "" if command.replicas == 1 else f"{len(missing)} of {command.replicas} replicas of "
+                logger.info(
+                    "launching %sthe tokenizer service for %s (ready in seconds; its log: %s)",
+                    which,
+                    command.description,
+                    missing[min(missing)].log,
+                )
                 for replica, (process, record) in _start(command, missing, 1, start_timeout).items():
                     processes[replica], records[replica] = process, record
             running = [record for record in records.values() if record is not None]  # (all of them, now)
@@ -558,16 +571,15 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
         paths=paths,
         start_timeout=start_timeout,
     )
-    how = "launched" if processes else "attached to"
     where = service.url if command.replicas == 1 else f"{command.replicas} replicas in {folder}"
-    logger.info(
-        "%s the tokenizer service for %s at %s in %.2fs (log: %s)",
-        how,
-        command.description,
-        where,
-        service.startup_seconds,
-        paths[0].log,
-    )
+    if processes:
+        logger.debug(
+            "launched the tokenizer service for %s at %s in %.2fs", command.description, where, service.startup_seconds
+        )
+    else:
+        logger.info(
+            "attached to the tokenizer service for %s at %s (its log: %s)", command.description, where, paths[0].log
+        )
     return _Ownership(service, owners_fds, processes)
 
 

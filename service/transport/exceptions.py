@@ -180,9 +180,11 @@ class ServiceUnreachable(RetriesExhausted):
 class LaunchError(TokenizerServiceError):
     """:meth:`TokenizerClient.launch <service.client.TokenizerClient.launch>` could not start its service, or it
     died again after its one relaunch. The message leads with the server's own error line and quotes its log's
-    end; ``log_path`` is the whole log (None when no server ran)."""
+    end; ``log_path`` is the whole log (None when no server ran); ``server_error`` is the server's own error line
+    (None when it wrote none)."""
 
     log_path: str | None
+    server_error: str | None
 
-    def __init__(self, message: str, *, log_path: str | None = None) -> None:
-        super().__init__(message, log_path=log_path)
+    def __init__(self, message: str, *, log_path: str | None = None, server_error: str | None = None) -> None:
+        super().__init__(message, log_path=log_path, server_error=server_error)

@@ -210,7 +210,7 @@ def test_client_sends_only_what_differs_from_the_wire_defaults():
 
 def test_collator_takes_exactly_the_wire_options():
     Collator(object(), **dict(wire.ENCODE_OPTIONS))
-    with pytest.raises(TypeError, match="unknown encode option"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'paddding'; did you mean 'padding'"):
         Collator(object(), paddding=True)
 
 

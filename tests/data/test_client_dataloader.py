@@ -173,7 +173,7 @@ def test_dict_tuple_and_string_batches(servers, reference_tokenizers, corpus):
         client.collator()([{"body": "a"}])
     with pytest.raises(TypeError, match="return_tensors"):
         client.collator(return_tensors="np")
-    with pytest.raises(TypeError, match="unknown"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'max_lenght'; did you mean 'max_length'"):
         client.collator(max_lenght=3)
 
 

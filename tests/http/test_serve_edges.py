@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -14,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from service.client import TokenizerClient
 from service.engine.loading import DEFAULT_TOKENIZER_DIR, TokenizerLoadError, load_tokenizer, looks_like_a_path
-from testkit.servers import REPO, free_port
+from service.wire import API_KEY_ENV
+from testkit.servers import REPO, ServerProcess, free_port
 
 pytestmark = pytest.mark.slow  # every test runs `serve` in a fresh interpreter: `make test-fast` leaves it to CI
 
@@ -108,6 +111,36 @@ def test_a_port_in_use_fails_at_once_before_the_tokenizer_loads(tmp_path):
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr and "in use" in result.stderr
     assert "no such file" not in result.stderr
+    assert "listening there: no tokenizer-service" in result.stderr  # a socket that answers no HTTP
+
+
+def test_a_port_a_tokenizer_service_holds_says_what_it_serves_and_how_to_pick_another(servers):
+    """Issue 42: `cannot listen on 127.0.0.1:8000: Address already in use`, nothing more. Now: what listens there
+    (its /info, asked with a short timeout) and the flags that pick another port, a free one named."""
+    server = servers["wordpiece_default"]
+    info = TokenizerClient(server.url).info()
+    port = int(server.url.rsplit(":", 1)[1])
+    started = time.monotonic()
+    result = serve("--port", str(port))
+    assert result.returncode == 1
+    said = result.stderr.splitlines()
+    at = next(i for i, line in enumerate(said) if f"cannot listen on 127.0.0.1:{port}: Address already in use" in line)
+    there, another = said[at + 1], said[at + 2]
+    assert there.startswith("  listening there: a tokenizer-service"), there
+    assert info["source"] in there and info["fingerprint"][:19] in there and info["versions"]["service"] in there
+    assert f"use it at http://127.0.0.1:{port}" in there
+    suggested = int(re.search(r"--port (\d+)", another)[1])
+    assert suggested != port and f"make serve ARGS='--port {suggested}'" in another and "--port 0" in another
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", suggested))  # it was free
+    assert time.monotonic() - started < 20
+
+
+def test_a_port_a_tokenizer_service_with_an_api_key_holds_says_so(tmp_path):
+    with ServerProcess(env={API_KEY_ENV: "the-key"}) as server:
+        result = serve("--port", str(server.port))
+    assert result.returncode == 1
+    assert "listening there: a tokenizer-service that asks for an API key" in result.stderr, result.stderr
 
 
 def test_a_model_that_is_neither_here_nor_on_the_hub_says_both(tmp_path):

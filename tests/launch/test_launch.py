@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import signal
 import socket
@@ -374,8 +375,9 @@ def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
     assert again.value.log_path == info.value.log_path
     kept = Path(f"{info.value.log_path}.1").read_text()
     assert "launched by pid" in kept and "no such file" in kept
-    with pytest.raises(LaunchError, match="unrecognized arguments: --thredas"):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'thredas'; did you mean 'threads'") as misspelt:
         TokenizerClient.launch(thredas=2)  # a setting's name misspelt: the server's parser says which
+    assert "unrecognized arguments: --thredas" in str(misspelt.value.__cause__)  # the LaunchError, with the log
     with pytest.raises(ValueError, match="chooses where its service listens"):
         TokenizerClient.launch(port=9000)
     with pytest.raises(ValueError, match=r"how it stops, so \['drain_listen_seconds'\]"):
@@ -388,6 +390,25 @@ def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
     assert ServeCommand.build(folder, {}, None, sys.executable) == ServeCommand.build(
         str(folder), {}, None, sys.executable
     )
+
+
+def test_launch_says_one_line_naming_its_log_and_its_failure_says_each_line_once(launch_dir, caplog):
+    """Issue 42: launch() said nothing for its seconds of start-up, its log only at client.service.log_path; a
+    LaunchError repeated the server's long error line twice."""
+
+    def said() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.name.startswith("service.launch") and r.levelname == "INFO"]
+
+    caplog.set_level(logging.DEBUG, logger="service.launch")
+    with TokenizerClient.launch() as client:
+        log_path = client.service.log_path
+    assert len(said()) == 1 and log_path in said()[0], said()
+    caplog.clear()
+    with pytest.raises(LaunchError) as failed:  # said before the start, so a start that fails said it too
+        TokenizerClient.launch("/no/such/tokenizer")
+    assert len(said()) == 1 and failed.value.log_path in said()[0], said()
+    lines = [line.strip() for line in str(failed.value).splitlines() if line.strip()]
+    assert "no such file" in lines[0] and len(lines) == len(set(lines)), lines
 
 
 def test_two_launches_in_one_process_share_or_are_refused(launch_dir):

@@ -189,9 +189,13 @@ def test_serve_refuses_bad_replicas_with_what_to_fix(argv, says, capsys):
 
 
 def test_serve_replicas_refuses_a_port_a_server_answers_on(servers, capsys):
-    port = servers["wordpiece_default"].url.rsplit(":", 1)[1]
+    server = servers["wordpiece_default"]
+    port = server.url.rsplit(":", 1)[1]
     assert serve_main(["--replicas", "2", "--port", port]) == 1
-    assert f"cannot listen on 127.0.0.1:{port}: a server is listening on it" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in said  # as `serve` alone says it
+    assert TokenizerClient(server.url).info()["fingerprint"][:19] in said  # what serves there
+    assert "pick another port: " in said and "--port " in said
 
 
 # -- launch(replicas=2): DataLoader workers, fork and spawn -------------------------------------------------

@@ -265,6 +265,7 @@ def run(
     config = uvicorn.Config(
         app,
         workers=1,
+        log_config=None,  # uvicorn's lines go to the root logger, in the service's format (not "INFO:     ...")
         log_level=log_level,
         access_log=access_log,
         timeout_graceful_shutdown=max(1, int(grace_seconds)),
