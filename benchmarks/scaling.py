@@ -5,6 +5,7 @@ replica x 2 threads, 2 replicas x 1 thread and the workaround, and a projection 
     .venv/bin/python -m benchmarks.scaling --corpora zh-short --rounds 5
     .venv/bin/python -m benchmarks.scaling --smoke --out /tmp/scaling.json  # one corpus, tiny counts: ~30 s
     .venv/bin/python -m benchmarks.scaling --report /tmp/scaling.json       # print a saved run again
+    .venv/bin/python -m benchmarks.scaling --report /tmp/scaling.json --calibration calibration.json
 
 Run from the repository root (also scenario "scaling" of ``benchmarks.run``). For each corpus of
 ``benchmarks.cpu_split`` (the embedded default WordPiece on ~300-character Chinese, short Chinese reviews and
@@ -35,9 +36,12 @@ Run from the repository root (also scenario "scaling" of ``benchmarks.run``). Fo
    while every client or worker was busy: the answers that came by the deadline over the time of the last of
    them (the DataLoader: batches received after 2 warm-up batches per worker, over the time to the last).
 3. **A projection** to 16, 64 and 128 cores (``benchmarks.projection``, its model and assumptions printed
-   beside it) for one process, for ``replicas="auto"`` (``service.sizing``'s own plan) and for the workaround,
-   fed by the split (G, R), the client side measured here (C) and the workaround's worker (W); at 1 and 2 cores
-   the same model is printed beside each measured cell, which says how far to trust it.
+   beside it) for one process, for ``replicas="auto"`` (the launcher's planner, ``service.sizing.choose_plan``)
+   and for the workaround, fed by the split (G, R), the client side measured here (C), the workaround's worker (W)
+   and one Rust pool's curve: a calibration's (``--calibration FILE``: ``tokenizer-service calibrate --json``
+   on the machine in question), else tokenizers #2337's (an assumption), with a perfect pool beside it as the
+   best case; at 1 and 2 cores the same model is printed beside each measured cell, which says how far to trust
+   it.
 
 Noise: the machine is shared. Every round measures every cell once, the (cores, path) groups and the variants in
 each in rotated order; figures are medians over rounds, ratios the median of the ratios within a round, shown
@@ -74,13 +78,13 @@ from benchmarks.machine import machine_noise
 from benchmarks.pinning import first_cores, pin, usable_cores
 from benchmarks.processes import start_all, tokenizer_dir
 from benchmarks.progress import log
-from benchmarks.projection import Costs
+from benchmarks.projection import PERFECT, POOL_2337, SPEEDUPS_2337, Costs
 from benchmarks.scenarios.measuring import OPTIONS_BATCH, rotated
-from service.sizing import CORES_PER_REPLICA
 from service.wire import LAUNCH_DIR_ENV
 from testkit.servers import REPO
 
 CORES = (1, 2)
+Speedups = tuple[tuple[int, float], ...]  # a pool's rate at t threads over one thread's
 BATCHES, COLLATOR = "batches of 256", "DataLoader collator"
 PATHS = (BATCHES, COLLATOR)
 ONE_REPLICA, TWO_REPLICAS, WORKAROUND = "1 replica x 2 threads", "2 replicas x 1 thread", "workaround"
@@ -293,7 +297,13 @@ class Bench:
 
 # -- a corpus: the split, the cells in rounds, the ratios, the model --------------------------------------
 def measure_corpus(
-    row: Corpus, workers: list[OneWorker], counts: Counts, work_dir: Path, loader: bool, usable: list[int]
+    row: Corpus,
+    workers: list[OneWorker],
+    counts: Counts,
+    work_dir: Path,
+    loader: bool,
+    usable: list[int],
+    speedups: Speedups = SPEEDUPS_2337,
 ) -> dict[str, Any]:
     """The split, then every cell in interleaved rounds; the figures, the ratios and the projection of one corpus.
     ``usable``: the cores the run may use (each cell pins to the first N of them; the split runs on all)."""
@@ -318,13 +328,13 @@ def measure_corpus(
         {"cores": cores, "path": path, "variant": variant, "rounds": cell}
         for (cores, path, variant), cell in runs.items()
     ]
-    return summarise({"name": row.name, "label": row.label, "split": split, "cells": cells})
+    return summarise({"name": row.name, "label": row.label, "split": split, "cells": cells}, speedups)
 
 
-def summarise(measured: dict[str, Any]) -> dict[str, Any]:
+def summarise(measured: dict[str, Any], speedups: Speedups = SPEEDUPS_2337) -> dict[str, Any]:
     """What one corpus's measurements (its split and each cell's rounds) give: each cell's medians and the model
-    beside it, the ratios within rounds, the model's inputs and the projection. ``--report`` redoes it from a saved
-    run's JSON (under the model of this checkout)."""
+    beside it, the ratios within rounds, the model's inputs and the projection under the pool's ``speedups``.
+    ``--report`` redoes it from a saved run's JSON (under the model of this checkout)."""
     cells = sorted(measured["cells"], key=lambda c: (c["cores"], PATHS.index(c["path"]), VARIANTS.index(c["variant"])))
     runs = {(c["cores"], c["path"], c["variant"]): c["rounds"] for c in cells}
     paths = [path for path in PATHS if any(c["path"] == path for c in cells)]
@@ -334,14 +344,14 @@ def summarise(measured: dict[str, Any]) -> dict[str, Any]:
     for cell in cells:
         path_costs, cores = Costs(**costs[cell["path"]]), cell["cores"]
         left = max(0.05, cores - cell["figures"]["other_cpu_cores"])  # the cores other processes left to this cell
-        cell["model_batches_per_s"] = _modelled(path_costs, cores, cell["variant"])
-        cell["model_on_cores_left_batches_per_s"] = _modelled(path_costs, left, cell["variant"])
+        cell["model_batches_per_s"] = _modelled(path_costs, cores, cell["variant"], speedups)
+        cell["model_on_cores_left_batches_per_s"] = _modelled(path_costs, left, cell["variant"], speedups)
     return {
         **measured,
         "cells": cells,
         "ratios": [_ratios(runs, cores, path) for cores in CORES for path in paths],
         "costs": costs,
-        "projection": [_projected(Costs(**costs[path]), path) for path in paths],
+        "projection": [_projected(Costs(**costs[path]), path, speedups) for path in paths],
     }
 
 
@@ -392,48 +402,46 @@ def _costs(split: dict[str, Any], cells: list[dict[str, Any]], path: str) -> Cos
     )
 
 
-def _modelled(costs: Costs, cores: float, variant: str) -> float:
+def _modelled(costs: Costs, cores: float, variant: str, speedups: Speedups) -> float:
     """What the model says a measured cell should give on ``cores`` cores."""
     if variant == WORKAROUND:
         return projection.workaround(costs, cores)
     replicas, threads = REPLICAS[variant]
-    return projection.processes(costs, replicas, threads, cores)
+    return projection.processes(costs, replicas, threads, cores, projection.pool(costs, speedups))
 
 
-def _projected(costs: Costs, path: str) -> dict[str, Any]:
+def _projected(costs: Costs, path: str, speedups: Speedups) -> dict[str, Any]:
+    """Per projected core count: one process, replicas='auto' (the planner's plan) and the workaround, under the
+    pool's curve, and under a perfect pool beside it (the best case)."""
     points = []
     for cores in PROJECTED_CORES:
-        plan = projection.auto_plan(cores)
-        one, auto = projection.one_process(costs, cores), projection.replicas_auto(costs, cores)
         work = projection.workaround(costs, cores)
-        one_curve = projection.one_process(costs, cores, pool_curve=True)
-        auto_curve = projection.replicas_auto(costs, cores, pool_curve=True)
-        points.append(
-            {
-                "cores": cores,
+        point: dict[str, Any] = {"cores": cores, "workaround": work}
+        for key, curve in (("", projection.pool(costs, speedups)), ("perfect_pool", projection.pool(costs, PERFECT))):
+            plan = projection.auto_plan(costs, cores, curve)
+            one, auto = projection.one_process(costs, cores, curve), projection.replicas_auto(costs, cores, curve)
+            figures = {
                 "one_process": one,
                 "auto": auto,
-                "auto_replicas": plan.count,
-                "auto_threads": plan.threads_each,
-                "workaround": work,
+                "auto_replicas": plan.replicas,
+                "auto_threads": plan.threads,
                 "one_vs_workaround": one / work,
                 "auto_vs_workaround": auto / work,
-                "pool_curve": {"one_vs_workaround": one_curve / work, "auto_vs_workaround": auto_curve / work},
             }
-        )
+            point.update(figures) if not key else point.update({key: figures})
+        points.append(point)
     return {"path": path, "fed_cores": costs.fed_cores, "points": points}
 
 
 # -- targets --------------------------------------------------------------------------------------------------
 def conclude(results: dict[str, Any]) -> dict[str, Any]:
-    """The run's targets and what the figures say of CORES_PER_REPLICA, added to ``results``."""
+    """The run's targets, the model and the pool's curve it projects with, added to ``results``."""
     return {
         **results,
         "targets": evaluate(results["corpora"]),
-        "cores_per_replica": cores_per_replica(results["corpora"]),
         "model": projection.MODEL,
         "assumptions": list(projection.ASSUMPTIONS),
-        "pool_curve": projection.POOL_CURVE,
+        "pool": pool_of(results["meta"])[0],
     }
 
 
@@ -469,19 +477,28 @@ def evaluate(corpora: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return targets
 
 
-def cores_per_replica(corpora: list[dict[str, Any]]) -> dict[str, Any]:
-    """CORES_PER_REPLICA now; the cores each row's GIL side keeps busy ((G+R)/G) and the most every row supports;
-    the most cores per replica with which every row's projection meets the target (with the pool curve too)."""
-    split_rows = [Costs(**row["costs"][BATCHES]) for row in corpora]
-    every_row = [Costs(**costs) for row in corpora for costs in row["costs"].values()]
+def pool_of(meta: dict[str, Any]) -> tuple[str, Speedups]:
+    """(what the pool's curve is, its speedups) of a run: a calibration's where the run was given one, else #2337's."""
+    given = meta.get("pool")
+    if given is None:
+        return POOL_2337, SPEEDUPS_2337
+    return given["name"], tuple((int(t), float(s)) for t, s in given["speedups"])
+
+
+def calibration_pool(path: Path) -> dict[str, Any]:
+    """The pool's curve of a calibration: ``tokenizer-service calibrate --json``'s output or a kept record."""
+    from service.calibration.measure import Calibration
+
+    document = json.loads(path.read_text())
+    body = document.get("calibration") or document.get("body", {}).get("calibration")
+    if body is None:
+        raise ValueError(f"{path}: neither `tokenizer-service calibrate --json`'s output nor a kept calibration")
+    calibration = Calibration.from_json(body)
+    curve = calibration.measurement.curve
     return {
-        "now": CORES_PER_REPLICA,
-        "fed_cores": {row["name"]: Costs(**row["costs"][BATCHES]).fed_cores for row in corpora},
-        "supported": projection.supported_cores_per_replica(split_rows),
-        "largest_meeting_target": projection.largest_meeting(every_row, TARGET_CORES, PROJECTED_THRESHOLD),
-        "largest_meeting_target_pool_curve": projection.largest_meeting(
-            every_row, TARGET_CORES, PROJECTED_THRESHOLD, pool_curve=True
-        ),
+        "name": f"measured by tokenizer-service calibrate on {calibration.cores} cores of {calibration.cpu_model} "
+        f"({calibration.measured_at}, {path.name})",
+        "speedups": [[t, curve.speedup(t)] for t, _ in curve.points],
     }
 
 
@@ -560,12 +577,12 @@ def report(results: dict[str, Any]) -> str:
         "  inputs per row, ms per batch: G and R from the split, C the client side measured above (median over the "
         "service cells), W one worker (the split's for batches of 256, the workaround's collate_fn in the "
         "DataLoader)",
-        f"  pool curve: {projection.POOL_CURVE}",
+        f"  the pool's curve: {results['pool']}; a perfect pool beside it (the best case)",
     ]
     header = (
         f"{'corpus':14} | {'path':19} | {'G':>5} {'R':>6} {'C':>5} {'W':>6} | {'cores':>5} | {'one process':>11} | "
         f"{'auto (K x t)':>20} | {'workaround':>10} | {'one / work.':>11} | {'auto / work.':>12} | "
-        "pool curve: one, auto / work."
+        "perfect pool: auto (K x t) / work."
     )
     lines += [header, "-" * len(header)]
     for row in corpora:
@@ -580,7 +597,8 @@ def report(results: dict[str, Any]) -> str:
                     f"{row['name']:14} | {projected['path']:19} | {inputs} | {point['cores']:5} | "
                     f"{point['one_process']:7.0f} b/s | {auto:>16} b/s | {point['workaround']:6.0f} b/s | "
                     f"{point['one_vs_workaround']:10.2f}x | {point['auto_vs_workaround']:11.2f}x | "
-                    f"{point['pool_curve']['one_vs_workaround']:.2f}x, {point['pool_curve']['auto_vs_workaround']:.2f}x"
+                    f"{point['perfect_pool']['auto_replicas']} x {point['perfect_pool']['auto_threads']}: "
+                    f"{point['perfect_pool']['auto_vs_workaround']:.2f}x"
                 )
                 inputs = " " * len(inputs)
     lines += ["", "Targets (every row):"]
@@ -590,16 +608,6 @@ def report(results: dict[str, Any]) -> str:
             f"  {target['target']:72} {target['kind']:23} {target['measured']:5.2f} vs >= {target['threshold']:g}: "
             f"{verdict}"
         )
-    sizing = results["cores_per_replica"]
-    fed = ", ".join(f"{name} {value:.1f}" for name, value in sizing["fed_cores"].items())
-    lines += [
-        "",
-        f"service.sizing.CORES_PER_REPLICA = {sizing['now']}. The cores one process's GIL side keeps busy, (G+R)/G "
-        f"from the split: {fed}; the most every row supports: {sizing['supported']}. The most cores per replica "
-        f"with which replicas='auto' projects >= {PROJECTED_THRESHOLD:g}x the workaround on {TARGET_CORES} cores on "
-        f"every row: {sizing['largest_meeting_target']} (perfect pool), "
-        f"{sizing['largest_meeting_target_pool_curve']} (pool curve) -- projections.",
-    ]
     return "\n".join(lines)
 
 
@@ -626,6 +634,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--report", type=Path, default=None, metavar="JSON", help="measure nothing: print a saved run's JSON again"
     )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="project with this calibration's pool curve (tokenizer-service calibrate --json > FILE, or a kept "
+        "record); default: tokenizers #2337's",
+    )
     parser.add_argument("--own", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.own:
@@ -633,7 +649,10 @@ def main(argv: list[str] | None = None) -> int:
         return owner_main(int(replicas), int(threads), model)
     if args.report:
         saved = json.loads(args.report.read_text())
-        print(report(conclude({**saved, "corpora": [summarise(row) for row in saved["corpora"]]})))
+        if args.calibration:
+            saved["meta"]["pool"] = calibration_pool(args.calibration)
+        speedups = pool_of(saved["meta"])[1]
+        print(report(conclude({**saved, "corpora": [summarise(row, speedups) for row in saved["corpora"]]})))
         return 0
     counts = SMOKE if args.smoke else FULL
     if args.corpora:
@@ -671,6 +690,7 @@ def main(argv: list[str] | None = None) -> int:
             "workers": WORKERS,
             "other_cpu_cores_at_start": machine_noise(1.0),
             "dataloader": "measured" if loader else "skipped: torch is not installed",
+            **({"pool": calibration_pool(args.calibration)} if args.calibration else {}),
         },
         "corpora": [],
     }
@@ -680,7 +700,9 @@ def main(argv: list[str] | None = None) -> int:
         workers = [OneWorker(Path(scratch)).start() for _ in range(WORKERS)]
         try:
             for name in counts.corpora:
-                results["corpora"].append(measure_corpus(by_name[name], workers, counts, Path(scratch), loader, cores))
+                speedups = pool_of(results["meta"])[1]
+                measured = measure_corpus(by_name[name], workers, counts, Path(scratch), loader, cores, speedups)
+                results["corpora"].append(measured)
         finally:
             for worker in workers:
                 worker.stop()

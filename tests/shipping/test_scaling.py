@@ -21,33 +21,55 @@ from testkit.servers import REPO
 COSTS = Costs(gil_ms=4.0, rust_ms=36.0, client_ms=2.0, worker_ms=50.0)  # one process keeps 10 cores busy
 
 
-def test_one_process_is_bound_by_its_cores_then_by_its_gil_side():
-    """c/(G+R+C) on few cores; 1/G once the cores outrun what one GIL side feeds; the workaround grows with c."""
-    assert projection.one_process(COSTS, 2) == pytest.approx(1000 * 2 / 42)
-    assert projection.one_process(COSTS, 64) == pytest.approx(1000 / 4.0)
-    assert projection.one_process(COSTS, 128) == projection.one_process(COSTS, 64)
+def test_one_process_is_bound_by_its_cores_then_by_its_gil_side_or_its_pool():
+    """c/(G+R+C) on few cores; 1/G once the cores outrun what one GIL side feeds (a perfect pool), or the pool's
+    curve first (#2337's); the workaround grows with c."""
+    perfect, curve = projection.pool(COSTS, projection.PERFECT), projection.pool(COSTS, projection.SPEEDUPS_2337)
+    assert projection.one_process(COSTS, 2, perfect) == pytest.approx(1000 * 2 / 42)
+    assert projection.one_process(COSTS, 64, perfect) == pytest.approx(1000 / 4.0)
+    assert projection.one_process(COSTS, 128, perfect) == projection.one_process(COSTS, 64, perfect)
+    assert projection.one_process(COSTS, 64, curve) == pytest.approx(1000 / 36.0 * 2.12)
     assert projection.workaround(COSTS, 64) == pytest.approx(1000 * 64 / 50)
     assert COSTS.fed_cores == pytest.approx(10.0)
 
 
-@pytest.mark.parametrize("cores_per_replica", [3, sizing.CORES_PER_REPLICA, 16])
-def test_replicas_auto_is_the_launchers_plan_times_one_replica(monkeypatch, cores_per_replica):
-    """K and t come from service.sizing at call time (a value re-derived here, or a literal, fails when the constant
-    moves); each replica is one process on its t cores, the node's cores cap the sum."""
-    monkeypatch.setattr(sizing, "CORES_PER_REPLICA", cores_per_replica)
+CURVES = {"#2337": projection.SPEEDUPS_2337, "perfect": projection.PERFECT, "flat": ((1, 1.0),)}
+
+
+@pytest.mark.parametrize("name", CURVES)
+def test_replicas_auto_is_the_launchers_planner_times_one_replica(name):
+    """K and t come from service.sizing.choose_plan at call time, on the same figures and curve (never a copy of
+    its rule); each replica is one process on its t cores, bounded by the pool's curve; the node's cores cap the sum."""
+    curve = projection.pool(COSTS, CURVES[name])
     for cores in (16, 64, 128):
-        plan = sizing.plan_replicas(sizing.AUTO, cores=cores)
-        assert projection.auto_plan(cores) == plan
-        assert plan.count == max(1, cores // cores_per_replica)
-        one_replica = min(1000 / COSTS.gil_ms, 1000 * plan.threads_each / (COSTS.gil_ms + COSTS.rust_ms))
+        plan = projection.auto_plan(COSTS, cores, curve)
+        chosen = sizing.choose_plan(sizing.Measurement(COSTS.gil_ms, curve, COSTS.worker_ms, 0), cores)
+        assert (plan.replicas, plan.threads) == (chosen.replicas, chosen.threads)
+        one_replica = min(1000 / COSTS.gil_ms, curve.rate(plan.threads), 1000 * plan.threads / 40.0)
         node = 1000 * cores / (COSTS.gil_ms + COSTS.rust_ms + COSTS.client_ms)
-        assert projection.replicas_auto(COSTS, cores) == pytest.approx(min(plan.count * one_replica, node))
+        assert projection.replicas_auto(COSTS, cores, curve) == pytest.approx(min(plan.replicas * one_replica, node))
+    assert projection.pool(COSTS, projection.SPEEDUPS_2337).speedup(14) == pytest.approx(2.12)
 
 
-def test_the_supported_cores_per_replica_is_what_the_tightest_row_feeds():
-    rows = [COSTS, Costs(gil_ms=3.0, rust_ms=13.0, client_ms=1.0, worker_ms=23.0)]  # 10.0 and 5.33 cores fed
-    assert projection.supported_cores_per_replica(rows) == 5
-    assert projection.supported_cores_per_replica([Costs(gil_ms=9.0, rust_ms=1.0, client_ms=0, worker_ms=1)]) == 1
+def test_a_calibration_gives_the_projection_its_curve(tmp_path):
+    """--calibration reads `calibrate --json`'s output or a kept record: the projection takes its measured curve."""
+    from benchmarks.scaling import calibration_pool, pool_of
+    from service.calibration.measure import Calibration, Point
+    from service.calibration.store import keep
+
+    calibration = Calibration(
+        "a CPU", 2, "sha256:" + "0" * 64, {"python": "3"}, "built-in mix", "2026-12-06 00:00:00 UTC",
+        (Point(1, 10.0, 0.0, 0.0), Point(2, 13.0, 0.0, 0.0)), 2.0, 100.0, 110.0, 1 << 27,
+    )  # fmt: skip
+    printed = tmp_path / "calibration.json"
+    printed.write_text(json.dumps({"calibration": calibration.to_json(), "plan": None}))
+    for path in (printed, keep(calibration, tmp_path / "kept")):
+        name, speedups = pool_of({"pool": calibration_pool(path)})
+        assert speedups == ((1, 1.0), (2, pytest.approx(1.3))) and "2 cores of a CPU" in name
+    assert pool_of({}) == (projection.POOL_2337, projection.SPEEDUPS_2337)
+    (tmp_path / "other.json").write_text("{}")
+    with pytest.raises(ValueError, match="neither"):
+        calibration_pool(tmp_path / "other.json")
 
 
 def _allowed(pid: int) -> dict[int, str]:
@@ -105,9 +127,11 @@ def test_scaling_smoke_run_measures_every_cell_and_projects_every_row(tmp_path):
         assert {run["pinned"] for run in cell["rounds"]} == {",".join(map(str, data["meta"]["cores"][: cell["cores"]]))}
     for projected in row["projection"]:
         assert [p["cores"] for p in projected["points"]] == [16, 64, 128]
-        assert all(
-            p["auto_replicas"] == sizing.plan_replicas("auto", cores=p["cores"]).count for p in projected["points"]
-        )
+        for p in projected["points"]:
+            costs = Costs(**row["costs"][projected["path"]])
+            plan = projection.auto_plan(costs, p["cores"], projection.pool(costs, projection.SPEEDUPS_2337))
+            assert (p["auto_replicas"], p["auto_threads"]) == (plan.replicas, plan.threads)
+            assert p["perfect_pool"]["auto_vs_workaround"] > 0
     kinds = [t["kind"] for t in data["targets"]]
     assert kinds.count("measured") == kinds.count("measured, per core left") == 4 and kinds.count("projection") == 2
     assert {t["target"] for t in results["targets"]} >= {
