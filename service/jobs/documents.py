@@ -15,8 +15,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
+from ..plurals import counted
 from .errors import BadRecord, CorpusError
-from .progress import plural
 from .storage import Storage
 from .work_units import WorkUnit, parquet_file
 
@@ -30,7 +30,7 @@ SKIPPED_EXAMPLES = 5
 
 def describe_skipped(skipped: int, examples: Sequence[str]) -> str:
     """``1 record skipped: a.jsonl:121: malformed JSON (...)``: a count of skipped records and the first few."""
-    said = f"{plural(skipped, 'record')} skipped"
+    said = f"{counted(skipped, 'record')} skipped"
     if not examples:
         return said
     shown = examples[:SKIPPED_EXAMPLES]

@@ -28,11 +28,6 @@ def human(value: float, unit: str = "") -> str:
     return f"{value:.0f}{unit}"
 
 
-def plural(count: int, noun: str, nouns: str | None = None) -> str:
-    """``1 record``, ``2 records``, ``1,024 records`` (``nouns``: the plural when not ``noun + "s"``)."""
-    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
-
-
 def duration(seconds: float) -> str:
     seconds = max(0, int(seconds))
     hours, rest = divmod(seconds, 3600)

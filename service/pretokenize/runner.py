@@ -27,7 +27,8 @@ from ..jobs import (
     arun_worker,
 )
 from ..jobs.documents import SKIPPED_EXAMPLES, describe_skipped
-from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes, plural
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..plurals import counted
 from .encoders import Encoder, ServiceEncoder, TextsRefused
 from .manifest import ShardStats, build_manifest, totals, write_manifest
 from .settings import PretokenizeConfig
@@ -180,8 +181,8 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
             written = totals(job.committed)
             rate = written["tokens"] / max(time.monotonic() - progress.started, 1e-9)
             self.log(
-                f"pretokenize: wrote {plural(len(job.committed), 'shard')}: "
-                f"{plural(written['documents'], 'document')}, {plural(written['tokens'], 'token')} "
+                f"pretokenize: wrote {counted(len(job.committed), 'shard')}: "
+                f"{counted(written['documents'], 'document')}, {counted(written['tokens'], 'token')} "
                 f"({human(rate)} tokens/s), " + describe_skipped(written["skipped"], skipped_examples(job.committed))
             )
 
@@ -340,8 +341,8 @@ class PretokenizeStep(AsyncStep[ShardStats, str]):
         where = write_manifest(self.out, manifest)
         totals = manifest["totals"]
         self.log(
-            f"pretokenize: every shard is done: {where} ({plural(totals['shards'], 'shard')}, "
-            f"{plural(totals['documents'], 'document')}, {plural(totals['tokens'], 'token')}, "
+            f"pretokenize: every shard is done: {where} ({counted(totals['shards'], 'shard')}, "
+            f"{counted(totals['documents'], 'document')}, {counted(totals['tokens'], 'token')}, "
             f"{totals['skipped']:,} skipped)"
         )
         return where
@@ -351,8 +352,8 @@ def describe_summary(summary: Summary) -> str:
     rate = summary.tokens / summary.seconds if summary.seconds else 0.0
     parts = [
         f"pretokenize: {summary.worker.describe()} finished in {duration(summary.seconds)}",
-        f"{plural(summary.written, 'shard')} written, {summary.already_done} already done",
-        f"{plural(summary.documents, 'document')}, {plural(summary.tokens, 'token')} ({human(rate)} tokens/s)",
+        f"{counted(summary.written, 'shard')} written, {summary.already_done} already done",
+        f"{counted(summary.documents, 'document')}, {counted(summary.tokens, 'token')} ({human(rate)} tokens/s)",
         f"peak RSS {summary.peak_rss_bytes / 2**20:.1f} MiB",
     ]
     if summary.skipped:  # last: the records to look at

@@ -11,7 +11,8 @@ from typing import Any
 from .. import __version__
 from ..jobs import CorpusError, DoneRecord, Folder, InputFile, ShardedJob, Step, Storage, Worker, WorkUnit, run_worker
 from ..jobs.documents import SKIPPED_EXAMPLES, describe_skipped
-from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes, plural
+from ..jobs.progress import Log, Progress, duration, human, log_to_stderr, peak_rss_bytes
+from ..plurals import counted
 from ..wire import FINGERPRINT_SCHEME
 from .assembly import assemble, read_manifest, save
 from .counting import CharStats, CountingSpec, CountStats, count_files, count_units, read_chars
@@ -143,7 +144,8 @@ class TrainStep(Step[CountStats, TrainSummary]):
         config = self.config
         self.processes = max(1, min(config.processes or available_cpus(), len(units)))
         self.log(
-            f"train: {len(units)} to count on {plural(self.processes, 'process', 'processes')}, into {job.folder.url()}"
+            f"train: {len(units)} to count on {counted(self.processes, 'process', 'processes')}, "
+            f"into {job.folder.url()}"
         )
         count_units(
             units, job.folder, self.spec, self.storage, processes=self.processes, progress=progress, commit=job.commit
@@ -160,27 +162,28 @@ class TrainStep(Step[CountStats, TrainSummary]):
         config, recipe = self.config, self.recipe
         started = time.monotonic() - waited  # the merge began with the wait
         reset_peak_rss()
-        counted = self._gather_counts(job, records, waited)
+        gathered = self._gather_counts(job, records, waited)
         out = self.storage.folder(config.out_location)
-        done = _already_trained(out, counted, started, self.log)
+        done = _already_trained(out, gathered, started, self.log)
         if done is not None:
             return done
         self.log(
-            f"train: every unit is counted: {plural(counted.totals.documents, 'document')}, "
-            f"{plural(counted.totals.pretokens, 'pre-token')}, alphabet of {len(counted.plan.alphabet):,} characters; "
+            f"train: every unit is counted: {counted(gathered.totals.documents, 'document')}, "
+            f"{counted(gathered.totals.pretokens, 'pre-token')}, "
+            f"alphabet of {len(gathered.plan.alphabet):,} characters; "
             f"training a {recipe.family} of {config.vocab_size:,} tokens"
         )
-        learnt = learn(recipe, counted.plan, config, job.folder, job.units, counted.totals, self.log)
-        tokenizer = assemble(learnt.tokenizer, recipe, counted.plan)
+        learnt = learn(recipe, gathered.plan, config, job.folder, job.units, gathered.totals, self.log)
+        tokenizer = assemble(learnt.tokenizer, recipe, gathered.plan)
         peak = peak_rss_bytes()
         shortfall = _shortfall(recipe, config, tokenizer.get_vocab_size())
-        manifest = save(tokenizer, recipe, out, self._manifest(job, counted, learnt, peak, shortfall))
+        manifest = save(tokenizer, recipe, out, self._manifest(job, gathered, learnt, peak, shortfall))
         result = TrainSummary(
             out.url(),
             manifest["tokenizer"]["fingerprint"],
             manifest["tokenizer"]["vocab_size"],
-            counted.totals.documents,
-            counted.totals.pretokens,
+            gathered.totals.documents,
+            gathered.totals.pretokens,
             learnt.distinct + learnt.left_out,
             target_vocab_size=config.vocab_size,
             shortfall=shortfall,
@@ -321,10 +324,10 @@ def describe_summary(summary: Summary) -> str:
     count = summary.count
     if count is not None:
         rate = count.input_bytes / count.seconds if count.seconds and count.counted else 0.0
-        processes = plural(count.processes, "process", "processes")
+        processes = counted(count.processes, "process", "processes")
         lines.append(
-            f"  count: {plural(count.counted, 'unit')} counted, {count.already_done} done already; "
-            f"{plural(count.documents, 'document')}, {plural(count.pretokens, 'pre-token')}, "
+            f"  count: {counted(count.counted, 'unit')} counted, {count.already_done} done already; "
+            f"{counted(count.documents, 'document')}, {counted(count.pretokens, 'pre-token')}, "
             f"{human(count.input_bytes, 'B')} at {human(rate, 'B')}/s on {processes}, {duration(count.seconds)}; "
             f"peak RSS {count.peak_rss_bytes / 2**20:.0f} MiB"
         )
@@ -336,7 +339,7 @@ def describe_summary(summary: Summary) -> str:
             lines.append(f"  train: already done: {trained.out} ({trained.vocab_size:,} tokens, {trained.fingerprint})")
         else:
             lines.append(
-                f"  merge+train: {plural(trained.documents, 'document')}, {plural(trained.pretokens, 'pre-token')}, "
+                f"  merge+train: {counted(trained.documents, 'document')}, {counted(trained.pretokens, 'pre-token')}, "
                 f"{trained.distinct:,} distinct -> {trained.vocab_size:,} tokens in {duration(trained.seconds)} "
                 f"(waited {duration(trained.waited_seconds)}, trained {duration(trained.train_seconds)}); "
                 f"peak RSS {trained.peak_rss_bytes / 2**20:.0f} MiB"
