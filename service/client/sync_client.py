@@ -407,9 +407,11 @@ class TokenizerClient(ClientBase[SyncTransport]):
         by name (``threads=8``, ``memory_budget_mib=2048``, ``revision=...``). One service per tokenizer and settings
         per machine: the local ranks of a torchrun job share one.
 
-        ``replicas=K`` (1 or more, else ValueError; ``"auto"``: one per ``service.sizing.CORES_PER_REPLICA`` cores
-        this process may use) starts K servers, for cores one process cannot keep busy, each with an equal share of
-        the cores for its Rust pool (``threads=`` sets each one's) and of the memory limit. Each call goes to the one
+        ``replicas=K`` (1 or more, else ValueError) starts K servers, for cores one process cannot keep busy, each
+        with an equal share of the cores for its Rust pool (``threads=`` sets each one's) and of the memory limit.
+        ``replicas="auto"`` takes K and the threads from this machine's calibration for the tokenizer (``tokenizer-
+        service calibrate``; made at the first launch and kept, ``calibrate=False``: the default plan), said in one
+        log line. Each call goes to the one
         with the fewest calls outstanding; a dead one's calls go to the others while it is relaunched. All serve one
         fingerprint, or the launch fails; more than the cores warns (RuntimeWarning) what it costs.
 

@@ -87,7 +87,7 @@ def test_pretokenize_on_every_instance_through_its_own_sidecar_or_a_deployed_ser
     stops it; node 0 writes the manifest. Then the same job through a deployed service's URL: the same
     objects."""
     job = ["s3://sm-corpus/web/", "--format", "flat", "--unit-bytes", "32K", "--progress", "none"]
-    # --replicas auto is one process on this machine's 2 cores: two replicas run the many-core instance's path
+    # two replicas run the many-core instance's path whatever --replicas auto's calibration plans on 2 cores
     sidecar_args = ["pretokenize", "--serve-arg=--replicas=2", "--", *job, "--out", "s3://sm-out/sidecar"]
     errors = instances(s3, tmp_path, sidecar_args, hosts=2)
     for err in errors:
