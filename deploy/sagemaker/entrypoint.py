@@ -15,8 +15,8 @@ need (``--format parquet`` needs pyarrow: the ``pipeline`` extra) and the instan
 ``pretokenize`` needs the service: without ``--url``, each instance starts its own (``tokenizer-service serve``
 on 127.0.0.1, a sidecar process in the same container: a Processing job runs one container per instance),
 waits until it is ready, pre-tokenizes its share through it and stops it. The sidecar runs ``--replicas auto``:
-one server process per ``service.sizing.CORES_PER_REPLICA`` cores of the instance (an ml.m5.24xlarge's 96
-vCPUs are more than one process keeps busy), all on its one port; ``--serve-arg=--replicas=N`` overrides it.
+the replicas x Rust threads a calibration of the instance plans (made as it starts, within ``--ready-timeout``;
+the default plan where it cannot measure), all on its one port; ``--serve-arg=--replicas=N`` overrides it.
 Temporary files (spooled uploads, counting spills) go to the job's ML storage volume (``/opt/ml/processing``)
 when it is writable.
 
