@@ -20,7 +20,7 @@ import yaml
 from service.engine.bounds import CostModel
 from service.engine.memory import MIB, default_memory_budget
 from service.http.settings import ENV_PREFIX, Settings
-from service.sizing import CORES_PER_REPLICA
+from service.sizing import REFERENCE, choose_plan
 from testkit import jobs
 from testkit.engine import memory_limit_for_budget
 
@@ -193,16 +193,19 @@ def test_rust_threads_come_from_the_cpu_limit(overlay: Rendered):
     assert "memory" in limits and str(requests["memory"]) == str(limits["memory"])
 
 
-def test_a_pod_is_one_process_and_gets_no_more_cpu_than_one_process_keeps_busy(overlay: Rendered):
+def test_a_pod_is_one_process_and_gets_the_default_plans_threads_and_says_how_to_measure_yours(overlay: Rendered):
     """Replicas stay pods in Kubernetes: one server process per pod (no --replicas), and its CPU limit within the
-    cores one process keeps busy (service.sizing.CORES_PER_REPLICA): past it the cores are wasted, add pods."""
+    threads the default plan gives a process (the planner on service.sizing.REFERENCE, any node size): past them a
+    pool gains little, add pods. The manifest and the guide say how to measure the node's own: calibrate."""
     container = overlay.container
     limit = int(str(container["resources"]["limits"]["cpu"]))
-    assert limit <= CORES_PER_REPLICA, f"{overlay.name}: {limit} CPUs, one process keeps {CORES_PER_REPLICA} busy"
+    default_threads = max(choose_plan(REFERENCE, cores).threads for cores in (8, 16, 32, 64, 128))
+    assert limit <= default_threads, f"{overlay.name}: {limit} CPUs, the default plan gives a process {default_threads}"
     names = {e["name"] for e in container.get("env", [])} | set(overlay.settings())
     assert ENV_PREFIX + "REPLICAS" not in names, "replicas are pods here (the HPA's), not processes of one pod"
-    for said in ("docs/guides/deploying.md", "deploy/base/deployment.yaml"):  # what they say follows the figure
-        assert f"about {CORES_PER_REPLICA} cores" in (REPO / said).read_text(), said
+    for said in ("docs/guides/deploying.md", "deploy/base/deployment.yaml"):  # what they say follows the planner
+        text = (REPO / said).read_text()
+        assert "tokenizer-service calibrate" in text and f"gives {default_threads}" in text, said
 
 
 MEMORY_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
