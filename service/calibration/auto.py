@@ -11,7 +11,7 @@ import sys
 from .. import sizing
 from ..sizing import AUTO, DEFAULT_SOURCE, ReplicaPlan, cpu_model, plan_replicas
 from .measure import CalibrationError, calibrate, identify
-from .store import Kept, Key, keep, kept, locked
+from .store import CALIBRATION_DIR_ENV, Kept, Key, keep, kept, locked
 
 __all__ = ["auto_plan"]
 
@@ -34,6 +34,9 @@ def auto_plan(
         found = _kept_or_made(model, revision, cores, python)
     except CalibrationError as exc:
         return plan_replicas(AUTO, threads, cores, source=f"{DEFAULT_SOURCE}; the calibration could not run: {exc}")
+    except OSError as exc:  # the calibrations' folder cannot be made or written (a read-only home)
+        why = f"cannot keep a calibration ({exc}): set {CALIBRATION_DIR_ENV} to a writable folder"
+        return plan_replicas(AUTO, threads, cores, source=f"{DEFAULT_SOURCE}; {why}")
     calibration = found.calibration
     assert calibration is not None
     if calibration.busy:

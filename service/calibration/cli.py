@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from ..embedded import DEFAULT_TOKENIZER
+from ..plurals import counted
 from ..sizing import AUTO, MODEL, Plan, allowed_cpus, available_cpus, memory_limit, plan_replicas
 from ..suggestions import ArgumentParser
 from .measure import MAX_OTHERS, MAX_SPREAD, Calibration, CalibrationError, Noise, calibrate
@@ -119,7 +120,7 @@ def report(calibration: Calibration, plan: Plan | None, memory: int | None, mode
         "",
         "One server process, per batch:",
         f"  G  GIL side       {c.gil_ms:8.2f} ms  measured: a server of one Rust thread under load, its Python threads",
-        f"  R  Rust pool      {c.rust_ms:8.2f} ms  measured: its CPU on one thread",
+        f"  R  Rust pool      {c.rust_ms:8.2f} ms  measured: its CPU on one thread (the curve: its wall time)",
         f"  W  one worker     {c.worker_ms:8.2f} ms  measured: the workaround's, parallelism off, one CPU",
         f"     replica RSS    {c.replica_bytes / (1 << 20):8.0f} MB  measured: the server's peak under load",
         "",
@@ -134,13 +135,15 @@ def report(calibration: Calibration, plan: Plan | None, memory: int | None, mode
         ]
         return "\n".join(lines)
     each = "" if plan.replicas == 1 else "each "
+    cores = counted(plan.cores, "core")
     lines += [
-        f'Plan for {plan.cores} cores (derived from the measurements by the model):  replicas="auto" = '
-        f"{plan.replicas} x {plan.threads} Rust thread{'s' * (plan.threads != 1)}",
-        f"  Kubernetes: pods of one process with {plan.threads} CPU{'s' * (plan.threads != 1)} {each}(cpu limit = "
-        f"--threads {plan.threads}), {plan.replicas} per {plan.cores} cores of this node type",
+        f'Plan for {cores} (derived from the measurements by the model):  replicas="auto" = '
+        f"{plan.replicas} x {counted(plan.threads, 'Rust thread')}",
+        f"  Kubernetes: pods of one process with {counted(plan.threads, 'CPU')} {each}(cpu limit = "
+        f"--threads {plan.threads}), {plan.replicas} per {cores} of this node type",
         f"  expected: {plan.batches_per_second:.0f} batches/s, {plan.versus_workaround:.2f}x the workaround "
-        f"({plan.cores} parallelism-off workers: {plan.workaround_per_second:.0f} batches/s) -- derived, not measured",
+        f"({counted(plan.cores, 'parallelism-off worker')}: {plan.workaround_per_second:.0f} batches/s) -- "
+        "derived, not measured",
     ]
     if plan.memory_cap is not None:
         lines.append(f"  memory: the limit holds {plan.memory_cap} replicas, fewer than the cores would take")

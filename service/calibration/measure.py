@@ -92,7 +92,7 @@ class Calibration:
     @property
     def measurement(self) -> Measurement:
         curve = Curve(tuple((p.threads, p.rate) for p in self.curve))
-        return Measurement(self.gil_ms, curve, self.worker_ms, self.replica_bytes)
+        return Measurement(self.gil_ms, curve, self.worker_ms, self.replica_bytes, self.rust_ms)
 
     def plan(self, memory_bytes: int | None = None) -> Plan | None:
         """The plan for its cores within ``memory_bytes`` (default: this process's limit); None when busy."""

@@ -89,18 +89,19 @@ class Curve:
 @dataclass(frozen=True)
 class Measurement:
     """What the planner needs of one tokenizer on one machine, per batch of texts: the GIL side of one server
-    process (ms of CPU), its Rust pool's curve, one parallelism-off worker's CPU (the workaround's, ms) and a
-    replica's resident memory (bytes)."""
+    process (ms of CPU), its Rust pool's curve (batches/s of wall time), one parallelism-off worker's CPU (the
+    workaround's, ms), a replica's resident memory (bytes) and, where measured, the pool's CPU on one thread."""
 
     gil_ms: float
     curve: Curve
     worker_ms: float
     replica_bytes: int
+    rust_cpu_ms: float | None = None  # the pool's CPU per batch, where measured apart from its wall-time rate
 
     @property
     def rust_ms(self) -> float:
-        """The Rust pool's CPU per batch on one thread."""
-        return 1000 / self.curve.rate(1)
+        """The Rust pool's CPU per batch on one thread: as measured, else its rate's (1 / rate(1))."""
+        return self.rust_cpu_ms if self.rust_cpu_ms is not None else 1000 / self.curve.rate(1)
 
 
 #: The evidence, where nothing was measured on this machine (LABELLED: not this machine). The pool as tokenizers

@@ -68,7 +68,8 @@ def test_the_report_prints_the_curve_the_costs_and_the_plan_each_labelled(tmp_pa
     for label in ("G  GIL side", "R  Rust pool", "W  one worker", "replica RSS"):
         assert label in out
     assert 'replicas="auto" = 1 x 1 Rust thread' in out  # one core: nothing else fits
-    assert "Kubernetes: pods of one process with 1 CPU" in out
+    assert "Kubernetes: pods of one process with 1 CPU (cpu limit = --threads 1), 1 per 1 core" in out
+    assert "(1 parallelism-off worker:" in out
     assert "derived, not measured" in out and "model: one process of t Rust threads" in out
     assert "Not kept (--no-keep)." in out and not (tmp_path / "kept").exists()
     assert "measuring the Rust pool at 1 thread" in done.stderr  # what it is doing, as it goes
@@ -168,6 +169,10 @@ def test_auto_ignores_a_damaged_record_calibrates_again_and_keeps_the_new_one(tm
     assert kept(Key.of(fresh), tmp_path).calibration == fresh
     assert (auto.auto_plan(None).count, runs) == (2, [1])  # kept: not measured again
     assert "calibration turned off" in auto.auto_plan(None, use_calibration=False).source
+    monkeypatch.setenv(CALIBRATION_DIR_ENV, "/proc/no-such-folder")  # cannot be made: the default plan, said
+    unwritable = auto.auto_plan(None)
+    assert "cannot keep a calibration" in unwritable.source and CALIBRATION_DIR_ENV in unwritable.source
+    monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
     busy = Calibration(**{**fresh.to_json(), "curve": fresh.curve, "busy": ("rust: noise",)})
     monkeypatch.setattr(auto, "calibrate", lambda *a, **k: busy)
     path.unlink()
