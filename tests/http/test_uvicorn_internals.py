@@ -2,8 +2,9 @@
 
 The room's table (``service/http/server/internals.py``: ``KEPT``) is the one list of them, each with the tests that
 fail without it, and ``UVICORN_RELEASES`` the releases it is known to work on (pyproject.toml's server extra
-declares the same). This fails on a uvicorn outside them, and on one whose listed internals moved, before a
-silently broken override (a renamed method is simply never called) reaches a server.
+declares the same range). This fails on a uvicorn outside that range, and on one whose listed internals moved,
+before a silently broken override (a renamed method is simply never called) reaches a server. CI runs it at the
+lowest and the newest release of the range (.ci/run).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ def test_the_server_extra_admits_the_uvicorn_releases_the_room_was_tested_on_and
         server_extra_uvicorn(),
         UVICORN_RELEASES,
     )
+    lowest = [spec for spec in SpecifierSet(UVICORN_RELEASES) if spec.operator == ">="]
+    newest = [spec for spec in SpecifierSet(UVICORN_RELEASES) if spec.operator == "<"]
+    assert len(lowest) == 1 and len(newest) == 1, f"{UVICORN_RELEASES}: a lowest tested release and an upper bound"
 
 
 def test_the_installed_uvicorn_is_in_the_range_the_room_was_tested_on():
@@ -55,8 +59,23 @@ def test_the_installed_uvicorn_is_in_the_range_the_room_was_tested_on():
     )
 
 
+def test_the_public_options_the_room_sets_are_there():
+    """The Config the server runs with (``timeout_graceful_shutdown`` came in 0.22.0: on 0.21 serve crashed at
+    start-up while every internal was there), for each --http-protocol."""
+    from service.http.server.protocol import ConnectionGuard
+    from service.http.server.running import server_config
+
+    guard = ConnectionGuard(max_header_bytes=8192, header_timeout=5, body_timeout=5, max_connections=8, keep_alive=5)
+    for protocol in ("guarded", "h11", "httptools"):
+        config = server_config(
+            None, log_level="info", access_log=False, grace_seconds=5, guard=guard, http_protocol=protocol
+        )
+        assert config.timeout_graceful_shutdown == 5 and config.server_header is False, protocol
+
+
 async def parsed_one_request(app: Any = lambda scope, receive, send: None) -> Any:
-    """uvicorn's httptools protocol, one GET parsed (its cycle made and ``app`` called on it)."""
+    """uvicorn's httptools protocol on a transport that keeps what is written, one GET parsed (its cycle made and
+    ``app`` called on it)."""
     import uvicorn
     from uvicorn.protocols.http import httptools_impl
     from uvicorn.server import ServerState
@@ -68,6 +87,26 @@ async def parsed_one_request(app: Any = lambda scope, receive, send: None) -> An
     made.data_received(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     await asyncio.sleep(0)
     return made
+
+
+def test_a_cycle_whose_keep_alive_is_cleared_answers_connection_close():
+    """What the drain relies on when it clears ``RequestResponseCycle.keep_alive``: uvicorn then writes
+    ``Connection: close`` on the answer (0.53.0 on; before, only where the request or the app asked for it, and
+    the drain tests of tests/http/test_drain.py failed on 0.52.4 while every internal was there)."""
+
+    async def app_that_waits(scope: Any, receive: Any, send: Any) -> None:
+        await asyncio.Event().wait()  # the answer is sent below, as the drain finds the cycle
+
+    async def answered() -> bytes:
+        connection = await parsed_one_request(app_that_waits)
+        connection.cycle.keep_alive = False
+        await connection.cycle.send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]}
+        )
+        return b"".join(connection.transport.written)
+
+    head = asyncio.run(answered()).lower()
+    assert b"\r\nconnection: close\r\n" in head, head
 
 
 def test_the_uvicorn_internals_the_room_relies_on_are_still_there():

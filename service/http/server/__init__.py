@@ -3,8 +3,8 @@ uvicorn has no public option for: :mod:`.protocol` (bounded header blocks, read 
 :mod:`.listening` (a lossless drain), :mod:`.owners` (a server that lives as long as its owners). Each internal is
 kept only because a real-server test fails without it: :data:`.internals.KEPT` lists them (where each lives in
 uvicorn, what the room does with it, the tests that fail without it) and :data:`.internals.UVICORN_RELEASES` the
-release they are known to work on (``pyproject.toml`` pins it); ``tests/http/test_uvicorn_internals.py`` checks
-that table against the installed uvicorn.
+releases they are known to work on; ``tests/http/test_uvicorn_internals.py`` checks that table against the
+installed uvicorn, and ``serve`` refuses a release outside the range at start-up.
 
 Public options used: ``timeout_keep_alive``, ``timeout_graceful_shutdown`` (bounds uvicorn's own shutdown),
 ``http=`` the guarded protocol and ``ws="none"``, ``h11_max_incomplete_event_size`` (h11, comparison only). Not
