@@ -262,16 +262,13 @@ def run(
 ) -> None:
     """Serve ``app`` on ``listeners`` (Unix sockets' files in ``socket_files``) in this process (never forking)
     until drained or interrupted, or until ``owners`` sees the last process using the server gone."""
-    config = uvicorn.Config(
+    config = server_config(
         app,
-        workers=1,
-        log_config=None,  # uvicorn's lines go to the root logger, in the service's format (not "INFO:     ...")
         log_level=log_level,
         access_log=access_log,
-        timeout_graceful_shutdown=max(1, int(grace_seconds)),
-        timeout_keep_alive=max(1, round(guard.keep_alive)),
-        server_header=False,
-        **protocol_settings(http_protocol, guard),
+        grace_seconds=grace_seconds,
+        guard=guard,
+        http_protocol=http_protocol,
     )
     for listener in listeners:
         if listener.family == socket.AF_UNIX:
@@ -291,6 +288,23 @@ def run(
     if owners is not None:
         owners.on_gone = server.stop_gracefully
     server.run(list(listeners))
+
+
+def server_config(
+    app: Any, *, log_level: str, access_log: bool, grace_seconds: float, guard: ConnectionGuard, http_protocol: str
+) -> uvicorn.Config:
+    """uvicorn's Config for :func:`run`: its public options (the internals test makes one on the installed uvicorn)."""
+    return uvicorn.Config(
+        app,
+        workers=1,
+        log_config=None,  # uvicorn's lines go to the root logger, in the service's format (not "INFO:     ...")
+        log_level=log_level,
+        access_log=access_log,
+        timeout_graceful_shutdown=max(1, int(grace_seconds)),
+        timeout_keep_alive=max(1, round(guard.keep_alive)),
+        server_header=False,
+        **protocol_settings(http_protocol, guard),
+    )
 
 
 def protocol_settings(http_protocol: str, guard: ConnectionGuard) -> dict[str, Any]:
