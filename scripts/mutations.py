@@ -600,7 +600,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a reused pid is taken for the service's (a stale socket is connected to)",
-        "service.launch.rendezvous:process_alive",
+        "service.processes:process_alive",
         "return os.fsencode(marker) in file.read()",
         "return True",
         (LAUNCH,),
@@ -709,7 +709,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         "a replica that fails to start leaves the others running",
         "service.launch.supervisor:_start",
-        "stop_servers([s.process for s in starting])",
+        "stop_servers([s.process for s in starting], wait=STOP_WAIT_SECONDS)",
         "pass",
         (REPLICAS,),
     ),

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import json
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -30,14 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..children import child_environment
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
+from ..processes import child_environment, how_it_ended, process_alive, ready_fingerprint, stop_servers
 from ..sizing import AUTO, check_replicas, plan_replicas
-from ..transport.base import Request, Timeout
-from ..transport.exceptions import LaunchError, TransportError
-from ..transport.stdlib import HTTPTransport
-from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, serve_arguments, unix_socket_url
+from ..transport.exceptions import LaunchError
+from ..wire import API_KEY_ENV, ENV_PREFIX, serve_arguments, unix_socket_url
 from .rendezvous import (
     Record,
     ServicePaths,
@@ -46,7 +42,6 @@ from .rendezvous import (
     launch_directory,
     launch_key,
     nobody_holds,
-    process_alive,
     try_lock,
 )
 
@@ -56,9 +51,6 @@ __all__ = [
     "Share",
     "launch_or_attach",
     "release",
-    "ready_fingerprint",
-    "stop_servers",
-    "how_it_ended",
 ]
 
 logger = logging.getLogger(__name__)
@@ -239,7 +231,7 @@ def _start(
     try:
         fingerprints = _wait_until_ready(command, starting, timeout)
     except BaseException:
-        stop_servers([s.process for s in starting])
+        stop_servers([s.process for s in starting], wait=STOP_WAIT_SECONDS)
         raise
     started = {}
     for item in starting:
@@ -247,26 +239,6 @@ def _start(
         record.write(item.paths.record)
         started[item.replica] = (item.process, record)
     return started
-
-
-def ready_fingerprint(socket_path: str) -> str | None:
-    """The fingerprint of the server on the Unix socket ``socket_path`` once it answers /readyz, else None."""
-    url = unix_socket_url(socket_path)
-    transport = HTTPTransport()
-    try:
-        if transport.handle_request(Request("GET", url + READY_PATH, {}, timeout=Timeout(1.0, 5.0))).status != 200:
-            return None
-        info = transport.handle_request(Request("GET", url + INFO_PATH, {}, timeout=Timeout(1.0, 30.0)))
-        fingerprint: str = json.loads(bytes(info.body))["fingerprint"]
-        return fingerprint
-    except TransportError:
-        return None
-    finally:
-        transport.close()
-
-
-def how_it_ended(code: int) -> str:
-    return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
 def _wait_until_ready(command: ServeCommand, starting: Sequence[_Starting], timeout: float) -> dict[int, str]:
@@ -313,34 +285,6 @@ def _failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | 
         log_path=paths.log,
         server_error=own[-1] if own else None,
     )
-
-
-def stop_servers(
-    ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]] = (), wait: float = STOP_WAIT_SECONDS
-) -> None:
-    """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
-    up to ``wait`` seconds for each to exit, SIGKILL one that overstays."""
-    running = [process for process in ours if process.poll() is None]
-    for process in running:
-        with contextlib.suppress(ProcessLookupError):
-            process.send_signal(signal.SIGTERM)
-    for pid, _ in others:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + wait
-    for process in running:
-        try:
-            process.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-    for pid, socket_path in others:
-        while process_alive(pid, socket_path):  # (its command line names the socket: not a reused pid)
-            if time.monotonic() > deadline:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                break
-            time.sleep(0.02)
 
 
 def _ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
@@ -453,7 +397,7 @@ class LaunchedService:
             )
             [(process, record)] = _start(self.command, {replica: paths}, launches + 1, self.start_timeout).values()
             if record.fingerprint != self.fingerprint:
-                stop_servers([process])
+                stop_servers([process], wait=STOP_WAIT_SECONDS)
                 raise LaunchError(
                     f"the relaunched {name} serves another tokenizer ({record.fingerprint}, not "
                     f"{self.fingerprint}): were its files changed?",
@@ -550,7 +494,7 @@ def _acquire(command: ServeCommand, start_timeout: float) -> _Ownership:
                     processes[replica], records[replica] = process, record
             running = [record for record in records.values() if record is not None]  # (all of them, now)
             if len({record.fingerprint for record in running}) > 1:
-                stop_servers(list(processes.values()))
+                stop_servers(list(processes.values()), wait=STOP_WAIT_SECONDS)
                 listing = "; ".join(f"{command.name(i)}: {record.fingerprint}" for i, record in enumerate(running))
                 raise LaunchError(
                     f"the replicas serve different tokenizers ({listing}): were the tokenizer's files changed while "
@@ -656,7 +600,7 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
             continue
         if process_alive(record.pid, replica_paths.socket):  # (its command line names the socket: not a reused pid)
             others.append((record.pid, replica_paths.socket))
-    stop_servers(list(ours.values()), others)  # (ours are reaped at once if they died already)
+    stop_servers(list(ours.values()), others, wait=STOP_WAIT_SECONDS)  # (ours are reaped at once if they died already)
 
 
 def _adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
