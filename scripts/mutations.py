@@ -386,7 +386,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the launch key names the folder's top-level files only (a named template changed in place is not seen)",
-        "service.launch.supervisor:_files_identity",
+        "service.launch.command:_files_identity",
         'files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())',
         "files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.is_file())",
         (FINGERPRINT,),
@@ -593,8 +593,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a forked child keeps its copy of the owners lock (the service outlives a killed parent)",
-        "service.launch.supervisor:_forget_after_fork",
-        "_close(inherited.owners_fds)",
+        "service.launch.ownership:_forget_after_fork",
+        "close_locks(inherited.owners_fds)",
         "pass",
         (LAUNCH,),
     ),
@@ -607,7 +607,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a service that keeps dying is relaunched for ever",
-        "service.launch.supervisor:LaunchedService.recover",
+        "service.launch.recovery:recover",
         "if launches >= MAX_LAUNCHES:",
         "if False:",
         (LAUNCH,),
@@ -621,14 +621,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a launched service reports the pid it started with after a worker relaunched it",
-        "service.launch.supervisor:LaunchedService._pid",
+        "service.launch.launched:LaunchedService.pid_of",
         "return record.pid if record is not None else self.first_pids[replica]",
         "return self.first_pids[replica]",
         (LAUNCH,),
     ),
     Mutation(
         "the last owner leaves running a server another process relaunched",
-        "service.launch.supervisor:_stop_running",
+        "service.launch.ownership:_stop_running",
         "if record is None or (process is not None and record.pid == process.pid):",
         "if True:",
         (LAUNCH,),
@@ -687,7 +687,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the launch key forgets the replicas asked for (a one-server launch attaches to a set, and back)",
-        "service.launch.supervisor:ServeCommand.key",
+        "service.launch.command:ServeCommand.key",
         "if self.replicas_asked != 1:",
         "if False:",
         (REPLICAS,),
@@ -708,14 +708,14 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a replica that fails to start leaves the others running",
-        "service.launch.supervisor:_start",
+        "service.launch.starting:start",
         "stop_servers([s.process for s in starting], wait=STOP_WAIT_SECONDS)",
         "pass",
         (REPLICAS,),
     ),
     Mutation(
         "replicas serving different tokenizers are taken for one set",
-        "service.launch.supervisor:_acquire",
+        "service.launch.starting:attach_or_start",
         "if len({record.fingerprint for record in running}) > 1:",
         "if False:",
         (REPLICAS,),

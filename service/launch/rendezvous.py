@@ -43,6 +43,7 @@ __all__ = [
     "hold_shared",
     "try_lock",
     "nobody_holds",
+    "close_locks",
 ]
 
 _POLL_SECONDS = 0.05
@@ -219,3 +220,10 @@ def nobody_holds(path: str) -> bool:
         return try_lock(fd, exclusive=True)
     finally:
         os.close(fd)
+
+
+def close_locks(fds: list[int]) -> None:
+    """Close these lock descriptors (a lock held through them goes with them)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
