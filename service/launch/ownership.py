@@ -3,8 +3,9 @@ replica, :mod:`.rendezvous`), the servers it started and how many of its clients
 relaunched for a service it does not own; the replicas its threads are relaunching. One launched service per process.
 The last process to let go stops the servers the records name and waits.
 
-At exit, it lets go of what this process owns; in a forked child, it forgets it, so that the child's exit
-(``atexit`` included) stops nothing.
+Its process-wide hooks are installed by the first launch, attach or relaunch in this process, never at import (a
+process that imports the SDK runs nothing of ours at exit or fork): at exit, let go of what this process owns; in a
+forked child, forget it, so that the child's exit (``atexit`` included) stops nothing.
 """
 
 from __future__ import annotations
@@ -53,10 +54,25 @@ _owned_lock = threading.Lock()
 _children: list[subprocess.Popen[bytes]] = []  # servers this process started for others, kept from the GC
 _background: set[tuple[str, int]] = set()  # (key, replica) being relaunched by a thread of this process, or given up
 _background_lock = threading.Lock()
+_hooks_installed = False
+
+
+def _install_hooks() -> None:
+    """The process-wide hooks, installed once per process by its first launch, attach or relaunch, never at import;
+    called with ``_owned_lock`` held, before the registry holds anything (a child forked from then on gets fresh locks
+    and an empty registry)."""
+    global _hooks_installed
+    if _hooks_installed:
+        return
+    atexit.register(let_go_of_everything)
+    if hasattr(os, "register_at_fork"):  # (not on Windows, where launch() refuses: see rendezvous.require_posix)
+        os.register_at_fork(after_in_child=_forget_after_fork)
+    _hooks_installed = True
 
 
 def launch_or_attach(command: ServeCommand, start_timeout: float) -> Share:
     with _owned_lock:
+        _install_hooks()
         key = command.key()
         ownership = _owned.get(key)
         if ownership is not None:
@@ -128,6 +144,7 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
 def adopt(key: str, replica: int, process: subprocess.Popen[bytes]) -> None:
     """A server this process relaunched: stopped with this process's ownership, or left to the others."""
     with _owned_lock:
+        _install_hooks()
         ownership = _owned.get(key)
         if ownership is not None and ownership.pid == os.getpid():
             dead = ownership.processes.get(replica)
@@ -150,6 +167,8 @@ def let_go_of_everything() -> None:
 def claim_relaunch(key: str, replica: int) -> bool:
     """Whether the caller is to relaunch ``replica`` in a thread: no thread of this process relaunches it already, nor
     gave up on it (then :func:`relaunch_done`)."""
+    with _owned_lock:
+        _install_hooks()
     with _background_lock:
         if (key, replica) in _background:
             return False
@@ -174,8 +193,3 @@ def _forget_after_fork() -> None:
     _owned.clear()
     _children.clear()
     _background.clear()  # the parent's relaunching threads are not here
-
-
-atexit.register(let_go_of_everything)
-if hasattr(os, "register_at_fork"):  # (not on Windows, where launch() refuses: see rendezvous.require_posix)
-    os.register_at_fork(after_in_child=_forget_after_fork)
