@@ -46,14 +46,14 @@ def children(pid: int) -> list[int]:
 def private_launch_directory() -> Iterator[Path]:
     """A launch directory of its own (short, under /tmp: a socket path holds at most 107 bytes); at the end, any
     server a record there names is killed -- only if it serves that record's socket -- and the directory removed."""
-    from service.launch import supervisor
+    from service.launch import ownership
     from service.launch.rendezvous import Record
 
     folder = Path(tempfile.mkdtemp(prefix="tsl-", dir="/tmp"))
     try:
         yield folder
     finally:
-        supervisor._let_go_of_everything()  # a failed test must not leave this process owning a service
+        ownership.let_go_of_everything()  # a failed test must not leave this process owning a service
         for record in folder.glob("*.json"):
             data = Record.read(str(record))
             if data is not None and data.pid != os.getpid() and serves(data.pid, record.with_suffix(".sock")):

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ..children import child_environment
+from ..processes import child_environment
 from ..sizing import Curve, Measurement, Plan, allowed_cpus, available_cpus, choose_plan, cpu_model, memory_limit
 from .texts import BUILT_IN
 

@@ -418,7 +418,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the ``with`` block
         lets go sooner. A failed start raises ``LaunchError`` with the server's log; a service that dies is
         relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError`` says to run
-        ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/supervisor.py``."""
+        ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/``."""
         from ..launch.transport import LaunchedTransport
 
         return launched(cls, model, options, LaunchedTransport)

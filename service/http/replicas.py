@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..launch.rendezvous import hold_shared
-from ..launch.supervisor import how_it_ended, ready_fingerprint, stop_servers
 from ..plurals import counted
+from ..processes import how_it_ended, ready_fingerprint, stop_servers
 from ..sizing import AUTO, ReplicaPlan, plan_replicas
 from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
 from .port_taken import cannot_listen, local_host

@@ -43,7 +43,7 @@ __all__ = [
     "hold_shared",
     "try_lock",
     "nobody_holds",
-    "process_alive",
+    "close_locks",
 ]
 
 _POLL_SECONDS = 0.05
@@ -222,19 +222,8 @@ def nobody_holds(path: str) -> bool:
         os.close(fd)
 
 
-def process_alive(pid: int, marker: str) -> bool:
-    """Whether ``pid`` runs with ``marker`` (its socket path) in its command line: not a reused pid, nor a zombie.
-    Without /proc, whether it exists."""
-    if not os.path.isdir("/proc/self"):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # another user's
-        return True
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as file:
-            return os.fsencode(marker) in file.read()
-    except OSError:
-        return False
+def close_locks(fds: list[int]) -> None:
+    """Close these lock descriptors (a lock held through them goes with them)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

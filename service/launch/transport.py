@@ -16,8 +16,11 @@ from ..transport.base import AsyncTransport, Request, Response, SyncTransport
 from ..transport.exceptions import ConnectError, FingerprintMismatch
 from ..transport.stdlib import HTTPTransport
 from ..wire import check_fingerprint_pin, fingerprint_matches
+from .command import ServeCommand
+from .launched import LaunchedService
+from .ownership import Share, launch_or_attach, release
+from .recovery import recover, recover_in_background
 from .rendezvous import require_posix
-from .supervisor import LaunchedService, ServeCommand, Share, launch_or_attach, release
 
 __all__ = ["LaunchedTransport", "AsyncLaunchedTransport", "Launch", "launch", "START_TIMEOUT"]
 
@@ -49,7 +52,7 @@ class _Bound:
         there while this one is relaunched in the background)."""
         replica = self.service.replica_at(request.url)
         if self.service.others_running(replica):
-            self.service.recover_in_background(replica)
+            recover_in_background(self.service, replica)
             return None
         return replica
 
@@ -71,7 +74,7 @@ class LaunchedTransport(_Bound):
             replica = self._stranded(request)
             if replica is None:
                 raise  # the client sends the call to another replica
-            self.service.recover(replica)
+            recover(self.service, replica)
             return self.inner.handle_request(request)
 
     def close(self) -> None:
@@ -102,7 +105,7 @@ class AsyncLaunchedTransport(_Bound):
             replica = self._stranded(request)
             if replica is None:
                 raise
-            await asyncio.to_thread(self.service.recover, replica)
+            await asyncio.to_thread(recover, self.service, replica)
             return await self.inner.handle_async_request(request)
 
     async def aclose(self) -> None:

@@ -23,7 +23,7 @@ import pytest
 from service.client import FingerprintMismatch, TokenizerClient
 from service.engine.loading import DEFAULT_TOKENIZER_DIR, call_config, fingerprint, load_tokenizer
 from service.jobs import OutputConflict
-from service.launch.supervisor import _model_identity
+from service.launch.command import _model_identity
 from service.pretokenize import PretokenizeConfig, pretokenize
 from service.wire import FINGERPRINT_SCHEME
 from testkit.servers import ServerProcess, free_port

@@ -19,7 +19,7 @@ import pytest
 
 import service
 from service.engine.loading import TokenizerLoadError, describe_source, load_tokenizer
-from service.launch.supervisor import ServeCommand
+from service.launch.command import ServeCommand
 from testkit.servers import REPO
 
 

@@ -28,8 +28,8 @@ import pytest
 import torch
 
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient
+from service.launch.command import ServeCommand
 from service.launch.rendezvous import Record, ServicePaths, launch_directory
-from service.launch.supervisor import ServeCommand
 from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
 from testkit.launching import kill, private_launch_directory, wait_gone
 from testkit.servers import REPO, alive, script_env
@@ -111,6 +111,70 @@ def test_launch_serves_from_a_private_socket_and_stops_with_its_with_block(launc
     assert not Path(report["socket"]).exists()
     log = Path(report["log"]).read_text()
     assert "serving on http+unix://" in log and "launched by pid" in log
+
+
+# -- process-wide hooks: installed by the first launch, never by an import ----------------------------------
+HOOKS = textwrap.dedent("""
+    import atexit, json, logging, os  # (logging registers its own hook at exit when first imported)
+
+    registered, ran = [], []  # each hook registered (when, module:name); each run in a forked child
+    real_register, real_at_fork = atexit.register, os.register_at_fork
+
+    def at_exit(func, *args, **kwargs):
+        registered.append(["at exit", f"{func.__module__}:{func.__qualname__}"])
+        return real_register(func, *args, **kwargs)
+
+    def at_fork(**hooks):
+        for when, func in hooks.items():
+            name = f"{func.__module__}:{func.__qualname__}"
+            registered.append([f"at fork ({when})", name])
+            hooks[when] = lambda func=func, name=name: (ran.append(name), func())
+        return real_at_fork(**hooks)
+
+    def ours():
+        return [hook for hook in registered if hook[1].startswith("service")]
+
+    def hooks_run_by_a_fork():
+        ran.clear()
+        readable, writable = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.write(writable, json.dumps([name for name in ran if name.startswith("service")]).encode())
+            os._exit(0)
+        os.close(writable)
+        answer = os.read(readable, 65536)
+        os.waitpid(child, 0)
+        os.close(readable)
+        return json.loads(answer)
+
+    atexit.register, os.register_at_fork = at_exit, at_fork
+    before = atexit._ncallbacks()
+    import service.client, service.launch
+    from service.client import TokenizerClient
+
+    report = {"callbacks_added_by_import": atexit._ncallbacks() - before, "at_import": ours(),
+              "fork_after_import": hooks_run_by_a_fork()}
+    for _ in range(2):  # a second launch in this process installs nothing more
+        with TokenizerClient.launch() as client:
+            client(["hooks"])
+            report["fork_while_launched"] = hooks_run_by_a_fork()
+    report["callbacks_added_by_launches"] = atexit._ncallbacks() - before
+    report["after_launches"] = ours()
+    print(json.dumps(report))
+""")
+
+
+def test_importing_registers_no_process_hook_and_the_first_launch_installs_them_once(launch_dir):
+    """Issue 43: the launcher registered its atexit and at-fork hooks when imported, so a process that only imported
+    it ran them at every fork and at its exit. Now the first launch installs them, once; a forked child runs ours."""
+    env = script_env(**{LAUNCH_DIR_ENV: str(launch_dir)})
+    report = run_script(HOOKS, env=env)
+    assert report["at_import"] == [] and report["callbacks_added_by_import"] == 0, report
+    assert report["fork_after_import"] == [], report
+    kinds = sorted(when for when, _ in report["after_launches"])
+    assert kinds == ["at exit", "at fork (after_in_child)"], report["after_launches"]
+    assert report["callbacks_added_by_launches"] == 1, report
+    assert len(report["fork_while_launched"]) == 1, report  # the forked child lets go of nothing it inherited
 
 
 # -- DataLoader workers, fork and spawn ------------------------------------------------------------------

@@ -120,8 +120,8 @@ def test_the_launch_key_holds_the_replicas_asked_for_and_auto_is_one_key_whateve
     """One set per tokenizer and settings per machine: replicas are part of the settings; ``"auto"`` is one key, so
     local ranks that see different cores (pinned each to its own) still meet at one set."""
     from service import sizing
+    from service.launch.command import ServeCommand
     from service.launch.rendezvous import ServicePaths
-    from service.launch.supervisor import ServeCommand
 
     def key(replicas: object = 1, **options: object) -> str:
         return ServeCommand.build(None, options, None, sys.executable, replicas).key()
@@ -344,7 +344,7 @@ def wait_relaunched(client: TokenizerClient, replica: int, dead: int, seconds: f
 @pytest.mark.timeout(240)
 def test_a_replica_sigkilled_under_load_loses_no_call_and_is_relaunched_once(launch_dir, reference_tokenizers, caplog):
     expected = reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]
-    caplog.set_level(logging.WARNING, logger="service.launch.supervisor")
+    caplog.set_level(logging.WARNING, logger="service.launch")
     with TokenizerClient.launch(replicas=2, retry=RetryPolicy(max_attempts=10, deadline=60)) as client:
         first = client.service.pids
         load = Load(client, expected, threads=3)

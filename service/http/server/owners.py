@@ -3,7 +3,7 @@
 Each process using a launched server holds a *shared* ``flock`` on one file; the kernel drops it however the
 process exits (SIGKILL and the OOM killer included), so no pid is needed: :class:`OwnersWatch` tries the lock
 *exclusively* a few times a second, and once it gets it nobody is left: the server stops as on SIGTERM, holding
-the lock until it exits, so a newcomer waits for it to be gone and launches anew (``service/launch/supervisor.py``).
+the lock until it exits, so a newcomer waits for it to be gone and launches anew (``service/launch/ownership.py``).
 A forked child would share its parent's lock; the client closes that copy in forked children.
 """
 
