@@ -21,7 +21,8 @@ import torch
 from torch.utils.data import Dataset
 
 from ..jobs import is_url
-from ..jobs.storage import Storage, join
+from ..jobs.stores import Storage
+from ..jobs.urls import join
 from .manifest import Manifest, ShardEntry, read_manifest
 from .shards import MASK_SUFFIXES, MASKS_COLUMN, MEGATRON_DTYPE_CODES, MEGATRON_HEADER, import_pyarrow, numpy_view
 
