@@ -372,7 +372,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a pin matches only a whole fingerprint: the prefix serve logs is refused",
-        "service.wire:fingerprint_matches",
+        "service.fingerprint_pins:fingerprint_matches",
         "return actual is not None and actual.startswith(expected) and len(expected) >= len(FINGERPRINT_PREFIX)",
         "return actual == expected",
         (FINGERPRINT,),
@@ -565,7 +565,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     # -- Unix sockets and launched services (issue 21) --------------------------------------------------------
     Mutation(
         "a socket URL leaves the slashes of its path unencoded (the path becomes the route)",
-        "service.wire:unix_socket_url",
+        "service.addresses:unix_socket_url",
         "return f\"{UNIX_SCHEME}://{quote(os.path.abspath(path), safe='')}\"",
         'return f"{UNIX_SCHEME}://{quote(os.path.abspath(path))}"',
         (UNIX,),

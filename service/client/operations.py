@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, Literal, TypeVar, overload
 
+from ..fingerprint_pins import fingerprint_matches
 from ..transport import Response, exceptions
 from ..transport.exceptions import (
     FingerprintMismatch,
@@ -46,7 +47,6 @@ from ..wire import (
     LengthOptions,
     TokenizeOptions,
     changed_options,
-    fingerprint_matches,
 )
 from .results import (
     EncodeResult,

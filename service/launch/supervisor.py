@@ -30,14 +30,16 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..addresses import unix_socket_url
 from ..children import child_environment
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
+from ..serve_flags import serve_arguments
 from ..sizing import AUTO, check_replicas, plan_replicas
 from ..transport.base import Request, Timeout
 from ..transport.exceptions import LaunchError, TransportError
 from ..transport.stdlib import HTTPTransport
-from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH, serve_arguments, unix_socket_url
+from ..wire import API_KEY_ENV, ENV_PREFIX, INFO_PATH, READY_PATH
 from .rendezvous import (
     Record,
     ServicePaths,
