@@ -408,7 +408,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "the client gives up on a 408 after a stalled upload",
-        "service.client.operations",
+        "service.client.answers",
         "RETRIED_REJECTIONS = (ServerBusy, RequestTimeout)",
         "RETRIED_REJECTIONS = (ServerBusy,)",
         (PROTOCOL,),
@@ -429,7 +429,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "a pinned fingerprint is checked on /info only",
-        "service.client.operations:finish",
+        "service.client.answers:finish",
         "if not call.fingerprint_in_body:",
         "if False:",
         (RESILIENCE, CLIENT),

@@ -35,7 +35,7 @@ from service.client import (
     TokenizerClient,
     Unauthorized,
 )
-from service.client.operations import rejection
+from service.client.answers import rejection
 from service.client.results import arrays_from_safetensors
 from testkit.families import FAMILIES
 from testkit.parity import TRICKY_TEXTS
