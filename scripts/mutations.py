@@ -980,7 +980,7 @@ MUTATIONS: tuple[Mutation, ...] = (
     ),
     Mutation(
         "torch datasets: a read across a remote block boundary leaves each block's last byte out (a run on s3://)",
-        "service.pretokenize.torch_datasets:_BlockCache.read",
+        "service.pretokenize.shard_values:BlockCache.read",
         "low, high = max(start, number * step), min(end, (number + 1) * step)",
         "low, high = max(start, number * step), min(end, (number + 1) * step - 1)",
         (PRETOKENIZE_S3,),
