@@ -348,7 +348,7 @@ def replicas_to_pass(asked: str | int | None, launch_takes_them: bool) -> str | 
 
 
 def mode_environment(mode: str, launch_dir: Path) -> dict[str, str]:
-    from service.wire import LAUNCH_DIR_ENV
+    from service.launch.rendezvous import LAUNCH_DIR_ENV
 
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if mode == "pretokenized":

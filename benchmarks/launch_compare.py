@@ -52,8 +52,9 @@ from benchmarks.dataloader_compare import (
 )
 from benchmarks.machine import machine_noise
 from benchmarks.progress import log, publish
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.transport import HTTPTransport, Request, Timeout
-from service.wire import HEALTH_PATH, LAUNCH_DIR_ENV
+from service.wire import HEALTH_PATH
 from testkit import assets
 from testkit.servers import REPO, ServerProcess
 

@@ -85,7 +85,8 @@ class InProcessEncoder:
 def run_pipeline(
     method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str, storage_options: str
 ) -> dict:
-    from service.jobs.storage import is_url, storage_options_from_json
+    from service.jobs.stores import storage_options_from_json
+    from service.jobs.urls import is_url
     from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"

@@ -80,7 +80,7 @@ from benchmarks.processes import start_all, tokenizer_dir
 from benchmarks.progress import log
 from benchmarks.projection import PERFECT, POOL_2337, SPEEDUPS_2337, Costs
 from benchmarks.scenarios.measuring import OPTIONS_BATCH, rotated
-from service.wire import LAUNCH_DIR_ENV
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from testkit.servers import REPO
 
 CORES = (1, 2)

@@ -16,10 +16,11 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .addresses import unix_socket_url
 from .transport.base import Request, Timeout
 from .transport.exceptions import TransportError
 from .transport.stdlib import HTTPTransport
-from .wire import INFO_PATH, READY_PATH, unix_socket_url
+from .wire import INFO_PATH, READY_PATH
 
 __all__ = ["child_environment", "ready_fingerprint", "process_alive", "how_it_ended", "stop_servers"]
 

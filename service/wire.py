@@ -1,18 +1,17 @@
 """The wire contract between client and server, which both import and nothing else of each other: route paths,
 every route's options (declared once, as dataclasses: names, transformers' defaults, values and bounds), output
-key order, media types, headers, the error table, environment variables, and service URLs (Unix sockets
-included). Standard library only. The request models and the engine's options derive from these declarations;
-``tests/client/test_wire.py`` fails when the clients' signatures drift from them."""
+key order, media types, headers, the error table and environment variables. Standard library only. The request
+models and the engine's options derive from these declarations; ``tests/client/test_wire.py`` fails when the
+clients' signatures drift from them. Beside it, standard library too: where a service is (:mod:`service.addresses`:
+URLs, Unix sockets), how settings become ``serve``'s flags (:mod:`service.serve_flags`) and fingerprint pins
+(:mod:`service.fingerprint_pins`)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from functools import lru_cache
 from types import MappingProxyType
 from typing import Any, Final
-from urllib.parse import quote, unquote, urlsplit
 
 # -- routes ----------------------------------------------------------------------------------------------
 ENCODE_PATH: Final = "/encode"
@@ -265,8 +264,6 @@ FINGERPRINT_HEADER: Final = "X-Tokenizer-Fingerprint"
 FINGERPRINT_SCHEME: Final = 2
 #: The form of a fingerprint: ``sha256:`` and 64 hex digits.
 FINGERPRINT_PREFIX: Final = "sha256:"
-#: The fewest hex digits a pin may give (``sha256:abb08fd1451a``): 48 bits name one tokenizer in practice.
-MIN_FINGERPRINT_DIGITS: Final = 12
 RETRY_AFTER_HEADER: Final = "Retry-After"
 AUTHORIZATION_HEADER: Final = "Authorization"
 AUTH_SCHEME: Final = "Bearer"
@@ -350,118 +347,3 @@ ENV_PREFIX: Final = "TOKENIZER_SERVICE_"
 URL_ENV: Final = ENV_PREFIX + "URL"
 #: The API key: the server requires it when set, the client sends it when set.
 API_KEY_ENV: Final = ENV_PREFIX + "API_KEY"
-
-
-def serve_arguments(settings: Mapping[str, Any]) -> list[str]:
-    """``serve``'s arguments for ``settings`` (name -> value; None: unset): ``--name value``, ``--[no-]name`` for a
-    switch. How the launcher and ``serve --replicas`` pass settings on."""
-    arguments: list[str] = []
-    for name, value in sorted(settings.items()):
-        if value is None:
-            continue
-        flag = "--" + name.replace("_", "-")
-        if isinstance(value, bool):
-            arguments.append(flag if value else "--no-" + flag[2:])
-        else:
-            arguments += [flag, str(value)]
-    return arguments
-
-
-def setting_of_flag(flag: str) -> str:
-    """The setting a flag of :func:`serve_arguments` sets: ``--max-length`` -> ``max_length``."""
-    return flag.removeprefix("--").replace("-", "_")
-
-
-# -- where a service is: URLs, Unix domain sockets included -------------------------------------------------
-#: A service on a Unix socket: ``http+unix://``, the socket's path percent-encoded (``/`` as ``%2F``), then a route:
-#: ``http+unix://%2Ftmp%2Fts.sock/encode``. requests-unixsocket's and Docker's convention: a base URL plus a route
-#: stays a URL, and a comma-separated list of them stays one.
-UNIX_SCHEME: Final = "http+unix"
-#: The ``Host`` header sent to a service on a Unix socket (it has no host name).
-UNIX_HOST: Final = "localhost"
-#: The longest Unix socket path, in bytes: ``sun_path`` holds 108 with its final NUL on Linux (104 on macOS).
-MAX_SOCKET_PATH_BYTES: Final = 107
-#: The directory ``TokenizerClient.launch`` keeps its sockets, locks and logs in (default:
-#: ``$XDG_RUNTIME_DIR/tokenizer-service``, else ``/tmp/tokenizer-service-<uid>``; private: mode 0700).
-LAUNCH_DIR_ENV: Final = ENV_PREFIX + "LAUNCH_DIR"
-
-
-@dataclass(frozen=True)
-class ServiceAddress:
-    """Where one request goes (:func:`parse_service_url`)."""
-
-    scheme: str  # "http", "https" or UNIX_SCHEME
-    host: str  # the host name (UNIX_HOST for a socket): what the Host header names
-    port: int  # the TCP port (0 for a socket)
-    socket_path: str | None  # the Unix socket's path, or None for TCP
-    target: str  # path and query ("/" when the URL has none)
-
-    @property
-    def origin(self) -> tuple[str, str, int]:
-        """What a connection pool keys on: connections to the same origin are interchangeable."""
-        return (self.scheme, self.socket_path or self.host, self.port)
-
-
-def unix_socket_url(path: str) -> str:
-    """The base URL of a service listening on the Unix socket at ``path`` (made absolute)."""
-    return f"{UNIX_SCHEME}://{quote(os.path.abspath(path), safe='')}"
-
-
-@lru_cache(maxsize=256)
-def parse_service_url(url: str) -> ServiceAddress:
-    """Read an absolute ``http://``, ``https://`` or ``http+unix://`` URL; ValueError saying what to write instead
-    (a socket's path written otherwise gets its ``http+unix://`` form)."""
-    parts = urlsplit(url)
-    target = parts.path or "/"
-    if parts.query:
-        target += "?" + parts.query
-    if parts.scheme == UNIX_SCHEME and parts.netloc:
-        path = unquote(parts.netloc)
-        if not path.startswith("/"):
-            raise ValueError(f"{url!r}: the socket path must be absolute, as in {unix_socket_url(path)!r}")
-        return ServiceAddress(UNIX_SCHEME, UNIX_HOST, 0, path, target)
-    if parts.scheme in ("http", "https") and parts.hostname:
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError as exc:
-            raise ValueError(f"{url!r}: {exc}") from None
-        return ServiceAddress(parts.scheme, parts.hostname, port, None, target)
-    socket_path = _socket_path_written_otherwise(url, parts.scheme)
-    if socket_path is not None:
-        raise ValueError(
-            f"{url!r} is not a service URL: a Unix socket is written {UNIX_SCHEME}://<its path percent-encoded>, "
-            f"here {unix_socket_url(socket_path)!r}"
-        )
-    raise ValueError(
-        f"not a service URL: {url!r}; write http://HOST:PORT, https://HOST:PORT or "
-        f"{UNIX_SCHEME}://<socket path percent-encoded>"
-    )
-
-
-def _socket_path_written_otherwise(url: str, scheme: str) -> str | None:
-    """The socket path of ``unix:/p``, ``unix:///p``, ``http+unix:///p`` or a bare ``/p``, else None."""
-    if scheme in ("unix", UNIX_SCHEME):
-        rest = url.split(":", 1)[1]
-        path = "/" + rest.lstrip("/") if rest.startswith("/") else rest
-        return path if path.strip("/") else None
-    return url if url.startswith("/") else None
-
-
-# -- fingerprints ----------------------------------------------------------------------------------------
-def check_fingerprint_pin(expected: str) -> str:
-    """``expected`` as a pin (a whole fingerprint, or at least its first :data:`MIN_FINGERPRINT_DIGITS` hex digits),
-    or a ValueError saying the form."""
-    digits = expected[len(FINGERPRINT_PREFIX) :] if expected.startswith(FINGERPRINT_PREFIX) else None
-    if digits is None or len(digits) < MIN_FINGERPRINT_DIGITS or len(digits) > 64:
-        raise ValueError(
-            f"expected_fingerprint={expected!r} is not a fingerprint: it is {FINGERPRINT_PREFIX!r} and 64 hex digits "
-            f"(GET /info reports it), or the first {MIN_FINGERPRINT_DIGITS} or more of them"
-        )
-    if digits.strip("0123456789abcdef"):
-        raise ValueError(f"expected_fingerprint={expected!r}: a fingerprint's digits are lowercase hex (0-9, a-f)")
-    return expected
-
-
-def fingerprint_matches(expected: str, actual: str | None) -> bool:
-    """Whether a pin (a whole fingerprint or a prefix: :func:`check_fingerprint_pin`) names ``actual``."""
-    return actual is not None and actual.startswith(expected) and len(expected) >= len(FINGERPRINT_PREFIX)

@@ -12,9 +12,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from service.addresses import unix_socket_url
 from service.transport import HTTPTransport, Request, Timeout
 from service.transport.exceptions import TransportError
-from service.wire import unix_socket_url
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -164,7 +164,8 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
     """Batches from :data:`LOAD_CLIENTS` threads to the server on ``args.socket``, asked as the SDK asks for tensors
     (``POST /encode``, safetensors); per round (from one answer to another, at least ``args.round_seconds`` apart),
     the batches answered, the server's CPU seconds (``/proc/PID/stat``) and its Python threads' (its /metrics)."""
-    from ..wire import ENCODE_PATH, INFO_PATH, METRICS_PATH, READY_PATH, SAFETENSORS_MEDIA_TYPE, unix_socket_url
+    from ..addresses import unix_socket_url
+    from ..wire import ENCODE_PATH, INFO_PATH, METRICS_PATH, READY_PATH, SAFETENSORS_MEDIA_TYPE
 
     base = unix_socket_url(args.socket)
     _when_ready(base + READY_PATH, args.server_pid)

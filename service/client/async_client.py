@@ -13,8 +13,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 from ..transport.base import AsyncTransport, SyncTransport
 from ..transport.exceptions import TransportError
 from ..transport.streams import AsyncHTTPTransport
+from .answers import finish, retried_rejection
 from .base import ClientBase, launched
-from .operations import Call, finish, retried_rejection
+from .operations import Call
 from .retrying import Attempts
 from .sync_client import TokenizerClient
 

@@ -11,6 +11,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .. import __version__
+from ..addresses import parse_service_url
+from ..fingerprint_pins import check_fingerprint_pin
+from ..serve_flags import setting_of_flag
 from ..suggestions import UnknownOptionError, closest, unknown_option, unrecognized_flags
 from ..transport.base import AsyncTransport, Request, SyncTransport, Timeout
 from ..transport.exceptions import LaunchError
@@ -22,9 +25,6 @@ from ..wire import (
     RAGGED_MEDIA_TYPE,
     SAFETENSORS_MEDIA_TYPE,
     URL_ENV,
-    check_fingerprint_pin,
-    parse_service_url,
-    setting_of_flag,
 )
 from .operations import Call
 from .retrying import Endpoints, RetryPolicy
@@ -40,7 +40,7 @@ _ACCEPTED = (JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE, RAGGED_MEDIA_TYPE)
 
 def resolve_urls(url: str | Sequence[str] | None) -> tuple[str, ...]:
     """Base URLs from ``url`` (one, a comma-separated string, or a list) or ``$TOKENIZER_SERVICE_URL``:
-    ``http://``, ``https://`` or ``http+unix://`` (a Unix socket, :data:`service.wire.UNIX_SCHEME`)."""
+    ``http://``, ``https://`` or ``http+unix://`` (a Unix socket, :data:`service.addresses.UNIX_SCHEME`)."""
     if url is None:
         url = os.environ.get(URL_ENV, "")
         if not url.strip():

@@ -20,6 +20,7 @@ from ..wire import (
     LengthOptions,
     TokenizeOptions,
 )
+from .answers import finish, retried_rejection
 from .base import ClientBase, launched
 from .operations import (
     Call,
@@ -30,12 +31,10 @@ from .operations import (
     decode_call,
     encode_call,
     encode_ragged_call,
-    finish,
     info_call,
     is_conversations,
     lengths_calls,
     read_conversations,
-    retried_rejection,
     tokenize_call,
 )
 from .results import EncodeResult, RaggedResult

@@ -256,7 +256,7 @@ def _fetched(source: str | None) -> str | None:
     """A tokenizer under an object-store URL, downloaded whole to a private local directory; else ``source``."""
     if source is None or "://" not in source or source.startswith(("hf://", "file://")):
         return source
-    from ..jobs.storage import fetch_tokenizer  # fsspec and the store's package, only for URLs
+    from ..jobs.tokenizer_fetch import fetch_tokenizer  # fsspec and the store's package, only for URLs
 
     try:
         return fetch_tokenizer(source)

@@ -23,11 +23,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..addresses import MAX_SOCKET_PATH_BYTES
 from ..launch.rendezvous import hold_shared
 from ..plurals import counted
 from ..processes import how_it_ended, ready_fingerprint, stop_servers
+from ..serve_flags import serve_arguments
 from ..sizing import AUTO, ReplicaPlan, plan_replicas
-from ..wire import API_KEY_ENV, ENV_PREFIX, MAX_SOCKET_PATH_BYTES, serve_arguments
+from ..wire import API_KEY_ENV, ENV_PREFIX
 from .port_taken import cannot_listen, local_host
 from .settings import Settings
 

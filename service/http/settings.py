@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ..addresses import MAX_SOCKET_PATH_BYTES
 from ..embedded import DEFAULT_TOKENIZER
 from ..engine.batching import DEFAULT_BATCHING, BatchingConfig
 from ..engine.limits import DEFAULT_LIMITS, EngineLimits
@@ -21,7 +22,7 @@ from ..engine.memory import (
     default_memory_budget,
 )
 from ..sizing import available_cpus, cgroup_memory_limit, check_replicas, share_of_cores
-from ..wire import ENV_PREFIX, MAX_SOCKET_PATH_BYTES
+from ..wire import ENV_PREFIX
 from .server import OWNERS_CHECK_SECONDS
 
 # The share of the memory limit the default budget takes, as the help text writes it (3/4).

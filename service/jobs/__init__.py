@@ -1,6 +1,6 @@
 """Offline jobs sharded across workers (``pretokenize``, ``train``): the one executor they run on (:mod:`.executor`),
 storage, worker index, progress, the command-line skeleton, and the corpus they walk (inputs, work units,
-documents). The corpus lives here because the executor plans in units and reading goes through ``storage``.
+documents). The corpus lives here because the executor plans in units and reading goes through :mod:`.stores`.
 Standard library only (fsspec for URLs, pyarrow for Parquet, when asked); see docs/guides/pretokenize.md.
 """
 
@@ -18,8 +18,11 @@ from .executor import (
     arun_worker,
     run_worker,
 )
+from .folders import Folder, LocalFolder, ObjectFolder
 from .inputs import FORMATS, InputFile, find_inputs
-from .storage import Folder, LocalFolder, ObjectFolder, Storage, fetch_tokenizer, is_url
+from .stores import Storage
+from .tokenizer_fetch import fetch_tokenizer
+from .urls import is_url
 from .work_units import DEFAULT_UNIT_BYTES, WorkUnit, parse_size, plan_units
 from .workers import RESOURCE_CONFIG_ENV, TOTAL_ENV, Worker, resolve_worker
 

@@ -9,9 +9,10 @@ from typing import Any
 
 from .documents import BAD_RECORD_POLICIES
 from .flags import flag
+from .folders import check_output_folder
 from .inputs import FORMATS, InputFile, find_inputs
 from .progress import PROGRESS_MODES, Log
-from .storage import STORAGE_OPTIONS_ENV, Storage, check_output_folder, storage_options_from_json
+from .stores import STORAGE_OPTIONS_ENV, Storage, storage_options_from_json
 from .work_units import DEFAULT_UNIT_BYTES, WorkUnit, format_size, parse_size, plan_units
 from .workers import TOTAL_ENV, Worker, resolve_worker
 

@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from ..plurals import counted
 from .errors import BadRecord, CorpusError
-from .storage import Storage
+from .stores import Storage
 from .work_units import WorkUnit, parquet_file
 
 #: What to do with a record that cannot be read as a document.

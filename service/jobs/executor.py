@@ -17,8 +17,8 @@ from typing import Any, Generic, TypeVar
 
 from .config import JobConfig
 from .errors import JobError, OutputConflict, UnitsMissing
+from .folders import Folder
 from .progress import Log, Progress, duration, human, peak_rss_bytes
-from .storage import Folder
 from .work_units import WorkUnit
 from .workers import Worker
 

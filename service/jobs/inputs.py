@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import CorpusError
-from .storage import Storage, is_url
+from .stores import Storage
+from .urls import is_url
 
 #: Supported formats by file suffix (how each is cut into units: :mod:`.work_units`).
 FORMATS: dict[str, str] = {

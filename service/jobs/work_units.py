@@ -16,7 +16,8 @@ from typing import Any
 
 from .errors import CorpusError, JobError
 from .inputs import SPLITTABLE, InputFile
-from .storage import Storage, is_url
+from .stores import Storage
+from .urls import is_url
 
 #: Big enough that per-unit overhead vanishes, small enough that a rerun redoes little and many workers get work.
 DEFAULT_UNIT_BYTES = 64 * 1024 * 1024

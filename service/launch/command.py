@@ -18,9 +18,10 @@ from .. import __version__
 from ..embedded import DEFAULT_TOKENIZER, DEFAULT_TOKENIZER_DIR
 from ..extras import unmet_line
 from ..processes import child_environment
+from ..serve_flags import serve_arguments
 from ..sizing import AUTO, check_replicas, plan_replicas
 from ..transport.exceptions import LaunchError
-from ..wire import API_KEY_ENV, ENV_PREFIX, serve_arguments
+from ..wire import API_KEY_ENV, ENV_PREFIX
 from .rendezvous import ServicePaths, launch_key
 
 __all__ = ["ServeCommand", "RESERVED_OPTIONS", "check_server_installed"]

@@ -30,10 +30,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..addresses import MAX_SOCKET_PATH_BYTES
 from ..transport.exceptions import LaunchError
-from ..wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES, URL_ENV
+from ..wire import ENV_PREFIX, URL_ENV
 
 __all__ = [
+    "LAUNCH_DIR_ENV",
     "require_posix",
     "launch_directory",
     "launch_key",
@@ -46,6 +48,9 @@ __all__ = [
     "close_locks",
 ]
 
+#: The directory ``TokenizerClient.launch`` keeps its sockets, locks and logs in (default:
+#: ``$XDG_RUNTIME_DIR/tokenizer-service``, else ``/tmp/tokenizer-service-<uid>``; private: mode 0700).
+LAUNCH_DIR_ENV = ENV_PREFIX + "LAUNCH_DIR"
 _POLL_SECONDS = 0.05
 
 

@@ -14,9 +14,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..addresses import unix_socket_url
 from ..processes import how_it_ended, process_alive, ready_fingerprint, stop_servers
 from ..transport.exceptions import LaunchError
-from ..wire import unix_socket_url
 from .command import ServeCommand, check_server_installed
 from .launched import LaunchedService
 from .rendezvous import Record, ServicePaths, close_locks, exclusive_lock, hold_shared, launch_directory

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..fingerprint_pins import check_fingerprint_pin, fingerprint_matches
 from ..transport.base import AsyncTransport, Request, Response, SyncTransport
 from ..transport.exceptions import ConnectError, FingerprintMismatch
 from ..transport.stdlib import HTTPTransport
-from ..wire import check_fingerprint_pin, fingerprint_matches
 from .command import ServeCommand
 from .launched import LaunchedService
 from .ownership import Share, launch_or_attach, release

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..client import AsyncTokenizerClient, InvalidRequest, PayloadTooLarge, RetryLog, RetryPolicy
-from ..jobs.storage import DEFAULT_RETRY_DEADLINE
+from ..jobs.retrying import DEFAULT_RETRY_DEADLINE
 
 
 class TextsRefused(Exception):

@@ -11,7 +11,7 @@ from typing import Any
 
 from .. import __version__
 from ..jobs import DoneRecord, Folder, Storage, is_url
-from ..jobs.storage import join
+from ..jobs.urls import join
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from ..wire import UNIX_HOST, parse_service_url
+from ..addresses import UNIX_HOST, parse_service_url
 from .base import Request, Response
 from .exceptions import ConnectError, ProtocolError, TransportError, TransportTimeout
 

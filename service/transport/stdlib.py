@@ -7,7 +7,7 @@ import http.client
 import os
 import socket
 
-from ..wire import UNIX_HOST, ServiceAddress, parse_service_url
+from ..addresses import UNIX_HOST, ServiceAddress, parse_service_url
 from .base import IdleConnections, Origin, PooledTransport, Request, Response, StaleConnection
 from .exceptions import ConnectError, ProtocolError, TransportTimeout
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from ..wire import ServiceAddress, parse_service_url
+from ..addresses import ServiceAddress, parse_service_url
 from .base import IdleConnections, Origin, PooledTransport, Request, Response, StaleConnection
 from .exceptions import ConnectError, ProtocolError, TransportTimeout
 

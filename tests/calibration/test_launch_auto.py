@@ -13,8 +13,8 @@ import pytest
 from service.calibration.measure import Calibration, Point, identify, thread_counts
 from service.calibration.store import CALIBRATION_DIR_ENV, keep
 from service.client import TokenizerClient
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.sizing import available_cpus, cpu_model
-from service.wire import LAUNCH_DIR_ENV
 from testkit.launching import private_launch_directory
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]

@@ -35,7 +35,7 @@ from service.client import (
     TokenizerClient,
     Unauthorized,
 )
-from service.client.operations import rejection
+from service.client.answers import rejection
 from service.client.results import arrays_from_safetensors
 from testkit.families import FAMILIES
 from testkit.parity import TRICKY_TEXTS
@@ -598,7 +598,9 @@ def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
         loaded = top(report[stage])
         assert not loaded & set(FORBIDDEN), (stage, sorted(loaded & set(FORBIDDEN)))
         ours = {m for m in report[stage] if m == "service" or m.startswith("service.")}
-        shared = ("service", "service.wire", "service.suggestions")  # the contract, the one misspelling rule
+        # the contract, where a service is, serve's flags, fingerprint pins, the one misspelling rule
+        shared = ("service", "service.wire", "service.addresses", "service.serve_flags", "service.fingerprint_pins")
+        shared += ("service.suggestions",)
         assert all(m in shared or m.startswith(allowed) for m in ours), (stage, sorted(ours))
     # Light at import: numpy and torch come only with use; httpx never, with the default transports; asyncio
     # only with the async client (torch imports it too, once tensors are asked for).

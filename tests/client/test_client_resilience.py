@@ -42,7 +42,7 @@ from service.client import (
     TransportTimeout,
     Unauthorized,
 )
-from service.client.operations import retry_after_seconds
+from service.client.answers import retry_after_seconds
 from testkit.servers import ServerProcess, free_port
 
 FAST = RetryPolicy(max_attempts=5, deadline=10, backoff_initial=0.01, backoff_max=0.05)

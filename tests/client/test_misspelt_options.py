@@ -16,8 +16,8 @@ import pytest
 from service import wire
 from service.client import AsyncTokenizerClient, TokenizerClient
 from service.data.protocol import SFT_CHAT_OPTIONS
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.suggestions import UnknownOptionError
-from service.wire import LAUNCH_DIR_ENV
 from testkit.launching import private_launch_directory
 
 CLIENTS = [TokenizerClient, AsyncTokenizerClient]

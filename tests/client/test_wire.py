@@ -326,16 +326,16 @@ def test_the_servers_error_kinds_are_the_status_tables():
 def test_the_clients_exceptions_are_the_status_tables():
     """Each named exception is a public RequestRejected of the client whose docstring states its statuses, and
     a status has one exception (so the fallback by status is unambiguous)."""
-    from service.client import operations
+    from service.client import answers
     from service.transport import exceptions
 
     for error_type, error in wire.ERROR_TYPES.items():
         rejected = getattr(exceptions, error.exception)
         assert issubclass(rejected, exceptions.RequestRejected) and error.exception in exceptions.__all__
-        assert operations.REJECTION_BY_ERROR_TYPE[error_type] is rejected
+        assert answers.REJECTION_BY_ERROR_TYPE[error_type] is rejected
     for status, name in wire.EXCEPTION_BY_STATUS.items():
         assert {e.exception for e in wire.ERROR_TYPES.values() if e.status == status} <= {name}, status
-        assert operations.REJECTION_BY_STATUS[status] is getattr(exceptions, name)
+        assert answers.REJECTION_BY_STATUS[status] is getattr(exceptions, name)
         if name != "RequestRejected":
             assert str(status) in (getattr(exceptions, name).__doc__ or ""), (name, status)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from service.addresses import MAX_SOCKET_PATH_BYTES, UNIX_SCHEME, parse_service_url, unix_socket_url
 from service.client import (
     AsyncHTTPTransport,
     AsyncHTTPXTransport,
@@ -37,7 +38,7 @@ from service.client import (
 )
 from service.client.base import resolve_urls
 from service.transport import Request, Timeout
-from service.wire import MAX_SOCKET_PATH_BYTES, UNIX_SCHEME, URL_ENV, parse_service_url, unix_socket_url
+from service.wire import URL_ENV
 from testkit.servers import REPO, ServerProcess
 
 TEXTS = ["今天天气很好", "The weather is nice today.", "质量太差了，不推荐"]

@@ -36,7 +36,7 @@ from service.jobs import (
     plan_units,
     resolve_worker,
 )
-from service.jobs.storage import _ResumingReader
+from service.jobs.stores import _ResumingReader
 from service.jobs.workers import SAGEMAKER_RESOURCE_CONFIGS
 
 

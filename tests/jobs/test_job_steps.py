@@ -126,7 +126,7 @@ def test_a_jobs_flags_are_its_config_fields_with_their_defaults(command, monkeyp
 
     from service.jobs import cli as jobcli
     from service.jobs.flags import FLAG
-    from service.jobs.storage import STORAGE_OPTIONS_ENV
+    from service.jobs.stores import STORAGE_OPTIONS_ENV
 
     monkeypatch.delenv(STORAGE_OPTIONS_ENV, raising=False)
     module = importlib.import_module(f"service.{'training' if command == 'train' else command}.cli")

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from service.jobs.errors import StorageError
-from service.jobs.storage import Storage
+from service.jobs.stores import Storage
 from testkit import corpora, jobs
 from testkit.gates import wait_until
 from testkit.jobs import Tail
@@ -427,7 +427,7 @@ MEMORY_PROBE = r"""
 import json, os, sys
 from pathlib import Path
 from service.jobs.errors import StorageError
-from service.jobs.storage import Storage
+from service.jobs.stores import Storage
 
 
 def peak():  # VmHWM, MiB

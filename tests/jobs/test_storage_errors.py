@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from service.jobs.errors import StorageError
-from service.jobs.storage import CREDENTIALS_HINT, Storage, transient
+from service.jobs.store_errors import CREDENTIALS_HINT, transient
+from service.jobs.stores import Storage
 
 
 def store_errors() -> list[tuple[str, BaseException, bool, bool]]:

@@ -27,10 +27,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from service.addresses import MAX_SOCKET_PATH_BYTES
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient
 from service.launch.command import ServeCommand
-from service.launch.rendezvous import Record, ServicePaths, launch_directory
-from service.wire import LAUNCH_DIR_ENV, MAX_SOCKET_PATH_BYTES
+from service.launch.rendezvous import LAUNCH_DIR_ENV, Record, ServicePaths, launch_directory
 from testkit.launching import kill, private_launch_directory, wait_gone
 from testkit.servers import REPO, alive, script_env
 

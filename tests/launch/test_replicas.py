@@ -28,10 +28,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from service.addresses import unix_socket_url
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, TokenizerServiceError
 from service.http.cli import main as serve_main
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.sizing import REFERENCE, cgroup_cpu_quota, check_replicas, choose_plan, plan_replicas
-from service.wire import LAUNCH_DIR_ENV, unix_socket_url
 from testkit.launching import (
     kill,
     private_launch_directory,

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 import uvicorn
 
+from ...addresses import unix_socket_url
 from ...exits import EXIT_INTERRUPTED
-from ...wire import unix_socket_url
 from .listening import SocketFile, close_listeners
 from .owners import OwnersWatch
 from .protocol import ConnectionGuard, DrainState
