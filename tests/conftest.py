@@ -110,6 +110,9 @@ LONGEST_FIRST = (
     "test_object_storage.py",
     "test_docs_examples.py",
     "test_bench_smoke.py",
+    "test_resolving.py",
+    "test_calibrate.py",
+    "test_beside_training.py",
     "test_replicas.py",
     "test_gpu_feed.py",
 )

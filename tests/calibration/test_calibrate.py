@@ -37,15 +37,18 @@ def calibrate(*args: str, tmp_path: Path, timeout: float = 240) -> subprocess.Co
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory) -> dict:
-    """One real calibration on every core this process may use, as JSON."""
-    done = calibrate("--json", *RELAXED, tmp_path=tmp_path_factory.mktemp("calibration"))
+def calibrated(tmp_path_factory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    """One real calibration on every core this process may use, its report and the folder it was kept in."""
+    folder = tmp_path_factory.mktemp("calibration")
+    done = calibrate(*RELAXED, tmp_path=folder)
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+    return done, folder / "kept"
 
 
-def test_a_real_calibration_measures_the_curve_at_each_thread_count_and_plans_what_the_planner_says(measured):
-    calibration = Calibration.from_json(measured["calibration"])
+def test_a_real_calibration_measures_the_curve_at_each_thread_count_and_plans_what_the_planner_says(calibrated):
+    done, folder = calibrated
+    (record,) = folder.glob("*.json")
+    calibration = Calibration.from_json(json.loads(record.read_text())["body"]["calibration"])
     cores = available_cpus()
     assert [p.threads for p in calibration.curve] == thread_counts(cores)
     assert all(p.rate > 0 for p in calibration.curve)
@@ -54,25 +57,31 @@ def test_a_real_calibration_measures_the_curve_at_each_thread_count_and_plans_wh
     assert calibration.cores == cores and calibration.cpu_model == cpu_model()
     assert calibration.fingerprint.startswith("sha256:") and calibration.texts == "built-in mix"
     assert set(calibration.versions) == {"python", "tokenizer-service", "tokenizers", "transformers"}
+    assert kept(Key.of(calibration), folder).calibration == calibration  # where replicas="auto" finds it
     plan = choose_plan(calibration.measurement, cores, memory_limit())
-    assert measured["plan"]["replicas"] == plan.replicas and measured["plan"]["threads"] == plan.threads
-    assert Path(measured["kept"]).is_file()  # kept where replicas="auto" finds it
-    assert kept(Key.of(calibration), Path(measured["kept"]).parent).calibration == calibration
+    each = "1 Rust thread" if plan.threads == 1 else f"{plan.threads} Rust threads"
+    assert f'replicas="auto" = {plan.replicas} x {each}' in done.stdout  # the planner's plan of what it measured
+    assert f"Kept at {record}" in done.stdout
 
 
-def test_the_report_prints_the_curve_the_costs_and_the_plan_each_labelled(tmp_path):
-    done = calibrate("--cores", "1", "--no-keep", *RELAXED, tmp_path=tmp_path)
-    assert done.returncode == 0, done.stderr
+def test_the_report_prints_the_curve_the_costs_and_the_plan_each_labelled(calibrated):
+    done, _ = calibrated
     out = done.stdout
     assert "The Rust pool of one tokenizer (measured)" in out and "threads  batches/s  speedup" in out
     for label in ("G  GIL side", "R  Rust pool", "W  one worker", "replica RSS"):
         assert label in out
-    assert 'replicas="auto" = 1 x 1 Rust thread' in out  # one core: nothing else fits
-    assert "Kubernetes: pods of one process with 1 CPU (cpu limit = --threads 1), 1 per 1 core" in out
-    assert "(1 parallelism-off worker:" in out
+    assert "Kubernetes: pods of one process with" in out and "(cpu limit = --threads" in out
     assert "derived, not measured" in out and "model: one process of t Rust threads" in out
-    assert "Not kept (--no-keep)." in out and not (tmp_path / "kept").exists()
     assert "measuring the Rust pool at 1 thread" in done.stderr  # what it is doing, as it goes
+
+
+def test_the_report_of_one_core_says_it_in_the_singular():
+    from service.calibration.cli import report
+
+    calibration = synthetic(cores=1, rates=(10.0,))
+    text = report(calibration, calibration.plan(), memory_limit(), None, None)
+    assert 'replicas="auto" = 1 x 1 Rust thread' in text and "1 per 1 core of" in text
+    assert "(1 parallelism-off worker:" in text and "Not kept (--no-keep)." in text
 
 
 def test_a_busy_machine_is_said_and_the_default_plan_stands_in(tmp_path):
