@@ -9,7 +9,7 @@ import logging
 import sys
 
 from .. import sizing
-from ..sizing import AUTO, DEFAULT_SOURCE, ReplicaPlan, cpu_model, plan_replicas
+from ..sizing import AUTO, DEFAULT_SOURCE, ReplicaPlan, plan_replicas
 from .measure import CalibrationError, calibrate, identify
 from .store import CALIBRATION_DIR_ENV, Kept, Key, keep, kept, locked
 
@@ -48,7 +48,7 @@ def auto_plan(
 
 def _kept_or_made(model: str | None, revision: str | None, cores: int, python: str) -> Kept:
     identity = identify(model, revision, python=python)
-    key = Key(cpu_model(), cores, identity["fingerprint"], tuple(sorted(identity["versions"].items())))
+    key = Key.here(cores, identity["fingerprint"], identity["versions"])
     found = kept(key)
     if found.calibration is not None:
         return found

@@ -146,15 +146,15 @@ def calibrate(
             f"from 1 to {allowed}, or leave it out"
         )
     cpus = allowed_cpus()[:cores]
-    common = ["--model", model] if model is not None else []
-    common += ["--revision", revision] if revision is not None else []
+    source = ["--model", model] if model is not None else []
+    source += ["--revision", revision] if revision is not None else []
     timing = ["--rounds", str(rounds), "--round-seconds", str(round_seconds)]
     with tempfile.TemporaryDirectory(prefix="tokenizer-service-calibration-") as folder:
         written = os.path.join(folder, "texts.jsonl")
         say("loading the tokenizer (identify)")
         given = ["--texts", texts] if texts is not None else []
-        identity = _probe(python, ["identify", *common, *given, "--write-texts", written])
-        common += ["--texts", written]
+        identity = _probe(python, ["identify", *source, *given, "--write-texts", written])
+        common = [*source, "--texts", written]
         points, busy = [], []
         for threads in thread_counts(cores):
             say(f"the Rust pool at {threads} thread{'s' if threads > 1 else ''}")
@@ -170,7 +170,7 @@ def calibrate(
         worker_ms = _per_batch(worker["rounds"], "cpu")
         busy += _noisy("the worker", _spread(worker["rounds"]), _others(worker["rounds"]), noise)
         say("a server of one Rust thread under load")
-        server = _server_probe(python, common, timing, folder)
+        server = _server_probe(python, source, ["--texts", written, *timing], folder)
         gil_ms = _per_batch(server["rounds"], "python_cpu")
         busy += _noisy("the server", _spread(server["rounds"]), 0.0, noise)
     if server["fingerprint"] != identity["fingerprint"]:
@@ -257,15 +257,14 @@ def _report(kind: str, code: int | None, stdout: str, stderr: str) -> dict[str, 
     return report
 
 
-def _server_probe(python: str, common: list[str], timing: list[str], folder: str) -> dict[str, Any]:
+def _server_probe(python: str, source: list[str], load_args: list[str], folder: str) -> dict[str, Any]:
     """A server of one Rust thread (``serve``, as shipped) on a socket in ``folder``, loaded by the load probe;
     stopped by its pid whatever happens."""
     socket_path = os.path.join(folder, "server.sock")
-    model = common[: common.index("--texts")]
     log_path = os.path.join(folder, "server.log")
     with open(log_path, "wb") as log:
         server = subprocess.Popen(
-            [python, "-m", "service", "serve", *model, "--uds", socket_path, "--threads", "1"],
+            [python, "-m", "service", "serve", *source, "--uds", socket_path, "--threads", "1"],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -273,7 +272,7 @@ def _server_probe(python: str, common: list[str], timing: list[str], folder: str
             start_new_session=True,
         )
     try:
-        load = ["load", "--socket", socket_path, "--server-pid", str(server.pid), *common[len(model) :], *timing]
+        load = ["load", "--socket", socket_path, "--server-pid", str(server.pid), *load_args]
         try:
             return _probe(python, load)
         except CalibrationError as exc:

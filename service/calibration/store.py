@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..sizing import cpu_model
 from ..wire import ENV_PREFIX
 from .measure import Calibration
 
@@ -39,7 +40,12 @@ class Key:
 
     @classmethod
     def of(cls, calibration: Calibration) -> Key:
-        return cls(calibration.cpu_model, calibration.cores, calibration.fingerprint, _versions(calibration.versions))
+        return cls.here(calibration.cores, calibration.fingerprint, calibration.versions, calibration.cpu_model)
+
+    @classmethod
+    def here(cls, cores: int, fingerprint: str, versions: dict[str, str], cpu: str | None = None) -> Key:
+        """The key of a calibration on ``cores`` of this machine's CPUs (``cpu``: its model, default this one's)."""
+        return cls(cpu_model() if cpu is None else cpu, cores, fingerprint, tuple(sorted(versions.items())))
 
     def as_json(self) -> dict[str, Any]:
         return {"cpu_model": self.cpu_model, "cores": self.cores, "fingerprint": self.fingerprint,
@@ -48,10 +54,6 @@ class Key:
     @property
     def name(self) -> str:
         return hashlib.sha256(_canonical(self.as_json())).hexdigest()[:32]
-
-
-def _versions(versions: dict[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted(versions.items()))
 
 
 @dataclass(frozen=True)
