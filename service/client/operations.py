@@ -12,9 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from ..transport import Response
-from ..transport.exceptions import (
-    ProtocolError,
-)
+from ..transport.exceptions import ProtocolError
 from ..wire import (
     CHAT_ENCODE_PATH,
     CHAT_RENDER_PATH,

@@ -6,16 +6,15 @@ sleep and send.
 - A call goes to the URL with the fewest calls outstanding in this process (not round-robin: a replica busy with a
   long batch is passed over); ties go round-robin from a random start in each process, so DataLoader workers do not
   all begin on one replica and calls made one at a time still spread evenly.
-- A failed endpoint cools down for ``Retry-After`` seconds when the server said so (429/503), else for a backoff
-  with full jitter (uniform in [0, ``min(backoff_max, backoff_initial * 2 ** (failures - 1))``]) that grows while it
-  keeps failing and resets on its first success. The next try goes at once to an endpoint not cooling down
-  (failover); when all are, the client waits for the first one due.
+- A failed endpoint cools down for ``Retry-After`` seconds when the server said so (429/503), else for a jittered
+  backoff (:meth:`RetryPolicy.backoff`) that resets on its first success. The next try goes at once to an endpoint
+  not cooling down (failover); when all are, the client waits for the first one due.
 - Until one URL of the client has answered once (in this process, or the one it was forked or pickled from), a URL
   that fails to connect is most likely wrong (a typo, the wrong port, ``https`` against plain HTTP): it is not
   retried, and when every URL has so failed the call raises :class:`ServiceUnreachable` at once, naming each URL and
   why. After that, connection errors are an outage and are retried.
-- A call gives up after ``max_attempts`` tries or once the next try could not start within ``deadline`` seconds of
-  the first, raising one :class:`RetriesExhausted` naming the URL(s), the number of tries and the last cause.
+- A call gives up as its :class:`RetryPolicy` says, raising one :class:`RetriesExhausted` naming the URL(s), the
+  number of tries and the last cause.
 """
 
 from __future__ import annotations
@@ -29,13 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..transport.exceptions import (
-    ConnectError,
-    RetriesExhausted,
-    ServerBusy,
-    ServiceUnreachable,
-    TokenizerServiceError,
-)
+from ..transport.exceptions import ConnectError, RetriesExhausted, ServerBusy, ServiceUnreachable, TokenizerServiceError
 
 __all__ = ["RetryPolicy", "RetryLog", "Endpoints", "Attempts"]
 
@@ -88,14 +81,12 @@ class RetryLog:
             )
 
     def answered(self) -> None:
-        """A call succeeded: the outage, if any, is over."""
         if self.since is not None:
             if self.log is not None and self._last_line > float("-inf"):
                 self.log(f"{self.prefix}: the service answers again after {self.clock() - self.since:.0f} s")
             self.since = None
 
     def gave_up(self, urls: Sequence[str], deadline: float, cause: str) -> str:
-        """The message of the call that gives up."""
         waited = self.clock() - (self.since if self.since is not None else self.clock())
         return (
             f"the service at {', '.join(urls)} failed after retrying for {waited:.0f} s ({self.flag} {deadline:g}); "

@@ -95,7 +95,6 @@ class TokenizerClient(ClientBase[SyncTransport]):
             attempts.close()  # an error that is not retried (or a KeyboardInterrupt) leaves no call counted
 
     def _send_all(self, calls: Sequence[Call[Any]], combine: Callable[[list[Any]], T]) -> T:
-        """``combine`` of the answers to ``calls``, sent one after the other."""
         return combine([self._send(call) for call in calls])
 
     # The methods below are the async twin's too (service/client/async_client.py): each builds its call(s) and
@@ -321,12 +320,9 @@ class TokenizerClient(ClientBase[SyncTransport]):
         ``tokenizer_kwargs`` go to the tokenizer (the service takes ``pad_to_multiple_of``, ``padding_side`` and
         ``return_attention_mask``) and every other keyword is a template variable (``enable_thinking=False``).
         ``chat_template`` names one of the tokenizer's templates (``info()["chat"]`` lists them); ``tools`` are JSON
-        schemas (functions cannot travel); ``sanitize_control_tokens`` is not supported yet.
-
-        Masks are never silently wrong: on a template without ``{% generation %}`` markers, where transformers answers
-        an all-zero mask, the service raises :class:`InvalidRequest` saying so; ``assistant_masks_from="turns"`` (not
-        a transformers argument) marks each assistant message's rendered turn instead, exactly, or refuses a
-        template that rewrites earlier turns.
+        schemas; ``sanitize_control_tokens`` is not supported yet. Where transformers answers an all-zero mask (no
+        ``{% generation %}`` markers) the service raises :class:`InvalidRequest`; ``assistant_masks_from="turns"``
+        (not a transformers argument) marks each assistant message's rendered turn instead.
         """
         options = ChatOptions(
             tools=tools,
@@ -402,22 +398,12 @@ class TokenizerClient(ClientBase[SyncTransport]):
 
         ``options``: the client's (``timeout``, ``retry``, ``headers``, ``transport``, ``api_key``,
         ``expected_fingerprint``), ``start_timeout`` (seconds to wait for a ready service, default 300), ``python``
-        (the server's interpreter, default this one), ``replicas``, and every setting of ``tokenizer-service serve``
-        by name (``threads=8``, ``memory_budget_mib=2048``, ``revision=...``). One service per tokenizer and settings
-        per machine: the local ranks of a torchrun job share one.
-
-        ``replicas=K`` (1 or more, else ValueError) starts K servers, for cores one process cannot keep busy, each
-        with an equal share of the cores for its Rust pool (``threads=`` sets each one's) and of the memory limit.
-        ``replicas="auto"`` takes K and the threads from this machine's calibration for the tokenizer (``tokenizer-
-        service calibrate``; made at the first launch and kept, ``calibrate=False``: the default plan), said in one
-        log line. Each call goes to the one
-        with the fewest calls outstanding; a dead one's calls go to the others while it is relaunched. All serve one
-        fingerprint, or the launch fails; more than the cores warns (RuntimeWarning) what it costs.
-
-        It stops when the last process using it exits, even killed; ``shutdown()`` or the end of the ``with`` block
-        lets go sooner. A failed start raises ``LaunchError`` with the server's log; a service that dies is
-        relaunched once. POSIX only (Unix sockets, flock): on Windows, ``LaunchError`` says to run
-        ``tokenizer-service serve`` and pass its URL. Details: ``service/launch/``."""
+        (the server's interpreter, default this one), ``replicas`` (a count, or ``"auto"``: from this machine's
+        calibration), ``calibrate``, and every setting of ``tokenizer-service serve`` by name (``threads=8``,
+        ``memory_budget_mib=2048``). One service per tokenizer and settings per machine: the local ranks of a
+        torchrun job share one. It stops when the last process using it exits, even killed; ``shutdown()`` or the
+        end of the ``with`` block lets go sooner. A failed start raises ``LaunchError`` with the server's log.
+        POSIX only. Details: docs/guides/dataloader.md and ``service/launch/``."""
         from ..launch.transport import LaunchedTransport
 
         return launched(cls, model, options, LaunchedTransport)
@@ -443,8 +429,7 @@ class TokenizerClient(ClientBase[SyncTransport]):
         return state
 
     def _served_fingerprint(self) -> str | None:
-        """The fingerprint served at the first URL: one request, no retry; None if unreachable (a map then fails before
-        it caches anything)."""
+        """One request to the first URL, no retry; None if unreachable (a map then fails before it caches anything)."""
         if self.expected_fingerprint is not None:
             return self.expected_fingerprint
         call = info_call()

@@ -134,8 +134,7 @@ class TokenizedDocuments(_ManifestDataset):
     shifted (transformers' models shift them; TRL's ``DataCollatorForLanguageModeling`` pads them with ``-100``).
 
     Documents have different lengths: a DataLoader needs a ``collate_fn`` that pads (or packs) them, defined at
-    module level so that spawned workers can unpickle it. A run on object storage is read where the job wrote it,
-    by ranged reads into a bounded per-process cache.
+    module level so that spawned workers can unpickle it.
 
     Args:
         manifest: the run's output folder -- a local directory or a URL (``s3://bucket/run``, ``gs://``, any
@@ -149,9 +148,8 @@ class TokenizedDocuments(_ManifestDataset):
         ValueError: the run did not keep one of ``fields``, or wrote no loss masks and ``loss_masks`` is set;
             when read, a remote shard changed while it was read.
         FileNotFoundError: no finished run there (worker 0 writes ``manifest.json`` last).
-        StorageError: the store refused (credentials, access, a missing package: the message names the URL and
-            what to fix), or failed for longer than the retry deadline (300 s; each failure is retried with
-            backoff, a warning on this module's logger saying which URL failed and how).
+        StorageError: the store refused (the message names the URL and what to fix), or failed for longer than the
+            retry deadline (300 s; each failure is retried, a warning on this module's logger saying how).
 
     Example:
         ```python
@@ -172,12 +170,6 @@ class TokenizedDocuments(_ManifestDataset):
 
         chats = TokenizedDocuments("chat-tokens/", loss_masks=True)
         loader = DataLoader(chats, batch_size=8, num_workers=2, collate_fn=pad_chats)
-
-        # The same run where the job wrote it: ranged reads, each worker with its own connection and cache.
-        remote = TokenizedDocuments(
-            "s3://tokens/chat-v1", loss_masks=True, storage_options={"endpoint_url": "http://minio:9000"}
-        )
-        loader = DataLoader(remote, batch_size=8, shuffle=True, num_workers=4, collate_fn=pad_chats)
         ```
     """
 
@@ -306,10 +298,6 @@ class TokenBlocks(_ManifestDataset):
         chats = DataLoader(TokenBlocks("chat-tokens/", block_size=1025, loss_masks=True), batch_size=32)
         for batch in chats:
             x, y = batch["input_ids"][:, :-1], batch["labels"][:, 1:]
-
-        # A run on S3, read where it is (credentials from the environment or the instance's role).
-        blocks = TokenBlocks("s3://tokens/web-v1", block_size=1025)
-        loader = DataLoader(blocks, batch_size=32, shuffle=True, num_workers=4)
         ```
     """
 
