@@ -248,6 +248,8 @@ LENGTHS_BATCH_TEXTS: Final = MAX_TEXTS_PER_REQUEST
 JSON_MEDIA_TYPE: Final = "application/json"
 #: ``Accept`` this for a safetensors blob of int64 arrays (a rectangular result only).
 SAFETENSORS_MEDIA_TYPE: Final = "application/vnd.safetensors"
+#: The safetensors dtypes an answer's arrays may have -> numpy's name of each (little-endian, as the format is).
+SAFETENSORS_DTYPES: Final = MappingProxyType({"I64": "<i8", "I32": "<i4", "BOOL": "?", "U8": "u1"})
 #: ``Accept`` this (opt-in) for any result, ragged too, as safetensors int64 arrays: each per-token key's rows
 #: concatenated, plus :data:`RAGGED_ROW_LENGTHS` (:data:`PER_ROW_KEYS` stay one value per row). A server that
 #: predates it answers JSON.

@@ -15,26 +15,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..transport.exceptions import ProtocolError
-from ..wire import OUTPUT_KEYS, PER_ROW_KEYS, RAGGED_ROW_LENGTHS
+from ..wire import OUTPUT_KEYS, PER_ROW_KEYS, RAGGED_ROW_LENGTHS, SAFETENSORS_DTYPES
 
 # transformers' BatchEncoding key order; unknown keys keep their place after these.
 _RANK = {key: i for i, key in enumerate(OUTPUT_KEYS)}
-
-# safetensors dtype -> numpy dtype string (little-endian, as the format is)
-_DTYPES = {
-    "BOOL": "?",
-    "U8": "u1",
-    "I8": "i1",
-    "U16": "<u2",
-    "I16": "<i2",
-    "U32": "<u4",
-    "I32": "<i4",
-    "U64": "<u8",
-    "I64": "<i8",
-    "F16": "<f2",
-    "F32": "<f4",
-    "F64": "<f8",
-}
 
 
 class EncodeResult(Mapping[str, Any]):
@@ -189,7 +173,7 @@ def arrays_from_safetensors(body: bytes | bytearray, url: str) -> dict[str, Any]
         if name == "__metadata__":
             continue
         try:
-            dtype = np.dtype(_DTYPES[entry["dtype"]])
+            dtype = np.dtype(SAFETENSORS_DTYPES[entry["dtype"]])
             shape = tuple(entry["shape"])
             start, end = entry["data_offsets"]
         except (KeyError, TypeError, ValueError) as exc:

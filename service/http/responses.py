@@ -21,6 +21,7 @@ from ..wire import (
     PER_ROW_KEYS,
     RAGGED_ROW_LENGTHS,
     RETRY_AFTER_HEADER,
+    SAFETENSORS_DTYPES,
 )
 from .errors import AnyErrorKind, HttpErrorKind
 
@@ -109,8 +110,7 @@ def json_response(payload: Any) -> Response:
     return BodyResponse(json_bytes(payload), media_type=JSON_MEDIA_TYPE)
 
 
-#: numpy dtype -> safetensors dtype, for the arrays answers hold (every encode answer is int64).
-_SAFETENSORS_DTYPES = {np.dtype("<i8"): "I64", np.dtype("<i4"): "I32", np.dtype("bool"): "BOOL", np.dtype("u1"): "U8"}
+_SAFETENSORS_DTYPES = {np.dtype(numpy_name): name for name, numpy_name in SAFETENSORS_DTYPES.items()}
 
 
 def safetensors_parts(arrays: Mapping[str, np.ndarray], metadata: Mapping[str, str]) -> list[BodyPart]:

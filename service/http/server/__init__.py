@@ -13,9 +13,6 @@ descriptors without bound); h11's size limit bounds only its header block (a 400
 ``timeout_graceful_shutdown`` alone closes the listener at once (resetting its accept queue), with no 503 window
 and the signal raised again at exit.
 
-Gone, as no test failed without them (see their commit): the ``shutdown``, ``_start_asgi_task`` and
-``resume_writing`` overrides, the keep-alive timeout task, ``server_state``, ``response_started``, rewriting
-``timeout_graceful_shutdown`` while draining. The serve command uses the names below only.
 """
 
 from .listening import SocketFile
