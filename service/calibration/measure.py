@@ -33,6 +33,7 @@ from .texts import BUILT_IN
 
 __all__ = [
     "MAX_OTHERS",
+    "MEASURED_AT",
     "MAX_SPREAD",
     "Calibration",
     "CalibrationError",
@@ -41,6 +42,8 @@ __all__ = [
     "thread_counts",
 ]
 
+#: How a calibration's time is written (UTC).
+MEASURED_AT = "%Y-%m-%d %H:%M:%S UTC"
 #: A probe's rounds may differ by this share of their median, and no more, for its figure to be planned from.
 MAX_SPREAD = 0.25
 #: Other processes may keep a probe's CPUs busy this share of the time, and no more.
@@ -181,7 +184,7 @@ def calibrate(
         fingerprint=identity["fingerprint"],
         versions=identity["versions"],
         texts=texts if texts is not None else BUILT_IN,
-        measured_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        measured_at=datetime.now(timezone.utc).strftime(MEASURED_AT),
         curve=tuple(points),
         gil_ms=max(gil_ms, 0.001),
         rust_ms=rust_ms,

@@ -11,12 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
 from service.calibration import auto, store
-from service.calibration.measure import Calibration, Point, thread_counts
+from service.calibration.measure import MEASURED_AT, Calibration, Point, thread_counts
 from service.calibration.store import CALIBRATION_DIR_ENV, Key, keep, kept
 from service.sizing import available_cpus, choose_plan, cpu_model, memory_limit
 from testkit.servers import script_env
@@ -160,8 +161,8 @@ def test_a_kept_calibration_is_found_by_its_key_and_a_damaged_or_stale_one_is_ig
 
 def test_auto_ignores_a_damaged_record_calibrates_again_and_keeps_the_new_one(tmp_path, monkeypatch, caplog):
     """The flow of replicas="auto" with the probes stood in for (their real runs are above): a damaged record is
-    said, measured again under the lock, kept; a busy measurement is said and not kept; calibration off is the
-    default plan."""
+    said, measured again under the lock, kept; a busy measurement is said and kept, and stands for an hour (a later
+    start takes the default plan without probing again); calibration off is the default plan."""
     monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(auto.sizing, "available_cpus", lambda: 2)
     fresh = synthetic(rates=(10.0, 10.0))  # a pool that does not scale: two replicas of one thread
@@ -182,8 +183,20 @@ def test_auto_ignores_a_damaged_record_calibrates_again_and_keeps_the_new_one(tm
     unwritable = auto.auto_plan(None)
     assert "cannot keep a calibration" in unwritable.source and CALIBRATION_DIR_ENV in unwritable.source
     monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
-    busy = Calibration(**{**fresh.to_json(), "curve": fresh.curve, "busy": ("rust: noise",)})
-    monkeypatch.setattr(auto, "calibrate", lambda *a, **k: busy)
+    now = datetime.now(timezone.utc).strftime(MEASURED_AT)
+    busy = Calibration(**{**fresh.to_json(), "curve": fresh.curve, "busy": ("rust: noise",), "measured_at": now})
+    busy_runs: list[int] = []
+    monkeypatch.setattr(auto, "calibrate", lambda *a, **k: busy_runs.append(1) or busy)
     path.unlink()
     plan = auto.auto_plan(None)
-    assert "this machine was busy: rust: noise" in plan.source and not path.exists()
+    assert f"this machine was busy at {busy.measured_at}: rust: noise" in plan.source and (
+        plan.count,
+        plan.threads,
+    ) == (1, 2)
+    assert kept(Key.of(busy), tmp_path).calibration == busy  # the verdict is kept, and stands:
+    assert "busy" in auto.auto_plan(None).source and busy_runs == [1]  # the next start does not probe again
+    an_hour_ago = (datetime.now(timezone.utc) - auto.BUSY_STANDS - timedelta(seconds=1)).strftime(MEASURED_AT)
+    keep(Calibration(**{**busy.to_json(), "curve": busy.curve, "measured_at": an_hour_ago}), tmp_path)
+    with caplog.at_level("INFO", logger="service.calibration.auto"):
+        assert "busy" in auto.auto_plan(None).source and busy_runs == [1, 1]  # an old verdict: measured again
+    assert "over 1:00:00 old: calibrating again" in caplog.text
