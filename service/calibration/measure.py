@@ -29,7 +29,7 @@ from typing import Any
 
 from ..processes import child_environment
 from ..sizing import Curve, Measurement, Plan, allowed_cpus, available_cpus, choose_plan, cpu_model, memory_limit
-from .texts import BUILT_IN
+from .texts import BUILT_IN, read_texts
 
 __all__ = [
     "MAX_OTHERS",
@@ -148,6 +148,8 @@ def calibrate(
             f"--cores {cores}: this process may use {allowed} CPU(s) (its affinity and cgroup quota); pass --cores "
             f"from 1 to {allowed}, or leave it out"
         )
+    if texts is not None:
+        read_texts(texts)  # a bad --texts is said at once, before a probe loads the tokenizer
     cpus = allowed_cpus()[:cores]
     source = ["--model", model] if model is not None else []
     source += ["--revision", revision] if revision is not None else []
