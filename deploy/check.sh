@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The deploy check: everything under deploy/, the Dockerfile and docker-compose.yml, checked by running it.
 #
-#   deploy/check.sh        (as root on Debian 12; CI runs it after `make test`; safe to re-run)
+#   deploy/check.sh        (as root on Debian 12; CI runs it beside `make test`, once set-up made .venv; safe to re-run)
 #
 # 1. installs what is missing: Debian's docker.io, docker-compose, podman, catatonit, mmdebstrap,
 #    and the shell linter; the linters of requirements/deploy-tools.txt into .cache/deploy-venv; .venv;
