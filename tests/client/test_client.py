@@ -419,15 +419,21 @@ def test_api_key_is_sent_as_bearer(tmp_path, monkeypatch):
 
 def test_construction_opens_nothing(servers):
     """No socket, thread or event loop at construction: safe to build before a fork, at import time."""
+    import gc
     import os
     import threading
 
-    fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
     url = servers["wordpiece_default"].url
-    made = [TokenizerClient([url, url + "/"]), AsyncTokenizerClient(url)]
-    made.append(made[0].collator())
-    made.append(made[1].collator())
-    assert len(os.listdir("/proc/self/fd")) == fds and threading.active_count() == threads
+    gc.collect()  # an earlier test's unreachable client, collected mid-count, would close its sockets
+    gc.disable()
+    try:
+        fds, threads = len(os.listdir("/proc/self/fd")), threading.active_count()
+        made = [TokenizerClient([url, url + "/"]), AsyncTokenizerClient(url)]
+        made.append(made[0].collator())
+        made.append(made[1].collator())
+        assert len(os.listdir("/proc/self/fd")) == fds and threading.active_count() == threads
+    finally:
+        gc.enable()
     assert made[0]._transport._pools is None and made[1]._transport._pools is None
 
 
