@@ -134,7 +134,7 @@ install_tools() {
     if ! cmp -s requirements/deploy-tools.txt "$stamp"; then
         rm -rf "$TOOLS"
         python3 -m venv "$TOOLS"
-        "$TOOLS/bin/pip" install --quiet -r requirements/deploy-tools.txt >"$WORK/pip.log" 2>&1 ||
+        "$TOOLS/bin/pip" install --quiet --no-compile -r requirements/deploy-tools.txt >"$WORK/pip.log" 2>&1 ||
             { tail -20 "$WORK/pip.log"; return 1; }
         cp requirements/deploy-tools.txt "$stamp"
     fi
