@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import corpus
-from benchmarks.progress import log
+from benchmarks.harness import log
 from testkit import assets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -409,7 +409,7 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def measure(args: argparse.Namespace, settings: dict[str, Any], replicas: str | int | None) -> dict[str, Any]:
-    from benchmarks.machine import host_facts, machine_noise
+    from benchmarks.harness import host_facts, machine_noise
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)

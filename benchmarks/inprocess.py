@@ -1,12 +1,10 @@
 """The in-process baselines, measured in their own process: what a user would do instead of the service.
 
-Run by the benchmark as a subprocess (``python -m benchmarks.inprocess``, from the repository root) that
-reads one JSON command per line on stdin and answers one JSON line on stdout, so the baselines never share a
+Run by the benchmark as a subprocess (``benchmarks.processes.InProcessWorker``) that reads one JSON command per line on stdin and answers one JSON line on stdout, so the baselines never share a
 GIL or an event loop with the load generator, and rounds of in-process and service measurements can be
 interleaved.
 
-Rust parallelism is on (``TOKENIZERS_PARALLELISM=true``, set before ``tokenizers`` is imported) and this
-process never forks, so the rayon pool stays usable. Commands:
+Rust parallelism is on (its starter sets ``TOKENIZERS_PARALLELISM=true``) and this process never forks, so the rayon pool stays usable. Commands:
 
 - ``{"op": "setup", "tokenizer": DIR, "texts_file": PATH}`` loads the tokenizer like a user
   (``AutoTokenizer.from_pretrained``) and the named text sets;
@@ -28,9 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.corpus import batches_of
-from benchmarks.timing import time_batches
-
-os.environ["TOKENIZERS_PARALLELISM"] = "true"  # before anything imports tokenizers (Baselines does, lazily)
+from benchmarks.scenarios.measuring import time_batches
 
 METHODS = ("encode_batch", "encode_batch_fast", "call")
 
@@ -115,7 +111,3 @@ def main() -> None:
             answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(answer) + "\n")
         sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    main()
