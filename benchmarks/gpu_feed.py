@@ -2,7 +2,7 @@
 pre-tokenized tensors, from DataLoader workers tokenizing in-process, or from the SDK collator.
 
     python -m benchmarks.gpu_feed --out bench-results/gpu_feed       # one GPU: BERT-base size, ~4-5 min
-    python -m benchmarks.gpu_feed --smoke --out /tmp/gpu_feed        # CPU, tiny model: ~1 min here
+    python -m benchmarks.gpu_feed --smoke --out /tmp/gpu_feed        # CPU, tiny model, 2 replicas: ~1 min here
     python -m benchmarks.gpu_feed --device-commands                  # the run on the device machine, prepared
 
 (``--device-commands`` prints the wheels to download here and the device tool's ``run`` call -- command, carry,
@@ -657,8 +657,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--distinct-texts {args.distinct_texts}: at least one batch (--batch-size {args.batch_size})")
     replicas = None
     if "sdk" in args.modes and args.replicas != "none":
+        takes = launch_takes_replicas()
+        asked = args.replicas
+        if asked is None and args.smoke:  # "auto" calibrates the machine first (20-30 s): the smoke names a plan
+            asked = 2 if takes else "none"
         try:
-            replicas = replicas_to_pass(args.replicas, launch_takes_replicas())
+            replicas = replicas_to_pass(asked, takes)
         except ValueError as exc:
             parser.error(str(exc))
     settings = {

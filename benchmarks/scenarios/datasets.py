@@ -39,7 +39,7 @@ class Counts:
     maps: tuple[str, ...] = ("1", "2", "4", "stream")  # num_proc, or streaming
 
 
-FULL, SMOKE = Counts(), Counts(512 << 10, ("1", "2", "stream"))
+FULL, SMOKE = Counts(), Counts(512 << 10, ("2",))
 
 
 class RecordingPeak:
