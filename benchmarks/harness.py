@@ -12,10 +12,13 @@ they used over :data:`BUSY_CORES`), the table, the JSON and the plots.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import platform
+import select
 import statistics
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -37,6 +40,81 @@ Row = dict[str, Any]  # one line of the table: keys of benchmarks.report.COLUMNS
 def log(message: str) -> None:
     """One time-stamped progress line on stderr (stdout is for the results)."""
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- processes of the run ---------------------------------------------------------------------------------
+def child_command(function: str, *arguments: Any) -> list[str]:
+    """The command that runs ``function`` ("module:name") with ``arguments`` (JSON) in a process of its own."""
+    return [sys.executable, "-m", "benchmarks.run", "--call", function, json.dumps(arguments)]
+
+
+def answer_lines(handle: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
+    """The child's side of :class:`ChildProcess`: one JSON command per line on stdin, one JSON answer per line on
+    stdout (``ok``, and ``error`` when ``handle`` raised: the driver decides), until the input ends."""
+    for line in sys.stdin:
+        try:
+            answer = {"ok": True, **handle(json.loads(line))}
+        except Exception as exc:  # noqa: BLE001 -- reported to the driver, which stops the run
+            answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps(answer), flush=True)
+    return 0
+
+
+class ChildProcess:
+    """A process of this run (``function`` through :func:`child_command`) driven by JSON lines over stdin/stdout, its
+    stderr in ``log_path``; stopped by the end of its input, else killed by PID."""
+
+    def __init__(self, function: str, log_path: Path, env: dict[str, str] | None = None, *arguments: Any) -> None:
+        self.command, self.log_path, self.env = child_command(function, *arguments), log_path, env
+        self.proc: subprocess.Popen[str] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self) -> ChildProcess:
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                self.command, env={**os.environ, **(self.env or {})}, text=True, stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log_file,
+            )  # fmt: skip
+        return self
+
+    def send(self, command: dict[str, Any]) -> None:
+        """Send ``command`` without waiting (several children then work at once; :meth:`receive` each answer)."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+
+    def receive(self, what: str, timeout: float) -> dict[str, Any]:
+        """The next answer (to ``what``), within ``timeout`` seconds."""
+        assert self.proc is not None and self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        line = self.proc.stdout.readline() if ready else ""
+        if not line:
+            tail = self.log_path.read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"{self.command[4]} gave no answer to {what} (exit {self.proc.poll()}): {tail}")
+        answer: dict[str, Any] = json.loads(line)
+        if not answer.pop("ok", True):
+            raise RuntimeError(f"{self.command[4]}: {answer['error']}")
+        return answer
+
+    def ask(self, command: dict[str, Any], timeout: float = 300.0) -> dict[str, Any]:
+        """Send ``command`` (its ``op`` names it) and wait for its answer."""
+        self.send(command)
+        return self.receive(command["op"], timeout)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()  # end of commands: it exits
+            self.proc.wait(timeout)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()  # by PID
+            self.proc.wait(5)
 
 
 # -- the machine -------------------------------------------------------------------------------------------

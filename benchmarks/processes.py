@@ -4,23 +4,19 @@ at a time, the asyncio-streams one for many concurrent clients), never a second 
 
 Each process is started here, waited for, read from /proc (the server's RSS and peak RSS, whether torch is mapped
 into it) and stopped by PID when the run ends, even on error or Ctrl-C. The baseline worker
-(``benchmarks.inprocess``) runs in its own process, never beside the load generator's event loop.
+(``Baselines``) runs in its own process, never beside the load generator's event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import select
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from benchmarks.harness import CpuProbe, memory_kib
+from benchmarks.harness import ChildProcess, CpuProbe, memory_kib
 from service.transport.base import Request
 from service.transport.stdlib import HTTPTransport
 from service.transport.streams import AsyncHTTPTransport
@@ -50,50 +46,20 @@ def encode_request(url: str, body: bytes, accept: str) -> Request:
     return Request("POST", f"{url}/encode", {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept}, body)
 
 
-class InProcessWorker:
-    """The baseline worker (``benchmarks.inprocess``) in its own process, driven over stdin/stdout."""
+class InProcessWorker(ChildProcess):
+    """The in-process baselines (:class:`benchmarks.scenarios.measuring.Baselines`) in a process of their own: Rust
+    parallelism on, as many Rust threads as the server, never forked."""
 
     def __init__(self, tokenizer: str, texts_file: Path, log_dir: Path, threads: int) -> None:
-        self.tokenizer, self.texts_file, self.threads = tokenizer, texts_file, threads
-        self.log_path = log_dir / f"inprocess-{tokenizer}.log"
-        self.proc: subprocess.Popen[str] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        env = {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": str(threads), "RAYON_RS_NUM_CPUS": str(threads)}
+        super().__init__("benchmarks.scenarios.measuring:baselines_main", log_dir / f"inprocess-{tokenizer}.log", env)
+        self.setup = {"op": "setup", "tokenizer": str(tokenizer_dir(tokenizer)), "texts_file": str(texts_file)}
 
     def start(self) -> InProcessWorker:
-        """Start the worker (Rust parallelism on, as many threads as the server) and load the tokenizer and texts."""
-        from benchmarks.run import child_command
-
-        threads = str(self.threads)
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": threads}
-        with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(
-                child_command("benchmarks.inprocess:main"),
-                env={**env, "RAYON_RS_NUM_CPUS": threads},
-                text=True,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-            )
-        self._ask({"op": "setup", "tokenizer": str(tokenizer_dir(self.tokenizer)), "texts_file": str(self.texts_file)})
+        """Start the worker and load the tokenizer and the texts."""
+        super().start()
+        self.ask(self.setup)
         return self
-
-    def _ask(self, command: dict[str, Any], timeout: float = 300) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            tail = self.log_path.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"in-process worker gave no answer to {command['op']} ({self.proc.poll()}): {tail}")
-        answer: dict[str, Any] = json.loads(line)
-        if not answer.pop("ok"):
-            raise RuntimeError(f"in-process worker: {answer['error']}")
-        return answer
 
     def measure(
         self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float, max_batches: int
@@ -102,24 +68,11 @@ class InProcessWorker:
         probe = CpuProbe(self.pid)
         before = probe.snapshot()
         command = {"op": "measure", "method": method, "set_name": set_name, "batch": batch, "options": options}
-        answer = self._ask({**command, "seconds": seconds, "max_batches": max_batches}, timeout=seconds + 300)
+        answer = self.ask({**command, "seconds": seconds, "max_batches": max_batches}, timeout=seconds + 300)
         answer["cpu"] = CpuProbe.delta(before, probe.snapshot())
         answer["cpu"]["watched_cpu_seconds"] = answer.pop("cpu_seconds")  # the worker's own process_time
         answer["cpu"]["client_cpu_seconds"] = 0.0
         return answer
-
-    def stop(self) -> None:
-        """Ask the worker to quit; kill it by PID if it does not."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(10)
-        except (OSError, subprocess.TimeoutExpired, ValueError):
-            self.proc.kill()  # by PID
-            self.proc.wait(10)
 
 
 class BenchServer:

@@ -93,11 +93,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def child_command(function: str, *arguments: Any) -> list[str]:
-    """The command that runs ``function`` ("module:name") with ``arguments`` (JSON) in a process of its own."""
-    return [sys.executable, "-m", "benchmarks.run", "--call", function, json.dumps(arguments)]
-
-
 def _call(function: str, arguments: str) -> int:
     module, name = function.split(":")
     result = getattr(importlib.import_module(module), name)(*json.loads(arguments))

@@ -24,12 +24,9 @@ Corpora: the embedded default WordPiece on ~300-character Chinese (``zh-medium``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -44,10 +41,12 @@ import orjson
 from benchmarks import corpus
 from benchmarks.harness import (
     CLOCK_TICKS,
+    ChildProcess,
     CpuProbe,
     Row,
     Scenario,
     Settings,
+    answer_lines,
     available_cpus,
     busy_note,
     human,
@@ -62,6 +61,7 @@ from testkit.servers import free_port
 
 BATCH = 256
 CLIENTS = 3
+CLOCKS_THREAD = "thread-clocks"  # the server's thread that answers with the clocks (not counted)
 
 
 @dataclass(frozen=True)
@@ -98,138 +98,80 @@ SMOKE = Counts(corpora=("zh-medium",), rounds=1, seconds=0.3, set_size=BATCH)
 
 
 # -- the server under test ---------------------------------------------------------------------------------
-def serve_with_thread_clocks(argv: list[str]) -> int:
-    """``tokenizer-service serve`` as shipped (``service.http.cli.main``, ``argv[1:]`` its flags) that, on SIGUSR1,
-    writes ``argv[0]`` (JSON, whole, then renamed): a sequence number, the process's CPU seconds, each Python
-    thread's CPU seconds (``threading.enumerate()`` through ``time.pthread_getcpuclockid``) with its native id and
-    name, and the native threads alive before the tokenizer loaded (numpy's BLAS pool)."""
-    state_file = Path(argv[0])
+def serve_with_thread_clocks(*serve_args: str) -> int:
+    """``tokenizer-service serve`` as shipped (``service.http.cli.main``, ``serve_args`` its flags), beside a thread
+    that answers each line on stdin with the CPU clocks of the process and of every Python thread
+    (``threading.enumerate()`` through ``time.pthread_getcpuclockid``: nanosecond clocks, each with its native id and
+    name), and the native threads alive before the tokenizer loaded (numpy's BLAS pool)."""
     import numpy  # noqa: F401 -- its BLAS threads start now, before the tokenizer loads
 
     import service.engine.tokenizer_thread  # noqa: F401 -- the engine, with tokenizers and transformers
+    from service.http.cli import main as serve
 
     python_tids = {thread.native_id for thread in threading.enumerate()}
     natives = sorted(int(tid) for tid in os.listdir("/proc/self/task") if int(tid) not in python_tids)
-    sequence = 0
 
-    def dump(signum: int, frame: object) -> None:
-        nonlocal sequence
-        sequence += 1
+    def clocks(command: dict[str, Any]) -> dict[str, Any]:
         threads = {}
         for thread in threading.enumerate():
-            try:
+            with contextlib.suppress(OSError):  # (a thread that ended meanwhile)
                 cpu = time.clock_gettime(time.pthread_getcpuclockid(thread.ident or 0))
-            except OSError:  # the thread ended meanwhile
-                continue
-            threads[str(thread.native_id)] = {"name": thread.name, "cpu_seconds": cpu}
-        state = {"sequence": sequence, "pid": os.getpid(), "process_cpu_seconds": time.process_time()}
-        scratch = state_file.with_suffix(".tmp")
-        scratch.write_text(json.dumps({**state, "python_threads": threads, "natives_before_load": natives}))
-        scratch.replace(state_file)
+                threads[str(thread.native_id)] = {"name": thread.name, "cpu_seconds": cpu}
+        return {"pid": os.getpid(), "process_cpu_seconds": time.process_time(), "python_threads": threads} | {
+            "natives_before_load": natives
+        }
 
-    signal.signal(signal.SIGUSR1, dump)
-    from service.http.cli import main as serve
-
-    return serve(argv[1:])
+    threading.Thread(target=answer_lines, args=(clocks,), name=CLOCKS_THREAD, daemon=True).start()
+    return int(serve(list(serve_args)) or 0)
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
     """utime + stime of every thread of ``pid``, in clock ticks, by thread id (``/proc/PID/task/TID/stat``)."""
     ticks = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
+        with contextlib.suppress(FileNotFoundError):  # (a thread that ended meanwhile)
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:  # the thread ended meanwhile
-            continue
-        ticks[int(task.name)] = int(fields[11]) + int(fields[12])
+            ticks[int(task.name)] = int(fields[11]) + int(fields[12])
     return ticks
 
 
-class SplitServer:
-    """One ``serve`` that reads its threads' CPU clocks on request (:func:`serve_with_thread_clocks`), and the
-    keep-alive connections of its clients (one transport each)."""
+class SplitServer(ChildProcess):
+    """One :func:`serve_with_thread_clocks` on a free port, and the keep-alive connections of its clients."""
 
     def __init__(self, tokenizer: str, work_dir: Path) -> None:
-        self.tokenizer = tokenizer
-        self.state_file = work_dir / f"state-{tokenizer}.json"
-        self.log_path = work_dir / f"server-split-{tokenizer}.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.connections: list[HTTPTransport] = []
-        self.sequence = 0
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        args = ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
+        args += [] if tokenizer == "default" else ["--model", str(tokenizer_dir(tokenizer))]
+        function = "benchmarks.scenarios.cpu_split:serve_with_thread_clocks"
+        super().__init__(function, work_dir / f"server-split-{tokenizer}.log", None, *args)
+        self.connections = [HTTPTransport() for _ in range(CLIENTS)]
 
     def start(self, timeout: float = 180.0) -> SplitServer:
-        """Start the server, wait for /readyz, open the clients' connections."""
-        args = ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
-        if self.tokenizer != "default":
-            args += ["--model", str(tokenizer_dir(self.tokenizer))]
-        self.state_file.unlink(missing_ok=True)  # (a stale one would answer for this server)
-        bootstrap = "import sys; from benchmarks.scenarios.cpu_split import serve_with_thread_clocks as serve; "
-        with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", bootstrap + "sys.exit(serve(sys.argv[1:]))", str(self.state_file), *args],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-            )
+        """Start the server and wait for /readyz."""
+        super().start()
         deadline = time.monotonic() + timeout
-        while not self._ready():
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the split server exited with {self.proc.returncode}: {tail}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the split server was not ready in {timeout:g} s")
+        while self.proc is not None and self.proc.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as response:
+                    if response.status == 200:
+                        return self
             time.sleep(0.1)
-        self.connections = [HTTPTransport() for _ in range(CLIENTS)]
-        return self
-
-    def _ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.url}/readyz", timeout=1) as response:
-                return bool(response.status == 200)
-        except OSError:
-            return False
-
-    def state(self, timeout: float = 10.0) -> dict[str, Any]:
-        """The server's thread CPU now (SIGUSR1: it writes its state file; the next sequence number is waited for)."""
-        self.sequence += 1
-        os.kill(self.pid, signal.SIGUSR1)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                state: dict[str, Any] = json.loads(self.state_file.read_text())
-                if state["sequence"] >= self.sequence:
-                    return state
-            except (FileNotFoundError, json.JSONDecodeError):
-                pass
-            time.sleep(0.002)
-        raise TimeoutError(f"the split server wrote no state in {timeout:g} s")
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the split server was not ready in {timeout:g} s: {tail}")
 
     def post(self, client: int, body: bytes) -> None:
         response = self.connections[client].handle_request(encode_request(self.url, body, SAFETENSORS_MEDIA_TYPE))
         if response.status != 200:
-            raise RuntimeError(
-                f"/encode on the split server answered {response.status}: {bytes(response.body)[:300]!r}"
-            )
+            raise RuntimeError(f"/encode on the split server: {response.status}: {bytes(response.body)[:300]!r}")
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 30.0) -> None:
         """Close the connections and stop the server by PID (SIGTERM; SIGKILL if it lingers)."""
         for connection in self.connections:
             connection.close()
-        self.connections = []
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+        super().stop(timeout)
 
 
 @dataclass(frozen=True)
@@ -276,7 +218,7 @@ def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> 
     """One window of load on ``server``: its CPU per batch by kind of thread (see the module docstring)."""
     probe = CpuProbe(server.pid)
     ticks_before = thread_ticks(server.pid)
-    before = server.state()
+    before = server.ask({"op": "clocks"}, 10)
     machine_before = probe.snapshot()
 
     def send(client: int, n: int) -> None:
@@ -284,7 +226,7 @@ def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> 
 
     batches = closed_loop(send, CLIENTS, seconds).total
     machine = CpuProbe.delta(machine_before, probe.snapshot())
-    after = server.state()
+    after = server.ask({"op": "clocks"}, 10)
     ticks_after = thread_ticks(server.pid)
 
     def python_cpu(tid: str) -> float:
@@ -292,7 +234,7 @@ def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> 
         return after["python_threads"][tid]["cpu_seconds"] - (was["cpu_seconds"] if was else 0.0)
 
     threads = after["python_threads"]
-    python = {tid: python_cpu(tid) for tid in threads}
+    python = {tid: python_cpu(tid) for tid in threads if threads[tid]["name"] != CLOCKS_THREAD}
     loop = sum(cpu for tid, cpu in python.items() if int(tid) == after["pid"])
     tokenizer = sum(cpu for tid, cpu in python.items() if threads[tid]["name"].startswith("tokenizer"))
     other_native = (
@@ -319,111 +261,46 @@ def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> 
 
 
 # -- the workaround's worker -----------------------------------------------------------------------------
-class OneWorker:
-    """One process tokenizing in-process with parallelism off (:func:`worker_main`), driven over stdin/stdout."""
-
-    def __init__(self, work_dir: Path) -> None:
-        self.log_path = work_dir / "worker.log"
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> OneWorker:
-        from benchmarks.run import child_command
-
-        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-        with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(
-                child_command("benchmarks.scenarios.cpu_split:worker_main"),
-                env=env,
-                text=True,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def ask(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
-        """Send ``command`` and wait for its answer."""
-        self.send(command)
-        return self.receive(command["op"], timeout)
-
-    def send(self, command: dict[str, Any]) -> None:
-        """Send ``command`` without waiting (several workers then measure at once; :meth:`receive` each answer)."""
-        assert self.proc is not None and self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-
-    def receive(self, op: str, timeout: float) -> dict[str, Any]:
-        """The answer to the command ``op`` sent last."""
-        assert self.proc is not None and self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            tail = self.log_path.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"the worker gave no answer to {op} (exit {self.proc.poll()}): {tail}")
-        answer: dict[str, Any] = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(f"the worker: {answer['error']}")
-        return answer
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.close()  # end of commands: it exits
-            self.proc.wait(10)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()  # by PID
-            self.proc.wait(5)
+def one_worker(work_dir: Path, index: int = 0) -> ChildProcess:
+    """One process tokenizing in-process with parallelism off (:func:`worker_main`), started."""
+    log_path = work_dir / f"worker-{index}.log"
+    return ChildProcess(
+        "benchmarks.scenarios.cpu_split:worker_main", log_path, {"TOKENIZERS_PARALLELISM": "false"}
+    ).start()
 
 
 def worker_main() -> int:
     """The worker's side: ``setup`` loads a tokenizer and batches, ``measure`` tokenizes them for a while."""
     from transformers import AutoTokenizer
 
-    tokenizer: Any = None
-    batches: list[list[str]] = []
-    for line in sys.stdin:
-        command = json.loads(line)
-        try:
-            if command["op"] == "setup":
-                tokenizer = AutoTokenizer.from_pretrained(command["tokenizer"])
-                batches = json.loads(Path(command["batches_file"]).read_text("utf-8"))
-                for batch in batches:  # untimed: the first calls warm caches up
-                    tokenizer(batch, return_tensors="np", **OPTIONS_BATCH)
-                answer: dict[str, Any] = {"ok": True}
-            else:
-                done = by_deadline = 0
-                started = time.process_time()
-                start = last = time.perf_counter()
-                deadline = start + command["seconds"]
-                while time.perf_counter() < deadline:
-                    tokenizer(batches[done % len(batches)], return_tensors="np", **OPTIONS_BATCH)
-                    done += 1
-                    if (now := time.perf_counter()) <= deadline:
-                        by_deadline, last = done, now
-                # by_deadline: the batches done by the deadline, the last one by_deadline_seconds after the start
-                # (the rate while several workers measuring at once were all busy)
-                answer = {
-                    "batches": done,
-                    "cpu_ms": 1000 * (time.process_time() - started) / done,
-                    "by_deadline": by_deadline,
-                    "by_deadline_seconds": last - start,
-                }
-        except Exception as exc:  # noqa: BLE001 -- reported to the driver, which stops the run
-            answer = {"error": f"{type(exc).__name__}: {exc}"}
-        sys.stdout.write(json.dumps(answer) + "\n")
-        sys.stdout.flush()
-    return 0
+    held: dict[str, Any] = {}
+
+    def handle(command: dict[str, Any]) -> dict[str, Any]:
+        if command["op"] == "setup":
+            held["tokenizer"] = tokenizer = AutoTokenizer.from_pretrained(command["tokenizer"])
+            held["batches"] = batches = json.loads(Path(command["batches_file"]).read_text("utf-8"))
+            for batch in batches:  # untimed: the first calls warm caches up
+                tokenizer(batch, return_tensors="np", **OPTIONS_BATCH)
+            return {}
+        tokenizer, batches = held["tokenizer"], held["batches"]
+        done = by_deadline = 0
+        started, start = time.process_time(), time.perf_counter()
+        last, deadline = start, start + command["seconds"]
+        while time.perf_counter() < deadline:
+            tokenizer(batches[done % len(batches)], return_tensors="np", **OPTIONS_BATCH)
+            done += 1
+            if (now := time.perf_counter()) <= deadline:
+                by_deadline, last = done, now
+        # by_deadline: the batches done by the deadline, the last one by_deadline_seconds after the start (the
+        # rate while several workers measuring at once were all busy)
+        cpu_ms = 1000 * (time.process_time() - started) / done
+        return {"batches": done, "cpu_ms": cpu_ms, "by_deadline": by_deadline, "by_deadline_seconds": last - start}
+
+    return answer_lines(handle)
 
 
 # -- the run ---------------------------------------------------------------------------------------------
-def measure_corpus(row: Corpus, worker: OneWorker, counts: Counts, work_dir: Path) -> dict[str, Any]:
+def measure_corpus(row: Corpus, worker: ChildProcess, counts: Counts, work_dir: Path) -> dict[str, Any]:
     """The server and the worker on one corpus, in interleaved rounds; the medians and the rounds."""
     texts = corpus.bucket_texts(row.language, row.bucket, counts.set_size)
     batches = corpus.batches_of(texts, BATCH)
@@ -456,7 +333,7 @@ def measure_corpus(row: Corpus, worker: OneWorker, counts: Counts, work_dir: Pat
 def measure(settings: Settings) -> dict[str, Any]:
     counts = settings.counts(FULL, SMOKE)
     by_name = {c.name: c for c in CORPORA}
-    worker = OneWorker(settings.work_dir).start()
+    worker = one_worker(settings.work_dir)
     try:
         rows_ = [measure_corpus(by_name[name], worker, counts, settings.work_dir) for name in counts.corpora]
     finally:

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.harness import (
-    FORKS_WITH_PARALLELISM_OFF,
     CLOCK_TICKS,
+    FORKS_WITH_PARALLELISM_OFF,
     Row,
     Scenario,
     Settings,
@@ -44,9 +44,9 @@ from benchmarks.harness import (
     per_cell_target,
     process_ticks,
 )
-from testkit import assets as package_assets
 from benchmarks.processes import BenchServer
 from benchmarks.scenarios.measuring import shared_server
+from testkit import assets as package_assets
 
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
 

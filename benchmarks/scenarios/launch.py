@@ -51,7 +51,6 @@ from benchmarks.harness import (
     medians,
 )
 from benchmarks.scenarios import dataloader
-from benchmarks.scenarios.measuring import shared_server
 from benchmarks.scenarios.dataloader import (
     OPTIONS,
     InProcessCollate,
@@ -60,6 +59,7 @@ from benchmarks.scenarios.dataloader import (
     measure_cells,
     process_cpu_seconds,
 )
+from benchmarks.scenarios.measuring import shared_server
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.transport import HTTPTransport, Request, Timeout
 from service.wire import HEALTH_PATH

@@ -12,12 +12,22 @@ import json
 import time
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from benchmarks import corpus
-from benchmarks.harness import CpuProbe, Settings, available_cpus, busy_note, log, medians, percentiles
+from benchmarks.harness import (
+    CpuProbe,
+    Settings,
+    answer_lines,
+    available_cpus,
+    busy_note,
+    log,
+    medians,
+    percentiles,
+)
 from benchmarks.processes import SAFETENSORS_MEDIA_TYPE, BenchServer, InProcessWorker, start_all
 
 OPTIONS_BATCH: dict[str, Any] = {"padding": "longest", "truncation": True, "max_length": 128}  # scenarios 1, 2
@@ -202,3 +212,67 @@ def one_client_row(scenario: str, tokenizer: str, texts: str, figures: dict[str,
         else "",
         "note": busy_note(figures["other_cpu_cores"]),
     }
+
+
+# -- the in-process side, in a process of its own ----------------------------------------------------------
+class Baselines:
+    """What a user would do instead of the service, measured in the in-process worker's process (never beside the
+    load generator; Rust parallelism on, never forked): ``setup`` loads the tokenizer like a user
+    (``AutoTokenizer.from_pretrained``) and the run's text sets; ``measure`` times ``encode_batch`` or
+    ``encode_batch_fast`` (the Rust tokenizer with padding and truncation set on it) or ``call``
+    (``tokenizer(texts, ..., return_tensors="pt")``) over a set's batches, after one untimed pass that also counts
+    the real (unpadded) tokens."""
+
+    def __init__(self, tokenizer_dir: str, texts_file: str) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        # A second copy for the raw Rust calls: transformers' __call__ sets padding and truncation on its own
+        # backend, so the two baselines never see each other's state.
+        self.rust = AutoTokenizer.from_pretrained(tokenizer_dir).backend_tokenizer
+        self.sets: dict[str, list[str]] = json.loads(Path(texts_file).read_text("utf-8"))
+
+    def _function(self, method: str, options: dict[str, Any]) -> tuple[Any, Any]:
+        """The call to time, and how to count the real tokens of its answer."""
+        tok = self.tokenizer
+        if method == "call":
+            return lambda batch: tok(batch, return_tensors="pt", **options), lambda out: int(
+                out["attention_mask"].sum()
+            )
+        if options.get("truncation"):
+            max_length = options.get("max_length") or tok.model_max_length
+            self.rust.enable_truncation(max_length, strategy="longest_first", direction=tok.truncation_side)
+        else:
+            self.rust.no_truncation()
+        if options.get("padding") == "longest":
+            pad = {"pad_id": tok.pad_token_id, "pad_type_id": tok.pad_token_type_id, "pad_token": tok.pad_token}
+            self.rust.enable_padding(direction=tok.padding_side, **pad)
+        else:
+            self.rust.no_padding()
+        return getattr(self.rust, method), lambda out: sum(sum(e.attention_mask) for e in out)
+
+    def measure(
+        self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float, max_batches: int
+    ) -> dict[str, Any]:
+        if method not in ("encode_batch", "encode_batch_fast", "call"):
+            raise ValueError(f"unknown method {method!r}")
+        batches = corpus.batches_of(self.sets[set_name], batch)
+        function, count_tokens = self._function(method, options)
+        tokens = [count_tokens(function(b)) for b in batches]  # untimed warm-up pass
+        cpu = time.process_time()
+        timed = time_batches(function, batches, tokens, seconds, max_batches)
+        return {"method": method, **timed, "cpu_seconds": time.process_time() - cpu}
+
+
+def baselines_main() -> int:
+    """The in-process worker's process (:class:`~benchmarks.processes.InProcessWorker` starts it)."""
+    held: list[Baselines] = []
+
+    def handle(command: dict[str, Any]) -> dict[str, Any]:
+        op = command.pop("op")
+        if op == "setup":
+            held.append(Baselines(command["tokenizer"], command["texts_file"]))
+            return {}
+        return held[-1].measure(**command)
+
+    return answer_lines(handle)

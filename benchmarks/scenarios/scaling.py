@@ -8,8 +8,8 @@ In a process of its own. For each corpus of the CPU split (the embedded default 
 Chinese, short Chinese reviews and ~1000-character Chinese; the byte-level BPE on ~300-character English), side by
 side in one run:
 
-1. **The split**, measured by the split scenario itself (``benchmarks.scenarios.cpu_split``): one instrumented ``serve`` on every usable core
-   under 3 clients, batches of 256 texts (``padding="longest"``, ``truncation=True``, ``max_length=128``); the
+1. **The split**, measured by the split scenario itself (``benchmarks.scenarios.cpu_split``): one ``serve`` on every
+   usable core under 3 clients, batches of 256 texts (``padding="longest"``, ``truncation=True``, ``max_length=128``); the
    GIL side G and the Rust pool R per batch, and the CPU W of one parallelism-off worker.
 2. **Throughput on 1 and 2 cores** of three variants:
 
@@ -35,8 +35,8 @@ side in one run:
 3. **A projection** to 16, 64 and 128 cores (``benchmarks.projection``, its model and assumptions printed
    beside it) for one process, for ``replicas="auto"`` (the launcher's planner, ``service.sizing.choose_plan``)
    and for the workaround, fed by the split (G, R), the client side measured here (C), the workaround's worker (W)
-   and one Rust pool's curve: a calibration's (``--calibration FILE`` of ``benchmarks.run``: ``tokenizer-service calibrate --json``
-   on the machine in question), else tokenizers #2337's (an assumption), with a perfect pool beside it as the
+   and one Rust pool's curve: a calibration's (``--calibration FILE``: ``tokenizer-service calibrate --json`` on the
+   machine in question), else tokenizers #2337's (an assumption), with a perfect pool beside it as the
    best case; at 1 and 2 cores the same model is printed beside each measured cell, which says how far to trust
    it.
 
@@ -53,9 +53,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import select
 import statistics
-import subprocess
 import sys
 import warnings
 from collections.abc import Callable
@@ -66,12 +64,13 @@ from typing import Any
 from benchmarks import corpus, projection
 from benchmarks.harness import (
     BUSY_CORES,
+    ChildProcess,
     CpuProbe,
-    host_facts,
     Row,
     Scenario,
     Settings,
     busy_note,
+    host_facts,
     human,
     in_rounds,
     log,
@@ -83,7 +82,7 @@ from benchmarks.pinning import first_cores, pin, usable_cores
 from benchmarks.processes import start_all, tokenizer_dir
 from benchmarks.projection import PERFECT, POOL_2337, SPEEDUPS_2337, Costs
 from benchmarks.scenarios import cpu_split
-from benchmarks.scenarios.cpu_split import BATCH, CORPORA, Corpus, OneWorker, closed_loop
+from benchmarks.scenarios.cpu_split import BATCH, CORPORA, Corpus, closed_loop, one_worker
 from benchmarks.scenarios.measuring import OPTIONS_BATCH
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 
@@ -119,53 +118,31 @@ SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH, loa
 
 
 # -- the processes under test ------------------------------------------------------------------------------
-class OwnedService:
-    """One variant's launched service, owned by a process of its own (:func:`owner_main`): a process launches one service
-    per tokenizer, and the variants are two services of one tokenizer, measured side by side. This process calls
-    its replicas with a client on their sockets, which spreads calls as the launched client does (the fewest
+class OwnedService(ChildProcess):
+    """One variant's launched service, owned by a process of its own (:func:`owner_main`): a process launches one
+    service per tokenizer, and the variants are two services of one tokenizer, measured side by side. This process
+    calls its replicas with a client on their sockets, which spreads calls as the launched client does (the fewest
     outstanding); the owner lets go when its input ends, and the replicas stop (it waits for them)."""
 
     def __init__(self, name: str, replicas: int, threads: int, model: str | None, log_path: Path) -> None:
-        self.name = name
-        from benchmarks.run import child_command
-
-        self.command = child_command("benchmarks.scenarios.scaling:owner_main", replicas, threads, model or "default")
-        self.log_path = log_path
-        self.proc: subprocess.Popen[str] | None = None
-        self.pids: tuple[int, ...] = ()
-        self.client: Any = None
+        function = "benchmarks.scenarios.scaling:owner_main"
+        super().__init__(function, log_path, None, replicas, threads, model or "default")
+        self.name, self.pids, self.client = name, (), None
 
     def start(self, timeout: float = 300.0) -> OwnedService:
         from service.client import TokenizerClient
 
-        with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(
-                self.command, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file
-            )
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            tail = self.log_path.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"{self.name}: its owner gave no URLs (exit {self.proc.poll()}): {tail}")
-        launched = json.loads(line)
-        self.pids = tuple(launched["pids"])
-        self.client = TokenizerClient(launched["urls"])
+        super().start()
+        launched = self.receive("its launch", timeout)
+        self.pids: tuple[int, ...] = tuple(launched["pids"])
+        self.client: Any = TokenizerClient(launched["urls"])
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60.0) -> None:
         """Close the client's connections; the owner lets go of the service and exits (killed by PID if it lingers)."""
         if self.client is not None:
             self.client.close()
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(60)
-        except (OSError, subprocess.TimeoutExpired):
-            self.proc.kill()  # by PID; its replicas see their owners lock gone and stop by themselves
-            self.proc.wait(5)
+        super().stop(timeout)
 
 
 def owner_main(replicas: int, threads: int, model: str) -> int:
@@ -186,7 +163,7 @@ class Bench:
     the in-process tokenizer and the collate functions -- and the measurement of one cell."""
 
     def __init__(
-        self, row: Corpus, workers: list[OneWorker], counts: Counts, work_dir: Path, loader: bool, cores: list[int]
+        self, row: Corpus, workers: list[ChildProcess], counts: Counts, work_dir: Path, loader: bool, cores: list[int]
     ) -> None:
         self.row = row
         self.workers = workers
@@ -303,7 +280,7 @@ class Bench:
 # -- a corpus: the split, the cells in rounds, the ratios, the model --------------------------------------
 def measure_corpus(
     row: Corpus,
-    workers: list[OneWorker],
+    workers: list[ChildProcess],
     counts: Counts,
     work_dir: Path,
     loader: bool,
@@ -534,7 +511,7 @@ def measure(settings: Settings) -> dict[str, Any]:
         **({"pool": calibration_pool(settings.calibration)} if settings.calibration else {}),
     }
     os.environ[LAUNCH_DIR_ENV] = str(settings.work_dir / "launch")  # private: never attach to another run's service
-    workers = [OneWorker(settings.work_dir).start() for _ in range(WORKERS)]
+    workers = [one_worker(settings.work_dir, index) for index in range(WORKERS)]
     speedups = pool_of(meta)[1]
     try:
         corpora = [
