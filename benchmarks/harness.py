@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-# The process of the scenarios that fork DataLoader workers with the tokenizer in-process, parallelism off (3, 5, launch)
+# The process of the scenarios that fork DataLoader workers with the tokenizer in-process, parallelism off
 FORKS_WITH_PARALLELISM_OFF = "forks DataLoader workers, TOKENIZERS_PARALLELISM=false"
 BUSY_CORES = 0.25  # other processes using more than this during a measurement: the figure is noted as busy
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -56,7 +56,7 @@ def measure(settings: Settings) -> dict[str, Any]:
         pair = sides(settings, tokenizer)
         runs = in_rounds(
             METHODS,
-            lambda cell, method: pair.measure(method, f"{cell[0]}-{cell[1]}", BATCH, OPTIONS_BATCH, counts.seconds),
+            lambda cell, method, pair=pair: pair.measure(method, "-".join(cell), BATCH, OPTIONS_BATCH, counts.seconds),
             counts.rounds,
             f"{tokenizer}: scenario 1",
             points=counts.cells,
@@ -66,12 +66,14 @@ def measure(settings: Settings) -> dict[str, Any]:
             section["cells"].append({"tokenizer": tokenizer, "language": lang, "bucket": bucket, **figures})
         sweep = in_rounds(
             METHODS,
-            lambda batch, method: pair.measure(method, "mixed-medium", batch, OPTIONS_BATCH, counts.sweep_seconds),
+            lambda batch, method, pair=pair: pair.measure(
+                method, "mixed-medium", batch, OPTIONS_BATCH, counts.sweep_seconds
+            ),
             counts.rounds,
             f"{tokenizer}: scenario 1 batch-size sweep",
             points=counts.sweep_batches,
         )
-        for (batch, (label, where, _)), batch_runs in sweep.items():
+        for (batch, (label, _, _)), batch_runs in sweep.items():
             section["sweep"].append({"tokenizer": tokenizer, "batch": batch, "label": label, **aggregate(batch_runs)})
         pair.server.sample_memory("after scenario 1")
     return section

@@ -140,7 +140,7 @@ def throughput(url: str, model: Path, counts: Counts) -> dict[str, Any]:
             concurrent_rate, calls["service binary ragged"], size, counts.seconds, counts.max_calls, 2
         )
         check_identical(client, tokenizer, batch)
-        runs = in_rounds(list(measures), lambda name: {"rate": measures[name]()}, counts.rounds)
+        runs = in_rounds(list(measures), lambda name, measures=measures: {"rate": measures[name]()}, counts.rounds)
         found = {name: medians(values)["rate"] for name, values in runs.items()}
         results[str(size)] = {
             "conversations_per_s": found,
@@ -304,7 +304,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                     "variant": name,
                     "rate": human(figures["batches_per_s"]) + " b/s",
                     "ratio": "baseline" if name == "in-process" else f"{cell['ratio_vs_inprocess']:.2f}x in-proc",
-                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g} + srv {figures['server_cpu_ms_per_batch']:.3g}/batch",
+                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g} + srv "
+                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
                 }
             )
     return out

@@ -92,19 +92,21 @@ def measure(settings: Settings) -> dict[str, Any]:
                     server.encode(body, SAFETENSORS_MEDIA_TYPE)
             baselines = in_rounds(
                 BASELINES,
-                lambda method: pair.measure(method, "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, counts.inprocess_seconds),
+                lambda method, pair=pair: pair.measure(
+                    method, "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, counts.inprocess_seconds
+                ),
                 counts.rounds,
             )
             loads = in_rounds(
                 tuple(servers),
-                lambda clients, mode: run_load(
+                lambda clients, mode, servers=servers, bodies=bodies: run_load(
                     servers[mode],
                     bodies,
                     concurrency=clients,
                     warmup=counts.warmup,
                     seconds=counts.seconds,
                     max_requests=counts.max_requests,
-                ),  # fmt: skip
+                ),
                 counts.rounds,
                 f"{tokenizer}: scenario 2",
                 points=counts.concurrency,

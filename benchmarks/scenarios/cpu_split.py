@@ -354,7 +354,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                 "rate": f"ceiling {human(server['ceiling_batches_per_s'])} b/s",
                 "ratio": f"GIL {100 * server['gil_side_ms'] / server['process_ms']:.0f}% of its CPU",
                 "cpu": f"GIL side {server['gil_side_ms']:.3g} (loop {server['event_loop_ms']:.3g}, tokenizer thread "
-                f"{server['tokenizer_thread_ms']:.3g}) + Rust pool {server['rust_pool_ms']:.3g}/batch; 1 worker {worker['cpu_ms']:.3g}",
+                f"{server['tokenizer_thread_ms']:.3g}) + Rust pool {server['rust_pool_ms']:.3g}/batch; "
+                f"1 worker {worker['cpu_ms']:.3g}",
                 "note": busy_note(server["other_cpu_cores"]),
             }
         )

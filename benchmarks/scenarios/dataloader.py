@@ -176,7 +176,7 @@ def measure_cells(variants: dict[str, tuple[Callable, int | None]], texts: list[
     for workers in counts.workers:
         for batch_size in counts.batch_sizes:
 
-            def one(name: str) -> dict[str, Any]:
+            def one(name: str, workers: int = workers, batch_size: int = batch_size) -> dict[str, Any]:
                 collate, pid = variants[name]
                 return measure_loader(texts, collate, workers, batch_size, counts.max_batches, counts.seconds, pid)
 

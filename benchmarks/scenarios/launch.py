@@ -1,14 +1,14 @@
 """Scenario "launch": a launched service (``TokenizerClient.launch``: a Unix socket) against the same server on TCP
 loopback and against tokenizing in the collate_fn; one-text round trips over both; and what a launch costs.
 
-In a process of its own (it forks DataLoader workers), bounded: it launches its own service (in a private launch directory of its own), uses its process's
-shared TCP server (``python -m service serve`` on 127.0.0.1, a free port), measures, and stops both by PID (also on
-error, Ctrl-C or SIGTERM). Both servers serve the embedded default tokenizer with the same settings.
+In a process of its own (it forks DataLoader workers), bounded: it launches its own service (in a private launch
+directory), uses its process's shared TCP server (``python -m service serve`` on 127.0.0.1, a free port), measures,
+and stops both by PID (also on error, Ctrl-C or SIGTERM). Both serve the embedded default tokenizer, same settings.
 
 - **Round trips**: one text per request (a review, binary answer as ``return_tensors="pt"``), one request at
   a time and from 8 threads, through the same sync client over the socket and over TCP; and bare
   ``GET /healthz`` through the client's transport (the HTTP exchange without the tokenizer): requests/s, the
-  client's CPU and the server's CPU per request. Rounds alternate which socket goes first.
+  client's CPU and the server's CPU per request, in interleaved rounds.
 - **DataLoader**: batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork; W in 2 and 4, B in
   32 and 64; ``padding="longest", truncation=True, max_length=128``) with the launched client's collator, the
   TCP client's collator, and a collate_fn tokenizing in the worker with ``TOKENIZERS_PARALLELISM=false``
@@ -277,7 +277,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                     "variant": name,
                     "rate": human(f["batches_per_s"]) + " b/s",
                     "ratio": ratio,
-                    "cpu": f"collate {f['collate_cpu_ms_per_batch']:.3g} + srv {f['server_cpu_ms_per_batch']:.3g}/batch",
+                    "cpu": f"collate {f['collate_cpu_ms_per_batch']:.3g} + srv "
+                    f"{f['server_cpu_ms_per_batch']:.3g}/batch",
                     "note": busy_note(f.get("other_cpu_cores", 0.0)),
                 }
             )

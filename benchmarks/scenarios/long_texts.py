@@ -45,7 +45,7 @@ def measure(settings: Settings) -> dict[str, Any]:
         pair = sides(settings, tokenizer)
         runs = in_rounds(
             METHODS,
-            lambda chars, method: pair.measure(
+            lambda chars, method, pair=pair: pair.measure(
                 method, f"chars-{chars}", long_text_batch(chars), OPTIONS_LONG, counts.seconds
             ),
             counts.rounds,

@@ -207,7 +207,8 @@ def one_client_row(scenario: str, tokenizer: str, texts: str, figures: dict[str,
         "tokens_rate": figures["tokens_per_s"],
         "ratio": ratio,
         "latency": "/".join(f"{lat[k]:.3g}" for k in ("p50", "p90", "p99")),
-        "cpu": f"srv {figures['server_or_worker_cpu_ms_per_request']:.3g} cli {figures['client_cpu_ms_per_request']:.3g}"
+        "cpu": f"srv {figures['server_or_worker_cpu_ms_per_request']:.3g} "
+        f"cli {figures['client_cpu_ms_per_request']:.3g}"
         if service
         else "",
         "note": busy_note(figures["other_cpu_cores"]),

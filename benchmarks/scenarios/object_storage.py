@@ -116,7 +116,8 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         target(
             "s7_s3_worker_peak_rss_mb",
-            f"scenario 7: peak RSS (VmHWM) of the pretokenize worker from and to s3:// on {memory['input_bytes'] / 2**20:.0f} "
+            "scenario 7: peak RSS (VmHWM) of the pretokenize worker from and to s3:// on "
+            f"{memory['input_bytes'] / 2**20:.0f} "
             f"MiB of JSON Lines, parquet (local: {memory['local']['peak_rss_mb']:.0f} MB)",
             memory["s3"]["peak_rss_mb"],
             500.0,

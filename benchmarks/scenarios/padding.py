@@ -209,7 +209,7 @@ def count_comparison(
         if calls["lengths"](texts) != calls["encode JSON"](texts):  # the same counts, or the comparison is moot
             raise AssertionError(f"/lengths and /encode disagree on {set_name}")
 
-        def one(name: str) -> dict[str, float]:
+        def one(name: str, set_name: str = set_name, texts: list[str] = texts) -> dict[str, float]:
             if name == IN_PROCESS_COUNT:
                 return _in_process_round(worker, set_name, len(texts), options, counts)
             cpu, server, started = time.process_time(), process_cpu_seconds(server_pid), time.perf_counter()
@@ -310,7 +310,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                     "variant": variant,
                     "rate": human(f["texts_per_s"]),
                     "ratio": "baseline" if variant == "lengths" else f"{f['vs_lengths']:.2f}x lengths",
-                    "cpu": f"srv {f['server_cpu_ms_per_1k_texts']:.3g} cli {f['client_cpu_ms_per_1k_texts']:.3g}/1k texts",
+                    "cpu": f"srv {f['server_cpu_ms_per_1k_texts']:.3g} "
+                    f"cli {f['client_cpu_ms_per_1k_texts']:.3g}/1k texts",
                 }
             )
     return out
@@ -329,7 +330,8 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
         out.append(
             target(
                 f"s5_padding_cut[{variant}]",
-                f"scenario 5: padding fraction cut relative to random batches of {settings['random_batch_size']}, {variant} batches, {budget}",
+                "scenario 5: padding fraction cut relative to random batches of "
+                f"{settings['random_batch_size']}, {variant} batches, {budget}",
                 step[variant]["padding_cut_vs_random"],
                 THRESHOLDS["s5_padding_cut"],
                 padding_fraction=round(step[variant]["padding_fraction"], 4),
@@ -350,7 +352,8 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     out.append(
         target(
             "s5_lengths_vs_encode",
-            f"scenario 5: texts/s of /lengths / /encode (JSON) on the same {corpus['texts']} reviews, {settings['chunk']} per request",
+            f"scenario 5: texts/s of /lengths / /encode (JSON) on the same {corpus['texts']} reviews, "
+            f"{settings['chunk']} per request",
             1 / variants["encode JSON"]["vs_lengths"],
             THRESHOLDS["s5_lengths_vs_encode"],
             lengths_vs_in_process_tokenizing=round(1 / variants[IN_PROCESS_COUNT]["vs_lengths"], 4),

@@ -62,7 +62,8 @@ def pretokenize_run(what: str, args: list[Any], timeout: float) -> dict[str, Any
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["documents_per_s"] = result["documents"] / result["seconds"]
     log(
-        f"{what}: {result['tokens_per_s'] / 1e6:.2f}M tokens/s, {result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB"
+        f"{what}: {result['tokens_per_s'] / 1e6:.2f}M tokens/s, {result['seconds']:.1f} s, "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB"
     )
     return result
 
@@ -152,7 +153,8 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     if "medians" not in section:
         return []
     found, memory = section["medians"], section["memory"]
-    what = f"scenario 6: pre-tokenizing {section['corpus']['bytes'] / 2**20:.0f} MiB of JSON Lines, tokens/s of the pretokenize worker"
+    mib = section["corpus"]["bytes"] / 2**20
+    what = f"scenario 6: pre-tokenizing {mib:.0f} MiB of JSON Lines, tokens/s of the pretokenize worker"
     service = found["service"]["tokens_per_s"]
     return [
         target(
@@ -169,7 +171,8 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         target(
             "s6_worker_peak_rss_mb",
-            f"scenario 6: peak RSS (VmHWM) of the pretokenize worker on {memory['input_bytes'] / 2**20:.0f} MiB, {memory['format']} format",
+            "scenario 6: peak RSS (VmHWM) of the pretokenize worker on "
+            f"{memory['input_bytes'] / 2**20:.0f} MiB, {memory['format']} format",
             memory["peak_rss_mb"],
             500.0,
             higher_is_better=False,

@@ -130,7 +130,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                 "scenario": "memory",
                 "variant": server["name"],
                 "note": f"RSS {memory[0]['rss_mb']:.0f} -> {memory[-1]['rss_mb']:.0f} MB, peak "
-                f"{max(m['peak_mb'] for m in memory):.0f} MB (torch {'loaded' if server['torch_loaded'] else 'absent'})",
+                f"{max(m['peak_mb'] for m in memory):.0f} MB "
+                f"(torch {'loaded' if server['torch_loaded'] else 'absent'})",
             }
         )
     return out

@@ -8,9 +8,9 @@ In a process of its own. For each corpus of the CPU split (the embedded default 
 Chinese, short Chinese reviews and ~1000-character Chinese; the byte-level BPE on ~300-character English), side by
 side in one run:
 
-1. **The split**, measured by the split scenario itself (``benchmarks.scenarios.cpu_split``): one ``serve`` on every
-   usable core under 3 clients, batches of 256 texts (``padding="longest"``, ``truncation=True``, ``max_length=128``); the
-   GIL side G and the Rust pool R per batch, and the CPU W of one parallelism-off worker.
+1. **The split**, measured by the split scenario itself (``benchmarks.scenarios.cpu_split``): one ``serve`` on
+   every usable core under 3 clients, batches of 256 texts (``padding="longest"``, truncation at 128); the GIL
+   side G and the Rust pool R per batch, and the CPU W of one parallelism-off worker.
 2. **Throughput on 1 and 2 cores** of three variants:
 
    - ``1 replica x 2 threads``: ``TokenizerClient.launch(model, replicas=1, threads=2)``;
@@ -534,7 +534,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                 "texts": f"256 x {row['label']}",
                 "variant": "split: one serve process (measured)",
                 "ratio": f"(G+R)/G = {row['projection'][0]['fed_cores']:.1f} cores fed",
-                "cpu": f"G {server['gil_side_ms']:.3g} + R {server['rust_pool_ms']:.3g}, W {worker['cpu_ms']:.3g}/batch",
+                "cpu": f"G {server['gil_side_ms']:.3g} + R {server['rust_pool_ms']:.3g}, "
+                f"W {worker['cpu_ms']:.3g}/batch",
                 "note": busy_note(server["other_cpu_cores"]),
             }
         )
@@ -551,7 +552,8 @@ def rows(section: dict[str, Any]) -> list[Row]:
                     "variant": f"measured, {cores} core(s): 1r x 2t / 2r x 1t / workaround",
                     "rate": " / ".join(human(c["figures"]["batches_per_s"]) for c in group) + " b/s",
                     "ratio": f"2r {two['median']:.2f}x 1r [{two['min']:.2f}-{two['max']:.2f}], "
-                    f"{ratios['one_vs_workaround']['median']:.2f}x / {ratios['two_vs_workaround']['median']:.2f}x workaround",
+                    f"{ratios['one_vs_workaround']['median']:.2f}x / "
+                    f"{ratios['two_vs_workaround']['median']:.2f}x workaround",
                     "cpu": f"client {statistics.mean(c['figures']['client_cpu_ms'] for c in group[:2]):.3g}/batch",
                     "note": f"others used {others:.2f} of the {cores} core(s)" if others > BUSY_CORES else "",
                 }
@@ -564,8 +566,9 @@ def rows(section: dict[str, Any]) -> list[Row]:
                         "texts": f"{row['name']}, {projected['path']}",
                         "variant": f"PROJECTION, {point['cores']} cores: one process / auto "
                         f"({point['auto_replicas']} x {point['auto_threads']}) / workaround",
-                        "rate": f"{human(point['one_process'])} / {human(point['auto'])} / {human(point['workaround'])} b/s",
-                        "ratio": f"auto {point['auto_vs_workaround']:.2f}x, one {point['one_vs_workaround']:.2f}x workaround",
+                        "rate": " / ".join(human(point[k]) for k in ("one_process", "auto", "workaround")) + " b/s",
+                        "ratio": f"auto {point['auto_vs_workaround']:.2f}x, "
+                        f"one {point['one_vs_workaround']:.2f}x workaround",
                         "note": "projection (model below), not measured",
                     }
                 )

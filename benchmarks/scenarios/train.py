@@ -254,7 +254,14 @@ def rows(section: dict[str, Any]) -> list[Row]:
         base, merge, check = figures["baseline"], figures["merge"], figures["check"]
         texts = f"{size / 1e6:.1f} MB, {section['meta']['documents']:,} docs"
 
-        def row(variant: str, figure: dict[str, Any], ratio: str = "", note: str = "") -> Row:
+        def row(
+            variant: str,
+            figure: dict[str, Any],
+            ratio: str = "",
+            note: str = "",
+            model: str = model,
+            texts: str = texts,
+        ) -> Row:
             cpu = f"{figure['cpu_seconds']:.3g} s CPU, peak RSS {figure['peak_rss_mb']:.0f} MB"
             notes = "; ".join(filter(None, [note, busy_note(figure["other_cpu_cores"])]))
             return {
