@@ -29,6 +29,8 @@ from typing import Any, TypeVar
 
 # The process of the scenarios that fork DataLoader workers with the tokenizer in-process, parallelism off
 FORKS_WITH_PARALLELISM_OFF = "forks DataLoader workers, TOKENIZERS_PARALLELISM=false"
+# The process of the scenarios that tokenize in-process at their best, parallelism on (8, hot_path)
+TOKENIZES_WITH_PARALLELISM_ON = "tokenizes in-process, TOKENIZERS_PARALLELISM=true"
 BUSY_CORES = 0.25  # other processes using more than this during a measurement: the figure is noted as busy
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -341,6 +343,7 @@ class Settings:
     time_scale: float = 1.0  # --time-scale: every measurement's duration
     calibration: Path | None = None  # --calibration: the Rust pool's curve for the scaling projection
     shared: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, Any] = field(default_factory=dict)
 
     @property
     def log_dir(self) -> Path:
@@ -365,6 +368,12 @@ class Settings:
         if key not in self.shared:
             self.shared[key] = start()
         return self.shared[key]
+
+    def once(self, key: str, measure: Callable[[], Any]) -> Any:
+        """What ``measure`` gives, measured once per process: two scenarios that need the same figures share them."""
+        if key not in self.measured:
+            self.measured[key] = measure()
+        return self.measured[key]
 
     def stop_shared(self) -> None:
         for item in reversed(list(self.shared.values())):

@@ -17,8 +17,9 @@ figure, the rounds, the targets), ``benchmark.txt`` (the table), the PNG plots a
 starts is stopped by PID, also on error or Ctrl-C. Exit status: 0, or 1 when a scenario failed.
 
 Scenarios that fork DataLoader workers, set process-wide state or pin cores run in a process of their own (this
-command again, for them alone; the scenarios that need the same process share it, and the servers started in
-it); one that cannot run here (no torch) is reported as skipped, with the reason.
+command again, for them alone; the scenarios that need the same process share it, the servers started in it and
+the figures two of them need, such as the split that scaling starts from); one that cannot run here (no torch)
+is reported as skipped, with the reason.
 The GPU benchmark is its own command: ``python -m benchmarks.gpu_feed`` (docs/guides/performance.md).
 """
 
@@ -52,7 +53,10 @@ NOT_SELECTED = "not selected (--scenarios)"
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The one command line of the benchmarks; the help text is this module's docstring and the scenarios' list."""
     doc = __doc__ or ""
-    listing = "\n".join(f"  {name:<9} {scenario.summary}" for name, scenario in SCENARIOS.items())
+    listing = "\n".join(
+        f"  {name:<9} {scenario.summary}{'' if name in DEFAULT_SCENARIOS else ' (not in the default run)'}"
+        for name, scenario in SCENARIOS.items()
+    )
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.run",
         description=doc.split("\n\n")[0],

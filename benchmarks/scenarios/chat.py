@@ -37,7 +37,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Row, Scenario, Settings, human, in_rounds, log, medians, not_run, per_cell_target
+from benchmarks.harness import (
+    TOKENIZES_WITH_PARALLELISM_ON,
+    Row,
+    Scenario,
+    Settings,
+    child_command,
+    human,
+    in_rounds,
+    log,
+    medians,
+    not_run,
+    per_cell_target,
+)
 from testkit import assets
 from testkit.servers import ServerProcess
 
@@ -257,7 +269,6 @@ def loader_cell(url: str, model: Path, server_pid: int, counts: Counts) -> dict[
 
 # -- the run ------------------------------------------------------------------------------------------------
 def measure(settings: Settings) -> dict[str, Any]:
-    from benchmarks.run import child_command
 
     counts = settings.counts(FULL, SMOKE)
     os.environ["TOKENIZERS_PARALLELISM"] = "true"  # the in-process side at its best (no fork in this process)
@@ -347,7 +358,7 @@ SCENARIO = Scenario(
     measure,
     rows,
     targets,
-    process="parallelism on",
+    process=TOKENIZES_WITH_PARALLELISM_ON,
     needs_torch=True,
     timeout=(600.0, 150.0),
 )

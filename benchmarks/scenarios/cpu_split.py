@@ -94,7 +94,10 @@ class Counts:
 
 
 FULL = Counts()
-SMOKE = Counts(corpora=("zh-medium",), rounds=1, seconds=0.3, set_size=BATCH)
+SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH)
+# The process the split shares with the scaling scenario, which measures the split of each corpus as its first step
+# (scaling pins that process to cores cell by cell, and unpins it after each corpus).
+SPLIT_AND_SCALING = "the split and scaling"
 
 
 # -- the server under test ---------------------------------------------------------------------------------
@@ -334,8 +337,14 @@ def measure(settings: Settings) -> dict[str, Any]:
     counts = settings.counts(FULL, SMOKE)
     by_name = {c.name: c for c in CORPORA}
     worker = one_worker(settings.work_dir)
+    rows_ = []
     try:
-        rows_ = [measure_corpus(by_name[name], worker, counts, settings.work_dir) for name in counts.corpora]
+        for name in counts.corpora:
+            row = by_name[name]
+            split = settings.once(
+                f"split of {name}", lambda row=row: measure_corpus(row, worker, counts, settings.work_dir)
+            )
+            rows_.append(split)
     finally:
         worker.stop()
     meta = {"rust_threads": available_cpus(), "options": OPTIONS_BATCH, "batch": BATCH, "clients": CLIENTS}
@@ -367,5 +376,6 @@ SCENARIO = Scenario(
     "one server's CPU per batch by thread: the GIL side vs the Rust pool, beside one parallelism-off worker",
     measure,
     rows,
+    process=SPLIT_AND_SCALING,
     timeout=(600.0, 120.0),
 )

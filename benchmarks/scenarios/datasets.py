@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Row, Scenario, Settings, log, peak_rss_mb
+from benchmarks.harness import Row, Scenario, Settings, child_command, log, peak_rss_mb
 from testkit import corpora
 
 SIDES = ("in-process", "service")
@@ -109,7 +109,6 @@ def print_run(side: str, how: str, corpus: str, work: str) -> None:
 
 
 def run_in_own_process(side: str, how: str, corpus: Path) -> dict[str, Any]:
-    from benchmarks.run import child_command
 
     with tempfile.TemporaryDirectory(prefix="datasets-compare-") as work:
         done = subprocess.run(

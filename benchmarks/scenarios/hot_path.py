@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.harness import Row, Scenario, Settings, in_rounds, medians
+from benchmarks.harness import TOKENIZES_WITH_PARALLELISM_ON, Row, Scenario, Settings, in_rounds, medians
 
 BATCH = 256
 
@@ -130,6 +130,6 @@ SCENARIO = Scenario(
     "the engine's hot path alone, no HTTP, vs in-process encode_batch and transformers",
     measure,
     rows,
-    process="parallelism on",
+    process=TOKENIZES_WITH_PARALLELISM_ON,
     timeout=(600.0, 120.0),
 )

@@ -22,7 +22,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Row, Scenario, Settings, busy_note, human, in_rounds, log, machine_noise, medians, target
+from benchmarks.harness import (
+    Row,
+    Scenario,
+    Settings,
+    busy_note,
+    child_command,
+    human,
+    in_rounds,
+    log,
+    machine_noise,
+    medians,
+    target,
+)
 from benchmarks.processes import tokenizer_dir
 from benchmarks.scenarios.measuring import shared_server
 from testkit import corpora
@@ -49,7 +61,6 @@ FULL, SMOKE = Counts(), Counts(corpus_bytes=512 * 1024, rounds=1, large_bytes=2 
 def pretokenize_run(what: str, args: list[Any], timeout: float) -> dict[str, Any]:
     """One ``benchmarks.pretokenize_runs`` run in its own process: its figures, with the CPU other processes used
     just before (the run itself busies every core)."""
-    from benchmarks.run import child_command
 
     noise = machine_noise(0.3)
     done = subprocess.run(

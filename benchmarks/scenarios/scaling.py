@@ -82,7 +82,7 @@ from benchmarks.pinning import first_cores, pin, usable_cores
 from benchmarks.processes import start_all, tokenizer_dir
 from benchmarks.projection import PERFECT, POOL_2337, SPEEDUPS_2337, Costs
 from benchmarks.scenarios import cpu_split
-from benchmarks.scenarios.cpu_split import BATCH, CORPORA, Corpus, closed_loop, one_worker
+from benchmarks.scenarios.cpu_split import BATCH, CORPORA, SPLIT_AND_SCALING, Corpus, closed_loop, one_worker
 from benchmarks.scenarios.measuring import OPTIONS_BATCH
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 
@@ -279,6 +279,7 @@ class Bench:
 
 # -- a corpus: the split, the cells in rounds, the ratios, the model --------------------------------------
 def measure_corpus(
+    settings: Settings,
     row: Corpus,
     workers: list[ChildProcess],
     counts: Counts,
@@ -291,7 +292,9 @@ def measure_corpus(
     ``usable``: the cores the run may use (each cell pins to the first N of them; the split runs on all)."""
     everywhere = set(usable)
     pin([os.getpid(), *(w.pid for w in workers)], everywhere)  # the split's server inherits this process's cores
-    split_row = cpu_split.measure_corpus(row, workers[0], counts.split, work_dir)
+    split_row = settings.once(  # the split scenario's, when it ran in this process
+        f"split of {row.name}", lambda: cpu_split.measure_corpus(row, workers[0], counts.split, work_dir)
+    )
     split = {"server": split_row["server"], "worker": split_row["worker"]}
     bench = Bench(row, workers, counts, work_dir, loader, usable)
     groups = [(cores, path) for cores in CORES for path in bench.paths]
@@ -515,7 +518,7 @@ def measure(settings: Settings) -> dict[str, Any]:
     speedups = pool_of(meta)[1]
     try:
         corpora = [
-            measure_corpus(BY_NAME[name], workers, counts, settings.work_dir, loader, cores, speedups)
+            measure_corpus(settings, BY_NAME[name], workers, counts, settings.work_dir, loader, cores, speedups)
             for name in counts.corpora
         ]
     finally:
@@ -630,6 +633,6 @@ SCENARIO = Scenario(
     measure,
     rows,
     targets,
-    process="pinned to cores",
+    process=SPLIT_AND_SCALING,
     timeout=(1800.0, 150.0),
 )

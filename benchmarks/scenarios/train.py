@@ -34,7 +34,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import CLOCK_TICKS, Row, Scenario, Settings, available_cpus, busy_note, busy_ticks, log
+from benchmarks.harness import (
+    CLOCK_TICKS,
+    Row,
+    Scenario,
+    Settings,
+    available_cpus,
+    busy_note,
+    busy_ticks,
+    child_command,
+    log,
+)
 
 UNIT_BYTES = 1 << 20
 
@@ -148,7 +158,6 @@ def baseline(corpus: Path, out: Path, model: str, vocab_size: int) -> dict[str, 
 
 def start(mode: str, corpus: Path, out: Path, model: str, vocab_size: int, *extra: int) -> subprocess.Popen[str]:
     """:func:`child` started; ``extra``: its processes, shard index and shard count."""
-    from benchmarks.run import child_command
 
     threads = str(available_cpus())
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": threads, "RAYON_RS_NUM_CPUS": threads}
