@@ -24,7 +24,7 @@ from testkit.servers import ServerProcess
 
 JSON_MEDIA_TYPE = "application/json"
 SAFETENSORS_MEDIA_TYPE = "application/vnd.safetensors"
-LOAD_GENERATOR = "the SDK's asyncio-streams transport (service.transport.streams), keep-alive, one per client task"
+LOAD_GENERATOR = "the SDK's asyncio-streams transport (service.transport.streams): one keep-alive connection per client"
 
 
 def tokenizer_dir(name: str) -> Path:

@@ -97,14 +97,15 @@ def render(results: dict[str, Any]) -> str:
     return "\n".join([title, LEGEND, format_table(table_rows(results))])
 
 
+def targets_of(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of the scenarios that ran, evaluated on their sections."""
+    ran = [(name, scenario) for name, scenario in SCENARIOS.items() if name in results["meta"]["scenarios"]]
+    return [item for name, scenario in ran for item in scenario.targets(results[name])]
+
+
 def write(results: dict[str, Any], out_dir: Path) -> str:
     """Add the targets, the table rows and the plots to ``results``, write the JSON and the text table; the table."""
-    results["targets"] = [
-        item
-        for name, scenario in SCENARIOS.items()
-        if name in results["meta"]["scenarios"]
-        for item in scenario.targets(results[name])
-    ]
+    results["targets"] = targets_of(results)
     results["table"] = table_rows(results)
     text = render(results)
     results["plots"] = draw_plots(results, out_dir)

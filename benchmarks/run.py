@@ -43,6 +43,7 @@ from typing import Any
 from benchmarks import report
 from benchmarks.harness import BUSY_CORES, Scenario, Settings, available_cpus, log, wait_for_quiet
 from benchmarks.scenarios import SCENARIOS
+from benchmarks.scenarios.scaling import reproject
 from testkit.servers import REPO
 
 DEFAULT_SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "rss", "split", "scaling")
@@ -83,7 +84,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"wait at most this long for other processes to use under {BUSY_CORES} cores (default 120; smoke: 0)",
     )
     parser.add_argument(
-        "--calibration", type=Path, default=None, help="scaling: `tokenizer-service calibrate --json` output"
+        "--calibration",
+        type=Path,
+        default=None,
+        help="scaling's projection with this pool curve (`tokenizer-service calibrate --json` output or a kept record; "
+        "default: tokenizers #2337's); with --report, a saved run projected again",
     )
     parser.add_argument("--report", type=Path, default=None, help="print the table of a saved benchmark.json")
     # a scenario run in a process of its own writes its section here; a child process of a scenario is a call
@@ -173,7 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.call:
         return _call(*args.call)
     if args.report:
-        print(report.render(json.loads(args.report.read_text())))
+        saved = json.loads(args.report.read_text())
+        if args.calibration and "scaling" in saved:  # the projection again, with a calibration's pool curve
+            saved["scaling"] = reproject(saved["scaling"], args.calibration)
+            saved["targets"] = report.targets_of(saved)
+        print(report.render(saved))
         return 0
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     out_dir: Path = args.out_dir.resolve()

@@ -219,3 +219,18 @@ def test_training_and_hot_path_scenarios_measure_every_part(smoke):
     (row,) = results["datasets"]["rows"].values()
     assert set(row) == {"in-process", "service"} and all(side["tokens_per_s"] > 0 for side in row.values())
     assert row["in-process"]["tokens"] == row["service"]["tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_a_saved_run_prints_the_same_table_again(smoke):
+    saved = smoke["out"] / "benchmark.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--report", str(saved)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == (smoke["out"] / "benchmark.txt").read_text()
