@@ -627,7 +627,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     args = parser.parse_args(argv)
     if args.smoke:
         args.model_size, args.device, args.batch_size, args.max_length = "tiny", "cpu", 8, 64
-        args.steps, args.warmup_steps, args.distinct_texts, args.workers = 12, 2, 64, [2]
+        args.steps, args.warmup_steps, args.distinct_texts, args.workers = 4, 2, 64, [2]
         args.max_seconds_per_mode, args.budget_seconds = 30.0, 300.0
     return parser, args
 

@@ -55,7 +55,7 @@ class TextCounts:
     long_lengths: tuple[int, ...] = (100, 1_000, 10_000, 50_000)
 
 
-TEXTS_FULL, TEXTS_SMOKE = TextCounts(), TextCounts(cell=256, sweep=256, s2=64, long_lengths=(100, 1_000))
+TEXTS_FULL, TEXTS_SMOKE = TextCounts(), TextCounts(cell=256, sweep=256, s2=64, long_lengths=(100, 400))
 
 
 def long_text_batch(chars: int) -> int:

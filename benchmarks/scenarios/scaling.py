@@ -114,7 +114,7 @@ class Counts:
 
 
 FULL = Counts()
-SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH, loader_batches=6, split=cpu_split.SMOKE)
+SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH, loader_batches=3, split=cpu_split.SMOKE)
 
 
 # -- the processes under test ------------------------------------------------------------------------------
