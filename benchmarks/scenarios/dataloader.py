@@ -222,89 +222,79 @@ def dataloader_comparison(servers: dict[str, BenchServer], counts: Counts, texts
 
 
 # -- transports --------------------------------------------------------------------------------------------
-def _cpu_per_request(call: Callable[[], Any], requests: int, threads: int) -> dict[str, float]:
-    for _ in range(min(20, requests // 4)):
-        call()
-    per_thread = max(1, requests // threads)
-
-    def work() -> None:
-        for _ in range(per_thread):
-            call()
-
-    cpu, wall = time.process_time(), time.perf_counter()
-    if threads == 1:
-        work()
-    else:
-        pool = [threading.Thread(target=work) for _ in range(threads)]
-        for thread in pool:
-            thread.start()
-        for thread in pool:
-            thread.join()
-    total = per_thread * threads
-    return {
-        "requests": total,
-        "cpu_ms_per_request": 1000 * (time.process_time() - cpu) / total,
-        "wall_ms_per_request": 1000 * (time.perf_counter() - wall) / total,
-    }
+SYNC_TRANSPORTS = {  # name in the table: the SDK's class
+    "stdlib http.client (HTTPTransport, default)": "HTTPTransport",
+    "httpx.Client (HTTPXTransport)": "HTTPXTransport",
+}
+ASYNC_TRANSPORTS = {
+    "asyncio streams (AsyncHTTPTransport, default)": "AsyncHTTPTransport",
+    "httpx.AsyncClient (AsyncHTTPXTransport)": "AsyncHTTPXTransport",
+}
 
 
 def transport_comparison(url: str, counts: Counts, texts: list[str]) -> dict[str, Any]:
+    """Client CPU per request of each transport, one request at a time and from 32 threads (sync) or 32 tasks
+    (async), for 1 and 64 texts; in interleaved rounds, medians."""
     import asyncio
 
-    from service.client import (
-        AsyncHTTPTransport,
-        AsyncHTTPXTransport,
-        AsyncTokenizerClient,
-        HTTPTransport,
-        HTTPXTransport,
-        TokenizerClient,
-    )
+    from service import client as sdk
 
     payloads = {"1 text": texts[:1], "64 texts": texts[:64]}
-    results: dict[str, Any] = {}
-    for _ in range(counts.transport_rounds):  # interleaved rounds; medians below
-        for name, transport in (
-            ("stdlib http.client (HTTPTransport, default)", HTTPTransport),
-            ("httpx.Client (HTTPXTransport)", HTTPXTransport),
-        ):
-            client = TokenizerClient(url, transport=transport())
-            for label, payload in payloads.items():
-                for threads in (1, 32):
-                    figure = _cpu_per_request(
-                        functools.partial(client, payload, return_tensors="pt", **OPTIONS),
-                        counts.transport_requests,
-                        threads,
-                    )
-                    results.setdefault(f"{name} | {label} | {threads} thread(s)", []).append(figure)
-            client.close()
+    warmup, total = min(20, counts.transport_requests // 4), counts.transport_requests
 
-        async def concurrent(transport: Any, payload: list[str], tasks: int) -> dict[str, float]:
-            async with AsyncTokenizerClient(url, transport=transport) as client:
-                for _ in range(min(20, counts.transport_requests // 4)):
+    def timed(work: Callable[[], object], requests: int) -> dict[str, float]:
+        cpu, wall = time.process_time(), time.perf_counter()
+        work()
+        per = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall}
+        return {"requests": requests} | {f"{k}_ms_per_request": 1000 * v / requests for k, v in per.items()}
+
+    async def concurrent(transport: Any, payload: list[str], tasks: int) -> dict[str, float]:
+        async with sdk.AsyncTokenizerClient(url, transport=transport) as client:
+            for _ in range(warmup):
+                await client(payload, return_tensors="pt", **OPTIONS)
+            per_task = max(1, total // tasks)
+
+            async def work() -> None:
+                for _ in range(per_task):
                     await client(payload, return_tensors="pt", **OPTIONS)
-                per_task = max(1, counts.transport_requests // tasks)
 
-                async def work() -> None:
-                    for _ in range(per_task):
-                        await client(payload, return_tensors="pt", **OPTIONS)
+            cpu, wall = time.process_time(), time.perf_counter()
+            await asyncio.gather(*(work() for _ in range(tasks)))
+            per = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall}
+            return {"requests": per_task * tasks} | {
+                f"{k}_ms_per_request": 1000 * v / (per_task * tasks) for k, v in per.items()
+            }
 
-                cpu, wall = time.process_time(), time.perf_counter()
-                await asyncio.gather(*(work() for _ in range(tasks)))
-                total = per_task * tasks
-                return {
-                    "requests": total,
-                    "cpu_ms_per_request": 1000 * (time.process_time() - cpu) / total,
-                    "wall_ms_per_request": 1000 * (time.perf_counter() - wall) / total,
-                }
+    def one(variant: tuple[str, str, int]) -> dict[str, float]:
+        name, label, parallel = variant
+        if name in ASYNC_TRANSPORTS:
+            return asyncio.run(concurrent(getattr(sdk, ASYNC_TRANSPORTS[name])(), payloads[label], parallel))
+        client = sdk.TokenizerClient(url, transport=getattr(sdk, SYNC_TRANSPORTS[name])())
+        call = functools.partial(client, payloads[label], return_tensors="pt", **OPTIONS)
+        for _ in range(warmup):
+            call()
+        per_thread = max(1, total // parallel)
 
-        for name, transport in (
-            ("asyncio streams (AsyncHTTPTransport, default)", AsyncHTTPTransport),
-            ("httpx.AsyncClient (AsyncHTTPXTransport)", AsyncHTTPXTransport),
-        ):
-            for label, payload in payloads.items():
-                figure = asyncio.run(concurrent(transport(), payload, 32))
-                results.setdefault(f"{name} | {label} | 32 tasks", []).append(figure)
-    return {key: medians(runs) for key, runs in results.items()}
+        def work() -> None:
+            for _ in range(per_thread):
+                call()
+
+        def in_threads() -> None:
+            threads = [threading.Thread(target=work) for _ in range(parallel)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+
+        figure = timed(in_threads, per_thread * parallel)
+        client.close()
+        return figure
+
+    variants = [(name, label, n) for name in SYNC_TRANSPORTS for label in payloads for n in (1, 32)]
+    variants += [(name, label, 32) for name in ASYNC_TRANSPORTS for label in payloads]
+    runs = in_rounds(variants, one, counts.transport_rounds, "scenario 3: transports")
+    unit = {name: "thread(s)" for name in SYNC_TRANSPORTS} | {name: "tasks" for name in ASYNC_TRANSPORTS}
+    return {f"{name} | {label} | {n} {unit[name]}": medians(rounds) for (name, label, n), rounds in runs.items()}
 
 
 def measure(settings: Settings) -> dict[str, Any]:
