@@ -2,7 +2,7 @@
 pre-tokenized tensors, from DataLoader workers tokenizing in-process, or from the SDK collator.
 
     python -m benchmarks.gpu_feed --out bench-results/gpu_feed       # one GPU: BERT-base size, ~4-5 min
-    python -m benchmarks.gpu_feed --smoke --out /tmp/gpu_feed        # CPU, tiny model: ~1 min here
+    python -m benchmarks.gpu_feed --smoke --out /tmp/gpu_feed        # CPU, tiny model, 2 replicas: ~1 min here
     python -m benchmarks.gpu_feed --device-commands                  # the run on the device machine, prepared
 
 (``--device-commands`` prints the wheels to download here and the device tool's ``run`` call -- command, carry,
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import corpus
-from benchmarks.progress import log
+from benchmarks.harness import log
 from testkit import assets
 
 REPO = Path(__file__).resolve().parent.parent
@@ -409,7 +409,7 @@ def stop_group(process: subprocess.Popen[bytes]) -> None:
 
 
 def measure(args: argparse.Namespace, settings: dict[str, Any], replicas: str | int | None) -> dict[str, Any]:
-    from benchmarks.machine import host_facts, machine_noise
+    from benchmarks.harness import host_facts, machine_noise
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -627,7 +627,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
     args = parser.parse_args(argv)
     if args.smoke:
         args.model_size, args.device, args.batch_size, args.max_length = "tiny", "cpu", 8, 64
-        args.steps, args.warmup_steps, args.distinct_texts, args.workers = 12, 2, 64, [2]
+        args.steps, args.warmup_steps, args.distinct_texts, args.workers = 4, 2, 64, [2]
         args.max_seconds_per_mode, args.budget_seconds = 30.0, 300.0
     return parser, args
 
@@ -657,8 +657,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--distinct-texts {args.distinct_texts}: at least one batch (--batch-size {args.batch_size})")
     replicas = None
     if "sdk" in args.modes and args.replicas != "none":
+        takes = launch_takes_replicas()
+        asked = args.replicas
+        if asked is None and args.smoke:  # "auto" calibrates the machine first (20-30 s): the smoke names a plan
+            asked = 2 if takes else "none"
         try:
-            replicas = replicas_to_pass(args.replicas, launch_takes_replicas())
+            replicas = replicas_to_pass(asked, takes)
         except ValueError as exc:
             parser.error(str(exc))
     settings = {

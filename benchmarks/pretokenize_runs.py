@@ -1,7 +1,7 @@
 """One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
 
-    python -m benchmarks.pretokenize_runs METHOD CORPUS OUT [--url URL] [--tokenizer DIR] [--format flat]
-                                         [--storage-options JSON]   # CORPUS and OUT may be URLs (scenario 7)
+    benchmarks.run.child_command("benchmarks.pretokenize_runs:main", METHOD, CORPUS, OUT, URL, TOKENIZER_DIR,
+                                 FORMAT, STORAGE_OPTIONS)   # CORPUS and OUT may be URLs (scenario 7)
 
 Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
 
@@ -21,7 +21,6 @@ tokens, this process's CPU seconds and peak RSS (VmHWM; for ``datasets_map`` the
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -34,15 +33,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.harness import peak_rss_mb
+
 METHODS = ("service", "encode_batch", "encode_batch_fast", "datasets_map")
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 class InProcessEncoder:
@@ -83,7 +76,7 @@ class InProcessEncoder:
 
 
 def run_pipeline(
-    method: str, corpus: str, out: str, url: str | None, tokenizer: str, output_format: str, storage_options: str
+    method: str, corpus: str, out: str, url: str | None, tokenizer: str | None, output_format: str, storage_options: str
 ) -> dict:
     from service.jobs.stores import storage_options_from_json
     from service.jobs.urls import is_url
@@ -135,35 +128,23 @@ def run_datasets_map(corpus: str, out: str, tokenizer_dir: str) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretokenize_runs", description=__doc__)
-    parser.add_argument("method", choices=METHODS)
-    parser.add_argument("corpus")
-    parser.add_argument("out")
-    parser.add_argument("--url")
-    parser.add_argument("--tokenizer", help="tokenizer directory (in-process methods)")
-    parser.add_argument("--format", dest="output_format", default="flat", choices=("flat", "parquet"))
-    parser.add_argument("--storage-options", default="{}", help="for URL corpora and outputs (scenario 7)")
-    args = parser.parse_args(argv)
-    if args.method != "service":
+def main(
+    method: str, corpus: str, out: str, url: str | None, tokenizer: str | None, output_format: str, storage_options: str
+) -> int:
+    """One run (see the module docstring); prints its JSON line."""
+    if method != "service":
         os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
     cpu = time.process_time()
-    if args.method == "datasets_map":
-        result = run_datasets_map(args.corpus, args.out, args.tokenizer)
+    if method == "datasets_map":
+        result = run_datasets_map(corpus, out, tokenizer or "")
     else:
-        result = run_pipeline(
-            args.method, args.corpus, args.out, args.url, args.tokenizer, args.output_format, args.storage_options
-        )
+        result = run_pipeline(method, corpus, out, url, tokenizer, output_format, storage_options)
     result.update(
-        method=args.method,
-        format=args.output_format if args.method != "datasets_map" else "arrow cache",
+        method=method,
+        format=output_format if method != "datasets_map" else "arrow cache",
         cpu_seconds=time.process_time() - cpu,
         peak_rss_mb=peak_rss_mb(),
         tokenizers_imported="tokenizers" in sys.modules,
     )
     print(json.dumps(result))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

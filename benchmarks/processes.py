@@ -1,24 +1,30 @@
-"""The processes under test: the tokenizer-service servers and the in-process baseline worker.
+"""The processes under test: the tokenizer-service servers and the in-process baseline worker, and the client
+that talks to them -- the SDK's own transports (``service.transport``: the stdlib keep-alive client one request
+at a time, the asyncio-streams one for many concurrent clients), never a second HTTP client of our own.
 
-Each is started here, waited for, read from /proc (the server's RSS and peak RSS, whether torch is mapped
+Each process is started here, waited for, read from /proc (the server's RSS and peak RSS, whether torch is mapped
 into it) and stopped by PID when the run ends, even on error or Ctrl-C. The baseline worker
-(``python -m benchmarks.inprocess``) runs in its own process, never beside the load generator's event loop.
+(``Baselines``) runs in its own process, never beside the load generator's event loop.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import select
-import subprocess
-import sys
+import asyncio
+import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from benchmarks import loadgen
-from benchmarks.loadgen import JSON_MEDIA_TYPE, CpuProbe, HttpConnection
-from testkit.servers import REPO, ServerProcess
+from benchmarks.harness import ChildProcess, CpuProbe, memory_kib
+from service.transport.base import Request
+from service.transport.stdlib import HTTPTransport
+from service.transport.streams import AsyncHTTPTransport
+from testkit.servers import ServerProcess
+
+JSON_MEDIA_TYPE = "application/json"
+SAFETENSORS_MEDIA_TYPE = "application/vnd.safetensors"
+LOAD_GENERATOR = "the SDK's asyncio-streams transport (service.transport.streams): one keep-alive connection per client"
 
 
 def tokenizer_dir(name: str) -> Path:
@@ -35,60 +41,25 @@ def tokenizer_dir(name: str) -> Path:
     return dirs[name]
 
 
-class InProcessWorker:
-    """The baseline worker (``benchmarks.inprocess``) in its own process, driven over stdin/stdout."""
+def encode_request(url: str, body: bytes, accept: str) -> Request:
+    """A POST /encode of ``body`` (JSON), asking for ``accept``."""
+    return Request("POST", f"{url}/encode", {"Content-Type": JSON_MEDIA_TYPE, "Accept": accept}, body)
+
+
+class InProcessWorker(ChildProcess):
+    """The in-process baselines (:class:`benchmarks.scenarios.measuring.Baselines`) in a process of their own: Rust
+    parallelism on, as many Rust threads as the server, never forked."""
 
     def __init__(self, tokenizer: str, texts_file: Path, log_dir: Path, threads: int) -> None:
-        self.tokenizer = tokenizer
-        self.texts_file = texts_file
-        self.log_path = log_dir / f"inprocess-{tokenizer}.log"
-        self.threads = threads
-        self.proc: subprocess.Popen[str] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        env = {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": str(threads), "RAYON_RS_NUM_CPUS": str(threads)}
+        super().__init__("benchmarks.scenarios.measuring:baselines_main", log_dir / f"inprocess-{tokenizer}.log", env)
+        self.setup = {"op": "setup", "tokenizer": str(tokenizer_dir(tokenizer)), "texts_file": str(texts_file)}
 
     def start(self) -> InProcessWorker:
-        """Start the worker (Rust parallelism on, as many threads as the server) and load the tokenizer and texts."""
-        env = {
-            **os.environ,
-            "TOKENIZERS_PARALLELISM": "true",
-            "RAYON_NUM_THREADS": str(self.threads),
-            "RAYON_RS_NUM_CPUS": str(self.threads),
-        }
-        with open(self.log_path, "ab") as log_file:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.inprocess"],
-                cwd=REPO,
-                env=env,
-                text=True,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log_file,
-            )
-        self._ask(
-            {"op": "setup", "tokenizer": str(tokenizer_dir(self.tokenizer)), "texts_file": str(self.texts_file)},
-            timeout=300,
-        )
+        """Start the worker and load the tokenizer and the texts."""
+        super().start()
+        self.ask(self.setup)
         return self
-
-    def _ask(self, command: dict[str, Any], timeout: float) -> dict[str, Any]:
-        assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            raise TimeoutError(f"in-process worker gave no answer to {command.get('op')} in {timeout}s")
-        line = self.proc.stdout.readline()
-        if not line:
-            tail = self.log_path.read_text(errors="replace")[-1500:]
-            raise RuntimeError(f"in-process worker exited ({self.proc.poll()}): {tail}")
-        answer: dict[str, Any] = json.loads(line)
-        if not answer.pop("ok"):
-            raise RuntimeError(f"in-process worker: {answer['error']}")
-        return answer
 
     def measure(
         self, method: str, set_name: str, batch: int, options: dict[str, Any], seconds: float, max_batches: int
@@ -96,39 +67,16 @@ class InProcessWorker:
         """Time one method on one text set in the worker; CPU read from /proc around it, like the server's."""
         probe = CpuProbe(self.pid)
         before = probe.snapshot()
-        answer = self._ask(
-            {
-                "op": "measure",
-                "method": method,
-                "set_name": set_name,
-                "batch": batch,
-                "options": options,
-                "seconds": seconds,
-                "max_batches": max_batches,
-            },
-            timeout=seconds + 300,
-        )
+        command = {"op": "measure", "method": method, "set_name": set_name, "batch": batch, "options": options}
+        answer = self.ask({**command, "seconds": seconds, "max_batches": max_batches}, timeout=seconds + 300)
         answer["cpu"] = CpuProbe.delta(before, probe.snapshot())
         answer["cpu"]["watched_cpu_seconds"] = answer.pop("cpu_seconds")  # the worker's own process_time
         answer["cpu"]["client_cpu_seconds"] = 0.0
         return answer
 
-    def stop(self) -> None:
-        """Ask the worker to quit; kill it by PID if it does not."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps({"op": "quit"}) + "\n")
-            self.proc.stdin.close()
-            self.proc.wait(10)
-        except (OSError, subprocess.TimeoutExpired, ValueError):
-            self.proc.kill()  # by PID
-            self.proc.wait(10)
-
 
 class BenchServer:
-    """One ``tokenizer-service serve`` process and one keep-alive connection to it."""
+    """One ``tokenizer-service serve`` process, its memory readings, and one keep-alive connection to it."""
 
     def __init__(
         self,
@@ -136,24 +84,18 @@ class BenchServer:
         batching: bool,
         log_dir: Path,
         *,
-        env: dict[str, str] | None = None,
+        extra_args: tuple[str, ...] = (),
         variant: str = "",
-        extra_args: list[str] | None = None,
         python: str | None = None,
-        repo: Path | None = None,
     ) -> None:
         args = [] if tokenizer == "default" else ["--model", str(tokenizer_dir(tokenizer))]
-        if not batching:
-            args.append("--no-batching")
-        args += extra_args or []
-        self.tokenizer = tokenizer
+        args += ([] if batching else ["--no-batching"]) + list(extra_args)
         self.setup = f"batching {'on' if batching else 'off'}" + (f", {variant}" if variant else "")
         self.name = f"{tokenizer}, {self.setup}"
         self.args = args
         slug = self.name.replace(", ", "-").replace(" ", "-")
-        self.process = ServerProcess(*args, env=env, log_path=log_dir / f"server-{slug}.log", python=python, repo=repo)
-        self.python = self.process.python
-        self.conn: HttpConnection | None = None
+        self.process = ServerProcess(*args, log_path=log_dir / f"server-{slug}.log", python=python)
+        self.transport = HTTPTransport()
         self.memory: list[dict[str, Any]] = []
         self.torch_loaded: bool | None = None
 
@@ -162,46 +104,37 @@ class BenchServer:
         return self.process.pid
 
     @property
-    def port(self) -> int:
-        return self.process.port
+    def url(self) -> str:
+        return self.process.url
 
     def start(self) -> BenchServer:
-        """Start the server, wait for /readyz, connect, and take the first memory reading."""
+        """Start the server, wait for /readyz, and take the first memory reading."""
         self.process.start(timeout=180)
-        self.conn = HttpConnection("127.0.0.1", self.port)
         self.sample_memory("start")
-        self.torch_loaded = loadgen.maps_library(self.pid, "libtorch")
+        self.torch_loaded = "libtorch" in Path(f"/proc/{self.pid}/maps").read_text()
         return self
 
     def encode(self, body: bytes, accept: str = JSON_MEDIA_TYPE) -> bytes:
         """POST one /encode body over the keep-alive connection; the answer's payload, or an error if not 200."""
-        assert self.conn is not None
-        status, payload = self.conn.post("/encode", body, accept)
-        if status != 200:
-            raise RuntimeError(f"/encode on {self.name} answered {status}: {payload[:300]!r}")
-        return payload
+        response = self.transport.handle_request(encode_request(self.url, body, accept))
+        if response.status != 200:
+            raise RuntimeError(f"/encode on {self.name} answered {response.status}: {bytes(response.body)[:300]!r}")
+        return bytes(response.body)
 
     def describe(self) -> dict[str, Any]:
         """The server's entry in the results: its setup, whether torch was loaded, and its memory readings."""
-        return {
-            "name": self.name,
-            "args": self.args,
-            "python": self.python,
-            "setup": self.setup,
-            "torch_loaded": self.torch_loaded,
-            "memory": self.memory,
+        return {"name": self.name, "args": self.args, "setup": self.setup, "torch_loaded": self.torch_loaded} | {
+            "memory": self.memory
         }
 
     def sample_memory(self, when: str) -> None:
         """Record the server's RSS and peak RSS (VmRSS, VmHWM) now, labelled ``when``."""
-        kib = loadgen.memory_kib(self.pid)
+        kib = memory_kib(self.pid)
         self.memory.append({"when": when, "rss_mb": kib["VmRSS"] / 1024, "peak_mb": kib["VmHWM"] / 1024})
 
     def stop(self) -> None:
         """Close the connection and stop the server by PID."""
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
+        self.transport.close()
         self.process.stop()
 
 
@@ -218,3 +151,67 @@ def start_all(items: list[Startable]) -> None:
     with ThreadPoolExecutor(max_workers=len(items)) as pool:
         for future in [pool.submit(item.start) for item in items]:
             future.result()
+
+
+@dataclass
+class Load:
+    """What a run of concurrent clients got inside its window: latencies (s) and statuses of the answers, CPU."""
+
+    concurrency: int
+    seconds: float
+    latencies: list[float]
+    statuses: dict[int, int]
+    cpu: dict[str, float]
+
+
+def run_load(
+    server: BenchServer, bodies: list[bytes], *, concurrency: int, warmup: float, seconds: float, max_requests: int
+) -> Load:
+    """``concurrency`` keep-alive clients (asyncio tasks on uvloop where installed), each sending the next body
+    (binary answers) as soon as its last answer is read; only the answers inside the window count (after
+    ``warmup``, for at most ``seconds`` or ``max_requests`` answers); CPU is read at the window's edges."""
+    requests = [encode_request(server.url, body, SAFETENSORS_MEDIA_TYPE) for body in bodies]
+    probe = CpuProbe(server.pid)
+
+    async def load() -> Load:
+        transport = AsyncHTTPTransport(max_idle_connections=concurrency)
+        latencies: list[float] = []
+        statuses: dict[int, int] = {}
+        recording, stop, full, sent = False, False, asyncio.Event(), 0
+
+        async def client() -> None:
+            nonlocal sent
+            while not stop:
+                request, sent = requests[sent % len(requests)], sent + 1
+                started = time.perf_counter()
+                status = (await transport.handle_async_request(request)).status
+                if recording:
+                    statuses[status] = statuses.get(status, 0) + 1
+                    latencies.append(time.perf_counter() - started)
+                    if len(latencies) >= max_requests:
+                        full.set()
+
+        tasks = [asyncio.ensure_future(client()) for _ in range(concurrency)]
+        try:
+            await asyncio.sleep(warmup)
+            before, recording = probe.snapshot(), True
+            try:
+                await asyncio.wait_for(full.wait(), seconds)
+            except asyncio.TimeoutError:
+                pass
+            recording, after, stop = False, probe.snapshot(), True
+            await asyncio.wait_for(asyncio.gather(*tasks), 60)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await transport.aclose()
+        cpu = CpuProbe.delta(before, after)
+        return Load(concurrency, cpu["wall_seconds"], latencies, statuses, cpu)
+
+    try:
+        import uvloop
+    except ImportError:  # plain asyncio works too, with more client CPU per request
+        return asyncio.run(load())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(load())

@@ -1,5 +1,6 @@
-"""The benchmark's outputs in ``--out-dir``: ``benchmark.json`` (every figure, the targets and the table rows),
-``benchmark.txt`` (the printed table) and the PNG plots (matplotlib, Agg backend: no display needed).
+"""The benchmark's outputs in ``--out-dir``, made by the runner from every scenario's section: ``benchmark.json``
+(every figure, the targets and the table rows), ``benchmark.txt`` (the table: a row per figure, a section per
+scenario, then the targets) and the PNG plots (matplotlib, Agg backend: no display needed).
 """
 
 from __future__ import annotations
@@ -10,9 +11,28 @@ from typing import Any
 
 import orjson
 
-from benchmarks.profiles import Profile
-from benchmarks.table import build_table, render
+from benchmarks.harness import Row, human, outcome_row
+from benchmarks.processes import LOAD_GENERATOR
+from benchmarks.scenarios import SCENARIOS
 
+COLUMNS = (
+    ("scenario", "#"),
+    ("tokenizer", "tokenizer"),
+    ("texts", "texts"),
+    ("variant", "variant"),
+    ("rate", "texts/s"),
+    ("tokens_rate", "tokens/s"),
+    ("ratio", "ratio (same run)"),
+    ("latency", "latency p50/p90/p99 ms"),
+    ("cpu", "CPU ms per request"),
+    ("note", "note"),
+)
+LEGEND = (
+    "texts/s and tokens/s: medians over rounds; tokens are real (unpadded) tokens; 'enc' = in-process "
+    "encode_batch, 'fast' = in-process encode_batch_fast (the strongest in-process baseline), 'call' = "
+    "in-process transformers __call__; CPU ms per request: srv = server process (all threads), cli = this "
+    "load generator"
+)
 PLOTS = {
     "batch": "throughput_vs_batch.png",
     "concurrency": "throughput_vs_concurrency.png",
@@ -22,12 +42,74 @@ PLOTS = {
 }
 
 
-def write_report(results: dict[str, Any], profile: Profile, out_dir: Path) -> str:
-    """Add the table rows and the plots to ``results``, write the JSON and the text table; the text table."""
-    results["table"] = build_table(results, profile)
-    text = render(results, results["table"])
+def table_rows(results: dict[str, Any]) -> list[Row]:
+    """Every scenario's rows (or why it did not run), then a row per target."""
+    rows: list[Row] = []
+    for name, scenario in SCENARIOS.items():
+        section = results.get(name, {})
+        if name in results["meta"]["scenarios"]:
+            rows += outcome_row(name, section) or scenario.rows(section)
+    for item in results["targets"]:
+        measured = "-" if item["measured"] is None else f"{item['measured']:.3g}"
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[item["met"]]
+        note = f"{verdict}; {item['description']}" + (f" ({item['reason']})" if "reason" in item else "")
+        rows.append(
+            {
+                "scenario": "targets",
+                "variant": item["target"],
+                "ratio": f"{measured} vs {item['threshold']:g}",
+                "note": note,
+            }
+        )
+    return rows
+
+
+def format_table(rows: list[Row]) -> str:
+    """Fixed-width columns, the empty ones dropped, a rule between scenarios; numbers as 3 significant figures."""
+    cells = [
+        [human(v) if isinstance(v := row.get(key), float | int) else str(v or "") for key, _ in COLUMNS] for row in rows
+    ]
+    headers = [title for _, title in COLUMNS]
+    widths = [max([len(h)] + [len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    keep = [i for i in range(len(headers)) if any(c[i] for c in cells)]
+
+    def line(values: list[str]) -> str:
+        return " | ".join(values[i].ljust(widths[i]) for i in keep).rstrip()
+
+    rule = "-+-".join("-" * widths[i] for i in keep)
+    out, previous = [line(headers), rule], None
+    for row, values in zip(rows, cells, strict=True):
+        if previous is not None and row.get("scenario") != previous:
+            out.append(rule)
+        previous = row.get("scenario")
+        out.append(line(values))
+    return "\n".join(out)
+
+
+def render(results: dict[str, Any]) -> str:
+    """The table as printed and written to benchmark.txt: a title line, the legend, the rows."""
+    meta = results["meta"]
+    title = (
+        f"tokenizer-service benchmark ({'smoke' if meta['smoke'] else 'full'}; {meta['cpus']} CPUs; other processes "
+        f"used {meta['other_cpu_cores_at_start']:.2f} cores at the start; load generator: {LOAD_GENERATOR}; "
+        f"{meta['seconds']:.0f} s)"
+    )
+    return "\n".join([title, LEGEND, format_table(table_rows(results))])
+
+
+def targets_of(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every target of the scenarios that ran, evaluated on their sections."""
+    ran = [(name, scenario) for name, scenario in SCENARIOS.items() if name in results["meta"]["scenarios"]]
+    return [item for name, scenario in ran for item in scenario.targets(results[name])]
+
+
+def write(results: dict[str, Any], out_dir: Path) -> str:
+    """Add the targets, the table rows and the plots to ``results``, write the JSON and the text table; the table."""
+    results["targets"] = targets_of(results)
+    results["table"] = table_rows(results)
+    text = render(results)
     results["plots"] = draw_plots(results, out_dir)
-    json_bytes = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+    json_bytes = orjson.dumps(results, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY, default=str)
     (out_dir / "benchmark.json").write_bytes(json_bytes)
     (out_dir / "benchmark.txt").write_text(text + "\n", "utf-8")
     return text
@@ -43,76 +125,47 @@ def _pyplot() -> Any:
     return plt
 
 
-def _subplots(plt: Any, count: int, title: str) -> tuple[Any, list[Any]]:
-    fig, axes = plt.subplots(1, max(1, count), figsize=(6.2 * max(1, count), 4.6), squeeze=False)
-    fig.suptitle(title)
-    return fig, list(axes[0])
-
-
 def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """The plots of the scenarios that ran: 1's sweep, 2's rates and latencies, 4's long texts, 6's methods."""
     plt = _pyplot()
+    tokenizers, machine = results["meta"]["tokenizers"], f"{results['meta']['cpus']} CPUs"
+    runs = results["2"].get("runs", [])
+    latencies = [
+        {**r, "label": f"{r['label']} {p}", "ms": r["latency_ms"][p]} for r in runs for p in ("p50", "p90", "p99")
+    ]
+    one_text = "1 text (~300 chars) per request"
+    lines = {  # plot: title, points, x, y, x label, y label, log y
+        "batch": (
+            f"Throughput vs batch size, ~300-char texts, one client ({machine})",
+            *(results["1"].get("sweep", []), "batch", "texts_per_s", "texts per request (batch size)", "texts/s", True),
+        ),
+        "concurrency": (
+            f"Throughput vs concurrency, {one_text} ({machine})",
+            *(runs, "concurrency", "rate", "concurrent clients", "requests/s (= texts/s)", False),
+        ),
+        "latency": (
+            f"Latency percentiles, {one_text}",
+            *(latencies, "concurrency", "ms", "concurrent clients", "latency (ms)", True),
+        ),
+        "long_text": (
+            "Long-text scaling: tokens/s vs text length (no truncation)",
+            *(results["4"].get("points", []), "chars", "tokens_per_s", "characters per text", "tokens/s", False),
+        ),
+    }
     written: dict[str, str] = {}
-    tokenizers = results["meta"]["tokenizers"]
-    machine = f"{results['meta']['cpus']} CPUs"
-
-    # throughput vs batch size (scenario 1 sweep)
-    sweep = results["scenario1"].get("sweep", [])
-    fig, axes = _subplots(plt, len(tokenizers), f"Throughput vs batch size, ~300-char texts, one client ({machine})")
-    for ax, tok in zip(axes, tokenizers, strict=False):
-        _plot_by_label(ax, sweep, tok, "batch", "texts_per_s")
-        _finish(ax, tok, "texts per request (batch size)", "texts/s", logx=True, logy=True)
-    written["batch"] = _save(fig, plt, out_dir / PLOTS["batch"])
-
-    # throughput vs concurrency and latency percentiles (scenario 2)
-    s2 = results["scenario2"]
-    title = f"Throughput vs concurrency, 1 text (~300 chars) per request ({machine})"
-    fig, axes = _subplots(plt, len(tokenizers), title)
-    for ax, tok in zip(axes, tokenizers, strict=False):
-        for mode, label in _modes(s2):
-            points = sorted(
-                (r["concurrency"], r["rate"]) for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode
-            )
-            if points:
-                ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"service, {label}")
-        inproc = s2.get("inprocess", {}).get(tok)
-        if inproc:
-            ax.axhline(
-                inproc["texts_per_s"], color="gray", linestyle="--", label="in-process encode_batch, batches of 256"
-            )
-        _finish(ax, tok, "concurrent clients", "requests/s (= texts/s)", logx=True, logy=False)
-    written["concurrency"] = _save(fig, plt, out_dir / PLOTS["concurrency"])
-
-    fig, axes = _subplots(plt, len(tokenizers), "Latency percentiles, 1 text (~300 chars) per request")
-    for ax, tok in zip(axes, tokenizers, strict=False):
-        for (mode, label), color in zip(_modes(s2), ("tab:blue", "tab:green", "tab:orange", "tab:red"), strict=False):
-            runs = sorted(
-                (r for r in s2.get("runs", []) if r["tokenizer"] == tok and r["mode"] == mode),
-                key=lambda r: r["concurrency"],
-            )
-            if not runs:
-                continue
-            xs = [r["concurrency"] for r in runs]
-            for pct, style in (("p50", "-"), ("p90", "--"), ("p99", ":")):
-                ax.plot(
-                    xs, [r["latency_ms"][pct] for r in runs], style, marker="o", color=color, label=f"{label} {pct}"
-                )
-        _finish(ax, tok, "concurrent clients", "latency (ms)", logx=True, logy=True)
-    written["latency"] = _save(fig, plt, out_dir / PLOTS["latency"])
-
-    # long-text scaling (scenario 4)
-    s4 = results["scenario4"].get("points", [])
-    fig, axes = _subplots(plt, len(tokenizers), "Long-text scaling: tokens/s vs text length (no truncation)")
-    for ax, tok in zip(axes, tokenizers, strict=False):
-        _plot_by_label(ax, s4, tok, "chars", "tokens_per_s")
-        _finish(ax, tok, "characters per text", "tokens/s", logx=True, logy=False)
-        ax.set_ylim(bottom=0)
-    written["long_text"] = _save(fig, plt, out_dir / PLOTS["long_text"])
-
-    # pre-tokenization (scenario 6): tokens/s of each method, peak RSS beside each bar
-    s6 = results.get("scenario6", {})
-    medians = s6.get("medians", {})
-    if medians:
-        written["pretokenize"] = _pretokenize_plot(plt, s6, machine, out_dir / PLOTS["pretokenize"])
+    for name, (title, points, x, y, xlabel, ylabel, logy) in lines.items():
+        fig, axes = plt.subplots(1, len(tokenizers), figsize=(6.2 * len(tokenizers), 4.6), squeeze=False)
+        fig.suptitle(title)
+        for ax, tokenizer in zip(axes[0], tokenizers, strict=True):
+            _plot_by_label(ax, points, tokenizer, x, y)
+            baseline = results["2"].get("inprocess", {}).get(tokenizer, {}).get("in-process encode_batch")
+            if name == "concurrency" and baseline:
+                label = "in-process encode_batch, batches of 256"
+                ax.axhline(baseline["texts_per_s"], color="gray", linestyle="--", label=label)
+            _finish(ax, tokenizer, xlabel, ylabel, logy=logy)
+        written[name] = _save(fig, plt, out_dir / PLOTS[name])
+    if "medians" in results["6"]:
+        written["pretokenize"] = _pretokenize_plot(plt, results["6"], machine, out_dir / PLOTS["pretokenize"])
     return written
 
 
@@ -140,13 +193,6 @@ def _pretokenize_plot(plt: Any, s6: dict[str, Any], machine: str, path: Path) ->
     return _save(fig, plt, path)
 
 
-def _modes(s2: dict[str, Any]) -> list[tuple[str, str]]:
-    seen: dict[str, str] = {}
-    for run in s2.get("runs", []):
-        seen.setdefault(run["mode"], run.get("label", run["mode"]))
-    return list(seen.items())
-
-
 def _plot_by_label(ax: Any, points: list[dict], tokenizer: str, x: str, y: str) -> None:
     """One line per variant label: this tokenizer's points, sorted by ``x``."""
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -158,20 +204,18 @@ def _plot_by_label(ax: Any, points: list[dict], tokenizer: str, x: str, y: str) 
         ax.plot([p[0] for p in xy], [p[1] for p in xy], marker="o", label=label)
 
 
-def _finish(ax: Any, title: str, xlabel: str, ylabel: str, *, logx: bool, logy: bool) -> None:
-    ax.set_title(title)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if logx:
-        from matplotlib.ticker import FixedLocator, NullLocator
+def _finish(ax: Any, title: str, xlabel: str, ylabel: str, *, logy: bool) -> None:
+    """Titles, a log2 x axis ticked at the points measured, the grid and the legend."""
+    from matplotlib.ticker import FixedLocator, NullLocator
 
-        marked = [line for line in ax.get_lines() if line.get_marker() not in (None, "None", "")]
-        xs = sorted({x for line in marked for x in line.get_xdata()})
-        ax.set_xscale("log", base=2)
-        if xs:
-            ax.xaxis.set_major_locator(FixedLocator(xs))
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.set_xticklabels([f"{x:g}" for x in xs])
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    marked = [line for line in ax.get_lines() if line.get_marker() not in (None, "None", "")]
+    xs = sorted({x for line in marked for x in line.get_xdata()})
+    ax.set_xscale("log", base=2)
+    if xs:
+        ax.xaxis.set_major_locator(FixedLocator(xs))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{x:g}" for x in xs])
     if logy:
         ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)

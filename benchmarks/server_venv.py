@@ -3,8 +3,7 @@ a ``pip install '.[server]'`` user or the container image runs it.
 
 Made once under ``.cache/bench-server-venv/`` (``python -m venv``, then ``pip install -e '.[server]'``; pip's
 cache makes it quick when the wheels were downloaded before) and remade when ``pyproject.toml`` changes.
-Bounded in time; the venv is checked to hold no torch. ``python -m benchmarks.server_venv`` makes it and
-prints its interpreter.
+Bounded in time; the venv is checked to hold no torch.
 """
 
 from __future__ import annotations
@@ -12,11 +11,10 @@ from __future__ import annotations
 import hashlib
 import shutil
 import subprocess
-import sys
 import venv
 from pathlib import Path
 
-from benchmarks.progress import log
+from benchmarks.harness import log
 from testkit.servers import REPO
 
 VENV = REPO / ".cache" / "bench-server-venv"
@@ -55,10 +53,3 @@ def server_python() -> Path:
         raise ServerVenvError("torch is importable in the server venv; it must not be")
     STAMP.write_text(digest)
     return python
-
-
-if __name__ == "__main__":
-    try:
-        print(server_python())
-    except ServerVenvError as exc:
-        sys.exit(f"error: {exc}")

@@ -1,20 +1,47 @@
-"""The benchmark's scenarios, one module each, every one against its in-process counterpart on the same texts.
-
-- :mod:`~benchmarks.scenarios.batch_sizes` (scenario 1): one client, batches of 256, and a batch-size sweep;
-- :mod:`~benchmarks.scenarios.concurrency` (scenario 2): concurrent clients, one text per request, batching
-  on and off;
-- :mod:`~benchmarks.scenarios.dataloader` (scenario 3): a DataLoader through the SDK collator
-  (``benchmarks.dataloader_compare``);
-- :mod:`~benchmarks.scenarios.long_texts` (scenario 4): tokens/s vs text length;
-- :mod:`~benchmarks.scenarios.padding` (scenario 5): random vs token-budget vs packed batches through a
-  DataLoader, and ``/lengths`` vs ``/encode`` (``benchmarks.padding_compare``);
-- :mod:`~benchmarks.scenarios.rss_soak` ("rss"): server memory under rounds of the same load;
-- :mod:`~benchmarks.scenarios.cpu_split` ("split"): one server process's CPU per batch, the GIL side against
-  the Rust pool (``benchmarks.cpu_split``);
-- :mod:`~benchmarks.scenarios.scaling` ("scaling"): the split, replicas and the workaround on 1 and 2 cores, and
-  a projection to many cores with its model (``benchmarks.scaling``).
-
-:mod:`~benchmarks.scenarios.measuring` holds what they share: the request options, the interleaved rounds
-and the medians over them; :mod:`~benchmarks.scenarios.own_process` runs the scenarios that need a process of
-their own (3 and 5).
+"""The benchmark's scenarios, one module each, every one written on :mod:`benchmarks.harness` and declaring its
+:class:`~benchmarks.harness.Scenario` as ``SCENARIO``; :data:`SCENARIOS` holds them in the order a run measures
+them (the ones that share the run's servers first). :mod:`~benchmarks.scenarios.measuring` holds what the
+one-client scenarios share: the text sets, the shared worker and server, the timed loop.
 """
+
+from __future__ import annotations
+
+from benchmarks.harness import Scenario
+from benchmarks.scenarios import (
+    batch_sizes,
+    chat,
+    concurrency,
+    cpu_split,
+    dataloader,
+    datasets,
+    hot_path,
+    launch,
+    long_texts,
+    object_storage,
+    padding,
+    pretokenize,
+    rss_soak,
+    scaling,
+    train,
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    module.SCENARIO.name: module.SCENARIO
+    for module in (
+        batch_sizes,
+        long_texts,
+        concurrency,
+        rss_soak,
+        pretokenize,
+        object_storage,
+        dataloader,
+        padding,
+        chat,
+        cpu_split,
+        scaling,
+        launch,
+        train,
+        datasets,
+        hot_path,
+    )
+}

@@ -1,30 +1,364 @@
-"""Scenario 8: conversations -- ``/chat/encode`` against in-process ``apply_chat_template`` on the same
-conversations, and the chat collator in DataLoader workers against ``apply_chat_template`` in the collate_fn.
+"""Scenario 8, conversations: ``/chat/encode`` against in-process ``apply_chat_template`` on the same
+conversations, and the chat collator in DataLoader workers against tokenizing in the collate_fn.
 
-It runs ``python -m benchmarks.chat_compare --out <out-dir>/chat_compare.json [--smoke]`` in its own process
-(:mod:`~benchmarks.scenarios.own_process`): it starts its own server and forks DataLoader workers. Bounded by
-the profile's timeout.
+In a process of its own (``TOKENIZERS_PARALLELISM=true`` for the in-process side at its best), bounded: it
+starts its own server (``python -m service serve --model <dir>`` on 127.0.0.1, a free port:
+the byte-level BPE tokenizer of the tests with our ChatML template, ``{% generation %}`` markers included),
+measures, stops the server by PID (also on error, Ctrl-C or SIGTERM), and writes the figures side by side.
+
+- **Throughput** (conversations/s, batches of 64 and 256, masks asked for: what SFT needs): the service's binary
+  answers -- ``chat_encode_ragged`` (unpadded rows, the chat collator's path) and ``apply_chat_template(...,
+  padding=True, return_tensors="pt")`` (safetensors) -- against ``tokenizer.apply_chat_template(...)`` in this
+  process (lists, and padded ``"pt"``), ``TOKENIZERS_PARALLELISM=true`` with as many Rust threads as the
+  server; and the ragged answer asked by two clients at once (as DataLoader workers ask: one request renders
+  while another encodes). Where the time goes: each side's parts measured alone -- rendering (``/chat/render``;
+  ``tokenize=False`` in-process), encoding the rendered texts (``/encode`` binary; the tokenizer call), and
+  without masks (ids only). Rounds interleave the variants; medians are reported.
+- **DataLoader** (batches/s, fork, 2 workers, 32 conversations per batch, ``max_length=1024``): the chat collator
+  (``client.chat_collator``) against a collate_fn calling ``apply_chat_template`` with masks and making TRL's
+  labels in the worker, the tokenizer loaded in the parent with ``TOKENIZERS_PARALLELISM=false`` (what avoids
+  the fork freeze today). Same batches (checked identical). It runs in a child process of its own
+  (:func:`loader_part`), as the variable must be set before tokenizers is imported.
+
+Conversations: built from the real texts of the other scenarios (Chinese reviews as user turns, English
+paragraphs as assistant turns, a system message in one of three), 2 to 3 exchanges, ~1,500 characters rendered.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.profiles import Profile
-from benchmarks.scenarios.own_process import run_module
+from benchmarks.harness import (
+    TOKENIZES_WITH_PARALLELISM_ON,
+    Row,
+    Scenario,
+    Settings,
+    child_command,
+    human,
+    in_rounds,
+    log,
+    medians,
+    not_run,
+    per_cell_target,
+)
+from testkit import assets
+from testkit.servers import ServerProcess
+
+FAMILY = "bytelevel_bpe"
+LOADER_OPTIONS = {"truncation": True, "max_length": 1024}
+TARGETS = {"s8_chat_encode_vs_apply_chat_template": 1.0, "s8_chat_collator_vs_collate_fn": 1.0}
+BASELINE_OF = {
+    "service binary ragged": "in-process apply_chat_template",
+    "service binary ragged, 2 clients": "in-process apply_chat_template",
+    "service binary padded (pt)": "in-process apply_chat_template padded (pt)",
+    "service ids only (no masks)": "in-process ids only (no masks)",
+    "service render (/chat/render)": "in-process render (tokenize=False)",
+    "service encode of the rendered texts": "in-process encode of the rendered texts",
+}
 
 
-def run(out_dir: Path, profile: Profile) -> dict[str, Any]:
-    """Run chat_compare with the profile's size; its figures, or why it was skipped or failed."""
-    return run_module("chat_compare", "scenario 8", out_dir, profile.smoke, profile.chat_timeout)
+@dataclass(frozen=True)
+class Counts:
+    batch_sizes: tuple[int, ...] = (64, 256)
+    rounds: int = 3
+    seconds: float = 2.0
+    max_calls: int = 1000
+    loader_batch: int = 32
+    loader_items: int = 2048
+    loader_batches: int = 40
 
 
-def throughput(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """batch size -> its figures (conversations/s per variant, ratios); empty when the scenario did not run."""
-    return results["data"]["throughput"] if "data" in results else {}
+FULL = Counts()
+SMOKE = Counts((8,), rounds=1, seconds=0.3, max_calls=2, loader_batch=8, loader_items=64, loader_batches=4)
 
 
-def loader_cells(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The DataLoader cells; none when the scenario did not run."""
-    return results["data"]["dataloader"] if "data" in results else []
+def conversations(count: int) -> list[list[dict[str, str]]]:
+    """``count`` conversations of real texts, deterministic."""
+    zh, en = assets.chinese_reviews(), assets.english_paragraphs()
+    made = []
+    for i in range(count):
+        messages = [{"role": "system", "content": "You answer briefly, in the user's language."}] if i % 3 == 0 else []
+        for turn in range(2 + i % 2):
+            messages.append({"role": "user", "content": zh[(i * 7919 + turn * 31) % len(zh)]})
+            messages.append({"role": "assistant", "content": en[(i * 104729 + turn) % len(en)][:500]})
+        made.append(messages)
+    return made
+
+
+def chat_tokenizer_dir(root: Path) -> Path:
+    from testkit.chat import chat_tokenizer_dirs
+
+    return chat_tokenizer_dirs({FAMILY: assets.tokenizer_dirs()[FAMILY]}, root)[FAMILY]
+
+
+# -- throughput ---------------------------------------------------------------------------------------------
+def rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int) -> float:
+    """Items per second of ``call`` (``items`` per call), over at least one call and at most ``seconds``."""
+    call()  # warm
+    calls, started = 0, time.perf_counter()
+    while calls < max_calls:
+        call()
+        calls += 1
+        if time.perf_counter() - started >= seconds:
+            break
+    return items * calls / (time.perf_counter() - started)
+
+
+def concurrent_rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int, streams: int) -> float:
+    """Items per second of ``call`` made by ``streams`` threads at once (each at most ``max_calls``)."""
+    call()  # warm
+    counts = [0] * streams
+    started = time.perf_counter()
+
+    def stream(index: int) -> None:
+        while counts[index] < max_calls and time.perf_counter() - started < seconds:
+            call()
+            counts[index] += 1
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return items * sum(counts) / (time.perf_counter() - started)
+
+
+def throughput(url: str, model: Path, counts: Counts) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+
+    from service.client import TokenizerClient
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    client = TokenizerClient(url)
+    results: dict[str, Any] = {}
+    for size in counts.batch_sizes:
+        batch = conversations(size)
+        texts = tokenizer.apply_chat_template(batch, tokenize=False)
+        calls = throughput_variants(client, tokenizer, batch, texts)
+        measures: dict[str, Callable[[], float]] = {
+            name: functools.partial(rate, call, size, counts.seconds, counts.max_calls) for name, call in calls.items()
+        }
+        # two clients at once, as DataLoader workers ask: one request's render overlaps another's encode
+        measures["service binary ragged, 2 clients"] = functools.partial(
+            concurrent_rate, calls["service binary ragged"], size, counts.seconds, counts.max_calls, 2
+        )
+        check_identical(client, tokenizer, batch)
+        runs = in_rounds(list(measures), lambda name, measures=measures: {"rate": measures[name]()}, counts.rounds)
+        found = {name: medians(values)["rate"] for name, values in runs.items()}
+        results[str(size)] = {
+            "conversations_per_s": found,
+            "rounds": {name: [r["rate"] for r in values] for name, values in runs.items()},
+            "ratios": {
+                "ragged_vs_apply_chat_template": found["service binary ragged"]
+                / found["in-process apply_chat_template"],
+                "pt_vs_apply_chat_template_pt": found["service binary padded (pt)"]
+                / found["in-process apply_chat_template padded (pt)"],
+                "ragged_2_clients_vs_apply_chat_template": found["service binary ragged, 2 clients"]
+                / found["in-process apply_chat_template"],
+            },
+            "characters_rendered": sum(map(len, texts)),
+        }
+        log(
+            f"batch {size}: "
+            + ", ".join(f"{name} {value:,.0f}/s" for name, value in found.items() if "only" not in name)
+        )
+    client.close()
+    return results
+
+
+def throughput_variants(client: Any, tokenizer: Any, batch: list, texts: list[str]) -> dict[str, Callable[[], Any]]:
+    """name -> one call on ``batch`` (its rendered ``texts`` for the encode alone)."""
+    masks = {"return_assistant_tokens_mask": True}
+    return {
+        "service binary ragged": lambda: client.chat_encode_ragged(batch, **masks),
+        "service binary padded (pt)": lambda: client.apply_chat_template(
+            batch, padding=True, return_tensors="pt", **masks
+        ),
+        "in-process apply_chat_template": lambda: tokenizer.apply_chat_template(batch, **masks),
+        "in-process apply_chat_template padded (pt)": lambda: tokenizer.apply_chat_template(
+            batch, padding=True, return_tensors="pt", **masks
+        ),
+        # where the time goes: the parts alone
+        "service ids only (no masks)": lambda: client.chat_encode_ragged(batch),
+        "in-process ids only (no masks)": lambda: tokenizer.apply_chat_template(batch),
+        "service render (/chat/render)": lambda: client.apply_chat_template(batch, tokenize=False),
+        "in-process render (tokenize=False)": lambda: tokenizer.apply_chat_template(batch, tokenize=False),
+        "service encode of the rendered texts": lambda: client.encode_ragged(texts, add_special_tokens=False),
+        "in-process encode of the rendered texts": lambda: tokenizer(texts, add_special_tokens=False),
+    }
+
+
+def check_identical(client: Any, tokenizer: Any, batch: list) -> None:
+    """The service's answer is the in-process one (ids and masks), before anything is timed."""
+    ours = client.chat_encode_ragged(batch, return_assistant_tokens_mask=True).tolist()
+    theirs = tokenizer.apply_chat_template(batch, return_assistant_tokens_mask=True)
+    for key in ("input_ids", "assistant_masks"):
+        if ours[key] != [list(row) for row in theirs[key]]:
+            raise AssertionError(f"the service's {key} differ from apply_chat_template's")
+
+
+# -- DataLoader (in a child process: TOKENIZERS_PARALLELISM=false before tokenizers is imported) -------------
+class InProcessChatCollate:
+    """What training code does today: apply_chat_template in the worker, then TRL's labels and padding."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        from service.data.sft import collate_sft
+
+        encoded = self.tokenizer.apply_chat_template(
+            [row["messages"] for row in rows], return_assistant_tokens_mask=True, **LOADER_OPTIONS
+        )
+        features = [
+            {"input_ids": ids, "assistant_masks": mask}
+            for ids, mask in zip(encoded["input_ids"], encoded["assistant_masks"], strict=True)
+        ]
+        return collate_sft(features, pad_token_id=self.tokenizer.pad_token_id)
+
+
+def loader_part(url: str, model: str, server_pid: int, counts: dict[str, Any], out: str) -> None:
+    """The DataLoader cell (a child process, ``TOKENIZERS_PARALLELISM=false``), written to ``out`` as JSON."""
+    cell = loader_cell(
+        url, Path(model), server_pid, Counts(**{k: tuple(v) if isinstance(v, list) else v for k, v in counts.items()})
+    )
+    Path(out).write_text(json.dumps(cell))
+
+
+def loader_cell(url: str, model: Path, server_pid: int, counts: Counts) -> dict[str, Any]:
+    import torch
+    from transformers import AutoTokenizer
+
+    from benchmarks.scenarios.dataloader import measure_loader
+    from service.client import TokenizerClient
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model))
+    rows = [{"messages": messages} for messages in conversations(counts.loader_items)]
+    variants: dict[str, tuple[Callable, int | None]] = {
+        "chat collator": (TokenizerClient(url).chat_collator(**LOADER_OPTIONS), server_pid),
+        "in-process": (InProcessChatCollate(tokenizer), None),
+    }
+    sample = rows[: counts.loader_batch]
+    ours, theirs = variants["chat collator"][0](sample), variants["in-process"][0](sample)
+    if list(ours) != list(theirs) or not all(torch.equal(ours[k], theirs[k]) for k in theirs):
+        raise AssertionError("the chat collator's batch differs from the in-process one")
+
+    def one(name: str) -> dict[str, Any]:
+        collate, pid = variants[name]
+        return measure_loader(rows, collate, 2, counts.loader_batch, counts.loader_batches, counts.seconds * 2, pid)
+
+    runs = in_rounds(list(variants), one, counts.rounds)
+    cell: dict[str, Any] = {"workers": 2, "batch_size": counts.loader_batch, "identical_batches": True}
+    cell |= {name: medians(values) for name, values in runs.items()}
+    cell["ratio_vs_inprocess"] = cell["chat collator"]["batches_per_s"] / cell["in-process"]["batches_per_s"]
+    log(
+        f"DataLoader: chat collator {cell['chat collator']['batches_per_s']:.1f} b/s, in-process "
+        f"{cell['in-process']['batches_per_s']:.1f} b/s"
+    )
+    return cell
+
+
+# -- the run ------------------------------------------------------------------------------------------------
+def measure(settings: Settings) -> dict[str, Any]:
+
+    counts = settings.counts(FULL, SMOKE)
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"  # the in-process side at its best (no fork in this process)
+    model = chat_tokenizer_dir(settings.work_dir)
+    log_path = settings.log_dir / "server-chat.log"
+    with ServerProcess("--model", str(model), "--drain-listen-seconds", "0", log_path=log_path) as server:
+        section: dict[str, Any] = {"tokenizer": FAMILY, "throughput": throughput(server.url, model, counts)}
+        part = settings.work_dir / "chat-loader.json"
+        command = child_command(
+            "benchmarks.scenarios.chat:loader_part", server.url, str(model), server.pid, asdict(counts), str(part)
+        )
+        subprocess.run(command, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}, check=True, timeout=900)
+        section["dataloader"] = [json.loads(part.read_text())]
+    section["settings"] = {
+        **asdict(counts),
+        "loader": {"workers": 2, "batch_size": counts.loader_batch, **LOADER_OPTIONS},
+    }
+    return section
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for size, figures in section.get("throughput", {}).items():
+        rates = figures["conversations_per_s"]
+        for name, value in rates.items():
+            baseline = BASELINE_OF.get(name)
+            ratio = f"{value / rates[baseline]:.2f}x in-proc" if baseline else "baseline"
+            out.append(
+                {
+                    "scenario": "8",
+                    "texts": f"{size} conversations",
+                    "variant": name,
+                    "rate": human(value) + " conv/s",
+                    "ratio": ratio,
+                }
+            )
+    for cell in section.get("dataloader", []):
+        for name in ("in-process", "chat collator"):
+            figures = cell[name]
+            out.append(
+                {
+                    "scenario": "8",
+                    "texts": f"DataLoader {cell['workers']} workers, batch {cell['batch_size']}",
+                    "variant": name,
+                    "rate": human(figures["batches_per_s"]) + " b/s",
+                    "ratio": "baseline" if name == "in-process" else f"{cell['ratio_vs_inprocess']:.2f}x in-proc",
+                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g} + srv "
+                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
+                }
+            )
+    return out
+
+
+def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    if "throughput" not in section:
+        return [
+            not_run(name, f"scenario 8: >= {threshold:g}", threshold, section) for name, threshold in TARGETS.items()
+        ]
+    figures = section["throughput"]
+    forms = (
+        ("tensors (pt vs pt)", "pt_vs_apply_chat_template_pt"),
+        ("ragged vs lists", "ragged_vs_apply_chat_template"),
+    )
+    per_cell = {f"batch {size}, {form}": figures[size]["ratios"][key] for size in figures for form, key in forms}
+    cells = {f"{c['workers']} workers, batch {c['batch_size']}": c["ratio_vs_inprocess"] for c in section["dataloader"]}
+    return [
+        per_cell_target(
+            "s8_chat_encode_vs_apply_chat_template",
+            "scenario 8: conversations/s of /chat/encode (binary, with masks) / in-process apply_chat_template on the "
+            f"same conversations, one client (geometric mean over the {len(per_cell)} cells)",
+            per_cell,
+            TARGETS["s8_chat_encode_vs_apply_chat_template"],
+        ),
+        per_cell_target(
+            "s8_chat_collator_vs_collate_fn",
+            "scenario 8: DataLoader batches/s through the chat collator / apply_chat_template with masks and TRL's "
+            "labels in the collate_fn (TOKENIZERS_PARALLELISM=false)",
+            cells,
+            TARGETS["s8_chat_collator_vs_collate_fn"],
+        ),
+    ]
+
+
+SCENARIO = Scenario(
+    "8",
+    "conversations: /chat/encode vs apply_chat_template, and the chat collator in a DataLoader",
+    measure,
+    rows,
+    targets,
+    process=TOKENIZES_WITH_PARALLELISM_ON,
+    needs_torch=True,
+    timeout=(600.0, 150.0),
+)

@@ -1,164 +1,210 @@
 """Scenario 2: concurrent clients sending one ~300-character text per request, batching on and off.
 
-Servers: batching on (defaults: no gather window, a batch is whatever queued while the previous one ran),
-batching on with a 2 ms gather window (``--batch-wait-ms 2``, full run only) and batching off, vs the
-in-process rates; and (full run only) batching on behind uvicorn's own httptools and h11 protocols instead of
-the guarded one, for the per-request cost of the HTTP limits. The in-process rates: ``encode_batch``,
-``encode_batch_fast`` and transformers ``__call__`` in batches of 256. Load generator: ``benchmarks.loadgen``
-(raw asyncio HTTP/1.1 keep-alive, uvloop). Reports latency percentiles, client CPU (process_time of the load
-generator) and server CPU per request (utime+stime of the server from /proc, all threads, tokenizing included).
+Servers: batching on (the run's shared one: no gather window, a batch is whatever queued while the previous one
+ran), batching on with a 2 ms gather window (``--batch-wait-ms 2``) and batching off, and (full run) batching on
+behind uvicorn's own httptools and h11 protocols instead of the guarded one, for the per-request cost of the HTTP
+limits; vs the in-process rates of ``encode_batch``, ``encode_batch_fast`` and transformers ``__call__`` in
+batches of 256. Load generator: :func:`benchmarks.processes.run_load`. Reports latency percentiles, client CPU
+per request (process_time of the load generator) and server CPU per request (utime+stime of the server from
+/proc, all threads, tokenizing included; the "overhead" target subtracts the CPU in-process ``encode_batch``
+spends per text).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections import defaultdict
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from benchmarks import loadgen
-from benchmarks.loadgen import SAFETENSORS_MEDIA_TYPE, CpuProbe, LoadResult, percentiles
-from benchmarks.processes import BenchServer, InProcessWorker
-from benchmarks.profiles import Profile
-from benchmarks.progress import log
-from benchmarks.scenarios import batch_sizes
-from benchmarks.scenarios.measuring import OPTIONS_BATCH, aggregate, rotated
+from benchmarks.harness import Row, Scenario, Settings, busy_note, in_rounds, percentiles, target
+from benchmarks.processes import LOAD_GENERATOR, SAFETENSORS_MEDIA_TYPE, BenchServer, Load, run_load, start_all
+from benchmarks.scenarios.measuring import BASELINES, OPTIONS_BATCH, aggregate, sides, versus
 
 BATCH_IN_PROCESS = 256  # the in-process baselines tokenize the same texts in batches of this size
-IN_PROCESS = batch_sizes.METHODS[:3]  # encode_batch, encode_batch_fast, transformers __call__
-# mode -> (batching, extra server flags, label); "on" is the server every scenario uses
-MODES: dict[str, tuple[bool, list[str], str]] = {
-    "on": (True, [], "batching on (default: no gather window)"),
-    "on-wait2": (True, ["--batch-wait-ms", "2"], "batching on, --batch-wait-ms 2"),
-    "off": (False, [], "batching off"),
-    # the HTTP protocol's own cost per request: uvicorn's httptools and h11 beside the guarded subclass ("on")
-    "on-httptools": (True, ["--http-protocol", "httptools"], "batching on, uvicorn httptools (no limits)"),
-    "on-h11": (True, ["--http-protocol", "h11"], "batching on, uvicorn h11"),
+# mode -> (batching, extra server flags, label); "on" is the run's shared server
+MODES: dict[str, tuple[bool, tuple[str, ...], str]] = {
+    "on": (True, (), "batching on (default: no gather window)"),
+    "on-wait2": (True, ("--batch-wait-ms", "2"), "batching on, --batch-wait-ms 2"),
+    "off": (False, (), "batching off"),
+    "on-httptools": (True, ("--http-protocol", "httptools"), "batching on, uvicorn httptools (no limits)"),
+    "on-h11": (True, ("--http-protocol", "h11"), "batching on, uvicorn h11"),
 }
 
 
-def empty_results() -> dict[str, Any]:
-    """The scenario's section of the results, before any tokenizer is measured."""
-    return {
-        "options": OPTIONS_BATCH,
-        "load_generator": loadgen.LOAD_GENERATOR,
-        "runs": [],
-        "inprocess": {},
-        "inprocess_baselines": {},
-    }
+@dataclass(frozen=True)
+class Counts:
+    modes: tuple[str, ...] = tuple(MODES)
+    concurrency: tuple[int, ...] = (1, 4, 16, 64)
+    rounds: int = 2
+    warmup: float = 0.5
+    seconds: float = 1.5
+    inprocess_seconds: float = 0.4
+    max_requests: int = 50_000
 
 
-def extra_servers(tokenizer: str, profile: Profile, log_dir: Path) -> dict[str, BenchServer]:
-    """The servers this scenario needs besides the batching-on one, by mode (not started)."""
-    return {
-        mode: BenchServer(tokenizer, batching, log_dir, extra_args=extra, variant=" ".join(extra))
-        for mode, (batching, extra, _) in MODES.items()
-        if mode != "on" and mode in profile.s2_modes
-    }
+FULL = Counts()
+SMOKE = Counts(("on", "off"), (1, 8), rounds=1, warmup=0.1, seconds=0.4, inprocess_seconds=0.05, max_requests=2000)
 
 
-def one_text_bodies(texts: list[str]) -> list[bytes]:
-    """One /encode JSON body per text, with the scenario's options."""
-    return [orjson.dumps({"texts": [t], **OPTIONS_BATCH}) for t in texts]
-
-
-def raw_requests(server: BenchServer, bodies: list[bytes]) -> list[bytes]:
-    """The bodies as complete HTTP requests for the load generator, asking for the binary answer."""
-    return [loadgen.request_bytes("127.0.0.1", server.port, "/encode", b, SAFETENSORS_MEDIA_TYPE) for b in bodies]
-
-
-def run_load(
-    server: BenchServer, requests: list[bytes], *, concurrency: int, warmup: float, duration: float, max_requests: int
-) -> LoadResult:
-    """``concurrency`` keep-alive clients against ``server``, its CPU read from /proc at the window's edges."""
-    return loadgen.run_load(
-        "127.0.0.1",
-        server.port,
-        requests,
-        concurrency=concurrency,
-        warmup=warmup,
-        duration=duration,
-        max_requests=max_requests,
-        probe=CpuProbe(server.pid),
-    )
-
-
-def measure(
-    results: dict[str, Any],
-    tokenizer: str,
-    profile: Profile,
-    worker: InProcessWorker,
-    servers: dict[str, BenchServer],
-    texts: list[str],
-) -> None:
-    """Measure one tokenizer at every concurrency on every server, and the in-process rate on the same
-    texts; append them to ``results`` (this scenario's section)."""
-    bodies = one_text_bodies(texts)
-    requests = {mode: raw_requests(server, bodies) for mode, server in servers.items()}
-    for server in servers.values():  # every text once through each server before timing
-        for body in bodies[: min(len(bodies), 256)]:
-            server.encode(body, SAFETENSORS_MEDIA_TYPE)
-    inprocess_runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    runs: dict[tuple[str, int], list[LoadResult]] = defaultdict(list)
-    for round_ in range(profile.s2_rounds):
-        log(f"{tokenizer}: scenario 2, round {round_ + 1}/{profile.s2_rounds}")
-        for label, _, method in rotated(IN_PROCESS, round_):
-            inprocess_runs[label].append(
-                worker.measure(method, "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, profile.seconds, profile.max_batches)
-            )
-        for concurrency in profile.concurrency:
-            for mode in rotated(tuple(servers), round_):
-                runs[(mode, concurrency)].append(
-                    run_load(
-                        servers[mode],
-                        requests[mode],
-                        concurrency=concurrency,
-                        warmup=profile.s2_warmup,
-                        duration=profile.s2_seconds,
-                        max_requests=profile.s2_max_requests,
-                    )
-                )
-    baselines = {}
-    for label, label_runs in inprocess_runs.items():
-        figures = aggregate(label_runs)
-        figures["cpu_ms_per_text"] = figures["server_or_worker_cpu_ms_per_request"] / BATCH_IN_PROCESS
-        baselines[label] = figures
-    results["inprocess"][tokenizer] = baselines["in-process encode_batch"]  # what the targets compare with
-    results["inprocess_baselines"][tokenizer] = baselines
-    for (mode, concurrency), mode_runs in runs.items():
-        results["runs"].append(
-            {
-                "tokenizer": tokenizer,
-                "mode": mode,
-                "label": MODES[mode][2],
-                "server_args": servers[mode].args,
-                "concurrency": concurrency,
-                **_summary(mode_runs),
-            }
-        )
-
-
-def _summary(runs: list[LoadResult]) -> dict[str, Any]:
+def summary(runs: list[Load]) -> dict[str, Any]:
     """Median rate of 200 answers over rounds, statuses, pooled latencies, CPU per request and in cores."""
-    ok = sum(r.statuses.get(200, 0) for r in runs)
-    total = sum(r.requests for r in runs)
-    statuses: dict[str, int] = defaultdict(int)
-    for r in runs:
-        for status, count in r.statuses.items():
-            statuses[str(status)] += count
+    total = sum(len(r.latencies) for r in runs)
     seconds = sum(r.seconds for r in runs)
+    statuses: dict[str, int] = {}
+    for run in runs:
+        for status, count in run.statuses.items():
+            statuses[str(status)] = statuses.get(str(status), 0) + count
+    server_cpu, client_cpu = (sum(r.cpu[key] for r in runs) for key in ("watched_cpu_seconds", "client_cpu_seconds"))
     return {
         "rate": statistics.median(r.statuses.get(200, 0) / r.seconds for r in runs),
         "rounds_rate": [round(r.statuses.get(200, 0) / r.seconds, 1) for r in runs],
         "requests": total,
-        "statuses": dict(statuses),
-        "errors": total - ok,
+        "statuses": statuses,
+        "errors": total - int(statuses.get("200", 0)),
         "latency_ms": percentiles([x for r in runs for x in r.latencies]),
-        "server_cpu_ms_per_request": 1000 * sum(r.cpu["watched_cpu_seconds"] for r in runs) / max(1, total),
-        "client_cpu_ms_per_request": 1000 * sum(r.cpu["client_cpu_seconds"] for r in runs) / max(1, total),
-        "client_cpu_cores": sum(r.cpu["client_cpu_seconds"] for r in runs) / seconds,
-        "server_cpu_cores": sum(r.cpu["watched_cpu_seconds"] for r in runs) / seconds,
+        "server_cpu_ms_per_request": 1000 * server_cpu / max(1, total),
+        "client_cpu_ms_per_request": 1000 * client_cpu / max(1, total),
+        "server_cpu_cores": server_cpu / seconds,
+        "client_cpu_cores": client_cpu / seconds,
         "other_cpu_cores": max(r.cpu["other_cpu_cores"] for r in runs),
     }
+
+
+def measure(settings: Settings) -> dict[str, Any]:
+    """Every tokenizer at every concurrency on every server, and the in-process rates on the same texts."""
+    counts = settings.counts(FULL, SMOKE)
+    section: dict[str, Any] = {"options": OPTIONS_BATCH, "load_generator": LOAD_GENERATOR, "runs": [], "inprocess": {}}
+    for tokenizer in settings.tokenizers:
+        pair = sides(settings, tokenizer)
+        servers = {"on": pair.server}
+        for mode in counts.modes[1:]:
+            batching, flags, _ = MODES[mode]
+            servers[mode] = BenchServer(
+                tokenizer, batching, settings.log_dir, extra_args=flags, variant=" ".join(flags)
+            )
+        try:
+            start_all(list(servers.values())[1:])
+            bodies = [orjson.dumps({"texts": [text], **OPTIONS_BATCH}) for text in pair.sets["s2"]]
+            for server in servers.values():  # every text once through each server before timing
+                for body in bodies[:256]:
+                    server.encode(body, SAFETENSORS_MEDIA_TYPE)
+            baselines = in_rounds(
+                BASELINES,
+                lambda method, pair=pair: pair.measure(
+                    method, "s2", BATCH_IN_PROCESS, OPTIONS_BATCH, counts.inprocess_seconds
+                ),
+                counts.rounds,
+            )
+            loads = in_rounds(
+                tuple(servers),
+                lambda clients, mode, servers=servers, bodies=bodies: run_load(
+                    servers[mode],
+                    bodies,
+                    concurrency=clients,
+                    warmup=counts.warmup,
+                    seconds=counts.seconds,
+                    max_requests=counts.max_requests,
+                ),
+                counts.rounds,
+                f"{tokenizer}: scenario 2",
+                points=counts.concurrency,
+            )
+        finally:
+            for server in list(servers.values())[1:]:
+                server.stop()
+        inprocess = {}
+        for (label, _, _), label_runs in baselines.items():
+            figures = aggregate(label_runs)
+            figures["cpu_ms_per_text"] = figures["server_or_worker_cpu_ms_per_request"] / BATCH_IN_PROCESS
+            inprocess[label] = figures
+        section["inprocess"][tokenizer] = inprocess
+        for (clients, mode), mode_runs in loads.items():
+            figures = {"mode": mode, "label": MODES[mode][2], "server_args": servers[mode].args, **summary(mode_runs)}
+            section["runs"].append({"tokenizer": tokenizer, "concurrency": clients, **figures})
+        pair.server.sample_memory("after scenario 2")
+    return section
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for tokenizer, baselines in section.get("inprocess", {}).items():
+        runs = {(r["mode"], r["concurrency"]): r for r in section["runs"] if r["tokenizer"] == tokenizer}
+        for (mode, clients), run in sorted(runs.items(), key=lambda item: (item[0][1], list(MODES).index(item[0][0]))):
+            off = runs.get(("off", clients))
+            vs_off = f"{run['rate'] / off['rate']:.2f}x off, " if mode != "off" and off else ""
+            lat = run["latency_ms"]
+            note = [f"{run['errors']} non-200"] if run["errors"] else []
+            out.append(
+                {
+                    "scenario": "2",
+                    "tokenizer": tokenizer,
+                    "texts": "mixed ~300, 1/request",
+                    "variant": f"{clients} clients, {run['label']}",
+                    "rate": run["rate"],
+                    "ratio": vs_off + versus(run["rate"], baselines, "texts_per_s"),
+                    "latency": "/".join(f"{lat[k]:.3g}" for k in ("p50", "p90", "p99")),
+                    "cpu": f"srv {run['server_cpu_ms_per_request']:.3g} cli {run['client_cpu_ms_per_request']:.3g}",
+                    "note": "; ".join([*note, busy_note(run["other_cpu_cores"])]).strip("; "),
+                }
+            )
+        for label, figures in baselines.items():
+            out.append(
+                {
+                    "scenario": "2",
+                    "tokenizer": tokenizer,
+                    "texts": f"mixed ~300, {BATCH_IN_PROCESS}/call",
+                    "variant": f"{label}, batches of {BATCH_IN_PROCESS}",
+                    "rate": figures["texts_per_s"],
+                    "tokens_rate": figures["tokens_per_s"],
+                    "ratio": "baseline",
+                    "cpu": f"{figures['cpu_ms_per_text']:.3g} per text",
+                    "note": busy_note(figures["other_cpu_cores"]),
+                }
+            )
+    return out
+
+
+def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    out = []
+    for tokenizer, baselines in section.get("inprocess", {}).items():
+        top = max(r["concurrency"] for r in section["runs"])
+        run = {r["mode"]: r for r in section["runs"] if r["tokenizer"] == tokenizer and r["concurrency"] == top}
+        enc = baselines[BASELINES[0][0]]
+        where = f"scenario 2, {tokenizer}, {top} clients x 1 text"
+        on = run["on"]
+        if "off" in run:
+            out.append(
+                target(
+                    f"s2_on_vs_off[{tokenizer}]", f"{where}: batching on / off", on["rate"] / run["off"]["rate"], 1.5
+                )
+            )
+        out += [
+            target(
+                f"s2_on_vs_inprocess[{tokenizer}]",
+                f"{where}: batching on / in-process encode_batch in batches of {BATCH_IN_PROCESS}",
+                on["rate"] / enc["texts_per_s"],
+                0.5,
+            ),
+            target(
+                f"s2_server_cpu_ms_per_request[{tokenizer}]",
+                f"{where}, batching on: server CPU ms per request (all its threads, tokenizing included)",
+                on["server_cpu_ms_per_request"],
+                0.3,
+                higher_is_better=False,
+            ),
+            target(
+                f"s2_server_cpu_overhead_ms_per_request[{tokenizer}]",
+                f"{where}, batching on: server CPU ms per request minus what in-process encode_batch spends per text",
+                on["server_cpu_ms_per_request"] - enc["cpu_ms_per_text"],
+                0.3,
+                higher_is_better=False,
+            ),
+        ]
+    return out
+
+
+SCENARIO = Scenario(
+    "2", "concurrent clients, one text per request: batching on/off vs in-process rates", measure, rows, targets
+)

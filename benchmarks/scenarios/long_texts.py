@@ -6,35 +6,78 @@ characters per request.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.profiles import Profile
-from benchmarks.scenarios import batch_sizes
-from benchmarks.scenarios.measuring import OPTIONS_LONG, Sides, Variant, aggregate
-from benchmarks.textsets import long_text_batch
+from benchmarks.harness import Row, Scenario, Settings, in_rounds
+from benchmarks.processes import SAFETENSORS_MEDIA_TYPE
+from benchmarks.scenarios.measuring import (
+    BASELINES,
+    OPTIONS_LONG,
+    TEXTS_FULL,
+    TEXTS_SMOKE,
+    Variant,
+    aggregate,
+    long_text_batch,
+    one_client_row,
+    sides,
+    versus,
+)
 
-# encode_batch, encode_batch_fast, transformers __call__, service binary
-METHODS: tuple[Variant, ...] = (*batch_sizes.METHODS[:3], batch_sizes.METHODS[4])
+METHODS: tuple[Variant, ...] = (*BASELINES, ("service binary", "service", SAFETENSORS_MEDIA_TYPE))
 
 
-def empty_results() -> dict[str, Any]:
-    """The scenario's section of the results, before any tokenizer is measured."""
-    return {"options": OPTIONS_LONG, "points": []}
+@dataclass(frozen=True)
+class Counts:
+    rounds: int = 2
+    seconds: float = 0.8
 
 
-def measure(results: dict[str, Any], tokenizer: str, profile: Profile, sides: Sides) -> None:
-    """Measure one tokenizer at every text length; append the points to ``results`` (this scenario's section)."""
-    lengths = {chars: (f"chars-{chars}", long_text_batch(chars)) for chars in profile.long_lengths}
-    runs = sides.measure_in_rounds(
-        METHODS, lengths, OPTIONS_LONG, profile.long_seconds, profile.long_rounds, f"{tokenizer}: scenario 4"
-    )
-    for (chars, label), point_runs in runs.items():
-        results["points"].append(
-            {
-                "tokenizer": tokenizer,
-                "chars": chars,
-                "texts_per_request": long_text_batch(chars),
-                "label": label,
-                **aggregate(point_runs),
-            }
+FULL, SMOKE = Counts(), Counts(rounds=1, seconds=0.05)
+
+
+def measure(settings: Settings) -> dict[str, Any]:
+    """Every tokenizer at every text length, on the run's shared worker and server."""
+    counts = settings.counts(FULL, SMOKE)
+    lengths = settings.counts(TEXTS_FULL, TEXTS_SMOKE).long_lengths
+    section: dict[str, Any] = {"options": OPTIONS_LONG, "points": []}
+    for tokenizer in settings.tokenizers:
+        pair = sides(settings, tokenizer)
+        runs = in_rounds(
+            METHODS,
+            lambda chars, method, pair=pair: pair.measure(
+                method, f"chars-{chars}", long_text_batch(chars), OPTIONS_LONG, counts.seconds
+            ),
+            counts.rounds,
+            f"{tokenizer}: scenario 4",
+            points=lengths,
         )
+        for (chars, (label, where, _)), point_runs in runs.items():
+            figures = {"label": label, "where": where, **aggregate(point_runs)}
+            section["points"].append(
+                {"tokenizer": tokenizer, "chars": chars, "texts_per_request": long_text_batch(chars), **figures}
+            )
+        pair.server.sample_memory("after scenario 4")
+        section.setdefault("servers", []).append(pair.server.describe())
+    return section
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    groups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
+    for point in section.get("points", []):
+        groups.setdefault((point["tokenizer"], point["chars"]), {})[point["label"]] = point
+    out = []
+    for (tokenizer, chars), group in groups.items():
+        enc = group["in-process encode_batch"]["tokens_per_s"]
+        for label, where, _ in METHODS:
+            point = group[label]
+            ratio = "baseline" if label == BASELINES[0][0] else f"{point['tokens_per_s'] / enc:.2f}x enc"
+            ratio = versus(point["tokens_per_s"], group, "tokens_per_s") if where == "service" else ratio
+            texts = f"mixed {chars} chars, {point['texts_per_request']}/req"
+            out.append(one_client_row("4", tokenizer, texts, point, ratio))
+    return out
+
+
+SCENARIO = Scenario(
+    "4", "long texts: tokens/s vs text length, no truncation, service binary vs in-process", measure, rows
+)

@@ -1,101 +1,131 @@
-"""Scenario 7: pre-tokenizing from and to object storage -- the same job on local files and on a real
-S3-protocol server on 127.0.0.1 (moto's server mode, in this process), side by side in one run.
-
-The same JSON Lines corpus, the same server (the default tokenizer), the same pretokenize worker
-(``python -m benchmarks.pretokenize_runs service``, its own process), flat format: once with the corpus and
-the shards on the local disk, once with the corpus read from ``s3://`` (ranged GETs) and every shard uploaded
-whole to ``s3://`` (spooled to local disk first), interleaved in rounds, medians reported. The loopback store
-costs CPU on the same 2 cores (moto is Python), so the ratio is a lower bound of what a real store gives.
-Then the memory case: the worker's peak RSS on a larger corpus, local and from/to S3 (Parquet, the format whose
-writer needs the most memory), against the bound of scenario 6 (500 MB).
+"""Scenario 7: pre-tokenizing from and to object storage -- the same pretokenize worker (flat format) on local
+files and on ``s3://`` of a real S3-protocol server on 127.0.0.1 (moto, ``testkit.objectstore``), tokens/s side
+by side in interleaved rounds, then its peak RSS on a larger corpus (256 MiB in the full run), local and s3://.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.processes import BenchServer
-from benchmarks.profiles import Profile
-from benchmarks.progress import log
-from benchmarks.scenarios.pretokenize import guarded, measured_run, medians
+from benchmarks.harness import Row, Scenario, Settings, busy_note, human, in_rounds, log, target
+from benchmarks.scenarios.measuring import shared_server
+from benchmarks.scenarios.pretokenize import by_variant, pretokenize_run
 from testkit import corpora
 from testkit.objectstore import LoopbackS3
 
-WHERE = ("local", "s3")
 LABELS = {"local": "pretokenize worker, local files", "s3": "pretokenize worker, s3:// in and out (loopback)"}
 
 
-def empty_results() -> dict[str, Any]:
-    return {"runs": [], "medians": {}, "memory": {}}
+@dataclass(frozen=True)
+class Counts:
+    corpus_bytes: int = 32 * 2**20
+    rounds: int = 2
+    large_bytes: int = 256 * 2**20  # the memory case, local and s3:// (uploaded to moto first)
+    timeout: float = 3600.0
 
 
-def run(profile: Profile, log_dir: Path, work_dir: Path) -> dict[str, Any]:
-    """Every round, then the memory case; the scenario's results (``failed`` and why, if a run failed)."""
-    return guarded("7", empty_results(), lambda results: _run(results, profile, log_dir, work_dir))
+FULL, SMOKE = Counts(), Counts(corpus_bytes=512 * 1024, rounds=1, large_bytes=2 * 2**20, timeout=120.0)
 
 
-def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Path) -> None:
-    folder = work_dir / "object-storage"
+def measure(settings: Settings) -> dict[str, Any]:
+    counts = settings.counts(FULL, SMOKE)
+    folder = settings.work_dir / "object-storage"
     folder.mkdir(exist_ok=True)
-    server = BenchServer("default", True, log_dir, variant="object storage")
+    url = shared_server(settings, "default").url
     with LoopbackS3() as s3:
         fs = s3.filesystem()
         for bucket in ("bench-corpus", "bench-tokens"):
             if not fs.exists(bucket):
                 fs.mkdir(bucket)
-        corpus = folder / "corpus.jsonl"
-        documents = corpora.write_jsonl(corpus, profile.pretok_bytes, fields=False)
-        fs.put_file(str(corpus), "bench-corpus/corpus.jsonl")
-        results["corpus"] = {"bytes": corpus.stat().st_size, "documents": documents, "tokenizer": "default"}
         options = json.dumps({"endpoint_url": s3.direct_endpoint})  # no relay: nothing staged here
-        try:
-            rounds = profile.pretok_rounds
-            log(f"scenario 7: {corpus.stat().st_size / 2**20:.0f} MiB, local and s3://, {rounds} round(s)")
-            server.start()
-            url = f"http://127.0.0.1:{server.port}"
-            for round_ in range(profile.pretok_rounds):
-                for where in WHERE[round_ % 2 :] + WHERE[: round_ % 2]:
-                    source = str(corpus) if where == "local" else "s3://bench-corpus/corpus.jsonl"
-                    out = str(folder / f"out-{round_}") if where == "local" else f"s3://bench-tokens/out-{round_}"
-                    results["runs"].append(_one_run(where, source, out, url, "flat", options, profile))
-                    _remove(out, folder, s3)
-            results["medians"] = medians(results["runs"], "where", LABELS)
-            corpus.unlink()
-            results["memory"] = _memory_case(profile, folder, url, options, s3)
-            results["server"] = server.describe()
-        finally:
-            server.stop()
+
+        def one(where: str, name: str, output_format: str) -> dict[str, Any]:
+            local = where == "local"
+            source = str(folder / name) if local else f"s3://bench-corpus/{name}"
+            out = str(folder / "out") if local else "s3://bench-tokens/out"
+            args = ["service", source, out, url, None, output_format, options]
+            try:
+                return pretokenize_run(f"scenario 7: {where}", args, counts.timeout)
+            finally:
+                shutil.rmtree(out, ignore_errors=True) if local else fs.rm("bench-tokens/out", recursive=True)
+
+        corpus = folder / "corpus.jsonl"
+        documents = corpora.write_jsonl(corpus, counts.corpus_bytes, fields=False)
+        fs.put_file(str(corpus), "bench-corpus/corpus.jsonl")
+        section: dict[str, Any] = {"corpus": {"bytes": corpus.stat().st_size, "documents": documents}}
+        runs = in_rounds(tuple(LABELS), lambda where: one(where, "corpus.jsonl", "flat"), counts.rounds, "scenario 7")
+        section["medians"] = by_variant(runs, LABELS)
+        log(f"scenario 7: the memory case, {counts.large_bytes / 2**20:.0f} MiB, local and s3://")
+        documents = corpora.write_jsonl(folder / "large.jsonl", counts.large_bytes, seed=7, fields=False)
+        fs.put_file(str(folder / "large.jsonl"), "bench-corpus/large.jsonl")
+        section["memory"] = {"input_bytes": counts.large_bytes, "input_documents": documents, "format": "parquet"}
+        section["memory"] |= {where: one(where, "large.jsonl", "parquet") for where in LABELS}
+    return section
 
 
-def _one_run(
-    where: str, source: str, out: str, url: str, output_format: str, options: str, profile: Profile
-) -> dict[str, Any]:
-    args = ["service", source, out, "--url", url, "--format", output_format, "--storage-options", options]
-    return {**measured_run(f"scenario 7: {where}", args, profile), "where": where}
+def rows(section: dict[str, Any]) -> list[Row]:
+    if "medians" not in section:
+        return []
+    found, memory, corpus = section["medians"], section["memory"], section["corpus"]
+    out: list[Row] = []
+    for where, m in found.items():
+        out.append(
+            {
+                "scenario": "7",
+                "texts": f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs",
+                "variant": m["label"],
+                "rate": human(m["documents_per_s"]) + " docs/s",
+                "tokens_rate": m["tokens_per_s"],
+                "ratio": "baseline"
+                if where == "local"
+                else f"{m['tokens_per_s'] / found['local']['tokens_per_s']:.2f}x local",
+                "note": "; ".join(
+                    filter(None, [f"peak RSS {m['peak_rss_mb']:.0f} MB", busy_note(m["other_cpu_cores"])])
+                ),
+            }
+        )
+    for where in LABELS:
+        texts = f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL"
+        note = f"peak RSS {memory[where]['peak_rss_mb']:.0f} MB"
+        out.append(
+            {
+                "scenario": "7",
+                "texts": texts,
+                "variant": f"worker alone, {where}, parquet",
+                "tokens_rate": memory[where]["tokens_per_s"],
+                "note": note,
+            }
+        )
+    return out
 
 
-def _remove(out: str, folder: Path, s3: LoopbackS3) -> None:
-    if out.startswith("s3://"):
-        s3.filesystem().rm(out.removeprefix("s3://"), recursive=True)
-    else:
-        shutil.rmtree(out, ignore_errors=True)
+def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    if "medians" not in section:
+        return []
+    found, memory = section["medians"], section["memory"]
+    return [
+        target(
+            "s7_s3_vs_local",
+            f"scenario 7: pre-tokenizing {section['corpus']['bytes'] / 2**20:.0f} MiB of JSON Lines, tokens/s of the "
+            "pretokenize worker from and to s3:// (loopback moto) / the same job on local files",
+            found["s3"]["tokens_per_s"] / found["local"]["tokens_per_s"],
+            0.8,
+        ),
+        target(
+            "s7_s3_worker_peak_rss_mb",
+            "scenario 7: peak RSS (VmHWM) of the pretokenize worker from and to s3:// on "
+            f"{memory['input_bytes'] / 2**20:.0f} "
+            f"MiB of JSON Lines, parquet (local: {memory['local']['peak_rss_mb']:.0f} MB)",
+            memory["s3"]["peak_rss_mb"],
+            500.0,
+            higher_is_better=False,
+        ),
+    ]
 
 
-def _memory_case(profile: Profile, folder: Path, url: str, options: str, s3: LoopbackS3) -> dict[str, Any]:
-    big = folder / "large.jsonl"
-    size = profile.storage_rss_bytes
-    log(f"scenario 7: the memory case, {size / 2**20:.0f} MiB, local and s3://")
-    documents = corpora.write_jsonl(big, size, seed=7, fields=False)
-    s3.filesystem().put_file(str(big), "bench-corpus/large.jsonl")
-    memory: dict[str, Any] = {"input_bytes": size, "input_documents": documents, "format": "parquet"}
-    for where in WHERE:
-        source = str(big) if where == "local" else "s3://bench-corpus/large.jsonl"
-        out = str(folder / "large-out") if where == "local" else "s3://bench-tokens/large-out"
-        memory[where] = _one_run(where, source, out, url, "parquet", options, profile)
-        _remove(out, folder, s3)
-    big.unlink()
-    s3.filesystem().rm("bench-corpus/large.jsonl")
-    return memory
+SCENARIO = Scenario(
+    "7", "pre-tokenizing from and to s3:// (loopback moto) vs local files, and its memory", measure, rows, targets
+)

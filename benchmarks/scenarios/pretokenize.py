@@ -1,39 +1,44 @@
 """Scenario 6: pre-tokenizing a corpus -- ``tokenizer-service pretokenize`` vs doing it in-process.
 
-One JSON Lines corpus of real text (``testkit.corpora``: Chinese reviews and English prose, documents of
-one to four texts), the default tokenizer, the same cores. Each run is its own process
-(``python -m benchmarks.pretokenize_runs``), so imports and memory are its own; the runs are interleaved in
-rounds (each round runs every method once, in rotated order) and the median per method is reported:
+One JSON Lines corpus of real text (``testkit.corpora``: Chinese reviews and English prose, documents of one to
+four texts), the default tokenizer, the same cores. Each run is its own process (``benchmarks.pretokenize_runs``),
+so imports and memory are its own; the runs are interleaved in rounds, the median per method is reported:
 
-- ``service``: the pretokenize worker against a server of this run (flat format);
-- ``encode_batch`` / ``encode_batch_fast``: the same reading and writing with the Rust tokenizer in the
-  worker's process (Rust parallelism on);
+- ``service``: the pretokenize worker against the run's shared server (flat format);
+- ``encode_batch`` / ``encode_batch_fast``: the same reading and writing with the Rust tokenizer in the worker's
+  process (Rust parallelism on);
 - ``datasets_map``: ``load_dataset("json")`` + ``Dataset.map(tokenizer, batched=True, num_proc=2)``.
 
-Then the memory case: the service worker alone on a large corpus (1 GB in the full run) in the Parquet
-format (the default, whose writer needs the most memory): its peak RSS (VmHWM) against the 500 MB target.
+Then the memory case: the service worker alone on a large corpus (1 GB in the full run) in the Parquet format
+(the default, whose writer needs the most memory): its peak RSS (VmHWM) against the 500 MB target.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import subprocess
-import sys
-import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.machine import machine_noise
-from benchmarks.processes import BenchServer, tokenizer_dir
-from benchmarks.profiles import Profile
-from benchmarks.progress import log
+from benchmarks.harness import (
+    Row,
+    Scenario,
+    Settings,
+    busy_note,
+    child_command,
+    human,
+    in_rounds,
+    log,
+    machine_noise,
+    medians,
+    target,
+)
+from benchmarks.processes import tokenizer_dir
+from benchmarks.scenarios.measuring import shared_server
 from testkit import corpora
-from testkit.servers import REPO
 
-METHODS = ("service", "encode_batch", "encode_batch_fast", "datasets_map")
 LABELS = {
     "service": "service: pretokenize worker (async, ragged binary)",
     "encode_batch": "in-process encode_batch, same reader/writer",
@@ -42,99 +47,154 @@ LABELS = {
 }
 
 
-def empty_results() -> dict[str, Any]:
-    return {"runs": [], "medians": {}, "memory": {}}
+@dataclass(frozen=True)
+class Counts:
+    corpus_bytes: int = 32 * 2**20  # every method pre-tokenizes this
+    rounds: int = 2
+    large_bytes: int = 2**30  # the memory case: the service worker alone on this much input
+    timeout: float = 3600.0  # per run
 
 
-def run(profile: Profile, log_dir: Path, work_dir: Path) -> dict[str, Any]:
-    """Every round of the comparison, then the memory case; the scenario's results (with ``failed`` and the
-    reason if a run crashed or timed out: the whole benchmark then fails)."""
-    return guarded("6", empty_results(), lambda results: _run(results, profile, log_dir, work_dir))
+FULL, SMOKE = Counts(), Counts(corpus_bytes=512 * 1024, rounds=1, large_bytes=2 * 2**20, timeout=120.0)
 
 
-def guarded(scenario: str, results: dict[str, Any], body: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """``body(results)``, then ``results``; a run that crashed or timed out is recorded as ``failed``."""
-    try:
-        body(results)
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
-        log(f"scenario {scenario} failed: {exc}")
-        results["failed"] = str(exc)
-    return results
+def pretokenize_run(what: str, args: list[Any], timeout: float) -> dict[str, Any]:
+    """One ``benchmarks.pretokenize_runs`` run in its own process: its figures, with the CPU other processes used
+    just before (the run itself busies every core)."""
 
-
-def _run(results: dict[str, Any], profile: Profile, log_dir: Path, work_dir: Path) -> None:
-    folder = work_dir / "pretokenize"
-    folder.mkdir(exist_ok=True)
-    corpus = folder / "corpus.jsonl"
-    documents = corpora.write_jsonl(corpus, profile.pretok_bytes, fields=False)
-    results["corpus"] = {"bytes": corpus.stat().st_size, "documents": documents, "tokenizer": "default"}
-    server = BenchServer("default", True, log_dir, variant="pre-tokenization")
-    try:
-        log(f"scenario 6: pre-tokenizing {corpus.stat().st_size / 2**20:.0f} MiB, {profile.pretok_rounds} round(s)")
-        server.start()
-        url = f"http://127.0.0.1:{server.port}"
-        for round_ in range(profile.pretok_rounds):
-            shift = round_ % len(METHODS)
-            for method in METHODS[shift:] + METHODS[:shift]:
-                results["runs"].append(_one_run(method, corpus, folder / f"{method}-{round_}", url, "flat", profile))
-        results["medians"] = medians(results["runs"], "method", LABELS)
-        corpus.unlink()
-        results["memory"] = _memory_case(profile, folder, url)
-        server.sample_memory("end")
-        results["server"] = server.describe()
-    finally:
-        server.stop()
-
-
-def _one_run(method: str, corpus: Path, out: Path, url: str, output_format: str, profile: Profile) -> dict[str, Any]:
-    out.mkdir(parents=True, exist_ok=True)
-    args = [method, str(corpus), str(out), "--url", url, "--tokenizer", str(tokenizer_dir("default"))]
-    result = measured_run(f"scenario 6: {method}", [*args, "--format", output_format], profile)
-    shutil.rmtree(out, ignore_errors=True)
-    return result
-
-
-def medians(runs: list[dict[str, Any]], key: str, labels: dict[str, str]) -> dict[str, dict[str, Any]]:
-    """Per variant (``run[key]``, in ``labels``' order): the median time and rates over its rounds, the most
-    memory and the busiest machine seen."""
-    result = {}
-    for variant, label in labels.items():
-        mine = [r for r in runs if r[key] == variant]
-        result[variant] = {
-            "label": label,
-            "seconds": statistics.median(r["seconds"] for r in mine),
-            "tokens_per_s": statistics.median(r["tokens"] / r["seconds"] for r in mine),
-            "documents_per_s": statistics.median(r["documents"] / r["seconds"] for r in mine),
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in mine),
-            "other_cpu_cores": max(r["other_cpu_cores"] for r in mine),
-            "tokens": mine[0]["tokens"],
-        }
-    return result
-
-
-def measured_run(what: str, args: list[str], profile: Profile) -> dict[str, Any]:
-    """One ``python -m benchmarks.pretokenize_runs ARGS`` in its own process: its JSON line, with the CPU
-    other processes used just before (the run itself busies every core)."""
     noise = machine_noise(0.3)
-    command = [sys.executable, "-m", "benchmarks.pretokenize_runs", *args]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=profile.pretok_timeout)
+    done = subprocess.run(
+        child_command("benchmarks.pretokenize_runs:main", *args), capture_output=True, text=True, timeout=timeout
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{what}: exit {done.returncode}: {done.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     result["other_cpu_cores"] = noise
+    result["tokens_per_s"] = result["tokens"] / result["seconds"]
+    result["documents_per_s"] = result["documents"] / result["seconds"]
     log(
-        f"{what}: {result['tokens'] / result['seconds'] / 1e6:.2f}M tokens/s, "
-        f"{result['seconds']:.1f} s, peak RSS {result['peak_rss_mb']:.0f} MB"
+        f"{what}: {result['tokens_per_s'] / 1e6:.2f}M tokens/s, {result['seconds']:.1f} s, "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB"
     )
     return result
 
 
-def _memory_case(profile: Profile, folder: Path, url: str) -> dict[str, Any]:
-    big = folder / "large.jsonl"
-    log(f"scenario 6: writing a {profile.pretok_rss_bytes / 2**20:.0f} MiB corpus for the memory case")
-    started = time.perf_counter()
-    documents = corpora.write_jsonl(big, profile.pretok_rss_bytes, seed=7, fields=False)
-    log(f"scenario 6: written in {time.perf_counter() - started:.0f} s; pre-tokenizing it through the service")
-    result = _one_run("service", big, folder / "large-out", url, "parquet", profile)
-    big.unlink()
-    return {**result, "input_bytes": profile.pretok_rss_bytes, "input_documents": documents}
+def by_variant(runs: dict[str, list[dict[str, Any]]], labels: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Per variant: medians over its rounds, the most memory seen, its label."""
+    return {
+        name: {**medians(runs[name]), "label": labels[name], "peak_rss_mb": max(r["peak_rss_mb"] for r in runs[name])}
+        for name in labels
+    }
+
+
+def measure(settings: Settings) -> dict[str, Any]:
+    counts = settings.counts(FULL, SMOKE)
+    folder = settings.work_dir / "pretokenize"
+    folder.mkdir(exist_ok=True)
+    corpus = folder / "corpus.jsonl"
+    documents = corpora.write_jsonl(corpus, counts.corpus_bytes, fields=False)
+    section: dict[str, Any] = {
+        "corpus": {"bytes": corpus.stat().st_size, "documents": documents, "tokenizer": "default"}
+    }
+    url = shared_server(settings, "default").url
+    tokenizer = str(tokenizer_dir("default"))
+
+    def one(method: str, source: Path, output_format: str) -> dict[str, Any]:
+        out = folder / f"{method}-out"
+        args = [method, str(source), str(out), url, tokenizer, output_format, "{}"]
+        try:
+            return pretokenize_run(f"scenario 6: {method}", args, counts.timeout)
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    runs = in_rounds(tuple(LABELS), lambda method: one(method, corpus, "flat"), counts.rounds, "scenario 6")
+    section["medians"] = by_variant(runs, LABELS)
+    corpus.unlink()
+    large = folder / "large.jsonl"
+    log(f"scenario 6: writing a {counts.large_bytes / 2**20:.0f} MiB corpus for the memory case")
+    documents = corpora.write_jsonl(large, counts.large_bytes, seed=7, fields=False)
+    section["memory"] = {
+        **one("service", large, "parquet"),
+        "input_bytes": counts.large_bytes,
+        "input_documents": documents,
+    }
+    large.unlink()
+    return section
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    if "medians" not in section:
+        return []
+    corpus, found = section["corpus"], section["medians"]
+    out: list[Row] = []
+    for method, m in found.items():
+        ratios = ", ".join(
+            f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}"
+            for b, s in (("encode_batch", "enc"), ("datasets_map", "map"))
+        )
+        out.append(
+            {
+                "scenario": "6",
+                "texts": f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs",
+                "variant": m["label"],
+                "rate": human(m["documents_per_s"]) + " docs/s",
+                "tokens_rate": m["tokens_per_s"],
+                "ratio": ratios if method == "service" else ("baseline" if method == "encode_batch" else ""),
+                "note": "; ".join(
+                    filter(None, [f"peak RSS {m['peak_rss_mb']:.0f} MB", busy_note(m["other_cpu_cores"])])
+                ),
+            }
+        )
+    memory = section["memory"]
+    texts = f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL"
+    note = f"peak RSS {memory['peak_rss_mb']:.0f} MB"
+    out.append(
+        {
+            "scenario": "6",
+            "texts": texts,
+            "variant": f"service worker alone, {memory['format']}",
+            "tokens_rate": memory["tokens_per_s"],
+            "note": note,
+        }
+    )
+    return out
+
+
+def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
+    if "medians" not in section:
+        return []
+    found, memory = section["medians"], section["memory"]
+    mib = section["corpus"]["bytes"] / 2**20
+    what = f"scenario 6: pre-tokenizing {mib:.0f} MiB of JSON Lines, tokens/s of the pretokenize worker"
+    service = found["service"]["tokens_per_s"]
+    return [
+        target(
+            "s6_service_vs_encode_batch",
+            f"{what} / in-process encode_batch (same reader and writer)",
+            service / found["encode_batch"]["tokens_per_s"],
+            0.8,
+        ),
+        target(
+            "s6_service_vs_datasets_map",
+            f"{what} / datasets.map(num_proc=2)",
+            service / found["datasets_map"]["tokens_per_s"],
+            1.0,
+        ),
+        target(
+            "s6_worker_peak_rss_mb",
+            "scenario 6: peak RSS (VmHWM) of the pretokenize worker on "
+            f"{memory['input_bytes'] / 2**20:.0f} MiB, {memory['format']} format",
+            memory["peak_rss_mb"],
+            500.0,
+            higher_is_better=False,
+        ),
+    ]
+
+
+SCENARIO = Scenario(
+    "6",
+    "pre-tokenizing a JSON Lines corpus: the pretokenize worker vs in-process, and its memory",
+    measure,
+    rows,
+    targets,
+)

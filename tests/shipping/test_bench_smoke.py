@@ -1,5 +1,6 @@
-"""The benchmark in smoke mode completes, writes its files, and every scenario produced data. No timing
-asserts: CI machines are noisy."""
+"""The benchmark in smoke mode: one run of every scenario (``python -m benchmarks.run --smoke --scenarios ALL``, once
+for this module) completes, writes its files, and every scenario produced its figures, its table rows and its
+targets. No timing asserts: CI machines are noisy. The harness's own rules (rotation, medians) are tested apart."""
 
 from __future__ import annotations
 
@@ -10,8 +11,11 @@ import sys
 
 import pytest
 
-import benchmarks.run
-from service.engine.parallelism import available_cpus
+from benchmarks import projection
+from benchmarks.harness import in_rounds, medians, rotated
+from benchmarks.projection import Costs
+from benchmarks.run import parse_args
+from benchmarks.scenarios import SCENARIOS
 from testkit.servers import REPO
 
 PLOTS = (
@@ -21,222 +25,212 @@ PLOTS = (
     "long_text_scaling.png",
     "pretokenize_throughput.png",
 )
-SECTIONS = (
-    "meta",
-    "scenario1",
-    "scenario2",
-    "scenario3",
-    "scenario4",
-    "scenario5",
-    "scenario6",
-    "scenario7",
-    "scenario8",
-    "split",
-    "scaling",
-    "servers",
-    "rss_soak",
-    "targets",
-    "table",
-)
+TORCH = importlib.util.find_spec("torch") is not None
 
 
-#: Every scenario of a default run but scaling, whose smoke run test_scaling.py makes (one run of it in CI).
-SMOKED_HERE = ",".join(name for name in benchmarks.run.parse_args([]).scenarios.split(",") if name != "scaling")
+def test_rounds_measure_every_variant_once_each_in_rotated_order():
+    calls = []
+    runs = in_rounds(("a", "b", "c"), lambda v: calls.append(v) or {"x": len(calls)}, rounds=3)
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert {v: [r["x"] for r in rs] for v, rs in runs.items()} == {"a": [1, 6, 8], "b": [2, 4, 9], "c": [3, 5, 7]}
+    at_points = in_rounds(("a", "b"), lambda p, v: {"x": p}, rounds=2, points=(1, 2))
+    assert set(at_points) == {(1, "a"), (1, "b"), (2, "a"), (2, "b")} and all(len(r) == 2 for r in at_points.values())
+    assert rotated([1, 2, 3], 4) == [2, 3, 1]
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-def test_benchmark_smoke_run_writes_json_and_plots(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.run", "--smoke", "--scenarios", SMOKED_HERE, "--out-dir", str(tmp_path)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def test_medians_are_of_every_shared_number_and_noise_is_the_worst_round():
+    figures = medians([{"rate": 1.0, "other_cpu_cores": 0.1, "n": 3}, {"rate": 5.0, "other_cpu_cores": 0.9, "n": 1}])
+    assert figures["rate"] == 3.0 and figures["n"] == 2 and figures["other_cpu_cores"] == 0.9
+    assert len(figures["rounds"]) == 2
+
+
+def test_every_scenario_is_one_name_of_the_one_command_line():
+    assert set(parse_args([]).scenario_names) < set(SCENARIOS)
+    with pytest.raises(SystemExit):
+        parse_args(["--scenarios", "1,nope"])
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    """One smoke run of every scenario; its results, its table and its output."""
+    out = tmp_path_factory.mktemp("bench")
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--smoke",
+        "--scenarios",
+        ",".join(SCENARIOS),
+        "--out-dir",
+        str(out),
+    ]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        output, _ = proc.communicate(timeout=360)
+        output, _ = proc.communicate(timeout=540)
     except subprocess.TimeoutExpired:
         proc.terminate()  # benchmarks.run turns SIGTERM into a clean exit that stops its servers
         output, _ = proc.communicate(timeout=60)
-        pytest.fail(f"the smoke benchmark did not finish in 360 s:\n{output[-3000:]}")
+        pytest.fail(f"the smoke benchmark did not finish in 540 s:\n{output[-3000:]}")
     assert proc.returncode == 0, output[-3000:]  # a scenario that crashed or timed out fails the run
+    return {"results": json.loads((out / "benchmark.json").read_text()), "out": out, "output": output}
 
-    results = json.loads((tmp_path / "benchmark.json").read_text())
-    for section in SECTIONS:
-        assert section in results, section
-    assert results["scenario1"]["cells"] and results["scenario1"]["sweep"]
-    assert results["scenario2"]["runs"] and results["scenario2"]["inprocess"]
-    assert results["scenario4"]["points"]
-    assert results["rss_soak"]["memory"]
-    for name in ("scenario3", "scenario5", "scenario8"):  # the scenarios that run in their own process
-        section = results[name]
-        assert "failed" not in section, section
-        if importlib.util.find_spec("torch") is None:  # the one acceptable skip
-            assert section.get("skipped", "").startswith("torch is not installed"), section
-        else:
-            assert "skipped" not in section, section
-            assert section["data"]["dataloader"], section
-    if "data" in results["scenario5"]:
-        loops = results["scenario5"]["data"]["dataloader"]["loops"]
-        assert set(loops) == {"training step", "loader only"}
-        assert all(set(by_variant) == {"random", "token budget", "packed"} for by_variant in loops.values())
-        assert loops["training step"]["packed"]["padding_fraction"] == 0
-        assert set(results["scenario5"]["data"]["counts"]) == {"reviews", "reviews, distinct only"}
-    scenario6 = results["scenario6"]
-    assert "failed" not in scenario6, scenario6
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_smoke_run_writes_every_section_table_row_target_and_plot(smoke):
+    results, out = smoke["results"], smoke["out"]
+    assert set(SCENARIOS) <= set(results) and {"meta", "targets", "table", "plots"} <= set(results)
+    skipped = {name for name, section in results.items() if isinstance(section, dict) and "skipped" in section}
+    assert skipped == (set() if TORCH else {"3", "5", "8", "launch"}), skipped
+    ran = set(SCENARIOS) - skipped
+    assert {row["scenario"] for row in results["table"]} >= (ran - {"rss"}) | {"memory", "targets"}
+    assert all({"target", "met"} <= set(t) for t in results["targets"])
+    assert (out / "benchmark.txt").read_text().strip() in smoke["output"]
+    for name in PLOTS:
+        assert (out / name).stat().st_size > 0, name
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_one_client_and_concurrency_scenarios_measure_every_variant(smoke):
+    results = smoke["results"]
+    labels = {cell["label"] for cell in results["1"]["cells"]}
+    assert len(labels) == 5 and results["1"]["sweep"]
+    assert all(cell["texts_per_s"] > 0 and cell["tokens_per_s"] > 0 for cell in results["1"]["cells"])
+    assert {p["label"] for p in results["4"]["points"]} == labels - {"service JSON"}
+    runs = results["2"]["runs"]
+    assert {r["mode"] for r in runs} == {"on", "off"} and all(r["rate"] > 0 and r["errors"] == 0 for r in runs)
+    assert set(results["2"]["inprocess"]["default"]) == labels - {"service JSON", "service binary"}
+    soak = results["rss"]
+    assert len(soak["memory"]) >= 3 and soak["peak_mb"] > 0
+    assert {"s1_binary_vs_encode_batch[default]", "s2_on_vs_off[default]"} <= {t["target"] for t in results["targets"]}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_pretokenize_scenarios_measure_every_method_on_the_same_tokens(smoke):
+    results = smoke["results"]
+    scenario6 = results["6"]
     assert set(scenario6["medians"]) == {"service", "encode_batch", "encode_batch_fast", "datasets_map"}
     assert len({m["tokens"] for m in scenario6["medians"].values()}) == 1  # every method, the same tokens
     assert scenario6["memory"]["peak_rss_mb"] > 0
-    scenario7 = results["scenario7"]  # object storage: the same job on local files and on s3://
-    assert "failed" not in scenario7, scenario7
+    scenario7 = results["7"]  # object storage: the same job on local files and on s3://
     assert set(scenario7["medians"]) == {"local", "s3"}
     assert len({m["tokens"] for m in scenario7["medians"].values()}) == 1
     assert scenario7["memory"]["s3"]["peak_rss_mb"] > 0 and scenario7["memory"]["local"]["peak_rss_mb"] > 0
     assert {"s7_s3_vs_local", "s7_s3_worker_peak_rss_mb"} <= {t["target"] for t in results["targets"]}
-    assert all({"target", "met"} <= set(t) for t in results["targets"])
-    if "data" in results["scenario8"]:  # conversations: /chat/encode vs apply_chat_template, and the collator
-        throughput = results["scenario8"]["data"]["throughput"]
-        assert all(
-            {"ragged_vs_apply_chat_template", "pt_vs_apply_chat_template_pt"} <= set(figures["ratios"])
-            for figures in throughput.values()
-        )
-        assert {"s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"} <= {
-            t["target"] for t in results["targets"]
-        }
-    split = results["split"]  # one server's CPU per batch by thread (benchmarks.cpu_split)
-    assert "failed" not in split and "skipped" not in split, split
-    assert all(row["figures"]["this checkout"]["gil_side_ms"] > 0 for row in split["data"]["corpora"])
-    assert any(row["scenario"] == "split" for row in results["table"])
-    assert results["scaling"] == {"skipped": "not selected (--scenarios)"}
-    for name in PLOTS:
-        assert (tmp_path / name).stat().st_size > 0, name
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_train_compare_smoke_run_writes_its_figures_and_checks_the_result(tmp_path):
-    out = tmp_path / "train_compare.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.train_compare",
-            "--smoke",
-            "--models",
-            "byte-level-bpe",
-            "--out",
-            str(out),
-            "--work-dir",
-            str(tmp_path / "work"),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=240,
+@pytest.mark.timeout(660)
+@pytest.mark.skipif(not TORCH, reason="the DataLoader scenarios need torch")
+def test_dataloader_scenarios_measure_every_variant(smoke):
+    results = smoke["results"]
+    assert results["3"]["dataloader"] and all(c["identical_batches"] for c in results["3"]["dataloader"])
+    assert results["3"]["transports"]
+    loops = results["5"]["dataloader"]["loops"]
+    assert set(loops) == {"training step", "loader only"}
+    assert all(set(by_variant) == {"random", "token budget", "packed"} for by_variant in loops.values())
+    assert loops["training step"]["packed"]["padding_fraction"] == 0
+    assert set(results["5"]["counts"]) == {"reviews", "reviews, distinct only"}
+    throughput = results["8"]["throughput"]
+    assert all(
+        {"ragged_vs_apply_chat_template", "pt_vs_apply_chat_template_pt"} <= set(f["ratios"])
+        for f in throughput.values()
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    figures = json.loads(out.read_text())["models"]["byte-level-bpe"]
-    assert figures["check"]["vocab_and_ids_equal"] and figures["check"]["merges_equal"]
-    assert set(figures["count"]) == {"1 worker x 1 process", "1 worker x 2 processes", "2 workers x 1 process"}
-    assert all(count["mb_per_s"] > 0 and count["peak_rss_mb"] > 0 for count in figures["count"].values())
-    assert figures["merge"]["train_seconds"] > 0 and figures["baseline"]["peak_rss_mb"] > 0
-    assert "count (best) + merge+train vs baseline" in done.stdout
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_launch_benchmark_smoke_run_measures_every_part(tmp_path):
-    """benchmarks.launch_compare --smoke: round trips over both sockets, the three DataLoader variants (their
-    batches checked identical before measuring), and the start-up cost."""
-    out = tmp_path / "launch.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.launch_compare", "--smoke", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=220,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(out.read_text())
+    assert {"s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"} <= {
+        t["target"] for t in results["targets"]
+    }
+    launch = results["launch"]  # round trips over both sockets, the three DataLoader variants, the start-up
     for kind in ("encode 1 text", "GET /healthz"):
         assert {f"{kind} | unix socket | 1 thread(s)", f"{kind} | tcp loopback | 8 thread(s)"} <= set(
-            results["round_trips"]
+            launch["round_trips"]
         )
-    cell = results["dataloader"][0]
+    cell = launch["dataloader"][0]
     assert cell["identical_batches"] and set(cell["ratios"]) == {
         "launched / in-process",
         "tcp / in-process",
         "launched / tcp",
     }
-    assert all(figures["launch_seconds"] > 0 for figures in results["startup"].values())
+    assert all(figures["launch_seconds"] > 0 for figures in launch["startup"].values())
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_cpu_split_smoke_run_tells_the_threads_apart(tmp_path):
-    """benchmarks.cpu_split --smoke, against this very checkout too: every figure of the split is there and
-    plausible -- the event loop, the tokenizer thread (and its Rust call) and the Rust pool each spent CPU,
-    the pool most of it, and the native threads that predate the tokenizer next to none."""
-    out = tmp_path / "split.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.cpu_split", "--smoke", "--against", str(REPO), "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=200,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    results = json.loads(out.read_text())
-    assert len(results["meta"]["checkouts"]) == 2
-    (row,) = results["corpora"]
-    assert row["figures"]["1 worker"]["cpu_ms"] > 0
-    for checkout in results["meta"]["checkouts"]:
-        split = row["figures"][checkout]
-        assert split["batches"] > 0
-        assert split["event_loop_ms"] > 0 and split["tokenizer_thread_ms"] > 0
-        assert 0 < split["in_encode_call_ms"] < split["tokenizer_thread_ms"]
-        assert split["rust_pool_ms"] > split["gil_side_ms"] > 0
-        assert split["other_native_ms"] < 0.1 * split["process_ms"]
-        assert split["ceiling_batches_per_s"] == pytest.approx(1000 / split["gil_side_ms"])
-    assert "GIL side ms/batch, each checkout against this checkout" in done.stdout
-    assert all(row["api_floor_ms"][part] > 0 for part in ("parse", "read", "free"))
-    assert "The floor of tokenizers 0.23's Python API" in done.stdout
-
-
-def test_api_floor_smoke_run_measures_each_part_of_the_call():
-    """benchmarks.api_floor on one corpus, one pass: the installed tokenizers' row, every part measured."""
-    import tokenizers
-
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.api_floor", "--corpora", "zh-short", "--rounds", "1"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    (row,) = [line for line in done.stdout.splitlines() if f"| {tokenizers.__version__:>10} |" in line]
-    assert all(float(figure) > 0 for figure in row.split("|")[-1].split())
+@pytest.mark.timeout(660)
+def test_the_split_tells_the_threads_apart(smoke):
+    """The event loop and the tokenizer thread each spent CPU, the Rust pool most of it, the native threads that
+    predate the tokenizer next to none; the ceiling is 1 / GIL side."""
+    (row,) = smoke["results"]["split"]["corpora"]
+    server = row["server"]
+    assert row["worker"]["cpu_ms"] > 0 and server["batches"] > 0
+    assert server["event_loop_ms"] > 0 and server["tokenizer_thread_ms"] > 0
+    assert server["rust_pool_ms"] > server["gil_side_ms"] > 0
+    assert server["other_native_ms"] < 0.1 * server["process_ms"]
+    assert server["ceiling_batches_per_s"] == pytest.approx(1000 / server["gil_side_ms"])
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_rust_instances_smoke_run_measures_every_variant_at_every_core_count(tmp_path):
-    """benchmarks.rust_instances --smoke: one rayon pool against several instances (a batch each, a batch
-    split), each at 1 core and at every usable core, in processes pinned to those cores."""
-    out = tmp_path / "instances.json"
+@pytest.mark.timeout(660)
+def test_scaling_measures_every_cell_and_projects_every_row(smoke):
+    """The split, each variant at 1 and 2 cores on both paths with its rounds and the model beside it, the projection
+    of every row at 16/64/128 cores, a target per row, and the table's rows labelled measured or projection."""
+    results = smoke["results"]
+    data = results["scaling"]
+    (row,) = data["corpora"]
+    assert row["split"]["server"]["gil_side_ms"] > 0 and row["split"]["worker"]["cpu_ms"] > 0
+    variants = ("1 replica x 2 threads", "2 replicas x 1 thread", "workaround")
+    cells = {(c["cores"], c["path"], c["variant"]) for c in row["cells"]}
+    assert cells == {(cores, path, variant) for cores in (1, 2) for path in row["costs"] for variant in variants}
+    assert set(row["costs"]) == ({"batches of 256", "DataLoader collator"} if TORCH else {"batches of 256"})
+    for cell in row["cells"]:  # each measured on the first N cores of the run's, every process that makes its batches
+        assert cell["figures"]["batches_per_s"] > 0 and cell["model_batches_per_s"] > 0, cell
+        assert {run["pinned"] for run in cell["rounds"]} == {",".join(map(str, data["meta"]["cores"][: cell["cores"]]))}
+    for projected in row["projection"]:
+        assert [p["cores"] for p in projected["points"]] == [16, 64, 128]
+        for p in projected["points"]:
+            costs = Costs(**row["costs"][projected["path"]])
+            plan = projection.auto_plan(costs, p["cores"], projection.pool(costs, projection.SPEEDUPS_2337))
+            assert (p["auto_replicas"], p["auto_threads"]) == (plan.replicas, plan.threads)
+            assert p["perfect_pool"]["auto_vs_workaround"] > 0
+    kinds = [t["kind"] for t in data["targets"]]
+    per_path = len(row["costs"])
+    assert kinds.count("measured") == kinds.count("measured, per core left") == 2 * per_path
+    assert kinds.count("projection") == per_path
+    assert {t["target"] for t in results["targets"]} >= {
+        "scaling_2_replicas_vs_1",
+        "scaling_2_replicas_vs_1_per_core_left",
+        "scaling_auto_vs_workaround_projected",
+    }
+    assert data["model"] == projection.MODEL
+    table = (smoke["out"] / "benchmark.txt").read_text()
+    assert "PROJECTION, 64 cores" in table and "projection model" in table and "measured, 2 core(s)" in table
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_training_and_hot_path_scenarios_measure_every_part(smoke):
+    results = smoke["results"]
+    figures = results["train"]["models"]["byte-level-bpe"]
+    assert figures["check"]["vocab_and_ids_equal"] and figures["check"]["merges_equal"]
+    assert set(figures["count"]) == {"1 worker x 1 process", "1 worker x 2 processes", "2 workers x 1 process"}
+    assert all(count["mb_per_s"] > 0 and count["peak_rss_mb"] > 0 for count in figures["count"].values())
+    assert figures["merge"]["train_seconds"] > 0 and figures["baseline"]["peak_rss_mb"] > 0
+    assert "engine hot path (arrays)" in results["hot_path"]["seconds_per_batch"]
+    (row,) = results["datasets"]["rows"].values()
+    assert set(row) == {"in-process", "service"} and all(side["tokens_per_s"] > 0 for side in row.values())
+    assert row["in-process"]["tokens"] == row["service"]["tokens"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(660)
+def test_a_saved_run_prints_the_same_table_again(smoke):
+    saved = smoke["out"] / "benchmark.json"
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.rust_instances", "--smoke", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks.run", "--report", str(saved)],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=150,
+        timeout=60,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    cells = json.loads(out.read_text())["cells"]
-    variants = {"pool", "instances, a batch each", "instances, a batch split"}
-    assert {cell["variant"] for cell in cells} == variants
-    assert {cell["cores"] for cell in cells} == {1, available_cpus()}
-    assert all(cell["texts_per_s"] > 0 and cell["cpu_ms_per_batch"] > 0 for cell in cells)
-    assert all(cell["vs_pool"] == 1.0 for cell in cells if cell["variant"] == "pool")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == (smoke["out"] / "benchmark.txt").read_text()

@@ -1,7 +1,6 @@
-"""benchmarks.scaling and its model (benchmarks.projection): the projection sizes replicas="auto" with the launcher's
-own plan and says what bounds each figure; pinning moves every thread of a process; the smoke run of the scenario
-measures every cell of the split, of the measured table and of the projection, and reports a target per row. No
-timing asserts: what is measured is printed, never asserted."""
+"""The scaling scenario's model (benchmarks.projection): the projection sizes replicas="auto" with the launcher's own
+plan and says what bounds each figure; a calibration gives it its curve; pinning moves every thread of a process.
+The scenario's smoke run is tested with every other scenario's (test_bench_smoke.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from benchmarks import projection
 from benchmarks.pinning import pin
 from benchmarks.projection import Costs
 from service import sizing
-from testkit.servers import REPO
 
 COSTS = Costs(gil_ms=4.0, rust_ms=36.0, client_ms=2.0, worker_ms=50.0)  # one process keeps 10 cores busy
 
@@ -53,7 +51,7 @@ def test_replicas_auto_is_the_launchers_planner_times_one_replica(name):
 
 def test_a_calibration_gives_the_projection_its_curve(tmp_path):
     """--calibration reads `calibrate --json`'s output or a kept record: the projection takes its measured curve."""
-    from benchmarks.scaling import calibration_pool, pool_of
+    from benchmarks.scenarios.scaling import calibration_pool, pool_of
     from service.calibration.measure import Calibration, Point
     from service.calibration.store import keep
 
@@ -94,52 +92,3 @@ def test_pin_moves_every_thread_of_a_process():
         assert proc.stdin is not None
         proc.stdin.close()
         proc.wait(10)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_scaling_smoke_run_measures_every_cell_and_projects_every_row(tmp_path):
-    """benchmarks.run --smoke --scenarios scaling (benchmarks.scaling --smoke in its own process): the split, each
-    variant at 1 and 2 cores on both paths with its rounds and the model beside it, the projection of every row at
-    16/64/128 cores, a target per row, and the table's rows labelled measured or projection."""
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.run", "--smoke", "--scenarios", "scaling", "--out-dir", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=220,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    results = json.loads((tmp_path / "benchmark.json").read_text())
-    data = results["scaling"]["data"]
-    (row,) = data["corpora"]
-    assert row["split"]["server"]["gil_side_ms"] > 0 and row["split"]["worker"]["cpu_ms"] > 0
-    cells = {(c["cores"], c["path"], c["variant"]) for c in row["cells"]}
-    assert cells == {
-        (cores, path, variant)
-        for cores in (1, 2)
-        for path in row["costs"]
-        for variant in ("1 replica x 2 threads", "2 replicas x 1 thread", "workaround")
-    }
-    assert set(row["costs"]) == {"batches of 256", "DataLoader collator"}
-    for cell in row["cells"]:  # each measured on the first N cores of the run's, every process that makes its batches
-        assert cell["figures"]["batches_per_s"] > 0 and cell["model_batches_per_s"] > 0, cell
-        assert {run["pinned"] for run in cell["rounds"]} == {",".join(map(str, data["meta"]["cores"][: cell["cores"]]))}
-    for projected in row["projection"]:
-        assert [p["cores"] for p in projected["points"]] == [16, 64, 128]
-        for p in projected["points"]:
-            costs = Costs(**row["costs"][projected["path"]])
-            plan = projection.auto_plan(costs, p["cores"], projection.pool(costs, projection.SPEEDUPS_2337))
-            assert (p["auto_replicas"], p["auto_threads"]) == (plan.replicas, plan.threads)
-            assert p["perfect_pool"]["auto_vs_workaround"] > 0
-    kinds = [t["kind"] for t in data["targets"]]
-    assert kinds.count("measured") == kinds.count("measured, per core left") == 4 and kinds.count("projection") == 2
-    assert {t["target"] for t in results["targets"]} >= {
-        "scaling_2_replicas_vs_1",
-        "scaling_2_replicas_vs_1_per_core_left",
-        "scaling_auto_vs_workaround_projected",
-    }
-    printed = (tmp_path / "logs" / "scaling.log").read_text()
-    assert "PROJECTION to 16, 64, 128 cores -- not measured" in printed and projection.MODEL in printed
-    table = (tmp_path / "benchmark.txt").read_text()
-    assert "PROJECTION, 64 cores" in table and "projection model" in table and "measured, 2 core(s)" in table

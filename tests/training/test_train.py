@@ -3,7 +3,7 @@ one, the recipe of ``--like`` kept, refusals before any work, reruns after a kil
 trains on part of the counts, bounded counting memory, and a trained tokenizer served by a real server.
 
 The corpus is real text (Chinese reviews and English prose from testkit.assets), cut to ~400 KB so the suite
-stays fast; the benchmark (``python -m benchmarks.train_compare``) runs the whole corpus. References are built
+stays fast; the benchmark (``python -m benchmarks.run --scenarios train``) runs the whole corpus. References are built
 here with the tokenizers API directly, as a user would, not with the package's training code.
 """
 

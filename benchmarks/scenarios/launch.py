@@ -1,22 +1,19 @@
-"""A launched service (``TokenizerClient.launch``: a Unix socket) against the same server on TCP loopback and
-against tokenizing in the collate_fn; one-text round trips over both; and what a launch costs.
+"""Scenario "launch": a launched service (``TokenizerClient.launch``: a Unix socket) against the same server on TCP
+loopback and against tokenizing in the collate_fn; one-text round trips over both; and what a launch costs.
 
-    .venv/bin/python -m benchmarks.launch_compare --out bench-results/launch_compare.json
-    .venv/bin/python -m benchmarks.launch_compare --smoke --out /tmp/launch.json     # ~1 min
-
-One run, bounded: it launches its own service (in a private launch directory of its own), starts a TCP
-server (``python -m service serve`` on 127.0.0.1, a free port), measures, and stops both by PID (also on
-error, Ctrl-C or SIGTERM). Both servers serve the embedded default tokenizer with the same settings.
+In a process of its own (it forks DataLoader workers), bounded: it launches its own service (in a private launch
+directory), uses its process's shared TCP server (``python -m service serve`` on 127.0.0.1, a free port), measures,
+and stops both by PID (also on error, Ctrl-C or SIGTERM). Both serve the embedded default tokenizer, same settings.
 
 - **Round trips**: one text per request (a review, binary answer as ``return_tensors="pt"``), one request at
   a time and from 8 threads, through the same sync client over the socket and over TCP; and bare
   ``GET /healthz`` through the client's transport (the HTTP exchange without the tokenizer): requests/s, the
-  client's CPU and the server's CPU per request. Rounds alternate which socket goes first.
+  client's CPU and the server's CPU per request, in interleaved rounds.
 - **DataLoader**: batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork; W in 2 and 4, B in
   32 and 64; ``padding="longest", truncation=True, max_length=128``) with the launched client's collator, the
   TCP client's collator, and a collate_fn tokenizing in the worker with ``TOKENIZERS_PARALLELISM=false``
   (what training code does today to dodge the fork freeze). Same texts, same batches (checked identical);
-  CPU per batch in the worker's collate_fn and in the server (``benchmarks.dataloader_compare`` measures
+  CPU per batch in the worker's collate_fn and in the server (scenario 3 measures
   the same way).
 - **Start-up**: seconds from ``TokenizerClient.launch(model)`` to a ready service, for the embedded default
   and a large tokenizer (Llama 3.2's 128k-token BPE, 9 MB of tokenizer.json, from a package that ships it),
@@ -27,11 +24,9 @@ error, Ctrl-C or SIGTERM). Both servers serve the embedded default tokenizer wit
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -39,10 +34,24 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.dataloader_compare import (
+from benchmarks.harness import (
+    FORKS_WITH_PARALLELISM_OFF,
+    Row,
+    Scenario,
+    Settings,
+    busy_note,
+    human,
+    in_rounds,
+    log,
+    machine_noise,
+    medians,
+)
+from benchmarks.scenarios import dataloader
+from benchmarks.scenarios.dataloader import (
     OPTIONS,
     InProcessCollate,
     check_identical_batches,
@@ -50,15 +59,25 @@ from benchmarks.dataloader_compare import (
     measure_cells,
     process_cpu_seconds,
 )
-from benchmarks.machine import machine_noise
-from benchmarks.progress import log, publish
+from benchmarks.scenarios.measuring import shared_server
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.transport import HTTPTransport, Request, Timeout
 from service.wire import HEALTH_PATH
 from testkit import assets
-from testkit.servers import REPO, ServerProcess
 
 ROUND_TRIP_OPTIONS = {"padding": True, "return_tensors": "pt"}
+
+
+@dataclass(frozen=True)
+class Counts:
+    rounds: int = 3
+    requests: int = 2000  # one-text requests per round-trip figure
+    startup_repeats: int = 3  # fresh launches per tokenizer
+    loader: dataloader.Counts = field(default_factory=lambda: dataloader.FULL)
+
+
+FULL = Counts()
+SMOKE = Counts(rounds=1, requests=100, startup_repeats=1, loader=dataloader.Counts((2,), (32,), 1, 20, 1.0))
 
 
 # -- round trips -----------------------------------------------------------------------------------------
@@ -87,29 +106,24 @@ def round_trips(call: Callable[[], Any], server_pid: int, requests: int, threads
     }
 
 
-def round_trip_comparison(clients: dict[str, tuple[Any, int]], text: str, args: argparse.Namespace) -> dict:
+def round_trip_comparison(clients: dict[str, tuple[Any, int]], text: str, counts: Counts) -> dict:
     """Per socket: one-text ``/encode`` calls through the client, and bare ``GET /healthz`` through its
-    transport (the HTTP exchange alone, no tokenizer), alternating which socket goes first."""
+    transport (the HTTP exchange alone, no tokenizer), in interleaved rounds."""
     calls: dict[str, dict[str, Callable[[], Any]]] = {"encode 1 text": {}, "GET /healthz": {}}
     for name, (client, _) in clients.items():
         calls["encode 1 text"][name] = functools.partial(client, text, **ROUND_TRIP_OPTIONS)
         probe = Request("GET", client.urls[0] + HEALTH_PATH, {}, timeout=Timeout())
         calls["GET /healthz"][name] = functools.partial(HTTPTransport().handle_request, probe)
-    runs: dict[str, list[dict[str, float]]] = {}
-    for round_ in range(args.rounds):
-        for kind, by_socket in calls.items():
-            for threads in (1, 8):
-                names = list(by_socket) if round_ % 2 == 0 else list(reversed(by_socket))
-                for name in names:
-                    figure = round_trips(by_socket[name], clients[name][1], args.requests, threads)
-                    runs.setdefault(f"{kind} | {name} | {threads} thread(s)", []).append(figure)
+    variants = [(kind, threads, name) for kind in calls for threads in (1, 8) for name in clients]
+
+    def one(variant: tuple[str, int, str]) -> dict[str, float]:
+        kind, threads, name = variant
+        return round_trips(calls[kind][name], clients[name][1], counts.requests, threads)
+
+    runs = in_rounds(variants, one, counts.rounds)
     result: dict[str, Any] = {
-        key: {
-            field: statistics.median(run[field] for run in values)
-            for field in ("requests_per_s", "client_cpu_us_per_request", "server_cpu_us_per_request")
-        }
-        | {"rounds": values}
-        for key, values in runs.items()
+        f"{kind} | {name} | {threads} thread(s)": medians(runs[(kind, threads, name)])
+        for kind, threads, name in variants
     }
     for kind in calls:
         for threads in (1, 8):
@@ -120,10 +134,10 @@ def round_trip_comparison(clients: dict[str, tuple[Any, int]], text: str, args: 
 
 # -- DataLoader ------------------------------------------------------------------------------------------
 def dataloader_comparison(
-    variants: dict[str, tuple[Callable, int | None]], texts: list[str], args: argparse.Namespace
+    variants: dict[str, tuple[Callable, int | None]], texts: list[str], counts: Counts
 ) -> list[dict]:
-    check_identical_batches(variants, texts, args.batch_sizes)
-    cells = measure_cells(variants, texts, args)
+    check_identical_batches(variants, texts, list(counts.loader.batch_sizes))
+    cells = measure_cells(variants, texts, counts.loader)
     for cell in cells:
         rate = {name: cell[name]["batches_per_s"] for name in variants}
         cell["ratios"] = {
@@ -153,7 +167,7 @@ print(time.perf_counter() - started)
 
 def python_seconds(source: str, *args: str) -> list[str]:
     done = subprocess.run(
-        [sys.executable, "-c", source, *args], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
+        [sys.executable, "-c", source, *args], capture_output=True, text=True, timeout=300, check=True
     )
     return done.stdout.split()
 
@@ -188,73 +202,16 @@ def startup_costs(models: dict[str, Path | None], repeats: int) -> dict[str, Any
     return result
 
 
-# -- main ------------------------------------------------------------------------------------------------
-def print_table(result: dict[str, Any]) -> None:
-    noise = result["machine_noise_cores"]
-    print(f"\nOther processes used {noise['before']:.2f} cores before the run and {noise['after']:.2f} after it.")
-    print(
-        "\nOne-text round trips (binary answer), medians of "
-        f"{result['settings']['rounds']} rounds: requests/s, client and server CPU per request (us)"
-    )
-    for key, figures in result["round_trips"].items():
-        if "ratio" in key:
-            print(f"  {key:<48} {figures:6.2f}x")
-        else:
-            print(
-                f"  {key:<48} {figures['requests_per_s']:8.0f} req/s"
-                f"  client {figures['client_cpu_us_per_request']:6.0f}"
-                f"  server {figures['server_cpu_us_per_request']:6.0f}"
-            )
-    print(
-        "\nDataLoader batches/s (fork workers; padding=longest, truncation, max_length=128); CPU ms per batch: "
-        "'client' = the worker's collate_fn, 'server' = the server process"
-    )
-    names = ["launched (unix socket)", "tcp loopback", "in-process"]
-    header = f"{'workers':>7} {'batch':>5}" + "".join(f" | {n:>22} {'client':>6} {'server':>6}" for n in names)
-    print(header + " | launched/in-proc  launched/tcp")
-    for cell in result["dataloader"]:
-        line = f"{cell['workers']:>7} {cell['batch_size']:>5}"
-        for name in names:
-            f = cell[name]
-            line += f" | {f['batches_per_s']:>22.1f}"
-            line += f" {f['collate_cpu_ms_per_batch']:>6.2f} {f['server_cpu_ms_per_batch']:>6.2f}"
-        ratios = cell["ratios"]
-        print(line + f" | {ratios['launched / in-process']:>15.2f}x {ratios['launched / tcp']:>12.2f}x")
-    print("\nStart-up (seconds, medians): launch() to ready / attach from another process / in-process load")
-    for name, figures in result["startup"].items():
-        print(
-            f"  {name:<40} {figures['launch_seconds']:6.2f}  {figures['attach_seconds']:6.2f}  "
-            f"{figures['in_process_load_seconds']:6.2f}"
-        )
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "launch_compare.json")
-    parser.add_argument("--smoke", action="store_true", help="tiny counts, for CI (~1 min)")
-    parser.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[2, 4])
-    parser.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=[32, 64])
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per figure (median reported)")
-    parser.add_argument("--max-batches", type=int, default=300, help="batches per DataLoader measurement, at most")
-    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per DataLoader measurement, at most")
-    parser.add_argument("--requests", type=int, default=2000, help="one-text requests per round-trip figure")
-    parser.add_argument("--startup-repeats", type=int, default=3, help="fresh launches per tokenizer")
-    args = parser.parse_args(argv)
-    if args.smoke:
-        args.workers, args.batch_sizes, args.rounds, args.max_batches, args.seconds = [2], [32], 1, 20, 1.0
-        args.requests, args.startup_repeats = 100, 1
-
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds like Ctrl-C: the finally stops the servers
+def measure(settings: Settings) -> dict[str, Any]:
+    counts = settings.counts(FULL, SMOKE)
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # the in-process collate_fn, as it runs without freezing
     launch_dir = Path(tempfile.mkdtemp(prefix="tsb-", dir="/tmp"))
     os.environ[LAUNCH_DIR_ENV] = str(launch_dir)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     texts = load_texts(4096)
     models: dict[str, Path | None] = {"embedded default (WordPiece, 21k tokens)": None}
-    if not args.smoke:
+    if not settings.smoke:
         models["Llama 3.2 (byte-level BPE, 128k tokens, 9 MB)"] = assets.large_tokenizer_dir()
     noise_before = machine_noise(2.0)
-    started = time.time()
-    tcp = ServerProcess(env={"TOKENIZER_SERVICE_LOG_LEVEL": "warning"}, log_path=args.out.with_suffix(".tcp.log"))
     launched = None
     try:
         from transformers import AutoTokenizer
@@ -263,47 +220,88 @@ def main(argv: list[str] | None = None) -> int:
         from service.engine.loading import DEFAULT_TOKENIZER_DIR
 
         log("start-up")
-        startup = startup_costs(models, args.startup_repeats)
-        log(f"launching the service (launch directory {launch_dir}) and a TCP server on {tcp.url}")
+        startup = startup_costs(models, counts.startup_repeats)
+        tcp = shared_server(settings, "default")
+        log(f"launching the service (launch directory {launch_dir}); the TCP server is {tcp.url}")
         launched = TokenizerClient.launch(log_level="warning")
-        tcp.start()
         tcp_client = TokenizerClient(tcp.url)
         log("round trips")
         clients = {"unix socket": (launched, launched.service.pid), "tcp loopback": (tcp_client, tcp.pid)}
-        trips = round_trip_comparison(clients, texts[0], args)
+        trips = round_trip_comparison(clients, texts[0], counts)
         log("DataLoader")
         variants: dict[str, tuple[Callable, int | None]] = {
             "launched (unix socket)": (launched.collator(**OPTIONS), launched.service.pid),
             "tcp loopback": (tcp_client.collator(**OPTIONS), tcp.pid),
             "in-process": (InProcessCollate(AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR))), None),
         }
-        cells = dataloader_comparison(variants, texts, args)
+        cells = dataloader_comparison(variants, texts, counts)
     finally:
         if launched is not None:
             launched.shutdown()
-        tcp.stop()
         shutil.rmtree(launch_dir, ignore_errors=True)
-    result = {
-        "settings": {
-            "options": OPTIONS,
-            "round_trip_options": {k: str(v) for k, v in ROUND_TRIP_OPTIONS.items()},
-            "workers": args.workers,
-            "batch_sizes": args.batch_sizes,
-            "rounds": args.rounds,
-            "requests": args.requests,
-            "start_method": "fork",
-            "inprocess_tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM"),
-            "smoke": args.smoke,
-        },
+    return {
+        "settings": {"options": OPTIONS, "round_trip_options": {k: str(v) for k, v in ROUND_TRIP_OPTIONS.items()}},
         "round_trips": trips,
         "dataloader": cells,
         "startup": startup,
         "machine_noise_cores": {"before": noise_before, "after": machine_noise(2.0)},
-        "seconds": time.time() - started,
     }
-    publish(result, args.out, print_table)
-    return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def rows(section: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for key, figures in section.get("round_trips", {}).items():
+        if "ratio" not in key:
+            cpu = f"cli {figures['client_cpu_us_per_request']:.3g} srv {figures['server_cpu_us_per_request']:.3g} us"
+            out.append(
+                {
+                    "scenario": "launch",
+                    "texts": "round trips",
+                    "variant": key,
+                    "rate": figures["requests_per_s"],
+                    "cpu": cpu,
+                }
+            )
+    for cell in section.get("dataloader", []):
+        for name in ("launched (unix socket)", "tcp loopback", "in-process"):
+            f = cell[name]
+            ratio = (
+                "baseline"
+                if name == "in-process"
+                else f"{f['batches_per_s'] / cell['in-process']['batches_per_s']:.2f}x in-proc"
+            )
+            out.append(
+                {
+                    "scenario": "launch",
+                    "texts": f"DataLoader {cell['workers']} workers, batch {cell['batch_size']}",
+                    "variant": name,
+                    "rate": human(f["batches_per_s"]) + " b/s",
+                    "ratio": ratio,
+                    "cpu": f"collate {f['collate_cpu_ms_per_batch']:.3g} + srv "
+                    f"{f['server_cpu_ms_per_batch']:.3g}/batch",
+                    "note": busy_note(f.get("other_cpu_cores", 0.0)),
+                }
+            )
+    for name, f in section.get("startup", {}).items():
+        note = f"attach {f['attach_seconds']:.2f} s; in-process load {f['in_process_load_seconds']:.2f} s"
+        out.append(
+            {
+                "scenario": "launch",
+                "texts": "start-up",
+                "variant": name,
+                "rate": f"launch {f['launch_seconds']:.2f} s",
+                "note": note,
+            }
+        )
+    return out
+
+
+SCENARIO = Scenario(
+    "launch",
+    "a launched service (Unix socket) vs TCP loopback vs the collate_fn; round trips; start-up costs",
+    measure,
+    rows,
+    process=FORKS_WITH_PARALLELISM_OFF,
+    needs_torch=True,
+    timeout=(1200.0, 150.0),
+)

@@ -1,8 +1,5 @@
-"""Training a tokenizer from counts (``tokenizer-service train``) vs ``train_from_iterator`` on the whole corpus
-in one process, side by side in one run.
-
-    .venv/bin/python -m benchmarks.train_compare --out bench-results/train_compare.json     # ~3 min here
-    .venv/bin/python -m benchmarks.train_compare --smoke --out /tmp/train_compare.json     # < 1 min
+"""Scenario "train": training a tokenizer from counts (``tokenizer-service train``) vs ``train_from_iterator`` on the
+whole corpus in one process, side by side in one run (~3 min on 2 cores; its smoke: 1/40 of the corpus, BPE only).
 
 The corpus is the whole real corpus of testkit.assets -- ~35k Chinese product reviews, the English paragraphs of
 Python's documentation and the docstrings of its standard library (10 MB) -- as four JSON Lines files cut into
@@ -12,10 +9,10 @@ in its own process (so its peak RSS, VmHWM, is its own):
 - **baseline**: ``Tokenizer.train_from_iterator`` over every document, in one process, Rust parallelism on
   (the recipe's normalizer and pre-tokenizer, the same trainer options): the time of the call (reading the
   files excluded), and the process's peak RSS.
-- **count**: phase 1 (``--phase count``) over the whole corpus by 1 worker with 1 counting process, by 1 worker
-  with 2 counting processes, and by 2 workers (``--shard-index``/``--num-shards``) of 1 process each running at
+- **count**: phase 1 (``phase="count"``) over the whole corpus by 1 worker with 1 counting process, by 1 worker
+  with 2 counting processes, and by 2 workers (``shard_index``/``num_shards``) of 1 process each running at
   once: MB/s of input (the workers' wall time), peak RSS of the largest process.
-- **merge+train**: phase 2 (``--phase merge``) on those counts: wait-free sum, replay, training, assembly and
+- **merge+train**: phase 2 (``phase="merge"``) on those counts: wait-free sum, replay, training, assembly and
   the save; the training alone; peak RSS.
 
 Each figure comes with the CPU the measured processes used (``CPU s``, user + system, their start-up included),
@@ -27,25 +24,38 @@ tokens in common.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import resource
+import shutil
 import subprocess
-import sys
 import time
-from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.loadgen import CLOCK_TICKS, busy_ticks
-from benchmarks.machine import BUSY_CORES, available_cpus, wait_for_quiet
-from benchmarks.progress import log
-from testkit.servers import REPO
+from benchmarks.harness import (
+    CLOCK_TICKS,
+    Row,
+    Scenario,
+    Settings,
+    available_cpus,
+    busy_note,
+    busy_ticks,
+    child_command,
+    log,
+)
 
-MODELS = {"byte-level-bpe": 32000, "wordpiece": 21128}
 UNIT_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Counts:
+    models: tuple[tuple[str, int], ...] = (("byte-level-bpe", 32000), ("wordpiece", 21128))  # and vocabulary sizes
+    corpus_share: int = 1  # every n-th text of the corpus
+
+
+FULL, SMOKE = Counts(), Counts(models=(("byte-level-bpe", 2000),), corpus_share=40)
 
 
 def peak_rss_mb() -> float:
@@ -55,13 +65,12 @@ def peak_rss_mb() -> float:
 
 
 # -- the corpus -------------------------------------------------------------------------------------------
-def write_corpus(folder: Path, smoke: bool) -> tuple[int, int]:
+def write_corpus(folder: Path, share: int) -> tuple[int, int]:
     """Four JSON Lines files of the real corpus; (bytes, documents)."""
     from testkit import assets
 
     texts = assets.chinese_reviews() + assets.english_paragraphs() + assets.english_docstrings()
-    if smoke:
-        texts = texts[::40]
+    texts = texts[::share]
     folder.mkdir(parents=True, exist_ok=True)
     files = [open(folder / f"part-{i}.jsonl", "w", encoding="utf-8") for i in range(4)]
     try:
@@ -82,36 +91,36 @@ def read_texts(folder: Path) -> list[str]:
 
 
 # -- one measurement, in its own process ------------------------------------------------------------------
-def child(argv: Sequence[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=("baseline", "count", "merge"))
-    parser.add_argument("corpus", type=Path)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--vocab-size", type=int, required=True)
-    parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--shard-index", type=int)
-    parser.add_argument("--num-shards", type=int)
-    args = parser.parse_args(argv)
-    if args.mode == "baseline":
-        print(json.dumps(baseline(args.corpus, args.out, args.model, args.vocab_size)), flush=True)
+def child(
+    mode: str,
+    corpus: str,
+    out: str,
+    model: str,
+    vocab_size: int,
+    processes: int = 1,
+    shard_index: int | None = None,
+    num_shards: int | None = None,
+) -> None:
+    """One measurement (``baseline``, ``count`` or ``merge``), in a process of its own; prints its JSON line."""
+    if mode == "baseline":
+        print(json.dumps(baseline(Path(corpus), Path(out), model, vocab_size)), flush=True)
         return
     from service.training import TrainConfig, train
 
     config = TrainConfig(
-        inputs=(str(args.corpus),),
-        out=args.out,
-        model=args.model,
-        vocab_size=args.vocab_size,
-        phase=args.mode,
+        inputs=(corpus,),
+        out=Path(out),
+        model=model,
+        vocab_size=vocab_size,
+        phase=mode,
         unit_bytes=UNIT_BYTES,
-        processes=args.processes,
-        shard_index=args.shard_index,
-        num_shards=args.num_shards,
+        processes=processes,
+        shard_index=shard_index,
+        num_shards=num_shards,
         progress="none",
     )
     summary = train(config, log=lambda message: None)
-    if args.mode == "count":
+    if mode == "count":
         assert summary.count is not None
         count = summary.count
         result = {
@@ -147,12 +156,13 @@ def baseline(corpus: Path, out: Path, model: str, vocab_size: int) -> dict[str, 
     return {"seconds": seconds, "documents": len(texts), "peak_rss_mb": peak_rss_mb()}
 
 
-def start(mode: str, corpus: Path, out: Path, model: str, vocab_size: int, *extra: str) -> subprocess.Popen[str]:
+def start(mode: str, corpus: Path, out: Path, model: str, vocab_size: int, *extra: int) -> subprocess.Popen[str]:
+    """:func:`child` started; ``extra``: its processes, shard index and shard count."""
+
     threads = str(available_cpus())
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": threads, "RAYON_RS_NUM_CPUS": threads}
-    command = [sys.executable, "-m", "benchmarks.train_compare", "--child", mode, str(corpus), str(out)]
-    command += ["--model", model, "--vocab-size", str(vocab_size), *extra]
-    return subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = child_command("benchmarks.scenarios.train:child", mode, str(corpus), str(out), model, vocab_size, *extra)
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def finish(proc: subprocess.Popen[str]) -> dict[str, Any]:
@@ -183,7 +193,7 @@ class Noise:
         self.other_cores = max(0.0, busy - self.cpu_seconds) / wall if wall > 0 else 0.0
 
 
-def run(mode: str, corpus: Path, out: Path, model: str, vocab_size: int, *extra: str) -> dict[str, Any]:
+def run(mode: str, corpus: Path, out: Path, model: str, vocab_size: int, *extra: int) -> dict[str, Any]:
     started = time.perf_counter()
     with Noise() as noise:
         result = finish(start(mode, corpus, out, model, vocab_size, *extra))
@@ -212,16 +222,13 @@ def measure_model(work: Path, corpus: Path, size: int, model: str, vocab_size: i
     counts: dict[str, Any] = {}
     for label, processes in (("1 worker x 1 process", 1), ("1 worker x 2 processes", 2)):
         log(f"{model}: count, {label}")
-        result = run("count", corpus, folder / f"count-{processes}", model, vocab_size, "--processes", str(processes))
+        result = run("count", corpus, folder / f"count-{processes}", model, vocab_size, processes)
         result["mb_per_s"] = size / 1e6 / result["seconds"]
         counts[label] = result
     log(f"{model}: count, 2 workers x 1 process, at once")
     started = time.perf_counter()
     with Noise() as noise:
-        pair = [
-            start("count", corpus, folder / "count-2w", model, vocab_size, "--shard-index", str(i), "--num-shards", "2")
-            for i in range(2)
-        ]
+        pair = [start("count", corpus, folder / "count-2w", model, vocab_size, 1, i, 2) for i in range(2)]
         results = [finish(proc) for proc in pair]
     wall = time.perf_counter() - started
     counts["2 workers x 1 process"] = {
@@ -239,85 +246,59 @@ def measure_model(work: Path, corpus: Path, size: int, model: str, vocab_size: i
     return {"baseline": base, "count": counts, "merge": merge, "check": check}
 
 
-def busy(figure: dict[str, Any]) -> str:
-    """A mark for a figure taken while other processes used more than BUSY_CORES cores."""
-    return " *" if figure.get("other_cpu_cores", 0.0) > BUSY_CORES else ""
+def measure(settings: Settings) -> dict[str, Any]:
+    counts = settings.counts(FULL, SMOKE)
+    work = settings.work_dir / "train"
+    shutil.rmtree(work, ignore_errors=True)
+    corpus = work / "corpus"
+    size, documents = write_corpus(corpus, counts.corpus_share)
+    models = {model: measure_model(work, corpus, size, model, vocab) for model, vocab in counts.models}
+    return {"meta": {"documents": documents, "bytes": size, "cpus": available_cpus()}, "models": models}
 
 
-def table(results: dict[str, Any], size: int) -> str:
-    lines = [
-        f"corpus: {size / 1e6:.1f} MB, {results['meta']['documents']:,} documents; {results['meta']['cpus']} CPUs; "
-        f"* = other processes used over {BUSY_CORES} cores meanwhile",
-        f"{'model':<15} {'measurement':<42} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'peak RSS':>9}",
-    ]
-    for model, figures in results["models"].items():
-        base = figures["baseline"]
-        lines.append(
-            f"{model:<15} {'train_from_iterator, whole corpus, 1 process':<42} {base['seconds']:8.1f} "
-            f"{size / 1e6 / base['seconds']:7.2f} {base['cpu_seconds']:7.1f} {base['peak_rss_mb']:7.0f}MB{busy(base)}"
-        )
-        for label, count in figures["count"].items():
-            lines.append(
-                f"{'':<15} {'count: ' + label:<42} {count['seconds']:8.1f} {count['mb_per_s']:7.2f} "
-                f"{count['cpu_seconds']:7.1f} {count['peak_rss_mb']:7.0f}MB{busy(count)}"
-            )
-        merge = figures["merge"]
-        lines.append(
-            f"{'':<15} {'merge+train (training alone ' + format(merge['train_seconds'], '.1f') + ' s)':<42} "
-            f"{merge['seconds']:8.1f} {'':>7} {merge['cpu_seconds']:7.1f} {merge['peak_rss_mb']:7.0f}MB{busy(merge)}"
-        )
+def rows(section: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    size = section.get("meta", {}).get("bytes", 0)
+    for model, figures in section.get("models", {}).items():
+        base, merge, check = figures["baseline"], figures["merge"], figures["check"]
+        texts = f"{size / 1e6:.1f} MB, {section['meta']['documents']:,} docs"
+
+        def row(
+            variant: str,
+            figure: dict[str, Any],
+            ratio: str = "",
+            note: str = "",
+            model: str = model,
+            texts: str = texts,
+        ) -> Row:
+            cpu = f"{figure['cpu_seconds']:.3g} s CPU, peak RSS {figure['peak_rss_mb']:.0f} MB"
+            notes = "; ".join(filter(None, [note, busy_note(figure["other_cpu_cores"])]))
+            return {
+                "scenario": "train",
+                "tokenizer": model,
+                "texts": texts,
+                "variant": variant,
+                "rate": f"{figure['seconds']:.3g} s",
+                "ratio": ratio,
+                "cpu": cpu,
+                "note": notes,
+            }
+
+        out.append(row("train_from_iterator, whole corpus, 1 process", base, "baseline"))
+        out += [
+            row(f"count: {label}", count, f"{count['mb_per_s']:.3g} MB/s") for label, count in figures["count"].items()
+        ]
         best = min(c["seconds"] for c in figures["count"].values())
-        lines.append(
-            f"{'':<15} {'count (best) + merge+train vs baseline':<42} {best + merge['seconds']:8.1f} "
-            f"{'':>7} {(best + merge['seconds']) / base['seconds']:8.2f}x"
-        )
-        check = figures["check"]
-        lines.append(
-            f"{'':<15} result: vocabulary and ids equal {check['vocab_and_ids_equal']}, merges equal "
-            f"{check['merges_equal']}, tokens in common {check['tokens_in_common']:.1%}"
-        )
-    return "\n".join(lines)
+        total = f"count (best) + merge+train vs baseline {(best + merge['seconds']) / base['seconds']:.2f}x"
+        checked = f"vocabulary and ids equal {check['vocab_and_ids_equal']}, merges equal {check['merges_equal']}"
+        out.append(row(f"merge+train (training alone {merge['train_seconds']:.1f} s)", merge, total, checked))
+    return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--child"]:
-        child(argv[1:])
-        return 0
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "train_compare.json")
-    parser.add_argument("--work-dir", type=Path, default=REPO / ".cache" / "bench-train")
-    parser.add_argument("--smoke", action="store_true", help="1/40 of the corpus, small vocabularies")
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, of {', '.join(MODELS)}")
-    args = parser.parse_args(argv)
-    import shutil
-
-    shutil.rmtree(args.work_dir, ignore_errors=True)
-    corpus = args.work_dir / "corpus"
-    size, documents = write_corpus(corpus, args.smoke)
-    noise = wait_for_quiet(0 if args.smoke else 60)
-    results: dict[str, Any] = {
-        "meta": {
-            "documents": documents,
-            "bytes": size,
-            "cpus": available_cpus(),
-            "python": platform.python_version(),
-            "smoke": args.smoke,
-            "other_cpu_cores_at_start": noise,
-        },
-        "models": {},
-    }
-    for model in args.models.split(","):
-        vocab_size = MODELS[model] if not args.smoke else 2000 if model == "byte-level-bpe" else 3000
-        results["models"][model] = measure_model(args.work_dir, corpus, size, model, vocab_size)
-    report = table(results, size)
-    results["table"] = report
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(report)
-    log(f"wrote {args.out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+SCENARIO = Scenario(
+    "train",
+    "training a tokenizer from counts (tokenizer-service train) vs train_from_iterator in one process",
+    measure,
+    rows,
+    timeout=(3600.0, 150.0),
+)

@@ -8,28 +8,33 @@ Compares, for batches of real text (padding="longest", truncation, max_length=12
   - the engine's full response body: the hot path + orjson / safetensors serialisation
   - the same body as FastAPI would build it by default from a returned dict (``jsonable_encoder`` +
     ``JSONResponse``), which the service does not use
-No HTTP here: this isolates what the server does per batch. Rust parallelism is on in every variant.
-
-Usage: python -m benchmarks.hot_path [--batch 256] [--rounds 30] [--model DIR]
+No HTTP here: this isolates what the server does per batch. Rust parallelism is on in every variant (a process of
+its own: ``TOKENIZERS_PARALLELISM=true`` before tokenizers is imported).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import statistics
 import time
+from dataclasses import dataclass
+from typing import Any
 
-os.environ["TOKENIZERS_PARALLELISM"] = "true"
+from benchmarks.harness import TOKENIZES_WITH_PARALLELISM_ON, Row, Scenario, Settings, in_rounds, medians
+
+BATCH = 256
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch", type=int, default=256)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--model", default=None, help="tokenizer directory (default: the embedded one)")
-    args = parser.parse_args()
+@dataclass(frozen=True)
+class Counts:
+    rounds: int = 30
 
+
+FULL, SMOKE = Counts(), Counts(rounds=2)
+
+
+def measure(settings: Settings) -> dict[str, Any]:
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    counts = settings.counts(FULL, SMOKE)
     import numpy as np
     import orjson
     from safetensors.numpy import save
@@ -40,9 +45,9 @@ def main() -> None:
     from testkit import assets as package_assets
     from testkit.engine import build_batch, to_lists
 
-    texts = package_assets.chinese_reviews()[: args.batch // 2] + package_assets.english_paragraphs()[: args.batch // 2]
-    reference = load_tokenizer(args.model).tokenizer  # the user's in-process tokenizer
-    ours = load_tokenizer(args.model).tokenizer  # the engine's own copy
+    texts = package_assets.chinese_reviews()[: BATCH // 2] + package_assets.english_paragraphs()[: BATCH // 2]
+    reference = load_tokenizer(None).tokenizer  # the user's in-process tokenizer
+    ours = load_tokenizer(None).tokenizer  # the engine's own copy
     options = EncodeOptions(padding="longest", truncation=True, max_length=128)
     call = {"padding": "longest", "truncation": True, "max_length": 128}
 
@@ -93,22 +98,38 @@ def main() -> None:
     }
     for fn in variants.values():  # warm up the pool and caches
         fn()
-    timings: dict[str, list[float]] = {name: [] for name in variants}
-    for _ in range(args.rounds):  # interleaved, so machine noise hits every variant alike
-        for name, fn in variants.items():
-            started = time.perf_counter()
-            fn()
-            timings[name].append(time.perf_counter() - started)
-    base = statistics.median(timings["in-process encode_batch"])
-    print(
-        f"batch {args.batch} texts, padding=longest, truncation, max_length=128, {args.rounds} rounds, "
-        f"median per batch; {os.cpu_count()} CPUs"
-    )
-    print(f"{'variant':42} {'ms/batch':>9} {'texts/s':>10} {'vs encode_batch':>16}")
-    for name, values in timings.items():
-        median = statistics.median(values)
-        print(f"{name:42} {median * 1000:9.2f} {args.batch / median:10.0f} {base / median:15.2f}x")
+
+    def one(name: str) -> dict[str, float]:
+        started = time.perf_counter()
+        variants[name]()
+        return {"seconds": time.perf_counter() - started}
+
+    runs = in_rounds(list(variants), one, counts.rounds, "hot path")
+    found = {name: medians(values)["seconds"] for name, values in runs.items()}
+    return {"batch": BATCH, "seconds_per_batch": found}
 
 
-if __name__ == "__main__":
-    main()
+def rows(section: dict[str, Any]) -> list[Row]:
+    found = section.get("seconds_per_batch", {})
+    base = found.get("in-process encode_batch")
+    return [
+        {
+            "scenario": "hot_path",
+            "texts": f"{section['batch']} texts, no HTTP",
+            "variant": name,
+            "rate": section["batch"] / seconds,
+            "ratio": f"{base / seconds:.2f}x enc",
+            "latency": f"{seconds * 1000:.3g}",
+        }
+        for name, seconds in found.items()
+    ]
+
+
+SCENARIO = Scenario(
+    "hot_path",
+    "the engine's hot path alone, no HTTP, vs in-process encode_batch and transformers",
+    measure,
+    rows,
+    process=TOKENIZES_WITH_PARALLELISM_ON,
+    timeout=(600.0, 120.0),
+)

@@ -1,7 +1,5 @@
-"""``datasets.map`` through a launched service against ``datasets.map`` with the tokenizer in-process, side by side.
-
-    .venv/bin/python -m benchmarks.datasets_compare --out bench-results/datasets_compare.json
-    .venv/bin/python -m benchmarks.datasets_compare --smoke --out /tmp/datasets.json     # < 2 min
+"""Scenario "datasets": ``datasets.map`` through a launched service against ``datasets.map`` with the tokenizer
+in-process, side by side.
 
 The benchmark corpus (``testkit.corpora.write_jsonl``: real Chinese reviews and English prose, 16 MiB; smoke
 512 KiB), loaded with ``datasets.load_dataset("json")``, each run in a process of its own with a fresh datasets cache
@@ -20,30 +18,28 @@ ran the function -- the map workers, or the process itself with ``num_proc=1`` a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.progress import log, publish
+from benchmarks.harness import Row, Scenario, Settings, child_command, log, peak_rss_mb
 from testkit import corpora
-from testkit.servers import REPO
 
-NUM_PROCS = (1, 2, 4)
 SIDES = ("in-process", "service")
 
 
-def peak_rss_mb() -> float:
-    with open("/proc/self/status", encoding="ascii") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
+@dataclass(frozen=True)
+class Counts:
+    corpus_bytes: int = 16 << 20
+    maps: tuple[str, ...] = ("1", "2", "4", "stream")  # num_proc, or streaming
+
+
+FULL, SMOKE = Counts(), Counts(512 << 10, ("2",))
 
 
 class RecordingPeak:
@@ -107,11 +103,16 @@ def one_run(side: str, how: str, corpus: str, work: str) -> dict[str, Any]:
     }
 
 
+def print_run(side: str, how: str, corpus: str, work: str) -> None:
+    """:func:`one_run`, in a process of its own: its JSON line."""
+    print(json.dumps(one_run(side, how, corpus, work)))
+
+
 def run_in_own_process(side: str, how: str, corpus: Path) -> dict[str, Any]:
+
     with tempfile.TemporaryDirectory(prefix="datasets-compare-") as work:
         done = subprocess.run(
-            [sys.executable, "-m", "benchmarks.datasets_compare", "--run", side, how, str(corpus), work],
-            cwd=REPO,
+            child_command("benchmarks.scenarios.datasets:print_run", side, how, str(corpus), work),
             env={**os.environ, "TOKENIZERS_PARALLELISM": "true"},
             capture_output=True,
             text=True,
@@ -123,52 +124,43 @@ def run_in_own_process(side: str, how: str, corpus: Path) -> dict[str, Any]:
     return result
 
 
-def print_table(result: dict[str, Any]) -> None:
-    corpus = result["corpus"]
-    print(
-        f"\ndatasets.map, {corpus['mib']:.1f} MiB ({corpus['documents']} documents), default tokenizer, "
-        f"{result['machine']['cpus']} CPUs"
-    )
-    print(
-        "| map | in-process tokens/s | service tokens/s | service / in-process | worker peak RSS in-process | service |"
-    )
-    print("|---|---|---|---|---|---|")
-    for how, row in result["rows"].items():
-        label = "streaming" if how == "stream" else f"num_proc={how}"
+def measure(settings: Settings) -> dict[str, Any]:
+    counts = settings.counts(FULL, SMOKE)
+    corpus = settings.work_dir / "datasets-corpus.jsonl"
+    documents = corpora.write_jsonl(corpus, counts.corpus_bytes, fields=False)
+    section: dict[str, Any] = {"corpus": {"mib": corpus.stat().st_size / 2**20, "documents": documents}, "rows": {}}
+    for how in counts.maps:
+        for side in SIDES:
+            log(f"datasets: {side}, {how}")
+            section["rows"].setdefault(how, {})[side] = run_in_own_process(side, how, corpus)
+    return section
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    out: list[Row] = []
+    for how, row in section.get("rows", {}).items():
         ours, theirs = row["service"], row["in-process"]
-        print(
-            f"| {label} | {theirs['tokens_per_s'] / 1e6:.2f}M | {ours['tokens_per_s'] / 1e6:.2f}M | "
-            f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x | {theirs['worker_peak_rss_mb']:.0f} MB | "
-            f"{ours['worker_peak_rss_mb']:.0f} MB |"
-        )
+        for side, figures in row.items():
+            out.append(
+                {
+                    "scenario": "datasets",
+                    "texts": f"{section['corpus']['mib']:.1f} MiB JSONL",
+                    "variant": f"{side}, " + ("streaming" if how == "stream" else f"num_proc={how}"),
+                    "tokens_rate": figures["tokens_per_s"],
+                    "ratio": "baseline"
+                    if side == "in-process"
+                    else f"{ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x in-proc",
+                    "note": f"worker peak RSS {figures['worker_peak_rss_mb']:.0f} MB",
+                }
+            )
+    return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.datasets_compare", description=__doc__)
-    parser.add_argument("--out", type=Path, default=Path("bench-results/datasets_compare.json"))
-    parser.add_argument("--smoke", action="store_true")
-    parser.add_argument("--run", nargs=4, metavar=("SIDE", "HOW", "CORPUS", "WORK"), help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.run:
-        print(json.dumps(one_run(*args.run)))
-        return 0
-    started = time.time()
-    with tempfile.TemporaryDirectory(prefix="datasets-corpus-") as folder:
-        corpus = Path(folder, "corpus.jsonl")
-        documents = corpora.write_jsonl(corpus, (512 << 10) if args.smoke else (16 << 20), fields=False)
-        result: dict[str, Any] = {
-            "corpus": {"mib": corpus.stat().st_size / 2**20, "documents": documents},
-            "rows": {},
-        }
-        for how in (*map(str, NUM_PROCS), "stream"):
-            for side in SIDES:
-                log(f"datasets_compare: {side}, {how}")
-                result["rows"].setdefault(how, {})[side] = run_in_own_process(side, how, corpus)
-    result["seconds"] = time.time() - started
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    publish(result, args.out, print_table)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+SCENARIO = Scenario(
+    "datasets",
+    "datasets.map (and streaming map) through a launched service vs the tokenizer in-process",
+    measure,
+    rows,
+    needs_torch=False,
+    timeout=(3600.0, 240.0),
+)
