@@ -17,9 +17,9 @@ _AsyncPools = IdleConnections[_Connection]
 
 class AsyncHTTPTransport(PooledTransport):
     """The default async transport: a lean HTTP/1.1 keep-alive client on asyncio streams, one pool per process and
-    event loop, a fifth of ``httpx.AsyncClient``'s client CPU per request at 32-way concurrency
-    (``benchmarks/dataloader_compare.py``). It speaks what the service speaks (Content-Length or chunked bodies,
-    no redirects or proxies). Arguments and ``http+unix://`` URLs as :class:`HTTPTransport`'s."""
+    event loop, a fifth of ``httpx.AsyncClient``'s client CPU per request at 32-way concurrency (measured by
+    ``benchmarks/dataloader_compare.py`` at commit d64e1e6). It speaks what the service speaks (Content-Length or
+    chunked bodies, no redirects or proxies). Arguments and ``http+unix://`` URLs as :class:`HTTPTransport`'s."""
 
     def __init__(
         self, *, max_idle_connections: int = 64, keepalive_expiry: float = 4.0, verify: bool | str = True
