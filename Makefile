@@ -83,9 +83,11 @@ serve: $(SERVER_STAMP)
 
 # The suite runs in TEST_PROCESSES pytest processes (pytest-xdist), a test module each at a time (module-scoped
 # servers and venvs are made once): most of a test's time is a server, a job or a venv at work, so three
-# processes keep two cores busy. TEST_PROCESSES=0 runs it in this one process.
+# processes keep two cores busy. TEST_PROCESSES=0 runs it in this one process. Modules are handed out in the order
+# tests/conftest.py puts them (the longest first); --no-loadscope-reorder keeps xdist from re-sorting them by their
+# count of tests, which sent the few-test, minutes-long modules (benchmark smokes, venvs) out last.
 TEST_PROCESSES ?= 3
-PYTEST := RUST_BACKTRACE=0 $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile
+PYTEST := RUST_BACKTRACE=0 $(BIN)/python -m pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder
 
 test: $(TEST_NEEDS)
 	$(PYTEST) $(PYTEST_ARGS)
