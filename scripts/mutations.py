@@ -299,7 +299,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         (MEMORY,),
     ),
     Mutation(
-        "a stride that leaves no room refused only at encode time (a huge pair answered too_large)",
+        "a stride that leaves no room refused only at encode time (a long text answered too_large)",
         "service.engine.encoding:check_stride",
         "if room >= 0 and truncation.stride > room:",
         "if room > 0 and truncation.stride > room:",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from service.engine import DecodeOptions, EncodeOptions, TokenizeOptions
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.parallelism import ForkGuard, available_cpus
-from testkit.engine import queued_requests, to_lists, tokenizer_facts
+from testkit.engine import encode_bound, queued_requests, to_lists, tokenizer_facts
 from testkit.families import FAMILIES
 from testkit.parity import TRICKY_TEXTS, assert_same, draw_calls, reaches_every_region, reference_call, regions_reached
 
@@ -245,24 +245,35 @@ def test_one_bad_request_does_not_fail_its_batch_mates(engines, reference_tokeni
     assert_same(to_lists(third), expected)
 
 
-def test_a_stride_transformers_refuses_is_refused_as_it_does_before_the_call_is_sized(engines, reference_tokenizers):
-    """Refused for its stride with transformers' message, not as too large: a huge pair whose overflow windows
-    (a stride above what max_length leaves) would be over any budget. And a max_length below the special tokens,
-    which tokenizers reads as no limit, is refused for nothing."""
-    runner, reference = engines["wordpiece_default"], reference_tokenizers["wordpiece_default"]
-    texts, pairs = ["今天"], ["天气很好" * 20_000]
+def test_a_stride_transformers_refuses_is_refused_as_it_does_before_the_call_is_sized(reference_tokenizers):
+    """Refused for its stride with transformers' message, not as too large: a max_length that leaves no room
+    beside one sequence's special tokens, so the bound of a long text's overflow holds it whole twice (tokenizers
+    keeps it as an overflow row), over the budget; a pair alike. And a max_length below the special tokens, which
+    tokenizers reads as no limit, is refused for nothing."""
+    from service.engine import EngineLimits
+    from testkit.engine import EngineRunner
+
+    budget = 256 << 20  # (the engines fixture's tens of GiB would hold the bound: Rust would refuse it instead)
+    runner = EngineRunner(None, limits=EngineLimits(max_text_chars=1_000_000, memory_budget=budget))
+    reference = reference_tokenizers["wordpiece_default"]
     options = {"truncation": True, "max_length": 2, "stride": 1, "return_overflowing_tokens": True}
-    theirs = reference_call(reference, texts, pairs, options)
-    assert isinstance(theirs, ValueError)
-    with pytest.raises(ServiceError) as refused:
-        runner.result(runner.engine.submit_encode, texts, pairs, EncodeOptions(**options))
-    assert refused.value.kind is ErrorKind.TOKENIZER
-    assert str(theirs).rstrip(", ") in str(refused.value)
-    below = {"max_length": 1, "stride": 5}
-    assert_same(
-        to_lists(runner.result(runner.engine.submit_encode, ["000000"], None, EncodeOptions(**below))),
-        reference_call(reference, ["000000"], None, below),
-    )
+    long_text = ["天气很好" * 25_000]
+    try:
+        assert encode_bound(runner.engine, long_text, None, EncodeOptions(**options)).cost > budget
+        for texts, pairs in ((long_text, None), (["今天"], ["天气很好" * 20_000])):
+            theirs = reference_call(reference, texts, pairs, options)
+            assert isinstance(theirs, ValueError)
+            with pytest.raises(ServiceError) as refused:
+                runner.result(runner.engine.submit_encode, texts, pairs, EncodeOptions(**options))
+            assert refused.value.kind is ErrorKind.TOKENIZER, refused.value
+            assert str(theirs).rstrip(", ") in str(refused.value)
+        below = {"max_length": 1, "stride": 5}
+        assert_same(
+            to_lists(runner.result(runner.engine.submit_encode, ["000000"], None, EncodeOptions(**below))),
+            reference_call(reference, ["000000"], None, below),
+        )
+    finally:
+        runner.close()
 
 
 def test_tokenize_and_decode_match_transformers(engines, reference_tokenizers, corpus):
