@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.engine import DecodeOptions, EncodeOptions, TokenizeOptions
+from service.engine import DecodeOptions, EncodeOptions, EngineLimits, TokenizeOptions
 from service.engine.errors import ErrorKind, ServiceError
 from service.engine.parallelism import ForkGuard, available_cpus
-from testkit.engine import encode_bound, queued_requests, to_lists, tokenizer_facts
+from testkit.engine import EngineRunner, encode_bound, queued_requests, to_lists, tokenizer_facts
 from testkit.families import FAMILIES
 from testkit.parity import TRICKY_TEXTS, assert_same, draw_calls, reaches_every_region, reference_call, regions_reached
 
@@ -250,9 +250,6 @@ def test_a_stride_transformers_refuses_is_refused_as_it_does_before_the_call_is_
     beside one sequence's special tokens, so the bound of a long text's overflow holds it whole twice (tokenizers
     keeps it as an overflow row), over the budget; a pair alike. And a max_length below the special tokens, which
     tokenizers reads as no limit, is refused for nothing."""
-    from service.engine import EngineLimits
-    from testkit.engine import EngineRunner
-
     budget = 256 << 20  # (the engines fixture's tens of GiB would hold the bound: Rust would refuse it instead)
     runner = EngineRunner(None, limits=EngineLimits(max_text_chars=1_000_000, memory_budget=budget))
     reference = reference_tokenizers["wordpiece_default"]
@@ -326,9 +323,6 @@ def test_tokenize_gives_one_token_and_sequence_id_per_id_like_transformers(engin
 
 
 def test_limits_are_enforced_with_their_names(tokenizer_dirs):
-    from service.engine import EngineLimits
-    from testkit.engine import EngineRunner
-
     runner = EngineRunner(None, limits=EngineLimits(max_texts_per_request=3, max_text_chars=10, max_response_tokens=50))
     try:
         cases = [
@@ -351,9 +345,6 @@ def test_limits_are_enforced_with_their_names(tokenizer_dirs):
 
 def test_response_limit_holds_for_ragged_padded_results_too():
     """padding="max_length" without truncation: a long text stays long, the others pad -- still bounded."""
-    from service.engine import EngineLimits
-    from testkit.engine import EngineRunner
-
     runner = EngineRunner(None, limits=EngineLimits(max_text_chars=1000, max_response_tokens=50))
     try:
         options = EncodeOptions(padding="max_length", max_length=10, truncation=False)
