@@ -1,13 +1,6 @@
-"""The one harness every scenario runs on: what a scenario declares, and what the runner owns for all of them.
-
-A scenario (one module under ``benchmarks/scenarios/``) declares a :class:`Scenario`: its name, what it
-measures, how to measure it (``measure``: the run's :class:`Settings` in, its section of the results out), the
-table rows and targets read from that section, and whether it needs a process of its own (it forks DataLoader
-workers, or sets process-wide state such as ``TOKENIZERS_PARALLELISM``). The runner (``benchmarks.run``) owns
-the rest: the rounds -- each round measures every variant once, in rotated order, so no variant always runs
-first or last (:func:`in_rounds`) -- the medians over rounds (:func:`medians`; ratios are ratios of medians),
-the machine's noise (the CPU other processes used while a figure was taken, and a note on a figure taken while
-they used over :data:`BUSY_CORES`), the table, the JSON and the plots.
+"""The one harness every scenario runs on: a scenario declares a :class:`Scenario`; the runner (``benchmarks.run``)
+owns the rest -- rounds in rotated order (:func:`in_rounds`), medians over rounds (:func:`medians`), the CPU other
+processes used meanwhile (:class:`CpuProbe`, a note over :data:`BUSY_CORES`), the table, the JSON and the plots.
 """
 
 from __future__ import annotations
@@ -20,12 +13,15 @@ import select
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
+
+from service.sizing import available_cpus  # the CPUs this process may run on, as the server sizes its Rust pool
 
 # The process of the scenarios that fork DataLoader workers with the tokenizer in-process, parallelism off
 FORKS_WITH_PARALLELISM_OFF = "forks DataLoader workers, TOKENIZERS_PARALLELISM=false"
@@ -120,13 +116,6 @@ class ChildProcess:
 
 
 # -- the machine -------------------------------------------------------------------------------------------
-def available_cpus() -> int:
-    """The CPUs this process may run on (the server sizes its Rust thread pool the same way)."""
-    from service.engine.parallelism import available_cpus as cpus
-
-    return cpus()
-
-
 def host_facts() -> dict[str, Any]:
     """What a table names the machine by: the CPU model, the CPUs this process may use and the host's count, the
     memory the kernel reports (MemTotal), the OS and the Python."""
@@ -150,10 +139,24 @@ def host_facts() -> dict[str, Any]:
 
 
 def process_ticks(pid: int | str) -> int:
-    """utime + stime of a process (all its threads), in clock ticks, from /proc/<pid>/stat."""
+    """utime + stime of a process (all its threads; of one thread with ``"PID/task/TID"``), in clock ticks."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     values = stat[stat.rindex(")") + 2 :].split()
     return int(values[11]) + int(values[12])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all threads, in seconds."""
+    return process_ticks(pid) / CLOCK_TICKS
+
+
+def in_threads(work: Callable[[int], object], count: int) -> None:
+    """``work(index)`` in ``count`` threads at once; returns when all are done."""
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def busy_ticks(cores: Sequence[int] | set[int] | None = None) -> int:

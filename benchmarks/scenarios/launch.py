@@ -1,25 +1,8 @@
 """Scenario "launch": a launched service (``TokenizerClient.launch``: a Unix socket) against the same server on TCP
-loopback and against tokenizing in the collate_fn; one-text round trips over both; and what a launch costs.
-
-In a process of its own (it forks DataLoader workers), bounded: it launches its own service (in a private launch
-directory), uses its process's shared TCP server (``python -m service serve`` on 127.0.0.1, a free port), measures,
-and stops both by PID (also on error, Ctrl-C or SIGTERM). Both serve the embedded default tokenizer, same settings.
-
-- **Round trips**: one text per request (a review, binary answer as ``return_tensors="pt"``), one request at
-  a time and from 8 threads, through the same sync client over the socket and over TCP; and bare
-  ``GET /healthz`` through the client's transport (the HTTP exchange without the tokenizer): requests/s, the
-  client's CPU and the server's CPU per request, in interleaved rounds.
-- **DataLoader**: batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork; W in 2 and 4, B in
-  32 and 64; ``padding="longest", truncation=True, max_length=128``) with the launched client's collator, the
-  TCP client's collator, and a collate_fn tokenizing in the worker with ``TOKENIZERS_PARALLELISM=false``
-  (what training code does today to dodge the fork freeze). Same texts, same batches (checked identical);
-  CPU per batch in the worker's collate_fn and in the server (scenario 3 measures
-  the same way).
-- **Start-up**: seconds from ``TokenizerClient.launch(model)`` to a ready service, for the embedded default
-  and a large tokenizer (Llama 3.2's 128k-token BPE, 9 MB of tokenizer.json, from a package that ships it),
-  each launched afresh several times; beside them, what attaching to the running service costs another
-  process (a second local rank), and what loading the same tokenizer in-process costs a fresh interpreter
-  (``import transformers`` + ``AutoTokenizer.from_pretrained``).
+loopback and against tokenizing in the collate_fn (scenario 3's DataLoader cells); one-text round trips and bare
+``GET /healthz`` over both sockets; and what a launch costs (the embedded default and Llama 3.2's 128k-token BPE),
+beside attaching to a running service and loading the tokenizer in-process. In a process of its own (it forks
+DataLoader workers); figures: docs/guides/dataloader.md, "A launched service".
 """
 
 from __future__ import annotations
@@ -31,7 +14,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,22 +25,15 @@ from benchmarks.harness import (
     Row,
     Scenario,
     Settings,
-    busy_note,
-    human,
     in_rounds,
+    in_threads,
     log,
     machine_noise,
     medians,
-)
-from benchmarks.scenarios import dataloader
-from benchmarks.scenarios.dataloader import (
-    OPTIONS,
-    InProcessCollate,
-    check_identical_batches,
-    load_texts,
-    measure_cells,
     process_cpu_seconds,
 )
+from benchmarks.scenarios import dataloader
+from benchmarks.scenarios.dataloader import IN_PROCESS, OPTIONS, InProcessCollate, Variants, load_texts, measure_cells
 from benchmarks.scenarios.measuring import shared_server
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.transport import HTTPTransport, Request, Timeout
@@ -66,6 +41,7 @@ from service.wire import HEALTH_PATH
 from testkit import assets
 
 ROUND_TRIP_OPTIONS = {"padding": True, "return_tensors": "pt"}
+LAUNCHED, TCP = "launched (unix socket)", "tcp loopback"
 
 
 @dataclass(frozen=True)
@@ -87,16 +63,12 @@ def round_trips(call: Callable[[], Any], server_pid: int, requests: int, threads
         call()
     per_thread = max(1, requests // threads)
 
-    def work() -> None:
+    def work(_: int) -> None:
         for _ in range(per_thread):
             call()
 
     cpu, server, wall = time.process_time(), process_cpu_seconds(server_pid), time.perf_counter()
-    pool = [threading.Thread(target=work) for _ in range(threads)]
-    for thread in pool:
-        thread.start()
-    for thread in pool:
-        thread.join()
+    in_threads(work, threads)
     elapsed = time.perf_counter() - wall
     total = per_thread * threads
     return {
@@ -133,17 +105,14 @@ def round_trip_comparison(clients: dict[str, tuple[Any, int]], text: str, counts
 
 
 # -- DataLoader ------------------------------------------------------------------------------------------
-def dataloader_comparison(
-    variants: dict[str, tuple[Callable, int | None]], texts: list[str], counts: Counts
-) -> list[dict]:
-    check_identical_batches(variants, texts, list(counts.loader.batch_sizes))
+def dataloader_comparison(variants: Variants, texts: list[str], counts: Counts) -> list[dict[str, Any]]:
     cells = measure_cells(variants, texts, counts.loader)
     for cell in cells:
         rate = {name: cell[name]["batches_per_s"] for name in variants}
         cell["ratios"] = {
-            "launched / in-process": rate["launched (unix socket)"] / rate["in-process"],
-            "tcp / in-process": rate["tcp loopback"] / rate["in-process"],
-            "launched / tcp": rate["launched (unix socket)"] / rate["tcp loopback"],
+            "launched / in-process": rate[LAUNCHED] / rate[IN_PROCESS],
+            "tcp / in-process": rate[TCP] / rate[IN_PROCESS],
+            "launched / tcp": rate[LAUNCHED] / rate[TCP],
         }
     return cells
 
@@ -229,10 +198,11 @@ def measure(settings: Settings) -> dict[str, Any]:
         clients = {"unix socket": (launched, launched.service.pid), "tcp loopback": (tcp_client, tcp.pid)}
         trips = round_trip_comparison(clients, texts[0], counts)
         log("DataLoader")
-        variants: dict[str, tuple[Callable, int | None]] = {
-            "launched (unix socket)": (launched.collator(**OPTIONS), launched.service.pid),
-            "tcp loopback": (tcp_client.collator(**OPTIONS), tcp.pid),
-            "in-process": (InProcessCollate(AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR))), None),
+        tokenizer = AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR))
+        variants: Variants = {
+            LAUNCHED: (launched.collator(**OPTIONS), (launched.service.pid,)),
+            TCP: (tcp_client.collator(**OPTIONS), (tcp.pid,)),
+            IN_PROCESS: (InProcessCollate(tokenizer), ()),
         }
         cells = dataloader_comparison(variants, texts, counts)
     finally:
@@ -254,34 +224,10 @@ def rows(section: dict[str, Any]) -> list[Row]:
         if "ratio" not in key:
             cpu = f"cli {figures['client_cpu_us_per_request']:.3g} srv {figures['server_cpu_us_per_request']:.3g} us"
             out.append(
-                {
-                    "scenario": "launch",
-                    "texts": "round trips",
-                    "variant": key,
-                    "rate": figures["requests_per_s"],
-                    "cpu": cpu,
-                }
+                {"scenario": "launch", "texts": "round trips", "variant": key, "rate": figures["requests_per_s"]}
             )
-    for cell in section.get("dataloader", []):
-        for name in ("launched (unix socket)", "tcp loopback", "in-process"):
-            f = cell[name]
-            ratio = (
-                "baseline"
-                if name == "in-process"
-                else f"{f['batches_per_s'] / cell['in-process']['batches_per_s']:.2f}x in-proc"
-            )
-            out.append(
-                {
-                    "scenario": "launch",
-                    "texts": f"DataLoader {cell['workers']} workers, batch {cell['batch_size']}",
-                    "variant": name,
-                    "rate": human(f["batches_per_s"]) + " b/s",
-                    "ratio": ratio,
-                    "cpu": f"collate {f['collate_cpu_ms_per_batch']:.3g} + srv "
-                    f"{f['server_cpu_ms_per_batch']:.3g}/batch",
-                    "note": busy_note(f.get("other_cpu_cores", 0.0)),
-                }
-            )
+            out[-1]["cpu"] = cpu
+    out += dataloader.loader_rows("launch", section.get("dataloader", []))
     for name, f in section.get("startup", {}).items():
         note = f"attach {f['attach_seconds']:.2f} s; in-process load {f['in_process_load_seconds']:.2f} s"
         out.append(
