@@ -201,6 +201,7 @@ class CpuProbe:
             "wall_seconds": wall,
             "client_cpu_seconds": b["client"] - a["client"],
             "watched_cpu_seconds": watched / CLOCK_TICKS,
+            "children_cpu_seconds": (b["children"] - a["children"]) / CLOCK_TICKS,
             "other_cpu_cores": other / wall if wall > 0 else 0.0,
         }
 

@@ -1,22 +1,12 @@
-"""One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
+"""One pre-tokenization run of a corpus by one method, in its own process (scenarios 6 and 7 start one per run:
+``main(METHOD, CORPUS, OUT, URL, TOKENIZER_DIR, FORMAT, STORAGE_OPTIONS)``; CORPUS and OUT may be URLs). Methods:
 
-    benchmarks.run.child_command("benchmarks.pretokenize_runs:main", METHOD, CORPUS, OUT, URL, TOKENIZER_DIR,
-                                 FORMAT, STORAGE_OPTIONS)   # CORPUS and OUT may be URLs (scenario 7)
+- ``service``: ``tokenizer-service pretokenize`` against URL (8 requests in flight); this process imports no tokenizer;
+- ``encode_batch`` / ``encode_batch_fast``: the very same reader and shard writer with the Rust tokenizer in this
+  process (Rust parallelism on, 2 batches in flight so that reading overlaps encoding);
+- ``datasets_map``: ``load_dataset("json")`` then ``Dataset.map(tokenizer, batched=True, num_proc=2)``.
 
-Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
-
-- ``service``: ``tokenizer-service pretokenize`` (``service.pretokenize.pretokenize``) against ``--url``: the
-  async client, 8 requests in flight, the ragged binary answer. This process imports no tokenizer.
-- ``encode_batch`` / ``encode_batch_fast``: the very same reading and shard writing (``pretokenize`` with an
-  in-process encoder), the texts encoded by the Rust tokenizer's ``encode_batch`` (or ``encode_batch_fast``)
-  in this process, Rust parallelism on (``TOKENIZERS_PARALLELISM=true``), with 2 batches in flight so reading
-  overlaps encoding: what one process does best without the service.
-- ``datasets_map``: the usual recipe -- ``datasets.load_dataset("json")`` then ``Dataset.map(lambda batch:
-  tokenizer(batch["text"]), batched=True, num_proc=2)`` with the transformers tokenizer in-process; its
-  output is datasets' Arrow cache (in OUT).
-
-Prints one JSON line: the method, seconds of the work (imports and interpreter start excluded), documents,
-tokens, this process's CPU seconds and peak RSS (VmHWM; for ``datasets_map`` the parent's only).
+Prints one JSON line: seconds of the work (imports excluded), documents, tokens, CPU seconds and peak RSS.
 """
 
 from __future__ import annotations
@@ -34,8 +24,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import peak_rss_mb
-
-METHODS = ("service", "encode_batch", "encode_batch_fast", "datasets_map")
 
 
 class InProcessEncoder:

@@ -1,19 +1,7 @@
-"""Scenario "datasets": ``datasets.map`` through a launched service against ``datasets.map`` with the tokenizer
-in-process, side by side.
-
-The benchmark corpus (``testkit.corpora.write_jsonl``: real Chinese reviews and English prose, 16 MiB; smoke
-512 KiB), loaded with ``datasets.load_dataset("json")``, each run in a process of its own with a fresh datasets cache
-(no run loads another's result):
-
-- **map**, ``num_proc`` = 1, 2, 4: ``dataset.map(lambda batch: tokenizer(batch["text"]), batched=True,
-  num_proc=N)`` with the transformers tokenizer in the process (``TOKENIZERS_PARALLELISM=true``, as a training
-  script has it), against ``client.tokenize_function("text").map(dataset, num_proc=N)`` through
-  ``TokenizerClient.launch()`` (the embedded default tokenizer; the launch is not timed).
-- **streaming**: ``dataset.to_iterable_dataset().map(..., batched=True)`` iterated to the end, the same two
-  functions.
-
-Reported per run: seconds of the map (the load excluded), tokens/s, and the peak RSS (VmHWM) of the processes that
-ran the function -- the map workers, or the process itself with ``num_proc=1`` and streaming -- their largest.
+"""Scenario "datasets": ``datasets.map`` (num_proc 1, 2, 4, and streaming) through a launched service against the
+transformers tokenizer in-process (``TOKENIZERS_PARALLELISM=true``), on the benchmark corpus, each run in a process
+of its own with a fresh datasets cache: seconds of the map, tokens/s and the peak RSS of the processes that ran the
+function. Figures: docs/guides/datasets.md.
 """
 
 from __future__ import annotations

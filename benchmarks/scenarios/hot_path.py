@@ -1,15 +1,6 @@
-"""The engine's hot path against the in-process alternatives, on the same texts, in one run.
-
-Compares, for batches of real text (padding="longest", truncation, max_length=128):
-  - in-process Rust ``encode_batch`` and ``encode_batch_fast`` with padding/truncation set on the tokenizer,
-    ids -> numpy
-  - in-process transformers ``tokenizer(texts, ..., return_tensors="pt")``
-  - the engine's hot path: option resolution + one Rust call (``encode_batch_fast``) + numpy shaping
-  - the engine's full response body: the hot path + orjson / safetensors serialisation
-  - the same body as FastAPI would build it by default from a returned dict (``jsonable_encoder`` +
-    ``JSONResponse``), which the service does not use
-No HTTP here: this isolates what the server does per batch. Rust parallelism is on in every variant (a process of
-its own: ``TOKENIZERS_PARALLELISM=true`` before tokenizers is imported).
+"""Scenario "hot_path": the engine's hot path (option resolution, one Rust call, numpy shaping; then its response
+bodies, and FastAPI's default JSON, which the service does not use) against in-process ``encode_batch``,
+``encode_batch_fast`` and transformers on the same batch of real texts. No HTTP; Rust parallelism on everywhere.
 """
 
 from __future__ import annotations

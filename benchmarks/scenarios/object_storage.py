@@ -10,9 +10,9 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.harness import Row, Scenario, Settings, busy_note, human, in_rounds, log, target
+from benchmarks.harness import Row, Scenario, Settings, in_rounds, log, target
 from benchmarks.scenarios.measuring import shared_server
-from benchmarks.scenarios.pretokenize import by_variant, pretokenize_run
+from benchmarks.scenarios.pretokenize import by_variant, medians_rows, memory_row, pretokenize_run
 from testkit import corpora
 from testkit.objectstore import LoopbackS3
 
@@ -69,36 +69,14 @@ def measure(settings: Settings) -> dict[str, Any]:
 def rows(section: dict[str, Any]) -> list[Row]:
     if "medians" not in section:
         return []
-    found, memory, corpus = section["medians"], section["memory"], section["corpus"]
-    out: list[Row] = []
-    for where, m in found.items():
-        out.append(
-            {
-                "scenario": "7",
-                "texts": f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs",
-                "variant": m["label"],
-                "rate": human(m["documents_per_s"]) + " docs/s",
-                "tokens_rate": m["tokens_per_s"],
-                "ratio": "baseline"
-                if where == "local"
-                else f"{m['tokens_per_s'] / found['local']['tokens_per_s']:.2f}x local",
-                "note": "; ".join(
-                    filter(None, [f"peak RSS {m['peak_rss_mb']:.0f} MB", busy_note(m["other_cpu_cores"])])
-                ),
-            }
-        )
+    local, memory = section["medians"]["local"], section["memory"]
+
+    def ratio(where: str, m: dict[str, Any]) -> str:
+        return "baseline" if where == "local" else f"{m['tokens_per_s'] / local['tokens_per_s']:.2f}x local"
+
+    out = medians_rows("7", section, ratio)
     for where in LABELS:
-        texts = f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL"
-        note = f"peak RSS {memory[where]['peak_rss_mb']:.0f} MB"
-        out.append(
-            {
-                "scenario": "7",
-                "texts": texts,
-                "variant": f"worker alone, {where}, parquet",
-                "tokens_rate": memory[where]["tokens_per_s"],
-                "note": note,
-            }
-        )
+        out.append(memory_row("7", f"worker alone, {where}, parquet", memory["input_bytes"], memory[where]))
     return out
 
 

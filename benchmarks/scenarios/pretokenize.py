@@ -1,16 +1,7 @@
-"""Scenario 6: pre-tokenizing a corpus -- ``tokenizer-service pretokenize`` vs doing it in-process.
-
-One JSON Lines corpus of real text (``testkit.corpora``: Chinese reviews and English prose, documents of one to
-four texts), the default tokenizer, the same cores. Each run is its own process (``benchmarks.pretokenize_runs``),
-so imports and memory are its own; the runs are interleaved in rounds, the median per method is reported:
-
-- ``service``: the pretokenize worker against the run's shared server (flat format);
-- ``encode_batch`` / ``encode_batch_fast``: the same reading and writing with the Rust tokenizer in the worker's
-  process (Rust parallelism on);
-- ``datasets_map``: ``load_dataset("json")`` + ``Dataset.map(tokenizer, batched=True, num_proc=2)``.
-
-Then the memory case: the service worker alone on a large corpus (1 GB in the full run) in the Parquet format
-(the default, whose writer needs the most memory): its peak RSS (VmHWM) against the 500 MB target.
+"""Scenario 6: pre-tokenizing a JSON Lines corpus of real text, default tokenizer -- ``tokenizer-service pretokenize``
+against the run's shared server vs the same reader and writer with the Rust tokenizer in-process (``encode_batch``,
+``encode_batch_fast``) vs ``datasets.map(num_proc=2)``, each run a process of its own (``benchmarks.pretokenize_runs``),
+in interleaved rounds; then the service worker's peak RSS alone on a large corpus (1 GB in the full run, Parquet).
 """
 
 from __future__ import annotations
@@ -18,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,42 +114,47 @@ def measure(settings: Settings) -> dict[str, Any]:
     return section
 
 
-def rows(section: dict[str, Any]) -> list[Row]:
-    if "medians" not in section:
-        return []
-    corpus, found = section["corpus"], section["medians"]
+def medians_rows(scenario: str, section: dict[str, Any], ratio: Callable[[str, dict[str, Any]], str]) -> list[Row]:
+    """A row per method of a pretokenize section's medians (scenarios 6 and 7), ``ratio(method, figures)`` beside."""
+    corpus = section["corpus"]
     out: list[Row] = []
-    for method, m in found.items():
-        ratios = ", ".join(
-            f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}"
-            for b, s in (("encode_batch", "enc"), ("datasets_map", "map"))
-        )
+    for method, m in section["medians"].items():
         out.append(
             {
-                "scenario": "6",
+                "scenario": scenario,
                 "texts": f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs",
                 "variant": m["label"],
                 "rate": human(m["documents_per_s"]) + " docs/s",
                 "tokens_rate": m["tokens_per_s"],
-                "ratio": ratios if method == "service" else ("baseline" if method == "encode_batch" else ""),
+                "ratio": ratio(method, m),
                 "note": "; ".join(
                     filter(None, [f"peak RSS {m['peak_rss_mb']:.0f} MB", busy_note(m["other_cpu_cores"])])
                 ),
             }
         )
-    memory = section["memory"]
-    texts = f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL"
-    note = f"peak RSS {memory['peak_rss_mb']:.0f} MB"
-    out.append(
-        {
-            "scenario": "6",
-            "texts": texts,
-            "variant": f"service worker alone, {memory['format']}",
-            "tokens_rate": memory["tokens_per_s"],
-            "note": note,
-        }
-    )
     return out
+
+
+def memory_row(scenario: str, variant: str, input_bytes: int, figures: dict[str, Any]) -> Row:
+    """The row of the worker alone on the large corpus (scenarios 6 and 7)."""
+    texts = f"{input_bytes / 2**20:.0f} MiB JSONL"
+    row = {"scenario": scenario, "texts": texts, "variant": variant, "tokens_rate": figures["tokens_per_s"]}
+    return {**row, "note": f"peak RSS {figures['peak_rss_mb']:.0f} MB"}
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    if "medians" not in section:
+        return []
+    found, memory = section["medians"], section["memory"]
+
+    def ratio(method: str, m: dict[str, Any]) -> str:
+        if method == "service":
+            pairs = (("encode_batch", "enc"), ("datasets_map", "map"))
+            return ", ".join(f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}" for b, s in pairs)
+        return "baseline" if method == "encode_batch" else ""
+
+    variant = f"service worker alone, {memory['format']}"
+    return [*medians_rows("6", section, ratio), memory_row("6", variant, memory["input_bytes"], memory)]
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
