@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,81 +24,66 @@ class Counts:
 FULL, SMOKE = Counts(), Counts(rounds=2)
 
 
-def measure(settings: Settings) -> dict[str, Any]:
-    os.environ["TOKENIZERS_PARALLELISM"] = "true"
-    counts = settings.counts(FULL, SMOKE)
+def variants(texts: list[str]) -> dict[str, Callable[[], Any]]:
+    """name -> one call on ``texts``: the in-process ways, then the engine's."""
     import numpy as np
     import orjson
+    from fastapi.encoders import jsonable_encoder
+    from fastapi.responses import JSONResponse
     from safetensors.numpy import save
 
     from service.engine import EncodeOptions
     from service.engine.encoding import TokenizerFacts, plan_encode
     from service.engine.loading import load_tokenizer
-    from testkit import assets as package_assets
     from testkit.engine import build_batch, to_lists
 
-    texts = package_assets.chinese_reviews()[: BATCH // 2] + package_assets.english_paragraphs()[: BATCH // 2]
     reference = load_tokenizer(None).tokenizer  # the user's in-process tokenizer
-    ours = load_tokenizer(None).tokenizer  # the engine's own copy
-    options = EncodeOptions(padding="longest", truncation=True, max_length=128)
-    call = {"padding": "longest", "truncation": True, "max_length": 128}
-
     rust = reference.backend_tokenizer
     rust.enable_truncation(max_length=128)
     rust.enable_padding(pad_id=reference.pad_token_id, pad_token=reference.pad_token)
-
-    def in_process_encode_batch():
-        encodings = rust.encode_batch(texts)
-        return np.array([e.ids for e in encodings], dtype=np.int64)
-
-    def in_process_encode_batch_fast():
-        encodings = rust.encode_batch_fast(texts)
-        return np.array([e.ids for e in encodings], dtype=np.int64)
-
-    def in_process_transformers():
-        return reference(texts, return_tensors="pt", **call)
-
-    backend = ours.backend_tokenizer
+    ours = load_tokenizer(None).tokenizer  # the engine's own copy
+    options = EncodeOptions(padding="longest", truncation=True, max_length=128)
     facts = TokenizerFacts.of(ours)
     plan = plan_encode(facts, options)
+    backend = ours.backend_tokenizer
     backend.enable_truncation(**plan.truncation.as_kwargs())
 
-    def engine_hot_path():
+    def ids(encodings: list[Any]) -> Any:
+        return np.array([e.ids for e in encodings], dtype=np.int64)
+
+    def hot_path() -> Any:
         plan_encode(facts, options)
         return build_batch(backend.encode_batch_fast(texts), plan, 1 << 30)
 
-    def engine_json_body():
-        return orjson.dumps(engine_hot_path().data, option=orjson.OPT_SERIALIZE_NUMPY)
-
-    def engine_binary_body():
-        return save(engine_hot_path().data)
-
-    def engine_fastapi_default_json():
-        from fastapi.encoders import jsonable_encoder
-        from fastapi.responses import JSONResponse
-
-        return JSONResponse(jsonable_encoder(to_lists(engine_hot_path()))).body
-
-    variants = {
-        "in-process encode_batch": in_process_encode_batch,
-        "in-process encode_batch_fast": in_process_encode_batch_fast,
-        "in-process transformers __call__ (pt)": in_process_transformers,
-        "engine hot path (arrays)": engine_hot_path,
-        "engine + JSON body": engine_json_body,
-        "engine + safetensors body": engine_binary_body,
-        "engine + FastAPI's default JSON (unused)": engine_fastapi_default_json,
+    return {
+        "in-process encode_batch": lambda: ids(rust.encode_batch(texts)),
+        "in-process encode_batch_fast": lambda: ids(rust.encode_batch_fast(texts)),
+        "in-process transformers __call__ (pt)": lambda: reference(
+            texts, return_tensors="pt", padding="longest", truncation=True, max_length=128
+        ),
+        "engine hot path (arrays)": hot_path,
+        "engine + JSON body": lambda: orjson.dumps(hot_path().data, option=orjson.OPT_SERIALIZE_NUMPY),
+        "engine + safetensors body": lambda: save(hot_path().data),
+        "engine + FastAPI's default JSON (unused)": lambda: JSONResponse(jsonable_encoder(to_lists(hot_path()))).body,
     }
-    for fn in variants.values():  # warm up the pool and caches
-        fn()
+
+
+def measure(settings: Settings) -> dict[str, Any]:
+    os.environ["TOKENIZERS_PARALLELISM"] = "true"
+    counts = settings.counts(FULL, SMOKE)
+    from testkit import assets
+
+    calls = variants(assets.chinese_reviews()[: BATCH // 2] + assets.english_paragraphs()[: BATCH // 2])
+    for call in calls.values():  # warm up the pool and caches
+        call()
 
     def one(name: str) -> dict[str, float]:
         started = time.perf_counter()
-        variants[name]()
+        calls[name]()
         return {"seconds": time.perf_counter() - started}
 
-    runs = in_rounds(list(variants), one, counts.rounds, "hot path")
-    found = {name: medians(values)["seconds"] for name, values in runs.items()}
-    return {"batch": BATCH, "seconds_per_batch": found}
+    runs = in_rounds(list(calls), one, counts.rounds, "hot path")
+    return {"batch": BATCH, "seconds_per_batch": {name: medians(values)["seconds"] for name, values in runs.items()}}
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
