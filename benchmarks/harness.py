@@ -25,7 +25,7 @@ from service.sizing import available_cpus  # the CPUs this process may run on, a
 
 # The process of the scenarios that fork DataLoader workers with the tokenizer in-process, parallelism off
 FORKS_WITH_PARALLELISM_OFF = "forks DataLoader workers, TOKENIZERS_PARALLELISM=false"
-# The process of the scenarios that tokenize in-process at their best, parallelism on (8, hot_path)
+# The process of the scenarios that tokenize in-process at their best, parallelism on (8)
 TOKENIZES_WITH_PARALLELISM_ON = "tokenizes in-process, TOKENIZERS_PARALLELISM=true"
 BUSY_CORES = 0.25  # other processes using more than this during a measurement: the figure is noted as busy
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

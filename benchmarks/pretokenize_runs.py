@@ -1,5 +1,5 @@
-"""One pre-tokenization run of a corpus by one method, in its own process (scenarios 6 and 7 start one per run:
-``main(METHOD, CORPUS, OUT, URL, TOKENIZER_DIR, FORMAT, STORAGE_OPTIONS)``; CORPUS and OUT may be URLs). Methods:
+"""One pre-tokenization run of a corpus by one method, in its own process (scenario 6 starts one per run:
+``main(METHOD, CORPUS, OUT, URL, TOKENIZER_DIR, FORMAT)``). Methods:
 
 - ``service``: ``tokenizer-service pretokenize`` against URL (8 requests in flight); this process imports no tokenizer;
 - ``encode_batch`` / ``encode_batch_fast``: the very same reader and shard writer with the Rust tokenizer in this
@@ -63,18 +63,13 @@ class InProcessEncoder:
         return f"in-process {self.encode_batch.__name__}"
 
 
-def run_pipeline(
-    method: str, corpus: str, out: str, url: str | None, tokenizer: str | None, output_format: str, storage_options: str
-) -> dict:
-    from service.jobs.stores import storage_options_from_json
-    from service.jobs.urls import is_url
+def run_pipeline(method: str, corpus: str, out: str, url: str, tokenizer: str, output_format: str) -> dict:
     from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"
     config = PretokenizeConfig(
         inputs=(corpus,),
-        out=out if is_url(out) else Path(out),
-        storage_options=storage_options_from_json(storage_options),
+        out=Path(out),
         url=url,
         output_format=output_format,
         progress="none",
@@ -116,17 +111,15 @@ def run_datasets_map(corpus: str, out: str, tokenizer_dir: str) -> dict:
     }
 
 
-def main(
-    method: str, corpus: str, out: str, url: str | None, tokenizer: str | None, output_format: str, storage_options: str
-) -> int:
+def main(method: str, corpus: str, out: str, url: str, tokenizer: str, output_format: str) -> int:
     """One run (see the module docstring); prints its JSON line."""
     if method != "service":
         os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
     cpu = time.process_time()
     if method == "datasets_map":
-        result = run_datasets_map(corpus, out, tokenizer or "")
+        result = run_datasets_map(corpus, out, tokenizer)
     else:
-        result = run_pipeline(method, corpus, out, url, tokenizer, output_format, storage_options)
+        result = run_pipeline(method, corpus, out, url, tokenizer, output_format)
     result.update(
         method=method,
         format=output_format if method != "datasets_map" else "arrow cache",

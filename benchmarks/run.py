@@ -1,6 +1,6 @@
 """The benchmark: tokenizer-service against in-process tokenization, same texts, same run -- every scenario.
 
-    python -m benchmarks.run                        # the default scenarios: ~35 min on 2 cores
+    python -m benchmarks.run                        # the default scenarios: ~30 min on 2 cores
     python -m benchmarks.run --scenarios 2,split    # some of them (names below)
     python -m benchmarks.run --smoke                # every default scenario once, tiny counts (CI)
     python -m benchmarks.run --report bench-results/benchmark.json   # print a saved run's table again
@@ -36,7 +36,7 @@ from benchmarks.scenarios import SCENARIOS
 from benchmarks.scenarios.scaling import reproject
 from testkit.servers import REPO
 
-DEFAULT_SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "rss", "split", "scaling")
+DEFAULT_SCENARIOS = ("1", "2", "3", "4", "5", "6", "8", "rss", "split", "scaling")
 VERSIONS_OF = ("tokenizers", "transformers", "torch", "fastapi", "uvicorn", "orjson", "safetensors", "numpy")
 NOT_SELECTED = "not selected (--scenarios)"
 

@@ -1,19 +1,23 @@
 """Scenario 3: a DataLoader fed through the SDK collator vs tokenizing in-process in the collate_fn, same batches.
 
 In a process of its own (it forks DataLoader workers, ``TOKENIZERS_PARALLELISM=false`` there), against that
-process's shared default server and one with a 2 ms gather window: batches/s of ``DataLoader(texts, batch_size=B,
-num_workers=W)`` (fork), with the CPU per batch inside the worker's collate_fn and in the server (from /proc).
-Texts: real Chinese reviews and English paragraphs, interleaved. (The transports' CPU per request was measured by
-``benchmarks/dataloader_compare.py`` at commit d64e1e6.)
+process's shared default server on TCP, one with a 2 ms gather window, and a launched service (``TokenizerClient.
+launch``: a Unix socket): batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork), with the CPU per
+batch inside the worker's collate_fn and in the server (from /proc). Texts: real Chinese reviews and English
+paragraphs, interleaved. (The transports' CPU per request was measured by ``benchmarks/dataloader_compare.py`` at
+commit d64e1e6; a launch's start-up and one-text round trips by ``benchmarks/scenarios/launch.py`` at 2064602.)
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
@@ -30,10 +34,12 @@ from benchmarks.harness import (
 )
 from benchmarks.processes import BenchServer
 from benchmarks.scenarios.measuring import shared_server
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from testkit import assets as package_assets
 
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
 IN_PROCESS = "in-process"  # the variant every other is compared with
+LAUNCHED = "sdk, launched on a unix socket"
 # A variant of a DataLoader comparison: name -> (collate_fn, the pids of the servers doing the work)
 Variants = dict[str, tuple[Callable[[list[Any]], dict[str, Any]], Sequence[int]]]
 
@@ -167,7 +173,7 @@ def measure_cells(variants: Variants, items: list[Any], counts: Counts) -> list[
 
 
 def measure(settings: Settings) -> dict[str, Any]:
-    """The DataLoader cells, against this scenario's own two servers."""
+    """The DataLoader cells, against this scenario's own servers."""
     from transformers import AutoTokenizer
 
     from service.client import TokenizerClient
@@ -177,26 +183,35 @@ def measure(settings: Settings) -> dict[str, Any]:
     # In-process tokenization in the workers, the way it can run without freezing: parallelism off (this process
     # is the scenario's own; the servers set their own).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    launch_dir = Path(tempfile.mkdtemp(prefix="tsb-", dir="/tmp"))  # short: it holds a Unix socket's path
+    os.environ[LAUNCH_DIR_ENV] = str(launch_dir)  # a private service, never one another run started
     texts = load_texts(4096)
     wait2 = BenchServer("default", True, settings.log_dir, extra_args=("--batch-wait-ms", "2"), variant="wait 2 ms")
+    clients: dict[str, Any] = {}
     try:
-        # the process's shared default server, and one that holds a lone request 2 ms back for company
+        # the process's shared default server, one that holds a lone request 2 ms back for company, a launched one
         servers = {"sdk": shared_server(settings, "default"), "sdk, --batch-wait-ms 2": wait2.start()}
         clients = {name: TokenizerClient(server.url) for name, server in servers.items()}
-        variants: Variants = {name: (clients[name].collator(**OPTIONS), (servers[name].pid,)) for name in servers}
+        clients[LAUNCHED] = TokenizerClient.launch(log_level="warning")
+        pids = {name: (server.pid,) for name, server in servers.items()} | {LAUNCHED: clients[LAUNCHED].service.pids}
+        variants: Variants = {name: (client.collator(**OPTIONS), pids[name]) for name, client in clients.items()}
         variants[IN_PROCESS] = (InProcessCollate(AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR))), ())
         log("scenario 3: DataLoader")
         cells = measure_cells(variants, texts, counts)
-        for client in clients.values():
-            client.close()
     finally:
+        for name, client in clients.items():
+            if name == LAUNCHED:
+                client.shutdown()  # the launched service stops with its one user
+            else:
+                client.close()
         wait2.stop()
+        shutil.rmtree(launch_dir, ignore_errors=True)
     described = {"options": OPTIONS, "texts": len(texts), "start_method": "fork"}
     return {"settings": {**described, "inprocess_tokenizers_parallelism": "false"}, "dataloader": cells}
 
 
 def loader_rows(scenario: str, cells: list[dict[str, Any]], label: Callable[[str], str] = str) -> list[Row]:
-    """A row per variant of every DataLoader cell (scenarios 3, 8 and launch): batches/s, against in-process."""
+    """A row per variant of every DataLoader cell (scenarios 3 and 8): batches/s, against in-process."""
     out: list[Row] = []
     for cell in cells:
         for name, ratio in cell["vs_in_process"].items():

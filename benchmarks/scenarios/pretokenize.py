@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +92,7 @@ def measure(settings: Settings) -> dict[str, Any]:
 
     def one(method: str, source: Path, output_format: str) -> dict[str, Any]:
         out = folder / f"{method}-out"
-        args = [method, str(source), str(out), url, tokenizer, output_format, "{}"]
+        args = [method, str(source), str(out), url, tokenizer, output_format]
         try:
             return pretokenize_run(f"scenario 6: {method}", args, counts.timeout)
         finally:
@@ -114,47 +113,32 @@ def measure(settings: Settings) -> dict[str, Any]:
     return section
 
 
-def medians_rows(scenario: str, section: dict[str, Any], ratio: Callable[[str, dict[str, Any]], str]) -> list[Row]:
-    """A row per method of a pretokenize section's medians (scenarios 6 and 7), ``ratio(method, figures)`` beside."""
-    corpus = section["corpus"]
+def rows(section: dict[str, Any]) -> list[Row]:
+    if "medians" not in section:
+        return []
+    corpus, found, memory = section["corpus"], section["medians"], section["memory"]
     out: list[Row] = []
-    for method, m in section["medians"].items():
+    for method, m in found.items():
+        ratio = "baseline" if method == "encode_batch" else ""
+        if method == "service":
+            pairs = (("encode_batch", "enc"), ("datasets_map", "map"))
+            ratio = ", ".join(f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}" for b, s in pairs)
         out.append(
             {
-                "scenario": scenario,
+                "scenario": "6",
                 "texts": f"{corpus['bytes'] / 2**20:.0f} MiB JSONL, {corpus['documents']:,} docs",
                 "variant": m["label"],
                 "rate": human(m["documents_per_s"]) + " docs/s",
                 "tokens_rate": m["tokens_per_s"],
-                "ratio": ratio(method, m),
+                "ratio": ratio,
                 "note": "; ".join(
                     filter(None, [f"peak RSS {m['peak_rss_mb']:.0f} MB", busy_note(m["other_cpu_cores"])])
                 ),
             }
         )
-    return out
-
-
-def memory_row(scenario: str, variant: str, input_bytes: int, figures: dict[str, Any]) -> Row:
-    """The row of the worker alone on the large corpus (scenarios 6 and 7)."""
-    texts = f"{input_bytes / 2**20:.0f} MiB JSONL"
-    row = {"scenario": scenario, "texts": texts, "variant": variant, "tokens_rate": figures["tokens_per_s"]}
-    return {**row, "note": f"peak RSS {figures['peak_rss_mb']:.0f} MB"}
-
-
-def rows(section: dict[str, Any]) -> list[Row]:
-    if "medians" not in section:
-        return []
-    found, memory = section["medians"], section["memory"]
-
-    def ratio(method: str, m: dict[str, Any]) -> str:
-        if method == "service":
-            pairs = (("encode_batch", "enc"), ("datasets_map", "map"))
-            return ", ".join(f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}" for b, s in pairs)
-        return "baseline" if method == "encode_batch" else ""
-
     variant = f"service worker alone, {memory['format']}"
-    return [*medians_rows("6", section, ratio), memory_row("6", variant, memory["input_bytes"], memory)]
+    row = {"scenario": "6", "texts": f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL", "variant": variant}
+    return [*out, {**row, "tokens_rate": memory["tokens_per_s"], "note": f"peak RSS {memory['peak_rss_mb']:.0f} MB"}]
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
