@@ -62,7 +62,8 @@ DEVICE_TIMEOUT_S = 480  # the run tool's timeout_s: the run's own budget (below)
 
 # -- what each mode feeds the loop -------------------------------------------------------------------------
 class TokenizeInWorker:
-    """The workaround's ``collate_fn``: the transformers tokenizer, loaded before the fork, called in the worker."""
+    """The transformers tokenizer on a batch of texts: (b)'s ``collate_fn``, called in the worker; (a)'s batches,
+    made before the clock starts."""
 
     def __init__(self, tokenizer: Any, options: dict[str, Any]) -> None:
         self.tokenizer = tokenizer
@@ -70,18 +71,6 @@ class TokenizeInWorker:
 
     def __call__(self, texts: list[str]) -> dict[str, Any]:
         return dict(self.tokenizer(texts, return_tensors="pt", **self.options))
-
-
-def encode_options(settings: dict[str, Any]) -> dict[str, Any]:
-    return {"padding": "longest", "truncation": True, "max_length": settings["max_length"]}
-
-
-def load_tokenizer(settings: dict[str, Any]) -> Any:
-    from transformers import AutoTokenizer
-
-    from service.engine.loading import DEFAULT_TOKENIZER_DIR
-
-    return AutoTokenizer.from_pretrained(settings["tokenizer"] or str(DEFAULT_TOKENIZER_DIR))
 
 
 def token_facts(vocab_size: int, pad_token_id: int | None, mask_token_id: int | None) -> dict[str, int]:
@@ -110,34 +99,35 @@ def feed_of(job: dict[str, Any], texts: list[str]) -> Iterator[Feed]:
     from torch.utils.data import DataLoader
 
     settings, mode = job["settings"], job["mode"]
-    size, options, cuda = settings["batch_size"], encode_options(settings), settings["device"] == "cuda"
+    size, cuda = settings["batch_size"], settings["device"] == "cuda"
+    options = {"padding": "longest", "truncation": True, "max_length": settings["max_length"]}
     client = None
     feed = None
     try:
-        if mode == "pretokenized":
-            tokenizer = load_tokenizer(settings)
+        if mode == "sdk":
+            from service.client import TokenizerClient
+
+            replicas = {} if job["replicas"] is None else {"replicas": job["replicas"]}
+            client = TokenizerClient.launch(settings["tokenizer"], log_level="warning", **replicas)
+            info = client.info()
+            mask = info["special_token_ids"].get("mask_token")
+            facts = token_facts(info["vocab_size"], info["pad_token_id"], mask)
+            facts["service"] = f"{client!r}, {len(client.urls)} socket(s)"  # one per replica
+            collate: Any = client.collator(**options)
+        else:
+            from transformers import AutoTokenizer
+
+            from service.engine.loading import DEFAULT_TOKENIZER_DIR
+
+            tokenizer = AutoTokenizer.from_pretrained(settings["tokenizer"] or str(DEFAULT_TOKENIZER_DIR))
             facts = token_facts(len(tokenizer), tokenizer.pad_token_id, tokenizer.mask_token_id)
-            held = [
-                dict(tokenizer(texts[i : i + size], return_tensors="pt", **options)) for i in range(0, len(texts), size)
-            ]
+            collate = TokenizeInWorker(tokenizer, options)
+        if mode == "pretokenized":
+            held = [collate(texts[i : i + size]) for i in range(0, len(texts), size)]
             if cuda:
                 held = [{key: tensor.pin_memory() for key, tensor in batch.items()} for batch in held]
             feed = Feed((held[i % len(held)] for i in range(sys.maxsize)), facts)
         else:
-            if mode == "in-worker":
-                tokenizer = load_tokenizer(settings)
-                facts = token_facts(len(tokenizer), tokenizer.pad_token_id, tokenizer.mask_token_id)
-                collate: Any = TokenizeInWorker(tokenizer, options)
-            else:
-                from service.client import TokenizerClient
-
-                replicas = {} if job["replicas"] is None else {"replicas": job["replicas"]}
-                client = TokenizerClient.launch(settings["tokenizer"], log_level="warning", **replicas)
-                info = client.info()
-                mask = info["special_token_ids"].get("mask_token")
-                facts = token_facts(info["vocab_size"], info["pad_token_id"], mask)
-                facts["service"] = f"{client!r}, {len(client.urls)} socket(s)"  # one per replica
-                collate = client.collator(**options)
             rows = settings["warmup_steps"] + settings["steps"]
             loader = DataLoader(
                 [texts[i % len(texts)] for i in range(rows * size)],

@@ -42,8 +42,18 @@ def log(message: str) -> None:
 
 # -- processes of the run ---------------------------------------------------------------------------------
 def child_command(function: str, *arguments: Any) -> list[str]:
-    """The command that runs ``function`` ("module:name") with ``arguments`` (JSON) in a process of its own."""
+    """The command that runs ``function`` ("module:name") with ``arguments`` (JSON) in a process of its own: what it
+    returns is the process's exit status (an int) or its last line of output (anything else, as JSON)."""
     return [sys.executable, "-m", "benchmarks.run", "--call", function, json.dumps(arguments)]
+
+
+def call_in_own_process(function: str, *arguments: Any, timeout: float, env: dict[str, str] | None = None) -> Any:
+    """What ``function`` returns, called with ``arguments`` in a process of its own (:func:`child_command`)."""
+    command = child_command(function, *arguments)
+    done = subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{function}{tuple(arguments)}: exit {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def answer_lines(handle: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
@@ -201,7 +211,6 @@ class CpuProbe:
             "wall_seconds": wall,
             "client_cpu_seconds": b["client"] - a["client"],
             "watched_cpu_seconds": watched / CLOCK_TICKS,
-            "children_cpu_seconds": (b["children"] - a["children"]) / CLOCK_TICKS,
             "other_cpu_cores": other / wall if wall > 0 else 0.0,
         }
 

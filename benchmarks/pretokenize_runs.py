@@ -6,13 +6,12 @@
   process (Rust parallelism on, 2 batches in flight so that reading overlaps encoding);
 - ``datasets_map``: ``load_dataset("json")`` then ``Dataset.map(tokenizer, batched=True, num_proc=2)``.
 
-Prints one JSON line: seconds of the work (imports excluded), documents, tokens, CPU seconds and peak RSS.
+Its figures: seconds of the work (imports excluded), documents, tokens, CPU seconds and peak RSS.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -111,8 +110,8 @@ def run_datasets_map(corpus: str, out: str, tokenizer_dir: str) -> dict:
     }
 
 
-def main(method: str, corpus: str, out: str, url: str, tokenizer: str, output_format: str) -> int:
-    """One run (see the module docstring); prints its JSON line."""
+def main(method: str, corpus: str, out: str, url: str, tokenizer: str, output_format: str) -> dict[str, Any]:
+    """One run (see the module docstring); its figures."""
     if method != "service":
         os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
     cpu = time.process_time()
@@ -127,5 +126,4 @@ def main(method: str, corpus: str, out: str, url: str, tokenizer: str, output_fo
         peak_rss_mb=peak_rss_mb(),
         tokenizers_imported="tokenizers" in sys.modules,
     )
-    print(json.dumps(result))
-    return 0
+    return result

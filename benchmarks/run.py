@@ -95,7 +95,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _call(function: str, arguments: str) -> int:
     module, name = function.split(":")
     result = getattr(importlib.import_module(module), name)(*json.loads(arguments))
-    return int(result or 0)
+    if isinstance(result, int):
+        return result
+    print(json.dumps(result), flush=True)
+    return 0
 
 
 def measure_here(scenario: Scenario, settings: Settings) -> dict[str, Any]:

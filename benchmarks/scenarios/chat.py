@@ -11,9 +11,7 @@ of the byte-level BPE with our ChatML template; the DataLoader part runs in a ch
 from __future__ import annotations
 
 import functools
-import json
 import os
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -25,7 +23,7 @@ from benchmarks.harness import (
     Row,
     Scenario,
     Settings,
-    child_command,
+    call_in_own_process,
     human,
     in_rounds,
     in_threads,
@@ -195,8 +193,8 @@ class InProcessChatCollate:
         return collate_sft(features, pad_token_id=self.tokenizer.pad_token_id)
 
 
-def loader_part(url: str, model: str, server_pid: int, counts: dict[str, Any], out: str) -> None:
-    """The DataLoader cell (a child process, ``TOKENIZERS_PARALLELISM=false``), written to ``out`` as JSON."""
+def loader_part(url: str, model: str, server_pid: int, counts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DataLoader cell (a child process, ``TOKENIZERS_PARALLELISM=false``)."""
     from transformers import AutoTokenizer
 
     from service.client import TokenizerClient
@@ -209,7 +207,7 @@ def loader_part(url: str, model: str, server_pid: int, counts: dict[str, Any], o
         IN_PROCESS: (InProcessChatCollate(tokenizer), ()),
     }
     loader = dataloader.Counts((2,), (chat.loader_batch,), chat.rounds, chat.loader_batches, chat.seconds * 2)
-    Path(out).write_text(json.dumps(measure_cells(variants, rows, loader)))
+    return measure_cells(variants, rows, loader)
 
 
 # -- the run ------------------------------------------------------------------------------------------------
@@ -220,12 +218,11 @@ def measure(settings: Settings) -> dict[str, Any]:
     log_path = settings.log_dir / "server-chat.log"
     with ServerProcess("--model", str(model), "--drain-listen-seconds", "0", log_path=log_path) as server:
         section: dict[str, Any] = {"tokenizer": FAMILY, "throughput": throughput(server.url, model, counts)}
-        part = settings.work_dir / "chat-loader.json"
-        command = child_command(
-            "benchmarks.scenarios.chat:loader_part", server.url, str(model), server.pid, asdict(counts), str(part)
+        arguments = (server.url, str(model), server.pid, asdict(counts))
+        env = {"TOKENIZERS_PARALLELISM": "false"}  # before tokenizers is imported: in a process of its own
+        section["dataloader"] = call_in_own_process(
+            "benchmarks.scenarios.chat:loader_part", *arguments, timeout=900, env=env
         )
-        subprocess.run(command, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}, check=True, timeout=900)
-        section["dataloader"] = json.loads(part.read_text())
     loader = {"workers": 2, "batch_size": counts.loader_batch, **LOADER_OPTIONS}
     return {**section, "settings": {**asdict(counts), "loader": loader}}
 

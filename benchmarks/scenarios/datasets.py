@@ -6,16 +6,14 @@ function. Figures: docs/guides/datasets.md.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import Row, Scenario, Settings, child_command, log, peak_rss_mb
+from benchmarks.harness import Row, Scenario, Settings, call_in_own_process, log, peak_rss_mb
 from testkit import corpora
 
 SIDES = ("in-process", "service")
@@ -91,24 +89,13 @@ def one_run(side: str, how: str, corpus: str, work: str) -> dict[str, Any]:
     }
 
 
-def print_run(side: str, how: str, corpus: str, work: str) -> None:
-    """:func:`one_run`, in a process of its own: its JSON line."""
-    print(json.dumps(one_run(side, how, corpus, work)))
-
-
 def run_in_own_process(side: str, how: str, corpus: Path) -> dict[str, Any]:
-
     with tempfile.TemporaryDirectory(prefix="datasets-compare-") as work:
-        done = subprocess.run(
-            child_command("benchmarks.scenarios.datasets:print_run", side, how, str(corpus), work),
-            env={**os.environ, "TOKENIZERS_PARALLELISM": "true"},
-            capture_output=True,
-            text=True,
-            timeout=1200,
+        arguments = (side, how, str(corpus), work)
+        env = {"TOKENIZERS_PARALLELISM": "true"}
+        result: dict[str, Any] = call_in_own_process(
+            "benchmarks.scenarios.datasets:one_run", *arguments, timeout=1200, env=env
         )
-    if done.returncode != 0:
-        raise RuntimeError(f"{side} {how} failed:\n{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 

@@ -6,9 +6,7 @@ in interleaved rounds; then the service worker's peak RSS alone on a large corpu
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from benchmarks.harness import (
     Scenario,
     Settings,
     busy_note,
-    child_command,
+    call_in_own_process,
     human,
     in_rounds,
     log,
@@ -54,12 +52,7 @@ def pretokenize_run(what: str, args: list[Any], timeout: float) -> dict[str, Any
     just before (the run itself busies every core)."""
 
     noise = machine_noise(0.3)
-    done = subprocess.run(
-        child_command("benchmarks.pretokenize_runs:main", *args), capture_output=True, text=True, timeout=timeout
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{what}: exit {done.returncode}: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = call_in_own_process("benchmarks.pretokenize_runs:main", *args, timeout=timeout)
     result["other_cpu_cores"] = noise
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["documents_per_s"] = result["documents"] / result["seconds"]
