@@ -11,7 +11,6 @@ from benchmarks.scenarios import (
     concurrency,
     cpu_split,
     dataloader,
-    datasets,
     long_texts,
     padding,
     pretokenize,
@@ -32,6 +31,5 @@ SCENARIOS: dict[str, Scenario] = {
         chat,
         cpu_split,
         scaling,
-        datasets,
     )
 }

@@ -1,11 +1,11 @@
 """Scenario 3: a DataLoader fed through the SDK collator vs tokenizing in-process in the collate_fn, same batches.
 
 In a process of its own (it forks DataLoader workers, ``TOKENIZERS_PARALLELISM=false`` there), against that
-process's shared default server on TCP, one with a 2 ms gather window, and a launched service (``TokenizerClient.
-launch``: a Unix socket): batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork), with the CPU per
-batch inside the worker's collate_fn and in the server (from /proc). Texts: real Chinese reviews and English
-paragraphs, interleaved. (The transports' CPU per request was measured by ``benchmarks/dataloader_compare.py`` at
-commit d64e1e6; a launch's start-up and one-text round trips by ``benchmarks/scenarios/launch.py`` at 2064602.)
+process's shared default server on TCP, one with a 2 ms gather window, and a launched service (a Unix socket):
+batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork), with the CPU per batch inside the worker's
+collate_fn and in the server (from /proc). Texts: real Chinese reviews and English paragraphs, interleaved.
+(Measured elsewhere: the transports' CPU per request by ``benchmarks/dataloader_compare.py`` at commit d64e1e6, a
+launch's start-up and one-text round trips by ``benchmarks/scenarios/launch.py`` at commit 2064602.)
 """
 
 from __future__ import annotations

@@ -122,7 +122,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def shared_server(settings: Settings, tokenizer: str) -> BenchServer:
     """The tokenizer's batching-on server, started on first use and shared by the run's scenarios."""
-    return settings.share(f"server:{tokenizer}", lambda: BenchServer(tokenizer, True, settings.log_dir).start())  # type: ignore[no-any-return]
+    server: BenchServer = settings.share(f"server:{tokenizer}", BenchServer(tokenizer, True, settings.log_dir).start)
+    return server
 
 
 class Sides:

@@ -197,14 +197,6 @@ def test_scaling_measures_every_cell_and_projects_every_row(smoke):
 
 @pytest.mark.slow
 @pytest.mark.timeout(660)
-def test_datasets_scenario_maps_the_same_tokens_both_ways(smoke):
-    (row,) = smoke["results"]["datasets"]["rows"].values()
-    assert set(row) == {"in-process", "service"} and all(side["tokens_per_s"] > 0 for side in row.values())
-    assert row["in-process"]["tokens"] == row["service"]["tokens"]
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(660)
 def test_a_saved_run_prints_the_same_table_again(smoke):
     saved = smoke["out"] / "benchmark.json"
     done = subprocess.run(
