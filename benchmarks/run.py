@@ -31,9 +31,10 @@ from types import FrameType
 from typing import Any
 
 from benchmarks import report
-from benchmarks.harness import BUSY_CORES, Scenario, Settings, available_cpus, log, wait_for_quiet
+from benchmarks.harness import BUSY_CORES, Scenario, Settings, log, wait_for_quiet
 from benchmarks.scenarios import SCENARIOS
 from benchmarks.scenarios.scaling import reproject
+from service.sizing import available_cpus
 from testkit.servers import REPO
 
 DEFAULT_SCENARIOS = ("1", "2", "3", "4", "5", "6", "8", "rss", "split", "scaling")

@@ -27,7 +27,6 @@ from benchmarks.harness import (
     Scenario,
     Settings,
     answer_lines,
-    available_cpus,
     busy_note,
     human,
     in_rounds,
@@ -38,6 +37,7 @@ from benchmarks.harness import (
 )
 from benchmarks.processes import SAFETENSORS_MEDIA_TYPE, encode_request, tokenizer_dir
 from benchmarks.scenarios.measuring import OPTIONS_BATCH
+from service.sizing import available_cpus
 from service.transport.stdlib import HTTPTransport
 from testkit.servers import free_port
 

@@ -20,13 +20,13 @@ from benchmarks.harness import (
     Row,
     Settings,
     answer_lines,
-    available_cpus,
     busy_note,
     log,
     medians,
     percentiles,
 )
 from benchmarks.processes import SAFETENSORS_MEDIA_TYPE, BenchServer, InProcessWorker
+from service.sizing import available_cpus
 
 OPTIONS_BATCH: dict[str, Any] = {"padding": "longest", "truncation": True, "max_length": 128}  # scenarios 1, 2
 OPTIONS_LONG: dict[str, Any] = {"padding": "longest", "truncation": False}  # scenario 4: whole texts

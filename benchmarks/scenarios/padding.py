@@ -19,7 +19,6 @@ from benchmarks.harness import (
     Row,
     Scenario,
     Settings,
-    available_cpus,
     human,
     in_rounds,
     log,
@@ -30,6 +29,7 @@ from benchmarks.harness import (
 )
 from benchmarks.processes import InProcessWorker
 from benchmarks.scenarios.measuring import shared_server
+from service.sizing import available_cpus
 from testkit import assets
 
 VARIANTS = ("random", "token budget", "packed")
