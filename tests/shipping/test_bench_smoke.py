@@ -45,7 +45,7 @@ def test_medians_are_of_every_shared_number_and_noise_is_the_worst_round():
 
 
 def test_every_scenario_is_one_name_of_the_one_command_line():
-    assert set(parse_args([]).scenario_names) < set(SCENARIOS)
+    assert set(parse_args([]).scenario_names) <= set(SCENARIOS)
     with pytest.raises(SystemExit):
         parse_args(["--scenarios", "1,nope"])
 
