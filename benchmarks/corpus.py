@@ -1,11 +1,6 @@
-"""Benchmark texts: real Chinese reviews and English prose, cut into length buckets.
-
-- ``short``: natural texts under 100 characters, as they come;
-- ``medium`` (~300 characters) and ``long`` (~1000): consecutive texts joined and cut to a length drawn
-  from [0.8, 1.2] x the target, so that padding to the longest still has something to do;
-- ``chars:N``: texts of exactly N characters (long-text scaling).
-
-Deterministic: the same arguments give the same texts in every run and on every machine.
+"""Benchmark texts, deterministic: real Chinese reviews and English prose cut into length buckets -- ``short`` (under
+100 characters, as they come), ``medium`` (~300) and ``long`` (~1000: consecutive texts joined and cut to a length
+in [0.8, 1.2] x the target, so that padding still has something to do) -- or ``chars:N``, exactly N characters.
 """
 
 from __future__ import annotations

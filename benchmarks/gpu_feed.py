@@ -1,38 +1,12 @@
-"""Fed to a GPU: a masked language model trained a fixed number of steps on real texts, its batches from
-pre-tokenized tensors, from DataLoader workers tokenizing in-process, or from the SDK collator.
+"""Fed to a GPU: a masked language model of BertForMaskedLM's shape (``benchmarks/masked_lm.py``) trained a fixed
+number of steps on real texts, its batches (a) pre-tokenized in memory, (b) from DataLoader workers tokenizing with
+transformers (``TOKENIZERS_PARALLELISM=false``), or (c) from the SDK collator on ``TokenizerClient.launch(...)``
+(``replicas="auto"`` unless ``--replicas`` says otherwise; that training process never loads tokenizers), each
+mode in a process of its own on the same batches. What it reports and how: docs/guides/performance.md, "Fed to a GPU".
 
     python -m benchmarks.gpu_feed --out bench-results/gpu_feed       # one GPU: BERT-base size, ~4-5 min
     python -m benchmarks.gpu_feed --smoke --out /tmp/gpu_feed        # CPU, tiny model, 2 replicas: ~1 min here
     python -m benchmarks.gpu_feed --device-commands                  # the run on the device machine, prepared
-
-(``--device-commands`` prints the wheels to download here and the device tool's ``run`` call -- command, carry,
-timeout_s -- as docs/guides/performance.md shows them, tested against this printout.)
-
-The model is BertForMaskedLM's shape built from a ``transformers.BertConfig`` (``--model-size base``: BERT-base,
-12 layers, hidden 768, ~102M parameters with the embedded default's 21,128 tokens; ``tiny``: 2 layers, hidden
-64), never downloaded, trained with AdamW, under bf16 autocast on CUDA (``benchmarks/masked_lm.py`` says why
-it is a torch module of that shape rather than transformers' own). Texts: the benchmark corpus's Chinese
-reviews and English prose (``benchmarks/corpus.py``), ``--distinct-texts`` of them cycled in the same order
-by every mode, each batch tokenized with ``padding="longest", truncation=True, max_length=...``. The feeding
-modes, each in a process of its own, one after the other:
-
-- **(a) pre-tokenized**: every batch tokenized before the clock starts and held in memory (pinned on CUDA):
-  the ceiling, where the loop never waits for data.
-- **(b) in-worker**: ``DataLoader(texts, num_workers=W)`` (fork) whose ``collate_fn`` calls the transformers
-  tokenizer in the worker with ``TOKENIZERS_PARALLELISM=false``: the workaround users run today.
-- **(c) sdk**: the same DataLoader with ``collate_fn=client.collator(...)`` on a service started by
-  ``TokenizerClient.launch(...)``, with ``replicas="auto"`` where this checkout's ``launch`` takes
-  ``replicas=`` (``--replicas``; the table says what was passed). That training process never imports
-  ``tokenizers`` or ``transformers``: the run checks its ``sys.modules``.
-
-Per mode and worker count: steps/s, texts/s, the share of the measured time the loop spent blocked in
-``next(iterator)`` (waiting for a batch), and steps/s against (a). Every mode trains the same model from the
-same seed on the same batches (checked: a digest of the warm-up batches, the parameter count). Steps are not
-synchronised one by one, as in a real loop: a wait while the GPU still works through queued steps costs
-nothing, so the steps/s ratio to (a) is what the GPU lost and the waiting share says where. The run ends
-within ``--budget-seconds`` (a mode that would not fit is skipped, and said so), prints its table with the
-machine's facts -- the figures are that machine's alone -- and writes ``gpu_feed.json``, ``gpu_feed.txt``
-and ``gpu_feed.log`` (every mode's output) under ``--out``.
 """
 
 from __future__ import annotations
@@ -79,29 +53,17 @@ STOP_GRACE_SECONDS = 20.0  # after SIGTERM, before a mode's process group is kil
 # has torch, transformers, tokenizers, numpy, uvloop, jinja2... but not these, which the server needs: carried
 # as wheels, at this venv's versions.
 DEVICE_PYTHON = "3.12"
-DEVICE_WHEELS = (
-    "fastapi",
-    "fastapi-offline",
-    "starlette",
-    "uvicorn",
-    "httptools",
-    "pydantic",
-    "pydantic-core",
-    "pydantic-settings",
-    "python-dotenv",
-    "annotated-types",
-    "annotated-doc",
-    "typing-inspection",
-    "typing-extensions",
-    "orjson",
-    "opentelemetry-api",
-)
+DEVICE_WHEELS = (  # as pip names them, at this venv's versions
+    "fastapi fastapi-offline starlette uvicorn httptools pydantic pydantic-core pydantic-settings python-dotenv "
+    "annotated-types annotated-doc typing-inspection typing-extensions orjson opentelemetry-api"
+).split()
 DEVICE_TIMEOUT_S = 480  # the run tool's timeout_s: the run's own budget (below) plus the wheels' install
 
 
 # -- what each mode feeds the loop -------------------------------------------------------------------------
 class TokenizeInWorker:
-    """The workaround's ``collate_fn``: the transformers tokenizer, loaded before the fork, called in the worker."""
+    """The transformers tokenizer on a batch of texts: (b)'s ``collate_fn``, called in the worker; (a)'s batches,
+    made before the clock starts."""
 
     def __init__(self, tokenizer: Any, options: dict[str, Any]) -> None:
         self.tokenizer = tokenizer
@@ -109,18 +71,6 @@ class TokenizeInWorker:
 
     def __call__(self, texts: list[str]) -> dict[str, Any]:
         return dict(self.tokenizer(texts, return_tensors="pt", **self.options))
-
-
-def encode_options(settings: dict[str, Any]) -> dict[str, Any]:
-    return {"padding": "longest", "truncation": True, "max_length": settings["max_length"]}
-
-
-def load_tokenizer(settings: dict[str, Any]) -> Any:
-    from transformers import AutoTokenizer
-
-    from service.engine.loading import DEFAULT_TOKENIZER_DIR
-
-    return AutoTokenizer.from_pretrained(settings["tokenizer"] or str(DEFAULT_TOKENIZER_DIR))
 
 
 def token_facts(vocab_size: int, pad_token_id: int | None, mask_token_id: int | None) -> dict[str, int]:
@@ -149,34 +99,35 @@ def feed_of(job: dict[str, Any], texts: list[str]) -> Iterator[Feed]:
     from torch.utils.data import DataLoader
 
     settings, mode = job["settings"], job["mode"]
-    size, options, cuda = settings["batch_size"], encode_options(settings), settings["device"] == "cuda"
+    size, cuda = settings["batch_size"], settings["device"] == "cuda"
+    options = {"padding": "longest", "truncation": True, "max_length": settings["max_length"]}
     client = None
     feed = None
     try:
-        if mode == "pretokenized":
-            tokenizer = load_tokenizer(settings)
+        if mode == "sdk":
+            from service.client import TokenizerClient
+
+            replicas = {} if job["replicas"] is None else {"replicas": job["replicas"]}
+            client = TokenizerClient.launch(settings["tokenizer"], log_level="warning", **replicas)
+            info = client.info()
+            mask = info["special_token_ids"].get("mask_token")
+            facts = token_facts(info["vocab_size"], info["pad_token_id"], mask)
+            facts["service"] = f"{client!r}, {len(client.urls)} socket(s)"  # one per replica
+            collate: Any = client.collator(**options)
+        else:
+            from transformers import AutoTokenizer
+
+            from service.engine.loading import DEFAULT_TOKENIZER_DIR
+
+            tokenizer = AutoTokenizer.from_pretrained(settings["tokenizer"] or str(DEFAULT_TOKENIZER_DIR))
             facts = token_facts(len(tokenizer), tokenizer.pad_token_id, tokenizer.mask_token_id)
-            held = [
-                dict(tokenizer(texts[i : i + size], return_tensors="pt", **options)) for i in range(0, len(texts), size)
-            ]
+            collate = TokenizeInWorker(tokenizer, options)
+        if mode == "pretokenized":
+            held = [collate(texts[i : i + size]) for i in range(0, len(texts), size)]
             if cuda:
                 held = [{key: tensor.pin_memory() for key, tensor in batch.items()} for batch in held]
             feed = Feed((held[i % len(held)] for i in range(sys.maxsize)), facts)
         else:
-            if mode == "in-worker":
-                tokenizer = load_tokenizer(settings)
-                facts = token_facts(len(tokenizer), tokenizer.pad_token_id, tokenizer.mask_token_id)
-                collate: Any = TokenizeInWorker(tokenizer, options)
-            else:
-                from service.client import TokenizerClient
-
-                replicas = {} if job["replicas"] is None else {"replicas": job["replicas"]}
-                client = TokenizerClient.launch(settings["tokenizer"], log_level="warning", **replicas)
-                info = client.info()
-                mask = info["special_token_ids"].get("mask_token")
-                facts = token_facts(info["vocab_size"], info["pad_token_id"], mask)
-                facts["service"] = f"{client!r}, {len(client.urls)} socket(s)"  # one per replica
-                collate = client.collator(**options)
             rows = settings["warmup_steps"] + settings["steps"]
             loader = DataLoader(
                 [texts[i % len(texts)] for i in range(rows * size)],
@@ -317,33 +268,13 @@ def run_child(job_file: Path) -> int:
 
 
 # -- the run: every mode in turn ---------------------------------------------------------------------------
-def launch_takes_replicas() -> bool:
-    """Whether this checkout's ``TokenizerClient.launch`` takes ``replicas=``: a keyword of its own, or a setting
-    of ``tokenizer-service serve`` (launch passes every serve setting through)."""
-    import inspect
-
-    from service.launch.transport import launch
-
-    if "replicas" in inspect.signature(launch).parameters:
-        return True
-    done = subprocess.run(
-        [sys.executable, "-m", "service", "serve", "--help"], cwd=REPO, capture_output=True, text=True, timeout=120
-    )
-    return "--replicas" in done.stdout
-
-
-def replicas_to_pass(asked: str | int | None, launch_takes_them: bool) -> str | int | None:
-    """What (c) passes to ``launch`` as ``replicas=`` (None: nothing): what ``--replicas`` asked for, "auto" where it
-    asked for nothing and ``launch`` takes them. ValueError (the CLI's error) where it asked and launch takes none."""
+def replicas_to_pass(asked: str | int | None, smoke: bool) -> str | int | None:
+    """What (c) passes to ``launch`` as ``replicas=`` (None: nothing): what ``--replicas`` asked for, else "auto"
+    (the smoke run names a plan: "auto" calibrates the machine first, 20-30 s)."""
     if asked == "none":
         return None
     if asked is None:
-        return "auto" if launch_takes_them else None
-    if not launch_takes_them:
-        raise ValueError(
-            f"--replicas {asked}: this checkout's TokenizerClient.launch takes no replicas= yet; leave --replicas out "
-            "(or give none) and (c) runs one server process"
-        )
+        return 2 if smoke else "auto"
     return asked
 
 
@@ -498,7 +429,7 @@ def format_table(result: dict[str, Any]) -> str:
         f"{settings['warmup_steps']} warm-up steps",
         f"(c): TokenizerClient.launch(replicas={replicas!r})"
         if replicas is not None
-        else "(c): TokenizerClient.launch() without replicas= (this checkout's launch takes none, or --replicas none)",
+        else "(c): TokenizerClient.launch(), --replicas none",
     ]
     header = f"{'mode':<48} {'workers':>7} {'steps':>6} {'steps/s':>8} {'texts/s':>9} {'waiting':>8} "
     header += f"{'wait ms/step':>12} {'vs (a)':>7}"
@@ -619,7 +550,7 @@ def parse_args(argv: list[str] | None) -> tuple[argparse.ArgumentParser, argpars
         "--replicas",
         type=replicas_value,
         default=None,
-        help="replicas= for (c)'s launch(): auto (the default where launch takes it), a count, or none",
+        help="replicas= for (c)'s launch(): auto (the default), a count, or none (launch's own default)",
     )
     parser.add_argument("--tokenizer", default=None, help="a tokenizer folder or file (default: the embedded one)")
     parser.add_argument("--device-commands", action="store_true", help="print the prepared device-machine run")
@@ -655,16 +586,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.distinct_texts < args.batch_size:
         parser.error(f"--distinct-texts {args.distinct_texts}: at least one batch (--batch-size {args.batch_size})")
-    replicas = None
-    if "sdk" in args.modes and args.replicas != "none":
-        takes = launch_takes_replicas()
-        asked = args.replicas
-        if asked is None and args.smoke:  # "auto" calibrates the machine first (20-30 s): the smoke names a plan
-            asked = 2 if takes else "none"
-        try:
-            replicas = replicas_to_pass(asked, takes)
-        except ValueError as exc:
-            parser.error(str(exc))
+    replicas = replicas_to_pass(args.replicas, args.smoke) if "sdk" in args.modes else None
     settings = {
         "model_size": args.model_size,
         "bert_config": {key: value for key, value in bert_config.items() if key not in ("vocab_size", "pad_token_id")},

@@ -1,13 +1,6 @@
-"""The one harness every scenario runs on: what a scenario declares, and what the runner owns for all of them.
-
-A scenario (one module under ``benchmarks/scenarios/``) declares a :class:`Scenario`: its name, what it
-measures, how to measure it (``measure``: the run's :class:`Settings` in, its section of the results out), the
-table rows and targets read from that section, and whether it needs a process of its own (it forks DataLoader
-workers, or sets process-wide state such as ``TOKENIZERS_PARALLELISM``). The runner (``benchmarks.run``) owns
-the rest: the rounds -- each round measures every variant once, in rotated order, so no variant always runs
-first or last (:func:`in_rounds`) -- the medians over rounds (:func:`medians`; ratios are ratios of medians),
-the machine's noise (the CPU other processes used while a figure was taken, and a note on a figure taken while
-they used over :data:`BUSY_CORES`), the table, the JSON and the plots.
+"""The one harness every scenario runs on: a scenario declares a :class:`Scenario`; the runner (``benchmarks.run``)
+owns the rest -- rounds in rotated order (:func:`in_rounds`), medians over rounds (:func:`medians`), the CPU other
+processes used meanwhile (:class:`CpuProbe`, a note over :data:`BUSY_CORES`), the table, the JSON and the plots.
 """
 
 from __future__ import annotations
@@ -20,6 +13,7 @@ import select
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
@@ -27,9 +21,11 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from service.sizing import available_cpus  # the CPUs this process may run on, as the server sizes its Rust pool
+
 # The process of the scenarios that fork DataLoader workers with the tokenizer in-process, parallelism off
 FORKS_WITH_PARALLELISM_OFF = "forks DataLoader workers, TOKENIZERS_PARALLELISM=false"
-# The process of the scenarios that tokenize in-process at their best, parallelism on (8, hot_path)
+# The process of the scenarios that tokenize in-process at their best, parallelism on (8)
 TOKENIZES_WITH_PARALLELISM_ON = "tokenizes in-process, TOKENIZERS_PARALLELISM=true"
 BUSY_CORES = 0.25  # other processes using more than this during a measurement: the figure is noted as busy
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -46,8 +42,18 @@ def log(message: str) -> None:
 
 # -- processes of the run ---------------------------------------------------------------------------------
 def child_command(function: str, *arguments: Any) -> list[str]:
-    """The command that runs ``function`` ("module:name") with ``arguments`` (JSON) in a process of its own."""
+    """The command that runs ``function`` ("module:name") with ``arguments`` (JSON) in a process of its own: what it
+    returns is the process's exit status (an int) or its last line of output (anything else, as JSON)."""
     return [sys.executable, "-m", "benchmarks.run", "--call", function, json.dumps(arguments)]
+
+
+def call_in_own_process(function: str, *arguments: Any, timeout: float, env: dict[str, str] | None = None) -> Any:
+    """What ``function`` returns, called with ``arguments`` in a process of its own (:func:`child_command`)."""
+    command = child_command(function, *arguments)
+    done = subprocess.run(command, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"{function}{tuple(arguments)}: exit {done.returncode}: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def answer_lines(handle: Callable[[dict[str, Any]], dict[str, Any]]) -> int:
@@ -120,13 +126,6 @@ class ChildProcess:
 
 
 # -- the machine -------------------------------------------------------------------------------------------
-def available_cpus() -> int:
-    """The CPUs this process may run on (the server sizes its Rust thread pool the same way)."""
-    from service.engine.parallelism import available_cpus as cpus
-
-    return cpus()
-
-
 def host_facts() -> dict[str, Any]:
     """What a table names the machine by: the CPU model, the CPUs this process may use and the host's count, the
     memory the kernel reports (MemTotal), the OS and the Python."""
@@ -150,10 +149,24 @@ def host_facts() -> dict[str, Any]:
 
 
 def process_ticks(pid: int | str) -> int:
-    """utime + stime of a process (all its threads), in clock ticks, from /proc/<pid>/stat."""
+    """utime + stime of a process (all its threads; of one thread with ``"PID/task/TID"``), in clock ticks."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     values = stat[stat.rindex(")") + 2 :].split()
     return int(values[11]) + int(values[12])
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all threads, in seconds."""
+    return process_ticks(pid) / CLOCK_TICKS
+
+
+def in_threads(work: Callable[[int], object], count: int) -> None:
+    """``work(index)`` in ``count`` threads at once; returns when all are done."""
+    threads = [threading.Thread(target=work, args=(index,)) for index in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
 
 
 def busy_ticks(cores: Sequence[int] | set[int] | None = None) -> int:

@@ -1,13 +1,6 @@
-"""A masked language model of ``BertForMaskedLM``'s shape, in torch alone, built from a ``BertConfig``'s fields.
-
-Not transformers' own module: importing transformers' modeling code loads ``tokenizers`` (transformers 5:
-``modeling_utils`` reaches ``tokenization_utils_base``), and the benchmark that trains it
-(``benchmarks.gpu_feed``) keeps one of its training processes free of the Rust tokenizer, as the SDK
-promises. The configuration is still transformers' -- ``BertConfig(...).to_dict()``, made by the process that
-starts the training -- and the parameters are BertForMaskedLM's, tensor for tensor (the tests compare the
-shapes with transformers' module): embeddings of words, positions and token types, post-norm encoder layers
-(attention through ``scaled_dot_product_attention``, GELU), and the prediction head whose decoder is the word
-embeddings.
+"""A masked language model of ``BertForMaskedLM``'s shape, in torch alone, from a ``BertConfig``'s fields: the same
+parameters, tensor for tensor (the tests compare it with transformers' module). Not transformers' own module: its
+modeling code loads ``tokenizers``, and ``benchmarks.gpu_feed`` keeps one training process free of the Rust tokenizer.
 """
 
 from __future__ import annotations

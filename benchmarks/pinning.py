@@ -1,10 +1,6 @@
-"""Pinning running processes to cores, every thread of each, as ``taskset -a -p`` does.
-
-``os.sched_setaffinity(pid, ...)`` moves one thread (the one whose id is ``pid``); a server's Rust pool, its
-tokenizer thread and a DataLoader's threads are threads of their own, each with its mask. So :func:`pin` sets
-the mask of every thread under ``/proc/PID/task``; a thread started later inherits its creator's, and a process
-forked later (a DataLoader worker) inherits the forking thread's.
-"""
+"""Pinning running processes to cores, every thread of each, as ``taskset -a -p`` does: ``os.sched_setaffinity(pid)``
+moves one thread only, and a server's Rust pool or a DataLoader's threads are threads of their own. A thread started
+later inherits its creator's mask, and a process forked later (a DataLoader worker) the forking thread's."""
 
 from __future__ import annotations
 
@@ -18,18 +14,18 @@ def usable_cores() -> list[int]:
     return sorted(os.sched_getaffinity(0))
 
 
-def first_cores(cores: list[int], count: int) -> set[int]:
+def first_cores(cores: list[int], count: int) -> list[int]:
     """The first ``count`` of ``cores`` (ValueError if there are fewer)."""
     if count > len(cores):
         raise ValueError(f"{count} cores asked for, of {len(cores)}")
-    return set(cores[:count])
+    return cores[:count]
 
 
-def pin(pids: Iterable[int], cores: set[int]) -> None:
+def pin(pids: Iterable[int], cores: Iterable[int]) -> None:
     """Pin every thread of every process of ``pids`` to ``cores`` (a thread that ends meanwhile is skipped)."""
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                os.sched_setaffinity(int(task.name), cores)
+                os.sched_setaffinity(int(task.name), set(cores))
             except (ProcessLookupError, FileNotFoundError):
                 continue

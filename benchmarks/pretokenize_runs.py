@@ -1,28 +1,17 @@
-"""One pre-tokenization run of a corpus, by one method, in its own process (scenario 6 starts one per run).
+"""One pre-tokenization run of a corpus by one method, in its own process (scenario 6 starts one per run:
+``main(METHOD, CORPUS, OUT, URL, TOKENIZER_DIR, FORMAT)``). Methods:
 
-    benchmarks.run.child_command("benchmarks.pretokenize_runs:main", METHOD, CORPUS, OUT, URL, TOKENIZER_DIR,
-                                 FORMAT, STORAGE_OPTIONS)   # CORPUS and OUT may be URLs (scenario 7)
+- ``service``: ``tokenizer-service pretokenize`` against URL (8 requests in flight); this process imports no tokenizer;
+- ``encode_batch`` / ``encode_batch_fast``: the very same reader and shard writer with the Rust tokenizer in this
+  process (Rust parallelism on, 2 batches in flight so that reading overlaps encoding);
+- ``datasets_map``: ``load_dataset("json")`` then ``Dataset.map(tokenizer, batched=True, num_proc=2)``.
 
-Methods, all over the same JSON Lines corpus with ``text`` fields, all writing every document's ids:
-
-- ``service``: ``tokenizer-service pretokenize`` (``service.pretokenize.pretokenize``) against ``--url``: the
-  async client, 8 requests in flight, the ragged binary answer. This process imports no tokenizer.
-- ``encode_batch`` / ``encode_batch_fast``: the very same reading and shard writing (``pretokenize`` with an
-  in-process encoder), the texts encoded by the Rust tokenizer's ``encode_batch`` (or ``encode_batch_fast``)
-  in this process, Rust parallelism on (``TOKENIZERS_PARALLELISM=true``), with 2 batches in flight so reading
-  overlaps encoding: what one process does best without the service.
-- ``datasets_map``: the usual recipe -- ``datasets.load_dataset("json")`` then ``Dataset.map(lambda batch:
-  tokenizer(batch["text"]), batched=True, num_proc=2)`` with the transformers tokenizer in-process; its
-  output is datasets' Arrow cache (in OUT).
-
-Prints one JSON line: the method, seconds of the work (imports and interpreter start excluded), documents,
-tokens, this process's CPU seconds and peak RSS (VmHWM; for ``datasets_map`` the parent's only).
+Its figures: seconds of the work (imports excluded), documents, tokens, CPU seconds and peak RSS.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 import time
@@ -34,8 +23,6 @@ from typing import Any
 import numpy as np
 
 from benchmarks.harness import peak_rss_mb
-
-METHODS = ("service", "encode_batch", "encode_batch_fast", "datasets_map")
 
 
 class InProcessEncoder:
@@ -75,18 +62,13 @@ class InProcessEncoder:
         return f"in-process {self.encode_batch.__name__}"
 
 
-def run_pipeline(
-    method: str, corpus: str, out: str, url: str | None, tokenizer: str | None, output_format: str, storage_options: str
-) -> dict:
-    from service.jobs.stores import storage_options_from_json
-    from service.jobs.urls import is_url
+def run_pipeline(method: str, corpus: str, out: str, url: str, tokenizer: str, output_format: str) -> dict:
     from service.pretokenize import PretokenizeConfig, pretokenize
 
     service = method == "service"
     config = PretokenizeConfig(
         inputs=(corpus,),
-        out=out if is_url(out) else Path(out),
-        storage_options=storage_options_from_json(storage_options),
+        out=Path(out),
         url=url,
         output_format=output_format,
         progress="none",
@@ -128,17 +110,15 @@ def run_datasets_map(corpus: str, out: str, tokenizer_dir: str) -> dict:
     }
 
 
-def main(
-    method: str, corpus: str, out: str, url: str | None, tokenizer: str | None, output_format: str, storage_options: str
-) -> int:
-    """One run (see the module docstring); prints its JSON line."""
+def main(method: str, corpus: str, out: str, url: str, tokenizer: str, output_format: str) -> dict[str, Any]:
+    """One run (see the module docstring); its figures."""
     if method != "service":
         os.environ["TOKENIZERS_PARALLELISM"] = "true"  # datasets turns it off in the processes it forks
     cpu = time.process_time()
     if method == "datasets_map":
-        result = run_datasets_map(corpus, out, tokenizer or "")
+        result = run_datasets_map(corpus, out, tokenizer)
     else:
-        result = run_pipeline(method, corpus, out, url, tokenizer, output_format, storage_options)
+        result = run_pipeline(method, corpus, out, url, tokenizer, output_format)
     result.update(
         method=method,
         format=output_format if method != "datasets_map" else "arrow cache",
@@ -146,5 +126,4 @@ def main(
         peak_rss_mb=peak_rss_mb(),
         tokenizers_imported="tokenizers" in sys.modules,
     )
-    print(json.dumps(result))
-    return 0
+    return result

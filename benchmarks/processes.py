@@ -1,10 +1,5 @@
-"""The processes under test: the tokenizer-service servers and the in-process baseline worker, and the client
-that talks to them -- the SDK's own transports (``service.transport``: the stdlib keep-alive client one request
-at a time, the asyncio-streams one for many concurrent clients), never a second HTTP client of our own.
-
-Each process is started here, waited for, read from /proc (the server's RSS and peak RSS, whether torch is mapped
-into it) and stopped by PID when the run ends, even on error or Ctrl-C. The baseline worker
-(``Baselines``) runs in its own process, never beside the load generator's event loop.
+"""The processes under test -- the tokenizer-service servers and the in-process baseline worker -- started, read
+from /proc and stopped by PID, and the client that talks to them: the SDK's own transports, never a second HTTP client.
 """
 
 from __future__ import annotations
@@ -123,9 +118,8 @@ class BenchServer:
 
     def describe(self) -> dict[str, Any]:
         """The server's entry in the results: its setup, whether torch was loaded, and its memory readings."""
-        return {"name": self.name, "args": self.args, "setup": self.setup, "torch_loaded": self.torch_loaded} | {
-            "memory": self.memory
-        }
+        described = {"name": self.name, "args": self.args, "setup": self.setup, "torch_loaded": self.torch_loaded}
+        return {**described, "memory": self.memory}
 
     def sample_memory(self, when: str) -> None:
         """Record the server's RSS and peak RSS (VmRSS, VmHWM) now, labelled ``when``."""

@@ -1,18 +1,7 @@
-"""Scaling past this machine: a model fed by CPU figures measured here. What it gives is a projection, never a
-measurement, and every table that shows it says so, with :data:`MODEL` and :data:`ASSUMPTIONS` beside it.
-
-Inputs, per batch of 256 texts, in ms of CPU, measured on this machine (:class:`Costs`):
-
-- ``G``, the GIL side of one server process (its Python threads) and ``R``, its Rust pool
-  (``benchmarks.cpu_split``);
-- ``C``, the client side on the same node: the load generator's CPU (batches of 256) or the DataLoader workers'
-  collate CPU through the SDK (the collator path);
-- ``W``, one worker of the workaround tokenizing in-process with parallelism off.
-
-And one Rust pool's curve (its rate at t threads over one thread's): a calibration's, measured on the machine it
-ran on (``tokenizer-service calibrate --json``, passed as ``--calibration``), else tokenizers #2337's, the evidence
-``service.sizing.REFERENCE`` carries; a perfect pool is the best case beside it. What ``replicas="auto"`` starts
-on ``c`` cores comes from ``service.sizing.choose_plan`` -- the launcher's own planner, not a copy of it.
+"""Scaling past this machine: a model fed by CPU figures measured here (:class:`Costs`: G, R, C and W per batch of 256)
+and one Rust pool's curve (a calibration's, else tokenizers #2337's; a perfect pool beside it as the best case).
+What it gives is a projection, never a measurement: every table that shows it says so, with :data:`MODEL` and
+:data:`ASSUMPTIONS` beside it. ``replicas="auto"`` is sized by ``service.sizing.choose_plan``, the launcher's own.
 """
 
 from __future__ import annotations
@@ -93,19 +82,3 @@ def replicas_auto(costs: Costs, cores: int, curve: Curve) -> float:
 def workaround(costs: Costs, cores: float) -> float:
     """Batches/s of one parallelism-off worker per core."""
     return 1000 * cores / costs.worker_ms
-
-
-__all__ = [
-    "ASSUMPTIONS",
-    "MODEL",
-    "PERFECT",
-    "POOL_2337",
-    "SPEEDUPS_2337",
-    "Costs",
-    "auto_plan",
-    "one_process",
-    "pool",
-    "processes",
-    "replicas_auto",
-    "workaround",
-]

@@ -1,6 +1,5 @@
-"""The benchmark's outputs in ``--out-dir``, made by the runner from every scenario's section: ``benchmark.json``
-(every figure, the targets and the table rows), ``benchmark.txt`` (the table: a row per figure, a section per
-scenario, then the targets) and the PNG plots (matplotlib, Agg backend: no display needed).
+"""The benchmark's outputs in ``--out-dir``, made from every scenario's section: ``benchmark.json`` (every figure,
+the targets and the table rows), ``benchmark.txt`` (the table) and the PNG plots.
 """
 
 from __future__ import annotations
@@ -116,18 +115,13 @@ def write(results: dict[str, Any], out_dir: Path) -> str:
 
 
 # -- plots ------------------------------------------------------------------------------------------------
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def draw_plots(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
     """The plots of the scenarios that ran: 1's sweep, 2's rates and latencies, 4's long texts, 6's methods."""
-    plt = _pyplot()
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
     tokenizers, machine = results["meta"]["tokenizers"], f"{results['meta']['cpus']} CPUs"
     runs = results["2"].get("runs", [])
     latencies = [

@@ -1,25 +1,15 @@
 """The benchmark: tokenizer-service against in-process tokenization, same texts, same run -- every scenario.
 
-    python -m benchmarks.run                        # the default scenarios: ~35 min on 2 cores
+    python -m benchmarks.run                        # the default scenarios: ~30 min on 2 cores
     python -m benchmarks.run --scenarios 2,split    # some of them (names below)
     python -m benchmarks.run --smoke                # every default scenario once, tiny counts (CI)
     python -m benchmarks.run --report bench-results/benchmark.json   # print a saved run's table again
 
-Run from the repository root. Every scenario is one module of ``benchmarks/scenarios/`` written on one harness
-(``benchmarks.harness``): the runner starts the servers (``python -m service serve`` on 127.0.0.1, a free port;
-shared by the scenarios that can share them), runs each scenario's variants in interleaved rounds (each round
-measures every variant once, in rotated order) and reports medians over rounds; ratios are ratios of medians.
-The in-process baselines run in their own process (``TOKENIZERS_PARALLELISM=true``, the same number of Rust
-threads as the server, never forked), never beside the load generator. Every figure records the CPU other
-processes used meanwhile; a note flags one taken on a busy machine; a full run first waits (``--wait-quiet``,
-bounded) for a quiet machine. It prints one table and writes into ``--out-dir``: ``benchmark.json`` (every
-figure, the rounds, the targets), ``benchmark.txt`` (the table), the PNG plots and the logs. Every process it
-starts is stopped by PID, also on error or Ctrl-C. Exit status: 0, or 1 when a scenario failed.
-
-Scenarios that fork DataLoader workers, set process-wide state or pin cores run in a process of their own (this
-command again, for them alone; the scenarios that need the same process share it, the servers started in it and
-the figures two of them need, such as the split that scaling starts from); one that cannot run here (no torch)
-is reported as skipped, with the reason.
+Run from the repository root. Each scenario (``benchmarks/scenarios/``) measures its variants in interleaved rounds
+on one harness (``benchmarks.harness``); the servers run on 127.0.0.1 and are stopped by PID, also on error or
+Ctrl-C. Scenarios that fork DataLoader workers or set process-wide state run in a process of their own (this command
+again, shared by the scenarios that need the same one). It prints one table and writes ``benchmark.json``,
+``benchmark.txt``, the plots and the logs into ``--out-dir``. Exit status: 0, or 1 when a scenario failed.
 The GPU benchmark is its own command: ``python -m benchmarks.gpu_feed`` (docs/guides/performance.md).
 """
 
@@ -41,12 +31,13 @@ from types import FrameType
 from typing import Any
 
 from benchmarks import report
-from benchmarks.harness import BUSY_CORES, Scenario, Settings, available_cpus, log, wait_for_quiet
+from benchmarks.harness import BUSY_CORES, Scenario, Settings, log, wait_for_quiet
 from benchmarks.scenarios import SCENARIOS
 from benchmarks.scenarios.scaling import reproject
+from service.sizing import available_cpus
 from testkit.servers import REPO
 
-DEFAULT_SCENARIOS = ("1", "2", "3", "4", "5", "6", "7", "8", "rss", "split", "scaling")
+DEFAULT_SCENARIOS = ("1", "2", "3", "4", "5", "6", "8", "rss", "split", "scaling")
 VERSIONS_OF = ("tokenizers", "transformers", "torch", "fastapi", "uvicorn", "orjson", "safetensors", "numpy")
 NOT_SELECTED = "not selected (--scenarios)"
 
@@ -105,7 +96,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def _call(function: str, arguments: str) -> int:
     module, name = function.split(":")
     result = getattr(importlib.import_module(module), name)(*json.loads(arguments))
-    return int(result or 0)
+    if isinstance(result, int):
+        return result
+    print(json.dumps(result), flush=True)
+    return 0
 
 
 def measure_here(scenario: Scenario, settings: Settings) -> dict[str, Any]:

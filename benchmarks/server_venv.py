@@ -1,9 +1,5 @@
-"""A virtual environment with the ``[server]`` extra only -- no torch -- for the memory figure of a server as
-a ``pip install '.[server]'`` user or the container image runs it.
-
-Made once under ``.cache/bench-server-venv/`` (``python -m venv``, then ``pip install -e '.[server]'``; pip's
-cache makes it quick when the wheels were downloaded before) and remade when ``pyproject.toml`` changes.
-Bounded in time; the venv is checked to hold no torch.
+"""A virtual environment with the ``[server]`` extra only -- no torch -- for the memory of a server as the container
+image runs it: made once under ``.cache/bench-server-venv/`` and remade when ``pyproject.toml`` changes.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
-"""Scenario 1: one client sending batches, service vs in-process, on every language x length cell.
-
-Batches of 256, ``padding="longest"``, truncation, ``max_length=128``: service JSON (decoded with orjson + numpy
-into torch tensors) and service binary (``safetensors.torch.load``) vs in-process Rust ``encode_batch`` and
-``encode_batch_fast`` (padding and truncation set on the Rust tokenizer; the fast one, which skips offsets, is
-the strongest in-process baseline) and transformers ``tokenizer(texts, ..., return_tensors="pt")``. Plus a
-batch-size sweep on mixed ~300-character texts, for the plot.
+"""Scenario 1: one client sending batches of 256 (``padding="longest"``, truncation, ``max_length=128``), service JSON
+and binary (decoded into torch tensors) vs in-process ``encode_batch``, ``encode_batch_fast`` and transformers
+``__call__``, on every language x length cell; plus a batch-size sweep on mixed ~300-character texts, for the plot.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from typing import Any
 from benchmarks import corpus
 from benchmarks.harness import Row, Scenario, Settings, in_rounds, per_cell_target
 from benchmarks.processes import JSON_MEDIA_TYPE, SAFETENSORS_MEDIA_TYPE
-from benchmarks.scenarios.measuring import BASELINES, OPTIONS_BATCH, Variant, aggregate, one_client_row, sides, versus
+from benchmarks.scenarios.measuring import BASELINES, OPTIONS_BATCH, Variant, aggregate, one_client_rows, sides
 
 BATCH = 256
 METHODS: tuple[Variant, ...] = (
@@ -88,15 +84,10 @@ def _groups(section: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, dic
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
-    out = []
-    for (tokenizer, lang, bucket), group in _groups(section).items():
-        enc = group["in-process encode_batch"]["texts_per_s"]
-        for label, where, _ in METHODS:
-            rate = group[label]["texts_per_s"]
-            ratio = "baseline" if label == BASELINES[0][0] else f"{rate / enc:.2f}x enc"
-            ratio = versus(rate, group, "texts_per_s") if where == "service" else ratio
-            out.append(one_client_row("1", tokenizer, f"{lang} {BUCKET_NAMES[bucket]}", group[label], ratio))
-    return out
+    def texts(cell: dict[str, Any]) -> str:
+        return f"{cell['language']} {BUCKET_NAMES[cell['bucket']]}"
+
+    return one_client_rows("1", section.get("cells", []), texts, "texts_per_s")
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,36 +1,17 @@
-"""Scenario 8, conversations: ``/chat/encode`` against in-process ``apply_chat_template`` on the same
-conversations, and the chat collator in DataLoader workers against tokenizing in the collate_fn.
+"""Scenario 8, conversations: ``/chat/encode`` against in-process ``apply_chat_template`` on the same conversations
+(binary answers, ragged and padded, masks asked for; and each side's parts alone: rendering, encoding, ids only),
+and the chat collator in DataLoader workers against ``apply_chat_template`` + TRL's labels in the collate_fn.
 
-In a process of its own (``TOKENIZERS_PARALLELISM=true`` for the in-process side at its best), bounded: it
-starts its own server (``python -m service serve --model <dir>`` on 127.0.0.1, a free port:
-the byte-level BPE tokenizer of the tests with our ChatML template, ``{% generation %}`` markers included),
-measures, stops the server by PID (also on error, Ctrl-C or SIGTERM), and writes the figures side by side.
-
-- **Throughput** (conversations/s, batches of 64 and 256, masks asked for: what SFT needs): the service's binary
-  answers -- ``chat_encode_ragged`` (unpadded rows, the chat collator's path) and ``apply_chat_template(...,
-  padding=True, return_tensors="pt")`` (safetensors) -- against ``tokenizer.apply_chat_template(...)`` in this
-  process (lists, and padded ``"pt"``), ``TOKENIZERS_PARALLELISM=true`` with as many Rust threads as the
-  server; and the ragged answer asked by two clients at once (as DataLoader workers ask: one request renders
-  while another encodes). Where the time goes: each side's parts measured alone -- rendering (``/chat/render``;
-  ``tokenize=False`` in-process), encoding the rendered texts (``/encode`` binary; the tokenizer call), and
-  without masks (ids only). Rounds interleave the variants; medians are reported.
-- **DataLoader** (batches/s, fork, 2 workers, 32 conversations per batch, ``max_length=1024``): the chat collator
-  (``client.chat_collator``) against a collate_fn calling ``apply_chat_template`` with masks and making TRL's
-  labels in the worker, the tokenizer loaded in the parent with ``TOKENIZERS_PARALLELISM=false`` (what avoids
-  the fork freeze today). Same batches (checked identical). It runs in a child process of its own
-  (:func:`loader_part`), as the variable must be set before tokenizers is imported.
-
-Conversations: built from the real texts of the other scenarios (Chinese reviews as user turns, English
-paragraphs as assistant turns, a system message in one of three), 2 to 3 exchanges, ~1,500 characters rendered.
+In a process of its own (``TOKENIZERS_PARALLELISM=true``: the in-process side at its best), against its own server
+of the byte-level BPE with our ChatML template; the DataLoader part runs in a child process (:func:`loader_part`), as
+``TOKENIZERS_PARALLELISM=false`` must be set before tokenizers is imported. Figures: docs/guides/performance.md,
+"Conversations".
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
-import subprocess
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -42,14 +23,17 @@ from benchmarks.harness import (
     Row,
     Scenario,
     Settings,
-    child_command,
+    call_in_own_process,
     human,
     in_rounds,
+    in_threads,
     log,
     medians,
     not_run,
     per_cell_target,
 )
+from benchmarks.scenarios import dataloader
+from benchmarks.scenarios.dataloader import IN_PROCESS, Variants, measure_cells
 from testkit import assets
 from testkit.servers import ServerProcess
 
@@ -101,20 +85,9 @@ def chat_tokenizer_dir(root: Path) -> Path:
 
 
 # -- throughput ---------------------------------------------------------------------------------------------
-def rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int) -> float:
-    """Items per second of ``call`` (``items`` per call), over at least one call and at most ``seconds``."""
-    call()  # warm
-    calls, started = 0, time.perf_counter()
-    while calls < max_calls:
-        call()
-        calls += 1
-        if time.perf_counter() - started >= seconds:
-            break
-    return items * calls / (time.perf_counter() - started)
-
-
-def concurrent_rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int, streams: int) -> float:
-    """Items per second of ``call`` made by ``streams`` threads at once (each at most ``max_calls``)."""
+def rate(call: Callable[[], Any], items: int, seconds: float, max_calls: int, streams: int = 1) -> float:
+    """Items per second of ``call`` (``items`` per call) made by ``streams`` threads at once, each at most
+    ``max_calls`` calls and for about ``seconds``."""
     call()  # warm
     counts = [0] * streams
     started = time.perf_counter()
@@ -124,11 +97,7 @@ def concurrent_rate(call: Callable[[], Any], items: int, seconds: float, max_cal
             call()
             counts[index] += 1
 
-    threads = [threading.Thread(target=stream, args=(i,)) for i in range(streams)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    in_threads(stream, streams)
     return items * sum(counts) / (time.perf_counter() - started)
 
 
@@ -149,21 +118,19 @@ def throughput(url: str, model: Path, counts: Counts) -> dict[str, Any]:
         }
         # two clients at once, as DataLoader workers ask: one request's render overlaps another's encode
         measures["service binary ragged, 2 clients"] = functools.partial(
-            concurrent_rate, calls["service binary ragged"], size, counts.seconds, counts.max_calls, 2
+            rate, calls["service binary ragged"], size, counts.seconds, counts.max_calls, 2
         )
         check_identical(client, tokenizer, batch)
         runs = in_rounds(list(measures), lambda name, measures=measures: {"rate": measures[name]()}, counts.rounds)
         found = {name: medians(values)["rate"] for name, values in runs.items()}
+        lists, tensors = found["in-process apply_chat_template"], found["in-process apply_chat_template padded (pt)"]
         results[str(size)] = {
             "conversations_per_s": found,
             "rounds": {name: [r["rate"] for r in values] for name, values in runs.items()},
             "ratios": {
-                "ragged_vs_apply_chat_template": found["service binary ragged"]
-                / found["in-process apply_chat_template"],
-                "pt_vs_apply_chat_template_pt": found["service binary padded (pt)"]
-                / found["in-process apply_chat_template padded (pt)"],
-                "ragged_2_clients_vs_apply_chat_template": found["service binary ragged, 2 clients"]
-                / found["in-process apply_chat_template"],
+                "ragged_vs_apply_chat_template": found["service binary ragged"] / lists,
+                "pt_vs_apply_chat_template_pt": found["service binary padded (pt)"] / tensors,
+                "ragged_2_clients_vs_apply_chat_template": found["service binary ragged, 2 clients"] / lists,
             },
             "characters_rendered": sum(map(len, texts)),
         }
@@ -226,67 +193,38 @@ class InProcessChatCollate:
         return collate_sft(features, pad_token_id=self.tokenizer.pad_token_id)
 
 
-def loader_part(url: str, model: str, server_pid: int, counts: dict[str, Any], out: str) -> None:
-    """The DataLoader cell (a child process, ``TOKENIZERS_PARALLELISM=false``), written to ``out`` as JSON."""
-    cell = loader_cell(
-        url, Path(model), server_pid, Counts(**{k: tuple(v) if isinstance(v, list) else v for k, v in counts.items()})
-    )
-    Path(out).write_text(json.dumps(cell))
-
-
-def loader_cell(url: str, model: Path, server_pid: int, counts: Counts) -> dict[str, Any]:
-    import torch
+def loader_part(url: str, model: str, server_pid: int, counts: dict[str, Any]) -> list[dict[str, Any]]:
+    """The DataLoader cell (a child process, ``TOKENIZERS_PARALLELISM=false``)."""
     from transformers import AutoTokenizer
 
-    from benchmarks.scenarios.dataloader import measure_loader
     from service.client import TokenizerClient
 
-    tokenizer = AutoTokenizer.from_pretrained(str(model))
-    rows = [{"messages": messages} for messages in conversations(counts.loader_items)]
-    variants: dict[str, tuple[Callable, int | None]] = {
-        "chat collator": (TokenizerClient(url).chat_collator(**LOADER_OPTIONS), server_pid),
-        "in-process": (InProcessChatCollate(tokenizer), None),
+    chat = Counts(**{k: tuple(v) if isinstance(v, list) else v for k, v in counts.items()})
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    rows = [{"messages": messages} for messages in conversations(chat.loader_items)]
+    variants: Variants = {
+        "chat collator": (TokenizerClient(url).chat_collator(**LOADER_OPTIONS), (server_pid,)),
+        IN_PROCESS: (InProcessChatCollate(tokenizer), ()),
     }
-    sample = rows[: counts.loader_batch]
-    ours, theirs = variants["chat collator"][0](sample), variants["in-process"][0](sample)
-    if list(ours) != list(theirs) or not all(torch.equal(ours[k], theirs[k]) for k in theirs):
-        raise AssertionError("the chat collator's batch differs from the in-process one")
-
-    def one(name: str) -> dict[str, Any]:
-        collate, pid = variants[name]
-        return measure_loader(rows, collate, 2, counts.loader_batch, counts.loader_batches, counts.seconds * 2, pid)
-
-    runs = in_rounds(list(variants), one, counts.rounds)
-    cell: dict[str, Any] = {"workers": 2, "batch_size": counts.loader_batch, "identical_batches": True}
-    cell |= {name: medians(values) for name, values in runs.items()}
-    cell["ratio_vs_inprocess"] = cell["chat collator"]["batches_per_s"] / cell["in-process"]["batches_per_s"]
-    log(
-        f"DataLoader: chat collator {cell['chat collator']['batches_per_s']:.1f} b/s, in-process "
-        f"{cell['in-process']['batches_per_s']:.1f} b/s"
-    )
-    return cell
+    loader = dataloader.Counts((2,), (chat.loader_batch,), chat.rounds, chat.loader_batches, chat.seconds * 2)
+    return measure_cells(variants, rows, loader)
 
 
 # -- the run ------------------------------------------------------------------------------------------------
 def measure(settings: Settings) -> dict[str, Any]:
-
     counts = settings.counts(FULL, SMOKE)
     os.environ["TOKENIZERS_PARALLELISM"] = "true"  # the in-process side at its best (no fork in this process)
     model = chat_tokenizer_dir(settings.work_dir)
     log_path = settings.log_dir / "server-chat.log"
     with ServerProcess("--model", str(model), "--drain-listen-seconds", "0", log_path=log_path) as server:
         section: dict[str, Any] = {"tokenizer": FAMILY, "throughput": throughput(server.url, model, counts)}
-        part = settings.work_dir / "chat-loader.json"
-        command = child_command(
-            "benchmarks.scenarios.chat:loader_part", server.url, str(model), server.pid, asdict(counts), str(part)
+        arguments = (server.url, str(model), server.pid, asdict(counts))
+        env = {"TOKENIZERS_PARALLELISM": "false"}  # before tokenizers is imported: in a process of its own
+        section["dataloader"] = call_in_own_process(
+            "benchmarks.scenarios.chat:loader_part", *arguments, timeout=900, env=env
         )
-        subprocess.run(command, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"}, check=True, timeout=900)
-        section["dataloader"] = [json.loads(part.read_text())]
-    section["settings"] = {
-        **asdict(counts),
-        "loader": {"workers": 2, "batch_size": counts.loader_batch, **LOADER_OPTIONS},
-    }
-    return section
+    loader = {"workers": 2, "batch_size": counts.loader_batch, **LOADER_OPTIONS}
+    return {**section, "settings": {**asdict(counts), "loader": loader}}
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
@@ -296,30 +234,9 @@ def rows(section: dict[str, Any]) -> list[Row]:
         for name, value in rates.items():
             baseline = BASELINE_OF.get(name)
             ratio = f"{value / rates[baseline]:.2f}x in-proc" if baseline else "baseline"
-            out.append(
-                {
-                    "scenario": "8",
-                    "texts": f"{size} conversations",
-                    "variant": name,
-                    "rate": human(value) + " conv/s",
-                    "ratio": ratio,
-                }
-            )
-    for cell in section.get("dataloader", []):
-        for name in ("in-process", "chat collator"):
-            figures = cell[name]
-            out.append(
-                {
-                    "scenario": "8",
-                    "texts": f"DataLoader {cell['workers']} workers, batch {cell['batch_size']}",
-                    "variant": name,
-                    "rate": human(figures["batches_per_s"]) + " b/s",
-                    "ratio": "baseline" if name == "in-process" else f"{cell['ratio_vs_inprocess']:.2f}x in-proc",
-                    "cpu": f"collate {figures['collate_cpu_ms_per_batch']:.3g} + srv "
-                    f"{figures['server_cpu_ms_per_batch']:.3g}/batch",
-                }
-            )
-    return out
+            row = {"scenario": "8", "texts": f"{size} conversations", "variant": name, "ratio": ratio}
+            out.append({**row, "rate": human(value) + " conv/s"})
+    return out + dataloader.loader_rows("8", section.get("dataloader", []))
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
@@ -333,7 +250,10 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
         ("ragged vs lists", "ragged_vs_apply_chat_template"),
     )
     per_cell = {f"batch {size}, {form}": figures[size]["ratios"][key] for size in figures for form, key in forms}
-    cells = {f"{c['workers']} workers, batch {c['batch_size']}": c["ratio_vs_inprocess"] for c in section["dataloader"]}
+    cells = {
+        f"{c['workers']} workers, batch {c['batch_size']}": c["vs_in_process"]["chat collator"]
+        for c in section["dataloader"]
+    }
     return [
         per_cell_target(
             "s8_chat_encode_vs_apply_chat_template",

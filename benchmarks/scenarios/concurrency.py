@@ -1,13 +1,7 @@
-"""Scenario 2: concurrent clients sending one ~300-character text per request, batching on and off.
-
-Servers: batching on (the run's shared one: no gather window, a batch is whatever queued while the previous one
-ran), batching on with a 2 ms gather window (``--batch-wait-ms 2``) and batching off, and (full run) batching on
-behind uvicorn's own httptools and h11 protocols instead of the guarded one, for the per-request cost of the HTTP
-limits; vs the in-process rates of ``encode_batch``, ``encode_batch_fast`` and transformers ``__call__`` in
-batches of 256. Load generator: :func:`benchmarks.processes.run_load`. Reports latency percentiles, client CPU
-per request (process_time of the load generator) and server CPU per request (utime+stime of the server from
-/proc, all threads, tokenizing included; the "overhead" target subtracts the CPU in-process ``encode_batch``
-spends per text).
+"""Scenario 2: concurrent clients (:func:`benchmarks.processes.run_load`) sending one ~300-character text per
+request to servers with batching on (the run's shared one), on with a 2 ms gather window, off, and (full run) on
+behind uvicorn's own httptools and h11 protocols; vs the in-process rates in batches of 256. Server CPU per request
+counts every thread of the server, tokenizing included (the "overhead" target subtracts in-process ``encode_batch``'s).
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
-"""The CPU split ("split"): one server process's CPU per batch, split by thread -- the GIL side (its Python threads)
-and the Rust pool -- beside one parallelism-off worker; one process's ceiling is 1 / GIL side.
-
-For each corpus it starts ``tokenizer-service serve`` through :func:`serve_with_thread_clocks`, loads it with 3
-keep-alive clients sending batches of 256 texts (``padding="longest"``, ``truncation=True``, ``max_length=128``,
-binary answers as the SDK asks for tensors), and reads the CPU each thread spent over a window that starts and ends
-with the server idle (every request sent in the window is answered in it), divided by the batches answered:
-
-- **GIL side**: the CPU of every Python thread (the event loop thread, the tokenizer thread, any other thread
-  ``threading`` knows), each read from its own nanosecond CPU clock inside the server. The tokenizer thread's CPU
-  is counted whole, its time inside the Rust call included: while the pool encodes, that thread waits on rayon's
-  latch with ~0 CPU. Python threads' CPU bounds their GIL-held time from above (a socket syscall runs without the
-  GIL), so the ceiling below is a slight underestimate, never an overestimate.
-- **Rust pool**: the process's CPU (``time.process_time()``: every thread) minus the Python threads and minus the
-  native threads that existed before the tokenizer was loaded (numpy's BLAS pool; shown as "other native", ~0).
-- **1 worker**: one process tokenizing the same batches with ``tokenizer(texts, ..., return_tensors="np")``,
-  ``TOKENIZERS_PARALLELISM=false``, as each DataLoader worker of the workaround does: its CPU per batch.
-- **ceiling**: ``1 / GIL side``, the batches per second one process can never exceed whatever its cores.
-
-Corpora: the embedded default WordPiece on ~300-character Chinese (``zh-medium``), short Chinese reviews
-(``zh-short``) and ~1000-character Chinese (``zh-long``); the byte-level BPE on ~300-character English
-(``en-medium-bpe``). The server and the worker are measured in interleaved rounds; the figures are medians.
+"""The CPU split ("split"): one server process's CPU per batch by thread -- the GIL side (its Python threads, each
+read from its own clock inside the server) and the Rust pool (the rest) -- beside one parallelism-off worker; one
+process's ceiling is 1 / GIL side. What each figure counts: docs/guides/performance.md, "One process".
 """
 
 from __future__ import annotations
@@ -31,7 +12,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -47,15 +27,17 @@ from benchmarks.harness import (
     Scenario,
     Settings,
     answer_lines,
-    available_cpus,
     busy_note,
     human,
     in_rounds,
+    in_threads,
     log,
     medians,
+    process_ticks,
 )
 from benchmarks.processes import SAFETENSORS_MEDIA_TYPE, encode_request, tokenizer_dir
 from benchmarks.scenarios.measuring import OPTIONS_BATCH
+from service.sizing import available_cpus
 from service.transport.stdlib import HTTPTransport
 from testkit.servers import free_port
 
@@ -85,27 +67,27 @@ CORPORA = (
 
 @dataclass(frozen=True)
 class Counts:
-    """How much to measure: every measurement is bounded by ``seconds`` (and the answers in flight)."""
+    """How much the split and scaling measure: every measurement is bounded by ``seconds`` (a DataLoader's also by
+    ``loader_batches``, scaling's collator cells)."""
 
     corpora: tuple[str, ...] = tuple(c.name for c in CORPORA)
     rounds: int = 3
     seconds: float = 2.0
-    set_size: int = 1024  # texts per corpus: the batches the clients cycle through
+    set_size: int = 1024  # texts per corpus: the batches cycled through
+    loader_batches: int = 400
 
 
 FULL = Counts()
-SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH)
-# The process the split shares with the scaling scenario, which measures the split of each corpus as its first step
-# (scaling pins that process to cores cell by cell, and unpins it after each corpus).
+SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH, loader_batches=3)
+# The process the split shares with scaling, which starts from the split of each corpus (the same figures, measured
+# once in that process) and pins the process to cores cell by cell.
 SPLIT_AND_SCALING = "the split and scaling"
 
 
 # -- the server under test ---------------------------------------------------------------------------------
 def serve_with_thread_clocks(*serve_args: str) -> int:
-    """``tokenizer-service serve`` as shipped (``service.http.cli.main``, ``serve_args`` its flags), beside a thread
-    that answers each line on stdin with the CPU clocks of the process and of every Python thread
-    (``threading.enumerate()`` through ``time.pthread_getcpuclockid``: nanosecond clocks, each with its native id and
-    name), and the native threads alive before the tokenizer loaded (numpy's BLAS pool)."""
+    """``tokenizer-service serve`` as shipped, beside a thread that answers each line on stdin with the CPU clocks of
+    the process and of every Python thread, and the native threads alive before the tokenizer loaded (numpy's)."""
     import numpy  # noqa: F401 -- its BLAS threads start now, before the tokenizer loads
 
     import service.engine.tokenizer_thread  # noqa: F401 -- the engine, with tokenizers and transformers
@@ -129,12 +111,11 @@ def serve_with_thread_clocks(*serve_args: str) -> int:
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
-    """utime + stime of every thread of ``pid``, in clock ticks, by thread id (``/proc/PID/task/TID/stat``)."""
+    """utime + stime of every thread of ``pid``, in clock ticks, by thread id."""
     ticks = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(FileNotFoundError):  # (a thread that ended meanwhile)
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            ticks[int(task.name)] = int(fields[11]) + int(fields[12])
+            ticks[int(task.name)] = process_ticks(f"{pid}/task/{task.name}")
     return ticks
 
 
@@ -177,31 +158,15 @@ class SplitServer(ChildProcess):
         super().stop(timeout)
 
 
-@dataclass(frozen=True)
-class Answered:
-    """What a closed loop of clients got: every answer (``total``), and those that came by its deadline, the last
-    of them ``by_deadline_seconds`` after the start: ``by_deadline / by_deadline_seconds`` is the rate while
-    every client was sending, without the tail where the last answers come in one by one."""
-
-    total: int
-    by_deadline: int
-    by_deadline_seconds: float
-
-    @property
-    def rate(self) -> float:
-        """Answers per second while every client was sending."""
-        if self.by_deadline == 0:  # one answer took longer than the whole window
-            return 0.0
-        return self.by_deadline / self.by_deadline_seconds
-
-
-def closed_loop(send: Callable[[int, int], object], clients: int, seconds: float) -> Answered:
+def closed_loop(send: Callable[[int, int], object], clients: int, seconds: float) -> dict[str, float]:
     """``clients`` threads, each calling ``send(client, n)`` for its n-th request as soon as its last is answered,
-    until ``seconds`` have passed; returns when every request sent is answered."""
+    until ``seconds`` have passed; returns when every request sent is answered: the batches answered and the rate
+    while every client was sending (the answers by the deadline over the time of the last of them)."""
     started = time.perf_counter()
     deadline = started + seconds
+    outcomes: list[tuple[int, int, float]] = []
 
-    def client(index: int) -> tuple[int, int, float]:
+    def client(index: int) -> None:
         sent = by_deadline = 0
         last = started
         while time.perf_counter() < deadline:
@@ -210,11 +175,12 @@ def closed_loop(send: Callable[[int, int], object], clients: int, seconds: float
             now = time.perf_counter()
             if now <= deadline:
                 by_deadline, last = sent, now
-        return sent, by_deadline, last
+        outcomes.append((sent, by_deadline, last))
 
-    with ThreadPoolExecutor(clients) as pool:
-        outcomes = list(pool.map(client, range(clients)))
-    return Answered(sum(o[0] for o in outcomes), sum(o[1] for o in outcomes), max(o[2] for o in outcomes) - started)
+    in_threads(client, clients)
+    by_deadline = sum(o[1] for o in outcomes)
+    rate = by_deadline / (max(o[2] for o in outcomes) - started) if by_deadline else 0.0
+    return {"batches": sum(o[0] for o in outcomes), "batches_per_s": rate}
 
 
 def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> dict[str, Any]:
@@ -227,7 +193,7 @@ def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> 
     def send(client: int, n: int) -> None:
         server.post(client, bodies[(client + n * CLIENTS) % len(bodies)])
 
-    batches = closed_loop(send, CLIENTS, seconds).total
+    batches = closed_loop(send, CLIENTS, seconds)["batches"]
     machine = CpuProbe.delta(machine_before, probe.snapshot())
     after = server.ask({"op": "clocks"}, 10)
     ticks_after = thread_ticks(server.pid)
@@ -266,10 +232,8 @@ def measure_server(server: SplitServer, bodies: list[bytes], seconds: float) -> 
 # -- the workaround's worker -----------------------------------------------------------------------------
 def one_worker(work_dir: Path, index: int = 0) -> ChildProcess:
     """One process tokenizing in-process with parallelism off (:func:`worker_main`), started."""
-    log_path = work_dir / f"worker-{index}.log"
-    return ChildProcess(
-        "benchmarks.scenarios.cpu_split:worker_main", log_path, {"TOKENIZERS_PARALLELISM": "false"}
-    ).start()
+    env = {"TOKENIZERS_PARALLELISM": "false"}
+    return ChildProcess("benchmarks.scenarios.cpu_split:worker_main", work_dir / f"worker-{index}.log", env).start()
 
 
 def worker_main() -> int:
@@ -286,18 +250,13 @@ def worker_main() -> int:
                 tokenizer(batch, return_tensors="np", **OPTIONS_BATCH)
             return {}
         tokenizer, batches = held["tokenizer"], held["batches"]
-        done = by_deadline = 0
-        started, start = time.process_time(), time.perf_counter()
-        last, deadline = start, start + command["seconds"]
-        while time.perf_counter() < deadline:
-            tokenizer(batches[done % len(batches)], return_tensors="np", **OPTIONS_BATCH)
-            done += 1
-            if (now := time.perf_counter()) <= deadline:
-                by_deadline, last = done, now
-        # by_deadline: the batches done by the deadline, the last one by_deadline_seconds after the start (the
-        # rate while several workers measuring at once were all busy)
-        cpu_ms = 1000 * (time.process_time() - started) / done
-        return {"batches": done, "cpu_ms": cpu_ms, "by_deadline": by_deadline, "by_deadline_seconds": last - start}
+
+        def encode(_: int, n: int) -> None:
+            tokenizer(batches[n % len(batches)], return_tensors="np", **OPTIONS_BATCH)
+
+        started = time.process_time()
+        answered = closed_loop(encode, 1, command["seconds"])
+        return {**answered, "cpu_ms": 1000 * (time.process_time() - started) / answered["batches"]}
 
     return answer_lines(handle)
 
@@ -335,20 +294,21 @@ def measure_corpus(row: Corpus, worker: ChildProcess, counts: Counts, work_dir: 
 
 def measure(settings: Settings) -> dict[str, Any]:
     counts = settings.counts(FULL, SMOKE)
-    by_name = {c.name: c for c in CORPORA}
     worker = one_worker(settings.work_dir)
-    rows_ = []
     try:
-        for name in counts.corpora:
-            row = by_name[name]
-            split = settings.once(
-                f"split of {name}", lambda row=row: measure_corpus(row, worker, counts, settings.work_dir)
-            )
-            rows_.append(split)
+        corpora = [split_of(settings, BY_NAME[name], worker, counts) for name in counts.corpora]
     finally:
         worker.stop()
     meta = {"rust_threads": available_cpus(), "options": OPTIONS_BATCH, "batch": BATCH, "clients": CLIENTS}
-    return {"meta": {**meta, "counts": asdict(counts)}, "corpora": rows_}
+    return {"meta": {**meta, "counts": asdict(counts)}, "corpora": corpora}
+
+
+def split_of(settings: Settings, row: Corpus, worker: ChildProcess, counts: Counts) -> dict[str, Any]:
+    """The split of one corpus, measured once per process: the split scenario and scaling share it."""
+    split: dict[str, Any] = settings.once(
+        f"split of {row.name}", lambda: measure_corpus(row, worker, counts, settings.work_dir)
+    )
+    return split
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
@@ -371,6 +331,7 @@ def rows(section: dict[str, Any]) -> list[Row]:
     return out
 
 
+BY_NAME = {c.name: c for c in CORPORA}
 SCENARIO = Scenario(
     "split",
     "one server's CPU per batch by thread: the GIL side vs the Rust pool, beside one parallelism-off worker",

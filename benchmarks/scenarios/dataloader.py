@@ -1,38 +1,26 @@
 """Scenario 3: a DataLoader fed through the SDK collator vs tokenizing in-process in the collate_fn, same batches.
 
-In a process of its own (it forks DataLoader workers, and sets ``TOKENIZERS_PARALLELISM=false`` there), against
-that process's shared default server and one with a 2 ms gather window.
-
-- **DataLoader**: batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork, W in 2 and 4, B in
-  32 and 64), ``padding="longest", truncation=True, max_length=128``, with
-  ``collate_fn=client.collator(...)`` ("sdk") vs a collate_fn calling the transformers tokenizer loaded in
-  the parent with ``TOKENIZERS_PARALLELISM=false`` ("in-process", what training code does today to avoid
-  the fork freeze). Same texts, same batches (checked identical). Rounds interleave the variants; medians
-  are reported. Also: CPU per batch *inside the worker's collate_fn* (process_time: the HTTP client for
-  sdk, the tokenizer for in-process -- the CPU the worker cannot spend feeding the GPU) and the server's
-  CPU per batch (utime+stime from /proc). On a small machine the server shares the cores with the
-  workers; in a deployment it runs elsewhere.
-- **Transports**: client CPU per request (process_time / requests) of the default stdlib transport
-  (``HTTPTransport``) vs ``httpx.Client`` (``HTTPXTransport``), one request at a time and from 32 threads,
-  for a 1-text and a 64-text request (binary answer); and of the async client's default asyncio-streams
-  transport (``AsyncHTTPTransport``) vs ``httpx.AsyncClient`` (``AsyncHTTPXTransport``), 32 concurrent tasks.
-
-Texts: real Chinese product reviews and English paragraphs of the Python docs, interleaved deterministically.
+In a process of its own (it forks DataLoader workers, ``TOKENIZERS_PARALLELISM=false`` there), against that
+process's shared default server on TCP, one with a 2 ms gather window, and a launched service (a Unix socket):
+batches/s of ``DataLoader(texts, batch_size=B, num_workers=W)`` (fork), with the CPU per batch inside the worker's
+collate_fn and in the server (from /proc). Texts: real Chinese reviews and English paragraphs, interleaved.
+(Measured elsewhere: the transports' CPU per request by ``benchmarks/dataloader_compare.py`` at commit d64e1e6, a
+launch's start-up and one-text round trips by ``benchmarks/scenarios/launch.py`` at commit 2064602.)
 """
 
 from __future__ import annotations
 
-import functools
 import os
+import shutil
 import statistics
-import threading
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
-    CLOCK_TICKS,
     FORKS_WITH_PARALLELISM_OFF,
     Row,
     Scenario,
@@ -42,13 +30,18 @@ from benchmarks.harness import (
     log,
     medians,
     per_cell_target,
-    process_ticks,
+    process_cpu_seconds,
 )
 from benchmarks.processes import BenchServer
 from benchmarks.scenarios.measuring import shared_server
+from service.launch.rendezvous import LAUNCH_DIR_ENV
 from testkit import assets as package_assets
 
 OPTIONS = {"padding": "longest", "truncation": True, "max_length": 128}
+IN_PROCESS = "in-process"  # the variant every other is compared with
+LAUNCHED = "sdk, launched on a unix socket"
+# A variant of a DataLoader comparison: name -> (collate_fn, the pids of the servers doing the work)
+Variants = dict[str, tuple[Callable[[list[Any]], dict[str, Any]], Sequence[int]]]
 
 
 @dataclass(frozen=True)
@@ -58,17 +51,10 @@ class Counts:
     rounds: int = 3
     max_batches: int = 300  # per measurement
     seconds: float = 3.0  # per measurement, at most
-    transport_requests: int = 320  # per transport figure
-    transport_rounds: int = 2
 
 
 FULL = Counts()
-SMOKE = Counts((2,), (64,), rounds=1, max_batches=20, seconds=1.0, transport_requests=16, transport_rounds=1)
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process, all threads, in seconds."""
-    return process_ticks(pid) / CLOCK_TICKS
+SMOKE = Counts((2,), (64,), rounds=1, max_batches=20, seconds=1.0)
 
 
 def load_texts(count: int) -> list[str]:
@@ -94,36 +80,33 @@ class InProcessCollate:
 class CpuTimed:
     """Wraps a collate_fn; adds the worker CPU seconds it used to the batch."""
 
-    def __init__(self, inner: Callable[[list[str]], dict[str, Any]]) -> None:
+    def __init__(self, inner: Callable[[list[Any]], dict[str, Any]]) -> None:
         self.inner = inner
 
-    def __call__(self, texts: list[str]) -> dict[str, Any]:
+    def __call__(self, items: list[Any]) -> dict[str, Any]:
         started = time.process_time()
-        batch = self.inner(texts)
+        batch = self.inner(items)
         batch["collate_cpu_seconds"] = time.process_time() - started
         return batch
 
 
 # -- DataLoader --------------------------------------------------------------------------------------------
 def measure_loader(
-    texts: list[str],
-    collate: Callable,
+    items: list[Any],
+    collate: Callable[[list[Any]], dict[str, Any]],
     workers: int,
     batch_size: int,
     max_batches: int,
     seconds: float,
-    server_pids: int | Sequence[int] | None,
+    server_pids: Sequence[int],
 ) -> dict[str, Any]:
-    """Batches/s of one DataLoader over ``texts`` (its first ``2 x workers`` batches not counted: the workers'
-    start-up), the CPU per batch inside the workers' ``collate`` and of the servers doing the work, if any
-    (one pid or several: a launched service's replicas)."""
+    """Batches/s of one DataLoader over ``items`` (its first ``2 x workers`` batches not counted: the workers'
+    start-up), the CPU per batch inside the workers' ``collate`` and of the servers doing the work, if any."""
     from torch.utils.data import DataLoader
-
-    pids = () if server_pids is None else (server_pids,) if isinstance(server_pids, int) else tuple(server_pids)
 
     warmup = 2 * workers  # the first batches pay for the worker start-up (fork, first connection)
     needed = (warmup + max_batches) * batch_size
-    data = (texts * (needed // len(texts) + 1))[:needed]
+    data = (items * (needed // len(items) + 1))[:needed]
     loader = DataLoader(
         data,
         batch_size=batch_size,
@@ -136,14 +119,14 @@ def measure_loader(
     for _ in range(warmup):
         next(iterator)
     cpu: list[float] = []
-    server_before = sum(map(process_cpu_seconds, pids))
+    server_before = sum(map(process_cpu_seconds, server_pids))
     started = time.perf_counter()
     for batch in iterator:
         cpu.append(batch["collate_cpu_seconds"])
         if len(cpu) >= max_batches or time.perf_counter() - started >= seconds:
             break
     elapsed = time.perf_counter() - started
-    server_cpu = sum(map(process_cpu_seconds, pids)) - server_before
+    server_cpu = sum(map(process_cpu_seconds, server_pids)) - server_before
     del iterator  # shuts the workers down
     return {
         "batches": len(cpu),
@@ -154,216 +137,109 @@ def measure_loader(
     }
 
 
-def check_identical_batches(
-    variants: dict[str, tuple[Callable, int | None]], texts: list[str], batch_sizes: list[int]
-) -> None:
-    """Every variant's collate_fn gives the in-process tensors (same keys, same order, same values)."""
+def check_identical_batches(collates: dict[str, Any], reference: str, items: list[Any], batch_sizes: list[int]) -> None:
+    """Every collate_fn gives ``reference``'s tensors (same keys, same order, same values)."""
     import torch
 
     for batch_size in batch_sizes:
-        sample = texts[:batch_size]
-        theirs = variants["in-process"][0](sample)
-        for name, (collate, _) in variants.items():
-            ours = collate(sample)
+        theirs = collates[reference](items[:batch_size])
+        for name, collate in collates.items():
+            ours = collate(items[:batch_size])
             if list(ours) != list(theirs) or not all(torch.equal(ours[k], theirs[k]) for k in theirs):
-                raise AssertionError(f"{name} and in-process batches differ (batch size {batch_size})")
+                raise AssertionError(f"{name} and {reference} batches differ (batch size {batch_size})")
 
 
-def measure_cells(variants: dict[str, tuple[Callable, int | None]], texts: list[str], counts: Counts) -> list[dict]:
-    """One cell per (workers, batch size): each variant's medians over rounds that rotate the variants' order.
-    ``variants``: name -> (collate_fn, pid of the server doing the work, if any)."""
+def measure_cells(variants: Variants, items: list[Any], counts: Counts) -> list[dict[str, Any]]:
+    """The variants' collate_fns give the same batches; then one cell per (workers, batch size): each variant's
+    medians over rounds that rotate the variants' order."""
+    collates = {name: collate for name, (collate, _) in variants.items()}
+    check_identical_batches(collates, IN_PROCESS, items, list(counts.batch_sizes))
     cells = []
     for workers in counts.workers:
         for batch_size in counts.batch_sizes:
 
             def one(name: str, workers: int = workers, batch_size: int = batch_size) -> dict[str, Any]:
-                collate, pid = variants[name]
-                return measure_loader(texts, collate, workers, batch_size, counts.max_batches, counts.seconds, pid)
+                collate, pids = variants[name]
+                return measure_loader(items, collate, workers, batch_size, counts.max_batches, counts.seconds, pids)
 
             runs = in_rounds(list(variants), one, counts.rounds)
             cell: dict[str, Any] = {"workers": workers, "batch_size": batch_size, "identical_batches": True}
             cell |= {name: medians(values) for name, values in runs.items()}
-            log(
-                f"workers={workers} batch={batch_size}: "
-                + ", ".join(f"{n} {cell[n]['batches_per_s']:.1f} b/s" for n in variants)
-            )
+            rates = {name: cell[name]["batches_per_s"] for name in variants}
+            cell["vs_in_process"] = {name: rate / rates[IN_PROCESS] for name, rate in rates.items()}
+            log(f"workers={workers} batch={batch_size}: " + ", ".join(f"{n} {r:.1f} b/s" for n, r in rates.items()))
             cells.append(cell)
     return cells
 
 
-def dataloader_comparison(servers: dict[str, BenchServer], counts: Counts, texts: list[str]) -> list[dict]:
+def measure(settings: Settings) -> dict[str, Any]:
+    """The DataLoader cells, against this scenario's own servers."""
     from transformers import AutoTokenizer
 
     from service.client import TokenizerClient
     from service.engine.loading import DEFAULT_TOKENIZER_DIR
 
-    tokenizer = AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR))
-    clients = {name: TokenizerClient(server.url) for name, server in servers.items()}
-    # name -> (collate_fn, pid of the server doing the work, if any)
-    variants: dict[str, tuple[Callable, int | None]] = {
-        name: (client.collator(**OPTIONS), servers[name].pid) for name, client in clients.items()
-    }
-    variants["in-process"] = (InProcessCollate(tokenizer), None)
-    check_identical_batches(variants, texts, list(counts.batch_sizes))
-    cells = []
-    for cell in measure_cells(variants, texts, counts):
-        local = cell["in-process"]
-        cell["ratios_vs_inprocess"] = {
-            name: {
-                "batches_per_s": cell[name]["batches_per_s"] / local["batches_per_s"],
-                "collate_cpu": cell[name]["collate_cpu_ms_per_batch"] / local["collate_cpu_ms_per_batch"],
-            }
-            for name in clients
-        }
-        cells.append(cell)
-    for client in clients.values():
-        client.close()
-    return cells
-
-
-# -- transports --------------------------------------------------------------------------------------------
-SYNC_TRANSPORTS = {  # name in the table: the SDK's class
-    "stdlib http.client (HTTPTransport, default)": "HTTPTransport",
-    "httpx.Client (HTTPXTransport)": "HTTPXTransport",
-}
-ASYNC_TRANSPORTS = {
-    "asyncio streams (AsyncHTTPTransport, default)": "AsyncHTTPTransport",
-    "httpx.AsyncClient (AsyncHTTPXTransport)": "AsyncHTTPXTransport",
-}
-
-
-def transport_comparison(url: str, counts: Counts, texts: list[str]) -> dict[str, Any]:
-    """Client CPU per request of each transport, one request at a time and from 32 threads (sync) or 32 tasks
-    (async), for 1 and 64 texts; in interleaved rounds, medians."""
-    import asyncio
-
-    from service import client as sdk
-
-    payloads = {"1 text": texts[:1], "64 texts": texts[:64]}
-    warmup, total = min(20, counts.transport_requests // 4), counts.transport_requests
-
-    def timed(work: Callable[[], object], requests: int) -> dict[str, float]:
-        cpu, wall = time.process_time(), time.perf_counter()
-        work()
-        per = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall}
-        return {"requests": requests} | {f"{k}_ms_per_request": 1000 * v / requests for k, v in per.items()}
-
-    async def concurrent(transport: Any, payload: list[str], tasks: int) -> dict[str, float]:
-        async with sdk.AsyncTokenizerClient(url, transport=transport) as client:
-            for _ in range(warmup):
-                await client(payload, return_tensors="pt", **OPTIONS)
-            per_task = max(1, total // tasks)
-
-            async def work() -> None:
-                for _ in range(per_task):
-                    await client(payload, return_tensors="pt", **OPTIONS)
-
-            cpu, wall = time.process_time(), time.perf_counter()
-            await asyncio.gather(*(work() for _ in range(tasks)))
-            per = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall}
-            return {"requests": per_task * tasks} | {
-                f"{k}_ms_per_request": 1000 * v / (per_task * tasks) for k, v in per.items()
-            }
-
-    def one(variant: tuple[str, str, int]) -> dict[str, float]:
-        name, label, parallel = variant
-        if name in ASYNC_TRANSPORTS:
-            return asyncio.run(concurrent(getattr(sdk, ASYNC_TRANSPORTS[name])(), payloads[label], parallel))
-        client = sdk.TokenizerClient(url, transport=getattr(sdk, SYNC_TRANSPORTS[name])())
-        call = functools.partial(client, payloads[label], return_tensors="pt", **OPTIONS)
-        for _ in range(warmup):
-            call()
-        per_thread = max(1, total // parallel)
-
-        def work() -> None:
-            for _ in range(per_thread):
-                call()
-
-        def in_threads() -> None:
-            threads = [threading.Thread(target=work) for _ in range(parallel)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-
-        figure = timed(in_threads, per_thread * parallel)
-        client.close()
-        return figure
-
-    variants = [(name, label, n) for name in SYNC_TRANSPORTS for label in payloads for n in (1, 32)]
-    variants += [(name, label, 32) for name in ASYNC_TRANSPORTS for label in payloads]
-    runs = in_rounds(variants, one, counts.transport_rounds, "scenario 3: transports")
-    unit = {name: "thread(s)" for name in SYNC_TRANSPORTS} | {name: "tasks" for name in ASYNC_TRANSPORTS}
-    return {f"{name} | {label} | {n} {unit[name]}": medians(rounds) for (name, label, n), rounds in runs.items()}
-
-
-def measure(settings: Settings) -> dict[str, Any]:
-    """The transports, then the DataLoader cells, against this scenario's own two servers."""
     counts = settings.counts(FULL, SMOKE)
     # In-process tokenization in the workers, the way it can run without freezing: parallelism off (this process
     # is the scenario's own; the servers set their own).
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    launch_dir = Path(tempfile.mkdtemp(prefix="tsb-", dir="/tmp"))  # short: it holds a Unix socket's path
+    os.environ[LAUNCH_DIR_ENV] = str(launch_dir)  # a private service, never one another run started
     texts = load_texts(4096)
     wait2 = BenchServer("default", True, settings.log_dir, extra_args=("--batch-wait-ms", "2"), variant="wait 2 ms")
+    clients: dict[str, Any] = {}
     try:
-        # the process's shared default server, and one that holds a lone request 2 ms back for company
+        # the process's shared default server, one that holds a lone request 2 ms back for company, a launched one
         servers = {"sdk": shared_server(settings, "default"), "sdk, --batch-wait-ms 2": wait2.start()}
-        log("scenario 3: transports")
-        transports = transport_comparison(servers["sdk"].url, counts, texts)
+        clients = {name: TokenizerClient(server.url) for name, server in servers.items()}
+        clients[LAUNCHED] = TokenizerClient.launch(log_level="warning")
+        pids = {name: (server.pid,) for name, server in servers.items()} | {LAUNCHED: clients[LAUNCHED].service.pids}
+        variants: Variants = {name: (client.collator(**OPTIONS), pids[name]) for name, client in clients.items()}
+        variants[IN_PROCESS] = (InProcessCollate(AutoTokenizer.from_pretrained(str(DEFAULT_TOKENIZER_DIR))), ())
         log("scenario 3: DataLoader")
-        cells = dataloader_comparison(servers, counts, texts)
+        cells = measure_cells(variants, texts, counts)
     finally:
+        for name, client in clients.items():
+            if name == LAUNCHED:
+                client.shutdown()  # the launched service stops with its one user
+            else:
+                client.close()
         wait2.stop()
-    settings_ = {
-        "options": OPTIONS,
-        "texts": len(texts),
-        "start_method": "fork",
-        "inprocess_tokenizers_parallelism": "false",
-    }
-    return {"settings": settings_, "dataloader": cells, "transports": transports}
+        shutil.rmtree(launch_dir, ignore_errors=True)
+    described = {"options": OPTIONS, "texts": len(texts), "start_method": "fork"}
+    return {"settings": {**described, "inprocess_tokenizers_parallelism": "false"}, "dataloader": cells}
 
 
-def rows(section: dict[str, Any]) -> list[Row]:
+def loader_rows(scenario: str, cells: list[dict[str, Any]], label: Callable[[str], str] = str) -> list[Row]:
+    """A row per variant of every DataLoader cell (scenarios 3 and 8): batches/s, against in-process."""
     out: list[Row] = []
-    for cell in section.get("dataloader", []):
-        local, label = cell["in-process"], f"{cell['workers']} workers, batch {cell['batch_size']}"
-        out.append(
-            {
-                "scenario": "3",
-                "texts": label,
-                "variant": "in-process collate_fn (parallelism off)",
-                "rate": human(local["batches_per_s"]) + " b/s",
-                "ratio": "baseline",
-                "cpu": f"collate {local['collate_cpu_ms_per_batch']:.3g}/batch",
-            }
-        )
-        for name, ratios in cell["ratios_vs_inprocess"].items():
+    for cell in cells:
+        for name, ratio in cell["vs_in_process"].items():
             figures = cell[name]
             collate, server = figures["collate_cpu_ms_per_batch"], figures["server_cpu_ms_per_batch"]
             out.append(
                 {
-                    "scenario": "3",
-                    "texts": label,
-                    "variant": f"SDK collator ({name})",
+                    "scenario": scenario,
+                    "texts": f"DataLoader, {cell['workers']} workers, batch {cell['batch_size']}",
+                    "variant": label(name),
                     "rate": human(figures["batches_per_s"]) + " b/s",
-                    "ratio": f"{ratios['batches_per_s']:.2f}x in-proc",
+                    "ratio": "baseline" if name == IN_PROCESS else f"{ratio:.2f}x in-proc",
                     "cpu": f"collate {collate:.3g} + srv {server:.3g} = {collate + server:.3g}/batch",
                 }
             )
-    for key, figure in section.get("transports", {}).items():
-        cpu, wall = figure["cpu_ms_per_request"], figure["wall_ms_per_request"]
-        out.append(
-            {"scenario": "3", "texts": "transports", "variant": key, "cpu": f"{cpu:.3g} client, {wall:.3g} ms wall"}
-        )
     return out
+
+
+def rows(section: dict[str, Any]) -> list[Row]:
+    def label(name: str) -> str:
+        return "in-process collate_fn (parallelism off)" if name == IN_PROCESS else f"SDK collator ({name})"
+
+    return loader_rows("3", section.get("dataloader", []), label)
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
     cells = section.get("dataloader", [])
-    per_cell = {
-        f"{c['workers']} workers, batch {c['batch_size']}": c["ratios_vs_inprocess"]["sdk"]["batches_per_s"]
-        for c in cells
-    }
+    per_cell = {f"{c['workers']} workers, batch {c['batch_size']}": c["vs_in_process"]["sdk"] for c in cells}
     description = (
         "scenario 3: DataLoader batches/s through the SDK collator (default server) / in-process tokenization in the "
         f"collate_fn, TOKENIZERS_PARALLELISM=false (geometric mean over the {len(per_cell)} cells)"
@@ -373,7 +249,7 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
 
 SCENARIO = Scenario(
     "3",
-    "DataLoader through the SDK collator vs the tokenizer in the collate_fn; the client transports' CPU",
+    "DataLoader through the SDK collator vs the tokenizer in the collate_fn",
     measure,
     rows,
     targets,

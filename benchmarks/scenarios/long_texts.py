@@ -1,7 +1,5 @@
-"""Scenario 4: long-text scaling, tokens/s vs text length (100 to 50k characters, no truncation), one client.
-
-Service binary vs in-process ``encode_batch``, ``encode_batch_fast`` and transformers ``__call__``, ~256k
-characters per request.
+"""Scenario 4: long-text scaling, tokens/s vs text length (100 to 50k characters, no truncation, ~256k characters
+per request), one client: service binary vs in-process ``encode_batch``, ``encode_batch_fast`` and ``__call__``.
 """
 
 from __future__ import annotations
@@ -11,18 +9,8 @@ from typing import Any
 
 from benchmarks.harness import Row, Scenario, Settings, in_rounds
 from benchmarks.processes import SAFETENSORS_MEDIA_TYPE
-from benchmarks.scenarios.measuring import (
-    BASELINES,
-    OPTIONS_LONG,
-    TEXTS_FULL,
-    TEXTS_SMOKE,
-    Variant,
-    aggregate,
-    long_text_batch,
-    one_client_row,
-    sides,
-    versus,
-)
+from benchmarks.scenarios import measuring
+from benchmarks.scenarios.measuring import BASELINES, OPTIONS_LONG, Variant, aggregate, long_text_batch, sides
 
 METHODS: tuple[Variant, ...] = (*BASELINES, ("service binary", "service", SAFETENSORS_MEDIA_TYPE))
 
@@ -39,7 +27,7 @@ FULL, SMOKE = Counts(), Counts(rounds=1, seconds=0.05)
 def measure(settings: Settings) -> dict[str, Any]:
     """Every tokenizer at every text length, on the run's shared worker and server."""
     counts = settings.counts(FULL, SMOKE)
-    lengths = settings.counts(TEXTS_FULL, TEXTS_SMOKE).long_lengths
+    lengths = settings.counts(measuring.TEXTS_FULL, measuring.TEXTS_SMOKE).long_lengths
     section: dict[str, Any] = {"options": OPTIONS_LONG, "points": []}
     for tokenizer in settings.tokenizers:
         pair = sides(settings, tokenizer)
@@ -63,19 +51,10 @@ def measure(settings: Settings) -> dict[str, Any]:
 
 
 def rows(section: dict[str, Any]) -> list[Row]:
-    groups: dict[tuple[str, int], dict[str, dict[str, Any]]] = {}
-    for point in section.get("points", []):
-        groups.setdefault((point["tokenizer"], point["chars"]), {})[point["label"]] = point
-    out = []
-    for (tokenizer, chars), group in groups.items():
-        enc = group["in-process encode_batch"]["tokens_per_s"]
-        for label, where, _ in METHODS:
-            point = group[label]
-            ratio = "baseline" if label == BASELINES[0][0] else f"{point['tokens_per_s'] / enc:.2f}x enc"
-            ratio = versus(point["tokens_per_s"], group, "tokens_per_s") if where == "service" else ratio
-            texts = f"mixed {chars} chars, {point['texts_per_request']}/req"
-            out.append(one_client_row("4", tokenizer, texts, point, ratio))
-    return out
+    def texts(point: dict[str, Any]) -> str:
+        return f"mixed {point['chars']} chars, {point['texts_per_request']}/req"
+
+    return measuring.one_client_rows("4", section.get("points", []), texts, "tokens_per_s")
 
 
 SCENARIO = Scenario(

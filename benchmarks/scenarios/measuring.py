@@ -1,15 +1,12 @@
-"""What scenarios 1, 2, 4 and the RSS soak share: the run's text sets, and per tokenizer one in-process worker
-and one batching-on server, started once for all of them (:func:`sides`), measured from one client.
-
-Text sets: ``<language>-<bucket>`` (scenario 1's cells), ``mixed-medium`` (its batch-size sweep), ``s2``
-(scenario 2, one text per request) and ``chars-<N>`` (scenario 4, texts of exactly N characters). The
-in-process worker reads the same sets from a JSON file, so both sides tokenize the very same texts.
+"""What scenarios 1, 2, 4 and the RSS soak share: the run's text sets (the same texts on both sides), and per
+tokenizer one in-process worker and one batching-on server, started once for all of them (:func:`sides`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -20,15 +17,16 @@ import orjson
 from benchmarks import corpus
 from benchmarks.harness import (
     CpuProbe,
+    Row,
     Settings,
     answer_lines,
-    available_cpus,
     busy_note,
     log,
     medians,
     percentiles,
 )
-from benchmarks.processes import SAFETENSORS_MEDIA_TYPE, BenchServer, InProcessWorker, start_all
+from benchmarks.processes import SAFETENSORS_MEDIA_TYPE, BenchServer, InProcessWorker
+from service.sizing import available_cpus
 
 OPTIONS_BATCH: dict[str, Any] = {"padding": "longest", "truncation": True, "max_length": 128}  # scenarios 1, 2
 OPTIONS_LONG: dict[str, Any] = {"padding": "longest", "truncation": False}  # scenario 4: whole texts
@@ -124,7 +122,8 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def shared_server(settings: Settings, tokenizer: str) -> BenchServer:
     """The tokenizer's batching-on server, started on first use and shared by the run's scenarios."""
-    return settings.share(f"server:{tokenizer}", lambda: BenchServer(tokenizer, True, settings.log_dir).start())  # type: ignore[no-any-return]
+    server: BenchServer = settings.share(f"server:{tokenizer}", BenchServer(tokenizer, True, settings.log_dir).start)
+    return server
 
 
 class Sides:
@@ -139,10 +138,9 @@ class Sides:
         if not texts_file.exists():
             texts_file.write_text(json.dumps(self.sets, ensure_ascii=False), "utf-8")
         log(f"{tokenizer}: starting the batching-on server and the in-process worker")
-        worker = InProcessWorker(tokenizer, texts_file, settings.log_dir, available_cpus())
-        start_all([worker, _Started(lambda: shared_server(settings, tokenizer))])
-        self.worker: InProcessWorker = settings.share(f"worker:{tokenizer}", lambda: worker)
         self.server = shared_server(settings, tokenizer)
+        worker = InProcessWorker(tokenizer, texts_file, settings.log_dir, available_cpus())
+        self.worker: InProcessWorker = settings.share(f"worker:{tokenizer}", worker.start)
         self._tokens: dict[tuple[str, int, str], list[int]] = {}
 
     def stop(self) -> None:
@@ -169,19 +167,6 @@ class Sides:
         return {**timed, "cpu": CpuProbe.delta(before, probe.snapshot())}
 
 
-@dataclass
-class _Started:
-    """Something started by a call (for :func:`start_all`), stopped by its owner."""
-
-    begin: Any
-
-    def start(self) -> object:
-        return self.begin()
-
-    def stop(self) -> None:
-        pass
-
-
 def sides(settings: Settings, tokenizer: str) -> Sides:
     """The tokenizer's worker and server, started on first use and shared by the run's scenarios."""
     return settings.share(f"sides:{tokenizer}", lambda: Sides(settings, tokenizer))  # type: ignore[no-any-return]
@@ -194,8 +179,26 @@ def versus(value: float, group: dict[str, dict[str, Any]], key: str) -> str:
     )
 
 
-def one_client_row(scenario: str, tokenizer: str, texts: str, figures: dict[str, Any], ratio: str) -> dict[str, Any]:
-    """A table row of a one-client figure (scenarios 1 and 4)."""
+def one_client_rows(
+    scenario: str, figures: list[dict[str, Any]], texts: Callable[[dict[str, Any]], str], key: str
+) -> list[Row]:
+    """The rows of one-client figures (scenarios 1 and 4) by tokenizer and ``texts``: ``key`` against in-process
+    ``encode_batch``, and the service's against every in-process baseline."""
+    groups: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for figure in figures:
+        groups.setdefault((figure["tokenizer"], texts(figure)), {})[figure["label"]] = figure
+    out = []
+    for (tokenizer, text_set), group in groups.items():
+        enc = group[BASELINES[0][0]][key]
+        for label, figure in group.items():
+            ratio = "baseline" if label == BASELINES[0][0] else f"{figure[key] / enc:.2f}x enc"
+            ratio = versus(figure[key], group, key) if figure["where"] == "service" else ratio
+            out.append(one_client_row(scenario, tokenizer, text_set, figure, ratio))
+    return out
+
+
+def one_client_row(scenario: str, tokenizer: str, texts: str, figures: dict[str, Any], ratio: str) -> Row:
+    """A table row of a one-client figure."""
     lat = figures["latency_ms"]
     service = figures.get("where") == "service"
     return {
@@ -217,12 +220,10 @@ def one_client_row(scenario: str, tokenizer: str, texts: str, figures: dict[str,
 
 # -- the in-process side, in a process of its own ----------------------------------------------------------
 class Baselines:
-    """What a user would do instead of the service, measured in the in-process worker's process (never beside the
-    load generator; Rust parallelism on, never forked): ``setup`` loads the tokenizer like a user
-    (``AutoTokenizer.from_pretrained``) and the run's text sets; ``measure`` times ``encode_batch`` or
-    ``encode_batch_fast`` (the Rust tokenizer with padding and truncation set on it) or ``call``
-    (``tokenizer(texts, ..., return_tensors="pt")``) over a set's batches, after one untimed pass that also counts
-    the real (unpadded) tokens."""
+    """What a user would do instead of the service, in the in-process worker's process (Rust parallelism on, never
+    forked): ``encode_batch`` or ``encode_batch_fast`` (padding and truncation set on the Rust tokenizer) or ``call``
+    (``tokenizer(texts, ..., return_tensors="pt")``) timed over a set's batches, after an untimed pass that counts
+    the real tokens."""
 
     def __init__(self, tokenizer_dir: str, texts_file: str) -> None:
         from transformers import AutoTokenizer

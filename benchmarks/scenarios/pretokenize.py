@@ -1,23 +1,12 @@
-"""Scenario 6: pre-tokenizing a corpus -- ``tokenizer-service pretokenize`` vs doing it in-process.
-
-One JSON Lines corpus of real text (``testkit.corpora``: Chinese reviews and English prose, documents of one to
-four texts), the default tokenizer, the same cores. Each run is its own process (``benchmarks.pretokenize_runs``),
-so imports and memory are its own; the runs are interleaved in rounds, the median per method is reported:
-
-- ``service``: the pretokenize worker against the run's shared server (flat format);
-- ``encode_batch`` / ``encode_batch_fast``: the same reading and writing with the Rust tokenizer in the worker's
-  process (Rust parallelism on);
-- ``datasets_map``: ``load_dataset("json")`` + ``Dataset.map(tokenizer, batched=True, num_proc=2)``.
-
-Then the memory case: the service worker alone on a large corpus (1 GB in the full run) in the Parquet format
-(the default, whose writer needs the most memory): its peak RSS (VmHWM) against the 500 MB target.
+"""Scenario 6: pre-tokenizing a JSON Lines corpus of real text, default tokenizer -- ``tokenizer-service pretokenize``
+against the run's shared server vs the same reader and writer with the Rust tokenizer in-process (``encode_batch``,
+``encode_batch_fast``) vs ``datasets.map(num_proc=2)``, each run a process of its own (``benchmarks.pretokenize_runs``),
+in interleaved rounds; then the service worker's peak RSS alone on a large corpus (1 GB in the full run, Parquet).
 """
 
 from __future__ import annotations
 
-import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +16,7 @@ from benchmarks.harness import (
     Scenario,
     Settings,
     busy_note,
-    child_command,
+    call_in_own_process,
     human,
     in_rounds,
     log,
@@ -63,12 +52,7 @@ def pretokenize_run(what: str, args: list[Any], timeout: float) -> dict[str, Any
     just before (the run itself busies every core)."""
 
     noise = machine_noise(0.3)
-    done = subprocess.run(
-        child_command("benchmarks.pretokenize_runs:main", *args), capture_output=True, text=True, timeout=timeout
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{what}: exit {done.returncode}: {done.stderr[-2000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = call_in_own_process("benchmarks.pretokenize_runs:main", *args, timeout=timeout)
     result["other_cpu_cores"] = noise
     result["tokens_per_s"] = result["tokens"] / result["seconds"]
     result["documents_per_s"] = result["documents"] / result["seconds"]
@@ -101,7 +85,7 @@ def measure(settings: Settings) -> dict[str, Any]:
 
     def one(method: str, source: Path, output_format: str) -> dict[str, Any]:
         out = folder / f"{method}-out"
-        args = [method, str(source), str(out), url, tokenizer, output_format, "{}"]
+        args = [method, str(source), str(out), url, tokenizer, output_format]
         try:
             return pretokenize_run(f"scenario 6: {method}", args, counts.timeout)
         finally:
@@ -125,13 +109,13 @@ def measure(settings: Settings) -> dict[str, Any]:
 def rows(section: dict[str, Any]) -> list[Row]:
     if "medians" not in section:
         return []
-    corpus, found = section["corpus"], section["medians"]
+    corpus, found, memory = section["corpus"], section["medians"], section["memory"]
     out: list[Row] = []
     for method, m in found.items():
-        ratios = ", ".join(
-            f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}"
-            for b, s in (("encode_batch", "enc"), ("datasets_map", "map"))
-        )
+        ratio = "baseline" if method == "encode_batch" else ""
+        if method == "service":
+            pairs = (("encode_batch", "enc"), ("datasets_map", "map"))
+            ratio = ", ".join(f"{m['tokens_per_s'] / found[b]['tokens_per_s']:.2f}x {s}" for b, s in pairs)
         out.append(
             {
                 "scenario": "6",
@@ -139,25 +123,15 @@ def rows(section: dict[str, Any]) -> list[Row]:
                 "variant": m["label"],
                 "rate": human(m["documents_per_s"]) + " docs/s",
                 "tokens_rate": m["tokens_per_s"],
-                "ratio": ratios if method == "service" else ("baseline" if method == "encode_batch" else ""),
+                "ratio": ratio,
                 "note": "; ".join(
                     filter(None, [f"peak RSS {m['peak_rss_mb']:.0f} MB", busy_note(m["other_cpu_cores"])])
                 ),
             }
         )
-    memory = section["memory"]
-    texts = f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL"
-    note = f"peak RSS {memory['peak_rss_mb']:.0f} MB"
-    out.append(
-        {
-            "scenario": "6",
-            "texts": texts,
-            "variant": f"service worker alone, {memory['format']}",
-            "tokens_rate": memory["tokens_per_s"],
-            "note": note,
-        }
-    )
-    return out
+    variant = f"service worker alone, {memory['format']}"
+    row = {"scenario": "6", "texts": f"{memory['input_bytes'] / 2**20:.0f} MiB JSONL", "variant": variant}
+    return [*out, {**row, "tokens_rate": memory["tokens_per_s"], "note": f"peak RSS {memory['peak_rss_mb']:.0f} MB"}]
 
 
 def targets(section: dict[str, Any]) -> list[dict[str, Any]]:

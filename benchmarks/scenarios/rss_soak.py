@@ -1,11 +1,6 @@
-"""The RSS soak ("rss"): server memory under rounds of the same mixed load, as a ``[server]``-only install runs it.
-
-The default tokenizer's server in a real torch-free venv (``benchmarks.server_venv``: the ``[server]`` extra
-only, as ``pip install '.[server]'`` and the container image have it; in the dev venv transformers would
-import torch, +180 MB), under rounds of: one client sending batches of 256 (every scenario-1 text set, and
-10k-character texts), then 64 clients sending one text each. RSS is read after every round. The smoke run
-soaks the run's shared server of this venv instead (no venv to build in CI; its figure then says whether torch
-was loaded). The peak of the run's shared server is a target too.
+"""The RSS soak ("rss"): the default tokenizer's server in a torch-free ``[server]``-only venv (as the container image
+runs it; ``benchmarks.server_venv``), its RSS after each of rounds of one client sending batches of 256 then 64
+clients sending one text each. The smoke run soaks the run's shared server instead (no venv to build in CI).
 """
 
 from __future__ import annotations

@@ -1,51 +1,12 @@
-"""Scaling with the node, measured and modelled: one process's CPU split, throughput on 1 and 2 cores of one
-replica x 2 threads, 2 replicas x 1 thread and the workaround, and a projection to 16, 64 and 128 cores.
+"""Scaling with the node, measured and modelled: one process's CPU split (the split scenario's), throughput on 1 and
+2 cores of 1 replica x 2 threads, 2 replicas x 1 thread and the workaround, on batches of 256 and through the
+DataLoader collator, each cell pinned to its cores; and a projection to 16, 64 and 128 cores (``benchmarks.projection``)
+under a Rust pool's curve: a calibration's (``--calibration FILE``), else tokenizers #2337's.
 
     python -m benchmarks.run --scenarios scaling [--rounds 5] [--calibration calibration.json]   # ~10 min on 2 cores
     python -m benchmarks.run --report bench-results/benchmark.json --calibration calibration.json  # re-projected
 
-In a process of its own. For each corpus of the CPU split (the embedded default WordPiece on ~300-character
-Chinese, short Chinese reviews and ~1000-character Chinese; the byte-level BPE on ~300-character English), side by
-side in one run:
-
-1. **The split**, measured by the split scenario itself (``benchmarks.scenarios.cpu_split``): one ``serve`` on
-   every usable core under 3 clients, batches of 256 texts (``padding="longest"``, truncation at 128); the GIL
-   side G and the Rust pool R per batch, and the CPU W of one parallelism-off worker.
-2. **Throughput on 1 and 2 cores** of three variants:
-
-   - ``1 replica x 2 threads``: ``TokenizerClient.launch(model, replicas=1, threads=2)``;
-   - ``2 replicas x 1 thread``: ``TokenizerClient.launch(model, replicas=2, threads=1)`` (the client sends each
-     call to the replica with the fewest calls outstanding);
-   - the workaround: 2 processes with ``TOKENIZERS_PARALLELISM=false`` tokenizing in-process;
-
-   on two paths: **batches of 256** -- the service answers 4 threads of this process calling
-   ``client(texts, return_tensors="np", ...)`` in a closed loop, the workaround is 2 workers
-   (the split's) calling ``tokenizer(texts, return_tensors="np", ...)`` in a loop -- and **the
-   DataLoader collator** -- ``DataLoader(texts, batch_size=256, num_workers=2)`` (fork) with
-   ``collate_fn=client.collator(...)``, against the workaround's collate_fn calling the transformers tokenizer
-   in the worker (scenario 3's). The same tensors come out (checked before measuring).
-
-   **Pinning.** Each measurement pins every thread (as ``taskset -a -p``) of every process that makes its
-   batches to the first N cores this process may use: the variant's servers, the workaround's workers, and this
-   process -- the load generator (its client threads) and the DataLoader's main process, whose workers fork
-   from it pinned. The load generator is not apart: it runs on the same N cores, so its CPU per batch (column
-   "client") is counted against the service, in the measurement and in the model (C). Batches/s is the rate
-   while every client or worker was busy: the answers that came by the deadline over the time of the last of
-   them (the DataLoader: batches received after 2 warm-up batches per worker, over the time to the last).
-3. **A projection** to 16, 64 and 128 cores (``benchmarks.projection``, its model and assumptions printed
-   beside it) for one process, for ``replicas="auto"`` (the launcher's planner, ``service.sizing.choose_plan``)
-   and for the workaround, fed by the split (G, R), the client side measured here (C), the workaround's worker (W)
-   and one Rust pool's curve: a calibration's (``--calibration FILE``: ``tokenizer-service calibrate --json`` on the
-   machine in question), else tokenizers #2337's (an assumption), with a perfect pool beside it as the
-   best case; at 1 and 2 cores the same model is printed beside each measured cell, which says how far to trust
-   it.
-
-Noise: the machine is shared. Every round measures every cell once, the (cores, path) groups and the variants in
-each in rotated order; figures are medians over rounds, ratios the median of the ratios within a round, shown
-with their range over rounds; each cell notes the most CPU other processes used while it ran. Targets: 2
-replicas >= 0.95x 1 replica at the same cores (measured: spreading costs nothing), and replicas="auto" >= 1.0x
-the workaround on 64 cores (projected), on every row. Every process it starts is stopped by PID (the launched
-services by their one owner letting go), also on error or SIGTERM.
+What each cell pins and counts, the noise and the targets: docs/guides/performance.md, "Scaling with the node".
 """
 
 from __future__ import annotations
@@ -56,8 +17,7 @@ import os
 import statistics
 import sys
 import warnings
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +42,7 @@ from benchmarks.pinning import first_cores, pin, usable_cores
 from benchmarks.processes import start_all, tokenizer_dir
 from benchmarks.projection import PERFECT, POOL_2337, SPEEDUPS_2337, Costs
 from benchmarks.scenarios import cpu_split
-from benchmarks.scenarios.cpu_split import BATCH, CORPORA, SPLIT_AND_SCALING, Corpus, closed_loop, one_worker
+from benchmarks.scenarios.cpu_split import BATCH, SPLIT_AND_SCALING, Corpus, Counts
 from benchmarks.scenarios.measuring import OPTIONS_BATCH
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 
@@ -101,45 +61,28 @@ SPREADING_THRESHOLD = 0.95  # 2 replicas / 1 replica at the same cores, measured
 PROJECTED_THRESHOLD = 1.0  # replicas="auto" / the workaround on TARGET_CORES cores, projected
 
 
-@dataclass(frozen=True)
-class Counts:
-    """How much to measure: every measurement is bounded by ``seconds`` (a DataLoader's also by ``loader_batches``)."""
-
-    corpora: tuple[str, ...] = tuple(c.name for c in CORPORA)
-    rounds: int = 3
-    seconds: float = 2.0
-    set_size: int = 1024  # texts per corpus: the batches every variant cycles through
-    loader_batches: int = 400
-    split: cpu_split.Counts = field(default_factory=lambda: cpu_split.FULL)
-
-
-FULL = Counts()
-SMOKE = Counts(corpora=("zh-short",), rounds=1, seconds=0.3, set_size=BATCH, loader_batches=3, split=cpu_split.SMOKE)
-
-
 # -- the processes under test ------------------------------------------------------------------------------
 class OwnedService(ChildProcess):
-    """One variant's launched service, owned by a process of its own (:func:`owner_main`): a process launches one
-    service per tokenizer, and the variants are two services of one tokenizer, measured side by side. This process
-    calls its replicas with a client on their sockets, which spreads calls as the launched client does (the fewest
-    outstanding); the owner lets go when its input ends, and the replicas stop (it waits for them)."""
+    """One variant's launched service, owned by a process of its own (:func:`owner_main`: a process launches one
+    service per tokenizer, and the variants are two of one tokenizer); this process calls its replicas with a client
+    on their sockets, which spreads the calls as the launched client does. The owner lets go when its input ends."""
 
-    def __init__(self, name: str, replicas: int, threads: int, model: str | None, log_path: Path) -> None:
-        function = "benchmarks.scenarios.scaling:owner_main"
-        super().__init__(function, log_path, None, replicas, threads, model or "default")
-        self.name, self.pids, self.client = name, (), None
+    def __init__(self, replicas: int, threads: int, model: str | None, log_path: Path) -> None:
+        super().__init__(
+            "benchmarks.scenarios.scaling:owner_main", log_path, None, replicas, threads, model or "default"
+        )
+        self.pids: tuple[int, ...] = ()
+        self.client: Any = None
 
     def start(self, timeout: float = 300.0) -> OwnedService:
         from service.client import TokenizerClient
 
         super().start()
         launched = self.receive("its launch", timeout)
-        self.pids: tuple[int, ...] = tuple(launched["pids"])
-        self.client: Any = TokenizerClient(launched["urls"])
+        self.pids, self.client = tuple(launched["pids"]), TokenizerClient(launched["urls"])
         return self
 
     def stop(self, timeout: float = 60.0) -> None:
-        """Close the client's connections; the owner lets go of the service and exits (killed by PID if it lingers)."""
         if self.client is not None:
             self.client.close()
         super().stop(timeout)
@@ -159,91 +102,66 @@ def owner_main(replicas: int, threads: int, model: str) -> int:
 
 
 class Bench:
-    """One corpus's processes -- the two launched services, the workaround's workers (shared by every corpus),
-    the in-process tokenizer and the collate functions -- and the measurement of one cell."""
+    """One corpus's processes -- its two launched services, the workaround's workers (shared by every corpus), the
+    collate functions -- and the measurement of one cell."""
 
-    def __init__(
-        self, row: Corpus, workers: list[ChildProcess], counts: Counts, work_dir: Path, loader: bool, cores: list[int]
-    ) -> None:
-        self.row = row
-        self.workers = workers
-        self.cores = cores  # the cores this run may use: a cell pins to the first N
-        self.counts = counts
-        self.work_dir = work_dir
+    def __init__(self, row: Corpus, workers: list[ChildProcess], counts: Counts, work_dir: Path, loader: bool) -> None:
+        self.row, self.workers, self.counts, self.work_dir = row, workers, counts, work_dir
         self.paths = PATHS if loader else (BATCHES,)
         self.texts = corpus.bucket_texts(row.language, row.bucket, counts.set_size)
         self.batches = corpus.batches_of(self.texts, BATCH)
-        model_dir = tokenizer_dir(row.tokenizer)
-        model = None if row.tokenizer == "default" else str(model_dir)
+        model = None if row.tokenizer == "default" else str(tokenizer_dir(row.tokenizer))
         self.services = {
-            name: OwnedService(name, replicas, threads, model, work_dir / f"owner-{replicas}x{threads}-{row.name}.log")
+            name: OwnedService(replicas, threads, model, work_dir / f"owner-{replicas}x{threads}-{row.name}.log")
             for name, (replicas, threads) in REPLICAS.items()
         }
         self.collates: dict[str, Any] = {}
 
     def start(self) -> None:
         """Launch both services, set the workers up on this corpus, check every variant gives the same tensors."""
+        import numpy as np
         from transformers import AutoTokenizer
+
+        from benchmarks.scenarios.dataloader import InProcessCollate, check_identical_batches
 
         batches_file = self.work_dir / f"scaling-{self.row.name}.json"
         batches_file.write_text(json.dumps(self.batches, ensure_ascii=False), "utf-8")
-        model_dir = tokenizer_dir(self.row.tokenizer)
+        model_dir = str(tokenizer_dir(self.row.tokenizer))
         for worker in self.workers:
-            worker.send({"op": "setup", "tokenizer": str(model_dir), "batches_file": str(batches_file)})
+            worker.send({"op": "setup", "tokenizer": model_dir, "batches_file": str(batches_file)})
         log(f"{self.row.name}: launching {', '.join(self.services)}")
         start_all(list(self.services.values()))
         for worker in self.workers:
             worker.receive("setup", 300)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self._check_batches()
-        if COLLATOR in self.paths:
-            self._check_collates()
-
-    def _check_batches(self) -> None:
-        import numpy as np
-
-        theirs = self.tokenizer(self.batches[0], return_tensors="np", **OPTIONS_BATCH)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        theirs = tokenizer(self.batches[0], return_tensors="np", **OPTIONS_BATCH)
         for name, service in self.services.items():
             ours = service.client(self.batches[0], return_tensors="np", **OPTIONS_BATCH)
             if list(ours) != list(theirs) or not all(np.array_equal(ours[k], theirs[k]) for k in theirs):
                 raise AssertionError(f"{name} and the in-process tokenizer give different arrays on {self.row.name}")
-
-    def _check_collates(self) -> None:
-        from benchmarks.scenarios.dataloader import InProcessCollate, check_identical_batches
-
-        self.collates = {name: service.client.collator(**OPTIONS_BATCH) for name, service in self.services.items()}
-        self.collates[WORKAROUND] = InProcessCollate(self.tokenizer)
-        # "in-process": the name check_identical_batches compares the others with
-        variants: dict[str, tuple[Callable[..., Any], int | None]] = {"in-process": (self.collates[WORKAROUND], None)}
-        variants |= {name: (collate, None) for name, collate in self.collates.items() if name != WORKAROUND}
-        check_identical_batches(variants, self.texts, [BATCH])
+        if COLLATOR in self.paths:
+            self.collates = {name: service.client.collator(**OPTIONS_BATCH) for name, service in self.services.items()}
+            self.collates[WORKAROUND] = InProcessCollate(tokenizer)
+            check_identical_batches(self.collates, WORKAROUND, self.texts, [BATCH])
 
     def stop(self) -> None:
-        """Stop both services (their owners let go; the replicas stop)."""
         for service in self.services.values():
             service.stop()
 
-    def server_pids(self, variant: str) -> tuple[int, ...]:
-        return self.services[variant].pids if variant in self.services else ()
-
-    def measure(self, cores: int, path: str, variant: str) -> dict[str, Any]:
-        """One cell: pin its processes and this one to the first ``cores`` cores, measure for a while."""
-        servers = self.server_pids(variant)
+    def measure(self, cores: list[int], path: str, variant: str) -> dict[str, Any]:
+        """One cell: pin its processes and this one to ``cores``, measure for a while."""
+        servers = self.services[variant].pids if variant in self.services else ()
         workers = tuple(w.pid for w in self.workers) if variant == WORKAROUND and path == BATCHES else ()
-        pinned = first_cores(self.cores, cores)
-        pin([os.getpid(), *servers, *workers], pinned)
-        probe = CpuProbe(*servers, *workers, reaped_children=True, cores=pinned)
+        pin([os.getpid(), *servers, *workers], cores)
+        probe = CpuProbe(*servers, *workers, reaped_children=True, cores=cores)
         before = probe.snapshot()
-        if path == BATCHES:
-            figures = self._batches(variant)
-        else:
-            figures = self._loader(variant, servers)
+        figures = self._batches(variant) if path == BATCHES else self._loader(variant, servers)
         window = CpuProbe.delta(before, probe.snapshot())
         if path == BATCHES and variant != WORKAROUND:
             figures["server_cpu_ms"] = 1000 * window["watched_cpu_seconds"] / figures["batches"]
             figures["client_cpu_ms"] = 1000 * window["client_cpu_seconds"] / figures["batches"]
         figures |= {"other_cpu_cores": window["other_cpu_cores"], "wall_seconds": window["wall_seconds"]}
-        return {**figures, "pinned": ",".join(map(str, sorted(pinned)))}
+        return {**figures, "pinned": ",".join(map(str, cores))}
 
     def _batches(self, variant: str) -> dict[str, Any]:
         seconds = self.counts.seconds
@@ -252,7 +170,7 @@ class Bench:
                 worker.send({"op": "measure", "seconds": seconds})
             answers = [worker.receive("measure", seconds + 120) for worker in self.workers]
             return {
-                "batches_per_s": sum(a["by_deadline"] / a["by_deadline_seconds"] for a in answers if a["by_deadline"]),
+                "batches_per_s": sum(a["batches_per_s"] for a in answers),
                 "batches": sum(a["batches"] for a in answers),
                 "worker_cpu_ms": statistics.mean(a["cpu_ms"] for a in answers),
             }
@@ -261,14 +179,14 @@ class Bench:
         def send(index: int, n: int) -> None:
             client(batches[(index + n * CLIENTS) % len(batches)], return_tensors="np", **OPTIONS_BATCH)
 
-        answered = closed_loop(send, CLIENTS, seconds)
-        return {"batches_per_s": answered.rate, "batches": answered.total}
+        return cpu_split.closed_loop(send, CLIENTS, seconds)
 
     def _loader(self, variant: str, servers: tuple[int, ...]) -> dict[str, Any]:
         from benchmarks.scenarios.dataloader import measure_loader
 
+        counts = self.counts
         figures = measure_loader(
-            self.texts, self.collates[variant], WORKERS, BATCH, self.counts.loader_batches, self.counts.seconds, servers
+            self.texts, self.collates[variant], WORKERS, BATCH, counts.loader_batches, counts.seconds, servers
         )
         collate = figures["collate_cpu_ms_per_batch"]
         out = {"batches_per_s": figures["batches_per_s"], "batches": figures["batches"]}
@@ -279,66 +197,52 @@ class Bench:
 
 # -- a corpus: the split, the cells in rounds, the ratios, the model --------------------------------------
 def measure_corpus(
-    settings: Settings,
-    row: Corpus,
-    workers: list[ChildProcess],
-    counts: Counts,
-    work_dir: Path,
-    loader: bool,
-    usable: list[int],
-    speedups: Speedups = SPEEDUPS_2337,
+    settings: Settings, row: Corpus, workers: list[ChildProcess], counts: Counts, loader: bool, speedups: Speedups
 ) -> dict[str, Any]:
-    """The split, then every cell in interleaved rounds; the figures, the ratios and the projection of one corpus.
-    ``usable``: the cores the run may use (each cell pins to the first N of them; the split runs on all)."""
-    everywhere = set(usable)
-    pin([os.getpid(), *(w.pid for w in workers)], everywhere)  # the split's server inherits this process's cores
-    split_row = settings.once(  # the split scenario's, when it ran in this process
-        f"split of {row.name}", lambda: cpu_split.measure_corpus(row, workers[0], counts.split, work_dir)
-    )
+    """The split (on every usable core), then every cell in interleaved rounds (each pinned to the first N of the
+    usable cores); the figures, the ratios and the projection of one corpus."""
+    usable = usable_cores()
+    pin([os.getpid(), *(w.pid for w in workers)], usable)  # the split's server inherits this process's cores
+    split_row = cpu_split.split_of(settings, row, workers[0], counts)
     split = {"server": split_row["server"], "worker": split_row["worker"]}
-    bench = Bench(row, workers, counts, work_dir, loader, usable)
+    bench = Bench(row, workers, counts, settings.work_dir, loader)
     groups = [(cores, path) for cores in CORES for path in bench.paths]
     try:
         bench.start()
         measured = in_rounds(
             VARIANTS,
-            lambda group, variant: bench.measure(*group, variant),
+            lambda group, variant: bench.measure(first_cores(usable, group[0]), group[1], variant),
             counts.rounds,
             f"scaling, {row.name}",
             groups,
         )
-        runs = {(cores, path, variant): cell for ((cores, path), variant), cell in measured.items()}
     finally:
-        pin([os.getpid(), *(w.pid for w in workers)], everywhere)
+        pin([os.getpid(), *(w.pid for w in workers)], usable)
         bench.stop()
     cells = [
         {"cores": cores, "path": path, "variant": variant, "rounds": cell}
-        for (cores, path, variant), cell in runs.items()
+        for ((cores, path), variant), cell in measured.items()
     ]
     return summarise({"name": row.name, "label": row.label, "split": split, "cells": cells}, speedups)
 
 
-def summarise(measured: dict[str, Any], speedups: Speedups = SPEEDUPS_2337) -> dict[str, Any]:
+def summarise(measured: dict[str, Any], speedups: Speedups) -> dict[str, Any]:
     """What one corpus's measurements (its split and each cell's rounds) give: each cell's medians and the model
     beside it, the ratios within rounds, the model's inputs and the projection under the pool's ``speedups``.
     :func:`reproject` redoes it from a saved run's JSON (under the model of this checkout)."""
     cells = sorted(measured["cells"], key=lambda c: (c["cores"], PATHS.index(c["path"]), VARIANTS.index(c["variant"])))
     runs = {(c["cores"], c["path"], c["variant"]): c["rounds"] for c in cells}
     paths = [path for path in PATHS if any(c["path"] == path for c in cells)]
+    costs = {path: _costs(measured["split"], cells, path) for path in paths}
     for cell in cells:
         cell["figures"] = {k: v for k, v in medians(cell["rounds"]).items() if k != "rounds"}
-    costs = {path: asdict(_costs(measured["split"], cells, path)) for path in paths}
-    for cell in cells:
-        path_costs, cores = Costs(**costs[cell["path"]]), cell["cores"]
-        left = max(0.05, cores - cell["figures"]["other_cpu_cores"])  # the cores other processes left to this cell
-        cell["model_batches_per_s"] = _modelled(path_costs, cores, cell["variant"], speedups)
-        cell["model_on_cores_left_batches_per_s"] = _modelled(path_costs, left, cell["variant"], speedups)
+        cell["model_batches_per_s"] = _modelled(costs[cell["path"]], cell["cores"], cell["variant"], speedups)
     return {
         **measured,
         "cells": cells,
         "ratios": [_ratios(runs, cores, path) for cores in CORES for path in paths],
-        "costs": costs,
-        "projection": [_projected(Costs(**costs[path]), path, speedups) for path in paths],
+        "costs": {path: asdict(costs[path]) for path in paths},
+        "projection": [_projected(costs[path], path, speedups) for path in paths],
     }
 
 
@@ -429,31 +333,20 @@ def evaluate(corpora: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per row: 2 replicas / 1 replica measured at each core count (as measured, and per core other processes left
     each), and replicas='auto' / the workaround projected on TARGET_CORES cores."""
     targets = []
+
+    def add(name: str, kind: str, value: float, threshold: float) -> None:
+        targets.append({"target": name, "kind": kind, "measured": value, "threshold": threshold})
+        targets[-1]["met"] = value >= threshold
+
     for row in corpora:
         for ratios in row["ratios"]:
-            for kind, key in (("measured", "two_vs_one"), ("measured, per core left", "two_vs_one_per_core_left")):
-                value = ratios[key]["median"]
-                targets.append(
-                    {
-                        "target": f"scaling_2_replicas_vs_1[{row['name']}, {ratios['path']}, {ratios['cores']} cores]",
-                        "kind": kind,
-                        "measured": value,
-                        "threshold": SPREADING_THRESHOLD,
-                        "met": value >= SPREADING_THRESHOLD,
-                    }
-                )
+            name = f"scaling_2_replicas_vs_1[{row['name']}, {ratios['path']}, {ratios['cores']} cores]"
+            add(name, "measured", ratios["two_vs_one"]["median"], SPREADING_THRESHOLD)
+            add(name, "measured, per core left", ratios["two_vs_one_per_core_left"]["median"], SPREADING_THRESHOLD)
         for projected in row["projection"]:
             point = next(p for p in projected["points"] if p["cores"] == TARGET_CORES)
-            value = point["auto_vs_workaround"]
-            targets.append(
-                {
-                    "target": f"scaling_auto_vs_workaround_{TARGET_CORES}_cores[{row['name']}, {projected['path']}]",
-                    "kind": "projection",
-                    "measured": value,
-                    "threshold": PROJECTED_THRESHOLD,
-                    "met": value >= PROJECTED_THRESHOLD,
-                }
-            )
+            name = f"scaling_auto_vs_workaround_{TARGET_CORES}_cores[{row['name']}, {projected['path']}]"
+            add(name, "projection", point["auto_vs_workaround"], PROJECTED_THRESHOLD)
     return targets
 
 
@@ -493,7 +386,7 @@ def reproject(section: dict[str, Any], calibration: Path) -> dict[str, Any]:
 
 
 def measure(settings: Settings) -> dict[str, Any]:
-    counts = settings.counts(FULL, SMOKE)
+    counts = settings.counts(cpu_split.FULL, cpu_split.SMOKE)
     cores = usable_cores()
     if len(cores) < max(CORES):
         raise RuntimeError(f"this process may run on {len(cores)} core(s); the measurement needs {max(CORES)}")
@@ -514,11 +407,11 @@ def measure(settings: Settings) -> dict[str, Any]:
         **({"pool": calibration_pool(settings.calibration)} if settings.calibration else {}),
     }
     os.environ[LAUNCH_DIR_ENV] = str(settings.work_dir / "launch")  # private: never attach to another run's service
-    workers = [one_worker(settings.work_dir, index) for index in range(WORKERS)]
+    workers = [cpu_split.one_worker(settings.work_dir, index) for index in range(WORKERS)]
     speedups = pool_of(meta)[1]
     try:
         corpora = [
-            measure_corpus(settings, BY_NAME[name], workers, counts, settings.work_dir, loader, cores, speedups)
+            measure_corpus(settings, cpu_split.BY_NAME[name], workers, counts, loader, speedups)
             for name in counts.corpora
         ]
     finally:
@@ -581,28 +474,13 @@ def rows(section: dict[str, Any]) -> list[Row]:
     return out
 
 
+SPREADING = "batches/s of 2 replicas x 1 thread / 1 replica x 2 threads at the same cores (1 and 2), measured here"
+PER_CORE_LEFT = f"{SPREADING}, per core other processes left each variant"
+PROJECTED = f"a PROJECTION (benchmarks.projection's model): replicas='auto' / the workaround on {TARGET_CORES} cores"
 SCALING_TARGETS = (  # name, kind of the rows (evaluate's), threshold, description
-    (
-        "scaling_2_replicas_vs_1",
-        "measured",
-        SPREADING_THRESHOLD,
-        "scenario scaling, measured here: batches/s of 2 replicas x 1 thread / 1 replica x 2 threads at the same "
-        "cores (1 and 2), batches of 256 and the DataLoader collator, every row (the worst row shown)",
-    ),
-    (
-        "scaling_2_replicas_vs_1_per_core_left",
-        "measured, per core left",
-        SPREADING_THRESHOLD,
-        "scenario scaling, measured here: the same, of batches/s per core other processes left each variant, every "
-        "row (the worst row shown)",
-    ),
-    (
-        "scaling_auto_vs_workaround_projected",
-        "projection",
-        PROJECTED_THRESHOLD,
-        "scenario scaling, a PROJECTION (benchmarks.projection's model fed by the split measured here): "
-        f"replicas='auto' / the workaround on {TARGET_CORES} cores, every row (the worst row shown)",
-    ),
+    ("scaling_2_replicas_vs_1", "measured", SPREADING_THRESHOLD, SPREADING),
+    ("scaling_2_replicas_vs_1_per_core_left", "measured, per core left", SPREADING_THRESHOLD, PER_CORE_LEFT),
+    ("scaling_auto_vs_workaround_projected", "projection", PROJECTED_THRESHOLD, PROJECTED),
 )
 
 
@@ -613,20 +491,12 @@ def targets(section: dict[str, Any]) -> list[dict[str, Any]]:
         if of_kind:
             worst = min(of_kind, key=lambda row: row["measured"])
             per_cell = {row["target"]: round(row["measured"], 4) for row in of_kind}
-            out.append(
-                target(
-                    name,
-                    description,
-                    worst["measured"],
-                    threshold,
-                    met_in_every_cell=all(r["met"] for r in of_kind),
-                    per_cell=per_cell,
-                )
-            )
+            every = all(r["met"] for r in of_kind)
+            about = f"scenario scaling, {description}, every row (the worst row shown)"
+            out.append(target(name, about, worst["measured"], threshold, met_in_every_cell=every, per_cell=per_cell))
     return out
 
 
-BY_NAME = {c.name: c for c in CORPORA}
 SCENARIO = Scenario(
     "scaling",
     "replicas vs the workaround pinned to 1 and 2 cores, and a projection to 16-128 cores with its model",

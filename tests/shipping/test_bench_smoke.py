@@ -45,7 +45,7 @@ def test_medians_are_of_every_shared_number_and_noise_is_the_worst_round():
 
 
 def test_every_scenario_is_one_name_of_the_one_command_line():
-    assert set(parse_args([]).scenario_names) < set(SCENARIOS)
+    assert set(parse_args([]).scenario_names) <= set(SCENARIOS)
     with pytest.raises(SystemExit):
         parse_args(["--scenarios", "1,nope"])
 
@@ -81,7 +81,7 @@ def test_smoke_run_writes_every_section_table_row_target_and_plot(smoke):
     results, out = smoke["results"], smoke["out"]
     assert set(SCENARIOS) <= set(results) and {"meta", "targets", "table", "plots"} <= set(results)
     skipped = {name for name, section in results.items() if isinstance(section, dict) and "skipped" in section}
-    assert skipped == (set() if TORCH else {"3", "5", "8", "launch"}), skipped
+    assert skipped == (set() if TORCH else {"3", "5", "8"}), skipped
     ran = set(SCENARIOS) - skipped
     assert {row["scenario"] for row in results["table"]} >= (ran - {"rss"}) | {"memory", "targets"}
     assert all({"target", "met"} <= set(t) for t in results["targets"])
@@ -108,17 +108,13 @@ def test_one_client_and_concurrency_scenarios_measure_every_variant(smoke):
 
 @pytest.mark.slow
 @pytest.mark.timeout(660)
-def test_pretokenize_scenarios_measure_every_method_on_the_same_tokens(smoke):
+def test_pretokenize_scenario_measures_every_method_on_the_same_tokens(smoke):
     results = smoke["results"]
     scenario6 = results["6"]
     assert set(scenario6["medians"]) == {"service", "encode_batch", "encode_batch_fast", "datasets_map"}
     assert len({m["tokens"] for m in scenario6["medians"].values()}) == 1  # every method, the same tokens
     assert scenario6["memory"]["peak_rss_mb"] > 0
-    scenario7 = results["7"]  # object storage: the same job on local files and on s3://
-    assert set(scenario7["medians"]) == {"local", "s3"}
-    assert len({m["tokens"] for m in scenario7["medians"].values()}) == 1
-    assert scenario7["memory"]["s3"]["peak_rss_mb"] > 0 and scenario7["memory"]["local"]["peak_rss_mb"] > 0
-    assert {"s7_s3_vs_local", "s7_s3_worker_peak_rss_mb"} <= {t["target"] for t in results["targets"]}
+    assert {"s6_service_vs_encode_batch", "s6_worker_peak_rss_mb"} <= {t["target"] for t in results["targets"]}
 
 
 @pytest.mark.slow
@@ -127,7 +123,12 @@ def test_pretokenize_scenarios_measure_every_method_on_the_same_tokens(smoke):
 def test_dataloader_scenarios_measure_every_variant(smoke):
     results = smoke["results"]
     assert results["3"]["dataloader"] and all(c["identical_batches"] for c in results["3"]["dataloader"])
-    assert results["3"]["transports"]
+    assert set(results["3"]["dataloader"][0]["vs_in_process"]) == {
+        "sdk",
+        "sdk, --batch-wait-ms 2",
+        "sdk, launched on a unix socket",
+        "in-process",
+    }
     loops = results["5"]["dataloader"]["loops"]
     assert set(loops) == {"training step", "loader only"}
     assert all(set(by_variant) == {"random", "token budget", "packed"} for by_variant in loops.values())
@@ -141,18 +142,6 @@ def test_dataloader_scenarios_measure_every_variant(smoke):
     assert {"s8_chat_encode_vs_apply_chat_template", "s8_chat_collator_vs_collate_fn"} <= {
         t["target"] for t in results["targets"]
     }
-    launch = results["launch"]  # round trips over both sockets, the three DataLoader variants, the start-up
-    for kind in ("encode 1 text", "GET /healthz"):
-        assert {f"{kind} | unix socket | 1 thread(s)", f"{kind} | tcp loopback | 8 thread(s)"} <= set(
-            launch["round_trips"]
-        )
-    cell = launch["dataloader"][0]
-    assert cell["identical_batches"] and set(cell["ratios"]) == {
-        "launched / in-process",
-        "tcp / in-process",
-        "launched / tcp",
-    }
-    assert all(figures["launch_seconds"] > 0 for figures in launch["startup"].values())
 
 
 @pytest.mark.slow
@@ -204,21 +193,6 @@ def test_scaling_measures_every_cell_and_projects_every_row(smoke):
     assert data["model"] == projection.MODEL
     table = (smoke["out"] / "benchmark.txt").read_text()
     assert "PROJECTION, 64 cores" in table and "projection model" in table and "measured, 2 core(s)" in table
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(660)
-def test_training_and_hot_path_scenarios_measure_every_part(smoke):
-    results = smoke["results"]
-    figures = results["train"]["models"]["byte-level-bpe"]
-    assert figures["check"]["vocab_and_ids_equal"] and figures["check"]["merges_equal"]
-    assert set(figures["count"]) == {"1 worker x 1 process", "1 worker x 2 processes", "2 workers x 1 process"}
-    assert all(count["mb_per_s"] > 0 and count["peak_rss_mb"] > 0 for count in figures["count"].values())
-    assert figures["merge"]["train_seconds"] > 0 and figures["baseline"]["peak_rss_mb"] > 0
-    assert "engine hot path (arrays)" in results["hot_path"]["seconds_per_batch"]
-    (row,) = results["datasets"]["rows"].values()
-    assert set(row) == {"in-process", "service"} and all(side["tokens_per_s"] > 0 for side in row.values())
-    assert row["in-process"]["tokens"] == row["service"]["tokens"]
 
 
 @pytest.mark.slow

@@ -90,16 +90,11 @@ def test_masking_chooses_real_tokens_only_and_keeps_their_ids_as_labels():
 
 
 @pytest.mark.parametrize(
-    ("asked", "takes", "passed"),
-    [(None, True, "auto"), (None, False, None), ("none", True, None), ("auto", True, "auto"), (4, True, 4)],
+    ("asked", "smoke", "passed"),
+    [(None, False, "auto"), (None, True, 2), ("none", False, None), ("auto", True, "auto"), (4, False, 4)],
 )
-def test_replicas_passed_to_launch(asked, takes, passed):
-    assert gpu_feed.replicas_to_pass(asked, takes) == passed
-
-
-def test_replicas_asked_for_where_launch_takes_none_is_refused_saying_what_to_do():
-    with pytest.raises(ValueError, match="takes no replicas= yet; leave --replicas out"):
-        gpu_feed.replicas_to_pass("auto", False)
+def test_replicas_passed_to_launch(asked, smoke, passed):
+    assert gpu_feed.replicas_to_pass(asked, smoke) == passed
 
 
 @pytest.mark.parametrize(

@@ -3,8 +3,9 @@ one, the recipe of ``--like`` kept, refusals before any work, reruns after a kil
 trains on part of the counts, bounded counting memory, and a trained tokenizer served by a real server.
 
 The corpus is real text (Chinese reviews and English prose from testkit.assets), cut to ~400 KB so the suite
-stays fast; the benchmark (``python -m benchmarks.run --scenarios train``) runs the whole corpus. References are built
-here with the tokenizers API directly, as a user would, not with the package's training code.
+stays fast; a benchmark of the whole corpus (``benchmarks/scenarios/train.py`` at commit 2064602) is quoted in
+docs/guides/train.md. References are built here with the tokenizers API directly, as a user would, not with the
+package's training code.
 """
 
 from __future__ import annotations
