@@ -13,9 +13,11 @@ text (``scripts/doc_examples.py`` describes the directives a page may give a blo
 - The address ``127.0.0.1:8000`` -- where the examples say a started service listens -- is replaced by the
   address of a real server on a free port: the one the page's ``serve`` block started (run as written,
   ``TOKENIZER_SERVICE_PORT`` choosing the port), else a shared server of the embedded default tokenizer.
-- A block that starts worker processes (``num_workers=``, ``num_proc=``) runs twice: with the ``fork`` and
-  with the ``spawn`` start method (``spawn`` is the default on macOS and Windows), set by a
-  ``sitecustomize`` module -- the text is the same.
+- A block that starts worker processes (``num_workers=``, ``num_proc=``) runs with the ``spawn`` start method
+  (the default on macOS and Windows), set by a ``sitecustomize`` module: the stricter of the two for a text,
+  whose entry point must be guarded and whose workers' arguments must pickle. Under ``fork`` (Linux's
+  default) the same client paths run in tests/data/test_client_dataloader.py, tests/launch/test_launch.py,
+  tests/launch/test_replicas.py and tests/pretokenize/ (their ``fork`` cases).
 - ``pip install`` resolves without installing (a ``pip`` first on ``PATH`` adds ``--dry-run``; the build of
   the package itself is real): the command, its path and its extras must be right, and the venv stays as it
   is.
@@ -197,10 +199,9 @@ class PageRun:
     def run_python(self, block: Block, code: str) -> None:
         script = self.cwd_of(block) / f"example_{block.page.stem.replace('-', '_')}_{block.line}.py"
         script.write_text(self.text_of(block, code))
-        methods = ["fork", "spawn"] if WORKERS.search(code) else [""]
-        for method in methods:
-            self.run_process(block, [str(Path(sys.prefix) / "bin" / "python"), script.name], method)
-            self.start_methods.setdefault(block.where, []).append(method or "none")
+        method = "spawn" if WORKERS.search(code) else ""
+        self.run_process(block, [str(Path(sys.prefix) / "bin" / "python"), script.name], method)
+        self.start_methods.setdefault(block.where, []).append(method or "none")
 
     def run_process(self, block: Block, argv: list[str], start_method: str = "") -> None:
         env = {**self.env, "DOCS_EXAMPLE_START_METHOD": start_method}
