@@ -367,6 +367,11 @@ def calibration_pool(path: Path) -> dict[str, Any]:
     if body is None:
         raise ValueError(f"{path}: neither `tokenizer-service calibrate --json`'s output nor a kept calibration")
     calibration = Calibration.from_json(body)
+    if calibration.busy:  # noise, and since a busy calibration stops at its first busy probe, maybe part of a curve
+        raise ValueError(
+            f"{path}: a busy calibration ({'; '.join(calibration.busy)}): nothing is projected from it; calibrate "
+            "on a quieter machine, or with --max-spread/--max-others relaxed"
+        )
     curve = calibration.measurement.curve
     return {
         "name": f"measured by tokenizer-service calibrate on {calibration.cores} cores of {calibration.cpu_model} "

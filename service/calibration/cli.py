@@ -8,12 +8,13 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
+from typing import Any
 
 from ..embedded import DEFAULT_TOKENIZER
 from ..plurals import counted
 from ..sizing import AUTO, MODEL, Plan, allowed_cpus, memory_limit, plan_replicas
 from ..suggestions import ArgumentParser
-from .measure import MAX_OTHERS, MAX_SPREAD, Calibration, CalibrationError, Noise, calibrate
+from .measure import MAX_OTHERS, MAX_SPREAD, Calibration, CalibrationError, Noise, calibrate, thread_counts
 from .probes import BATCH, OPTIONS
 from .store import CALIBRATION_DIR_ENV, keep
 from .texts import TextsError
@@ -21,6 +22,8 @@ from .texts import TextsError
 __all__ = ["build_parser", "main", "report"]
 
 GIB = 1 << 30
+#: What the report prints for a figure a busy calibration did not measure (it stopped before that probe).
+NOT_MEASURED = "not measured (busy)"
 
 
 def build_parser(prog: str) -> argparse.ArgumentParser:
@@ -46,7 +49,7 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
         default=MAX_SPREAD,
         metavar="SHARE",
         help=f"a probe's rounds may differ by this share of their median (default {MAX_SPREAD}); beyond, the "
-        "machine is busy and nothing is planned from it",
+        "machine is busy: the calibration stops at that probe and nothing is planned from it",
     )
     parser.add_argument(
         "--max-others",
@@ -83,8 +86,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "tokenizer-service calib
     if not args.no_keep and plan is not None:
         path = keep(calibration)
     if args.json:
-        document = {"calibration": calibration.to_json(), "plan": asdict(plan) if plan else None}
-        print(json.dumps({**document, "kept": str(path) if path else None}, indent=1))
+        document: dict[str, Any] = {"calibration": calibration.to_json(), "not_run": calibration.not_run}
+        document |= {"plan": asdict(plan) if plan else None, "kept": str(path) if path else None}
+        print(json.dumps(document, indent=1))
         return 0
     print(report(calibration, plan, memory, args.model, path))
     return 0
@@ -108,13 +112,16 @@ def report(calibration: Calibration, plan: Plan | None, memory: int | None, mode
             f"  {p.threads:>7}  {p.rate:>9.1f}  {p.rate / one:>6.2f}x  {p.rate / one / p.threads:>10.0%}  "
             f"{p.spread:>6.0%}  {p.others:>6.0%}"
         )
+    measured = {p.threads for p in c.curve}
+    lines += [f"  {t:>7}  {NOT_MEASURED}" for t in thread_counts(c.cores) if t not in measured]
+    rss = None if c.replica_bytes is None else c.replica_bytes / (1 << 20)
     lines += [
         "",
         "One server process, per batch:",
-        f"  G  GIL side       {c.gil_ms:8.2f} ms  measured: a server of one Rust thread under load, its Python threads",
-        f"  R  Rust pool      {c.rust_ms:8.2f} ms  measured: its CPU on one thread (the curve: its wall time)",
-        f"  W  one worker     {c.worker_ms:8.2f} ms  measured: the workaround's, parallelism off, one CPU",
-        f"     replica RSS    {c.replica_bytes / (1 << 20):8.0f} MB  measured: the server's peak under load",
+        _cost("G  GIL side", c.gil_ms, "ms", "a server of one Rust thread under load, its Python threads"),
+        _cost("R  Rust pool", c.rust_ms, "ms", "its CPU on one thread (the curve: its wall time)"),
+        _cost("W  one worker", c.worker_ms, "ms", "the workaround's, parallelism off, one CPU"),
+        _cost("   replica RSS", rss, "MB", "the server's peak under load", ".0f"),
         "",
     ]
     if plan is None:
@@ -122,6 +129,14 @@ def report(calibration: Calibration, plan: Plan | None, memory: int | None, mode
         lines += [
             "BUSY: this measurement is noise, and nothing is planned from it:",
             *(f"  - {reason}" for reason in c.busy),
+            *(
+                [
+                    f"the calibration stopped there, at {c.stopped_at}: {_listed(c.not_run)} "
+                    f"{'was' if len(c.not_run) == 1 else 'were'} not run (nothing is planned from a busy machine)"
+                ]
+                if c.not_run
+                else []
+            ),
             f'replicas="auto" uses {fallback.summary} until a calibration on a quieter machine is kept',
             "(run it again when the machine is quiet; --max-spread/--max-others say how much noise to accept).",
         ]
@@ -145,3 +160,14 @@ def report(calibration: Calibration, plan: Plan | None, memory: int | None, mode
     else:
         lines.append("Not kept (--no-keep).")
     return "\n".join(lines)
+
+
+def _cost(label: str, value: float | None, unit: str, how: str, form: str = ".2f") -> str:
+    """A row of the costs: the figure and how it was measured, or that a busy calibration stopped before it."""
+    if value is None:
+        return f"  {label:<18}{NOT_MEASURED}"
+    return f"  {label:<18}{value:8{form}} {unit}  measured: {how}"
+
+
+def _listed(names: Sequence[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

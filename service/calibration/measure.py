@@ -11,7 +11,8 @@ From them, per batch of 256 texts:
 
 Noise: each probe measures in rounds; a probe whose rounds differ by more than ``max_spread`` of their median, or
 whose CPUs other processes kept busier than ``max_others``, makes the calibration *busy*: reported, never
-planned from. Standard library only (the launcher calls it)."""
+planned from. Since nothing is planned from it, a busy calibration ends at that probe: the later ones are not run,
+and their figures are None (not measured), never a made-up number. Standard library only (the launcher calls it)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,10 @@ __all__ = [
     "Calibration",
     "CalibrationError",
     "Noise",
+    "SERVER_PROBE",
+    "WORKER_PROBE",
     "calibrate",
+    "rust_probe",
     "thread_counts",
 ]
 
@@ -51,6 +55,14 @@ MAX_OTHERS = 0.25
 #: How long one probe may take (loading a hub tokenizer included) before the calibration gives up.
 PROBE_TIMEOUT = 300.0
 PROBES = "service.calibration.probes"
+#: The probes' names, in the order a calibration runs them (the Rust pool's at each of :func:`thread_counts`): what
+#: its busy reasons and its report call them.
+WORKER_PROBE = "the worker"
+SERVER_PROBE = "the server"
+
+
+def rust_probe(threads: int) -> str:
+    return f"rust at {threads} thread(s)"
 
 
 class CalibrationError(Exception):
@@ -77,7 +89,10 @@ class Point:
 
 @dataclass(frozen=True)
 class Calibration:
-    """What the probes measured (and derived: G), where, of which tokenizer, and whether it may be planned from."""
+    """What the probes measured (and derived: G), where, of which tokenizer, and whether it may be planned from.
+
+    A busy calibration stops at the probe that found the machine busy: the curve holds the thread counts measured
+    (1 at least: the first probe), and the figures of the probes not run are None."""
 
     cpu_model: str
     cores: int
@@ -86,14 +101,38 @@ class Calibration:
     texts: str
     measured_at: str
     curve: tuple[Point, ...]
-    gil_ms: float  # a server of one Rust thread under load: its Python threads' CPU per batch
-    rust_ms: float
-    worker_ms: float
-    replica_bytes: int
+    gil_ms: float | None  # a server of one Rust thread under load: its Python threads' CPU per batch
+    rust_ms: float  # the first probe's: measured by every calibration
+    worker_ms: float | None
+    replica_bytes: int | None
     busy: tuple[str, ...] = field(default=())  # why it may not be planned from; empty: it may
+
+    def __post_init__(self) -> None:
+        Curve(tuple((p.threads, p.rate) for p in self.curve))  # a curve that is not one raises here
+        if not self.busy and self.not_run:
+            raise ValueError(f"a calibration that is not busy measures every probe; not run: {self.not_run}")
+
+    @property
+    def not_run(self) -> tuple[str, ...]:
+        """The probes it did not run, in their order: those after the one that found the machine busy."""
+        measured = {p.threads for p in self.curve}
+        probes = [rust_probe(threads) for threads in thread_counts(self.cores) if threads not in measured]
+        probes += [WORKER_PROBE] if self.worker_ms is None else []
+        probes += [SERVER_PROBE] if self.gil_ms is None or self.replica_bytes is None else []
+        return tuple(probes)
+
+    @property
+    def stopped_at(self) -> str | None:
+        """The probe that found the machine busy and ended the calibration; None where none was left out."""
+        if not self.not_run:
+            return None
+        return WORKER_PROBE if self.worker_ms is not None else rust_probe(self.curve[-1].threads)
 
     @property
     def measurement(self) -> Measurement:
+        """What the planner is fed; ValueError where a busy calibration stopped before a figure was measured."""
+        if self.gil_ms is None or self.worker_ms is None or self.replica_bytes is None:
+            raise ValueError(f"not measured (busy): {', '.join(self.not_run)}")
         curve = Curve(tuple((p.threads, p.rate) for p in self.curve))
         return Measurement(self.gil_ms, curve, self.worker_ms, self.replica_bytes, self.rust_ms)
 
@@ -104,16 +143,16 @@ class Calibration:
         return choose_plan(self.measurement, self.cores, memory_limit() if memory_bytes is None else memory_bytes)
 
     def to_json(self) -> dict[str, Any]:
+        """Its fields; a figure not measured (busy) is null."""
         return asdict(self)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Calibration:
-        """A calibration from :meth:`to_json`'s document; ValueError, KeyError or TypeError where it is not one."""
+        """A calibration from :meth:`to_json`'s document (a busy one of an earlier release, every figure measured,
+        too); ValueError, KeyError or TypeError where it is not one."""
         points = tuple(Point(**point) for point in data["curve"])
         fields = {**data, "curve": points, "busy": tuple(data["busy"]), "versions": dict(data["versions"])}
-        calibration = cls(**fields)
-        calibration.measurement  # a curve that is not one raises here  # noqa: B018
-        return calibration
+        return cls(**fields)
 
 
 def thread_counts(cores: int) -> list[int]:
@@ -139,7 +178,8 @@ def calibrate(
     say: Callable[[str], None] = lambda line: None,
 ) -> Calibration:
     """Measure ``model`` on ``cores`` of the CPUs this process may use (default: all of them); ``say`` hears a line
-    per probe. CalibrationError when a probe cannot run; a busy machine gives a calibration with ``busy`` set."""
+    per probe. CalibrationError when a probe cannot run; a busy machine gives a calibration with ``busy`` set, made
+    by the probes up to the first that found it busy (the later ones are not run)."""
     allowed = available_cpus()
     if cores is None:
         cores = allowed
@@ -154,32 +194,44 @@ def calibrate(
     source = ["--model", model] if model is not None else []
     source += ["--revision", revision] if revision is not None else []
     timing = ["--rounds", str(rounds), "--round-seconds", str(round_seconds)]
+    points: list[Point] = []
+    rust_ms = 0.0
+    worker_ms: float | None = None
+    gil_ms: float | None = None
+    replica_bytes: int | None = None
+    # The first probe that finds the machine busy ends the calibration: nothing is planned from a busy one, so the
+    # later probes would cost their time (tens of seconds on a busy machine) for figures no one may use.
     with tempfile.TemporaryDirectory(prefix="tokenizer-service-calibration-") as folder:
         written = os.path.join(folder, "texts.jsonl")
         say("loading the tokenizer (identify)")
         given = ["--texts", texts] if texts is not None else []
         identity = _probe(python, ["identify", *source, *given, "--write-texts", written])
         common = [*source, "--texts", written]
-        points, busy = [], []
+        busy: list[str] = []
         for threads in thread_counts(cores):
             say(f"the Rust pool at {threads} thread{'s' if threads > 1 else ''}")
             pinned = ["--threads", str(threads), "--cpus", ",".join(map(str, cpus[:threads]))]
             report = _probe(python, ["rust", *common, *pinned, *timing])
             point, main_cpu = _point(threads, report["rounds"])
             points.append(point)
-            busy += _noisy(f"rust at {threads} thread(s)", point.spread, point.others, noise)
             if threads == 1:
                 rust_ms = _per_batch(report["rounds"], "cpu") - main_cpu
-        say("the workaround's worker (parallelism off, one CPU)")
-        worker = _probe(python, ["worker", *common, "--cpus", str(cpus[0]), *timing])
-        worker_ms = _per_batch(worker["rounds"], "cpu")
-        busy += _noisy("the worker", _spread(worker["rounds"]), _others(worker["rounds"]), noise)
-        say("a server of one Rust thread under load")
-        server = _server_probe(python, source, ["--texts", written, *timing], folder)
-        gil_ms = _per_batch(server["rounds"], "python_cpu")
-        busy += _noisy("the server", _spread(server["rounds"]), 0.0, noise)
-    if server["fingerprint"] != identity["fingerprint"]:
-        raise CalibrationError("the tokenizer's files changed while it was calibrated; calibrate again")
+            busy = _noisy(rust_probe(threads), point.spread, point.others, noise)
+            if busy:
+                break
+        if not busy:
+            say("the workaround's worker (parallelism off, one CPU)")
+            worker = _probe(python, ["worker", *common, "--cpus", str(cpus[0]), *timing])
+            worker_ms = _per_batch(worker["rounds"], "cpu")
+            busy = _noisy(WORKER_PROBE, _spread(worker["rounds"]), _others(worker["rounds"]), noise)
+        if not busy:
+            say("a server of one Rust thread under load")
+            server = _server_probe(python, source, ["--texts", written, *timing], folder)
+            if server["fingerprint"] != identity["fingerprint"]:
+                raise CalibrationError("the tokenizer's files changed while it was calibrated; calibrate again")
+            gil_ms = max(_per_batch(server["rounds"], "python_cpu"), 0.001)
+            replica_bytes = int(server["rss_bytes"])
+            busy = _noisy(SERVER_PROBE, _spread(server["rounds"]), 0.0, noise)
     return Calibration(
         cpu_model=cpu_model(),
         cores=cores,
@@ -188,10 +240,10 @@ def calibrate(
         texts=texts if texts is not None else BUILT_IN,
         measured_at=datetime.now(timezone.utc).strftime(MEASURED_AT),
         curve=tuple(points),
-        gil_ms=max(gil_ms, 0.001),
+        gil_ms=gil_ms,
         rust_ms=rust_ms,
         worker_ms=worker_ms,
-        replica_bytes=int(server["rss_bytes"]),
+        replica_bytes=replica_bytes,
         busy=tuple(busy),
     )
 

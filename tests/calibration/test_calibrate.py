@@ -1,8 +1,9 @@
 """``tokenizer-service calibrate``, for real on this machine's cores: probe processes started by exec measure the Rust
 pool at 1, 2, ... threads, a real server's GIL side (its /metrics), the workaround's worker and a replica's memory;
-the plan printed is the planner's on what was measured; a busy machine (a CPU burner on the probed core) is said
-and planned from by the default, never from the noise; bad input gets a clear error. The kept records: a damaged
-or stale one is ignored and made again. No timing asserts: the figures are printed, never asserted."""
+the plan printed is the planner's on what was measured; a busy machine (a CPU burner on the probed core) is said,
+the calibration stops at the probe that found it, and the default plan stands in, never one from the noise; bad
+input gets a clear error. The kept records: a damaged or stale one is ignored and made again; a busy one keeps
+what it did not measure as null. No timing asserts: the figures are printed, never asserted."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -86,8 +88,9 @@ def test_the_report_of_one_core_says_it_in_the_singular():
 
 
 def test_a_busy_machine_is_said_and_the_default_plan_stands_in(tmp_path):
-    """A CPU burner pinned to the probed core takes about half of it: the calibration says so, plans nothing from
-    it, keeps nothing, and names the plan replicas="auto" will use instead."""
+    """A CPU burner pinned to the probed core takes about half of it: the calibration says so at the first probe
+    and stops there (the worker and the server are not run), plans nothing from it, keeps nothing, and names the
+    plan replicas="auto" will use instead."""
     core = min(os.sched_getaffinity(0))
     burner = subprocess.Popen(
         [sys.executable, "-c", f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True: pass"]
@@ -102,6 +105,15 @@ def test_a_busy_machine_is_said_and_the_default_plan_stands_in(tmp_path):
     assert "other processes kept its CPUs" in done.stdout
     assert 'replicas="auto" uses 1 replica x 1 Rust thread on 1 core, from the default plan' in done.stdout
     assert not list((tmp_path / "kept").glob("*.json"))
+    # it stopped at the first probe: the later ones were not run, and their figures are said to be missing
+    assert "  - rust at 1 thread(s): " in done.stdout
+    stop = "the calibration stopped there, at rust at 1 thread(s): the worker and the server were not run"
+    assert stop in done.stdout
+    assert "measuring the Rust pool at 1 thread" in done.stderr
+    assert "measuring the workaround's worker" not in done.stderr  # neither later probe was started
+    assert "measuring a server" not in done.stderr
+    for row in ("G  GIL side       not measured (busy)", "W  one worker     not measured (busy)"):
+        assert row in done.stdout
 
 
 @pytest.mark.parametrize(
@@ -139,6 +151,45 @@ def synthetic(
         worker_ms=110.0,
         replica_bytes=100 << 20,
     )
+
+
+def stopped(calibration: Calibration, threads: int = 1, reason: str = "rust at 1 thread(s): noise") -> Calibration:
+    """``calibration`` as a busy one that stopped after the Rust pool at ``threads`` threads."""
+    curve = tuple(p for p in calibration.curve if p.threads <= threads)
+    figures = {"gil_ms": None, "worker_ms": None, "replica_bytes": None}
+    return Calibration(**{**calibration.to_json(), **figures, "curve": curve, "busy": (reason,)})
+
+
+def test_a_busy_calibration_keeps_what_it_did_not_measure_as_null_and_round_trips_through_the_store(tmp_path):
+    """A busy calibration is kept (replicas="auto" keeps the verdict) with null for the figures of the probes it did
+    not run, never a made-up number, and reads back equal; the report and --json say what was not run. A busy record
+    of an earlier release (every figure measured) still loads; one that is not busy and lacks a figure is damaged."""
+    from service.calibration.cli import report
+
+    busy = stopped(synthetic(cores=4, rates=(10.0, 15.0, 18.0)), threads=2)
+    assert busy.not_run == ("rust at 4 thread(s)", "the worker", "the server")
+    assert busy.stopped_at == "rust at 2 thread(s)" and busy.plan() is None
+    path = keep(busy, tmp_path)
+    body = json.loads(path.read_text())["body"]["calibration"]
+    assert (body["gil_ms"], body["worker_ms"], body["replica_bytes"]) == (None, None, None)
+    assert [p["threads"] for p in body["curve"]] == [1, 2]
+    assert kept(Key.of(busy), tmp_path).calibration == busy
+    text = report(busy, None, memory_limit(), None, None)
+    assert "        4  not measured (busy)" in text and "R  Rust pool        100.00 ms  measured" in text
+    for row in ("G  GIL side       not measured (busy)", "     replica RSS    not measured (busy)"):
+        assert row in text
+    stop = "the calibration stopped there, at rust at 2 thread(s): rust at 4 thread(s), the worker and the server"
+    assert f"{stop} were not run" in text
+    with pytest.raises(ValueError, match=r"not measured \(busy\): rust at 4 thread\(s\), the worker, the server"):
+        busy.measurement  # noqa: B018  # nothing to plan from: refused, not made up
+
+    earlier = Calibration(**{**synthetic().to_json(), "curve": synthetic().curve, "busy": ("the server: noise",)})
+    keep(earlier, tmp_path)  # as an earlier release kept a busy verdict: every probe run, every figure
+    assert kept(Key.of(earlier), tmp_path).calibration == earlier and earlier.not_run == ()
+    assert "stopped there" not in report(earlier, None, memory_limit(), None, None)
+    unmeasured = {**synthetic().to_json(), "worker_ms": None}  # not busy, yet a figure is missing
+    with pytest.raises(ValueError, match="not busy"):
+        Calibration.from_json(unmeasured)
 
 
 def test_a_kept_calibration_is_found_by_its_key_and_a_damaged_or_stale_one_is_ignored(tmp_path):
@@ -184,7 +235,7 @@ def test_auto_ignores_a_damaged_record_calibrates_again_and_keeps_the_new_one(tm
     assert "cannot keep a calibration" in unwritable.source and CALIBRATION_DIR_ENV in unwritable.source
     monkeypatch.setenv(CALIBRATION_DIR_ENV, str(tmp_path))
     now = datetime.now(timezone.utc).strftime(MEASURED_AT)
-    busy = Calibration(**{**fresh.to_json(), "curve": fresh.curve, "busy": ("rust: noise",), "measured_at": now})
+    busy = replace(stopped(fresh, reason="rust: noise"), measured_at=now)  # as calibrate makes it: stopped at once
     busy_runs: list[int] = []
     monkeypatch.setattr(auto, "calibrate", lambda *a, **k: busy_runs.append(1) or busy)
     path.unlink()
@@ -196,7 +247,7 @@ def test_auto_ignores_a_damaged_record_calibrates_again_and_keeps_the_new_one(tm
     assert kept(Key.of(busy), tmp_path).calibration == busy  # the verdict is kept, and stands:
     assert "busy" in auto.auto_plan(None).source and busy_runs == [1]  # the next start does not probe again
     an_hour_ago = (datetime.now(timezone.utc) - auto.BUSY_STANDS - timedelta(seconds=1)).strftime(MEASURED_AT)
-    keep(Calibration(**{**busy.to_json(), "curve": busy.curve, "measured_at": an_hour_ago}), tmp_path)
+    keep(replace(busy, measured_at=an_hour_ago), tmp_path)
     with caplog.at_level("INFO", logger="service.calibration.auto"):
         assert "busy" in auto.auto_plan(None).source and busy_runs == [1, 1]  # an old verdict: measured again
     assert "over 1:00:00 old: calibrating again" in caplog.text

@@ -50,7 +50,8 @@ def test_replicas_auto_is_the_launchers_planner_times_one_replica(name):
 
 
 def test_a_calibration_gives_the_projection_its_curve(tmp_path):
-    """--calibration reads `calibrate --json`'s output or a kept record: the projection takes its measured curve."""
+    """--calibration reads `calibrate --json`'s output or a kept record: the projection takes its measured curve; a
+    busy calibration is refused."""
     from benchmarks.scenarios.scaling import calibration_pool, pool_of
     from service.calibration.measure import Calibration, Point
     from service.calibration.store import keep
@@ -65,6 +66,12 @@ def test_a_calibration_gives_the_projection_its_curve(tmp_path):
         name, speedups = pool_of({"pool": calibration_pool(path)})
         assert speedups == ((1, 1.0), (2, pytest.approx(1.3))) and "2 cores of a CPU" in name
     assert pool_of({}) == (projection.POOL_2337, projection.SPEEDUPS_2337)
+    unmeasured = {"gil_ms": None, "worker_ms": None, "replica_bytes": None}  # a busy one stops at its first probe
+    busy = Calibration(**{**calibration.to_json(), **unmeasured, "curve": calibration.curve[:1], "busy": ("noise",)})
+    printed_busy = {"calibration": busy.to_json(), "not_run": busy.not_run, "plan": None}  # as --json prints it
+    (tmp_path / "busy.json").write_text(json.dumps(printed_busy))
+    with pytest.raises(ValueError, match="a busy calibration"):
+        calibration_pool(tmp_path / "busy.json")  # part of a curve, and noise: never projected from
     (tmp_path / "other.json").write_text("{}")
     with pytest.raises(ValueError, match="neither"):
         calibration_pool(tmp_path / "other.json")
