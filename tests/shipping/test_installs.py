@@ -7,20 +7,20 @@ them: it has every extra, and torch brings packages the server extra must declar
   transformers in this process; a package of the extra missing is refused at start-up in one line.
 - **The client alone** (``pip install .``, then torch for tensors): none of the server's stack installed; the
   client encodes, ``serve`` and ``train`` name the extra they need, the flat pre-tokenization runs; the README's
-  DataLoader example, forked and spawned, against the server venv's server.
+  DataLoader example in forked workers, against the server venv's server (spawned workers run the same example
+  in tests/shipping/test_docs_examples.py).
 - **The jobs** (``.[pipeline,s3]`` for ``pretokenize``, ``.[server,s3]`` for ``train``): both against a real
   S3-protocol server on 127.0.0.1 (moto's server mode), their outputs read back here.
 
 The image is the last install: ``deploy/check.sh`` builds it and runs the same route checks in it. Each venv
-first upgrades its pip, as the docs ask (Python 3.11's own pip 23.2 took ~3 minutes backtracking through boto3's
-releases over the s3 extra); the venvs share pip's cache (a wheel downloaded once serves every venv); torch
-comes from the machine's wheel; nothing is compiled to bytecode at install time (Python does it on first import).
+(``testkit.venvs.CleanVenv``) first upgrades its pip, as the docs ask (Python 3.11's own pip 23.2 took ~3 minutes
+backtracking through boto3's releases over the s3 extra); the venvs share pip's cache (a wheel downloaded once
+serves every venv); torch comes from the machine's wheel; nothing is compiled to bytecode at install time (Python
+does it on first import).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -33,74 +33,33 @@ from scripts.doc_examples import EXAMPLE_ADDRESS, blocks
 from service.extras import install_command
 from testkit import corpora
 from testkit.servers import REPO, ServerProcess
+from testkit.venvs import CLEAN_ENV, CleanVenv
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 #: The server's stack: none of it may be in a client-only install.
 SERVER_STACK = ("tokenizers", "transformers", "jinja2", "fastapi", "pydantic", "uvicorn")
 TORCH = "torch==2.13.0"  # the machine's CPU wheel: any looser spec downloads CUDA builds (see the Makefile)
-#: What a venv's commands run with: an empty PYTHONPATH adds nothing to sys.path, so the package they import is
-#: the one installed, not a checkout this process was given (a git worktree's tests set PYTHONPATH).
-NO_PYTHONPATH = {"PYTHONPATH": ""}
-
-
-class Venv:
-    """A clean venv under ``root``, its packages installed from the clone's root as the docs say."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
-        # "Use a current pip (24 or newer)" (getting-started.md): the venv's own pip may be older (Python
-        # 3.11's is 23.2), and it backtracks through boto3's releases for minutes over the s3 extra
-        self.pip("install", "--upgrade", "pip")
-
-    @property
-    def python(self) -> str:
-        return str(self.root / "bin" / "python")
-
-    def bin(self, name: str) -> str:
-        return str(self.root / "bin" / name)
-
-    def pip(self, *args: str, timeout: float = 600) -> None:
-        command = [self.python, "-m", "pip", *args, "--quiet", "--disable-pip-version-check"]
-        if args[0] == "install":  # the same files; their bytecode written when first imported (half the time)
-            command.append("--no-compile")
-        result = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        assert result.returncode == 0, f"{' '.join(args)}: {result.stderr[-3000:]}"
-
-    def installed(self) -> dict[str, str]:
-        """name (lower case) -> version of every installed distribution."""
-        listed = subprocess.run(
-            [self.python, "-m", "pip", "list", "--format=json", "--disable-pip-version-check"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return {entry["name"].lower(): entry["version"] for entry in json.loads(listed)}
-
-    def run(self, *args: str, cwd: Path, timeout: float = 120, **env: str) -> subprocess.CompletedProcess[str]:
-        """``args`` in ``cwd``: the installed package, never one on this process's PYTHONPATH."""
-        environment = {**os.environ, **NO_PYTHONPATH, **env}
-        return subprocess.run(list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout, env=environment)
 
 
 @pytest.fixture(scope="module")
-def server_venv(tmp_path_factory: pytest.TempPathFactory) -> Venv:
-    venv = Venv(tmp_path_factory.mktemp("installs") / "server")
+def server_venv(tmp_path_factory: pytest.TempPathFactory) -> CleanVenv:
+    venv = CleanVenv(tmp_path_factory.mktemp("installs") / "server")
     venv.pip("install", ".[server]")
     return venv
 
 
 @pytest.fixture(scope="module")
-def venv_server(server_venv: Venv, chat_tokenizer_dirs: dict[str, Path], tmp_path_factory) -> Iterator[ServerProcess]:
+def venv_server(
+    server_venv: CleanVenv, chat_tokenizer_dirs: dict[str, Path], tmp_path_factory
+) -> Iterator[ServerProcess]:
     """The server venv's ``tokenizer-service serve`` of a tokenizer with generation markers, run from a folder of
     its own (so it imports the installed package, not the clone's)."""
     cwd = tmp_path_factory.mktemp("server-cwd")
     model = str(chat_tokenizer_dirs["wordpiece_default"])
     log = cwd / "serve.log"
-    server = ServerProcess(
-        "--model", model, python=server_venv.python, repo=cwd, log_path=log, env=NO_PYTHONPATH
-    ).start(timeout=120)
+    server = ServerProcess("--model", model, python=server_venv.python, repo=cwd, log_path=log, env=CLEAN_ENV)
+    server.start(timeout=120)
     try:
         yield server
     finally:
@@ -156,7 +115,7 @@ def readme_dataloader_example(url: str) -> str:
 
 
 def test_the_client_install_alone_encodes_and_runs_the_readme_dataloader(tmp_path, venv_server):
-    venv = Venv(tmp_path / "client")
+    venv = CleanVenv(tmp_path / "client")
     venv.pip("install", ".")
     installed = venv.installed()
     for package in (*SERVER_STACK, "torch"):
@@ -223,18 +182,18 @@ def test_the_client_install_alone_encodes_and_runs_the_readme_dataloader(tmp_pat
     venv.pip("install", TORCH)
     example = tmp_path / "example.py"
     example.write_text(readme_dataloader_example(venv_server.url), "utf-8")
+    # Forked workers, named (Python 3.14 makes forkserver Linux's default). A package this install lacks shows
+    # here: the workers run the collator. What spawn adds does not depend on the install -- the entry point
+    # guarded, the collator pickled, each worker importing torch again (~4 CPU-s apiece) -- and is run elsewhere:
+    # this very example under spawn by tests/shipping/test_docs_examples.py, two epochs by
+    # tests/data/test_client_dataloader.py.
     starts = tmp_path / "starts"
     starts.mkdir()
-    (starts / "sitecustomize.py").write_text(
-        "import multiprocessing, os\nmultiprocessing.set_start_method(os.environ['START_METHOD'], force=True)\n"
-    )
-    for method in ("fork", "spawn"):
-        run = venv.run(
-            venv.python, str(example), cwd=tmp_path, timeout=180, PYTHONPATH=str(starts), START_METHOD=method
-        )
-        assert run.returncode == 0, f"{method}: {run.stderr[-3000:]}"
-        (line,) = run.stdout.splitlines()  # the example prints one batch's shapes
-        assert line.startswith("torch.Size([32, ") and line.endswith("torch.Size([32])"), (method, line)
+    (starts / "sitecustomize.py").write_text("import multiprocessing\nmultiprocessing.set_start_method('fork')\n")
+    run = venv.run(venv.python, str(example), cwd=tmp_path, timeout=180, PYTHONPATH=str(starts))
+    assert run.returncode == 0, run.stderr[-3000:]
+    (line,) = run.stdout.splitlines()  # the example prints one batch's shapes
+    assert line.startswith("torch.Size([32, ") and line.endswith("torch.Size([32])"), line
     installed = venv.installed()
     for package in SERVER_STACK:
         if package != "jinja2":  # torch's own dependency
@@ -272,7 +231,7 @@ def test_the_jobs_installs_pretokenize_and_train_on_s3_as_the_development_venv_d
         assert done.returncode == 0, done.stderr
         return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
-    jobs = Venv(tmp_path / "jobs")
+    jobs = CleanVenv(tmp_path / "jobs")
     jobs.pip("install", ".[pipeline,s3]")  # docs/guides/pretokenize.md
     installed = jobs.installed()
     for package in SERVER_STACK:
