@@ -4,7 +4,6 @@ made as the docs make one, for the tests of each install we offer."""
 
 from __future__ import annotations
 
-import ensurepip
 import json
 import os
 import subprocess
@@ -43,9 +42,9 @@ CLEAN_ENV = {"PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": ""}
 class CleanVenv:
     """A clean venv at ``root`` with a current pip, as the Makefile makes ``.venv``: ``python -m venv``, then
     ``pip install --upgrade pip`` ("Use a current pip", getting-started.md: Python 3.11's own pip 23.2 backtracks
-    through boto3's releases for minutes over the s3 extra), in one step (:func:`_create`). Its pip runs in the
-    clone's root (``pip install .`` builds this checkout) and installs with --no-compile, as the Makefile does: the
-    same files, their bytecode written when first imported."""
+    through boto3's releases for minutes over the s3 extra). Its pip runs in the clone's root (``pip install .``
+    builds this checkout) and installs with --no-compile, as the Makefile does: the same files, their bytecode
+    written when first imported."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -80,23 +79,10 @@ class CleanVenv:
 
 
 def _create(root: Path) -> None:
-    """``python -m venv root`` and its ``pip install --upgrade pip`` in one step: venv's ensurepip installs the pip
-    and setuptools bundled with Python and compiles their ~700 modules, and the upgrade then replaces that pip (the
-    two took ~5 CPU-s a venv, twice what this takes). Here that bundled pip, run from its wheel by the venv's
-    Python, installs the current pip (the upgrade, from the index as ever) and the bundled setuptools (ensurepip's)
-    itself: the same distributions, none compiled. A Python that bundles no pip (a distribution's) takes the two
-    steps as written."""
-    bundled = Path(ensurepip.__file__).parent / "_bundled"
-    wheels = {wheel.name.split("-")[0]: wheel for wheel in bundled.glob("*.whl")}  # name -> its wheel
-    python = str(root / "bin" / "python")
-    upgrade = ["install", "--upgrade", "pip", "--quiet", "--disable-pip-version-check", "--no-compile"]
-    if "pip" not in wheels:
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
-        command = [python, "-m", "pip", *upgrade]
-    else:
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, timeout=120)
-        beside = [f"{name}=={wheel.name.split('-')[1]}" for name, wheel in wheels.items() if name != "pip"]
-        command = [python, str(wheels["pip"] / "pip"), *upgrade, "--find-links", str(bundled), *beside]
+    """``python -m venv root``, then its ``pip install --upgrade pip``."""
+    subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=120)
+    upgrade = [str(root / "bin" / "python"), "-m", "pip", "install", "--upgrade", "pip", "--quiet"]
+    upgrade += ["--disable-pip-version-check", "--no-compile"]
     environment = {**os.environ, **CLEAN_ENV}
-    done = subprocess.run(command, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(upgrade, cwd=REPO, env=environment, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"pip install --upgrade pip: {done.stderr[-3000:]}"
