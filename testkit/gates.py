@@ -93,13 +93,16 @@ class Gate:
         self.entered.clear()
 
 
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition") -> None:
-    """Poll ``condition`` until true; fail after ``timeout`` seconds (a bound, never a timing assumption)."""
+def wait_until(
+    condition: Callable[[], bool], timeout: float = 10.0, what: str = "condition", *, interval: float = 0.005
+) -> None:
+    """Poll ``condition`` every ``interval`` seconds until true; fail after ``timeout`` seconds (a bound, never a
+    timing assumption). A condition that costs a request to a server polls less often."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"{what} did not hold within {timeout}s")
-        time.sleep(0.005)
+        time.sleep(interval)
 
 
 class InThreadServer:

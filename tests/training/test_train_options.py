@@ -186,7 +186,7 @@ EFFECT_TESTS = {
     "wait_seconds": ["test_train.py::test_merge_never_trains_on_part_of_the_counts_and_names_the_missing_units"],
     "retry_deadline": ["test_corpus.py::test_refusals_stop_at_once_and_failures_are_retried_until_the_deadline"],
     "storage_options": [
-        "test_object_storage.py::test_train_store_to_store_three_sagemaker_instances_give_the_tokenizer_of_one"
+        "test_object_storage.py::test_train_store_to_store_three_sagemaker_instances_give_the_tokenizer_of_one_worker_on_local_files"
     ],
     "progress": ["test_train.py::test_a_trained_tokenizer_is_served_and_encodes_as_in_process"],
     "log_every": ["test_train.py::test_a_trained_tokenizer_is_served_and_encodes_as_in_process"],
