@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import types
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from dataclasses import dataclass, field
@@ -120,11 +121,23 @@ def _defaults(protocol: str, options: dict[str, Any]) -> dict[str, Any]:
 
 
 def _try_once(fs: Any) -> None:
-    """Azure, as S3 above: one try per request, not silent tries 15 s, 18 s and 24 s apart (~60 s, past a short
-    deadline). adlfs passes no retry option on, so this sets the retry policy of its azure-storage-blob client."""
+    """Azure and GCS, as S3 above: one try per request, so that the job's own retry, which says so, is the one that
+    runs. adlfs passes no retry option on (its azure-storage-blob client tried 15 s, 18 s and 24 s apart, ~60 s past
+    a short deadline): this sets the client's retry policy. gcsfs takes none either, and retries each request 6
+    times over ~35 s (its ``retry_request`` decorator, bound when the class is made): this instance calls the
+    undecorated methods (the decorator keeps them as ``__wrapped__``); where a release has none, its retries stay."""
     policy = getattr(getattr(getattr(fs, "service_client", None), "_config", None), "retry_policy", None)
     if policy is not None and hasattr(policy, "total_retries"):
         policy.total_retries = 0
+    if type(fs).__module__.startswith("gcsfs."):
+        for name in GCSFS_RETRYING:
+            once = getattr(getattr(type(fs), name, None), "__wrapped__", None)
+            if once is not None:
+                setattr(fs, name, types.MethodType(once, fs))
+
+
+#: gcsfs's methods under its ``retry_request``: every request (``_request``) and both kinds of download.
+GCSFS_RETRYING = ("_request", "_get_file_request", "_get_file_concurrent")
 
 
 def storage_options_from_json(text: str | None) -> dict[str, Any]:
