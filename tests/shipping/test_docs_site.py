@@ -33,13 +33,17 @@ RESULTS = Path(os.environ.get("TOKENIZER_SERVICE_TEST_RESULTS", REPO / "test-res
 WAIT = 20.0
 
 
+#: The site's build, as ``make docs`` runs it: CI builds the site here, in make test, not with make docs again.
+BUILD = ("build", "--strict")
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built as ``make docs`` builds it (``--strict``), into a folder of the test's own."""
     out = tmp_path_factory.mktemp("site")
     mkdocs = Path(sys.prefix) / "bin" / "mkdocs"
     done = subprocess.run(
-        [str(mkdocs), "build", "--strict", "--site-dir", str(out)],
+        [str(mkdocs), *BUILD, "--site-dir", str(out)],
         cwd=REPO,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
@@ -118,6 +122,17 @@ def assert_same(in_code: set[str], in_reference: set[str], what: str) -> None:
 
 
 # -- the reference holds what the code has, both ways --------------------------------------------------------
+def test_the_site_is_built_as_make_docs_builds_it():
+    recipe = subprocess.run(
+        ["make", "--dry-run", "--no-print-directory", "--always-make", "docs", "VENV=/nonexistent/venv"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()[-1]
+    assert recipe == f"NO_MKDOCS_2_WARNING=1 /nonexistent/venv/bin/mkdocs {' '.join(BUILD)}"
+
+
 def test_settings_reference_is_the_settings_object(site):
     from service.http.settings import Settings
     from service.wire import ENV_PREFIX
