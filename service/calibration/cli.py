@@ -14,7 +14,7 @@ from ..embedded import DEFAULT_TOKENIZER
 from ..plurals import counted
 from ..sizing import AUTO, MODEL, Plan, allowed_cpus, memory_limit, plan_replicas
 from ..suggestions import ArgumentParser
-from .measure import MAX_OTHERS, MAX_SPREAD, Calibration, CalibrationError, Noise, calibrate, thread_counts
+from .measure import MAX_OTHERS, MAX_SPREAD, Calibration, CalibrationError, Noise, calibrate
 from .probes import BATCH, OPTIONS
 from .store import CALIBRATION_DIR_ENV, keep
 from .texts import TextsError
@@ -112,8 +112,7 @@ def report(calibration: Calibration, plan: Plan | None, memory: int | None, mode
             f"  {p.threads:>7}  {p.rate:>9.1f}  {p.rate / one:>6.2f}x  {p.rate / one / p.threads:>10.0%}  "
             f"{p.spread:>6.0%}  {p.others:>6.0%}"
         )
-    measured = {p.threads for p in c.curve}
-    lines += [f"  {t:>7}  {NOT_MEASURED}" for t in thread_counts(c.cores) if t not in measured]
+    lines += [f"  {t:>7}  {NOT_MEASURED}" for t in c.threads_not_run]
     rss = None if c.replica_bytes is None else c.replica_bytes / (1 << 20)
     lines += [
         "",

@@ -113,10 +113,15 @@ class Calibration:
             raise ValueError(f"a calibration that is not busy measures every probe; not run: {self.not_run}")
 
     @property
+    def threads_not_run(self) -> tuple[int, ...]:
+        """The thread counts of the Rust pool's curve it did not measure (after the probe that found it busy)."""
+        measured = {p.threads for p in self.curve}
+        return tuple(threads for threads in thread_counts(self.cores) if threads not in measured)
+
+    @property
     def not_run(self) -> tuple[str, ...]:
         """The probes it did not run, in their order: those after the one that found the machine busy."""
-        measured = {p.threads for p in self.curve}
-        probes = [rust_probe(threads) for threads in thread_counts(self.cores) if threads not in measured]
+        probes = [rust_probe(threads) for threads in self.threads_not_run]
         probes += [WORKER_PROBE] if self.worker_ms is None else []
         probes += [SERVER_PROBE] if self.gil_ms is None or self.replica_bytes is None else []
         return tuple(probes)
