@@ -422,6 +422,24 @@ def fill(markdown: str) -> str:
 
 
 # -- the MkDocs hook -----------------------------------------------------------------------------------------
+def on_config(config: Any) -> Any:
+    """Refuse to build without ruff: mkdocstrings-python formats the Python reference's signatures with it, and
+    without it (a venv without the docs extra's ruff) it only logs at INFO and writes each signature on one line,
+    which the page wraps under the copy button."""
+    try:
+        from ruff.__main__ import find_ruff_bin  # (what mkdocstrings-python looks for)
+
+        find_ruff_bin()
+    except (ImportError, FileNotFoundError) as exc:
+        from mkdocs.exceptions import PluginError
+
+        raise PluginError(
+            f"the Python reference's signatures are formatted by ruff, which this environment lacks ({exc}): "
+            "pip install -e '.[docs]' (or make docs, which does)"
+        ) from exc
+    return config
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     return fill(markdown)
 

@@ -209,6 +209,35 @@ def test_python_reference_has_the_public_client(site):
             assert _resolves(found), f"the Python reference documents {found}, which the code does not have"
 
 
+#: mkdocstrings-python's signature line length (its ``line_length`` option, left at its default).
+SIGNATURE_COLUMNS = 60
+
+
+def test_the_python_references_signatures_are_formatted_and_a_build_without_ruff_refuses(site, tmp_path):
+    """Defect: in a venv without ruff (the docs extra did not name it; make lint's extra has it), mkdocstrings
+    wrote each signature on one line, logging it only at INFO, and the page wrapped 8 of them under the copy
+    button. Every signature is formatted to its line length, and a build without ruff fails saying what to
+    install."""
+    text = (site / "reference" / "python.html").read_text()
+    blocks = re.findall(r'<div class="doc-signature[^"]*"><pre>(.*?)</pre>', text, re.S)
+    signatures = [unescape(re.sub(r"<[^>]+>", "", block)).rstrip("\n").split("\n") for block in blocks]
+    assert len(signatures) > 50, f"only {len(signatures)} signatures found"
+    unformatted = [lines[0] for lines in signatures if max(map(len, lines)) > SIGNATURE_COLUMNS]
+    assert not unformatted, unformatted
+    (tmp_path / "ruff").mkdir()  # a ruff that cannot be imported, first on the path
+    (tmp_path / "ruff" / "__init__.py").write_text("raise ImportError('no ruff in this venv')\n")
+    done = subprocess.run(
+        [str(Path(sys.prefix) / "bin" / "mkdocs"), *BUILD, "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0 and "formatted by ruff" in done.stderr, done.stderr[-2000:]
+    assert "pip install -e '.[docs]'" in done.stderr
+
+
 def _resolves(dotted: str) -> bool:
     import importlib
 
