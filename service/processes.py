@@ -75,16 +75,42 @@ def how_it_ended(code: int) -> str:
     return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
+def _running_since(pid: int) -> str | None:
+    """Who ``pid`` is while it runs: its start time (without /proc, that it exists); None once it has exited, a
+    zombie included. Its command line is no such sign: the kernel drops it as the process begins to exit, before
+    the process is gone (a server with a large heap takes a while, more so on a busy machine)."""
+    if not os.path.isdir("/proc/self"):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # another user's
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat") as file:
+            fields = file.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]  # (state, ..., starttime: the stat's 3rd and 22nd fields)
+
+
 def stop_servers(
     ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]] = (), *, wait: float
 ) -> None:
     """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
-    up to ``wait`` seconds for each to exit, SIGKILL one that overstays."""
+    up to ``wait`` seconds for each to exit, SIGKILL one that overstays; return once each has exited."""
     running = [process for process in ours if process.poll() is None]
+    # another process's server, known by its socket in its command line (not a reused pid), then by its start time
+    running_others = [
+        (pid, since)
+        for pid, socket_path in others
+        if process_alive(pid, socket_path) and (since := _running_since(pid)) is not None
+    ]
     for process in running:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
-    for pid, _ in others:
+    for pid, _ in running_others:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + wait
@@ -94,10 +120,13 @@ def stop_servers(
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(5)
-    for pid, socket_path in others:
-        while process_alive(pid, socket_path):  # (its command line names the socket: not a reused pid)
+    for pid, since in running_others:
+        killed = False
+        while _running_since(pid) == since:
             if time.monotonic() > deadline:
+                if killed:
+                    break  # (unkillable: in the kernel, on a dead disk, say)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-                break
+                killed, deadline = True, time.monotonic() + 5  # (as ours: a killed process takes a moment to go)
             time.sleep(0.02)

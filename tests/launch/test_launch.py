@@ -426,6 +426,38 @@ def test_a_service_relaunched_by_a_worker_is_the_one_the_parent_reports_and_stop
     assert report["gone_after_shutdown"], "shutdown() returned with the relaunched server still running"
 
 
+#: A process as stop_servers meets another's server: a socket path in its command line, and a heap, whose pages
+#: the kernel gives back as it exits (256 MiB written: ~30 ms here, after its command line is gone).
+EXITING_SLOWLY = """
+import time
+heap = b"x" * (256 << 20)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_stop_servers_returns_once_another_processs_server_has_exited_not_as_it_begins_to():
+    """Defect: the relaunch test above failed once on a busy machine ("shutdown() returned with the relaunched server
+    still running"). stop_servers waited for another process's server until its command line no longer named its
+    socket, which the kernel drops as the process begins to exit, before its memory is given back and it is gone.
+    It waits now until the process has exited."""
+    from service.processes import stop_servers
+
+    early = []
+    for trial in range(4):
+        marker = f"/tmp/no-such-socket-{os.getpid()}-{trial}"
+        server = subprocess.Popen([sys.executable, "-c", EXITING_SLOWLY, marker], stdout=subprocess.PIPE)
+        try:
+            assert server.stdout is not None and server.stdout.readline() == b"ready\n"
+            stop_servers([], [(server.pid, marker)], wait=30)
+            if alive(server.pid):  # (a zombie, exited and not yet reaped by us, is not alive)
+                early.append(trial)
+        finally:
+            server.kill()
+            server.wait()
+    assert not early, f"stop_servers returned before the server had exited in trials {early} of 4"
+
+
 def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
     started = time.monotonic()
     with pytest.raises(LaunchError) as info:
