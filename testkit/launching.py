@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from testkit.servers import alive
 
@@ -89,3 +90,88 @@ def replica_sockets(parent: int) -> dict[int, str]:
         if b"--uds" in argv:
             sockets[child] = argv[argv.index(b"--uds") + 1].decode()
     return sockets
+
+
+#: A training script (argv: model or "default", start method, replicas, texts.json, batches.pt): a Rust tokenizer
+#: used in the parent first with parallelism on (the very situation that freezes forked workers), then a launched
+#: service feeding a DataLoader's two workers for two epochs; the batches saved, a JSON report printed.
+DATALOADER_SCRIPT = """
+import json, os, sys
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import AutoTokenizer
+
+from service.client import TokenizerClient
+from testkit.datasets import IndexedTexts
+from testkit.launching import texts_encoded
+
+
+def main():
+    model, context, replicas, texts_path, out_path = sys.argv[1:6]
+    with open(texts_path, encoding="utf-8") as f:
+        texts = json.load(f)
+    local = AutoTokenizer.from_pretrained(model if model != "default" else "service/default_tokenizer")
+    warm = local(texts[:64], padding=True)
+    client = TokenizerClient.launch(None if model == "default" else model, replicas=int(replicas))
+    generator = torch.Generator().manual_seed(1234)
+    loader = DataLoader(IndexedTexts(texts, labels=3), batch_size=8, shuffle=True, generator=generator,
+                        num_workers=2, multiprocessing_context=context,
+                        collate_fn=client.collator(padding="longest", truncation=True, max_length=64))
+    epochs = [[batch for batch in loader] for _ in range(2)]
+    torch.save({"epochs": epochs}, out_path)
+    print(json.dumps({"parallelism": os.environ.get("TOKENIZERS_PARALLELISM"), "pids": client.service.pids,
+                      "warm": len(warm["input_ids"]), "encoded": [texts_encoded(url) for url in client.service.urls]}))
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def check_a_launched_dataloader(
+    model: str, start_method: str, replicas: int, texts: list[str], tokenizer: Any, folder: Path
+) -> None:
+    """Run :data:`DATALOADER_SCRIPT` in ``folder`` (the launch directory from the environment, as the tests set
+    it) and check it: each batch as ``tokenizer`` (in-process transformers) makes it, both workers used in each
+    epoch, every replica called, none left running after the script's exit."""
+    import json
+    import subprocess
+    import sys
+
+    import torch
+
+    from testkit.servers import REPO, script_env
+
+    script, texts_path, batches = folder / "train.py", folder / "texts.json", folder / "batches.pt"
+    script.write_text(DATALOADER_SCRIPT)
+    texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(script), model, start_method, str(replicas), str(texts_path), str(batches)],
+        cwd=REPO,
+        env=script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0"),
+        capture_output=True,
+        text=True,
+        timeout=220,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["parallelism"] == "true"
+    assert len(set(report["pids"])) == replicas
+    assert all(encoded > 0 for encoded in report["encoded"]), f"a replica was never called: {report['encoded']}"
+    for pid in report["pids"]:
+        assert wait_gone(pid), "a server outlived the training script (stopped at its exit)"
+    seen = []
+    for epoch in torch.load(batches)["epochs"]:
+        workers = set()
+        for batch in epoch:
+            idx = batch["idx"].tolist()
+            expected = tokenizer(
+                [texts[i] for i in idx], padding="longest", truncation=True, max_length=64, return_tensors="pt"
+            )
+            for key, value in expected.items():
+                assert torch.equal(batch[key], value), key
+            workers.update(batch["worker_pid"].tolist())
+            seen.extend(idx)
+        assert len(workers) == 2
+    assert sorted(seen) == sorted(list(range(len(texts))) * 2)

@@ -31,7 +31,7 @@ from service.addresses import MAX_SOCKET_PATH_BYTES
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient
 from service.launch.command import ServeCommand
 from service.launch.rendezvous import LAUNCH_DIR_ENV, Record, ServicePaths, launch_directory
-from testkit.launching import kill, private_launch_directory, wait_gone
+from testkit.launching import check_a_launched_dataloader, kill, private_launch_directory, wait_gone
 from testkit.servers import REPO, alive, script_env
 
 pytestmark = pytest.mark.slow  # every test launches services and runs training scripts in fresh interpreters
@@ -177,80 +177,14 @@ def test_importing_registers_no_process_hook_and_the_first_launch_installs_them_
     assert len(report["fork_while_launched"]) == 1, report  # the forked child lets go of nothing it inherited
 
 
-# -- DataLoader workers, fork and spawn ------------------------------------------------------------------
-TRAINING_SCRIPT = textwrap.dedent("""
-    import json, os, sys
-
-    import torch
-    from torch.utils.data import DataLoader
-    from transformers import AutoTokenizer
-
-    from service.client import TokenizerClient
-    from testkit.datasets import IndexedTexts
-
-
-    def main():
-        model, context, texts_path, out_path = sys.argv[1:5]
-        with open(texts_path, encoding="utf-8") as f:
-            texts = json.load(f)
-        # the very situation that freezes forked workers: a Rust tokenizer used in the parent, parallelism on
-        local = AutoTokenizer.from_pretrained(model if model != "default" else "service/default_tokenizer")
-        warm = local(texts[:64], padding=True)
-        client = TokenizerClient.launch(None if model == "default" else model)
-        generator = torch.Generator().manual_seed(1234)
-        loader = DataLoader(IndexedTexts(texts, labels=3), batch_size=16, shuffle=True, generator=generator,
-                            num_workers=2, multiprocessing_context=context,
-                            collate_fn=client.collator(padding="longest", truncation=True, max_length=64))
-        epochs = [[batch for batch in loader] for _ in range(2)]
-        torch.save({"epochs": epochs}, out_path)
-        print(json.dumps({"parallelism": os.environ.get("TOKENIZERS_PARALLELISM"), "server_pid": client.service.pid,
-                          "warm": len(warm["input_ids"])}))
-
-
-    if __name__ == "__main__":
-        main()
-""")
-
-
-@pytest.mark.timeout(200)
-@pytest.mark.parametrize("start_method,family", [("fork", "wordpiece_default"), ("spawn", "sentencepiece")])
-def test_a_launched_service_feeds_dataloader_workers_the_in_process_tensors(
-    start_method, family, launch_dir, tokenizer_dirs, reference_tokenizers, corpus, tmp_path
+# -- DataLoader workers -------------------------------------------------------------------------------------
+@pytest.mark.timeout(240)
+def test_a_launched_service_feeds_forked_dataloader_workers_the_in_process_tensors(
+    launch_dir, reference_tokenizers, corpus, tmp_path
 ):
+    """Forked workers inherit the launched client (the spawn case, with replicas, is in test_replicas.py)."""
     texts = corpus["zh"][:60] + corpus["en"][:20]
-    script = tmp_path / "train.py"
-    script.write_text(TRAINING_SCRIPT)
-    texts_path = tmp_path / "texts.json"
-    texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    model = "default" if family == "wordpiece_default" else str(tokenizer_dirs[family])
-    env = script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0", **{LAUNCH_DIR_ENV: str(launch_dir)})
-    done = subprocess.run(
-        [sys.executable, str(script), model, start_method, str(texts_path), str(tmp_path / "batches.pt")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["parallelism"] == "true"
-    assert wait_gone(report["server_pid"]), "the service outlived the training script (stopped at its exit)"
-    tokenizer = reference_tokenizers[family]
-    seen = []
-    for epoch in torch.load(tmp_path / "batches.pt")["epochs"]:
-        workers = set()
-        for batch in epoch:
-            idx = batch["idx"].tolist()
-            expected = tokenizer(
-                [texts[i] for i in idx], padding="longest", truncation=True, max_length=64, return_tensors="pt"
-            )
-            for key, value in expected.items():
-                assert torch.equal(batch[key], value), key
-            workers.update(batch["worker_pid"].tolist())
-            seen.extend(idx)
-        assert len(workers) == 2
-    assert sorted(seen) == sorted(list(range(len(texts))) * 2)
+    check_a_launched_dataloader("default", "fork", 1, texts, reference_tokenizers["wordpiece_default"], tmp_path)
 
 
 # -- two local ranks, one service ------------------------------------------------------------------------

@@ -26,7 +26,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from service.addresses import unix_socket_url
 from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, TokenizerClient, TokenizerServiceError
@@ -34,6 +33,7 @@ from service.http.cli import main as serve_main
 from service.launch.rendezvous import LAUNCH_DIR_ENV
 from service.sizing import REFERENCE, cgroup_cpu_quota, check_replicas, choose_plan, plan_replicas
 from testkit.launching import (
+    check_a_launched_dataloader,
     kill,
     private_launch_directory,
     replica_sockets,
@@ -199,83 +199,17 @@ def test_serve_replicas_refuses_a_port_a_server_answers_on(servers, capsys):
     assert "pick another port: " in said and "--port " in said
 
 
-# -- launch(replicas=2): DataLoader workers, fork and spawn -------------------------------------------------
-TRAINING_SCRIPT = textwrap.dedent("""
-    import json, os, sys
-
-    import torch
-    from torch.utils.data import DataLoader
-    from transformers import AutoTokenizer
-
-    from service.client import TokenizerClient
-    from testkit.datasets import IndexedTexts
-    from testkit.launching import texts_encoded
-
-
-    def main():
-        model, context, texts_path, out_path = sys.argv[1:5]
-        with open(texts_path, encoding="utf-8") as f:
-            texts = json.load(f)
-        local = AutoTokenizer.from_pretrained(model if model != "default" else "service/default_tokenizer")
-        warm = local(texts[:64], padding=True)  # a Rust tokenizer used in the parent first, parallelism on
-        client = TokenizerClient.launch(None if model == "default" else model, replicas=2)
-        generator = torch.Generator().manual_seed(1234)
-        loader = DataLoader(IndexedTexts(texts, labels=3), batch_size=8, shuffle=True, generator=generator,
-                            num_workers=2, multiprocessing_context=context,
-                            collate_fn=client.collator(padding="longest", truncation=True, max_length=64))
-        epochs = [[batch for batch in loader] for _ in range(2)]
-        torch.save({"epochs": epochs}, out_path)
-        print(json.dumps({"pids": client.service.pids, "warm": len(warm["input_ids"]),
-                          "encoded": [texts_encoded(url) for url in client.service.urls]}))
-
-
-    if __name__ == "__main__":
-        main()
-""")
-
-
+# -- launch(replicas=2): DataLoader workers -------------------------------------------------------------------
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("start_method,family", [("fork", "wordpiece_default"), ("spawn", "sentencepiece")])
-def test_launched_replicas_feed_dataloader_workers_the_in_process_tensors(
-    start_method, family, launch_dir, tokenizer_dirs, reference_tokenizers, corpus, tmp_path
+def test_launched_replicas_feed_spawned_dataloader_workers_the_in_process_tensors(
+    launch_dir, tokenizer_dirs, reference_tokenizers, corpus, tmp_path
 ):
+    """Spawned workers get the launched client pickled, and spread their calls over both replicas (the fork
+    case, one server, is in test_launch.py)."""
     texts = corpus["zh"][:60] + corpus["en"][:20]
-    script = tmp_path / "train.py"
-    script.write_text(TRAINING_SCRIPT)
-    texts_path = tmp_path / "texts.json"
-    texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    model = "default" if family == "wordpiece_default" else str(tokenizer_dirs[family])
-    env = script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0", **{LAUNCH_DIR_ENV: str(launch_dir)})
-    done = subprocess.run(
-        [sys.executable, str(script), model, start_method, str(texts_path), str(tmp_path / "batches.pt")],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=220,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert len(set(report["pids"])) == 2
-    assert all(encoded > 0 for encoded in report["encoded"]), f"a replica was never called: {report['encoded']}"
-    for pid in report["pids"]:
-        assert wait_gone(pid), "a replica outlived the training script (stopped at its exit)"
-    tokenizer = reference_tokenizers[family]
-    seen = []
-    for epoch in torch.load(tmp_path / "batches.pt")["epochs"]:
-        workers = set()
-        for batch in epoch:
-            idx = batch["idx"].tolist()
-            expected = tokenizer(
-                [texts[i] for i in idx], padding="longest", truncation=True, max_length=64, return_tensors="pt"
-            )
-            for key, value in expected.items():
-                assert torch.equal(batch[key], value), key
-            workers.update(batch["worker_pid"].tolist())
-            seen.extend(idx)
-        assert len(workers) == 2
-    assert sorted(seen) == sorted(list(range(len(texts))) * 2)
+    model = str(tokenizer_dirs["sentencepiece"])
+    check_a_launched_dataloader(model, "spawn", 2, texts, reference_tokenizers["sentencepiece"], tmp_path)
 
 
 @pytest.mark.slow

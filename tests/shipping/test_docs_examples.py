@@ -16,8 +16,8 @@ text (``scripts/doc_examples.py`` describes the directives a page may give a blo
 - A block that starts worker processes (``num_workers=``, ``num_proc=``) runs with the ``spawn`` start method
   (the default on macOS and Windows), set by a ``sitecustomize`` module: the stricter of the two for a text,
   whose entry point must be guarded and whose workers' arguments must pickle. Under ``fork`` (Linux's
-  default) the same client paths run in tests/data/test_client_dataloader.py, tests/launch/test_launch.py,
-  tests/launch/test_replicas.py and tests/pretokenize/ (their ``fork`` cases).
+  default) the same client paths run in tests/data/test_client_dataloader.py, tests/launch/test_launch.py and
+  tests/pretokenize/ (their ``fork`` cases).
 - ``pip install`` resolves without installing (a ``pip`` first on ``PATH`` adds ``--dry-run``; the build of
   the package itself is real): the command, its path and its extras must be right, and the venv stays as it
   is.
