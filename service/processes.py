@@ -57,13 +57,7 @@ def process_alive(pid: int, marker: str) -> bool:
     """Whether ``pid`` runs with ``marker`` (its socket path) in its command line: not a reused pid, nor a zombie.
     Without /proc, whether it exists."""
     if not os.path.isdir("/proc/self"):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # another user's
-        return True
+        return _running_since(pid) is not None
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             return os.fsencode(marker) in file.read()
