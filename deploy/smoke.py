@@ -26,6 +26,7 @@ request got its answer and the stop took less than the grace period. Run with th
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import threading
@@ -340,7 +341,7 @@ def wait_ready(url: str, timeout: float) -> None:
     raise SystemExit(f"{url}/readyz not ready after {timeout:.0f}s (last: {last})")
 
 
-def _wait_in_flight(url: str, requests: int, timeout: float = 30) -> None:
+def _wait_in_flight(url: str, requests: int, answered: list[Any], timeout: float = 30) -> None:
     """Until the server counts ``requests`` requests in flight beside the scrape (a fixed pause is too short on a
     loaded machine: a request that arrives after SIGTERM is rightly refused)."""
     deadline = time.monotonic() + timeout
@@ -352,30 +353,39 @@ def _wait_in_flight(url: str, requests: int, timeout: float = 30) -> None:
         if seen >= requests:
             return
         time.sleep(0.05)
-    raise SystemExit(f"{requests} requests not in flight after {timeout:.0f}s (the server counts {seen:.0f})")
+    raise SystemExit(
+        f"{requests} requests not in flight after {timeout:.0f}s (the server counts {seen:.0f}; "
+        f"answered meanwhile: {answered or 'none'})"
+    )
 
 
 def check_drain(url: str, grace: float, stop_command: list[str]) -> None:
-    # Each request encodes a few thousand texts: long enough to still be running when SIGTERM arrives.
-    body = {"texts": [TEXTS[1] * 8, TEXTS[0] * 8] * 1500, "padding": True}
+    # Each request encodes a few thousand texts: long enough to still be running when SIGTERM arrives. The four
+    # leave together, on one client, their body made once (each thread making its own client and body could send
+    # them apart on a loaded machine, each answered before the next arrived).
+    body = json.dumps({"texts": [TEXTS[1] * 8, TEXTS[0] * 8] * 1500, "padding": True}).encode()
     outcomes: list[Any] = []
+    together = threading.Barrier(4)
+    http = httpx.Client(timeout=grace + 30, headers={"content-type": "application/json"})
 
     def request() -> None:
+        together.wait()
         try:
-            outcomes.append(httpx.post(url + "/encode", json=body, timeout=grace + 30).status_code)
+            outcomes.append(http.post(url + "/encode", content=body).status_code)
         except httpx.HTTPError as exc:
             outcomes.append(type(exc).__name__)
 
-    workers = [threading.Thread(target=request) for _ in range(4)]
-    for worker in workers:
-        worker.start()
-    _wait_in_flight(url, len(workers))  # one batch encoding, the others queued behind it
-    started = time.monotonic()
-    stopped = subprocess.run(stop_command, capture_output=True, text=True)
-    took = time.monotonic() - started
-    assert stopped.returncode == 0, f"{' '.join(stop_command)}: exit {stopped.returncode}: {stopped.stderr}"
-    for worker in workers:
-        worker.join(grace + 30)
+    workers = [threading.Thread(target=request) for _ in range(together.parties)]
+    with http:
+        for worker in workers:
+            worker.start()
+        _wait_in_flight(url, len(workers), outcomes)  # one batch encoding, the others queued behind it
+        started = time.monotonic()
+        stopped = subprocess.run(stop_command, capture_output=True, text=True)
+        took = time.monotonic() - started
+        assert stopped.returncode == 0, f"{' '.join(stop_command)}: exit {stopped.returncode}: {stopped.stderr}"
+        for worker in workers:
+            worker.join(grace + 30)
     assert outcomes == [200] * len(workers), f"in-flight requests during the stop: {outcomes}"
     assert took < grace, f"the stop took {took:.1f}s, more than the {grace:.0f}s grace period"
     print(f"drain: {len(workers)} in-flight requests answered 200; stopped {took:.1f}s after SIGTERM")
