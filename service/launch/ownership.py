@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..processes import process_alive, stop_servers
+from ..processes import stop_servers
 from ..transport.exceptions import LaunchError
 from .command import ServeCommand
 from .launched import LaunchedService
@@ -136,8 +136,7 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
         process = ours.get(replica)
         if record is None or (process is not None and record.pid == process.pid):
             continue
-        if process_alive(record.pid, replica_paths.socket):  # (its command line names the socket: not a reused pid)
-            others.append((record.pid, replica_paths.socket))
+        others.append((record.pid, replica_paths.socket))  # (stop_servers stops it only if it still serves there)
     stop_servers(list(ours.values()), others, wait=STOP_WAIT_SECONDS)  # (ours are reaped at once if they died already)
 
 
