@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from testkit.scripts import run_json_script
 from testkit.servers import alive
 
 
@@ -136,26 +137,23 @@ def check_a_launched_dataloader(
     it) and check it: each batch as ``tokenizer`` (in-process transformers) makes it, both workers used in each
     epoch, every replica called, none left running after the script's exit."""
     import json
-    import subprocess
-    import sys
 
     import torch
-
-    from testkit.servers import REPO, script_env
 
     script, texts_path, batches = folder / "train.py", folder / "texts.json", folder / "batches.pt"
     script.write_text(DATALOADER_SCRIPT)
     texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script), model, start_method, str(replicas), str(texts_path), str(batches)],
-        cwd=REPO,
-        env=script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0"),
-        capture_output=True,
-        text=True,
+    report = run_json_script(
+        script,
+        model,
+        start_method,
+        str(replicas),
+        str(texts_path),
+        str(batches),
         timeout=220,
+        TOKENIZERS_PARALLELISM="true",
+        RUST_BACKTRACE="0",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["parallelism"] == "true"
     assert len(set(report["pids"])) == replicas
     assert all(encoded > 0 for encoded in report["encoded"]), f"a replica was never called: {report['encoded']}"

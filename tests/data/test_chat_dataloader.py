@@ -9,8 +9,6 @@ service client used in the parent too, fork and spawn, padded and padding-free, 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from typing import Any
 
@@ -20,7 +18,7 @@ from test_chat_collate import assert_same_batch, features, trl_batch
 
 from service.engine.loading import DEFAULT_TOKENIZER_DIR
 from testkit.chat import fixed_conversations
-from testkit.servers import script_env
+from testkit.scripts import run_json_script
 
 pytestmark = pytest.mark.slow  # DataLoader workers (fork and spawn) in fresh interpreters
 
@@ -103,25 +101,19 @@ def test_chat_collator_in_worker_processes_equals_trls_sft_collation(
     script = tmp_path / "train.py"
     script.write_text(TRAINING_SCRIPT)
     out_path = tmp_path / "batches.pt"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            chat_servers[family].url,
-            start_method,
-            str(rows_path),
-            str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"),  # any Rust tokenizer: its pool is what forks
-            json.dumps(options),
-            str(out_path),
-        ],
+    report = run_json_script(
+        script,
+        chat_servers[family].url,
+        start_method,
+        str(rows_path),
+        str(DEFAULT_TOKENIZER_DIR / "tokenizer.json"),  # any Rust tokenizer: its pool is what forks
+        json.dumps(options),
+        str(out_path),
         cwd=tmp_path,
-        env=script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0"),
-        capture_output=True,
-        text=True,
         timeout=200,
+        TOKENIZERS_PARALLELISM="true",
+        RUST_BACKTRACE="0",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["parallelism"] == "true"
     assert report["imported"] == [], f"the training process imported {report['imported']}"
 

@@ -8,8 +8,6 @@ before the workers start, two epochs to the end, every batch compared with the i
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -20,7 +18,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from service.client import RetryPolicy, TokenizerClient
-from testkit.servers import ServerProcess, script_env
+from testkit.scripts import run_json_script
+from testkit.servers import ServerProcess
 
 pytestmark = pytest.mark.slow  # DataLoader workers (fork and spawn) in fresh interpreters, a server restarted
 
@@ -91,17 +90,17 @@ def test_two_epochs_in_worker_processes_match_in_process_tokenizer(
     texts_path = tmp_path / "texts.json"
     texts_path.write_text(json.dumps(loader_texts, ensure_ascii=False), encoding="utf-8")
     out_path = tmp_path / "batches.pt"
-    env = script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0")
-    done = subprocess.run(
-        [sys.executable, str(script), servers[family].url, start_method, str(texts_path), str(out_path)],
+    report = run_json_script(
+        script,
+        servers[family].url,
+        start_method,
+        str(texts_path),
+        str(out_path),
         cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
+        TOKENIZERS_PARALLELISM="true",
+        RUST_BACKTRACE="0",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["parallelism"] == "true" and report["start_method"] == start_method
     assert report["imported"] == [], f"the training process imported {report['imported']}"
 

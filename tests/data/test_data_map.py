@@ -6,9 +6,6 @@ calling the client never answered from a stale cache; bad input refused by colum
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,8 @@ import pytest
 
 from service.client import TokenizerClient
 from service.data import ChatTokenizeFunction, MapInputError, TokenizeFunction
-from testkit.servers import REPO, ServerProcess, free_port
+from testkit.scripts import run_json_script
+from testkit.servers import ServerProcess, free_port
 
 OPTIONS = {"truncation": True, "max_length": 48}
 
@@ -72,16 +70,14 @@ def run_script(tmp_path: Path, dataset: Path, *runs: dict[str, Any]) -> dict[str
     ``tokenizer`` to compare with, the datasets multiprocess ``start_method`` and its ``maps``: [options, num_proc]."""
     script = tmp_path / "map_script.py"
     script.write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script), str(dataset), json.dumps(runs)],
+    report: dict[str, Any] = run_json_script(
+        script,
+        str(dataset),
+        json.dumps(runs),
         cwd=tmp_path,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=240,  # a fork that froze on the tokenizer would hang here
+        timeout=240,
+        TOKENIZERS_PARALLELISM="true",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert not [warning for warning in report["warnings"] if "hash" in warning], report["warnings"]
     for run in report["runs"]:
         for made in run:
@@ -230,15 +226,11 @@ def test_a_training_script_never_loads_the_tokenizer_stack(servers, tmp_path):
 
     script = tmp_path / "fresh.py"
     script.write_text(FRESH_TRAINING_SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script), servers["wordpiece_default"].url],
+    report = run_json_script(
+        script,
+        servers["wordpiece_default"].url,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["equal"]
     assert not {name.split(".")[0] for name in report["modules"]} & set(FORBIDDEN)

@@ -8,14 +8,11 @@ in-process map's, column for column, whether the client is wrapped in a function
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from testkit.servers import REPO
+from testkit.scripts import run_json_script
 
 pytestmark = pytest.mark.slow  # datasets.map's worker processes in a fresh interpreter
 
@@ -57,16 +54,15 @@ def test_client_in_datasets_map_with_two_processes_equals_in_process(servers, to
     texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
     script = tmp_path / "map.py"
     script.write_text(SCRIPT)
-    done = subprocess.run(
-        [sys.executable, str(script), servers[family].url, str(tokenizer_dirs[family]), str(texts_path)],
+    report = run_json_script(
+        script,
+        servers[family].url,
+        str(tokenizer_dirs[family]),
+        str(texts_path),
         cwd=tmp_path,
-        env={**os.environ, "TOKENIZERS_PARALLELISM": "true", "PYTHONPATH": str(REPO)},
-        capture_output=True,
-        text=True,
-        timeout=200,  # a fork that froze on the tokenizer would hang here
+        timeout=200,
+        TOKENIZERS_PARALLELISM="true",
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     in_process, wrapped, itself = report["columns"]
     assert wrapped == itself == in_process and {"input_ids", "attention_mask"} <= set(in_process)
     assert report["wrapped_equal"] and report["itself_equal"] and report["rows"] == len(texts)

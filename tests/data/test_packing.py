@@ -19,6 +19,7 @@ from transformers import DataCollatorWithFlattening
 from service.client import AsyncTokenizerClient, TokenizerClient
 from service.data import TokenBudgetBatchSampler
 from service.data.packing import PACKING_OPTIONS
+from testkit.scripts import run_json_script
 from testkit.servers import script_env
 
 ENCODE = {"truncation": True, "max_length": 96}
@@ -185,16 +186,18 @@ def test_token_budget_batches_in_worker_processes_match_transformers(
     script.write_text(TRAINING_SCRIPT)
     texts_path, out_path = tmp_path / "texts.json", tmp_path / "batches.pt"
     texts_path.write_text(json.dumps(texts, ensure_ascii=False), encoding="utf-8")
-    done = subprocess.run(
-        [sys.executable, str(script), servers[family].url, start_method, mode, str(texts_path), str(out_path)],
+    report = run_json_script(
+        script,
+        servers[family].url,
+        start_method,
+        mode,
+        str(texts_path),
+        str(out_path),
         cwd=tmp_path,
-        env=script_env(TOKENIZERS_PARALLELISM="true", RUST_BACKTRACE="0"),
-        capture_output=True,
-        text=True,
         timeout=180,
+        TOKENIZERS_PARALLELISM="true",
+        RUST_BACKTRACE="0",
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["imported"] == [], f"the training process imported {report['imported']}"
 
     saved = torch.load(out_path)

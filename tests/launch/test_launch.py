@@ -32,6 +32,7 @@ from service.client import AsyncTokenizerClient, LaunchError, RetryPolicy, Token
 from service.launch.command import ServeCommand
 from service.launch.rendezvous import LAUNCH_DIR_ENV, Record, ServicePaths, launch_directory
 from testkit.launching import check_a_launched_dataloader, kill, private_launch_directory, wait_gone
+from testkit.scripts import run_json_script
 from testkit.servers import REPO, alive, script_env
 
 pytestmark = pytest.mark.slow  # every test launches services and runs training scripts in fresh interpreters
@@ -44,14 +45,6 @@ def launch_dir(monkeypatch) -> Iterator[Path]:
     with private_launch_directory() as folder:
         monkeypatch.setenv(LAUNCH_DIR_ENV, str(folder))
         yield folder
-
-
-def run_script(source: str, *args: str, env: dict[str, str], timeout: float = 150) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", source, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 # -- a training script that launches ---------------------------------------------------------------------
@@ -99,7 +92,7 @@ LAUNCH_AND_FORK = textwrap.dedent("""
 
 
 def test_launch_serves_from_a_private_socket_and_stops_with_its_with_block(launch_dir, reference_tokenizers):
-    report = run_script(LAUNCH_AND_FORK, json.dumps(TEXTS), env=script_env(**{LAUNCH_DIR_ENV: str(launch_dir)}))
+    report = run_json_script(LAUNCH_AND_FORK, json.dumps(TEXTS), **{LAUNCH_DIR_ENV: str(launch_dir)})
     assert report["ids"] == reference_tokenizers["wordpiece_default"](TEXTS, padding=True)["input_ids"]
     assert report["imported"] == [], "launching must not import the server's stack into the training process"
     assert report["launched"] and report["url"].startswith("http+unix://%2Ftmp%2Ftsl-")
@@ -167,8 +160,7 @@ HOOKS = textwrap.dedent("""
 def test_importing_registers_no_process_hook_and_the_first_launch_installs_them_once(launch_dir):
     """Issue 43: the launcher registered its atexit and at-fork hooks when imported, so a process that only imported
     it ran them at every fork and at its exit. Now the first launch installs them, once; a forked child runs ours."""
-    env = script_env(**{LAUNCH_DIR_ENV: str(launch_dir)})
-    report = run_script(HOOKS, env=env)
+    report = run_json_script(HOOKS, **{LAUNCH_DIR_ENV: str(launch_dir)})
     assert report["at_import"] == [] and report["callbacks_added_by_import"] == 0, report
     assert report["fork_after_import"] == [], report
     kinds = sorted(when for when, _ in report["after_launches"])
@@ -351,7 +343,7 @@ RELAUNCHED_BY_A_WORKER = textwrap.dedent("""
 
 
 def test_a_service_relaunched_by_a_worker_is_the_one_the_parent_reports_and_stops(launch_dir, reference_tokenizers):
-    report = run_script(RELAUNCHED_BY_A_WORKER, json.dumps(TEXTS), env=script_env(**{LAUNCH_DIR_ENV: str(launch_dir)}))
+    report = run_json_script(RELAUNCHED_BY_A_WORKER, json.dumps(TEXTS), **{LAUNCH_DIR_ENV: str(launch_dir)})
     assert report["second"] != report["first"] and report["second_alive"], "the parent reports the dead server"
     assert f"pid={report['second']}," in report["repr"]
     assert report["ids"] == reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]
@@ -509,8 +501,8 @@ WITHOUT_FCNTL = textwrap.dedent("""
 def test_without_fcntl_the_client_works_over_tcp_and_launch_says_what_to_do(servers, reference_tokenizers, launch_dir):
     """The client-only install on Windows: no fcntl, no fork. The client imports and serves over TCP;
     launch() refuses with what to run instead, before anything is started."""
-    env = script_env(**{LAUNCH_DIR_ENV: str(launch_dir)})
-    report = run_script(WITHOUT_FCNTL, json.dumps(TEXTS), servers["wordpiece_default"].url, env=env)
+    url = servers["wordpiece_default"].url
+    report = run_json_script(WITHOUT_FCNTL, json.dumps(TEXTS), url, **{LAUNCH_DIR_ENV: str(launch_dir)})
     assert report["blocked"] and report["service_fields"]
     assert report["ids"] == reference_tokenizers["wordpiece_default"](TEXTS)["input_ids"]
     for refusal in report["refusals"]:

@@ -52,14 +52,6 @@ def launch_dir(monkeypatch) -> Iterator[Path]:
         yield folder
 
 
-def run_script(source: str, *args: str, env: dict[str, str], timeout: float = 150) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", source, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def servers_in(folder: Path | str) -> list[int]:
     """Processes whose command line names ``folder`` (the servers launched there), read from /proc."""
     found = []
