@@ -5,11 +5,8 @@ interpreter proving the client never imports the tokenizer stack."""
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import pickle
-import subprocess
-import sys
 import textwrap
 import warnings
 
@@ -39,6 +36,7 @@ from service.client.answers import rejection
 from service.client.results import arrays_from_safetensors
 from testkit.families import FAMILIES
 from testkit.parity import TRICKY_TEXTS
+from testkit.scripts import run_json_script
 from testkit.servers import ServerProcess
 from testkit.stack import FORBIDDEN
 
@@ -581,15 +579,7 @@ FRESH_INTERPRETER = textwrap.dedent("""
 def test_fresh_interpreter_never_imports_the_tokenizer_stack(servers, tmp_path):
     script = tmp_path / "fresh.py"
     script.write_text(FRESH_INTERPRETER)
-    done = subprocess.run(
-        [sys.executable, str(script), servers["wordpiece_default"].url],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=50,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    report = run_json_script(script, servers["wordpiece_default"].url, cwd=tmp_path, timeout=50)
     assert report["texts"][0] == "hello world" and report["tokens"] == ["hello", "world"]
     assert report["labels"] == [1, 0]
     assert report["collated_keys"] == ["input_ids", "token_type_ids", "attention_mask", "label"]
@@ -648,8 +638,6 @@ def test_the_sdk_imports_and_works_without_the_launcher_and_the_data_tools(tmp_p
     nor the data tools (service.data); only their doors on the client (launch, collator) reach them."""
     script = tmp_path / "sdk_alone.py"
     script.write_text(SDK_ALONE)
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=50)
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout)
+    report = run_json_script(script, cwd=tmp_path, timeout=50)
     assert report["ids"] == [[1, 2]]
     assert "service.data" in report["doors"]["collator"] and "service.launch" in report["doors"]["launch"]

@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import pickle
 import random
-import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +21,7 @@ from test_pretokenize_chat import FAMILY, chat_corpus, config, run  # noqa: F401
 
 from service.pretokenize import TokenBlocks, TokenizedDocuments, torch_datasets
 from testkit.objectstore import LoopbackS3
-from testkit.servers import REPO
+from testkit.scripts import run_json_script
 
 pytestmark = pytest.mark.slow  # whole pre-tokenization jobs against an S3-protocol server
 
@@ -180,16 +177,9 @@ def test_a_run_four_times_the_cache_reads_in_bounded_memory(s3):
         entries.append({"name": name, "files": files, "documents": 1, "tokens": tokens, "skipped": 0, "unit": {}})
     manifest = {"format_version": 2, "format": "flat", "dtype": "uint16", "tokenizer": {}, "settings": {}}
     fs.pipe_file("runs/big/manifest.json", json.dumps({**manifest, "shards": entries}).encode())
-    done = subprocess.run(
-        [sys.executable, "-c", MEMORY_PROBE, "s3://runs/big", json.dumps(s3.storage_options)],
-        cwd=REPO,
-        env={**os.environ, **s3.client_env()},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    probe = run_json_script(
+        MEMORY_PROBE, "s3://runs/big", json.dumps(s3.storage_options), timeout=120, **s3.client_env()
     )
-    assert done.returncode == 0, done.stderr
-    probe = json.loads(done.stdout)
     run_bytes = shards * tokens * 2
     assert probe["blocks"] == shards * tokens >> 16 and run_bytes >= 4 * probe["cache"]
     assert probe["grown"] < probe["cache"] + (16 << 20) < run_bytes / 2, probe
