@@ -22,7 +22,15 @@ from .transport.exceptions import TransportError
 from .transport.stdlib import HTTPTransport
 from .wire import INFO_PATH, READY_PATH
 
-__all__ = ["child_environment", "ready_fingerprint", "process_alive", "how_it_ended", "stop_servers"]
+__all__ = [
+    "child_environment",
+    "ready_fingerprint",
+    "process_alive",
+    "server_since",
+    "running_since",
+    "how_it_ended",
+    "stop_servers",
+]
 
 _PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,7 +65,7 @@ def process_alive(pid: int, marker: str) -> bool:
     """Whether ``pid`` runs with ``marker`` (its socket path) in its command line: not a reused pid, nor a zombie.
     Without /proc, whether it exists."""
     if not os.path.isdir("/proc/self"):
-        return _running_since(pid) is not None
+        return running_since(pid) is not None
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as file:
             return os.fsencode(marker) in file.read()
@@ -69,7 +77,14 @@ def how_it_ended(code: int) -> str:
     return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
-def _running_since(pid: int) -> str | None:
+def server_since(pid: int, socket_path: str) -> str | None:
+    """Who the server on ``socket_path`` is: ``pid``'s start time if it runs with that socket in its command line
+    (:func:`process_alive`), else None. Waiting for it to exit is then waiting while :func:`running_since` gives the
+    same: a process's command line is gone before the process is."""
+    return running_since(pid) if process_alive(pid, socket_path) else None
+
+
+def running_since(pid: int) -> str | None:
     """Who ``pid`` is while it runs: its start time (without /proc, that it exists); None once it has exited, a
     zombie included. Its command line is no such sign: the kernel drops it as the process begins to exit, before
     the process is gone (a server with a large heap takes a while, more so on a busy machine)."""
@@ -95,11 +110,8 @@ def stop_servers(
     """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
     up to ``wait`` seconds for each to exit, SIGKILL one that overstays; return once each has exited."""
     running = [process for process in ours if process.poll() is None]
-    # another process's server, known by its socket in its command line (not a reused pid), then by its start time
     running_others = [
-        (pid, since)
-        for pid, socket_path in others
-        if process_alive(pid, socket_path) and (since := _running_since(pid)) is not None
+        (pid, since) for pid, socket_path in others if (since := server_since(pid, socket_path)) is not None
     ]
     for process in running:
         with contextlib.suppress(ProcessLookupError):
@@ -116,7 +128,7 @@ def stop_servers(
             process.wait(5)
     for pid, since in running_others:
         killed = False
-        while _running_since(pid) == since:
+        while running_since(pid) == since:
             if time.monotonic() > deadline:
                 if killed:
                     break  # (unkillable: in the kernel, on a dead disk, say)

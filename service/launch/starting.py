@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..addresses import unix_socket_url
-from ..processes import how_it_ended, process_alive, ready_fingerprint, stop_servers
+from ..processes import how_it_ended, ready_fingerprint, running_since, server_since, stop_servers
 from ..transport.exceptions import LaunchError
 from .command import ServeCommand, check_server_installed
 from .launched import LaunchedService
@@ -130,9 +130,11 @@ def failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | N
 
 def ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
     """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
-    seconds (a stopping server takes a moment)."""
+    seconds (a stopping server takes a moment). Gone means exited, not begun to exit: its replacement is not started
+    beside a server still giving its memory back."""
     deadline = time.monotonic() + wait
-    while process_alive(record.pid, paths.socket):
+    since = server_since(record.pid, paths.socket)
+    while since is not None and running_since(record.pid) == since:
         if ready_fingerprint(paths.socket) is not None:
             return True
         if time.monotonic() > deadline:
