@@ -130,8 +130,8 @@ def failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | N
 
 def ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
     """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
-    seconds (a stopping server takes a moment). Gone means exited, not begun to exit: its replacement is not started
-    beside a server still giving its memory back."""
+    seconds (a stopping server takes a moment). Once seen running, gone means exited, not begun to exit: its
+    replacement is not started beside a server still giving its memory back."""
     deadline = time.monotonic() + wait
     since = server_since(record.pid, paths.socket)
     while since is not None and running_since(record.pid) == since:
