@@ -153,6 +153,7 @@ class Record:
     fingerprint: str
     launches: int  # 1 when first launched, 2 after its one relaunch
     description: str
+    started: str | None = None  # the server's start time (service.processes.running_since): who it is while it runs
 
     @classmethod
     def read(cls, path: str) -> Record | None:

@@ -76,7 +76,8 @@ def start(
         raise
     started = {}
     for item in starting:
-        record = Record(item.process.pid, fingerprints[item.replica], launches, command.description)
+        pid = item.process.pid
+        record = Record(pid, fingerprints[item.replica], launches, command.description, running_since(pid))
         record.write(item.paths.record)
         started[item.replica] = (item.process, record)
     return started
@@ -130,10 +131,11 @@ def failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | N
 
 def ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
     """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
-    seconds (a stopping server takes a moment). Once seen running, gone means exited, not begun to exit: its
-    replacement is not started beside a server still giving its memory back."""
+    seconds (a stopping server takes a moment). Gone means exited, not begun to exit: its replacement is not started
+    beside a server still giving its memory back. The server is known by the start time its record holds (a record
+    without one, from an earlier version: by its socket, then its start time; one already exiting is then gone)."""
     deadline = time.monotonic() + wait
-    since = server_since(record.pid, paths.socket)
+    since = record.started if record.started is not None else server_since(record.pid, paths.socket)
     while since is not None and running_since(record.pid) == since:
         if ready_fingerprint(paths.socket) is not None:
             return True

@@ -388,23 +388,30 @@ def test_stop_servers_returns_once_another_processs_server_has_exited_not_as_it_
 def test_ready_or_gone_says_gone_once_a_stopping_server_has_exited_not_as_it_begins_to(tmp_path):
     """Noticed last pass: ready_or_gone waited on a stopping server (to start its replacement) until its command line
     no longer named its socket, as stop_servers once did: the replacement could start beside a server still giving
-    its memory back. It waits now, as stop_servers does, until the process has exited."""
+    its memory back. It waits now until the process has exited: known by the start time its record holds, even if
+    it is exiting already at the first look; for a record without one, once it has been seen running."""
     from service.launch.starting import ready_or_gone
+    from service.processes import running_since
 
     early = []
-    for trial in range(4):
+    for trial in range(8):
         paths = ServicePaths.of(tmp_path, f"{trial:016d}")  # (no socket there: the server never answers)
         server = subprocess.Popen([sys.executable, "-c", EXITING_SLOWLY, paths.socket], stdout=subprocess.PIPE)
         try:
             assert server.stdout is not None and server.stdout.readline() == b"ready\n"
-            threading.Timer(0.3, server.terminate).start()  # it stops while ready_or_gone waits on it
-            assert ready_or_gone(paths, Record(server.pid, "", 1, ""), wait=30) is False
+            if trial % 2:  # as a launcher records it now, stopped just before ready_or_gone looks
+                record = Record(server.pid, "", 1, "", started=running_since(server.pid))
+                server.terminate()
+            else:  # a record of an earlier version, stopped while ready_or_gone waits on it
+                record = Record(server.pid, "", 1, "")
+                threading.Timer(0.3, server.terminate).start()
+            assert ready_or_gone(paths, record, wait=30) is False
             if alive(server.pid):
                 early.append(trial)
         finally:
             server.kill()
             server.wait()
-    assert not early, f"ready_or_gone said gone before the server had exited in trials {early} of 4"
+    assert not early, f"ready_or_gone said gone before the server had exited in trials {early} of 8"
 
 
 def test_a_model_that_cannot_load_raises_the_servers_own_error(launch_dir):
