@@ -26,7 +26,6 @@ __all__ = [
     "child_environment",
     "ready_fingerprint",
     "process_alive",
-    "server_since",
     "running_since",
     "how_it_ended",
     "stop_servers",
@@ -77,13 +76,6 @@ def how_it_ended(code: int) -> str:
     return f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
 
 
-def server_since(pid: int, socket_path: str) -> str | None:
-    """Who the server on ``socket_path`` is: ``pid``'s start time if it runs with that socket in its command line
-    (:func:`process_alive`), else None. Waiting for it to exit is then waiting while :func:`running_since` gives the
-    same: a process's command line is gone before the process is."""
-    return running_since(pid) if process_alive(pid, socket_path) else None
-
-
 def running_since(pid: int) -> str | None:
     """Who ``pid`` is while it runs: its start time (without /proc, that it exists); None once it has exited, a
     zombie included. Its command line is no such sign: the kernel drops it as the process begins to exit, before
@@ -107,12 +99,11 @@ def running_since(pid: int) -> str | None:
 def stop_servers(
     ours: Sequence[subprocess.Popen[bytes]], others: Sequence[tuple[int, str]] = (), *, wait: float
 ) -> None:
-    """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` ((pid, socket), another process's) at once, wait
-    up to ``wait`` seconds for each to exit, SIGKILL one that overstays; return once each has exited."""
+    """SIGTERM (they drain) ``ours`` (reaped here) and ``others`` (another process's, each known by its pid and
+    start time, :func:`running_since`: not a reused pid) at once, wait up to ``wait`` seconds for each to exit,
+    SIGKILL one that overstays; return once each has exited."""
     running = [process for process in ours if process.poll() is None]
-    running_others = [
-        (pid, since) for pid, socket_path in others if (since := server_since(pid, socket_path)) is not None
-    ]
+    running_others = [(pid, since) for pid, since in others if running_since(pid) == since]
     for process in running:
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)

@@ -136,7 +136,8 @@ def _stop_running(paths: Sequence[ServicePaths], ours: Mapping[int, subprocess.P
         process = ours.get(replica)
         if record is None or (process is not None and record.pid == process.pid):
             continue
-        others.append((record.pid, replica_paths.socket))  # (stop_servers stops it only if it still serves there)
+        if (since := record.server_since(replica_paths.socket)) is not None:
+            others.append((record.pid, since))  # (stop_servers stops it only if it is still that process)
     stop_servers(list(ours.values()), others, wait=STOP_WAIT_SECONDS)  # (ours are reaped at once if they died already)
 
 

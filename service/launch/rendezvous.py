@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ..addresses import MAX_SOCKET_PATH_BYTES
+from ..processes import process_alive, running_since
 from ..transport.exceptions import LaunchError
 from ..wire import ENV_PREFIX, URL_ENV
 
@@ -154,6 +155,15 @@ class Record:
     launches: int  # 1 when first launched, 2 after its one relaunch
     description: str
     started: str | None = None  # the server's start time (service.processes.running_since): who it is while it runs
+
+    def server_since(self, socket_path: str) -> str | None:
+        """Who the server this record names is, to wait on while ``running_since(pid)`` gives the same: its recorded
+        start time; for a record without one (an earlier version's), its start time now if it runs serving
+        ``socket_path`` (not a reused pid), else None. A process's command line is gone before the process is, so
+        only the recorded start time also knows a server that is exiting already."""
+        if self.started is not None:
+            return self.started
+        return running_since(self.pid) if process_alive(self.pid, socket_path) else None
 
     @classmethod
     def read(cls, path: str) -> Record | None:

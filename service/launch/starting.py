@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..addresses import unix_socket_url
-from ..processes import how_it_ended, ready_fingerprint, running_since, server_since, stop_servers
+from ..processes import how_it_ended, ready_fingerprint, running_since, stop_servers
 from ..transport.exceptions import LaunchError
 from .command import ServeCommand, check_server_installed
 from .launched import LaunchedService
@@ -132,10 +132,9 @@ def failure(headline: str, paths: ServicePaths, offset: int = 0, silent: str | N
 def ready_or_gone(paths: ServicePaths, record: Record, wait: float) -> bool:
     """True once the server answers /readyz, False once it has exited; LaunchError if neither within ``wait``
     seconds (a stopping server takes a moment). Gone means exited, not begun to exit: its replacement is not started
-    beside a server still giving its memory back. The server is known by the start time its record holds (a record
-    without one, from an earlier version: by its socket, then its start time; one already exiting is then gone)."""
+    beside a server still giving its memory back (:meth:`Record.server_since`)."""
     deadline = time.monotonic() + wait
-    since = record.started if record.started is not None else server_since(record.pid, paths.socket)
+    since = record.server_since(paths.socket)
     while since is not None and running_since(record.pid) == since:
         if ready_fingerprint(paths.socket) is not None:
             return True

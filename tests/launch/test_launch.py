@@ -367,8 +367,9 @@ def test_stop_servers_returns_once_another_processs_server_has_exited_not_as_it_
     """Defect: the relaunch test above failed once on a busy machine ("shutdown() returned with the relaunched server
     still running"). stop_servers waited for another process's server until its command line no longer named its
     socket, which the kernel drops as the process begins to exit, before its memory is given back and it is gone.
-    It waits now until the process has exited."""
-    from service.processes import stop_servers
+    It waits now until the process has exited, known as the last owner knows it: by its record
+    (:meth:`Record.server_since`: the start time recorded, or for an earlier version's record, its socket)."""
+    from service.processes import running_since, stop_servers
 
     early = []
     for trial in range(4):
@@ -376,7 +377,10 @@ def test_stop_servers_returns_once_another_processs_server_has_exited_not_as_it_
         server = subprocess.Popen([sys.executable, "-c", EXITING_SLOWLY, marker], stdout=subprocess.PIPE)
         try:
             assert server.stdout is not None and server.stdout.readline() == b"ready\n"
-            stop_servers([], [(server.pid, marker)], wait=30)
+            started = running_since(server.pid) if trial % 2 else None
+            since = Record(server.pid, "", 1, "", started).server_since(marker)
+            assert since is not None
+            stop_servers([], [(server.pid, since)], wait=30)
             if alive(server.pid):  # (a zombie, exited and not yet reaped by us, is not alive)
                 early.append(trial)
         finally:
